@@ -1,0 +1,431 @@
+"""Tests of synclib.judge: prompts, parsing, the HTTP judge against a real local
+server, constrained scoring with a real (tiny and embedded) model, cube input,
+summaries and the CLI."""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import xarray as xr
+
+from synclib import judge as J
+from synclib.judge import DIMENSIONS, SCORE_RANGES, JudgeItem
+
+from judge_server import FakeJudgeServer, evaluation, served_score
+
+SOTOPIA = Path("/work/shared/sotopia")
+SECRET = "sk-test-3f9a7c1e5b2d4a6f8e0c1b3d5f7a9c2e"
+ALL_CASES = ["valid", "prose", "fenced", "out_of_range", "missing_dim", "garbage", "http500",
+             "http429", "hang", "drop", "always500", "echo_key"]
+CLEAN_CASES = ["valid", "prose", "fenced", "out_of_range", "http500", "http429", "hang", "drop"]
+
+
+def make_item(case: str, episode: int = 0, seed: int = 0, n: int = 4) -> JudgeItem:
+    names = ("Ava Martinez", "Ben Okafor")
+    utts = tuple(f"utterance {t} by {names[t % 2].split()[0]}" for t in range(n))
+    intro = (f"Here is the context of this interaction:\nScenario: test scenario CASE={case}\n"
+             f"Participants: {names[0]} and {names[1]}")
+    return JudgeItem(episode, 100 + episode, seed, intro, names, utts)
+
+
+# ------------------------------------------------------------------------------ prompts
+
+def test_transcript_and_prompt_layout():
+    item = make_item("valid", n=3)
+    lines = J.render_transcript(item.agent_names, item.utterances).splitlines()
+    assert lines == ['Turn #0: Ava Martinez said: "utterance 0 by Ava"',
+                     'Turn #1: Ben Okafor said: "utterance 1 by Ben"',
+                     'Turn #2: Ava Martinez said: "utterance 2 by Ava"']
+    msgs = J.judge_messages(item, "INSTRUCTIONS HERE")
+    assert msgs[0] == {"role": "system", "content": "You are a helpful assistant."}
+    assert len(msgs) == 2 and msgs[1]["role"] == "user"
+    user = msgs[1]["content"]
+    assert user.startswith(item.intro) and user.endswith("INSTRUCTIONS HERE")
+    assert user.index("Participants") < user.index("Turn #0") < user.index("Turn #2") \
+        < user.index("INSTRUCTIONS")
+
+
+def test_instructions_from_scenarios_dir_or_embedded(tmp_path):
+    text, src = J.load_instructions(SOTOPIA)
+    assert text == (SOTOPIA / "judge_instructions.txt").read_text() and src.endswith(
+        "judge_instructions.txt")
+    assert J.load_instructions("embedded") == (J.EMBEDDED_INSTRUCTIONS, "embedded")
+    assert J.load_instructions(tmp_path)[1] == "embedded"  # a directory without the file
+    with pytest.raises(J.JudgeError, match="nope"):
+        J.load_instructions(tmp_path / "nope")
+    # the embedded instructions carry a JSON schema with every dimension and range
+    schema = json.loads(re.search(r"```\n(.*?)\n```", J.EMBEDDED_INSTRUCTIONS, re.S).group(1))
+    for key in J.AGENT_KEYS:
+        props = schema["properties"][key]["properties"]
+        assert set(props) == set(DIMENSIONS)
+        for d, (lo, hi) in SCORE_RANGES.items():
+            s = props[d]["properties"]["score"]
+            assert (s["type"], s["minimum"], s["maximum"]) == ("integer", lo, hi)
+
+
+# ------------------------------------------------------------------------------ parsing
+
+def test_extract_json_in_prose_fence_and_garbage():
+    obj = evaluation()
+    raw = json.dumps(obj)
+    assert J.extract_json(raw) == obj
+    assert J.extract_json(f"Sure {{not json}} here: {raw} bye }}") == obj
+    assert J.extract_json(f"text\n```json\n{raw}\n```\nmore") == obj
+    assert J.extract_json("no json at all") is None
+    assert J.extract_json("") is None
+
+
+def test_parse_evaluation_validates_every_field():
+    valid, errors = J.parse_evaluation(json.dumps(evaluation("objects")))
+    assert not errors and len(valid) == 14
+    assert valid[(2, "goal")][1] == served_score(2, DIMENSIONS.index("goal"))
+
+    bad = evaluation(override={(1, "secret"): 3, (2, "knowledge"): True, (2, "goal"): 7.0,
+                               (1, "relationship"): "4"}, drop=(2, "believability"))
+    valid, errors = J.parse_evaluation(json.dumps(bad))
+    assert set(valid) | set(errors) == {(a, d) for a in (1, 2) for d in DIMENSIONS}
+    assert "out of range [-10, 0]" in errors[(1, "secret")]
+    assert "not an integer" in errors[(2, "knowledge")]  # a bool is no score
+    assert "not an integer" in errors[(1, "relationship")]
+    assert "missing" in errors[(2, "believability")]
+    assert valid[(2, "goal")][1] == 7  # an integral float is accepted
+    valid, errors = J.parse_evaluation("nothing here")
+    assert not valid and set(errors.values()) == {"no JSON object found"}
+
+
+# ------------------------------------------------------------------------------ HTTP judge
+
+def run_http_batch(server, cache_path, concurrency=4):
+    backend = J.OpenAIBackend(server.url, "fake-judge", api_key_env="SYNCLIB_TEST_KEY",
+                              timeout=0.5, max_retries=2, backoff=0.01, max_backoff=0.05)
+    items = [make_item(c, episode=i) for i, c in enumerate(ALL_CASES)]
+    t0 = time.perf_counter()
+    table = J.judge_items(items, backend, mode="json", cache=J.JudgeCache(cache_path),
+                          instructions=J.EMBEDDED_INSTRUCTIONS, concurrency=concurrency,
+                          progress=False)
+    backend.close()
+    return table, backend, time.perf_counter() - t0
+
+
+def test_http_judge_every_case_and_cache(tmp_path, monkeypatch, caplog, capsys):
+    monkeypatch.setenv("SYNCLIB_TEST_KEY", SECRET)
+    caplog.set_level(logging.DEBUG)
+    cache_path = tmp_path / "pair.judge-cache.jsonl"
+    with FakeJudgeServer(api_key=SECRET, hang_seconds=2.0) as server:
+        table, backend, _ = run_http_batch(server, cache_path)
+        first_requests = server.total_requests
+        first_counts = dict(server.requests)
+        assert server.auth_failures == 0  # the key was sent
+
+        assert len(table) == 14 * len(ALL_CASES)
+        by_case = {c: table[table.episode == i] for i, c in enumerate(ALL_CASES)}
+        expected = [served_score(a, i) for a in (1, 2) for i in range(len(DIMENSIONS))]
+        for c in CLEAN_CASES:
+            t = by_case[c]
+            assert list(t.score) == expected, c
+            assert (t.error == "").all() and (t["mode"] == "json").all() and (t.judge == "fake-judge").all()
+            assert t.reasoning.str.contains("braces").all()
+        # out of range: repaired once
+        assert server.requests["out_of_range:repair"] == 1
+        # missing dimension: repair asked once, still missing -> that field alone missing
+        t = by_case["missing_dim"]
+        assert server.requests["missing_dim:repair"] == 1
+        miss = t[t.score.isna()]
+        assert list(zip(miss.agent, miss.dimension)) == [(2, "goal")]
+        assert "missing" in miss.error.iloc[0] and "repair" in miss.error.iloc[0]
+        assert '"agent_1_evaluation"' in miss.raw.iloc[0]
+        # garbage: all 14 missing with the reason and the raw text, no score made up
+        t = by_case["garbage"]
+        assert t.score.isna().all() and server.requests["garbage:repair"] == 1
+        assert t.error.str.contains("no JSON object found").all()
+        assert t.raw.str.contains("unable to provide scores").all()
+        # transient failures were retried once each; permanent ones gave up
+        for c in ("http500", "http429", "hang", "drop"):
+            assert server.requests[c] == 2, c
+        t = by_case["always500"]
+        assert t.score.isna().all() and t.error.str.contains("gave up after 3 attempts").all()
+        assert server.requests["always500"] == 3
+        t = by_case["echo_key"]
+        assert t.score.isna().all() and server.requests["echo_key"] == 1  # 400: no retry
+        assert t.error.str.contains("HTTP 400").all() and t.error.str.contains(r"\*\*\*").all()
+        assert backend.requests_sent == first_requests
+
+        # second run: everything paid for comes from the cache, zero requests
+        out = tmp_path / "pair.judge.csv"
+        J.save_table(table, out)
+        table2, backend2, _ = run_http_batch(server, cache_path)
+        failed_requests = 3 + 1  # always500 (3 attempts) and echo_key are never cached
+        assert server.total_requests - first_requests == failed_requests
+        assert backend2.requests_sent == failed_requests
+        pd.testing.assert_frame_equal(table2, table)
+        J.save_table(table2, out)
+
+    # the cache file holds one line per paid-for answer
+    lines = cache_path.read_text().splitlines()
+    unpaid = first_counts["always500"] + first_counts["echo_key"] + 4  # + 1st try of 4 cases
+    assert len(lines) == first_requests - unpaid == len(CLEAN_CASES) + 2 + 3  # 3 repairs
+    # the key is nowhere: table, cache, logs, captured output, repr
+    captured = capsys.readouterr()
+    for text in (out.read_text(), cache_path.read_text(), caplog.text, captured.out,
+                 captured.err, repr(backend)):
+        assert SECRET not in text
+    assert J.read_table(out).score.equals(table.score)
+
+
+def test_interrupted_run_keeps_paid_answers(tmp_path):
+    """Answers are flushed one by one: a cache written by a run cut short serves them."""
+    cache_path = tmp_path / "c.jsonl"
+    with FakeJudgeServer() as server:
+        backend = J.OpenAIBackend(server.url, "fake-judge", api_key_env="SYNCLIB_UNSET_VAR",
+                                  timeout=5, max_retries=0)
+        cache = J.JudgeCache(cache_path)
+        J.judge_items([make_item("valid", 0)], backend, cache=cache, progress=False)
+        with open(cache_path, "a") as f:  # a torn line, as a crash mid-write leaves it
+            f.write('{"key": "abc", "val')
+        before = server.total_requests
+        items = [make_item("valid", 0), make_item("prose", 1)]
+        table = J.judge_items(items, backend, cache=J.JudgeCache(cache_path), progress=False)
+        assert server.total_requests - before == 1  # only the new item was asked
+        assert table.score.notna().all()
+
+
+def test_bad_configuration_is_reported():
+    with pytest.raises(J.JudgeError, match="--judge-url"):
+        J.OpenAIBackend("localhost:8000", "m")
+    backend = J.OpenAIBackend("http://127.0.0.1:9/v1", "m", api_key_env="SYNCLIB_UNSET_VAR")
+    with pytest.raises(J.JudgeError, match="constrained mode needs a local judge"):
+        J.judge_items([make_item("valid")], backend, mode="constrained", progress=False)
+    with pytest.raises(J.JudgeError, match="mode must be"):
+        J.judge_items([make_item("valid")], backend, mode="free", progress=False)
+
+
+# ------------------------------------------------------------------------------ local judge
+
+@pytest.fixture(scope="module")
+def tiny_judge(tiny_model_dir):
+    """A tiny random Llama with the real SmolLM2 tokenizer, through synclib.models."""
+    from synclib.models import load_model
+
+    return load_model(tiny_model_dir)
+
+
+def brute_force_logprob(loaded, prompt, cand):
+    """log P(cand + <|im_end|> | prompt), one full forward pass, no cache, no batching."""
+    import torch
+
+    model, tok = loaded.model, loaded.tokenizer
+    p = loaded.encode(prompt)
+    joint = loaded.encode(prompt + cand)
+    assert joint[: len(p)] == p
+    ans = joint[len(p):] + [tok.convert_tokens_to_ids("<|im_end|>")]
+    ids = torch.tensor([p + ans])
+    with torch.no_grad():  # the last len(ans)+1 positions: len(p)-1 ... end
+        logits = model(input_ids=ids, logits_to_keep=len(ans) + 1).logits[0]
+    logp = torch.log_softmax(logits.float(), -1)
+    return sum(float(logp[j, t]) for j, t in enumerate(ans))
+
+
+def test_score_candidates_matches_full_forward(tiny_judge):
+    m, tok = tiny_judge.model, tiny_judge.tokenizer
+    assert tok.convert_ids_to_tokens(J._terminator_id(tok)) == "<|im_end|>"  # end of turn
+    item = make_item("x", n=3)
+    prompts = [tiny_judge.chat_prompt(J.constrained_question(item, a, d), system=J.SYSTEM_MESSAGE)
+               for a, d in [(1, "goal"), (2, "secret"), (1, "relationship")]]
+    cands = [[str(v) for v in range(*SCORE_RANGES[d])] + [str(SCORE_RANGES[d][1])]
+             for d in ("goal", "secret", "relationship")]
+    # multi-token candidates are present ("10", "-5", "-10")
+    assert any(len(tok(c, add_special_tokens=False).input_ids) > 1 for cs in cands for c in cs)
+    got = J.score_candidates(m, tok, prompts, cands, batch_size=5, encode=tiny_judge.encode)
+    for p, cs, lp in zip(prompts, cands, got):
+        want = [brute_force_logprob(tiny_judge, p, c) for c in cs]
+        np.testing.assert_allclose(lp, want, rtol=1e-4, atol=1e-4)
+
+
+def test_local_constrained_judge_and_cache(tiny_judge, tmp_path):
+    backend = J.LocalBackend(tiny_judge, batch_size=32)
+    items = [make_item("a", 0, n=4), make_item("b", 1, n=3), make_item("c", 2, n=0)]
+    cache = J.JudgeCache(tmp_path / "local.jsonl")
+    table = J.judge_items(items, backend, mode="constrained", cache=cache, progress=False)
+    assert backend.requests_sent == 2  # one batched scoring call per non-empty dialog
+    assert (table["mode"] == "constrained").all() and (table.judge == tiny_judge.name).all()
+    ok = table[table.episode < 2]
+    assert ok.score.notna().all() and (ok.error == "").all()
+    for d, (lo, hi) in SCORE_RANGES.items():
+        t = ok[ok.dimension == d]
+        assert t.score.between(lo, hi).all() and t.expected.between(lo, hi).all()
+    empty = table[table.episode == 2]
+    assert empty.score.isna().all() and (empty.error == "episode has no utterances").all()
+    backend2 = J.LocalBackend(tiny_judge)
+    table2 = J.judge_items(items, backend2, mode="constrained",
+                           cache=J.JudgeCache(tmp_path / "local.jsonl"), progress=False)
+    assert backend2.requests_sent == 0
+    pd.testing.assert_frame_equal(table, table2)
+
+
+def test_local_json_mode_records_failures(tiny_judge, tmp_path):
+    """A random tiny model writes no valid JSON: one repair, then all missing with raw text."""
+    backend = J.LocalBackend(tiny_judge, max_new_tokens=8)
+    table = J.judge_items([make_item("a", 0, n=2)], backend, mode="json", progress=False)
+    assert backend.requests_sent == 2
+    assert table.score.isna().all() and (table["mode"] == "json").all()
+    assert table.error.str.contains("after one repair").all()
+    assert (table.raw.str.len() > 0).all()
+
+
+# ------------------------------------------------------------------------------ cube input
+
+def write_cube(path: Path, task_indices, n_utt):
+    """A real netCDF file with the cube's text variables (schema: book/architecture.md)."""
+    E, S, R = len(task_indices), n_utt.shape[1], 8
+    text_a = np.full((E, S, R), "", dtype=object)
+    text_b = np.full((E, S, R), "", dtype=object)
+    for e in range(E):
+        for s in range(S):
+            for t in range(n_utt[e, s]):
+                (text_a if t % 2 == 0 else text_b)[e, s, t // 2] = f"e{e} s{s} t{t}"
+    ds = xr.Dataset(
+        {"text_a": (("episode", "sim_seed", "round"), text_a),
+         "text_b": (("episode", "sim_seed", "round"), text_b),
+         "n_utterances": (("episode", "sim_seed"), n_utt.astype("int32"))},
+        coords={"episode": np.arange(E), "sim_seed": np.arange(S),
+                "task_index": ("episode", np.asarray(task_indices))})
+    ds.to_netcdf(path, engine="netcdf4")
+    return path
+
+
+def test_items_from_cube_reconstructs_dialog_order(tmp_path):
+    from synclib.scenarios import judge_intro, load_tasks
+
+    tasks = load_tasks(SOTOPIA)
+    n_utt = np.array([[5, 16], [0, 2]])
+    cube = write_cube(tmp_path / "pair.nc", [7, 123], n_utt)
+    items = J.items_from_cube(cube, tasks)
+    assert [(i.episode, i.task_index, i.sim_seed) for i in items] == [
+        (0, 7, 0), (0, 7, 1), (1, 123, 0), (1, 123, 1)]
+    assert items[0].utterances == tuple(f"e0 s0 t{t}" for t in range(5))
+    assert len(items[1].utterances) == 16 and items[2].utterances == ()
+    assert items[0].intro == judge_intro(tasks[7])
+    assert items[3].agent_names == tasks[123].names
+    bad = write_cube(tmp_path / "bad.nc", [7, 99999], n_utt)
+    with pytest.raises(J.JudgeError, match="task_index 99999"):
+        J.items_from_cube(bad, tasks)
+
+
+# ------------------------------------------------------------------------------ summaries
+
+def test_overall_and_social_performance():
+    rng = np.random.default_rng(0)
+    rows = []
+    for e in range(3):
+        for s in range(2):
+            for a in (1, 2):
+                for d in DIMENSIONS:
+                    lo, hi = SCORE_RANGES[d]
+                    rows.append({"episode": e, "task_index": 10 + e, "sim_seed": s, "agent": a,
+                                 "dimension": d, "score": int(rng.integers(lo, hi + 1))})
+    table = pd.DataFrame(rows)
+    table.loc[(table.episode == 1) & (table.sim_seed == 1) & (table.agent == 2)
+              & (table.dimension == "goal"), "score"] = None
+    table["score"] = table["score"].astype("Int64")
+    ov = J.overall_scores(table)
+    assert len(ov) == 12
+    row = ov[(ov.episode == 0) & (ov.sim_seed == 0) & (ov.agent == 1)].iloc[0]
+    assert row.overall == pytest.approx(
+        table[(table.episode == 0) & (table.sim_seed == 0) & (table.agent == 1)].score.mean())
+    gap = ov[(ov.episode == 1) & (ov.sim_seed == 1) & (ov.agent == 2)].iloc[0]
+    assert np.isnan(gap.overall) and gap.n_scored == 6
+    per_seed = [ov[ov.sim_seed == s].overall.dropna().mean() for s in (0, 1)]
+    assert J.social_performance(table) == pytest.approx(np.mean(per_seed))
+    assert list(J.social_performance(table, by_seed=True)) == pytest.approx(per_seed)
+
+
+# ------------------------------------------------------------------------------ CLI
+
+def test_cli_help_documents_every_option():
+    import argparse
+
+    p = argparse.ArgumentParser()
+    J.configure_parser(p)
+    for action in p._actions:
+        if action.dest != "help":
+            assert action.help, action.dest
+    text = p.format_help()
+    for opt in ("--scenarios", "--judge-url", "--judge-model", "--api-key-env", "--concurrency",
+                "--timeout", "--mode", "--out", "--cache"):
+        assert opt in text
+
+
+def test_cli_evaluate_against_http_judge(tmp_path, monkeypatch, capsys):
+    from synclib.cli import main
+
+    monkeypatch.setenv("MY_JUDGE_KEY", SECRET)
+    cube = write_cube(tmp_path / "pair.nc", [0, 1], np.array([[3, 2], [4, 0]]))
+    with FakeJudgeServer(api_key=SECRET, default_case="valid") as server:
+        rc = main(["evaluate", str(cube), "--scenarios", str(SOTOPIA), "--judge-url",
+                   server.url, "--judge-model", "fake-judge", "--api-key-env", "MY_JUDGE_KEY",
+                   "--concurrency", "2", "--timeout", "5", "--no-progress"])
+        assert rc == 0 and server.total_requests == 3
+        prompt = server.bodies[0]["messages"][1]["content"]
+    assert prompt.endswith((SOTOPIA / "judge_instructions.txt").read_text().strip("\n"))
+    assert prompt.startswith("Here is the context of this interaction:")
+    out = tmp_path / "pair.judge.csv"
+    table = J.read_table(out)
+    assert len(table) == 4 * 14
+    assert table[table.error == ""].shape[0] == 3 * 14  # the empty dialog is recorded missing
+    assert (tmp_path / "pair.judge-cache.jsonl").exists()
+    err = capsys.readouterr().err
+    assert "social performance" in err and SECRET not in err
+    assert SECRET not in out.read_text()
+
+
+def test_cli_evaluate_with_local_judge(tmp_path, tiny_model_dir, capsys):
+    from synclib.cli import main
+
+    cube = write_cube(tmp_path / "pair.nc", [3, 4], np.array([[2, 3], [1, 2]]))
+    out = tmp_path / "scores.csv"
+    rc = main(["evaluate", str(cube), "--scenarios", str(SOTOPIA), "--judge-model",
+               tiny_model_dir, "--limit", "2", "--out", str(out), "--no-progress"])
+    assert rc == 0
+    table = J.read_table(out)
+    assert len(table) == 28 and (table["mode"] == "constrained").all()
+    assert table.score.notna().all() and table.expected.notna().all()
+    assert sorted(set(zip(table.episode, table.sim_seed))) == [(0, 0), (0, 1)]
+    assert "constrained mode" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ embedded judge
+
+@pytest.mark.slow
+def test_embedded_smollm2_constrained_judge(tmp_path):
+    """The embedded SmolLM2-135M judges two real Sotopia episodes in constrained mode."""
+    from synclib.models import load_model
+    from synclib.scenarios import judge_intro, load_tasks
+
+    loaded = load_model("smollm2-135m")
+    tasks = load_tasks(SOTOPIA)
+    items = []
+    for e, ti in enumerate((0, 5)):
+        t = tasks[ti]
+        a, b = t.names
+        utts = (f"Hi {b.split()[0]}, good to see you. Could we talk about something?",
+                f"Of course, {a.split()[0]}. What is on your mind?",
+                "I was hoping you could help me out; it matters a lot to me.",
+                "I'll do what I can, but I need to think about my own situation too.")
+        items.append(JudgeItem(e, ti, 0, judge_intro(t), t.names, utts))
+    backend = J.LocalBackend(loaded, batch_size=16)
+    t0 = time.perf_counter()
+    table = J.judge_items(items, backend, mode="constrained",
+                          cache=J.JudgeCache(tmp_path / "c.jsonl"), progress=False)
+    elapsed = time.perf_counter() - t0
+    assert len(table) == 28 and table.score.notna().all() and (table.error == "").all()
+    for d, (lo, hi) in SCORE_RANGES.items():
+        t = table[table.dimension == d]
+        assert t.score.between(lo, hi).all() and t.expected.between(lo, hi).all()
+    assert np.isfinite(J.social_performance(table))
+    print(f"embedded constrained judge: {elapsed:.1f}s for 2 dialogs")
