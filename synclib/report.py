@@ -1,0 +1,338 @@
+"""Sentences and tables that put our numbers beside the paper's.
+
+Each ``sentence_*`` function takes the tidy table a notebook drew (from
+:class:`synclib.results.Results`) and the published numbers
+(:func:`synclib.results.load_published`) and returns Markdown: one sentence computed from
+the table, then the paper's number or claim with its source.  Nothing in a sentence is
+written in advance: every number, comparison word and count comes from the table.
+
+:func:`run_summary_markdown` writes the run summary that the book's first page includes
+(``book/_generated/run_summary.md``).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from synclib import stats
+
+
+def _f(x: float, nd: int = 2) -> str:
+    return "n/a" if x is None or not np.isfinite(x) else f"{x:.{nd}f}"
+
+
+def _paper(entry: dict, text: str) -> str:
+    return f"\n\n*Paper ({entry.get('source', 'source not given')}):* {text}"
+
+
+def _join(items: list[str]) -> str:
+    items = [i for i in items if i]
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def banner(res) -> str:
+    """A warning line for synthetic test data; an empty string for a real run."""
+    if res.synthetic:
+        return ("**Synthetic test data.** These numbers come from a random generator used by "
+                "the test suite; they are not results of any model.\n\n")
+    return ""
+
+
+def _empty(what: str, var: str) -> str:
+    return (f"This run has no {what} (the analysis files lack `{var}`), so there is nothing "
+            "to compare; enable it in the run configuration and re-run `make book`.")
+
+
+# --------------------------------------------------------------------------- figure 2
+def sentence_fig2(frames: dict[str, pd.DataFrame], published: dict, direction: str) -> str:
+    """Mean best-target R² per pair and the share of negative cells."""
+    parts, neg, total = [], 0, 0
+    for name, f in frames.items():
+        best = f.loc[f["best"], "r2"]
+        parts.append(f"{_f(best.mean())} ({name})")
+        neg += int((f["r2"] < 0).sum())
+        total += len(f)
+    share = 100.0 * neg / total if total else math.nan
+    s = (f"Averaged over source layers and split seeds, the best target layer explains "
+         f"{_join(parts)} of the test variance of the partner's next state ({direction}); "
+         f"{_f(share, 0)}% of the {total} layer pairs shown have negative R² (grey).")
+    return s + _paper(published["fig2"], published["fig2"]["claim"])
+
+
+# --------------------------------------------------------------------------- figures 3, 4
+def sentence_controls(control: pd.DataFrame, lag: pd.DataFrame, sync: pd.DataFrame,
+                      passive: pd.DataFrame, published: dict) -> str:
+    """Passive vs genuine per pair, and the change from lag 0 to the largest lag."""
+    m = sync[["pair", "mean"]].merge(passive[["pair", "mean"]], on="pair", suffixes=("_g", "_p"))
+    lower = int((m["mean_p"] < m["mean_g"]).sum())
+    s1 = (f"With the passive reader SyncR² is lower than in the genuine interaction for "
+          f"{lower} of {len(m)} pairs (mean {_f(m['mean_g'].mean())} genuine vs "
+          f"{_f(m['mean_p'].mean())} passive).")
+    kmax = int(lag["k"].max()) if len(lag) else 0
+    if kmax > 0:
+        k0 = lag[lag["k"] == 0]["mean"].mean()
+        kk = lag[lag["k"] == kmax]["mean"].mean()
+        word = "falls" if kk < k0 else "rises"
+        s2 = f" From lag k = 0 to k = {kmax}, the mean SyncR² over pairs {word} from {_f(k0)} to {_f(kk)}."
+    else:
+        s2 = " This run has no lagged conditions."
+    p = published["fig3_4"]
+    return s1 + s2 + _paper(p, p["claim_passive"] + " " + p["claim_lag"])
+
+
+# --------------------------------------------------------------------------- figure 5
+def sentence_relationship(table: pd.DataFrame, published: dict) -> str:
+    """Mean SyncR² per relationship and its correlation with closeness (the Sotopia code)."""
+    p = published["fig5"]
+    if table.empty:
+        return _empty("relationship analysis", "relationship_sync_r2") + _paper(p, p["claim"])
+    means = table.groupby(["code", "relationship"])["sync"].agg(["mean", "count"]).reset_index()
+    means = means.sort_values("code")
+    parts = [f"{r.relationship} {_f(r['mean'])} (n = {r['count']})" for _, r in means.iterrows()]
+    coded = table[table["code"] >= 0]
+    c = stats.pearson(coded["code"], coded["sync"])
+    s = (f"Mean SyncR² by relationship: {_join(parts)}; across all samples, the correlation of "
+         f"closeness (relationship code) with SyncR² is {c.describe()}.")
+    return s + _paper(p, p["claim"])
+
+
+# --------------------------------------------------------------------------- figure 6
+def published_correlations(published: dict) -> pd.DataFrame:
+    """Figure 6's published Pearson r per family as a table."""
+    return pd.DataFrame(published["fig6"]["pearson"]).rename(columns={"r": "paper r",
+                                                                      "p": "paper p"})
+
+
+def sentence_fig6(pairs: pd.DataFrame, cors: pd.DataFrame, published: dict) -> str:
+    """Per-family and pooled correlation of SyncR² with social performance."""
+    n_social = int(pairs["social"].notna().sum())
+    if n_social == 0:
+        s = ("No pair has judge scores in this run, so SyncR² cannot be set against social "
+             "performance.")
+    else:
+        parts = [f"{r.group}: {r.text}" for r in cors.itertuples()]
+        best = pairs.loc[pairs["social"].idxmax()]
+        s = (f"Pearson correlation of SyncR² with social performance over {n_social} pairs - "
+             f"{'; '.join(parts)}. The best-rated pair is {best['pair']} (social "
+             f"{_f(best['social'])}, SyncR² {_f(best['sync'])}).")
+    pub = "; ".join(f"{d['family']} r = {d['r']} (p {d['p']})" for d in published["fig6"]["pearson"])
+    return s + _paper(published["fig6"], pub + ".")
+
+
+def partial_table(pairs: pd.DataFrame, by: str = "family",
+                  measures=("ifeval", "musr"), pooled: str = "All pairs") -> pd.DataFrame:
+    """Table 1: partial r of SyncR² and social performance given each measure, per group."""
+    rows = []
+    groups = list(pairs.groupby(by, sort=False)) + [(pooled, pairs)]
+    for name, sub in groups:
+        row = {"family": name, "n": int(sub[["sync", "social"]].dropna().shape[0])}
+        for m in measures:
+            c = stats.partial_pearson(sub, "sync", "social", m)
+            row[m] = c.r
+            row[f"{m} p"] = c.p
+            row[f"{m} note"] = c.describe()
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def sentence_table1(table: pd.DataFrame | None, ability_scores, published: dict) -> str:
+    """Table 1, or a plain statement that no ability scores were given."""
+    p = published["table1"]
+    pub = "; ".join(f"{d['family']} {d['ifeval']} / {d['musr']}" for d in p["partial_r"])
+    pub = f"partial r given IFEval / MuSR: {pub}. {p['note']}"
+    if table is None:
+        return (f"No ability scores were given (`ability_scores = {ability_scores!r}`), so the "
+                "partial correlations of table 1 are not computed here; pass a CSV with columns "
+                "`model,ifeval,musr` to compute them." + _paper(p, pub))
+    parts = [f"{r['family']}: IFEval {r['ifeval note']}, MuSR {r['musr note']}"
+             for _, r in table.iterrows()]
+    return ("Partial correlation of SyncR² with social performance given ability - "
+            + "; ".join(parts) + "." + _paper(p, pub))
+
+
+# --------------------------------------------------------------------------- figure 7
+def sentence_topk(topk: pd.DataFrame, cors: pd.DataFrame, published: dict) -> str:
+    """How top-k SyncR² changes with k, and the correlations that could be computed."""
+    p = published["fig7"]
+    if topk.empty:
+        return _empty("top-k sensitivity analysis", "sync_r2_topk") + _paper(p, p["claim"])
+    kmin, kmax = int(topk["k"].min()), int(topk["k"].max())
+    a = topk[topk["k"] == kmin]["mean"].mean()
+    b = topk[topk["k"] == kmax]["mean"].mean()
+    s = (f"Averaging the top k target layers instead of the best one changes the mean SyncR² "
+         f"over pairs from {_f(a)} (k = {kmin}) to {_f(b)} (k = {kmax}).")
+    ok = cors.dropna(subset=["r"])
+    if ok.empty:
+        reasons = sorted(set(cors["reason"].dropna()))
+        s += (" No correlation with social performance could be computed for any group and k ("
+              + "; ".join(reasons) + ").")
+    else:
+        lo = ok.loc[ok["r"].idxmin()]
+        hi = ok.loc[ok["r"].idxmax()]
+        s += (f" Where a correlation could be computed, r ranges from {_f(lo['r'])} "
+              f"({lo['group']}, k = {lo['k']}) to {_f(hi['r'])} ({hi['group']}, k = {hi['k']}); "
+              f"{int(ok['significant'].sum())} of {len(ok)} have p < 0.05.")
+    return s + _paper(p, p["claim"])
+
+
+# --------------------------------------------------------------------------- figure 8
+def sentence_clipping(table: pd.DataFrame, published: dict) -> str:
+    """Effect of keeping negative R² on SyncR² and its standard error."""
+    p = published["fig8"]
+    c = table[table["method"] == "clipped at 0"].set_index("pair")
+    k = table[table["method"] == "kept"].set_index("pair")
+    both = c.join(k, lsuffix="_c", rsuffix="_k").dropna(subset=["mean_c", "mean_k"])
+    if both.empty:
+        return _empty("unclipped SyncR²", "sync_r2_noclip") + _paper(p, p["claim"])
+    ratio = (both["se_k"] / both["se_c"]).replace([np.inf, -np.inf], np.nan)
+    s = (f"Keeping negative R² changes the mean SyncR² over {len(both)} pairs from "
+         f"{_f(both['mean_c'].mean())} to {_f(both['mean_k'].mean())}, and its standard error by "
+         f"a factor of {_f(np.nanmedian(ratio) if ratio.notna().any() else math.nan, 1)} "
+         f"(median over pairs).")
+    return s + _paper(p, p["claim"])
+
+
+# --------------------------------------------------------------------------- figure 9
+def sentence_sample_size(table: pd.DataFrame, published: dict) -> str:
+    """SyncR² at the smallest and largest training sizes, and the last step's gain."""
+    p = published["fig9"]
+    if table.empty:
+        return _empty("sample-size analysis", "sample_size_sync_r2") + _paper(p, p["claim"])
+    per_n = table.groupby("n_samples")["mean"].mean().sort_index()
+    s = (f"Averaged over pairs, SyncR² goes from {_f(per_n.iloc[0])} with {per_n.index[0]} "
+         f"samples to {_f(per_n.iloc[-1])} with {per_n.index[-1]}")
+    if len(per_n) > 1:
+        s += (f"; the last step ({per_n.index[-2]} to {per_n.index[-1]}) changes it by "
+              f"{per_n.iloc[-1] - per_n.iloc[-2]:+.3f}.")
+    else:
+        s += "."
+    return s + _paper(p, p["claim"])
+
+
+# --------------------------------------------------------------------------- tables 2, 5
+def comparison_with_paper(ours: pd.DataFrame, entry: dict) -> pd.DataFrame:
+    """Tables 2 / 5 in long form, ours and the paper's rows, for :func:`synclib.plots.comparison_bars`.
+
+    Returns columns ``label, setting, mean, se, source``.
+    """
+    rows = [{"label": f"ours: {r['pair']}", "setting": r["setting"], "mean": r["mean"],
+             "se": r["se"], "source": "ours"} for _, r in ours.iterrows()]
+    for row in entry["rows"]:
+        for setting in entry["settings"]:
+            m, s = row[setting]
+            rows.append({"label": f"paper: {row['pair']}", "setting": setting, "mean": m,
+                         "se": s, "source": "paper"})
+    return pd.DataFrame(rows, columns=["label", "setting", "mean", "se", "source"])
+
+
+def wide_table(long: pd.DataFrame) -> pd.DataFrame:
+    """``label x setting`` table of ``mean ± se`` strings (for display)."""
+    cell = long.assign(value=[f"{m:.2f} ± {s:.2f}" if np.isfinite(s) else f"{m:.2f}"
+                              for m, s in zip(long["mean"], long["se"])])
+    return cell.pivot(index="label", columns="setting", values="value").reindex(
+        index=list(dict.fromkeys(long["label"])), columns=list(dict.fromkeys(long["setting"])))
+
+
+def sentence_comparison(ours: pd.DataFrame, entry: dict, what: str, var: str,
+                        quantity: str = "SyncR²") -> str:
+    """Difference between the two settings, ours and the paper's.
+
+    ``quantity`` names what our numbers are (e.g. when they are not a full SyncR²).
+    """
+    a, b = entry["settings"]
+    pub = "; ".join(f"{r['pair']} {r[a][0]:.2f} / {r[b][0]:.2f}" for r in entry["rows"])
+    pub = f"{a} / {b}: {pub}."
+    if ours.empty:
+        return _empty(what, var) + _paper(entry, pub)
+    w = ours.pivot(index="pair", columns="setting", values="mean")
+    d = (w[b] - w[a]).dropna()
+    s = (f"{b.capitalize()} minus {a} {quantity} over our {len(d)} pairs: mean {d.mean():+.3f} "
+         f"(from {d.min():+.3f} to {d.max():+.3f}); {int((d > 0).sum())} of {len(d)} pairs are "
+         f"higher with the {b} setting.")
+    return s + _paper(entry, pub)
+
+
+# --------------------------------------------------------------------------- figure 11
+def sentence_tom(table: pd.DataFrame, published: dict) -> str:
+    """How many decoders beat the train-mean baseline."""
+    p = published["fig11"]
+    if table.empty:
+        return _empty("Theory-of-Mind decoding", "tom_kl") + _paper(p, p["claim"])
+    keys = ["pair", "target", "relation"]
+    dec = table[table["decoder_or_baseline"] == "decoder"].set_index(keys)["mean"]
+    base = table[table["decoder_or_baseline"] == "baseline"].set_index(keys)["mean"]
+    both = pd.concat({"dec": dec, "base": base}, axis=1).dropna()
+    if both.empty:
+        return ("This run has decoders but no baseline KL to compare with."
+                + _paper(p, p["claim"]))
+    better = int((both["dec"] < both["base"]).sum())
+    parts = []
+    for (target, rel), sub in both.groupby(level=["target", "relation"], sort=False):
+        parts.append(f"{target} from {rel}: {int((sub['dec'] < sub['base']).sum())} of {len(sub)}")
+    s = (f"The decoders reach a lower test KL than the train-mean baseline in {better} of "
+         f"{len(both)} cases (mean KL {_f(both['dec'].mean(), 3)} vs baseline "
+         f"{_f(both['base'].mean(), 3)}; by target and source: {'; '.join(parts)}).")
+    return s + _paper(p, p["claim"])
+
+
+# --------------------------------------------------------------------------- the run summary
+def run_summary_markdown(res) -> str:
+    """Markdown for ``book/_generated/run_summary.md``: models, sizes and the headline numbers.
+
+    Parameters
+    ----------
+    res : synclib.results.Results
+    """
+    cfg = res.config
+    sim = cfg.get("simulate") or {}
+    ana = cfg.get("analysis") or {}
+    lines = [banner(res).strip()] if res.synthetic else []
+    models = {}
+    for p in res.pairs:
+        models.setdefault(p.model_a, None)
+        models.setdefault(p.model_b, None)
+    episodes = sim.get("episodes")
+    if isinstance(episodes, list):
+        episodes = f"{len(episodes)} listed"
+    lines += [
+        f"**Run `{res.manifest.get('name', 'unnamed')}`** "
+        f"({'embedded tiny models' if res.embedded else 'configured models'}"
+        f"{', created ' + res.manifest['created'] if res.manifest.get('created') else ''}).",
+        "",
+        "| setting | value |", "| --- | --- |",
+        f"| models | {', '.join(models)} |",
+        f"| pairs | {', '.join(res.pair_names)} |",
+        f"| scenarios | {cfg.get('scenarios', 'n/a')} |",
+        f"| tasks (episodes) | {episodes if episodes is not None else 'n/a'} |",
+        f"| simulation seeds | {sim.get('seeds', 'n/a')} |",
+        f"| max utterances | {sim.get('max_utterances', 'n/a')} |",
+        f"| max new tokens | {sim.get('max_new_tokens', 'n/a')} |",
+        f"| ridge λ | {ana.get('alpha', 'n/a')} |",
+        f"| split seeds | {ana.get('split_seeds', 'n/a')} |",
+    ]
+    sync = res.sync_table()
+    conds = res.conditions()
+    passive = res.sync_table("passive") if "passive" in conds else None
+    n_train = []
+    for name in res.pair_names:
+        ds = res.analysis(name)
+        if "n_train" in ds:
+            n_train.append(int(ds["n_train"].sel(condition="genuine").max())
+                           if "condition" in ds["n_train"].dims else int(ds["n_train"].max()))
+    if n_train:
+        lines.append(f"| train samples per dataset | {min(n_train)}-{max(n_train)} |"
+                     if min(n_train) != max(n_train) else
+                     f"| train samples per dataset | {n_train[0]} |")
+    lines += ["", "**Headline numbers of this run** (mean ± standard error over split seeds):", ""]
+    for _, r in sync.iterrows():
+        extra = ""
+        if passive is not None:
+            pr = passive.set_index("pair").loc[r["pair"]]
+            extra = f"; passive reader {_f(pr['mean'])} ± {_f(pr['se'])}"
+        lines.append(f"- {r['pair']} ({r['model_a']} & {r['model_b']}): SyncR² "
+                     f"{_f(r['mean'])} ± {_f(r['se'])}{extra}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,200 @@
+"""Statistics for the notebooks: means with standard errors, correlations, partial correlations.
+
+Everything here is honest about small samples.  A correlation needs at least three points
+(``MIN_N_CORR``) and a partial correlation with ``c`` covariates at least ``c + 3``; below
+that the result carries ``r = nan`` and a ``reason`` saying why, which the notebooks print
+instead of a number.  With the embedded run (three pairs) a per-family correlation is never
+computed: each family holds one pair.
+
+Pair-level ability (table 1) is the mean of the two models' scores; the paper does not say
+how it combines them, so this choice is stated wherever it is used.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+MIN_N_CORR = 3
+
+
+@dataclass(frozen=True)
+class Correlation:
+    """A (partial) Pearson correlation with its sample size.
+
+    Attributes
+    ----------
+    r, p : float
+        Pearson r and its two-sided p-value; ``nan`` when not computable.
+    n : int
+        Number of points (pairs) used.
+    covariates : tuple of str
+        Names controlled for (empty for a plain correlation).
+    reason : str or None
+        Why ``r`` is ``nan`` (too few points, no variance), else ``None``.
+    """
+
+    r: float
+    p: float
+    n: int
+    covariates: tuple = ()
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True when ``r`` was computed."""
+        return self.reason is None
+
+    def describe(self) -> str:
+        """One clause, e.g. ``"r = 0.91, p = 0.012 (n = 6)"`` or the reason it is missing."""
+        if not self.ok:
+            return f"no r ({self.reason})"
+        dof = self.n - 2 - len(self.covariates)
+        caveat = " - with 1 degree of freedom this is not evidence" if dof <= 1 else ""
+        return f"r = {self.r:.2f}, p = {format_p(self.p)} (n = {self.n}{caveat})"
+
+
+def format_p(p: float) -> str:
+    """``p`` to two significant digits, or ``< 0.001``."""
+    if p is None or not np.isfinite(p):
+        return "n/a"
+    return "< 0.001" if p < 0.001 else f"{p:.2g}"
+
+
+def mean_se(values, axis=None) -> tuple[float, float]:
+    """Mean and standard error of the finite values.
+
+    Parameters
+    ----------
+    values : array-like
+        Samples, e.g. one SyncR² per split seed, shape ``(n,)``.
+    axis : None
+        Reserved; the values are flattened.
+
+    Returns
+    -------
+    (mean, se) : tuple of float
+        ``se = std(ddof=1) / sqrt(n)``; ``nan`` when fewer than two finite values.
+    """
+    v = np.asarray(values, dtype=float).ravel()
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return math.nan, math.nan
+    mean = float(v.mean())
+    se = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else math.nan
+    return mean, se
+
+
+def _pcol(res: pd.DataFrame) -> str:
+    """pingouin names its p-value column ``p_val`` (0.7) or ``p-val`` (older)."""
+    return "p_val" if "p_val" in res.columns else "p-val"
+
+
+def pearson(x, y) -> Correlation:
+    """Pearson correlation via pingouin, or a :class:`Correlation` with a reason.
+
+    Parameters
+    ----------
+    x, y : array-like, shape (n,)
+        Paired values; pairs with a non-finite member are dropped.
+    """
+    import pingouin as pg
+
+    x = np.asarray(x, dtype=float)
+    y = np.asarray(y, dtype=float)
+    if x.shape != y.shape:
+        raise ValueError(f"pearson: x has shape {x.shape} but y has {y.shape}")
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    n = int(x.size)
+    if n < MIN_N_CORR:
+        return Correlation(math.nan, math.nan, n, (), f"only {n} point{'s' if n != 1 else ''}; "
+                           f"a correlation needs at least {MIN_N_CORR}")
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return Correlation(math.nan, math.nan, n, (), "one of the variables does not vary")
+    with warnings.catch_warnings():  # pingouin warns about power/CI at small n
+        warnings.simplefilter("ignore")
+        res = pg.corr(x, y, method="pearson")
+    return Correlation(float(res["r"].iloc[0]), float(res[_pcol(res)].iloc[0]), n)
+
+
+def partial_pearson(data: pd.DataFrame, x: str, y: str, covar: str | list[str]) -> Correlation:
+    """Partial Pearson correlation of ``x`` and ``y`` given ``covar`` (pingouin).
+
+    Parameters
+    ----------
+    data : DataFrame
+        One row per model pair, with columns ``x``, ``y`` and the covariates.
+    x, y : str
+        Column names.
+    covar : str or list of str
+        Covariate column(s), e.g. ``"ifeval"``.
+    """
+    import pingouin as pg
+
+    covs = [covar] if isinstance(covar, str) else list(covar)
+    for col in (x, y, *covs):
+        if col not in data.columns:
+            raise KeyError(f"partial_pearson: column {col!r} not in {list(data.columns)}")
+    d = data[[x, y, *covs]].apply(pd.to_numeric, errors="coerce").dropna()
+    n = len(d)
+    need = MIN_N_CORR + len(covs)
+    if n < need:
+        return Correlation(math.nan, math.nan, n, tuple(covs),
+                           f"only {n} point{'s' if n != 1 else ''} with scores; a partial "
+                           f"correlation given {len(covs)} covariate(s) needs at least {need}")
+    if any(np.ptp(d[c].to_numpy()) == 0 for c in (x, y, *covs)):
+        return Correlation(math.nan, math.nan, n, tuple(covs), "a variable does not vary")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = pg.partial_corr(data=d, x=x, y=y, covar=covs, method="pearson")
+    return Correlation(float(res["r"].iloc[0]), float(res[_pcol(res)].iloc[0]), n, tuple(covs))
+
+
+def correlations_by_group(table: pd.DataFrame, x: str, y: str, by: str = "family",
+                          pooled: str | None = "All pairs") -> pd.DataFrame:
+    """Pearson r of ``x`` and ``y`` within each group (and pooled over all rows).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``group, n, r, p, reason, text``; one row per group, then the pooled row
+        when ``pooled`` is a label.
+    """
+    rows = []
+    groups = list(table.groupby(by, sort=False)) + ([(pooled, table)] if pooled else [])
+    for name, sub in groups:
+        c = pearson(sub[x], sub[y])
+        rows.append({"group": name, "n": c.n, "r": c.r, "p": c.p, "reason": c.reason,
+                     "text": c.describe()})
+    return pd.DataFrame(rows)
+
+
+def pair_ability(pairs: pd.DataFrame, scores: pd.DataFrame, measures=("ifeval", "musr")) -> pd.DataFrame:
+    """Add each pair's ability: the mean of its two models' scores.
+
+    Parameters
+    ----------
+    pairs : DataFrame
+        Columns ``model_a``, ``model_b`` (model labels or specs, as in the ability CSV).
+    scores : DataFrame
+        Columns ``model`` and the measures (see :func:`synclib.results.load_ability_scores`).
+
+    Returns
+    -------
+    DataFrame
+        ``pairs`` with one column per measure (``nan`` where a model has no score).
+    """
+    out = pairs.copy()
+    s = scores.set_index("model")
+    for m in measures:
+        if m not in s.columns:
+            out[m] = math.nan
+            continue
+        lookup = s[m].to_dict()
+        out[m] = [np.mean([lookup.get(a, math.nan), lookup.get(b, math.nan)])
+                  for a, b in zip(out["model_a"], out["model_b"])]
+    return out

@@ -1,0 +1,205 @@
+"""The book: built from tiny synthetic results, opened in headless Chromium with the network
+cut off, every chart must render (an SVG with drawn marks) and the equations typeset.
+
+Chromium runs with every request sent to a recording proxy on 127.0.0.1: pages are opened
+from ``file://``, so any request the proxy sees is an attempt to reach the network, and the
+proxy answers it with an error.  The test fails if there is any.
+"""
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import threading
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from book_fixtures import ROOT, built_book
+
+pytestmark = pytest.mark.slow
+
+#: Chromium's own background services (component updater, network time, sign-in); they are
+#: not requests made by the pages, and are refused by the proxy like everything else.
+BROWSER_HOSTS = ("update.googleapis.com", "accounts.google.com", "clients2.google.com")
+CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
+                 if shutil.which(n)), None)
+
+
+class RecordingProxy:
+    """A TCP server that records the first line of every request and closes the connection."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.requests: list[str] = []
+        self._stop = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        self.sock.settimeout(0.2)
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            with conn:
+                conn.settimeout(1.0)
+                try:
+                    first = conn.recv(4096).split(b"\r\n", 1)[0].decode("latin-1")
+                except OSError:
+                    first = "<no data>"
+                self.requests.append(first)
+                try:
+                    conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
+                except OSError:
+                    pass
+
+    def page_requests(self) -> list[str]:
+        """Recorded requests, less Chromium's own background traffic (:data:`BROWSER_HOSTS`)."""
+        return [r for r in self.requests
+                if not any(re.search(rf"(^CONNECT |//){re.escape(h)}[:/ ]", r) for h in BROWSER_HOSTS)]
+
+    def close(self):
+        self._stop = True
+        self.thread.join(timeout=2)
+        self.sock.close()
+
+
+class ChartScan(HTMLParser):
+    """Collects, per ``div.synclib-vega``, its attributes and the SVG marks inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.charts: list[dict] = []
+        self._stack: list[int | None] = []
+        self.math = 0
+        self.math_errors = 0
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        cls = a.get("class") or ""
+        if tag == "mjx-container":
+            self.math += 1
+        if tag == "mjx-merror":
+            self.math_errors += 1
+        owner = None
+        if tag == "div" and "synclib-vega" in cls.split():
+            self.charts.append({"id": a.get("id"), "rendered": a.get("data-rendered"),
+                                "error": a.get("data-error"), "svg": 0, "marks": 0})
+            owner = len(self.charts) - 1
+        elif self._stack and self._stack[-1] is not None:
+            owner = self._stack[-1]
+            c = self.charts[owner]
+            if tag == "svg":
+                c["svg"] += 1
+            if tag in ("path", "rect", "line", "text") and (a.get("d") or tag != "path"):
+                c["marks"] += 1
+        if tag not in ("img", "br", "hr", "meta", "link", "input", "source"):
+            self._stack.append(owner)
+
+    def handle_endtag(self, tag):
+        if tag not in ("img", "br", "hr", "meta", "link", "input", "source") and self._stack:
+            self._stack.pop()
+
+
+@pytest.fixture(scope="module")
+def book(tmp_path_factory):
+    html, proc = built_book(tmp_path_factory.getbasetemp())
+    assert proc.returncode == 0, f"jupyter-book build failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return html
+
+
+@pytest.fixture(scope="module")
+def proxy():
+    p = RecordingProxy()
+    yield p
+    p.close()
+
+
+def dump_dom(url: str, profile: Path, proxy_port: int) -> str:
+    """The page's DOM after its scripts ran, from headless Chromium without network."""
+    if CHROMIUM is None:
+        pytest.fail("Chromium is not installed: `apt-get install chromium` (make test does it)")
+    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           "--no-first-run", "--disable-default-apps", "--disable-extensions",
+           "--disable-features=NetworkTimeServiceQuerying,MediaRouter,OptimizationHints,Translate",
+           "--disable-domain-reliability", "--no-pings", "--disable-client-side-phishing-detection",
+           "--disable-breakpad", "--metrics-recording-only",
+           f"--user-data-dir={profile}", f"--proxy-server=127.0.0.1:{proxy_port}",
+           "--proxy-bypass-list=<-loopback>", "--virtual-time-budget=15000",
+           "--run-all-compositor-stages-before-draw", "--dump-dom", url]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def toc_pages() -> list[str]:
+    return re.findall(r"file: (\S+)", (ROOT / "_toc.yml").read_text()) + ["book/intro"]
+
+
+def test_build_has_every_page_and_no_cdn(book):
+    for page in toc_pages():
+        html = book / f"{page}.html"
+        assert html.is_file(), f"{page} was not built"
+        text = html.read_text()
+        for m in re.finditer(r'<(?:script|link)[^>]+(?:src|href)="(https?:[^"]+)"', text):
+            pytest.fail(f"{page} loads {m.group(1)} from the network")
+    assert (book / "_static" / "vendor" / "vega-embed.min.js").is_file()
+
+
+def test_vendored_vega_lite_matches_altair():
+    import altair as alt
+
+    head = (ROOT / "book" / "_static" / "vendor" / "vega-lite.min.js").read_text()[:2000]
+    version = re.search(r'var \w+="(\d+)\.(\d+)\.(\d+)"', head)
+    assert version, "cannot find the vega-lite version string"
+    assert version.group(1) == alt.SCHEMA_VERSION.lstrip("v").split(".")[0]
+
+
+def test_charts_render_offline(book, proxy, tmp_path):
+    pages = [p for p in toc_pages() if p.startswith("book/executed/")]
+    assert pages
+    total = 0
+    for i, page in enumerate(pages):
+        dom = dump_dom((book / f"{page}.html").as_uri(), tmp_path / f"profile{i}", proxy.port)
+        scan = ChartScan()
+        scan.feed(dom)
+        assert scan.charts, f"{page}: no chart container in the page"
+        for c in scan.charts:
+            assert c["error"] is None, f"{page}: vegaEmbed failed: {c['error']}"
+            assert c["rendered"] == "true", f"{page}: chart {c['id']} was not drawn"
+            assert c["svg"] >= 1 and c["marks"] >= 5, f"{page}: chart {c['id']} is blank: {c}"
+        total += len(scan.charts)
+    assert total >= len(pages)
+    assert proxy.page_requests() == [], f"pages tried to reach the network: {proxy.page_requests()}"
+
+
+def test_intro_and_method_pages(book, proxy, tmp_path):
+    intro = dump_dom((book / "book" / "intro.html").as_uri(), tmp_path / "p-intro", proxy.port)
+    assert "Synthetic test data" in intro and "Headline numbers of this run" in intro
+    method = dump_dom((book / "book" / "method.html").as_uri(), tmp_path / "p-method", proxy.port)
+    scan = ChartScan()
+    scan.feed(method)
+    assert scan.math >= 5, "MathJax did not typeset the equations offline"
+    assert scan.math_errors == 0
+    assert proxy.page_requests() == [], f"pages tried to reach the network: {proxy.page_requests()}"
+
+
+def test_proxy_sees_a_page_that_reaches_out(tmp_path):
+    """The offline check is real: a page that loads a remote script is caught by the proxy."""
+    page = tmp_path / "leaky.html"
+    page.write_text('<html><body><script src="http://cdn.example.org/x.js"></script>'
+                    "<p>hi</p></body></html>")
+    p = RecordingProxy()
+    try:
+        dump_dom(page.as_uri(), tmp_path / "profile", p.port)
+    finally:
+        p.close()
+    assert any("cdn.example.org" in r for r in p.page_requests())
