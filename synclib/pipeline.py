@@ -37,6 +37,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_CONFIG = REPO_ROOT / "config" / "default.yaml"
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 EXECUTED_DIR = REPO_ROOT / "book" / "executed"
+GENERATED_DIR = REPO_ROOT / "book" / "_generated"
 STEPS = ("simulate", "judge", "analyze", "notebooks", "book")
 
 
@@ -295,7 +296,19 @@ def step_manifest(cfg: dict, out: Path, *dep_outputs: str) -> None:
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(manifest, indent=1, default=str))
     os.replace(tmp, out)
-    _ = R  # results dir is the manifest's folder
+    write_run_summary(R)
+
+
+def write_run_summary(results_dir: Path) -> Path:
+    """The intro page's summary of this run (models, sizes, headline numbers)."""
+    from synclib import report, results
+
+    out = GENERATED_DIR / "run_summary.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(report.run_summary_markdown(results.load_results(results_dir)))
+    os.replace(tmp, out)
+    return out
 
 
 def step_notebook(cfg: dict, nb: Path, out: Path, manifest: str) -> None:
@@ -309,7 +322,20 @@ def step_notebook(cfg: dict, nb: Path, out: Path, manifest: str) -> None:
     tmp = out.with_name(out.stem + ".tmp.ipynb")
     pm.execute_notebook(str(nb), str(tmp), parameters=params, cwd=str(nb.parent),
                         progress_bar=False, kernel_name="python3")
+    _hide_injected_parameters(tmp)
     os.replace(tmp, out)
+
+
+def _hide_injected_parameters(path: Path) -> None:
+    """Papermill adds a cell with the injected parameters; the book need not show it."""
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    for cell in nb.cells:
+        tags = cell.get("metadata", {}).get("tags", [])
+        if "injected-parameters" in tags and "remove-cell" not in tags:
+            cell.metadata.setdefault("tags", []).append("remove-cell")
+    nbformat.write(nb, str(path))
 
 
 def step_book(cfg: dict, out: Path, *notebooks: str) -> None:
@@ -379,7 +405,10 @@ def build_jobs(cfg: dict, steps=STEPS) -> dict[str, Job]:
         jobs[key] = Job(key, out, fp, partial(step_notebook, cfg, nb, out), deps=("manifest",))
         nb_keys.append(key)
     if "book" in steps:
-        pages = sorted((REPO_ROOT / "book").rglob("*.md")) + [REPO_ROOT / "_config.yml", REPO_ROOT / "_toc.yml"]
+        # the book's own pages; generated ones are covered by the notebooks' fingerprints
+        pages = [p for p in sorted((REPO_ROOT / "book").rglob("*"))
+                 if p.is_file() and not {"_generated", "executed"} & set(p.parts)]
+        pages += [REPO_ROOT / "_config.yml", REPO_ROOT / "_toc.yml"]
         fp = fingerprint("book", [jobs[k].fp for k in nb_keys], _file_hash(*pages))
         index = REPO_ROOT / "_build" / "html" / "index.html"
         jobs["book"] = Job("book", index, fp, partial(step_book, cfg, index), deps=tuple(nb_keys))

@@ -1,0 +1,520 @@
+"""The dialog loop: two models play Sotopia tasks and fill an activation cube.
+
+:func:`simulate` runs model A as agent 1 and model B as agent 2 over a set of
+tasks and simulation seeds, following ``protocol.md``: agent 1 speaks at even
+utterance indices, agent 2 at odd ones, at most ``max_utterances`` (16)
+utterances, an episode ends after an utterance for which
+:func:`synclib.scenarios.is_leave` holds, every reply goes through
+:func:`synclib.scenarios.postprocess_reply`; sampling at temperature 0.7 with
+at most 300 new tokens.
+
+Batching.  The (episode, seed) *units* are cut, in cube order, into batches of
+``batch_size``.  Inside a batch all live episodes advance together: at
+utterance ``t`` every live row is agent ``t % 2``'s turn, so one call of
+:func:`synclib.engine.generate` on that agent's model serves them all;
+finished episodes drop out.  Every row samples with its own generator, seeded
+from (sim_seed, task index, utterance, run) (:func:`synclib.engine.row_seed`),
+so a dialog does not depend on which other rows share its batch, and each
+agent's prompt re-uses the keys/values of its previous prompt (one engine
+session per episode, seed and agent).  The hidden states of every decoder layer at
+the last prompt token of utterance ``t`` go to round ``t // 2`` of
+``hidden_a`` (even ``t``) or ``hidden_b`` (odd ``t``).
+
+Optional passes, run per batch after the genuine dialogs:
+
+* passive (``passive=True``): the genuine dialogs are re-read with the passive
+  prompt view, model A in agent 1's slot (``hidden_a_passive``) and model B in
+  agent 2's slot (``hidden_b_passive``); prefill only.
+* Theory of Mind (``tom=True``): a separate dialog run with the ToM view
+  (emotion/action instruction; the partner's history without those words),
+  storing ``hidden_*_tom``, ``text_*_tom`` and the distributions over the 8
+  emotion and 5 action words where the agent generates them (``emotion_*``,
+  ``action_*``), read by :meth:`synclib.engine.Engine.tom_distributions`: the
+  emotion word at the reply's first position, the action word after the first
+  generated token holding a ``.`` (NaN when none came within 16 tokens).
+  ``tom_format_*`` (an addition) is 1 where the raw reply opened with an
+  emotion word and then an action word, as instructed, else 0.
+
+Crash safety and resume: every finished batch is written as one part of the
+cube (:class:`synclib.cube.CubeWriter`); a re-run of the same command skips
+finished batches and re-runs the rest with the same composition, so the
+resumed cube equals an uninterrupted one.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+
+from synclib import __version__
+from synclib.cube import STORE_DTYPES, CubeError, CubeSpec, CubeWriter, Unit, is_complete
+from synclib.scenarios import (
+    ACTIONS, EMOTIONS, Task, is_leave, load_tasks, postprocess_reply, render_prompt,
+)
+
+__all__ = ["simulate", "episode_coords", "parse_index_list", "default_batch_size", "configure_parser", "run"]
+
+# run kinds, mixed into the per-row seeds
+_GENUINE, _TOM = 0, 1
+
+#: a ToM reply in the instructed format opens with an emotion word, then an action word
+_TOM_FORMAT = re.compile(r"^\W*(?:" + "|".join(EMOTIONS) + r")\W+(?:" + "|".join(ACTIONS) + r")\b", re.I)
+
+
+def episode_coords(task: Task) -> dict:
+    """The cube's episode coordinates of one task."""
+    a, b = task.agents
+    return dict(task_index=int(task.index), env_id=task.env.pk, codename=task.codename,
+                source=task.source, relationship=int(task.relationship),
+                agent1_id=a.pk, agent2_id=b.pk, agent1_name=a.name, agent2_name=b.name)
+
+
+# --------------------------------------------------------------------------- progress
+
+@dataclass
+class _Stats:
+    """Counters for the progress bar."""
+
+    utterances: int = 0
+    new_tokens: int = 0
+    started: float = field(default_factory=time.perf_counter)
+    shown: float = 0.0
+
+    def rate(self) -> float:
+        return self.new_tokens / max(time.perf_counter() - self.started, 1e-9)
+
+
+# --------------------------------------------------------------------------- the loop
+
+class _Runner:
+    """Runs batches of units for one :func:`simulate` call.
+
+    Parameters
+    ----------
+    lms : (LoadedModel, LoadedModel)
+        Models of agent 1 and agent 2 (possibly the same object).
+    spec : CubeSpec
+    tasks : dict task_index -> Task
+    """
+
+    def __init__(self, lms, spec: CubeSpec, tasks: dict, *, max_utterances, temperature,
+                 max_new_tokens, batch_size, progress_bar, stats):
+        from synclib.engine import Engine
+
+        self.lms = lms
+        engine_a = Engine(lms[0], batch_size=batch_size)
+        self.engines = (engine_a, engine_a if lms[1] is lms[0] else Engine(lms[1], batch_size=batch_size))
+        self.spec = spec
+        self.tasks = tasks
+        self.max_utterances = max_utterances
+        self.temperature = temperature
+        self.max_new_tokens = max_new_tokens
+        self.bar = progress_bar
+        self.stats = stats
+
+    # -- one batch ---------------------------------------------------------------------
+    def run_batch(self, units: Sequence[tuple[int, int]]) -> list[Unit]:
+        """Genuine dialogs (+ passive, + ToM) for whole units; returns filled Units."""
+        out = [Unit.empty(self.spec, e, s) for e, s in units]
+        try:
+            histories = self._dialog(units, out, view="active")
+            if self.spec.passive:
+                self._passive(units, out, histories)
+            if self.spec.tom:
+                self._dialog(units, out, view="tom")
+        finally:
+            for eng in self.engines:
+                eng.clear()
+        return out
+
+    def _on_step(self, n_tokens: int) -> None:
+        self.stats.new_tokens += n_tokens
+        if self.bar is not None and time.perf_counter() - self.stats.shown > 0.5:
+            self._tick(0)
+
+    def _dialog(self, units, out: list[Unit], view: str) -> list[list[str]]:
+        """Play the dialogs of ``units`` in the given view; fill ``out``.
+
+        Returns
+        -------
+        list of list of str: the post-processed utterances of every unit.
+        """
+        from synclib.engine import Request, row_seed
+
+        sfx = "_tom" if view == "tom" else ""
+        kind = _TOM if view == "tom" else _GENUINE
+        histories: list[list[str]] = [[] for _ in units]
+        live = list(range(len(units)))
+        for t in range(self.max_utterances):
+            if not live:
+                break
+            agent, k = t % 2, t // 2
+            lm, eng, side = self.lms[agent], self.engines[agent], "ab"[agent]
+            reqs = [Request(prompt=lm.chat_prompt(render_prompt(self.tasks[units[i][0]], agent, histories[i], view)),
+                            seed=row_seed(units[i][1], units[i][0], t, kind),
+                            session=(units[i][0], units[i][1], agent, view)) for i in live]
+            res = eng.generate(reqs, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                               on_step=self._on_step)
+            if view == "tom":
+                emo, act = eng.tom_distributions(reqs, res, EMOTIONS, ACTIONS)
+            still = []
+            for j, i in enumerate(live):
+                reply = postprocess_reply(res[j].text)
+                v = out[i].values
+                v[f"hidden_{side}{sfx}"][k] = res[j].states
+                v[f"text_{side}{sfx}"][k] = reply
+                v[f"prompt_len_{side}{sfx}"][k] = res[j].prompt_len
+                if view == "tom":
+                    v[f"emotion_{side}"][k] = emo[j]
+                    v[f"action_{side}"][k] = act[j]
+                    v[f"tom_format_{side}"][k] = int(bool(_TOM_FORMAT.match(res[j].text)))
+                histories[i].append(reply)
+                if is_leave(reply):
+                    for a in (0, 1):
+                        self.engines[a].forget((units[i][0], units[i][1], a, view))
+                else:
+                    still.append(i)
+            live = still
+            self.stats.utterances += len(reqs)
+            self._tick(0)
+        for i, h in enumerate(histories):
+            out[i].values[f"n_utterances{sfx}"][...] = len(h)
+        return histories
+
+    def _passive(self, units, out: list[Unit], histories: list[list[str]]) -> None:
+        """Re-read the genuine dialogs with the passive view (prefill only).
+
+        Round by round, so that each reader's prompt extends its previous one and
+        the engine re-uses that prefix's keys/values.
+        """
+        for agent in (0, 1):
+            lm, eng, side = self.lms[agent], self.engines[agent], "ab"[agent]
+            for t in range(agent, self.max_utterances, 2):
+                rows = [i for i in range(len(units)) if t < len(histories[i])]
+                if not rows:
+                    break
+                prompts = [lm.chat_prompt(render_prompt(self.tasks[units[i][0]], agent, histories[i][:t],
+                                                        "passive")) for i in rows]
+                states = eng.read_states(prompts, sessions=[(units[i][0], units[i][1], agent, "passive")
+                                                            for i in rows])
+                for j, i in enumerate(rows):
+                    out[i].values[f"hidden_{side}_passive"][t // 2] = states[j]
+            eng.clear()
+
+    def _tick(self, n_units: int) -> None:
+        if self.bar is not None:
+            self.stats.shown = time.perf_counter()
+            self.bar.update(n_units)
+            self.bar.set_postfix(utt=self.stats.utterances, tok_s=f"{self.stats.rate():.1f}", refresh=True)
+
+
+# --------------------------------------------------------------------------- public API
+
+def default_batch_size(device) -> int:
+    """Rows per batch when none is given: 64 on CUDA, 8 on CPU."""
+    return 64 if str(device).startswith("cuda") else 8
+
+
+def _as_model(m, dtype, device):
+    from synclib.models import load_model
+
+    if isinstance(m, str):
+        return load_model(m, dtype=dtype, device=device)
+    return m
+
+
+def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
+             temperature: float = 0.7, max_new_tokens: int = 300, passive: bool = False,
+             tom: bool = False, batch_size: int | None = None, device=None, dtype=None,
+             store_dtype: str = "float32", overwrite: bool = False, progress: bool = True) -> Path:
+    """Run model A (agent 1) against model B (agent 2) and write a cube.
+
+    Parameters
+    ----------
+    model_a, model_b : str or LoadedModel
+        Model specs (see :func:`synclib.models.load_model`) or loaded models; the same
+        spec is loaded once.
+    tasks : sequence of Task (e.g. a TaskSet or a selection of it)
+        The episodes; their ``index`` is the cube's ``episode`` coordinate.
+    seeds : sequence of int
+        Simulation seeds (``sim_seed``).
+    out : path of the ``.nc`` cube
+    max_utterances : int, default 16
+    temperature : float, default 0.7 (0 = greedy)
+    max_new_tokens : int, default 300
+    passive : bool
+        Also re-read the genuine dialogs as a passive reader (``hidden_*_passive``).
+    tom : bool
+        Also run the Theory-of-Mind dialogs (``*_tom``, ``emotion_*``, ``action_*``).
+    batch_size : int, optional
+        Rows per batch (also the unit of crash-safe writing); default
+        :func:`default_batch_size`, or the unfinished run's value when resuming.
+    device, dtype : passed to :func:`synclib.models.load_model` for specs.
+    store_dtype : {"float32", "float16", "bfloat16"}
+    overwrite : bool
+        Replace a finished cube at ``out`` (otherwise it is returned untouched).
+    progress : bool
+        Show a tqdm bar (episodes done, utterances, new tokens/s) on stderr.
+
+    Returns
+    -------
+    Path of the finished cube.
+    """
+    out = Path(out)
+    if max_utterances < 1:
+        raise ValueError(f"max_utterances must be >= 1, got {max_utterances}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if store_dtype not in STORE_DTYPES:
+        raise ValueError(f"store_dtype must be one of {sorted(STORE_DTYPES)}, got {store_dtype!r}")
+    tasks = list(tasks)
+    if not tasks:
+        raise ValueError("no tasks to simulate")
+    seeds = [int(s) for s in seeds]
+    if not seeds:
+        raise ValueError("no seeds")
+    if is_complete(out) and not overwrite:
+        return out
+
+    lm_a = _as_model(model_a, dtype, device)
+    lm_b = lm_a if (model_b is model_a or (isinstance(model_b, str) and model_b == model_a)) \
+        else _as_model(model_b, dtype, device)
+    if batch_size is None:
+        old = CubeWriter.existing_spec(out)
+        batch_size = int(old["attrs"]["batch_size"]) if old and "batch_size" in old.get("attrs", {}) \
+            else default_batch_size(lm_a.device)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+
+    import torch
+
+    spec = CubeSpec(
+        episodes=[episode_coords(t) for t in tasks], seeds=seeds,
+        n_rounds=math.ceil(max_utterances / 2),
+        n_layers_a=lm_a.n_layers, d_model_a=lm_a.d_model,
+        n_layers_b=lm_b.n_layers, d_model_b=lm_b.d_model,
+        passive=passive, tom=tom, emotions=EMOTIONS, actions=ACTIONS, store_dtype=store_dtype,
+        attrs=dict(model_a=lm_a.name, model_b=lm_b.name,
+                   model_a_source=getattr(lm_a, "source", ""), model_b_source=getattr(lm_b, "source", ""),
+                   torch_dtype_a=str(lm_a.dtype).replace("torch.", ""),
+                   torch_dtype_b=str(lm_b.dtype).replace("torch.", ""),
+                   temperature=float(temperature), max_new_tokens=int(max_new_tokens),
+                   max_utterances=int(max_utterances), batch_size=int(batch_size),
+                   synclib_version=__version__, torch_version=torch.__version__,
+                   protocol="protocol.md (Sotopia dialog loop, last-prompt-token states)"),
+    )
+    if not tom:  # the word lists only matter for ToM cubes; keep the spec minimal
+        spec.emotions, spec.actions = [], []
+    writer = CubeWriter(out, spec, overwrite=overwrite)
+    units = spec.units()
+    batches = [units[i:i + batch_size] for i in range(0, len(units), batch_size)]
+    todo = [(b, batch) for b, batch in enumerate(batches)
+            if not (writer.has_part(b) and all(u in writer.done for u in batch))]
+
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(units), initial=len(units) - sum(len(b) for _, b in todo),
+                   unit="ep", desc=f"simulate {out.name}", file=sys.stderr, dynamic_ncols=True)
+    runner = _Runner((lm_a, lm_b), spec, {t.index: t for t in tasks}, max_utterances=max_utterances,
+                     temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                     progress_bar=bar, stats=_Stats())
+    try:
+        for b, batch in todo:
+            done = runner.run_batch(batch)
+            writer.write_part(b, done)
+            runner._tick(len(batch))
+    finally:
+        if bar is not None:
+            bar.close()
+    return writer.finalize()
+
+
+# --------------------------------------------------------------------------- CLI
+
+def parse_index_list(text: str) -> list[int]:
+    """``"0-39,45"`` -> ``[0, 1, ..., 39, 45]`` (order kept, duplicates rejected).
+
+    Raises
+    ------
+    ValueError
+        naming the bad piece.
+    """
+    out: list[int] = []
+    for piece in str(text).split(","):
+        piece = piece.strip()
+        if not piece:
+            raise ValueError(f"empty item in {text!r}")
+        m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", piece)
+        if m:
+            lo, hi = int(m[1]), int(m[2])
+            if hi < lo:
+                raise ValueError(f"range {piece!r} runs backwards")
+            out.extend(range(lo, hi + 1))
+        elif re.fullmatch(r"\d+", piece):
+            out.append(int(piece))
+        else:
+            raise ValueError(f"{piece!r} is neither an index nor a range like 0-39")
+    if len(set(out)) != len(out):
+        raise ValueError(f"duplicate indices in {text!r}")
+    return out
+
+
+def _arg_type(fn, what):
+    def parse(text):
+        try:
+            return fn(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{what}: {exc}") from None
+    parse.__name__ = what
+    return parse
+
+
+def _positive_int(text):
+    v = int(text)
+    if v < 1:
+        raise ValueError(f"must be >= 1, got {v}")
+    return v
+
+
+def _nonneg_float(text):
+    v = float(text)
+    if not v >= 0:
+        raise ValueError(f"must be >= 0, got {text}")
+    return v
+
+
+def _seed_list(text):
+    seeds = parse_index_list(text)
+    if not seeds:
+        raise ValueError("no seeds")
+    return seeds
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Options of ``synclib simulate``."""
+    parser.add_argument("--model-a", required=True, metavar="NAME",
+                        help="model playing agent 1: embedded name (smollm2-135m, gemma3-270m), "
+                             "hub id, local directory or .gguf file")
+    parser.add_argument("--model-b", metavar="NAME",
+                        help="model playing agent 2 (default: the same as --model-a, loaded once)")
+    parser.add_argument("--scenarios", default="embedded", metavar="DIR|embedded",
+                        help="Sotopia-format task directory (envs.json, agents.json, "
+                             "env_agent_combos.json) or 'embedded' (default)")
+    sel = parser.add_mutually_exclusive_group()
+    sel.add_argument("--episodes", type=_arg_type(_positive_int, "episode count"), metavar="N",
+                     help="simulate the first N tasks (default: all)")
+    sel.add_argument("--tasks", type=_arg_type(parse_index_list, "task list"), metavar="LIST",
+                     help="task indices to simulate, e.g. 0-39,45")
+    parser.add_argument("--seeds", type=_arg_type(_seed_list, "seed list"), default=[0, 1, 2],
+                        metavar="LIST", help="simulation seeds, e.g. 0,1,2 (default) or 0-4")
+    parser.add_argument("--out", required=True, metavar="PATH.nc",
+                        help="cube to write; an interrupted run's parts in PATH.nc.parts are resumed")
+    parser.add_argument("--passive", action="store_true",
+                        help="also record the passive reader on the genuine dialogs (control 1)")
+    parser.add_argument("--tom", action="store_true",
+                        help="also run the Theory-of-Mind dialogs with emotion/action distributions")
+    parser.add_argument("--max-new-tokens", type=_arg_type(_positive_int, "token count"), default=300,
+                        metavar="N", help="maximum new tokens per utterance (default 300)")
+    parser.add_argument("--max-utterances", type=_arg_type(_positive_int, "utterance count"), default=16,
+                        metavar="N", help="maximum utterances per episode, both agents (default 16)")
+    parser.add_argument("--temperature", type=_arg_type(_nonneg_float, "temperature"), default=0.7,
+                        metavar="T", help="sampling temperature, 0 = greedy (default 0.7)")
+    parser.add_argument("--batch-size", type=_arg_type(_positive_int, "batch size"), metavar="N",
+                        help="episode x seed rows per batch and per crash-safe part "
+                             "(default 64 on CUDA, 8 on CPU; a resumed run keeps its own)")
+    parser.add_argument("--device", metavar="DEV",
+                        help="torch device, e.g. cpu, cuda, cuda:1 (default: cuda if available)")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
+                        help="model weights dtype (default: bfloat16 on CUDA, float32 on CPU)")
+    parser.add_argument("--store-dtype", choices=sorted(STORE_DTYPES), default="float32",
+                        help="precision of the stored states: float32 (lossless, default), "
+                             "float16 / bfloat16 (mantissa rounded to 10 / 7 bits, float32 range; "
+                             "smaller files)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace a finished cube at --out (default: leave it and exit)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _fail(msg: str) -> int:
+    print(f"synclib simulate: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``synclib simulate``; 0 on success, 2 on bad input."""
+    from synclib.scenarios import ScenarioError
+
+    out = Path(args.out)
+    if out.suffix != ".nc":
+        return _fail(f"--out: {args.out!r} must end in .nc")
+    if not out.parent.exists():
+        return _fail(f"--out: directory {str(out.parent)!r} does not exist")
+    if args.device is not None:
+        import torch
+
+        try:
+            dev = torch.device(args.device)
+        except (RuntimeError, ValueError) as exc:
+            return _fail(f"--device: {exc}")
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            return _fail(f"--device: {args.device!r} requested but CUDA is not available")
+    try:
+        taskset = load_tasks(args.scenarios)
+    except ScenarioError as exc:
+        return _fail(f"--scenarios: {exc}")
+    except FileNotFoundError as exc:
+        return _fail(f"--scenarios: {exc}")
+    n = len(taskset)
+    if args.tasks is not None:
+        bad = [i for i in args.tasks if i >= n]
+        if bad:
+            return _fail(f"--tasks: index {bad[0]} out of range; {args.scenarios} has {n} tasks (0-{n - 1})")
+        tasks = [taskset[i] for i in args.tasks]
+    elif args.episodes is not None:
+        if args.episodes > n:
+            return _fail(f"--episodes: {args.episodes} requested but {args.scenarios} has only {n} tasks")
+        tasks = [taskset[i] for i in range(args.episodes)]
+    else:
+        tasks = list(taskset)
+    if is_complete(out) and not args.overwrite:
+        print(f"{out} is already a finished cube; nothing to do (use --overwrite to redo it)",
+              file=sys.stderr)
+        return 0
+    try:
+        path = simulate(args.model_a, args.model_b or args.model_a, tasks, args.seeds, out,
+                        max_utterances=args.max_utterances, temperature=args.temperature,
+                        max_new_tokens=args.max_new_tokens, passive=args.passive, tom=args.tom,
+                        batch_size=args.batch_size, device=args.device, dtype=args.dtype,
+                        store_dtype=args.store_dtype, overwrite=args.overwrite,
+                        progress=not args.no_progress)
+    except CubeError as exc:
+        return _fail(str(exc))
+    except Exception as exc:  # model loading problems carry their own clear message
+        from synclib.models import ModelNotFoundError
+
+        if isinstance(exc, ModelNotFoundError):
+            return _fail(f"--model-a/--model-b: {exc}")
+        raise
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m synclib.simulate ...`` (same as ``synclib simulate ...``)."""
+    parser = argparse.ArgumentParser(prog="synclib simulate", description=__doc__.splitlines()[0])
+    configure_parser(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

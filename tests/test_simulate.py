@@ -1,0 +1,334 @@
+"""The dialog loop, its cube, resume after kill -9, and the CLI.
+
+Mechanics run on tiny Llama models built from a config with the SmolLM2
+tokenizer (random weights); one slow test runs the embedded SmolLM2.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from synclib import cli
+from synclib.cube import IncompleteCubeError, open_cube, parts_dir
+from synclib.scenarios import EMOTIONS, is_leave, load_tasks, postprocess_reply, render_prompt
+from synclib.simulate import parse_index_list, simulate
+
+REPO = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+# ----------------------------------------------------------------------------- models
+
+def _build_tiny(path: Path, tok, *, layers: int, width: int, leave_word: str | None = None, seed: int = 0):
+    """A random tiny Llama saved as a Hugging Face directory.
+
+    With ``leave_word`` the last block's MLP output bias pushes the residual
+    stream along dimension 0 and the output head maps that dimension to the
+    word's token, so the model says that word whatever the prompt.
+    """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=width, intermediate_size=2 * width,
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=4096, bos_token_id=tok.bos_token_id,
+                      eos_token_id=tok.eos_token_id, tie_word_embeddings=False,
+                      mlp_bias=leave_word is not None)
+    model = LlamaForCausalLM(cfg).eval()
+    if leave_word is not None:
+        (tid,) = tok(leave_word, add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            model.model.layers[-1].mlp.down_proj.bias[0] = 1e4
+            model.lm_head.weight[tid, 0] = 50.0
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tiny_model_dir, smollm2_tokenizer, tmp_path_factory):
+    """Two tiny random models of different shapes: A (4 layers x 64), B (3 layers x 48)."""
+    from conftest import build_tiny_llama
+
+    b = build_tiny_llama(tmp_path_factory.mktemp("tiny-b") / "model", smollm2_tokenizer, layers=3, width=48, seed=1)
+    return tiny_model_dir, str(b)
+
+
+@pytest.fixture(scope="session")
+def tasks():
+    return load_tasks("embedded")
+
+
+def _fresh_states(lm, prompt: str) -> np.ndarray:
+    """Every decoder block's output at the last token of ``prompt`` run alone (no padding)."""
+    got = []
+    hooks = [layer.register_forward_hook(
+        lambda m, a, o: got.append((o[0] if isinstance(o, tuple) else o)[0, -1].float().cpu()))
+        for layer in lm.decoder_layers]
+    try:
+        with torch.no_grad():
+            lm.model(torch.tensor([lm.encode(prompt)], device=lm.device))
+    finally:
+        for h in hooks:
+            h.remove()
+    return torch.stack(got).numpy()
+
+
+# ----------------------------------------------------------------------------- pure parts
+
+def test_parse_index_list():
+    assert parse_index_list("0-3,7") == [0, 1, 2, 3, 7]
+    assert parse_index_list("5") == [5]
+    for bad in ("3-1", "a", "1,,2", "1,1", "-2"):
+        with pytest.raises(ValueError):
+            parse_index_list(bad)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+def test_cli_help_documents_every_option(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["simulate", "--help"])
+    assert e.value.code == 0
+    text = capsys.readouterr().out
+    for opt in ("--model-a", "--model-b", "--scenarios", "--episodes", "--tasks", "--seeds", "--out",
+                "--passive", "--tom", "--max-new-tokens", "--max-utterances", "--temperature",
+                "--batch-size", "--device", "--dtype", "--store-dtype", "--overwrite", "--no-progress"):
+        assert opt in text, opt
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--seeds", "a,b"], "--seeds"),
+    (["--tasks", "5-1"], "--tasks"),
+    (["--episodes", "0"], "--episodes"),
+    (["--store-dtype", "int8"], "--store-dtype"),
+    (["--max-new-tokens", "-3"], "--max-new-tokens"),
+    (["--temperature", "-1"], "--temperature"),
+    (["--episodes", "2", "--tasks", "1"], "not allowed with"),
+    (["--bogus"], "unrecognized arguments: --bogus"),
+])
+def test_cli_bad_options_name_the_option(argv, needle, capsys, tmp_path):
+    base = ["simulate", "--model-a", "smollm2-135m", "--out", str(tmp_path / "x.nc")]
+    with pytest.raises(SystemExit) as e:
+        cli.main(base + argv)
+    assert e.value.code == 2
+    assert needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--tasks", "0,99999"], "--tasks: index 99999 out of range"),
+    (["--episodes", "99999"], "--episodes"),
+    (["--scenarios", "/nonexistent/dir"], "--scenarios"),
+    (["--out-suffix"], "--out"),
+])
+def test_cli_bad_values_checked_before_loading(argv, needle, capsys, tmp_path):
+    out = str(tmp_path / ("x.txt" if argv == ["--out-suffix"] else "x.nc"))
+    argv = [] if argv == ["--out-suffix"] else argv
+    rc = cli.main(["simulate", "--model-a", "no-such-model", "--out", out] + argv)
+    assert rc == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_cli_unknown_model_is_a_clear_error(capsys, tmp_path):
+    rc = cli.main(["simulate", "--model-a", str(tmp_path / "missing-model"), "--episodes", "1",
+                   "--out", str(tmp_path / "x.nc"), "--no-progress"])
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert "--model-a" in err and "missing-model" in err
+
+
+# ----------------------------------------------------------------------------- the loop
+
+SIM = dict(max_utterances=4, max_new_tokens=6, temperature=0.7, batch_size=2, progress=False)
+
+
+@pytest.fixture(scope="module")
+def cube_ab(tiny_models, tasks, tmp_path_factory):
+    """A (4x64) vs B (3x48) on tasks 0 and 3, seeds 0 and 2, with passive and ToM."""
+    a, b = tiny_models
+    out = tmp_path_factory.mktemp("cube") / "ab.nc"
+    simulate(a, b, [tasks[i] for i in (0, 3)], [0, 2], out, passive=True, tom=True, **SIM)
+    return out
+
+
+def test_cube_schema_and_values(cube_ab, tiny_models, tasks):
+    from synclib.models import load_model
+
+    ds = open_cube(cube_ab)
+    assert ds.hidden_a.shape == (2, 2, 2, 4, 64) and ds.hidden_b.shape == (2, 2, 2, 3, 48)
+    assert list(ds.episode.values) == [0, 3] and list(ds.sim_seed.values) == [0, 2]
+    assert ds.attrs["model_a"] == tiny_models[0] and ds.attrs["n_layers_b"] == 3
+    assert ds.attrs["max_utterances"] == 4 and ds.attrs["max_new_tokens"] == 6
+    assert ds.codename.sel(episode=3).item() == tasks[3].codename
+    assert ds.agent2_name.sel(episode=3).item() == tasks[3].names[1]
+    n = ds.n_utterances.values
+    assert ((1 <= n) & (n <= 4)).all()
+    lm_a, lm_b = load_model(tiny_models[0]), load_model(tiny_models[1])
+    for e in (0, 3):
+        for s in (0, 2):
+            cell = ds.sel(episode=e, sim_seed=s)
+            nu = int(cell.n_utterances)
+            texts = [cell.text_a.values[t // 2] if t % 2 == 0 else cell.text_b.values[t // 2]
+                     for t in range(nu)]
+            # texts are post-processed replies and only the last may be a leave
+            assert all(postprocess_reply(x) == x for x in texts)
+            assert not any(is_leave(x) for x in texts[:-1])
+            for t in range(nu):
+                side, k = "ab"[t % 2], t // 2
+                h = cell[f"hidden_{side}"].values[k]
+                lm = (lm_a, lm_b)[t % 2]
+                prompt = lm.chat_prompt(render_prompt(tasks[e], t % 2, texts[:t]))
+                assert int(cell[f"prompt_len_{side}"].values[k]) == len(lm.encode(prompt))
+                # batched, cache-reusing state == the prompt read alone
+                np.testing.assert_allclose(h, _fresh_states(lm, prompt), rtol=1e-4, atol=1e-4)
+                hp = cell[f"hidden_{side}_passive"].values[k]
+                pprompt = lm.chat_prompt(render_prompt(tasks[e], t % 2, texts[:t], "passive"))
+                np.testing.assert_allclose(hp, _fresh_states(lm, pprompt), rtol=1e-4, atol=1e-4)
+            # unreached rounds are NaN / "" / -1
+            ra, rb = (nu + 1) // 2, nu // 2
+            assert np.isnan(cell.hidden_a.values[ra:]).all() and np.isnan(cell.hidden_b.values[rb:]).all()
+            assert np.isnan(cell.hidden_a_passive.values[ra:]).all()
+            assert (cell.prompt_len_a.values[ra:] == -1).all() and (cell.text_b.values[rb:] == "").all()
+            assert np.isfinite(cell.hidden_a.values[:ra]).all() and np.isfinite(cell.hidden_b.values[:rb]).all()
+
+
+def test_tom_variables(cube_ab):
+    ds = open_cube(cube_ab, chunks=None)
+    assert list(ds.emotion.values) == list(EMOTIONS) and ds.action_a.shape[-1] == 5
+    nt = ds.n_utterances_tom.values
+    for side, first in (("a", 0), ("b", 1)):
+        reached = ds[f"prompt_len_{side}_tom"].values >= 0
+        emo, act = ds[f"emotion_{side}"].values, ds[f"action_{side}"].values
+        assert reached.any()
+        np.testing.assert_allclose(emo[reached].sum(-1), 1, atol=1e-5)
+        # the action word is read after the first generated "." (NaN where none came)
+        act_read = np.isfinite(act).all(-1)
+        assert not (act_read & ~reached).any()
+        np.testing.assert_allclose(act[act_read].sum(-1), 1, atol=1e-5)
+        assert (emo[reached] >= 0).all() and np.isnan(emo[~reached]).all()
+        assert np.isfinite(ds[f"hidden_{side}_tom"].values[reached]).all()
+        assert set(np.unique(ds[f"tom_format_{side}"].values[reached])) <= {0, 1}
+    assert ((1 <= nt) & (nt <= 4)).all()
+    # the ToM run is its own dialog, not a copy of the genuine one
+    assert (ds.text_a_tom.values != ds.text_a.values).any()
+
+
+def test_same_seeds_same_cube_and_other_seed_differs(cube_ab, tiny_models, tasks, tmp_path):
+    a, b = tiny_models
+    sel = [tasks[i] for i in (0, 3)]
+    x = open_cube(cube_ab, chunks=None)
+    out = tmp_path / "again.nc"
+    simulate(a, b, sel, [0, 2], out, passive=True, tom=True, **SIM)
+    y = open_cube(out, chunks=None)
+    for name in x.data_vars:
+        np.testing.assert_array_equal(x[name].values, y[name].values, err_msg=name)
+    assert (x.text_a.sel(sim_seed=0).values != x.text_a.sel(sim_seed=2).values).any()
+    # another batch size changes which rows share a batch, not the dialogs
+    out4 = tmp_path / "batch4.nc"
+    simulate(a, b, sel, [0, 2], out4, **{**SIM, "batch_size": 4})
+    z = open_cube(out4, chunks=None)
+    for name in ("text_a", "text_b", "prompt_len_a", "prompt_len_b", "n_utterances"):
+        np.testing.assert_array_equal(x[name].values, z[name].values, err_msg=name)
+    np.testing.assert_allclose(x.hidden_b.values, z.hidden_b.values, rtol=1e-4, atol=1e-4)
+
+
+def test_leave_ends_the_episode(tiny_models, tasks, tmp_path, smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    leaver = _build_tiny(tmp_path / "leaver", tok, layers=2, width=32, leave_word=" left", seed=3)
+    out = tmp_path / "leave.nc"
+    simulate(tiny_models[0], str(leaver), [tasks[1], tasks[2]], [0], out, **SIM)
+    ds = open_cube(out, chunks=None)
+    assert (ds.n_utterances.values == 2).all()
+    assert all(is_leave(t) and "left" in t for t in ds.text_b.values[:, :, 0].ravel())
+    assert np.isfinite(ds.hidden_b.values[:, :, 0]).all() and np.isnan(ds.hidden_b.values[:, :, 1:]).all()
+    assert np.isfinite(ds.hidden_a.values[:, :, 0]).all() and np.isnan(ds.hidden_a.values[:, :, 1:]).all()
+
+
+_RUN = """
+import sys
+sys.path.insert(0, {repo!r})
+from synclib.scenarios import load_tasks
+from synclib.simulate import simulate
+t = load_tasks("embedded")
+simulate({a!r}, {b!r}, [t[i] for i in (0, 3)], [0, 2], sys.argv[1], passive=True, tom=True,
+         max_utterances=4, max_new_tokens=6, temperature=0.7, batch_size=2, progress=False)
+print("finished", flush=True)
+"""
+
+
+def test_kill9_mid_run_then_resume_equals_uninterrupted(cube_ab, tiny_models, tmp_path):
+    script = tmp_path / "run.py"
+    script.write_text(_RUN.format(repo=str(REPO), a=tiny_models[0], b=tiny_models[1]))
+    out = tmp_path / "killed.nc"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([PY, str(script), str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.time() + 180
+        while time.time() < deadline and proc.poll() is None:
+            if list(parts_dir(out).glob("part-*.nc")):
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not out.exists()
+    with pytest.raises(IncompleteCubeError):
+        open_cube(out)
+    n_parts = len(list(parts_dir(out).glob("part-*.nc")))
+    assert n_parts == 1
+    res = subprocess.run([PY, str(script), str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert not parts_dir(out).exists()
+    x, y = open_cube(cube_ab, chunks=None), open_cube(out, chunks=None)
+    assert set(x.data_vars) == set(y.data_vars)
+    for name in x.data_vars:
+        np.testing.assert_array_equal(x[name].values, y[name].values, err_msg=name)
+
+
+def test_same_model_loaded_once_and_cli_roundtrip(tiny_models, tmp_path, capsys):
+    out = tmp_path / "cli.nc"
+    rc = cli.main(["simulate", "--model-a", tiny_models[0], "--tasks", "2,4", "--seeds", "1",
+                   "--out", str(out), "--max-utterances", "3", "--max-new-tokens", "4",
+                   "--store-dtype", "float16", "--no-progress"])
+    assert rc == 0, capsys.readouterr().err
+    ds = open_cube(out)
+    assert ds.attrs["model_a"] == ds.attrs["model_b"] == tiny_models[0]
+    assert ds.attrs["store_dtype"] == "float16" and "hidden_a_passive" not in ds
+    assert list(ds.episode.values) == [2, 4] and ds.hidden_a.shape[:3] == (2, 1, 2)
+    bits = ds.hidden_a.values[np.isfinite(ds.hidden_a.values)].view(np.uint32)
+    assert (bits & np.uint32((1 << 13) - 1)).max() == 0
+    # a finished cube is left alone
+    assert cli.main(["simulate", "--model-a", tiny_models[0], "--tasks", "2,4", "--seeds", "1",
+                     "--out", str(out), "--no-progress"]) == 0
+    assert "already a finished cube" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_end_to_end_smollm2_cli(tmp_path):
+    out = tmp_path / "smol.nc"
+    res = subprocess.run([PY, "-m", "synclib", "simulate", "--model-a", "smollm2-135m",
+                          "--scenarios", "embedded", "--episodes", "2", "--seeds", "0",
+                          "--max-utterances", "4", "--max-new-tokens", "12", "--passive",
+                          "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=1200)
+    assert res.returncode == 0, res.stderr
+    assert "ep" in res.stderr  # the progress bar
+    ds = open_cube(out, chunks=None)
+    assert ds.hidden_a.shape == (2, 1, 2, 30, 576)
+    n = ds.n_utterances.values
+    assert ((1 <= n) & (n <= 4)).all()
+    assert np.isfinite(ds.hidden_a.values[:, :, 0]).all()
+    assert all(len(t) > 0 for t in ds.text_a.values[:, 0, 0])
+    reached = ds.prompt_len_a.values >= 0
+    assert (ds.prompt_len_a.values[reached] > 300).all()
+    assert np.isfinite(ds.hidden_a_passive.values[reached]).all()
