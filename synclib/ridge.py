@@ -1,0 +1,561 @@
+"""Batched ridge regression: test R^2 for every (source layer, target layer) pair.
+
+The paper fits one ridge map per layer pair (``Ridge(alpha=0.1, fit_intercept=True)``)
+and scores it with ``r2_score(..., multioutput="uniform_average")``.  Here one
+factorisation per *source* layer serves every target layer, and no Python loop
+runs over target layers.
+
+Algebra
+-------
+For source layer ``l`` let ``Xc`` be the centred training inputs (train means
+``mx``), ``Xt`` the test inputs centred on ``mx``, ``Yc`` the targets centred on
+the train means ``my`` and ``E = Y_test - my``.  Ridge with an unpenalised
+intercept predicts ``E_hat = H Yc`` with the hat matrix
+
+    H = Xt (Xc'Xc + a I)^-1 Xc'  = Xt Xc' (Xc Xc' + a I)^-1          (n_test, n_train)
+
+(primal (D x D) or dual (n x n) Cholesky, whichever is smaller, in float64).  The
+uniform-average R^2 of target layer ``t`` is ``1 - mean_j w_j SSres_j`` with
+``w_j = 1 / SStot_j`` (test-mean centred, as scikit-learn).  Two ways to get it:
+
+``direct``  predictions ``H Yc`` (or ``(Xt A^-1)(Xc' Yc)`` when that is cheaper),
+            residuals per column.  Cost ~ L_src * M * n_test * n_train.
+``gram``    the weighted residual sum of a whole target layer is
+            ``sum_j w_j |e_j|^2 - 2 <H, C_t> + <H'H, S_t>`` with
+            ``C_t = E W Yc'`` and ``S_t = Yc W Yc'`` shared by all source layers.
+            Cost ~ M * n_train * (n_train + n_test) + L_src * n_train^2 * n_test,
+            i.e. about L_src / 5 times less than ``direct`` for an 80/20 split.
+
+``method="auto"`` takes the cheaper one that fits the memory budget.  Columns
+that are constant on the test set get scikit-learn's score (1 if predicted
+exactly, else 0).
+
+Precision: ``"float32"`` (default; factorisations and the final contractions in
+float64, the big products in float32 with TF32 off), ``"tf32"`` (CUDA only: the
+big products in TF32) or ``"bf16"`` (the big products with bfloat16 inputs).
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+__all__ = ["r2_grid", "r2_grid_subsets", "RidgeInputError", "DEFAULT_CV_ALPHAS", "episode_folds"]
+
+#: the log grid searched by ``alpha="cv"``: 1e-2 ... 1e6, half decades
+DEFAULT_CV_ALPHAS = tuple(float(a) for a in np.logspace(-2, 6, 17))
+
+PRECISIONS = ("float32", "tf32", "bf16")
+
+
+class RidgeInputError(ValueError):
+    """Input that a ridge grid cannot be computed from (names the parameter)."""
+
+
+# --------------------------------------------------------------------------- helpers
+def _as_tensor(a, name: str, device) -> torch.Tensor:
+    """numpy / torch -> torch tensor (no copy on CPU where possible)."""
+    if isinstance(a, torch.Tensor):
+        t = a
+    else:
+        arr = np.asarray(a)
+        if arr.dtype.kind not in "fiu":
+            raise RidgeInputError(f"{name} must be a numeric array, got dtype {arr.dtype}")
+        if arr.dtype == np.float16 or arr.dtype.kind in "iu":
+            arr = arr.astype(np.float32)
+        t = torch.from_numpy(np.ascontiguousarray(arr))
+    if not t.is_floating_point():
+        t = t.float()
+    if t.ndim == 2:
+        t = t[:, None, :]
+    if t.ndim != 3:
+        raise RidgeInputError(f"{name} must have shape (n, layers, dim) or (n, dim), got {tuple(t.shape)}")
+    if device is not None:
+        t = t.to(device)
+    return t
+
+
+def _rows(idx, name: str, n: int, device) -> torch.Tensor:
+    a = idx.detach().cpu().numpy() if isinstance(idx, torch.Tensor) else np.asarray(idx)
+    if a.dtype == bool:
+        if a.shape != (n,):
+            raise RidgeInputError(f"{name}: boolean mask of length {a.shape} for {n} rows")
+        a = np.flatnonzero(a)
+    if a.ndim != 1 or (a.size and a.dtype.kind not in "iu"):
+        raise RidgeInputError(f"{name} must be a 1-D integer index array or boolean mask")
+    a = a.astype(np.int64)
+    if a.size and (a.min() < -n or a.max() >= n):
+        raise RidgeInputError(f"{name} indexes rows outside 0..{n - 1}")
+    return torch.as_tensor(a, device=device)
+
+
+def _split_rows(spec, name: str, nx: int, ny: int, device, paired: bool):
+    """``spec`` is an index array (same rows of X and Y) or a pair (x_rows, y_rows)."""
+    if isinstance(spec, tuple):
+        if len(spec) != 2:
+            raise RidgeInputError(f"{name} must be an index array or a pair (x_rows, y_rows)")
+        xr_, yr_ = _rows(spec[0], f"{name}[0] (rows of X)", nx, device), _rows(spec[1], f"{name}[1] (rows of Y)", ny, device)
+        if xr_.numel() != yr_.numel():
+            raise RidgeInputError(f"mismatched sample counts in {name}: {xr_.numel()} rows of X, "
+                                  f"{yr_.numel()} rows of Y")
+        return xr_, yr_
+    if not paired:
+        raise RidgeInputError(f"mismatched sample counts: X has {nx} rows and Y has {ny}; "
+                              f"pass {name} as a pair (x_rows, y_rows) to pair them explicitly")
+    r = _rows(spec, name, nx, device)
+    return r, r
+
+
+@contextlib.contextmanager
+def _matmul_precision(precision: str, device: torch.device):
+    if device.type != "cuda":
+        yield
+        return
+    old = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+
+
+def _check_finite(t: torch.Tensor, name: str, layer: int | None = None) -> None:
+    if not bool(torch.isfinite(t).all()):
+        where = f" (layer {layer})" if layer is not None else ""
+        raise RidgeInputError(f"{name} holds NaN or inf in the samples used{where}")
+
+
+def _hat(Xtr: torch.Tensor, Xte: torch.Tensor, alpha: float, layer: int) -> torch.Tensor:
+    """Ridge hat matrix H (n_test, n_train) in float64, intercept by centring.
+
+    ``E_hat = H @ (Y_train - mean)`` are the test predictions minus the train mean.
+    """
+    mx = Xtr.mean(0, keepdim=True)
+    Xc, Xt = Xtr - mx, Xte - mx
+    n, d = Xc.shape
+    try:
+        if d <= n:  # primal: (D, D)
+            A = Xc.T @ Xc
+            A.diagonal().add_(alpha)
+            L = torch.linalg.cholesky(A)
+            T = torch.cholesky_solve(Xc.T.contiguous(), L)  # (D, n)
+            return Xt @ T
+        K = Xc @ Xc.T  # dual: (n, n)
+        K.diagonal().add_(alpha)
+        L = torch.linalg.cholesky(K)
+        return torch.cholesky_solve((Xc @ Xt.T).contiguous(), L).T
+    except torch.linalg.LinAlgError as e:  # pragma: no cover - alpha > 0 makes it PD
+        raise RidgeInputError(f"source layer {layer}: the ridge system is not positive definite "
+                              f"(alpha={alpha}); use a larger alpha") from e
+
+
+@dataclass
+class _TargetBlock:
+    """Target-side quantities of a chunk of target layers (centred on train means)."""
+    Yc: torch.Tensor      # (n_train, c, Dt) compute dtype
+    E: torch.Tensor       # (n_test, c, Dt)  compute dtype
+    w: torch.Tensor       # (c, Dt) float64, 1/SStot (0 for constant test columns)
+    base: torch.Tensor    # (c,) float64, sum_j w_j |e_j|^2
+    n_var: torch.Tensor   # (c,) float64, non-constant columns
+    const_ok: torch.Tensor  # (c,) float64, constant columns scored 1 (perfect prediction)
+
+
+def _target_block(Y, tr_rows, te_rows, layers, cdtype, first_layer: int,
+                  check_constant: bool = True) -> _TargetBlock:
+    Ytr = Y[tr_rows][:, layers].double()
+    Yte = Y[te_rows][:, layers].double()
+    for name, t in (("Y", Ytr), ("Y", Yte)):
+        if not bool(torch.isfinite(t).all()):
+            bad = (~torch.isfinite(t)).flatten(2).any(-1).any(0).nonzero().flatten()
+            raise RidgeInputError(f"{name} holds NaN or inf in the samples used "
+                                  f"(target layer {first_layer + int(bad[0])})")
+    my = Ytr.mean(0, keepdim=True)
+    Yc = Ytr - my
+    E = Yte - my
+    const = (Yte == Yte[:1]).all(0)  # (c, Dt): constant on the test set
+    sstot = ((Yte - Yte.mean(0, keepdim=True)) ** 2).sum(0)
+    all_const = const.all(-1)
+    if check_constant and bool(all_const.any()):
+        t = first_layer + int(all_const.nonzero()[0])
+        raise RidgeInputError(f"Y: target layer {t} is constant over the test samples; R^2 is undefined")
+    w = torch.where(const, torch.zeros_like(sstot), 1.0 / torch.where(const, torch.ones_like(sstot), sstot))
+    # scikit-learn: a constant test column scores 1 if predicted exactly, else 0. The
+    # prediction is exact only when the column is constant on train with the same value.
+    exact = const & (Yc == 0).all(0) & (E == 0).all(0)
+    base = (w * (E ** 2).sum(0)).sum(-1)
+    return _TargetBlock(Yc.to(cdtype), E.to(cdtype), w, base,
+                        (~const).sum(-1).double(), exact.sum(-1).double())
+
+
+def _chunks(n: int, size: int):
+    for s in range(0, n, size):
+        yield s, min(n, s + size)
+
+
+# --------------------------------------------------------------------------- CV
+def episode_folds(groups, n_folds: int, seed: int = 0) -> list[np.ndarray]:
+    """Assign whole groups (episodes) to ``n_folds`` folds of similar sample count.
+
+    Parameters
+    ----------
+    groups : (n,) group label per sample
+    n_folds : number of folds (>= 2)
+    seed : shuffles the groups
+
+    Returns
+    -------
+    list of (n,) boolean validation masks, one per fold.
+    """
+    groups = np.asarray(groups)
+    uniq, inv, counts = np.unique(groups, return_inverse=True, return_counts=True)
+    if len(uniq) < n_folds:
+        raise RidgeInputError(f"groups: alpha='cv' needs at least cv_folds={n_folds} distinct groups "
+                              f"(episodes) in the training set, got {len(uniq)}")
+    order = np.random.default_rng(seed).permutation(len(uniq))
+    load = np.zeros(n_folds)
+    fold_of = np.empty(len(uniq), dtype=int)
+    for g in order:  # greedy: next group to the lightest fold
+        f = int(np.argmin(load))
+        fold_of[g] = f
+        load[f] += counts[g]
+    return [fold_of[inv] == f for f in range(n_folds)]
+
+
+@dataclass
+class _Fold:
+    """Target-side data of one CV fold, restricted to the CV columns."""
+    vmask: torch.Tensor   # (n_train,) bool, validation rows
+    Yc: torch.Tensor      # (n_fit, M_cv) float32, centred on the fold-train means
+    E: torch.Tensor       # (n_val, M_cv) float32
+    w: torch.Tensor       # (M_cv,) float32, 1/SStot on the validation rows (0: constant)
+    base: torch.Tensor    # (L_tgt,) sum_j w_j |e_j|^2 per target layer
+    nvar: torch.Tensor    # (L_tgt,) non-constant columns per target layer
+
+
+def _make_fold(Y, ytr, vmask, cols, Lt) -> _Fold:
+    Yf = Y[ytr[~vmask]].flatten(1)[:, cols].double()
+    Yv = Y[ytr[vmask]].flatten(1)[:, cols].double()
+    my = Yf.mean(0, keepdim=True)
+    const = (Yv == Yv[:1]).all(0)
+    sstot = ((Yv - Yv.mean(0, keepdim=True)) ** 2).sum(0)
+    w = torch.where(const, torch.zeros_like(sstot), 1.0 / torch.where(const, torch.ones_like(sstot), sstot))
+    E = Yv - my
+    base = (w * (E ** 2).sum(0)).view(Lt, -1).sum(1)
+    return _Fold(vmask, (Yf - my).float(), E.float(), w.float(), base, (~const).view(Lt, -1).sum(1).double())
+
+
+def _eigh(A: torch.Tensor):
+    """Symmetric eigendecomposition.  On CPU LAPACK's tridiagonalisation gains
+    little from threads and suffers badly when cores are shared, so it runs on
+    one thread there."""
+    if A.device.type != "cpu":
+        return torch.linalg.eigh(A)
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return torch.linalg.eigh(A)
+    finally:
+        torch.set_num_threads(n)
+
+
+def _cv_alpha(Xtr_l: torch.Tensor, folds: list, alphas: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """Pick alpha for one source layer by grouped CV on the training rows.
+
+    Each fold's fit is diagonalised once (primal ``Xc'Xc`` or dual ``Xc Xc'``
+    eigendecomposition), so the whole alpha grid costs only small (r x r)
+    quadratic forms: with ``Q = Xval V``, ``R = V' Xc' Yc`` and
+    ``d_a = 1/(lambda + a)`` the validation predictions are ``Q diag(d_a) R``.
+    The criterion is the fold-averaged validation R^2 (uniform over the CV
+    columns of a target layer), maximised over target layers (the quantity
+    SyncR^2 uses), then over alpha.
+
+    Returns the index of the chosen alpha and the (n_alpha, L_tgt) CV score.
+    """
+    score = 0.0
+    for f in folds:
+        Xf, Xv = Xtr_l[~f.vmask], Xtr_l[f.vmask]
+        mx = Xf.mean(0, keepdim=True)
+        Xc, Xt = Xf - mx, Xv - mx
+        n, d = Xc.shape
+        # eigendecompositions in float64; the products with the many target
+        # columns in float32 (the criterion only ranks alphas)
+        if d <= n:
+            lam, V = _eigh(Xc.T @ Xc)
+            Q = (Xt @ V).float()                          # (n_val, r)
+            R = (V.T.float() @ (Xc.T.float() @ f.Yc))     # (r, M)
+        else:
+            lam, U = _eigh(Xc @ Xc.T)
+            Q = (Xt @ (Xc.T @ U)).float()
+            R = U.T.float() @ f.Yc
+        lam = lam.clamp_min(0)
+        Lt = f.base.numel()
+        r = R.shape[0]
+        Fk = ((Q.T @ f.E) * R * f.w).view(r, Lt, -1).sum(-1).T.double()          # (Lt, r)
+        Rw = (R * f.w.sqrt()).view(r, Lt, -1).permute(1, 0, 2)                    # (Lt, r, m)
+        G = (torch.bmm(Rw, Rw.transpose(1, 2)) * (Q.T @ Q)).double()             # (Lt, r, r)
+        Dg = 1.0 / (lam[None, :] + alphas[:, None])                      # (n_alpha, r)
+        ss = f.base[None] - 2 * Dg @ Fk.T + torch.einsum("ak,tkj,aj->at", Dg, G, Dg)
+        score = score + (f.nvar[None] - ss) / (f.w.numel() / Lt)
+    score = score / len(folds)
+    return int(score.max(1).values.argmax()), score
+
+
+def _check_alpha(alpha) -> bool:
+    """Validate ``alpha``; True for ``"cv"``."""
+    if isinstance(alpha, str):
+        if alpha != "cv":
+            raise RidgeInputError(f"alpha must be a positive number, an array of them or 'cv', got {alpha!r}")
+        return True
+    a = np.asarray(alpha, dtype=np.float64) if not isinstance(alpha, bool) else np.asarray(np.nan)
+    if a.ndim > 1 or not np.all(np.isfinite(a)) or not np.all(a > 0):
+        raise RidgeInputError(f"alpha must be a positive number, an array of them or 'cv', got {alpha!r}")
+    return False
+
+
+# --------------------------------------------------------------------------- main
+def r2_grid(X, Y, train, test, alpha=0.1, *, precision: str = "float32", device=None,
+            method: str = "auto", groups=None, cv_alphas=DEFAULT_CV_ALPHAS, cv_folds: int = 3,
+            cv_columns: int | None = 32, cv_seed: int = 0, max_chunk_bytes: int = 1 << 30,
+            max_memory_bytes: int = 8 << 30, return_alpha: bool = False):
+    """Test R^2 of ridge maps from every source layer to every target layer.
+
+    Each entry equals scikit-learn's ``Ridge(alpha, fit_intercept=True)`` fit on
+    the training rows followed by ``r2_score(y_test, pred,
+    multioutput="uniform_average")`` (within 1e-5 in float32).
+
+    Parameters
+    ----------
+    X : array (n_x, L_src, D_src) or (n_x, D_src), numpy or torch (CPU or CUDA); any float dtype.
+    Y : array (n_y, L_tgt, D_tgt) or (n_y, D_tgt).
+    train, test : 1-D integer index arrays (or boolean masks) into the rows of both X
+        and Y (then ``n_x == n_y``), or pairs ``(x_rows, y_rows)`` of equal length.
+    alpha : float > 0, array (L_src,) of them, or ``"cv"``.  With ``"cv"`` the penalty of each source layer
+        is chosen from ``cv_alphas`` by ``cv_folds``-fold CV over whole ``groups``
+        (episodes) on the training rows only; see :func:`_cv_alpha`.
+    precision : ``"float32"`` | ``"tf32"`` (CUDA) | ``"bf16"``; see the module doc.
+    device : torch device for the computation (default: X's device).
+    method : ``"auto"`` | ``"gram"`` | ``"direct"`` (module doc).
+    groups : (n_train,) group label of each training sample (``alpha="cv"``);
+        default: every sample its own group.
+    cv_columns : target columns per target layer used by the CV criterion
+        (a fixed random subset; ``None`` for all).
+    max_chunk_bytes : memory budget of one chunk of target layers.
+    max_memory_bytes : ``method="auto"`` avoids ``gram`` above this.
+    return_alpha : also return the (L_src,) alphas used.
+
+    Returns
+    -------
+    r2 : numpy float64 array (L_src, L_tgt)
+    alphas : numpy float64 array (L_src,), only with ``return_alpha``.
+
+    Raises
+    ------
+    RidgeInputError
+        fewer than 2 train or test samples (3 for the training set), NaN/inf in
+        the samples used, a target layer constant over the test samples,
+        mismatched sample counts, bad alpha / precision / method.
+    """
+    if precision not in PRECISIONS:
+        raise RidgeInputError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if method not in ("auto", "gram", "direct"):
+        raise RidgeInputError(f"method must be 'auto', 'gram' or 'direct', got {method!r}")
+    cv = _check_alpha(alpha)
+    if device is None:
+        device = X.device if isinstance(X, torch.Tensor) else torch.device("cpu")
+    device = torch.device(device)
+    if precision == "tf32" and device.type != "cuda":
+        raise RidgeInputError("precision='tf32' needs a CUDA device")
+    X = _as_tensor(X, "X", device)
+    Y = _as_tensor(Y, "Y", device)
+    paired = X.shape[0] == Y.shape[0]
+    xtr, ytr = _split_rows(train, "train", X.shape[0], Y.shape[0], device, paired)
+    xte, yte = _split_rows(test, "test", X.shape[0], Y.shape[0], device, paired)
+    n_tr, n_te = xtr.numel(), xte.numel()
+    if n_tr < 3:
+        raise RidgeInputError(f"train: too few samples ({n_tr}); at least 3 are needed")
+    if n_te < 2:
+        raise RidgeInputError(f"test: too few samples ({n_te}); R^2 needs at least 2")
+    Ls, D = X.shape[1], X.shape[2]
+    Lt, Dt = Y.shape[1], Y.shape[2]
+    M = Lt * Dt
+    cdtype = torch.bfloat16 if precision == "bf16" else torch.float32
+
+    # ---- choose the method (flop counts; gram also needs Ls*n_tr^2 memory)
+    direct_flops = Ls * M * min(n_te * n_tr, D * (n_tr + n_te))
+    gram_flops = M * n_tr * (n_tr + n_te) + Ls * n_tr * n_tr * n_te
+    gram_bytes = 4 * Ls * n_tr * (n_tr + n_te)
+    if method == "auto":
+        method = "gram" if gram_flops < direct_flops and gram_bytes <= max_memory_bytes else "direct"
+
+    # ---- alphas per source layer
+    if cv:
+        alphas_grid = torch.as_tensor(np.asarray(cv_alphas, dtype=np.float64), device=device)
+        if alphas_grid.ndim != 1 or alphas_grid.numel() == 0 or bool((alphas_grid <= 0).any()):
+            raise RidgeInputError("cv_alphas must be a non-empty list of positive numbers")
+        g = np.arange(n_tr) if groups is None else np.asarray(groups)
+        if g.shape != (n_tr,):
+            raise RidgeInputError(f"groups must have one label per training sample ({n_tr}), got shape {g.shape}")
+        folds = episode_folds(g, cv_folds, seed=cv_seed)
+        rng = np.random.default_rng(cv_seed)
+        cols = (np.arange(M) if cv_columns is None or cv_columns >= Dt else
+                np.concatenate([t * Dt + np.sort(rng.choice(Dt, cv_columns, replace=False)) for t in range(Lt)]))
+        cols = torch.as_tensor(cols, device=device)
+        fold_data = []
+        for vm in folds:
+            vmask = torch.as_tensor(vm, device=device)
+            if int(vmask.sum()) < 2 or int((~vmask).sum()) < 3:
+                raise RidgeInputError(f"train: too few samples ({n_tr}) for {cv_folds} alpha='cv' folds")
+            fold_data.append(_make_fold(Y, ytr, vmask, cols, Lt))
+    alphas = np.full(Ls, np.nan)
+
+    out = torch.empty(Ls, Lt, dtype=torch.float64, device=device)
+    with _matmul_precision(precision, device):
+        # ---- source side: one factorisation per source layer
+        Hs = []
+        for l in range(Ls):
+            Xtr_l = X[xtr, l].double()
+            Xte_l = X[xte, l].double()
+            _check_finite(Xtr_l, "X", l)
+            _check_finite(Xte_l, "X", l)
+            if cv:
+                k, _ = _cv_alpha(Xtr_l, fold_data, alphas_grid)
+                alphas[l] = float(alphas_grid[k])
+            else:
+                alphas[l] = float(np.broadcast_to(np.asarray(alpha, dtype=np.float64), (Ls,))[l])
+            Hs.append(_hat(Xtr_l, Xte_l, alphas[l], l).to(cdtype))
+            del Xtr_l, Xte_l
+        if cv:
+            del fold_data
+        H = torch.stack(Hs)  # (Ls, n_te, n_tr)
+        del Hs
+        if method == "gram":
+            G = torch.bmm(H.transpose(1, 2), H)  # (Ls, n_tr, n_tr)
+            per_layer = 4 * (n_tr + n_te) * (Dt + n_tr)
+            c = max(1, min(Lt, max_chunk_bytes // max(per_layer, 1)))
+            Hf = H.flatten(1)
+            Gf = G.flatten(1)
+            for s, e in _chunks(Lt, c):
+                blk = _target_block(Y, ytr, yte, slice(s, e), cdtype, s)
+                Yw = blk.Yc * blk.w.to(cdtype)[None]                       # (n_tr, c, Dt)
+                Yc_t = blk.Yc.permute(1, 0, 2)                             # (c, n_tr, Dt)
+                S = torch.bmm(Yw.permute(1, 0, 2), Yc_t.transpose(1, 2))   # (c, n_tr, n_tr)
+                C = torch.bmm((blk.E * blk.w.to(cdtype)[None]).permute(1, 0, 2), Yc_t.transpose(1, 2))  # (c, n_te, n_tr)
+                hc = (Hf.double() @ C.flatten(1).double().T) if Hf.numel() * 8 < max_chunk_bytes \
+                    else _dot64(Hf, C.flatten(1))
+                gs = _dot64(Gf, S.flatten(1))
+                ssw = blk.base[None] - 2 * hc + gs                         # (Ls, c)
+                out[:, s:e] = (blk.n_var[None] - ssw + blk.const_ok[None]) / Dt
+                del S, C, Yw, blk
+        else:
+            per_layer = 4 * (n_tr + 2 * n_te) * Dt
+            c = max(1, min(Lt, max_chunk_bytes // max(per_layer, 1)))
+            use_w = D * (n_tr + n_te) < n_te * n_tr  # (Xt A^-1)(Xc' Yc): cheaper when n_train >> D
+            if use_w:
+                left, Xcs = [], []
+                for l in range(Ls):
+                    Xtr_l = X[xtr, l].double()
+                    left.append(_primal_left(Xtr_l, X[xte, l].double(), alphas[l]).to(cdtype))
+                    Xcs.append((Xtr_l - Xtr_l.mean(0, keepdim=True)).to(cdtype))
+                del H
+            for s, e in _chunks(Lt, c):
+                blk = _target_block(Y, ytr, yte, slice(s, e), cdtype, s)
+                Ycf, Ef = blk.Yc.flatten(1), blk.E.flatten(1)
+                for l in range(Ls):
+                    P = left[l] @ (Xcs[l].T @ Ycf) if use_w else H[l] @ Ycf
+                    ss = ((Ef - P).double() ** 2).sum(0).view(e - s, Dt)
+                    out[l, s:e] = (blk.n_var - (blk.w * ss).sum(-1) + blk.const_ok) / Dt
+                del blk
+    r2 = out.cpu().numpy()
+    return (r2, alphas) if return_alpha else r2
+
+
+def _primal_left(Xtr: torch.Tensor, Xte: torch.Tensor, alpha: float) -> torch.Tensor:
+    """``Xt (Xc'Xc + a I)^-1`` (n_test, D) in float64."""
+    mx = Xtr.mean(0, keepdim=True)
+    Xc, Xt = Xtr - mx, Xte - mx
+    A = Xc.T @ Xc
+    A.diagonal().add_(alpha)
+    L = torch.linalg.cholesky(A)
+    return torch.cholesky_solve(Xt.T.contiguous(), L).T
+
+
+def _dot64(A: torch.Tensor, B: torch.Tensor, block: int = 1 << 18) -> torch.Tensor:
+    """``A @ B.T`` for wide (rows, K) operands: float32 products over K-blocks of
+    ``block``, accumulated in float64 (bounds the rounding error of long sums)."""
+    acc = torch.zeros(A.shape[0], B.shape[0], dtype=torch.float64, device=A.device)
+    K = A.shape[1]
+    blk = max(1, min(K, block))
+    for s in range(0, K, blk):
+        acc += (A[:, s:s + blk].float() @ B[:, s:s + blk].float().T).double()
+    return acc
+
+
+def r2_grid_subsets(X, Y, train, tests, alpha=0.1, *, device=None, max_chunk_bytes: int = 1 << 30):
+    """One fit per layer pair on ``train``, scored on several test subsets.
+
+    Equivalent to ``[r2_grid(X, Y, train, t, alpha) for t in tests]`` but the maps
+    are fitted once: predictions for the union of the subsets are computed
+    (direct form) and each subset's R^2 is aggregated from them.
+
+    Parameters
+    ----------
+    X, Y, train : as :func:`r2_grid` (index arrays into the rows of both X and Y).
+    tests : list of 1-D index arrays (each at least 2 rows).
+    alpha : float > 0 or array (L_src,) (e.g. the alphas chosen by a CV fit).
+
+    Returns
+    -------
+    numpy float64 array (len(tests), L_src, L_tgt)
+    """
+    if _check_alpha(alpha):
+        raise RidgeInputError("r2_grid_subsets needs numeric alphas (pass those chosen by r2_grid)")
+    if device is None:
+        device = X.device if isinstance(X, torch.Tensor) else torch.device("cpu")
+    device = torch.device(device)
+    X = _as_tensor(X, "X", device)
+    Y = _as_tensor(Y, "Y", device)
+    if X.shape[0] != Y.shape[0]:
+        raise RidgeInputError(f"mismatched sample counts: X has {X.shape[0]} rows and Y has {Y.shape[0]}")
+    tr = _rows(train, "train", X.shape[0], device)
+    subs = [_rows(t, f"tests[{i}]", X.shape[0], device) for i, t in enumerate(tests)]
+    if not subs:
+        raise RidgeInputError("tests: no test subsets given")
+    for i, t in enumerate(subs):
+        if t.numel() < 2:
+            raise RidgeInputError(f"tests[{i}]: too few samples ({t.numel()}); R^2 needs at least 2")
+    if tr.numel() < 3:
+        raise RidgeInputError(f"train: too few samples ({tr.numel()}); at least 3 are needed")
+    union, inv = torch.unique(torch.cat(subs), return_inverse=True)
+    pos = list(torch.split(inv, [t.numel() for t in subs]))
+    Ls, Lt, Dt = X.shape[1], Y.shape[1], Y.shape[2]
+    al = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (Ls,))
+    H = []
+    for l in range(Ls):
+        Xtr_l, Xu_l = X[tr, l].double(), X[union, l].double()
+        _check_finite(Xtr_l, "X", l)
+        _check_finite(Xu_l, "X", l)
+        H.append(_hat(Xtr_l, Xu_l, float(al[l]), l).float())
+    out = torch.empty(len(subs), Ls, Lt, dtype=torch.float64, device=device)
+    c = max(1, min(Lt, max_chunk_bytes // max(1, 4 * (tr.numel() + 2 * union.numel()) * Dt)))
+    with _matmul_precision("float32", device):
+        for s, e in _chunks(Lt, c):
+            blk = _target_block(Y, tr, union, slice(s, e), torch.float32, s, check_constant=False)
+            Yte = Y[union][:, s:e].double()
+            stats = []
+            for i, p in enumerate(pos):
+                Ys = Yte[p]
+                const = (Ys == Ys[:1]).all(0)
+                if bool(const.all(-1).any()):
+                    raise RidgeInputError(f"tests[{i}]: a target layer is constant over the subset")
+                sstot = ((Ys - Ys.mean(0, keepdim=True)) ** 2).sum(0)
+                w = torch.where(const, torch.zeros_like(sstot), 1.0 / torch.where(const, torch.ones_like(sstot), sstot))
+                exact = const & (blk.Yc.double() == 0).all(0) & (blk.E.double()[p] == 0).all(0)
+                stats.append((p, w, (~const).sum(-1).double(), exact.sum(-1).double()))
+            Ycf, Ef = blk.Yc.flatten(1), blk.E.flatten(1)
+            for l in range(Ls):
+                res2 = ((Ef - H[l] @ Ycf).double() ** 2).view(-1, e - s, Dt)
+                for i, (p, w, nvar, exact) in enumerate(stats):
+                    out[i, l, s:e] = (nvar - (w * res2[p].sum(0)).sum(-1) + exact) / Dt
+    return out.cpu().numpy()

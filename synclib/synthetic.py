@@ -1,0 +1,219 @@
+"""Synthetic activation cubes with planted synchrony, in the exact cube schema.
+
+Used to develop and test the analysis without a simulation.  Generative model
+for one (episode, sim_seed): a latent dialog state ``s_u`` (``latent_dim``) per
+utterance ``u = 0 .. 2*n_rounds-1`` follows an AR(1) process
+``s_{u+1} = rho s_u + sqrt(1 - rho^2) eps`` with ``rho = coupling +
+relationship_effect * relationship / 5`` (clipped below 0.99), so closer
+relationships synchronise more.  Then, with per-layer random mixing matrices
+``P_l`` and per-layer noise,
+
+* ``hidden_a[k] = P^A_l s_{2k} + noise`` (agent 1 before its utterance ``2k``),
+* ``hidden_b[k] = P^B_l s_{2k+1} + noise``,
+* ``hidden_a_passive[k] = P^A'_l s_{2k-1} + noise`` (the passive reader lacks the
+  speaker's fresh innovation; ``s_{-1}`` is one AR step before ``s_0``),
+  ``hidden_b_passive[k] = P^B'_l s_{2k} + noise``.
+
+The A->B map therefore predicts across one AR step (R^2 ~ rho^2 times the
+layer's signal fraction), passive across two, lag j across ``2j + 1``: genuine
+> passive > lag1 > lag2.  The ToM run has its own latent path; the emotion and
+action distributions of the speaker of utterance ``u`` are ``softmax(Z s_u)``.
+
+Episodes mimic Sotopia: ``n_episodes // 5`` scenarios (at least 1) with 5
+persona pairs each, pairs drawn from a small pool so that the same agent pair
+recurs in different scenarios (what the persona-disjoint split must handle).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["make_synthetic_cube", "SOURCES", "EMOTIONS", "ACTIONS"]
+
+SOURCES = ("social_iqa", "social_chemistry", "normbank", "deal-or-no-deal", "mutual_friends",
+           "craigslist_bargains", "persuation_for_good", "hand-craft")
+EMOTIONS = ("Joy", "Trust", "Fear", "Surprise", "Sadness", "Disgust", "Anger", "Anticipation")
+ACTIONS = ("Assertive", "Directive", "Commissive", "Expressive", "Declaration")
+_FIRST = ("Ava", "Ben", "Cara", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lea")
+
+
+def _layer_maps(rng, n_layers, dim, latent_dim, signal):
+    """Mixing matrices (L, latent, D) and noise scales (L,); signal peaks mid-depth."""
+    P = rng.standard_normal((n_layers, latent_dim, dim)) / np.sqrt(latent_dim)
+    depth = np.linspace(0, 1, n_layers)
+    strength = signal * (0.35 + 0.65 * np.sin(np.pi * depth))  # weakest at the ends
+    noise = 1.0 / np.maximum(strength, 1e-3)
+    scale = np.exp(rng.normal(0, 0.5, size=(n_layers, 1, dim)))  # anisotropic features
+    return P * scale, noise[:, None] * scale[:, 0], scale
+
+
+def _latent_paths(rng, n, n_utt, latent_dim, rho):
+    """AR(1) paths (n, n_utt + 1, latent): index 0 is the step before utterance 0."""
+    s = np.empty((n, n_utt + 1, latent_dim))
+    s[:, 0] = rng.standard_normal((n, latent_dim))
+    r = rho[:, None]
+    for u in range(1, n_utt + 1):
+        s[:, u] = r * s[:, u - 1] + np.sqrt(1 - r ** 2) * rng.standard_normal((n, latent_dim))
+    return s
+
+
+def _softmax(z):
+    z = z - z.max(-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(-1, keepdims=True)
+
+
+def make_synthetic_cube(n_episodes: int = 40, n_seeds: int = 3, n_rounds: int = 8,
+                        layers_a: int = 6, dim_a: int = 32, layers_b: int = 6, dim_b: int = 32,
+                        coupling: float = 0.8, seed: int = 0, *, latent_dim: int = 8,
+                        signal: float = 2.0, relationship_effect: float = 0.1,
+                        min_utterances: int = 4, passive: bool = True, tom: bool = True,
+                        n_personas: int = 12, model_a: str = "synthetic-a", model_b: str = "synthetic-b"):
+    """Build an in-memory cube (xarray.Dataset) in the schema of book/architecture.md.
+
+    Parameters
+    ----------
+    n_episodes, n_seeds, n_rounds : sizes of the ``episode``, ``sim_seed``, ``round`` dims.
+    layers_a, dim_a, layers_b, dim_b : hidden-state shapes of models A and B.
+    coupling : AR(1) coefficient between consecutive utterances (0 <= coupling < 1).
+    seed : random seed (the cube is a deterministic function of all arguments).
+    latent_dim : size of the shared latent state.
+    signal : per-layer signal-to-noise scale of the hidden states.
+    relationship_effect : added to ``coupling`` per relationship step / 5.
+    min_utterances : shortest episode; lengths are uniform in [min, 2*n_rounds].
+    passive, tom : include the passive-reader and ToM variables.
+    n_personas : size of the persona pool.
+
+    Returns
+    -------
+    xarray.Dataset with ``hidden_a`` (episode, sim_seed, round, layer_a, dim_a),
+    ``hidden_b`` (..., layer_b, dim_b), passive/ToM variables, texts, lengths,
+    episode coordinates and attributes; rounds an episode never reached are NaN.
+    """
+    import xarray as xr
+
+    if not 0 <= coupling < 1:
+        raise ValueError(f"coupling must be in [0, 1), got {coupling}")
+    if n_episodes < 1 or n_seeds < 1 or n_rounds < 1:
+        raise ValueError("n_episodes, n_seeds and n_rounds must be positive")
+    rng = np.random.default_rng(seed)
+    E, S, R = n_episodes, n_seeds, n_rounds
+    n_utt_max = 2 * R
+
+    # ---- episodes: scenarios x 5 persona pairs, pairs recur across scenarios
+    names = [f"{_FIRST[i % len(_FIRST)]} P{i:02d}" for i in range(n_personas)]
+    pool = [tuple(rng.choice(n_personas, 2, replace=False)) for _ in range(max(3, E // 3))]
+    env_of = np.arange(E) // 5
+    src_of_env = rng.choice(len(SOURCES), size=env_of.max() + 1)
+    pair_idx = rng.integers(0, len(pool), size=E)
+    relationship = rng.integers(0, 6, size=E)
+    a1 = np.array([pool[p][0] for p in pair_idx])
+    a2 = np.array([pool[p][1] for p in pair_idx])
+    coords = {
+        "episode": np.arange(E, dtype=np.int64),
+        "sim_seed": np.arange(S, dtype=np.int64),
+        "round": np.arange(R, dtype=np.int32),
+        "layer_a": np.arange(layers_a, dtype=np.int32),
+        "layer_b": np.arange(layers_b, dtype=np.int32),
+        "task_index": ("episode", np.arange(E, dtype=np.int64)),
+        "env_id": ("episode", np.array([f"env{e:03d}" for e in env_of], dtype=object)),
+        "codename": ("episode", np.array([f"scenario_{e}" for e in env_of], dtype=object)),
+        "source": ("episode", np.array([SOURCES[src_of_env[e]] for e in env_of], dtype=object)),
+        "relationship": ("episode", relationship.astype(np.int64)),
+        "agent1_id": ("episode", np.array([f"agent{i:02d}" for i in a1], dtype=object)),
+        "agent2_id": ("episode", np.array([f"agent{i:02d}" for i in a2], dtype=object)),
+        "agent1_name": ("episode", np.array([names[i] for i in a1], dtype=object)),
+        "agent2_name": ("episode", np.array([names[i] for i in a2], dtype=object)),
+    }
+    if tom:
+        coords["emotion"] = np.array(EMOTIONS, dtype=object)
+        coords["action"] = np.array(ACTIONS, dtype=object)
+
+    rho = np.clip(coupling + relationship_effect * relationship / 5.0, 0.0, 0.99)
+    rho_u = np.repeat(rho, S)  # per (episode, seed) unit
+    PA, nA, _ = _layer_maps(rng, layers_a, dim_a, latent_dim, signal)
+    PB, nB, _ = _layer_maps(rng, layers_b, dim_b, latent_dim, signal)
+    PAp, _, _ = _layer_maps(rng, layers_a, dim_a, latent_dim, signal)
+    PBp, _, _ = _layer_maps(rng, layers_b, dim_b, latent_dim, signal)
+    off_a = rng.normal(0, 1, (layers_a, dim_a))
+    off_b = rng.normal(0, 1, (layers_b, dim_b))
+    n_utt = rng.integers(min(min_utterances, n_utt_max), n_utt_max + 1, size=(E, S))
+
+    def hidden(states, P, noise, off, reached):
+        """states (E*S, R, latent) -> (E, S, R, L, D) float32 with NaN where unreached."""
+        h = np.einsum("nrk,lkd->nrld", states, P) + off
+        h += rng.standard_normal(h.shape) * noise
+        h = h.reshape(E, S, R, *h.shape[2:]).astype(np.float32)
+        h[~reached] = np.nan
+        return h
+
+    u_a = 2 * np.arange(R)  # utterance index of A's round k; B's is u_a + 1
+    reached_a = u_a[None, None, :] < n_utt[..., None]
+    reached_b = (u_a + 1)[None, None, :] < n_utt[..., None]
+    data = {}
+
+    def run(prefix: str, n_utt_run):
+        s = _latent_paths(rng, E * S, n_utt_max, latent_dim, rho_u)  # s[:, u + 1] is s_u
+        ra = u_a[None, None, :] < n_utt_run[..., None]
+        rb = (u_a + 1)[None, None, :] < n_utt_run[..., None]
+        data[f"hidden_a{prefix}"] = hidden(s[:, u_a + 1], PA, nA, off_a, ra)
+        data[f"hidden_b{prefix}"] = hidden(s[:, u_a + 2], PB, nB, off_b, rb)
+        return s, ra, rb
+
+    s, _, _ = run("", n_utt)
+    if passive:
+        data["hidden_a_passive"] = hidden(s[:, u_a], PAp, nA, off_a, reached_a)
+        data["hidden_b_passive"] = hidden(s[:, u_a + 1], PBp, nB, off_b, reached_b)
+
+    def texts(reached, who, tag=""):
+        t = np.empty((E, S, R), dtype=object)
+        for e, sd, k in np.ndindex(E, S, R):
+            t[e, sd, k] = f"[{who}{tag} e{e} s{sd} u{2 * k + (who == 'B')}]" if reached[e, sd, k] else ""
+        return t
+
+    def plen(reached, base):
+        return np.where(reached, base + 40 * np.arange(R)[None, None, :], -1).astype(np.int32)
+
+    dims3 = ("episode", "sim_seed", "round")
+    hdims_a = dims3 + ("layer_a", "dim_a")
+    hdims_b = dims3 + ("layer_b", "dim_b")
+    vars_ = {
+        "hidden_a": (hdims_a, data["hidden_a"]), "hidden_b": (hdims_b, data["hidden_b"]),
+        "text_a": (dims3, texts(reached_a, "A")), "text_b": (dims3, texts(reached_b, "B")),
+        "prompt_len_a": (dims3, plen(reached_a, 300)), "prompt_len_b": (dims3, plen(reached_b, 320)),
+        "n_utterances": (("episode", "sim_seed"), n_utt.astype(np.int32)),
+    }
+    if passive:
+        vars_["hidden_a_passive"] = (hdims_a, data["hidden_a_passive"])
+        vars_["hidden_b_passive"] = (hdims_b, data["hidden_b_passive"])
+    if tom:
+        n_utt_t = rng.integers(min(min_utterances, n_utt_max), n_utt_max + 1, size=(E, S))
+        st, ra, rb = run("_tom", n_utt_t)
+        Ze = rng.standard_normal((latent_dim, len(EMOTIONS))) * 0.8
+        Za = rng.standard_normal((latent_dim, len(ACTIONS))) * 0.8
+        for who, u, reached in (("a", u_a, ra), ("b", u_a + 1, rb)):
+            for var, Z in (("emotion", Ze), ("action", Za)):
+                p = _softmax(st[:, u + 1] @ Z).reshape(E, S, R, -1).astype(np.float32)
+                p[~reached] = np.nan
+                vars_[f"{var}_{who}"] = (dims3 + (var,), p)
+        vars_["hidden_a_tom"] = (hdims_a, data["hidden_a_tom"])
+        vars_["hidden_b_tom"] = (hdims_b, data["hidden_b_tom"])
+        vars_["text_a_tom"] = (dims3, texts(ra, "A", "_tom"))
+        vars_["text_b_tom"] = (dims3, texts(rb, "B", "_tom"))
+        vars_["prompt_len_a_tom"] = (dims3, plen(ra, 360))
+        vars_["prompt_len_b_tom"] = (dims3, plen(rb, 380))
+        vars_["n_utterances_tom"] = (("episode", "sim_seed"), n_utt_t.astype(np.int32))
+
+    from synclib import __version__
+    attrs = {
+        "title": "synclib synthetic activation cube",
+        "conventions": "synclib cube v1 (see book/architecture.md)",
+        "model_a": model_a, "model_b": model_b,
+        "n_layers_a": layers_a, "d_model_a": dim_a, "n_layers_b": layers_b, "d_model_b": dim_b,
+        "temperature": 0.7, "max_new_tokens": 0, "max_utterances": n_utt_max,
+        "synclib_version": __version__, "store_dtype": "float32",
+        "passive": int(passive), "tom": int(tom),
+        "synthetic": 1, "synthetic_coupling": float(coupling), "synthetic_seed": int(seed),
+        "synthetic_relationship_effect": float(relationship_effect),
+        "complete": 1,
+    }
+    return xr.Dataset({k: xr.DataArray(v, dims=d) for k, (d, v) in vars_.items()}, coords=coords, attrs=attrs)

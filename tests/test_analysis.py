@@ -1,0 +1,215 @@
+"""synclib.analysis: datasets, splits, scores, analyze(), the CLI."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import xarray as xr
+
+from synclib.analysis import (AnalysisError, analyze, build_dataset, episode_split, mean_se,
+                              persona_keys, sync_r2, sync_r2_noclip, sync_r2_topk)
+from synclib.synthetic import make_synthetic_cube
+
+
+# --------------------------------------------------------------------------- hand-built cube
+def hand_cube():
+    """Hidden states that encode their own (episode, seed, round, model) in every entry."""
+    E, S, R, L, D = 3, 2, 4, 2, 3
+    code = lambda m: (np.arange(E)[:, None, None] * 1000 + np.arange(S)[None, :, None] * 100  # noqa: E731
+                      + np.arange(R)[None, None, :] + m)
+    ha = np.broadcast_to(code(0)[..., None, None], (E, S, R, L, D)).astype(np.float32).copy()
+    hb = np.broadcast_to(code(10)[..., None, None], (E, S, R, L, D)).astype(np.float32).copy()
+    hap, hbp = ha + 50, hb + 50
+    n_utt = np.array([[8, 8], [5, 8], [2, 8]])  # episode 1 seed 0 stops after utterance 4
+    for arr, first in ((ha, 0), (hb, 1), (hap, 0), (hbp, 1)):
+        for e in range(E):
+            for s in range(S):
+                for k in range(R):
+                    if 2 * k + first >= n_utt[e, s]:
+                        arr[e, s, k] = np.nan
+    d5a, d5b = ("episode", "sim_seed", "round", "layer_a", "dim_a"), ("episode", "sim_seed", "round", "layer_b", "dim_b")
+    return xr.Dataset(
+        {"hidden_a": (d5a, ha), "hidden_b": (d5b, hb), "hidden_a_passive": (d5a, hap),
+         "hidden_b_passive": (d5b, hbp), "n_utterances": (("episode", "sim_seed"), n_utt)},
+        coords={"episode": [10, 11, 12], "agent1_id": ("episode", ["x", "y", "x"]),
+                "agent2_id": ("episode", ["y", "x", "z"])})
+
+
+def decode(v):
+    v = int(round(float(v)))
+    return v // 1000, (v % 1000) // 100, v % 100  # episode, seed, round + model offset
+
+
+@pytest.mark.parametrize("direction, condition, shift, xoff, yoff", [
+    ("A->B", "genuine", 0, 0, 10), ("B->A", "genuine", 1, 10, 0),
+    ("A->B", "lag1", 1, 0, 10), ("A->B", "lag2", 2, 0, 10), ("B->A", "lag1", 2, 10, 0),
+    ("A->B", "passive", 0, 50, 10), ("B->A", "passive", 1, 60, 0),
+])
+def test_dataset_index_arithmetic(direction, condition, shift, xoff, yoff):
+    cube = hand_cube()
+    ds = build_dataset(cube, direction, condition)
+    assert ds.n > 0
+    utt_src = 0 if direction == "A->B" else 1
+    expected = 0
+    for e in range(3):
+        for s in range(2):
+            n_utt = int(cube.n_utterances[e, s])
+            for k in range(4 - shift):
+                tgt_utt = 2 * (k + shift) + (1 - utt_src)
+                expected += tgt_utt < n_utt
+    assert ds.n == expected  # unreached rounds dropped
+    for i in range(ds.n):
+        xe, xs, xk = decode(ds.X[ds.x_rows[i], 0, 0])
+        ye, ys, yk = decode(ds.Y[ds.y_rows[i], 1, 2])
+        assert (xe, xs) == (ye, ys) == (ds.episode[i], ds.sim_seed[i])
+        assert xk - xoff == ds.round[i] and yk - yoff == ds.round[i] + shift
+
+
+def test_unknown_condition_and_missing_variable():
+    cube = hand_cube()
+    with pytest.raises(AnalysisError, match="unknown condition"):
+        build_dataset(cube, "A->B", "lag0")
+    with pytest.raises(AnalysisError, match="hidden_a_passive"):
+        build_dataset(cube.drop_vars("hidden_a_passive"), "A->B", "passive")
+
+
+# --------------------------------------------------------------------------- splits
+def test_episode_split_sizes_and_disjoint():
+    groups = np.repeat(np.arange(100), np.random.default_rng(0).integers(5, 15, 100))
+    for seed in (0, 1, 2):
+        tr, te, info = episode_split(groups, 500, seed)
+        assert not set(groups[tr]) & set(groups[te])
+        assert len(te) >= 100 and len(tr) >= 400
+        assert len(te) < 100 + 15 and len(tr) < 400 + 15  # stops at the first episode past the target
+        assert info["short"] == 0 and info["n_available"] == len(groups)
+    a = episode_split(groups, 500, 0)[1]
+    b = episode_split(groups, 500, 1)[1]
+    assert not np.array_equal(a, b)  # the seed shuffles
+    tr, te, info = episode_split(groups, 10**6, 0)  # fewer than requested: all, 80/20
+    assert info["short"] == 1 and len(tr) + len(te) == len(groups)
+    assert 0.2 <= len(te) / len(groups) < 0.3
+
+
+def test_persona_disjoint_split():
+    cube = make_synthetic_cube(n_episodes=40, n_seeds=1, n_rounds=2, layers_a=2, dim_a=4,
+                               layers_b=2, dim_b=4, tom=False, passive=False)
+    keys = persona_keys(cube)
+    assert len(set(keys)) < len(keys)  # pairs recur across scenarios
+    ds = build_dataset(cube, "A->B")
+    tr, te, _ = episode_split(keys[ds.episode], None, 0)
+    assert not set(keys[ds.episode[tr]]) & set(keys[ds.episode[te]])
+    # swapped agent order is the same pair
+    assert persona_keys(hand_cube())[0] == persona_keys(hand_cube())[1]
+
+
+# --------------------------------------------------------------------------- scores
+def test_sync_r2_formulas_on_hand_grid():
+    g = np.array([[0.5, 0.2, -0.1],
+                  [-0.3, -0.2, -0.6],
+                  [0.1, 0.9, 0.4]])
+    assert sync_r2(g) == pytest.approx((0.5 + 0 + 0.9) / 3)
+    assert sync_r2_noclip(g) == pytest.approx((0.5 - 0.2 + 0.9) / 3)
+    assert sync_r2_topk(g, 1) == pytest.approx(sync_r2_noclip(g))
+    assert sync_r2_topk(g, 2) == pytest.approx(((0.5 + 0.2) / 2 + (-0.2 - 0.3) / 2 + (0.9 + 0.4) / 2) / 3)
+    assert np.isnan(sync_r2_topk(g, 4))
+    padded = np.full((4, 4), np.nan)
+    padded[:3, :3] = g
+    assert sync_r2(padded) == pytest.approx(sync_r2(g))
+    m, se = mean_se([0.4, 0.5, 0.6])
+    assert m == pytest.approx(0.5) and se == pytest.approx(0.1 / np.sqrt(3))
+
+
+# --------------------------------------------------------------------------- analyze
+@pytest.fixture(scope="module")
+def cube():
+    return make_synthetic_cube(n_episodes=40, n_seeds=2, n_rounds=6, layers_a=4, dim_a=16,
+                               layers_b=3, dim_b=12, coupling=0.85, seed=1, signal=3.0)
+
+
+@pytest.fixture(scope="module")
+def result(cube):
+    return analyze(cube, n_samples=600, split_seeds=(0, 1), persona_disjoint=True, relationship=True,
+                   relationship_min=3, sample_sizes=(120, 240), progress=False, log=lambda m: None)
+
+
+def test_genuine_beats_passive_and_lag(result):
+    m = result.sync_r2_mean
+    for d in ("A->B", "B->A"):
+        g = float(m.sel(condition="genuine", direction=d))
+        assert g > float(m.sel(condition="passive", direction=d)) > float(m.sel(condition="lag2", direction=d))
+        assert g > float(m.sel(condition="lag1", direction=d))
+    assert result.r2.dims == ("condition", "direction", "split_seed", "src_layer", "tgt_layer")
+    # A has 4 layers, B 3: A->B grid is 4 x 3 padded with NaN
+    g = result.r2.sel(condition="genuine", direction="A->B", split_seed=0).values
+    assert np.isnan(g[:, 3]).all() and np.isfinite(g[:, :3]).all()
+    assert np.isnan(result.r2.sel(condition="genuine", direction="B->A").values[:, 3]).all()
+    # summary equals the published formula on the stored grid
+    assert float(result.sync_r2.sel(condition="genuine", direction="A->B", split_seed=0)) == pytest.approx(sync_r2(g))
+    pair = result.sync_r2.mean("direction")
+    np.testing.assert_allclose(result.sync_r2_pair.values, pair.values)
+    assert (result.n_train + result.n_test <= result.n_available.broadcast_like(result.n_train)).all()
+    total = np.minimum(600, result.n_available).broadcast_like(result.n_train)
+    assert (result.n_test >= 0.2 * total).all() and (result.n_train + result.n_test >= total).all()
+
+
+def test_optional_blocks(result):
+    pd = result.persona_disjoint_sync_r2
+    assert pd.dims == ("direction", "split_seed") and np.isfinite(pd).all()
+    ss = result.sample_size_sync_r2
+    assert list(ss.sample_size.values) == [120, 240] and np.isfinite(ss).all()
+    assert ((result.sample_size_n_used >= ss.sample_size) | (result.sample_size_n_used == 0)).all()
+    rel = result.relationship_sync_r2
+    assert rel.dims == ("relationship", "direction", "split_seed", "relationship_seed")
+    assert np.isfinite(rel).any()
+    assert "social_iqa" in result.attrs["relationship_sources"]
+
+
+def test_short_cube_is_noted(cube):
+    notes = []
+    r = analyze(cube, conditions=("genuine",), n_samples=10**6, split_seeds=(0,), progress=False,
+                log=notes.append)
+    assert notes and "fewer than n_samples" in notes[0]
+    assert "fewer than n_samples" in r.attrs["notes"]
+    assert int(r.n_train[0, 0, 0] + r.n_test[0, 0, 0]) == int(r.n_available[0, 0])
+
+
+def test_analyze_cv_records_alphas(cube):
+    r = analyze(cube, conditions=("genuine",), alpha="cv", n_samples=600, split_seeds=(0,),
+                progress=False, log=lambda m: None)
+    a = r.alpha.sel(condition="genuine", direction="A->B", split_seed=0).values
+    assert np.isfinite(a[:4]).all() and np.isnan(a[4:]).all()
+    assert r.attrs["alpha"] == "cv"
+
+
+def test_netcdf_roundtrip_and_cli(tmp_path, cube, result):
+    p = tmp_path / "res.nc"
+    result.to_netcdf(p)
+    back = xr.open_dataset(p).load()
+    assert back.identical(result)
+    cpath = tmp_path / "cube.nc"
+    cube.to_netcdf(cpath)
+    from synclib.cli import main
+
+    out = tmp_path / "out" / "pair.nc"
+    rc = main(["analyze", str(cpath), "--out", str(out), "--conditions", "genuine,lag1",
+               "--n-samples", "500", "--split-seeds", "0,1", "--persona-disjoint", "--no-progress"])
+    assert rc == 0 and out.exists()
+    r = xr.open_dataset(out)
+    assert list(r.condition.values) == ["genuine", "lag1"]
+    assert (r.sync_r2_mean.sel(condition="genuine") > r.sync_r2_mean.sel(condition="lag1")).all()
+    assert "persona_disjoint_sync_r2" in r
+    assert main(["analyze", str(tmp_path / "missing.nc"), "--out", str(out)]) == 2
+
+
+def test_nonlinear_comparator_runs(cube):
+    r = analyze(cube, conditions=("genuine",), n_samples=600, split_seeds=(0,), nonlinear=True,
+                nonlinear_options={"epochs": 15, "hidden": 64, "lr": 1e-3}, progress=False, log=lambda m: None)
+    nl, af = r.nonlinear_r2.values, r.affine_r2.values
+    used = (r.nonlinear_src_layer >= 0).values[:, None, :]  # B->A has 3 source layers: 3 pairs
+    assert nl.shape == af.shape and np.isfinite(nl[np.broadcast_to(used, nl.shape)]).all()
+    assert np.isnan(nl[1, :, 3]).all()
+    # the planted map is linear: the MLP learns a real part of it
+    assert (nl[np.broadcast_to(used, nl.shape)] > 0.2 * af[np.broadcast_to(used, af.shape)]).all()
+    src = r.nonlinear_src_layer.sel(direction="A->B").values
+    tgt = r.nonlinear_tgt_layer.sel(direction="A->B").values
+    g = r.r2.sel(condition="genuine", direction="A->B", split_seed=0).values
+    np.testing.assert_allclose(af[0, 0], g[src, tgt])

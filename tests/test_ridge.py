@@ -1,0 +1,169 @@
+"""synclib.ridge: equality to scikit-learn, planted maps, CV, errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from sklearn.linear_model import Ridge
+from sklearn.metrics import r2_score
+
+from synclib.ridge import RidgeInputError, episode_folds, r2_grid, r2_grid_subsets
+
+
+def sklearn_grid(X, Y, tr, te, alpha):
+    """The paper's method: one sklearn fit per layer pair (float64 reference)."""
+    X, Y = X.astype(np.float64), Y.astype(np.float64)
+    out = np.zeros((X.shape[1], Y.shape[1]))
+    for i in range(X.shape[1]):
+        for j in range(Y.shape[1]):
+            a = alpha[i] if np.ndim(alpha) else alpha
+            m = Ridge(alpha=a, fit_intercept=True).fit(X[tr, i], Y[tr, j])
+            out[i, j] = r2_score(Y[te, j], m.predict(X[te, i]), multioutput="uniform_average")
+    return out
+
+
+def make(n, Ls, D, Lt, Dt, seed=0, noise=0.5):
+    rng = np.random.default_rng(seed)
+    X = (rng.standard_normal((n, Ls, D)) * np.exp(rng.normal(0, 1, D)) + 3).astype(np.float32)
+    W = rng.standard_normal((Ls, D, Dt)) / np.sqrt(D) / np.exp(rng.normal(0, 1, D))[:, None]
+    Y = (np.einsum("nld,ldk->nk", X, W)[:, None] * rng.uniform(0.2, 1, (1, Lt, 1))
+         + noise * rng.standard_normal((n, Lt, Dt))).astype(np.float32)
+    perm = rng.permutation(n)
+    k = int(0.8 * n)
+    return X, Y, perm[:k], perm[k:]
+
+
+SHAPES = [  # (n, L_src, D_src, L_tgt, D_tgt): n < D, n > D, unequal depths/widths
+    (60, 3, 100, 4, 30),
+    (300, 4, 20, 2, 50),
+    (150, 5, 64, 3, 40),
+    (400, 2, 16, 3, 8),
+]
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("method", ["auto", "gram", "direct"])
+def test_equals_sklearn(shape, method):
+    X, Y, tr, te = make(*shape)
+    ref = sklearn_grid(X, Y, tr, te, 0.1)
+    got = r2_grid(X, Y, tr, te, 0.1, method=method)
+    assert got.shape == (shape[1], shape[3])
+    np.testing.assert_allclose(got, ref, atol=1e-5, rtol=0)
+
+
+def test_constant_and_near_constant_target_columns_match_sklearn():
+    X, Y, tr, te = make(200, 3, 40, 2, 20, seed=1)
+    Y[:, 0, 3] = 2.5                      # constant everywhere: sklearn scores it 1
+    Y[te, 1, 4] = -1.0                    # constant on test only: sklearn scores it 0
+    Y[:, 1, 5] *= 1e-3                    # near-constant (tiny variance)
+    ref = sklearn_grid(X, Y, tr, te, 0.1)
+    for method in ("gram", "direct"):
+        np.testing.assert_allclose(r2_grid(X, Y, tr, te, 0.1, method=method), ref, atol=1e-5, rtol=0)
+
+
+def test_torch_input_and_float16_storage():
+    X, Y, tr, te = make(120, 3, 30, 2, 10, seed=2)
+    ref = sklearn_grid(X, Y, tr, te, 0.1)
+    got = r2_grid(torch.from_numpy(X), torch.from_numpy(Y), torch.as_tensor(tr), torch.as_tensor(te))
+    np.testing.assert_allclose(got, ref, atol=1e-5)
+    # float16 storage is upcast per layer; compare with sklearn on the same float16 values
+    X16, Y16 = X.astype(np.float16), Y.astype(np.float16)
+    np.testing.assert_allclose(r2_grid(X16, Y16, tr, te),
+                               sklearn_grid(X16.astype(np.float32), Y16.astype(np.float32), tr, te, 0.1), atol=1e-5)
+
+
+def test_paired_rows_and_per_layer_alpha():
+    X, Y, tr, te = make(150, 3, 20, 2, 10, seed=3)
+    alphas = np.array([0.1, 10.0, 1000.0])
+    ref = sklearn_grid(X, Y, tr, te, alphas)
+    # pair X rows with shifted Y rows explicitly
+    Ys = np.concatenate([np.zeros((5, 2, 10), np.float32), Y])
+    got = r2_grid(X, Ys, (tr, tr + 5), (te, te + 5), alphas)
+    np.testing.assert_allclose(got, ref, atol=1e-5)
+
+
+def test_planted_linear_map_recovered_and_shuffled_target_is_not():
+    rng = np.random.default_rng(4)
+    n, D = 500, 20
+    X = rng.standard_normal((n, 2, D)).astype(np.float32)
+    W = rng.standard_normal((D, 15))
+    Y = np.stack([X[:, 0] @ W + 0.01 * rng.standard_normal((n, 15)),
+                  rng.standard_normal((n, 15))], 1).astype(np.float32)
+    tr, te = np.arange(400), np.arange(400, 500)
+    g = r2_grid(X, Y, tr, te, 0.1)
+    assert g[0, 0] > 0.999
+    assert g[1, 0] < 0.05 and g[0, 1] < 0.05  # unrelated layers
+    Ysh = Y.copy()
+    Ysh[:, 0] = Y[rng.permutation(n), 0]  # break the pairing
+    assert r2_grid(X, Ysh, tr, te, 0.1)[0, 0] < 0.05
+
+
+def test_subsets_equal_separate_grids():
+    X, Y, tr, te = make(200, 3, 25, 2, 12, seed=5)
+    subs = [te[:15], te[15:30], te[5:40]]
+    got = r2_grid_subsets(X, Y, tr, subs, 0.1)
+    for i, s in enumerate(subs):
+        np.testing.assert_allclose(got[i], sklearn_grid(X, Y, tr, s, 0.1), atol=1e-5)
+
+
+def test_cv_picks_the_grouped_cv_optimum():
+    """alpha='cv' equals a brute-force sklearn grouped CV with the same folds and criterion."""
+    X, Y, tr, te = make(240, 2, 30, 2, 6, seed=6, noise=2.0)
+    groups = tr // 4  # 4 samples per "episode"
+    grid = (0.01, 1.0, 100.0, 1e4)
+    r2, al = r2_grid(X, Y, tr, te, "cv", groups=groups, cv_alphas=grid, cv_folds=3,
+                     cv_columns=None, return_alpha=True)
+    folds = episode_folds(groups, 3, seed=0)
+    for l in range(2):
+        score = np.zeros((len(grid), 2))
+        for vm in folds:
+            f, v = tr[~vm], tr[vm]
+            for ai, a in enumerate(grid):
+                for t in range(2):
+                    m = Ridge(alpha=a).fit(X[f, l].astype(float), Y[f, t].astype(float))
+                    score[ai, t] += r2_score(Y[v, t].astype(float), m.predict(X[v, l].astype(float)))
+        assert al[l] == grid[int(score.max(1).argmax())]
+    np.testing.assert_allclose(r2, sklearn_grid(X, Y, tr, te, al), atol=1e-5)
+    # folds hold whole groups
+    for vm in folds:
+        assert not set(groups[vm]) & set(groups[~vm])
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(train=np.arange(2)), "too few samples"),
+    (dict(test=np.arange(50, 51)), "too few samples"),
+    (dict(alpha=-1.0), "alpha"),
+    (dict(alpha="auto"), "alpha"),
+    (dict(precision="fp8"), "precision"),
+    (dict(precision="tf32"), "CUDA"),
+    (dict(train=np.arange(10, 60), test=(np.arange(5), np.arange(4))), "mismatched sample counts"),
+])
+def test_errors(kwargs, match):
+    X, Y, _, _ = make(60, 2, 8, 2, 4, seed=7)
+    args = dict(X=X, Y=Y, train=np.arange(10, 60), test=np.arange(10), alpha=0.1)
+    args.update(kwargs)
+    with pytest.raises(RidgeInputError, match=match):
+        r2_grid(args.pop("X"), args.pop("Y"), args.pop("train"), args.pop("test"), args.pop("alpha"), **args)
+
+
+def test_error_nan_constant_and_count_mismatch():
+    X, Y, tr, te = make(60, 2, 8, 2, 4, seed=8)
+    Xn = X.copy()
+    Xn[tr[0], 1, 3] = np.nan
+    with pytest.raises(RidgeInputError, match=r"X holds NaN or inf.*layer 1"):
+        r2_grid(Xn, Y, tr, te)
+    Yn = Y.copy()
+    Yn[te[0], 0, 0] = np.inf
+    with pytest.raises(RidgeInputError, match=r"Y holds NaN or inf"):
+        r2_grid(X, Yn, tr, te)
+    Xn[tr[0], 1, 3] = 0
+    Xn[tr[1]] = np.nan  # a NaN in a row that is not used is fine
+    np.testing.assert_allclose(r2_grid(Xn, Y, tr[2:], te), sklearn_grid(X, Y, tr[2:], te, 0.1), atol=1e-5)
+    Yc = Y.copy()
+    Yc[:, 1] = 7.0
+    with pytest.raises(RidgeInputError, match="target layer 1 is constant"):
+        r2_grid(X, Yc, tr, te)
+    with pytest.raises(RidgeInputError, match="mismatched sample counts"):
+        r2_grid(X, Y[:50], tr[tr < 50], te[te < 50])
+    with pytest.raises(RidgeInputError, match="groups"):
+        r2_grid(X, Y, tr, te, "cv", groups=np.zeros(len(tr)))
