@@ -396,11 +396,17 @@ def analyze(cube, conditions=("genuine", "passive", "lag1", "lag2"), *, alpha=0.
         steps += len(sample_sizes) * nd * ns
     bar = tqdm(total=steps, desc="SyncR^2 grids", disable=not progress, file=sys.stderr)
 
-    def fit(ds: Dataset, tr, te, groups):
+    def fit(ds: Dataset, tr, te, groups, what: str = ""):
+        """One R^2 grid; a dataset too small or degenerate to fit gives NaN and a note."""
         a = alpha
-        g, al = r2_grid(ds.X, ds.Y, (ds.x_rows[tr], ds.y_rows[tr]), (ds.x_rows[te], ds.y_rows[te]),
-                        a, groups=groups[tr] if a == "cv" else None, return_alpha=True, **ridge_kw)
-        return g, al
+        try:
+            return r2_grid(ds.X, ds.Y, (ds.x_rows[tr], ds.y_rows[tr]), (ds.x_rows[te], ds.y_rows[te]),
+                           a, groups=groups[tr] if a == "cv" else None, return_alpha=True, **ridge_kw)
+        except RidgeInputError as exc:
+            msg = f"{what or ds.info.get('condition', '')}: not fitted ({exc}); left NaN"
+            notes.append(msg)
+            log("note: " + msg)
+            return np.full((ds.X.shape[1], ds.Y.shape[1]), np.nan), np.full(ds.X.shape[1], np.nan)
 
     genuine_cache = {}
     for di, d in enumerate(directions):
@@ -415,8 +421,14 @@ def analyze(cube, conditions=("genuine", "passive", "lag1", "lag2"), *, alpha=0.
             Ls = ds.X.shape[1]
             Lt = ds.Y.shape[1]
             for si, seed in enumerate(split_seeds):
-                tr, te, _ = episode_split(ds.episode, n_samples, seed)
-                g, al = fit(ds, tr, te, ds.episode)
+                try:
+                    tr, te, _ = episode_split(ds.episode, n_samples, seed)
+                except AnalysisError as exc:  # too few episodes for this condition
+                    notes.append(f"{c} {d} split {seed}: not fitted ({exc}); left NaN")
+                    log("note: " + notes[-1])
+                    bar.update(1)
+                    continue
+                g, al = fit(ds, tr, te, ds.episode, f"{c} {d} split {seed}")
                 r2[ci, di, si, :Ls, :Lt] = g
                 alphas[ci, di, si, :Ls] = al
                 sr[ci, di, si], srn[ci, di, si], topk[ci, di, si, :Lt] = _grid_scores(g, Lt)
@@ -553,11 +565,12 @@ def analyze(cube, conditions=("genuine", "passive", "lag1", "lag2"), *, alpha=0.
             g0 = genuine_cache[(d, split_seeds[0])][3]
             if nonlinear_pairs is None:
                 srcs_l = np.unique(np.linspace(0, g0.shape[0] - 1, min(4, g0.shape[0])).round().astype(int))
-                pairs_by_dir[d] = [(int(l), int(np.nanargmax(g0[l]))) for l in srcs_l]
+                pairs_by_dir[d] = [(int(l), int(np.nanargmax(g0[l]))) for l in srcs_l
+                                   if np.isfinite(g0[l]).any()]
             else:
                 pairs_by_dir[d] = [tuple(map(int, p)) for p in
                                    (nonlinear_pairs[d] if isinstance(nonlinear_pairs, dict) else nonlinear_pairs)]
-        npair = max(len(p) for p in pairs_by_dir.values())
+        npair = max([len(p) for p in pairs_by_dir.values()] + [0])
         nl = np.full((nd, ns, npair), np.nan)
         af = np.full((nd, ns, npair), np.nan)
         ps = np.full((nd, npair), -1, dtype=np.int64)
@@ -586,9 +599,14 @@ def analyze(cube, conditions=("genuine", "passive", "lag1", "lag2"), *, alpha=0.
     if tom:
         from synclib.tom import tom_decode
 
-        t = tom_decode(cube, split_seeds=split_seeds, device=device, progress=progress,
-                       **(tom_options or {}))
-        out = xr.merge([out, t], combine_attrs="override")
+        try:
+            t = tom_decode(cube, split_seeds=split_seeds, device=device, progress=progress,
+                           **(tom_options or {}))
+        except (AnalysisError, RidgeInputError) as exc:  # too few ToM samples
+            notes.append(f"ToM decoding: not done ({exc})")
+            log("note: " + notes[-1])
+        else:
+            out = xr.merge([out, t], combine_attrs="override")
 
     out.attrs.update({
         "title": "synclib SyncR^2 analysis",

@@ -1216,46 +1216,73 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
-def run(args: argparse.Namespace) -> int:
-    """``synclib evaluate``: judge a cube and write ``CUBE.judge.csv``."""
+def evaluate_cube(cube: str | os.PathLike, *, scenarios: str | os.PathLike = "embedded",
+                  judge_model: str, judge_url: str | None = None,
+                  api_key_env: str = "OPENAI_API_KEY", mode: str | None = None,
+                  concurrency: int = 8, out: str | os.PathLike | None = None,
+                  cache: str | os.PathLike | None = None, device: str | None = None,
+                  limit: int | None = None, timeout: float = 300.0, max_retries: int = 5,
+                  seed: int = 0, max_tokens: int | None = None, batch_size: int = 16,
+                  progress: bool = True, log=None) -> pd.DataFrame:
+    """Judge every dialog of a cube and write the tidy table (``CUBE.judge.csv``).
+
+    The library form of ``synclib evaluate`` (same parameters as its options).
+    ``mode`` defaults to ``json`` with ``judge_url`` and ``constrained`` for a
+    local judge.  Answers are cached in ``cache`` (default
+    ``CUBE.judge-cache.jsonl``), so an interrupted call loses nothing paid for.
+    Returns the table that was written.
+    """
     from synclib.scenarios import load_tasks
 
-    cube = Path(args.cube)
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    cube = Path(cube)
     if not cube.is_file():
-        raise SystemExit(f"synclib evaluate: cube {cube} does not exist")
-    mode = args.mode or ("json" if args.judge_url else "constrained")
-    if mode == "constrained" and args.judge_url:
-        raise SystemExit("synclib evaluate: --mode constrained needs a local judge (drop "
-                         "--judge-url); an HTTP endpoint gives no score distributions")
-    tasks = load_tasks(args.scenarios)
-    instructions, source = load_instructions(args.scenarios)
+        raise JudgeError(f"cube {cube} does not exist")
+    mode = mode or ("json" if judge_url else "constrained")
+    if mode not in MODES:
+        raise JudgeError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode == "constrained" and judge_url:
+        raise JudgeError("mode 'constrained' needs a local judge (no judge_url): an HTTP "
+                         "endpoint gives no score distributions")
+    tasks = load_tasks(scenarios)
+    instructions, source = load_instructions(scenarios)
     items = items_from_cube(cube, tasks)
-    if args.limit is not None:
-        items = items[: args.limit]
-    if args.judge_url:
-        backend: Any = OpenAIBackend(args.judge_url, args.judge_model, args.api_key_env,
-                                     timeout=args.timeout, max_retries=args.max_retries,
-                                     seed=args.seed, max_tokens=args.max_tokens)
+    if limit is not None:
+        items = items[:limit]
+    if judge_url:
+        backend: Any = OpenAIBackend(judge_url, judge_model, api_key_env, timeout=timeout,
+                                     max_retries=max_retries, seed=seed, max_tokens=max_tokens)
     else:
         from synclib.models import load_model
 
-        backend = LocalBackend(load_model(args.judge_model, device=args.device),
-                               max_new_tokens=args.max_tokens or 1024,
-                               batch_size=args.batch_size, seed=args.seed)
-    out = Path(args.out) if args.out else cube.with_suffix(".judge.csv")
-    cache = JudgeCache(args.cache if args.cache else cube.with_suffix(".judge-cache.jsonl"))
+        backend = LocalBackend(load_model(judge_model, device=device),
+                               max_new_tokens=max_tokens or 1024, batch_size=batch_size, seed=seed)
+    out = Path(out) if out else cube.with_suffix(".judge.csv")
+    cache_ = JudgeCache(cache if cache else cube.with_suffix(".judge-cache.jsonl"))
     what = f"instructions: {source}" if mode == "json" else "one question per agent and dimension"
-    print(f"judging {len(items)} dialogs with {backend.judge_id} ({mode} mode, {what}); "
-          f"cache {cache.path} holds {len(cache)} answers", file=sys.stderr)
+    log(f"judging {len(items)} dialogs with {backend.judge_id} ({mode} mode, {what}); "
+        f"cache {cache_.path} holds {len(cache_)} answers")
     try:
-        table = judge_items(items, backend, mode=mode, cache=cache, instructions=instructions,
-                            concurrency=args.concurrency, progress=not args.no_progress)
+        table = judge_items(items, backend, mode=mode, cache=cache_, instructions=instructions,
+                            concurrency=concurrency, progress=progress)
     finally:
         backend.close()
     save_table(table, out)
     missing = int(table["score"].isna().sum())
-    perf = social_performance(table)
-    print(f"wrote {out}: {len(table) - missing} scores, {missing} missing; "
-          f"social performance {perf:.3f}; {backend.requests_sent} judge calls",
-          file=sys.stderr)
+    log(f"wrote {out}: {len(table) - missing} scores, {missing} missing; "
+        f"social performance {social_performance(table):.3f}; {backend.requests_sent} judge calls")
+    return table
+
+
+def run(args: argparse.Namespace) -> int:
+    """``synclib evaluate``: judge a cube and write ``CUBE.judge.csv``."""
+    try:
+        evaluate_cube(args.cube, scenarios=args.scenarios, judge_model=args.judge_model,
+                      judge_url=args.judge_url, api_key_env=args.api_key_env, mode=args.mode,
+                      concurrency=args.concurrency, out=args.out, cache=args.cache,
+                      device=args.device, limit=args.limit, timeout=args.timeout,
+                      max_retries=args.max_retries, seed=args.seed, max_tokens=args.max_tokens,
+                      batch_size=args.batch_size, progress=not args.no_progress)
+    except JudgeError as exc:
+        raise SystemExit(f"synclib evaluate: {exc}") from None
     return 0

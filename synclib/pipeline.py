@@ -135,7 +135,9 @@ def validate_config(cfg: dict, source: str = "<config>", base: Path = REPO_ROOT)
     if judge["model"] is None:
         raise ConfigError(f"{source}: judge.model is required (a local model spec or the served model name)")
     ana = cfg.setdefault("analysis", {})
-    for key, default in dict(alpha=0.1, n_samples=6500, split_seeds=[0, 1, 2], lags=[1, 2]).items():
+    for key, default in dict(alpha=0.1, n_samples=6500, split_seeds=[0, 1, 2], lags=[1, 2],
+                             persona_disjoint=True, relationship=True, sample_sizes=None,
+                             nonlinear=True, tom=True).items():
         ana.setdefault(key, default)
     if not (ana["alpha"] == "cv" or isinstance(ana["alpha"], (int, float)) and ana["alpha"] > 0):
         raise ConfigError(f"{source}: analysis.alpha must be a positive number or 'cv', got {ana['alpha']!r}")
@@ -268,9 +270,14 @@ def step_analyze(cfg: dict, pair: str, out: Path, cube: str) -> None:
     from synclib.cube import open_cube
 
     ana = cfg["analysis"]
-    result = analyze(open_cube(cube), alpha=ana["alpha"], n_samples=ana["n_samples"],
-                     split_seeds=tuple(ana["split_seeds"]), lags=tuple(ana["lags"]),
-                     device=_device(cfg))
+    sim = cfg["simulate"]
+    result = analyze(
+        open_cube(cube), alpha=ana["alpha"], n_samples=ana["n_samples"],
+        split_seeds=tuple(ana["split_seeds"]), lags=tuple(ana["lags"]), device=_device(cfg),
+        persona_disjoint=ana["persona_disjoint"], relationship=ana["relationship"],
+        sample_sizes=ana["sample_sizes"] or None, nonlinear=ana["nonlinear"],
+        tom=ana["tom"] and sim["tom"],
+    )
     tmp = out.with_name(out.name + ".tmp")
     result.to_netcdf(tmp)
     os.replace(tmp, out)

@@ -1,0 +1,673 @@
+"""Hooked, batched generation that records last-prompt-token states.
+
+The engine runs a :class:`~synclib.models.LoadedModel` over batches of prompts and
+returns, for every prompt (a *row*), the output of every decoder layer at the last
+prompt token (the position that produces the first new token), as float32 arrays of
+shape ``(n_layers, d_model)``.  Nothing else of the sequence is kept.
+
+Entry points
+------------
+:class:`Engine`
+    Holds a model and the per-session key/value caches.  ``generate``, ``read_states``,
+    ``word_distributions`` and ``tom_distributions`` all accept a *session* per row: an
+    arbitrary hashable key (e.g. ``(task_index, sim_seed, agent, view)``) under which the
+    keys/values of that row's prompt are kept; the next prompt of the same session only
+    prefills the tokens after the longest common token prefix with the previous one.
+    Call :meth:`Engine.forget` when a session (episode) ends.
+:func:`generate`, :func:`read_states`, :func:`word_distributions`
+    One-shot wrappers around a fresh :class:`Engine` (no cache kept between calls).
+:func:`row_seed`
+    The sampling seed of a row from integer keys, e.g. ``row_seed(sim_seed, task, utterance)``.
+
+How a batch is laid out
+-----------------------
+Row ``i`` has ``n_i`` prompt tokens, of which the first ``a_i`` have keys/values in its
+session cache (0 without reuse).  The new segment is ``S = max(n_i - a_i)`` columns wide;
+row ``i`` takes ``p_i = max(0, n_i - S)`` tokens from its cache and feeds the other
+``n_i - p_i`` as input, so (with ``P = max p_i``) the batch is
+
+``[pad (P + S - n_i) | cached prefix (p_i) | new tokens (n_i - p_i)]``
+
+LEFT padding only, no holes: the last column is every row's last prompt token, where the
+hooks read the states and the logits of the first new token are taken.  A row may re-read
+a few cached tokens so that all rows' new segments line up (rows are grouped by new-token
+count to keep that small).  Padded positions are masked out of attention and every real
+token gets its true position id (``cumsum(mask) - 1``), so a row's states and logits equal
+those of the same prompt run alone, up to float rounding; as the padding is only on the
+left this also holds for sliding-window attention (Gemma-3).  Cached prefixes are kept per
+session on the model's device, without padding, and re-assembled per batch.
+
+Sampling
+--------
+Temperature sampling by inverse CDF: each row owns a CPU ``torch.Generator`` seeded with
+its request's seed; at every step it draws one uniform number ``u`` and the token is the
+first whose cumulative probability exceeds ``u``.  A row's text therefore depends only on
+its prompt and seed, not on which other rows share its batch, up to float rounding: padding
+and cache reuse change the logits by ~1e-5, which flips a draw when ``u`` falls that close
+to a cumulative-probability boundary (seen about once in a few hundred draws with SmolLM2;
+later utterances of that dialog then differ too).  The same command on the same machine
+is exactly reproducible.  Probabilities and their cumulative sum are computed in float64.  ``temperature=0`` is greedy.  A row stops at any of the model's stop tokens
+(EOS and end-of-turn, ``LoadedModel.stop_token_ids``) or after ``max_new_tokens``.
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+from collections import Counter, OrderedDict
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable, Hashable, Sequence
+
+import numpy as np
+
+__all__ = ["Engine", "Request", "Result", "generate", "read_states", "word_distributions",
+           "row_seed", "candidate_sequences", "EMOTIONS", "ACTIONS"]
+
+#: The 8 emotion words of the Theory-of-Mind instruction, in the cube's order.
+EMOTIONS = ("Joy", "Trust", "Fear", "Surprise", "Sadness", "Disgust", "Anger", "Anticipation")
+#: The 5 action types of the Theory-of-Mind instruction, in the cube's order.
+ACTIONS = ("Assertive", "Directive", "Commissive", "Expressive", "Declaration")
+
+
+def row_seed(*keys: int) -> int:
+    """A 63-bit sampling seed derived from integer keys.
+
+    Parameters
+    ----------
+    *keys : int
+        E.g. ``(sim_seed, task_index, utterance_index)``; any number of non-negative ints.
+
+    Returns
+    -------
+    int
+        Stable across runs, platforms and Python versions (SHA-256 of the keys).
+    """
+    text = ",".join(str(int(k)) for k in keys)
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
+
+
+@dataclass(frozen=True)
+class Request:
+    """One row to generate.
+
+    Attributes
+    ----------
+    prompt : str or sequence of int
+        Chat-formatted prompt text (:meth:`LoadedModel.chat_prompt`) or its token ids.
+    seed : int
+        Seed of the row's random generator (see :func:`row_seed`).
+    session : hashable, optional
+        Key of the KV cache to reuse and update (one per agent and episode); ``None``
+        means no reuse.
+    """
+
+    prompt: object
+    seed: int = 0
+    session: Hashable | None = None
+
+
+@dataclass
+class Result:
+    """What :meth:`Engine.generate` returns for one row.
+
+    Attributes
+    ----------
+    text : str
+        Generated text, special tokens removed, stop token excluded (not post-processed).
+    token_ids : list[int]
+        Generated token ids (stop token excluded).
+    prompt_ids : list[int]
+        The prompt's token ids; ``len(prompt_ids)`` is the prompt length.
+    states : numpy.ndarray
+        ``(n_layers, d_model)`` float32: every decoder layer's output at the last prompt token.
+    finish_reason : str
+        ``"stop"`` (a stop token was sampled) or ``"length"`` (``max_new_tokens`` reached).
+    reused_tokens : int
+        Prompt tokens whose keys/values came from the session cache instead of a prefill.
+    """
+
+    text: str
+    token_ids: list
+    prompt_ids: list
+    states: np.ndarray
+    finish_reason: str
+    reused_tokens: int = 0
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt_ids)
+
+
+@dataclass
+class _Session:
+    ids: list
+    kv: list  # per layer: (keys (1, H, n, Dh), values (1, H, n, Dh))
+    nbytes: int = 0
+
+
+@dataclass
+class _Prefill:
+    """Output of one batched prefill (internal)."""
+
+    logits: object          # (B, V) float32, next-token logits after the last prompt token
+    states: np.ndarray      # (B, L, D) float32
+    cache: object           # DynamicCache over (B, P + S) columns
+    mask: object            # (B, P + S) long
+    next_pos: object        # (B,) long, position id of the next token
+    reused: list = field(default_factory=list)
+
+
+def _is_oom(exc: BaseException) -> bool:
+    import torch
+
+    return isinstance(exc, torch.cuda.OutOfMemoryError) or (
+        isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def candidate_sequences(tokenizer, candidates: Sequence[str]) -> list[list[tuple[int, ...]]]:
+    """Token sequences that spell each candidate word at the next position.
+
+    Every candidate gets two variants: the word as is and with a leading space (``"Joy"``
+    and ``" Joy"``), tokenized without special tokens; identical variants are merged.  The
+    first is what a model emits at the start of a line or turn, the second after a word
+    or punctuation mark, so summing them makes the score independent of the context.
+
+    Returns
+    -------
+    list of list of tuple of int
+        ``[candidate][variant] -> token ids``.
+
+    Raises
+    ------
+    ValueError
+        When a candidate is empty or two candidates are the same string.
+    """
+    if len(set(candidates)) != len(candidates):
+        raise ValueError(f"candidates must be distinct, got {list(candidates)}")
+    out = []
+    for c in candidates:
+        if not isinstance(c, str) or not c.strip():
+            raise ValueError(f"candidate words must be non-empty strings, got {c!r}")
+        variants = []
+        for text in (c, " " + c.lstrip()):
+            ids = tuple(tokenizer(text, add_special_tokens=False)["input_ids"])
+            if ids and ids not in variants:
+                variants.append(ids)
+        out.append(variants)
+    return out
+
+
+class Engine:
+    """Batched, hooked prefill and sampling over a loaded model, with per-session KV reuse.
+
+    Parameters
+    ----------
+    lm : LoadedModel
+        From :func:`synclib.models.load_model`.
+    batch_size : int, default 16
+        Most rows per forward pass.  On out-of-memory a batch is retried in halves and the
+        cap is lowered for later calls (``self.batch_size``).
+    kv_reuse : bool, default True
+        Keep each session's prompt keys/values and prefill only the new suffix.
+    max_cache_bytes : int, optional
+        Budget of the session caches; least recently used sessions are dropped beyond it.
+        Default: 4 GiB on CPU, 30 % of the device's memory on CUDA.
+
+    Attributes
+    ----------
+    stats : collections.Counter
+        ``prefill_tokens`` (tokens run through prefill, padding excluded),
+        ``reused_tokens`` (prompt tokens taken from session caches), ``generated_tokens``,
+        ``forward_calls``, ``oom_retries``.
+    """
+
+    def __init__(self, lm, batch_size: int = 16, kv_reuse: bool = True,
+                 max_cache_bytes: int | None = None):
+        import torch
+
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        self.lm = lm
+        self.batch_size = int(batch_size)
+        self.kv_reuse = bool(kv_reuse)
+        if max_cache_bytes is None:
+            if lm.device.type == "cuda":
+                max_cache_bytes = int(0.3 * torch.cuda.get_device_properties(lm.device).total_memory)
+            else:
+                max_cache_bytes = 4 << 30
+        self.max_cache_bytes = int(max_cache_bytes)
+        self.stats: Counter = Counter()
+        self._sessions: OrderedDict = OrderedDict()
+        self._cache_bytes = 0
+        params = inspect.signature(lm.model.forward).parameters
+        self._logits_kw = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
+
+    # -- session cache ---------------------------------------------------------------
+    def forget(self, session: Hashable) -> None:
+        """Drop the cached keys/values of ``session`` (call when an episode ends)."""
+        s = self._sessions.pop(session, None)
+        if s is not None:
+            self._cache_bytes -= s.nbytes
+
+    def clear(self) -> None:
+        """Drop every session cache."""
+        self._sessions.clear()
+        self._cache_bytes = 0
+
+    @property
+    def cached_sessions(self) -> int:
+        """Number of sessions holding keys/values."""
+        return len(self._sessions)
+
+    def _store(self, session, ids, kv) -> None:
+        self.forget(session)
+        nbytes = sum(k.numel() * k.element_size() * 2 for k, _ in kv)
+        if nbytes > self.max_cache_bytes:
+            return
+        self._sessions[session] = _Session(list(ids), kv, nbytes)
+        self._cache_bytes += nbytes
+        while self._cache_bytes > self.max_cache_bytes and self._sessions:
+            _, old = self._sessions.popitem(last=False)
+            self._cache_bytes -= old.nbytes
+
+    # -- core: one batched prefill with hooks ----------------------------------------
+    def _ids(self, prompt) -> list[int]:
+        if isinstance(prompt, str):
+            return self.lm.encode(prompt)
+        ids = [int(t) for t in prompt]
+        if not ids:
+            raise ValueError("empty prompt (no tokens)")
+        return ids
+
+    @contextmanager
+    def _hooks(self, sink: list):
+        """Register forward hooks that append each layer's last-column output to ``sink``."""
+        def hook(_module, _inputs, output):
+            hidden = output[0] if isinstance(output, (tuple, list)) else output
+            sink.append(hidden[:, -1, :].detach().float())
+
+        handles = [layer.register_forward_hook(hook) for layer in self.lm.decoder_layers]
+        try:
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    def _prefill(self, rows: list[tuple[list, Hashable]]) -> _Prefill:
+        """Prefill ``rows`` (token ids, session) in one padded batch; update their sessions."""
+        import torch
+        from transformers import DynamicCache
+
+        dev = self.lm.device
+        B = len(rows)
+        cached, avail = [], []
+        for ids, session in rows:
+            s = self._sessions.get(session) if (self.kv_reuse and session is not None) else None
+            if s is not None:
+                self._sessions.move_to_end(session)
+            avail.append(min(_common_prefix(ids, s.ids), len(ids) - 1) if s is not None else 0)
+            cached.append(s)
+        # Gap-free layout: every row's new tokens end at the last column and its cached
+        # prefix ends where the new segment starts; a row re-reads cached tokens rather
+        # than leaving a hole, so only the left edge is padded.
+        S = max(len(ids) - a for (ids, _), a in zip(rows, avail))
+        reused = [max(0, len(ids) - S) for ids, _ in rows]
+        P = max(reused)
+
+        input_ids = torch.full((B, S), self.lm.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((B, P + S), dtype=torch.long)
+        for i, ((ids, _), p) in enumerate(zip(rows, reused)):
+            suffix = ids[p:]
+            input_ids[i, S - len(suffix):] = torch.tensor(suffix)
+            mask[i, P + S - len(ids):] = 1
+        mask = mask.to(dev)
+        input_ids = input_ids.to(dev)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+
+        if P > 0:
+            ref = next(s for s, p in zip(cached, reused) if p > 0).kv
+            layers = []
+            for li in range(len(ref)):
+                k = ref[li][0].new_zeros((B, ref[li][0].shape[1], P, ref[li][0].shape[3]))
+                v = ref[li][1].new_zeros((B, ref[li][1].shape[1], P, ref[li][1].shape[3]))
+                for i, (s, p) in enumerate(zip(cached, reused)):
+                    if p > 0:
+                        k[i, :, P - p:] = s.kv[li][0][0, :, :p]
+                        v[i, :, P - p:] = s.kv[li][1][0, :, :p]
+                layers.append((k, v))
+            cache = DynamicCache(ddp_cache_data=layers)
+        else:
+            cache = DynamicCache()
+
+        sink: list = []
+        with torch.inference_mode(), self._hooks(sink):
+            out = self.lm.model(input_ids=input_ids, attention_mask=mask,
+                                position_ids=positions[:, P:], past_key_values=cache,
+                                use_cache=True, **self._logits_kw)
+        cache = out.past_key_values
+        self.stats["forward_calls"] += 1
+        self.stats["prefill_tokens"] += sum(len(ids) - p for (ids, _), p in zip(rows, reused))
+        self.stats["reused_tokens"] += sum(reused)
+        states = torch.stack(sink, dim=1).cpu().numpy()  # (B, L, D)
+
+        if self.kv_reuse:
+            for i, (ids, session) in enumerate(rows):
+                if session is None:
+                    continue
+                keep = mask[i].bool()
+                kv = [(layer.keys[i:i + 1][:, :, keep].clone(), layer.values[i:i + 1][:, :, keep].clone())
+                      for layer in cache.layers]
+                self._store(session, ids, kv)
+        logits = out.logits[:, -1, :].float()
+        return _Prefill(logits=logits, states=states, cache=cache, mask=mask,
+                        next_pos=positions[:, -1] + 1, reused=reused)
+
+    def _batched(self, items: list, fn: Callable[[list], list]) -> list:
+        """Apply ``fn`` to chunks of ``items`` (at most ``batch_size``), halving on OOM."""
+        import torch
+
+        out: list = []
+        start = 0
+        while start < len(items):
+            chunk = items[start:start + self.batch_size]
+            try:
+                out.extend(fn(chunk))
+                start += len(chunk)
+            except Exception as exc:  # noqa: BLE001 - only OOM is handled
+                if not _is_oom(exc) or len(chunk) == 1:
+                    raise
+                self.batch_size = max(1, len(chunk) // 2)
+                self.stats["oom_retries"] += 1
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+        return out
+
+    def _order(self, ids_list: list[list], sessions: Sequence) -> list[int]:
+        """Row order that groups rows with similar new-token counts (most first), then length."""
+        def new_tokens(i):
+            s = self._sessions.get(sessions[i]) if (self.kv_reuse and sessions[i] is not None) else None
+            return len(ids_list[i]) - (_common_prefix(ids_list[i], s.ids) if s is not None else 0)
+
+        return sorted(range(len(ids_list)), key=lambda i: (-new_tokens(i), -len(ids_list[i])))
+
+    # -- public API --------------------------------------------------------------------
+    def read_states(self, prompts: Sequence, sessions: Sequence | None = None) -> np.ndarray:
+        """Prefill only; the states at the last prompt token (the passive reader).
+
+        Parameters
+        ----------
+        prompts : sequence of str or sequence of token-id lists
+            Chat-formatted prompts (:meth:`LoadedModel.chat_prompt`) or their token ids.
+        sessions : sequence of hashable, optional
+            Session key per prompt for KV reuse (``None`` entries: no reuse).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(len(prompts), n_layers, d_model)`` float32.
+        """
+        ids = [self._ids(p) for p in prompts]
+        sessions = list(sessions) if sessions is not None else [None] * len(ids)
+        if len(sessions) != len(ids):
+            raise ValueError(f"sessions has {len(sessions)} entries for {len(ids)} prompts")
+        order = self._order(ids, sessions)
+        res = self._batched(order, lambda chunk: list(
+            self._prefill([(ids[i], sessions[i]) for i in chunk]).states))
+        out = np.empty((len(ids), self.lm.n_layers, self.lm.d_model), dtype=np.float32)
+        for i, st in zip(order, res):
+            out[i] = st
+        return out
+
+    def generate(self, requests: Sequence[Request], max_new_tokens: int = 300,
+                 temperature: float = 0.7, on_step: Callable[[int], None] | None = None
+                 ) -> list[Result]:
+        """Sample a reply for every request; record its last-prompt-token states.
+
+        Parameters
+        ----------
+        requests : sequence of Request
+            Prompts with their seeds and sessions.
+        max_new_tokens : int, default 300
+        temperature : float, default 0.7
+            0 means greedy decoding.
+        on_step : callable, optional
+            Called after every decoding step with the number of tokens generated in that
+            step (for progress bars).
+
+        Returns
+        -------
+        list of Result
+            In the order of ``requests``.
+        """
+        if max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        if temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {temperature}")
+        reqs = list(requests)
+        ids = [self._ids(r.prompt) for r in reqs]
+        order = self._order(ids, [r.session for r in reqs])
+        res = self._batched(order, lambda chunk: self._generate_batch(
+            [ids[i] for i in chunk], [reqs[i] for i in chunk], max_new_tokens, temperature, on_step))
+        out: list = [None] * len(reqs)
+        for i, r in zip(order, res):
+            out[i] = r
+        return out
+
+    def _generate_batch(self, ids, reqs, max_new_tokens, temperature, on_step) -> list[Result]:
+        import torch
+
+        gens = [torch.Generator(device="cpu").manual_seed(int(r.seed) & ((1 << 63) - 1)) for r in reqs]
+        pre = self._prefill([(x, r.session) for x, r in zip(ids, reqs)])
+        stop = torch.tensor(sorted(self.lm.stop_token_ids), dtype=torch.long, device=self.lm.device)
+        cache, mask, pos, logits = pre.cache, pre.mask, pre.next_pos, pre.logits
+        B = len(reqs)
+        generated: list[list[int]] = [[] for _ in range(B)]
+        finish = ["length"] * B
+        alive = list(range(B))  # original row index of each live batch row
+        for step in range(max_new_tokens):
+            if temperature == 0:
+                tok = logits.argmax(-1)
+            else:
+                cdf = torch.softmax(logits.double() / temperature, dim=-1).cumsum(-1)
+                u = torch.stack([torch.rand((), generator=gens[r], dtype=torch.float64) for r in alive])
+                u = (u.to(cdf.device) * cdf[:, -1]).unsqueeze(-1)
+                tok = torch.searchsorted(cdf, u).squeeze(-1).clamp(max=logits.shape[-1] - 1)
+            is_stop = torch.isin(tok, stop)
+            tok_l, stop_l = tok.tolist(), is_stop.tolist()
+            keep = []
+            for j, r in enumerate(alive):
+                if stop_l[j]:
+                    finish[r] = "stop"
+                else:
+                    generated[r].append(tok_l[j])
+                    keep.append(j)
+            self.stats["generated_tokens"] += len(alive)
+            if on_step is not None:
+                on_step(len(alive))
+            if not keep or step == max_new_tokens - 1:
+                break
+            if len(keep) < len(alive):
+                idx = torch.tensor(keep, device=mask.device)
+                cache.batch_select_indices(idx)
+                mask, pos, tok = mask[idx], pos[idx], tok[idx]
+                alive = [alive[j] for j in keep]
+            mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=1)
+            with torch.inference_mode():
+                out = self.lm.model(input_ids=tok.unsqueeze(-1), attention_mask=mask,
+                                    position_ids=pos.unsqueeze(-1), past_key_values=cache,
+                                    use_cache=True, **self._logits_kw)
+            self.stats["forward_calls"] += 1
+            cache, logits, pos = out.past_key_values, out.logits[:, -1, :].float(), pos + 1
+        return [Result(text=self.lm.decode(generated[i]), token_ids=generated[i], prompt_ids=ids[i],
+                       states=pre.states[i], finish_reason=finish[i], reused_tokens=pre.reused[i])
+                for i in range(B)]
+
+    def word_distributions(self, prompts: Sequence, candidates: Sequence[str],
+                           sessions: Sequence | None = None, return_mass: bool = False):
+        """Probabilities over candidate words at the next position of each prompt.
+
+        Each candidate is scored by the probability that the model's continuation spells
+        it, as is or with a leading space (see :func:`candidate_sequences`); a candidate of
+        several tokens is scored by teacher forcing (product of its tokens' probabilities).
+        When one candidate's tokens are a prefix of another's (``"1"`` and ``"10"`` under a
+        digit-splitting tokenizer), the longer candidates' probability is subtracted from the
+        shorter one's, so that ``"1"`` means "1 and not 10".  The scores are then normalised
+        over the candidates.  With single-token candidates this is exactly the softmax
+        restricted to the candidates' first tokens.
+
+        Parameters
+        ----------
+        prompts : sequence of str or sequence of token-id lists
+            Prompts whose next token is the candidate word (chat-formatted, plus any text
+            already generated, e.g. ``"Joy."`` before the action word).
+        candidates : sequence of str
+            Distinct candidate words, e.g. :data:`EMOTIONS` or ``[str(i) for i in range(11)]``.
+        sessions : sequence of hashable, optional
+            Session key per prompt for KV reuse.
+        return_mass : bool, default False
+            Also return the unnormalised total probability of the candidates (how much of
+            the model's next-token distribution they cover).
+
+        Returns
+        -------
+        numpy.ndarray
+            ``(len(prompts), len(candidates))`` float64, rows summing to 1 (NaN rows when
+            the candidates have zero probability); with ``return_mass``, also ``(len(prompts),)``.
+        """
+        seqs = candidate_sequences(self.lm.tokenizer, candidates)
+        ids = [self._ids(p) for p in prompts]
+        sessions = list(sessions) if sessions is not None else [None] * len(ids)
+        if len(sessions) != len(ids):
+            raise ValueError(f"sessions has {len(sessions)} entries for {len(ids)} prompts")
+        order = self._order(ids, sessions)
+        res = self._batched(order, lambda chunk: self._score_batch(
+            [(ids[i], sessions[i]) for i in chunk], seqs))
+        probs = np.empty((len(ids), len(candidates)))
+        mass = np.empty(len(ids))
+        for i, (p, m) in zip(order, res):
+            probs[i], mass[i] = p, m
+        return (probs, mass) if return_mass else probs
+
+    def _score_batch(self, rows, seqs) -> list[tuple[np.ndarray, float]]:
+        import torch
+        from transformers import DynamicCache
+
+        pre = self._prefill(rows)
+        logp_first = torch.log_softmax(pre.logits, dim=-1)  # (B, V)
+        all_seqs = sorted({s for variants in seqs for s in variants})
+        # prefixes that need a forward pass: every proper prefix of length >= 1 of a multi-token sequence
+        conts = sorted({s[:-1] for s in all_seqs if len(s) > 1})
+        out = []
+        for b in range(len(rows)):
+            logp = {s: float(logp_first[b, s[0]]) for s in all_seqs}
+            if conts:
+                n, lc = len(conts), max(len(c) for c in conts)
+                inp = torch.full((n, lc), self.lm.pad_token_id, dtype=torch.long)
+                cmask = torch.zeros((n, lc), dtype=torch.long)
+                for j, c in enumerate(conts):
+                    inp[j, :len(c)] = torch.tensor(c)
+                    cmask[j, :len(c)] = 1
+                dev = pre.mask.device
+                layers = [(layer.keys[b:b + 1].expand(n, -1, -1, -1).contiguous(),
+                           layer.values[b:b + 1].expand(n, -1, -1, -1).contiguous())
+                          for layer in pre.cache.layers]
+                mask = torch.cat([pre.mask[b:b + 1].expand(n, -1), cmask.to(dev)], dim=1)
+                pos = pre.next_pos[b] + torch.arange(lc, device=dev).unsqueeze(0).expand(n, -1)
+                with torch.inference_mode():
+                    lo = self.lm.model(input_ids=inp.to(dev), attention_mask=mask, position_ids=pos,
+                                       past_key_values=DynamicCache(ddp_cache_data=layers),
+                                       use_cache=True).logits.float()
+                self.stats["forward_calls"] += 1
+                lsm = torch.log_softmax(lo, dim=-1)  # (n, lc, V)
+                index = {c: j for j, c in enumerate(conts)}
+                for s in all_seqs:
+                    if len(s) > 1:
+                        row = lsm[index[s[:-1]]]
+                        logp[s] += float(sum(row[k, s[k + 1]] for k in range(len(s) - 1)))
+            p = {s: float(np.exp(v)) for s, v in logp.items()}
+            # "s and not a longer candidate": subtract the immediate extensions of s
+            exact = {}
+            for s in all_seqs:
+                ext = [t for t in all_seqs if len(t) > len(s) and t[:len(s)] == s]
+                immediate = [t for t in ext if not any(len(s) < len(u) < len(t) and t[:len(u)] == u
+                                                       for u in ext)]
+                exact[s] = max(0.0, p[s] - sum(p[t] for t in immediate))
+            scores = np.array([sum(exact[v] for v in variants) for variants in seqs])
+            total = scores.sum()
+            out.append((scores / total if total > 0 else np.full(len(seqs), np.nan), float(total)))
+        return out
+
+    def tom_distributions(self, requests: Sequence[Request], results: Sequence[Result],
+                          emotions: Sequence[str] = EMOTIONS, actions: Sequence[str] = ACTIONS,
+                          search_tokens: int = 16) -> tuple[np.ndarray, np.ndarray]:
+        """Emotion and action distributions where a ToM reply generates those words.
+
+        The ToM format is ``Emotion. Action type. Response.``  The emotion distribution is
+        read at the first generated position (the prompt's next token); the action
+        distribution at the position after the first generated token containing ``.``
+        (searched among the first ``search_tokens`` generated tokens), i.e. after
+        ``"Joy."`` — the leading-space variant of each action word covers ``" Assertive"``.
+        Both use :meth:`word_distributions` on the exact prompt and generated token ids, with
+        the requests' sessions, so only a token or two is prefilled per row.
+
+        Parameters
+        ----------
+        requests, results : sequences of equal length
+            What was passed to and returned by :meth:`generate`.
+        emotions, actions : sequence of str
+            Candidate words (defaults :data:`EMOTIONS`, :data:`ACTIONS`).
+        search_tokens : int, default 16
+
+        Returns
+        -------
+        emotion : numpy.ndarray
+            ``(rows, len(emotions))``.
+        action : numpy.ndarray
+            ``(rows, len(actions))``; NaN rows where no ``.`` was generated in time.
+        """
+        if len(requests) != len(results):
+            raise ValueError(f"{len(requests)} requests but {len(results)} results")
+        sessions = [r.session for r in requests]
+        emotion = self.word_distributions([r.prompt_ids for r in results], emotions, sessions)
+        action = np.full((len(results), len(actions)), np.nan)
+        prefixes, where, sess = [], [], []
+        for i, (req, res) in enumerate(zip(requests, results)):
+            for k, t in enumerate(res.token_ids[:search_tokens]):
+                if "." in self.lm.tokenizer.decode([t]):
+                    prefixes.append(list(res.prompt_ids) + list(res.token_ids[:k + 1]))
+                    where.append(i)
+                    sess.append(req.session)
+                    break
+        if prefixes:
+            action[where] = self.word_distributions(prefixes, actions, sess)
+        return emotion, action
+
+
+# -- one-shot wrappers -----------------------------------------------------------------
+def generate(lm, requests: Sequence[Request], max_new_tokens: int = 300, temperature: float = 0.7,
+             batch_size: int = 16) -> list[Result]:
+    """:meth:`Engine.generate` with a fresh engine (sessions are not kept afterwards)."""
+    return Engine(lm, batch_size=batch_size).generate(requests, max_new_tokens, temperature)
+
+
+def read_states(lm, prompts: Sequence, batch_size: int = 16) -> np.ndarray:
+    """Prefill-only states ``(len(prompts), n_layers, d_model)`` float32 (passive reader).
+
+    ``prompts`` are chat-formatted texts (:meth:`LoadedModel.chat_prompt`) or token ids.
+    """
+    return Engine(lm, batch_size=batch_size, kv_reuse=False).read_states(prompts)
+
+
+def word_distributions(lm, prompts: Sequence, candidates: Sequence[str], batch_size: int = 16,
+                       return_mass: bool = False):
+    """:meth:`Engine.word_distributions` with a fresh engine: ``(len(prompts), len(candidates))``."""
+    return Engine(lm, batch_size=batch_size, kv_reuse=False).word_distributions(
+        prompts, candidates, return_mass=return_mass)

