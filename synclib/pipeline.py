@@ -132,6 +132,9 @@ def validate_config(cfg: dict, source: str = "<config>", base: Path = REPO_ROOT)
     judge.setdefault("api_key_env", "OPENAI_API_KEY")
     judge.setdefault("mode", "constrained" if judge.get("url") is None else "json")
     judge.setdefault("concurrency", 8)
+    judge.setdefault("limit", None)
+    if judge["limit"] is not None and not (isinstance(judge["limit"], int) and judge["limit"] > 0):
+        raise ConfigError(f"{source}: judge.limit must be a positive int or null, got {judge['limit']!r}")
     if judge["model"] is None:
         raise ConfigError(f"{source}: judge.model is required (a local model spec or the served model name)")
     ana = cfg.setdefault("analysis", {})
@@ -261,7 +264,7 @@ def step_judge(cfg: dict, pair: str, out: Path, cube: str) -> None:
     evaluate_cube(
         cube, scenarios=cfg["scenarios"], judge_model=j["model"], judge_url=j["url"],
         api_key_env=j["api_key_env"], mode=j["mode"], concurrency=j["concurrency"],
-        out=out, device=_device(cfg),
+        out=out, device=_device(cfg), limit=j["limit"],
     )
 
 
@@ -433,9 +436,38 @@ def execute(jobs: dict[str, Job], scheduler: str | None = None, cluster: dict | 
     cores: 8, memory: 64GB, job_extra_directives: ["--gres=gpu:1"]}``.
     """
     import dask
-    from dask import delayed
 
     distributed = scheduler not in (None, "sync", "threads") or bool(cluster)
+    nodes = to_delayed(jobs, distributed)
+    keys = list(jobs)
+    targets = [nodes[k] for k in keys]
+    if not distributed:
+        values = dask.compute(*targets, scheduler=scheduler or "sync", optimize_graph=False)
+        return dict(zip(keys, values))
+    from dask.distributed import Client
+
+    cl = make_cluster(cluster) if cluster else None
+    client = Client(cl if cl is not None else scheduler)
+    try:
+        # a job whose worker dies is rescheduled by dask; `retries` re-runs jobs that raised
+        futures = client.compute(targets, optimize_graph=False, retries=retries)
+        values = client.gather(futures)
+    finally:
+        client.close()
+        if cl is not None:
+            cl.close()
+    return dict(zip(keys, values))
+
+
+def to_delayed(jobs: dict[str, Job], distributed: bool = False) -> dict[str, Any]:
+    """One ``dask.delayed`` node per job, keyed like ``jobs``, wired by ``Job.deps``.
+
+    With ``distributed``, jobs that need a GPU are annotated with the worker
+    resource ``GPU=1``.
+    """
+    import dask
+    from dask import delayed
+
     nodes: dict[str, Any] = {}
 
     def node(key: str):
@@ -447,24 +479,9 @@ def execute(jobs: dict[str, Job], scheduler: str | None = None, cluster: dict | 
                 nodes[key] = delayed(job, pure=False)(*deps, dask_key_name=key)
         return nodes[key]
 
-    keys = list(jobs)
-    targets = [node(k) for k in keys]
-    if not distributed:
-        values = dask.compute(*targets, scheduler=scheduler or "sync", optimize_graph=False)
-        return dict(zip(keys, values))
-    from dask.distributed import Client
-
-    if cluster:
-        cl = make_cluster(cluster)
-        client = Client(cl)
-    else:
-        client = Client(scheduler)
-    try:
-        futures = client.compute(targets, optimize_graph=False, retries=retries)
-        values = client.gather(futures)
-    finally:
-        client.close()
-    return dict(zip(keys, values))
+    for key in jobs:
+        node(key)
+    return nodes
 
 
 def make_cluster(spec: dict):

@@ -1,0 +1,111 @@
+"""The main job's config handling and job graph (fast; no models)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from synclib import pipeline
+from synclib.pipeline import ConfigError, Job, build_jobs, execute, load_config
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("name", ["default.yaml", "overnight.yaml", "paper.yaml"])
+def test_shipped_configs_validate(name):
+    cfg = load_config(REPO / "config" / name)
+    jobs = build_jobs(cfg)
+    n_pairs = len(cfg["pairs"])
+    assert sum(k.startswith("simulate:") for k in jobs) == n_pairs
+    assert "book" in jobs and "manifest" in jobs
+    # every dependency names a job of the graph
+    assert all(d in jobs for j in jobs.values() for d in j.deps)
+
+
+def test_paper_grid_is_21_pairs():
+    cfg = load_config(REPO / "config" / "paper.yaml")
+    assert len(cfg["pairs"]) == 21
+    fams = {pipeline.pair_family(cfg, p) for p in cfg["pairs"]}
+    assert fams == {"Mistral", "Llama", "Cross"}
+
+
+def test_overrides_are_typed():
+    cfg = load_config(None, ["simulate.episodes=3", "simulate.seeds=[0, 2]", "device=cpu"])
+    assert cfg["simulate"]["episodes"] == 3
+    assert cfg["simulate"]["seeds"] == [0, 2]
+    assert cfg["device"] == "cpu"
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("results_dir: r\nscenarios: embedded\nmodels: {S: smollm2-135m}\npairs: [S-X]\njudge: {model: x}\n",
+         "pairs entry 'S-X'"),
+        ("scenarios: embedded\nmodels: {S: a}\npairs: [S-S]\n", "missing key 'results_dir'"),
+        ("results_dir: r\nscenarios: embedded\nmodels: {S: a}\npairs: [S-S]\njudge: {model: x}\n"
+         "simulate: {seeds: 3}\n", "simulate.seeds"),
+        ("results_dir: r\nscenarios: embedded\nmodels: {S: a}\npairs: [S-S]\njudge: {model: x}\n"
+         "analysis: {alpha: -1}\n", "analysis.alpha"),
+        ("results_dir: r\nscenarios: embedded\nmodels: {S: {label: x}}\npairs: [S-S]\n", "models.S"),
+        ("- just\n- a list\n", "top level"),
+    ],
+)
+def test_bad_config_names_the_key(tmp_path, text, needle):
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert needle in str(err.value) and str(path) in str(err.value)
+
+
+def test_bad_override():
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        load_config(None, ["simulate.episodes"])
+
+
+def test_cli_reports_config_errors(tmp_path, capsys):
+    from synclib.cli import main
+
+    assert main(["run", "--config", str(tmp_path / "missing.yaml")]) == 2
+    assert "config file not found" in capsys.readouterr().err
+
+
+def test_jobs_skip_when_up_to_date_and_rerun_when_inputs_change(tmp_path):
+    calls = []
+
+    def make(out: Path, tag: str):
+        def func(*deps):
+            calls.append(tag)
+            out.write_text(json.dumps([tag, *deps]))
+        return func
+
+    a_out, b_out = tmp_path / "a.json", tmp_path / "b.json"
+    jobs = {
+        "a": Job("a", a_out, "fp-a", make(a_out, "a")),
+        "b": Job("b", b_out, "fp-b", make(b_out, "b"), deps=("a",)),
+    }
+    out = execute(jobs)
+    assert calls == ["a", "b"]
+    assert json.loads(b_out.read_text()) == ["b", str(a_out)]
+    assert out == {"a": str(a_out), "b": str(b_out)}
+    execute(jobs)                      # nothing changed: nothing runs
+    assert calls == ["a", "b"]
+    jobs["b"] = Job("b", b_out, "fp-b2", make(b_out, "b"), deps=("a",))
+    execute(jobs)                      # b's inputs changed: only b runs
+    assert calls == ["a", "b", "b"]
+    a_out.unlink()                     # a lost its output: a runs again
+    execute(jobs)
+    assert calls == ["a", "b", "b", "a"]
+
+
+def test_failed_job_leaves_no_stamp(tmp_path):
+    out = tmp_path / "x.json"
+
+    def boom():
+        out.write_text("half")
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        execute({"x": Job("x", out, "fp", boom)})
+    assert not pipeline.up_to_date(out, "fp")
