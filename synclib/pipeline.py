@@ -318,6 +318,8 @@ def write_run_summary(results_dir: Path) -> Path:
     tmp = out.with_suffix(".tmp")
     tmp.write_text(report.run_summary_markdown(results.load_results(results_dir)))
     os.replace(tmp, out)
+    bench = GENERATED_DIR / "benchmarks.md"
+    bench.write_text(report.benchmarks_markdown(REPO_ROOT / "bench" / "results"))
     return out
 
 

@@ -280,6 +280,20 @@ def sentence_tom(table: pd.DataFrame, published: dict) -> str:
 
 
 # --------------------------------------------------------------------------- the run summary
+def _judge_line(judge: dict) -> str:
+    """Which judge scored social performance, in which mode, on how many dialogs."""
+    if not judge.get("model"):
+        return "n/a"
+    where = f"endpoint {judge['url']}" if judge.get("url") else "local model"
+    mode = judge.get("mode") or ("json" if judge.get("url") else "constrained")
+    how = {"constrained": "constrained scoring (score read from the judge's distribution over "
+                          "the allowed integers, one agent and dimension at a time)",
+           "json": "JSON mode (the judge writes the whole evaluation)"}.get(mode, mode)
+    limit = judge.get("limit")
+    scope = f"first {limit} dialogs per pair" if limit else "every dialog"
+    return f"`{judge['model']}` ({where}), {how}; {scope}"
+
+
 def run_summary_markdown(res) -> str:
     """Markdown for ``book/_generated/run_summary.md``: models, sizes and the headline numbers.
 
@@ -311,6 +325,7 @@ def run_summary_markdown(res) -> str:
         f"| simulation seeds | {sim.get('seeds', 'n/a')} |",
         f"| max utterances | {sim.get('max_utterances', 'n/a')} |",
         f"| max new tokens | {sim.get('max_new_tokens', 'n/a')} |",
+        f"| judge | {_judge_line(cfg.get('judge') or {})} |",
         f"| ridge λ | {ana.get('alpha', 'n/a')} |",
         f"| split seeds | {ana.get('split_seeds', 'n/a')} |",
     ]
@@ -336,3 +351,78 @@ def run_summary_markdown(res) -> str:
         lines.append(f"- {r['pair']} ({r['model_a']} & {r['model_b']}): SyncR² "
                      f"{_f(r['mean'])} ± {_f(r['se'])}{extra}")
     return "\n".join(lines) + "\n"
+
+
+def _num(x, digits=3):
+    return "n/a" if x is None else (f"{x:.{digits}g}" if isinstance(x, float) else str(x))
+
+
+def benchmarks_markdown(bench_dir) -> str:
+    """Markdown for ``book/_generated/benchmarks.md``, quoting ``bench/results/*.json``.
+
+    Every number comes from a JSON file written by a script in ``bench/``; files that
+    are missing are said to be missing (e.g. GPU benchmarks not yet run).
+    """
+    import json
+    from pathlib import Path
+
+    bench_dir = Path(bench_dir)
+
+    def load(name):
+        f = bench_dir / name
+        return json.loads(f.read_text()) if f.is_file() else None
+
+    out = []
+    r = load("ridge_embedded_cpu.json")
+    out += ["## Batched ridge (`bench/bench_ridge.py`)", ""]
+    if r:
+        env = r.get("env", {})
+        out += [
+            f"CPU ({env.get('cpu_count', '?')} cores, torch {env.get('torch', '?')}, measured "
+            f"{r.get('date', '?')}), embedded scale: {r['n_samples']} samples, {r['layers']} layers x "
+            f"{r['width']} wide, λ = {r['alpha']}.", "",
+            "| | seconds |", "| --- | --- |",
+            f"| batched grid (ours), one grid | {_num(r['ours_per_grid_s'])} |",
+            f"| the paper's method (one solve per layer pair), one grid | {_num(r['baseline_per_grid_s'])} |",
+            f"| ours, both directions x {len(r['split_seeds'])} split seeds | {_num(r['ours_full_two_direction_3_seeds_s'])} |",
+            "",
+            f"Speed-up {_num(r['speedup_per_grid'])}x; largest difference from the per-pair baseline "
+            f"{_num(r['max_abs_diff_vs_baseline'])} in R² (float32).", ""]
+    else:
+        out += ["*No result yet: run `python bench/bench_ridge.py`.*", ""]
+    g = load("ridge_paper_cuda.json")
+    out += ["**Paper scale on a GPU** (6,500 samples, 32 x 32 layers, 4096 wide, 3 seeds): "
+            + ("see `bench/results/ridge_paper_cuda.json`: " + json.dumps(g)[:400] if g else
+               "not measured yet, no GPU was available to this project's runs so far; "
+               "`python bench/bench_ridge.py --paper-scale` measures it."), ""]
+    e = load("engine_cpu.json")
+    out += ["## Hooked generation (`bench/bench_engine.py`)", ""]
+    if e:
+        s = e["settings"]
+        out += [f"CPU, {e['model']}, {s['episodes']} tasks x {s['utterances_per_episode']} utterances, "
+                f"{s['max_new_tokens']} new tokens, prompts of {s['mean_prompt_tokens']:.0f} tokens on average, "
+                f"{e['torch_threads']} torch thread(s).", "",
+                "| mode | batch | KV reuse | utterances/s | prompt tokens prefilled |",
+                "| --- | --- | --- | --- | --- |"]
+        for name, m in e["modes"].items():
+            out.append(f"| {name} | {m['batch_size']} | {'yes' if m['kv_reuse'] else 'no'} | "
+                       f"{_num(m['utterances_per_s'])} | {m['prefill_tokens']} |")
+        out += ["", f"Loading SmolLM2 from synclib's de-quantised cache: {_num(e.get('load_from_cache_s'))} s "
+                f"(plus {_num(e.get('import_torch_transformers_s'))} s to import torch and transformers).", ""]
+    else:
+        out += ["*No result yet: run `python bench/bench_engine.py`.*", ""]
+    sgpu = load("simulate_cuda_mistral7b.json")
+    out += ["**A Mistral-7B-shaped model on a GPU**: " + (
+        "see `bench/results/simulate_cuda_mistral7b.json`." if sgpu else
+        "not measured yet (no GPU so far); `python bench/bench_simulate.py --device cuda` measures it."), ""]
+    c = load("cube_storage_smollm2.json")
+    out += ["## Cube storage (`bench/bench_simulate.py`)", ""]
+    if c:
+        out += [f"{c['values']:,} real SmolLM2 hidden-state values ({c['n_tasks']} tasks), zlib-compressed netCDF4:", "",
+                "| store dtype | bytes per value | max relative error | mean relative error |",
+                "| --- | --- | --- | --- |"]
+        for k, v in c["store"].items():
+            out.append(f"| {k} | {_num(v['bytes_per_value'])} | {_num(v['max_relative_error'])} | "
+                       f"{_num(v['mean_relative_error'])} |")
+        out.append("")
+    return "\n".join(out) + "\n"
