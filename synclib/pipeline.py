@@ -299,7 +299,9 @@ def step_manifest(cfg: dict, out: Path, *dep_outputs: str) -> None:
             "cube": f"cubes/{pair}.nc", "analysis": f"analysis/{pair}.nc",
             "judge": f"judge/{pair}.judge.csv",
         })
-    embedded = all(str(m["spec"]) in ("smollm2-135m", "gemma3-270m") for m in cfg["models"].values())
+    from synclib.models import EMBEDDED
+
+    embedded = all(str(m["spec"]) in EMBEDDED for m in cfg["models"].values())
     public_cfg = {k: v for k, v in cfg.items() if k != "cluster"}
     manifest = {"name": cfg["name"], "pairs": pairs, "config": public_cfg, "embedded": embedded,
                 "created": time.strftime("%Y-%m-%d %H:%M:%S")}
