@@ -520,7 +520,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler", default=None,
                    help="'sync' (default, in-process), 'threads', or a dask.distributed scheduler "
                         "address such as tcp://10.0.0.1:8786")
-    p.add_argument("--force", action="store_true", help="re-run every step even if up to date")
+    p.add_argument("--force", action="store_true", help="re-run every job even if up to date (a finished cube is still re-used: "
+                        "delete it to simulate again)")
 
 
 def run(args: argparse.Namespace) -> int:
