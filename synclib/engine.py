@@ -60,13 +60,11 @@ from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
+from synclib.scenarios import ACTIONS, EMOTIONS  # the ToM words, in the cube's order
+
 __all__ = ["Engine", "Request", "Result", "generate", "read_states", "word_distributions",
            "row_seed", "candidate_sequences", "EMOTIONS", "ACTIONS"]
 
-#: The 8 emotion words of the Theory-of-Mind instruction, in the cube's order.
-EMOTIONS = ("Joy", "Trust", "Fear", "Surprise", "Sadness", "Disgust", "Anger", "Anticipation")
-#: The 5 action types of the Theory-of-Mind instruction, in the cube's order.
-ACTIONS = ("Assertive", "Directive", "Commissive", "Expressive", "Declaration")
 
 
 def row_seed(*keys: int) -> int:
