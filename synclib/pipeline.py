@@ -308,11 +308,12 @@ def step_manifest(cfg: dict, out: Path, *dep_outputs: str) -> None:
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(manifest, indent=1, default=str))
     os.replace(tmp, out)
-    write_run_summary(R)
+    write_generated_pages(R)
 
 
-def write_run_summary(results_dir: Path) -> Path:
-    """The intro page's summary of this run (models, sizes, headline numbers)."""
+def write_generated_pages(results_dir: Path) -> Path:
+    """The book's generated pages: the intro's run summary (models, sizes, headline
+    numbers) and the benchmarks quoted from ``bench/results``.  Returns the summary's path."""
     from synclib import report, results
 
     out = GENERATED_DIR / "run_summary.md"
