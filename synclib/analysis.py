@@ -51,16 +51,17 @@ class AnalysisError(ValueError):
 class Dataset:
     """Paired samples of one (condition, direction).
 
-    ``X`` and ``Y`` are the whole source / target arrays flattened over
-    (episode, sim_seed, round): shapes (E*S*R, L_src, D_src) and
-    (E*S*R, L_tgt, D_tgt); sample ``i`` pairs row ``x_rows[i]`` of X with row
-    ``y_rows[i]`` of Y.  ``episode`` (position along the cube's episode dim),
+    ``X`` and ``Y`` are the whole source / target variables as rows
+    (:class:`synclib.cube.HiddenRows`, flattened over (episode, sim_seed, round):
+    shapes (E*S*R, L_src, D_src) and (E*S*R, L_tgt, D_tgt)); sample ``i`` pairs
+    row ``x_rows[i]`` of X with row ``y_rows[i]`` of Y.  :meth:`take` reads the
+    arrays of chosen samples.  ``episode`` (position along the cube's episode dim),
     ``sim_seed`` and ``round`` (source round) describe each sample.
     """
     condition: str
     direction: str
-    X: np.ndarray
-    Y: np.ndarray
+    X: "HiddenRows"
+    Y: "HiddenRows"
     x_rows: np.ndarray
     y_rows: np.ndarray
     episode: np.ndarray
@@ -71,6 +72,20 @@ class Dataset:
     @property
     def n(self) -> int:
         return len(self.x_rows)
+
+    def take(self, idx) -> tuple[np.ndarray, np.ndarray]:
+        """Source and target arrays of samples ``idx``: (len(idx), L_src, D_src), (len(idx), L_tgt, D_tgt)."""
+        return self.X[self.x_rows[idx]], self.Y[self.y_rows[idx]]
+
+    def ridge_inputs(self, tr, te):
+        """``(X, Y, train, test)`` for :func:`synclib.ridge.r2_grid` on samples ``tr``/``te``:
+        the whole arrays with paired row indices when both variables are in memory;
+        otherwise only the rows of these samples, read from disk."""
+        if self.X.resident and self.Y.resident:
+            return (self.X.array, self.Y.array,
+                    (self.x_rows[tr], self.y_rows[tr]), (self.x_rows[te], self.y_rows[te]))
+        Xs, Ys = self.take(np.concatenate([tr, te]))
+        return Xs, Ys, np.arange(len(tr)), np.arange(len(tr), len(tr) + len(te))
 
 
 def _parse_condition(condition: str) -> tuple[str, int]:
@@ -83,27 +98,24 @@ def _parse_condition(condition: str) -> tuple[str, int]:
 
 
 class _Arrays:
-    """Loads hidden-state variables once, flattened to (E*S*R, L, D), with a
-    per-row finiteness mask.  Works on in-memory and dask-backed cubes."""
+    """The cube's hidden-state variables as :class:`synclib.cube.HiddenRows`, opened
+    once each: small ones loaded whole, larger ones (lazily opened cubes) streamed."""
 
-    def __init__(self, cube):
+    def __init__(self, cube, max_resident_bytes=None):
         self.cube = cube
-        self._cache: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.max_resident_bytes = max_resident_bytes
+        self._cache: dict = {}
 
     def get(self, name: str):
+        from synclib.cube import CubeError, HiddenRows
+
         if name not in self._cache:
             if name not in self.cube.variables:
                 raise AnalysisError(f"the cube has no variable {name!r} (needed for this condition)")
-            v = self.cube[name]
-            if v.dims[:3] != ("episode", "sim_seed", "round") or v.ndim != 5:
-                raise AnalysisError(f"cube variable {name!r} has dims {v.dims}; expected "
-                                    "(episode, sim_seed, round, layer, dim)")
-            a = np.asarray(v.values)
-            if a.dtype.kind != "f":
-                raise AnalysisError(f"cube variable {name!r} is not floating point ({a.dtype})")
-            flat = a.reshape(-1, a.shape[3], a.shape[4])
-            ok = np.isfinite(flat).reshape(flat.shape[0], -1).all(1)
-            self._cache[name] = (flat, ok)
+            try:
+                self._cache[name] = HiddenRows(self.cube[name], self.max_resident_bytes)
+            except CubeError as exc:
+                raise AnalysisError(str(exc)) from None
         return self._cache[name]
 
     def drop(self, name: str):
@@ -132,8 +144,8 @@ def build_dataset(cube, direction: str, condition: str = "genuine", arrays: _Arr
     src = ("hidden_a" if a_to_b else "hidden_b") + ("_passive" if kind == "passive" else "")
     tgt = "hidden_b" if a_to_b else "hidden_a"
     shift = lag + (0 if a_to_b else 1)  # target round = source round + shift
-    X, okx = arrays.get(src)
-    Y, oky = arrays.get(tgt)
+    X, Y = arrays.get(src), arrays.get(tgt)
+    okx, oky = X.ok, Y.ok
     E, S, R = (cube.sizes[d] for d in ("episode", "sim_seed", "round"))
     e, s, k = np.meshgrid(np.arange(E), np.arange(S), np.arange(R - shift), indexing="ij")
     e, s, k = e.ravel(), s.ravel(), k.ravel()
@@ -317,7 +329,7 @@ def analyze(cube, conditions=("genuine", "passive", "lag1", "lag2"), *, alpha=0.
             relationship: bool = False, relationship_seeds=(0, 1, 2), relationship_min: int = 10,
             sample_sizes=None, nonlinear: bool = False, nonlinear_pairs=None,
             nonlinear_options: dict | None = None, tom: bool = False, tom_options: dict | None = None,
-            progress: bool = True, log=None):
+            max_resident_bytes: int | None = None, progress: bool = True, log=None):
     """All SyncR^2 analyses of one cube (one model pair).
 
     Parameters
@@ -341,6 +353,10 @@ def analyze(cube, conditions=("genuine", "passive", "lag1", "lag2"), *, alpha=0.
         pairs per direction; default: each of 4 evenly spaced source layers with
         its best affine target layer on split seed 0), options for :func:`mlp_r2`.
     tom, tom_options : also appendix J (see :func:`synclib.tom.tom_decode`).
+    max_resident_bytes : hidden-state variables up to this size (default
+        ``synclib.cube.DEFAULT_RESIDENT_BYTES``, 2 GiB) are loaded whole; larger
+        ones of a lazily opened cube stream from disk, each fit reading only the
+        rows of its split (see :class:`synclib.cube.HiddenRows`).
     progress : show a tqdm bar on stderr.
     log : callable for notes (default: print to stderr).
 
@@ -376,7 +392,7 @@ def analyze(cube, conditions=("genuine", "passive", "lag1", "lag2"), *, alpha=0.
     La, Lb = cube.sizes["layer_a"], cube.sizes["layer_b"]
     Lmax = max(La, Lb)
     ridge_kw = dict(device=device, precision=precision)
-    arrays = _Arrays(cube)
+    arrays = _Arrays(cube, max_resident_bytes)
     nc, nd, ns = len(conditions), len(directions), len(split_seeds)
     r2 = np.full((nc, nd, ns, Lmax, Lmax), np.nan)
     alphas = np.full((nc, nd, ns, Lmax), np.nan)
@@ -400,8 +416,9 @@ def analyze(cube, conditions=("genuine", "passive", "lag1", "lag2"), *, alpha=0.
         """One R^2 grid; a dataset too small or degenerate to fit gives NaN and a note."""
         a = alpha
         try:
-            return r2_grid(ds.X, ds.Y, (ds.x_rows[tr], ds.y_rows[tr]), (ds.x_rows[te], ds.y_rows[te]),
-                           a, groups=groups[tr] if a == "cv" else None, return_alpha=True, **ridge_kw)
+            X, Y, train, test = ds.ridge_inputs(tr, te)
+            return r2_grid(X, Y, train, test, a, groups=groups[tr] if a == "cv" else None,
+                           return_alpha=True, **ridge_kw)
         except RidgeInputError as exc:
             msg = f"{what or ds.info.get('condition', '')}: not fitted ({exc}); left NaN"
             notes.append(msg)
@@ -544,8 +561,7 @@ def analyze(cube, conditions=("genuine", "passive", "lag1", "lag2"), *, alpha=0.
                 # build a paired view so that r2_grid_subsets can index both by one array
                 rows = np.concatenate([tr] + subsets)
                 uniq, inv = np.unique(rows, return_inverse=True)
-                Xp = ds.X[ds.x_rows[uniq]]
-                Yp = ds.Y[ds.y_rows[uniq]]
+                Xp, Yp = ds.take(uniq)
                 pos = np.split(inv, np.cumsum([len(tr)] + [len(s) for s in subsets])[:-1])
                 res = r2_grid_subsets(Xp, Yp, pos[0], pos[1:], al, device=device)
                 for (r, qi), gsub in zip(where, res):
@@ -601,7 +617,7 @@ def analyze(cube, conditions=("genuine", "passive", "lag1", "lag2"), *, alpha=0.
 
         try:
             t = tom_decode(cube, split_seeds=split_seeds, device=device, progress=progress,
-                           **(tom_options or {}))
+                           max_resident_bytes=max_resident_bytes, **(tom_options or {}))
         except (AnalysisError, RidgeInputError) as exc:  # too few ToM samples
             notes.append(f"ToM decoding: not done ({exc})")
             log("note: " + notes[-1])
@@ -647,6 +663,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nonlinear-batch-size", type=int, default=64,
                    help="MLP minibatch size; 0 = full batch (default: %(default)s)")
     p.add_argument("--tom", action="store_true", help="also ToM decoding (appendix J; needs the ToM variables)")
+    p.add_argument("--max-resident-gib", type=float, default=2.0,
+                   help="hidden-state variables up to this size (GiB) are loaded whole; larger ones "
+                        "stream from disk, each fit reading only its rows (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -660,6 +679,9 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     alpha = args.alpha if args.alpha == "cv" else float(args.alpha)
+    if args.max_resident_gib < 0:
+        print(f"synclib analyze: --max-resident-gib must be >= 0, got {args.max_resident_gib}", file=sys.stderr)
+        return 2
     try:
         cube = open_cube_lazy(args.cube)
     except (FileNotFoundError, ValueError) as e:
@@ -673,7 +695,8 @@ def run(args: argparse.Namespace) -> int:
             sample_sizes=_ints(args.sample_sizes) or None, nonlinear=args.nonlinear,
             nonlinear_options={"epochs": args.nonlinear_epochs,
                                "batch_size": args.nonlinear_batch_size or None},
-            tom=args.tom, progress=not args.no_progress)
+            tom=args.tom, max_resident_bytes=int(args.max_resident_gib * 2**30),
+            progress=not args.no_progress)
     except (AnalysisError, RidgeInputError) as e:
         print(f"synclib analyze: {e}", file=sys.stderr)
         return 2

@@ -425,4 +425,24 @@ def benchmarks_markdown(bench_dir) -> str:
             out.append(f"| {k} | {_num(v['bytes_per_value'])} | {_num(v['max_relative_error'])} | "
                        f"{_num(v['mean_relative_error'])} |")
         out.append("")
+    a = load("analysis_stream_cpu.json")
+    out += ["## Analysis streamed from disk (`bench/bench_analysis.py`)", ""]
+    if a:
+        sh, m = a["shape"], a["analysis"]
+        out += [
+            f"A cube of the paper's shape ({sh['episodes']} tasks x {sh['seeds']} seeds x {sh['rounds']} rounds, "
+            f"two agents of {sh['layers']} layers x {sh['dim']}, float32, synthetic states) written through "
+            f"`CubeWriter` in {_num(a['write_parts_s'])} s of parts plus {_num(a['finalize_s'])} s to finalise; "
+            f"{_num(a['cube_file_gib'])} GiB on disk, {_num(a['hidden_variable_gib_in_memory'])} GiB per "
+            "hidden-state variable in memory.", "",
+            f"Then, in a fresh process on {a['machine']['cpu_count']} CPU cores: {a['what']}. The "
+            f"finiteness mask took {_num(m['mask_seconds'])} s (one streamed pass over a variable) and the fit "
+            f"{_num(m['analyze_seconds'])} s ({m['n_train']:,} training and {m['n_test']:,} test samples). The "
+            f"rows of the split, {_num(a['samples_read_per_fit_gib'])} GiB for both sides, are the only hidden "
+            "states held; the rest is the ridge's workspace (the per-source-layer Gram matrices of the "
+            f"training rows alone are {_num(4 * sh['layers'] * m['n_train'] ** 2 / 2**30)} GiB). "
+            f"**Peak resident memory: {_num(m['peak_rss_gib'])} GiB**; loaded whole, the two variables "
+            f"alone would take {_num(2 * a['hidden_variable_gib_in_memory'])} GiB.", ""]
+    else:
+        out += ["*No result yet: run `python bench/bench_analysis.py`.*", ""]
     return "\n".join(out) + "\n"

@@ -164,8 +164,8 @@ class _TargetBlock:
 
 def _target_block(Y, tr_rows, te_rows, layers, cdtype, first_layer: int,
                   check_constant: bool = True) -> _TargetBlock:
-    Ytr = Y[tr_rows][:, layers].double()
-    Yte = Y[te_rows][:, layers].double()
+    Ytr = Y[tr_rows, layers].double()  # only this block's layers of the rows
+    Yte = Y[te_rows, layers].double()
     for name, t in (("Y", Ytr), ("Y", Yte)):
         if not bool(torch.isfinite(t).all()):
             bad = (~torch.isfinite(t)).flatten(2).any(-1).any(0).nonzero().flatten()
@@ -235,8 +235,9 @@ class _Fold:
 
 
 def _make_fold(Y, ytr, vmask, cols, Lt) -> _Fold:
-    Yf = Y[ytr[~vmask]].flatten(1)[:, cols].double()
-    Yv = Y[ytr[vmask]].flatten(1)[:, cols].double()
+    flat = Y.flatten(1)  # only the CV columns of the rows, not whole rows
+    Yf = flat[ytr[~vmask][:, None], cols[None, :]].double()
+    Yv = flat[ytr[vmask][:, None], cols[None, :]].double()
     my = Yf.mean(0, keepdim=True)
     const = (Yv == Yv[:1]).all(0)
     sstot = ((Yv - Yv.mean(0, keepdim=True)) ** 2).sum(0)
@@ -413,7 +414,7 @@ def r2_grid(X, Y, train, test, alpha=0.1, *, precision: str = "float32", device=
     out = torch.empty(Ls, Lt, dtype=torch.float64, device=device)
     with _matmul_precision(precision, device):
         # ---- source side: one factorisation per source layer
-        Hs = []
+        H = torch.empty(Ls, n_te, n_tr, dtype=cdtype, device=device)
         for l in range(Ls):
             Xtr_l = X[xtr, l].double()
             Xte_l = X[xte, l].double()
@@ -424,12 +425,10 @@ def r2_grid(X, Y, train, test, alpha=0.1, *, precision: str = "float32", device=
                 alphas[l] = float(alphas_grid[k])
             else:
                 alphas[l] = float(np.broadcast_to(np.asarray(alpha, dtype=np.float64), (Ls,))[l])
-            Hs.append(_hat(Xtr_l, Xte_l, alphas[l], l).to(cdtype))
+            H[l] = _hat(Xtr_l, Xte_l, alphas[l], l)
             del Xtr_l, Xte_l
         if cv:
             del fold_data
-        H = torch.stack(Hs)  # (Ls, n_te, n_tr)
-        del Hs
         if method == "gram":
             G = torch.bmm(H.transpose(1, 2), H)  # (Ls, n_tr, n_tr)
             per_layer = 4 * (n_tr + n_te) * (Dt + n_tr)

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from synclib.scenarios import ACTIONS, EMOTIONS  # the ToM words, in the cube's order
+# the ToM words, in the cube's order, and Sotopia's eight scenario sources
+from synclib.scenarios import ACTIONS, EMOTIONS, SOURCES
 
 __all__ = ["make_synthetic_cube", "SOURCES", "EMOTIONS", "ACTIONS"]
 
-SOURCES = ("social_iqa", "social_chemistry", "normbank", "deal-or-no-deal", "mutual_friends",
-           "craigslist_bargains", "persuation_for_good", "hand-craft")
 _FIRST = ("Ava", "Ben", "Cara", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lea")
 
 

@@ -52,15 +52,7 @@ def kl_divergence(p, q) -> np.ndarray:
     return t.sum(-1)
 
 
-def tom_dataset(cube, agent: str, relation: str, target: str):
-    """Samples for one probe.
-
-    Returns
-    -------
-    X : (n, L, D) float32 hidden states of the reader
-    P : (n, K) target distributions
-    episode : (n,) episode position of each sample
-    """
+def _check_vars(cube, agent, relation, target):
     if agent not in AGENTS or relation not in TOM_RELATIONS or target not in TOM_TARGETS:
         raise ToMError(f"unknown agent/relation/target {agent!r}/{relation!r}/{target!r}")
     me, other = ("a", "b") if agent == "A" else ("b", "a")
@@ -68,8 +60,22 @@ def tom_dataset(cube, agent: str, relation: str, target: str):
     missing = [v for v in need if v not in cube.variables]
     if missing:
         raise ToMError(f"the cube has no ToM variable(s) {missing}; simulate with the ToM run enabled")
-    H = np.asarray(cube[f"hidden_{me}_tom"].values)
-    E, S, R = H.shape[:3]
+    return me, other
+
+
+def _hidden(cube, agent, max_resident_bytes=None):
+    """The reader's ToM-run states as :class:`synclib.cube.HiddenRows`."""
+    from synclib.cube import HiddenRows
+
+    me = "a" if agent == "A" else "b"
+    return HiddenRows(cube[f"hidden_{me}_tom"], max_resident_bytes)
+
+
+def _tom_samples(cube, agent, relation, target, hidden):
+    """Row numbers into ``hidden`` (flat (episode, sim_seed, round)), target
+    distributions and episode positions of one probe's samples."""
+    me, other = _check_vars(cube, agent, relation, target)
+    E, S, R = hidden.grid
     if relation == "self_current":
         tgt_var, shift = f"{target}_{me}", 0
     elif relation == "partner_previous":
@@ -79,18 +85,29 @@ def tom_dataset(cube, agent: str, relation: str, target: str):
         shift = 0 if agent == "A" else 1
         tgt_var = f"{target}_{other}"
     P = np.asarray(cube[tgt_var].values, dtype=np.float64)
-    k = np.arange(R)
-    kt = k + (0 if relation == "self_current" else shift)
-    ok_k = (kt >= 0) & (kt < R)
-    k, kt = k[ok_k], kt[ok_k]
-    X = H[:, :, k]          # (E, S, r, L, D)
-    Pt = P[:, :, kt]        # (E, S, r, K)
-    ep = np.broadcast_to(np.arange(E)[:, None, None], X.shape[:3])
-    X = X.reshape(-1, *X.shape[3:])
-    Pt = Pt.reshape(-1, Pt.shape[-1])
-    ep = ep.reshape(-1)
-    keep = np.isfinite(X).reshape(len(X), -1).all(1) & np.isfinite(Pt).all(1)
-    return X[keep], Pt[keep], ep[keep]
+    e, s, k = (g.ravel() for g in np.meshgrid(np.arange(E), np.arange(S), np.arange(R), indexing="ij"))
+    kt = k + shift
+    inside = (kt >= 0) & (kt < R)
+    e, s, k, kt = e[inside], s[inside], k[inside], kt[inside]
+    rows = (e * S + s) * R + k
+    Pt = P[e, s, kt]
+    keep = hidden.ok[rows] & np.isfinite(Pt).all(1)
+    return rows[keep], Pt[keep], e[keep]
+
+
+def tom_dataset(cube, agent: str, relation: str, target: str):
+    """Samples for one probe.
+
+    Returns
+    -------
+    X : (n, L, D) hidden states of the reader (as stored)
+    P : (n, K) target distributions
+    episode : (n,) episode position of each sample
+    """
+    _check_vars(cube, agent, relation, target)
+    hidden = _hidden(cube, agent)
+    rows, P, ep = _tom_samples(cube, agent, relation, target, hidden)
+    return hidden[rows], P, ep
 
 
 def _ridge_fit_predict(Xtr, Ttr, Xte_list, alpha):
@@ -116,7 +133,8 @@ def _probe_kl(logits, P):
 
 
 def tom_decode(cube, split_seeds=(0, 1, 2), *, alphas=DEFAULT_TOM_ALPHAS, val_frac: float = 0.2,
-               test_frac: float = 0.2, device=None, progress: bool = False):
+               test_frac: float = 0.2, device=None, max_resident_bytes: int | None = None,
+               progress: bool = False):
     """ToM decoding for both readers, three relations, emotions and actions.
 
     Parameters
@@ -125,6 +143,9 @@ def tom_decode(cube, split_seeds=(0, 1, 2), *, alphas=DEFAULT_TOM_ALPHAS, val_fr
     split_seeds : episode-grouped 80/20 splits.
     alphas : ridge penalties searched (with the layer) on the validation part.
     val_frac : fraction of training samples (whole episodes) used for validation.
+    max_resident_bytes : a reader's states up to this size are loaded whole;
+        larger ones (lazily opened cubes) are read in blocks of layers of about
+        this size (see :class:`synclib.cube.HiddenRows`).
 
     Returns
     -------
@@ -150,36 +171,59 @@ def tom_decode(cube, split_seeds=(0, 1, 2), *, alphas=DEFAULT_TOM_ALPHAS, val_fr
     best_alpha = np.full(shape, np.nan)
     ntr = np.zeros(shape[1:], dtype=np.int64)
     nte = np.zeros(shape[1:], dtype=np.int64)
-    bar = tqdm(total=int(np.prod(shape)), desc="ToM probes", disable=not progress, file=sys.stderr)
-    for ti, target in enumerate(TOM_TARGETS):
-        for ri, rel in enumerate(TOM_RELATIONS):
-            for ai, agent in enumerate(AGENTS):
-                X, P, ep = tom_dataset(cube, agent, rel, target)
+    val_kl = np.full(shape + (L, len(alphas)), np.inf)
+    n_layers = {"A": cube.sizes["layer_a"], "B": cube.sizes["layer_b"]}
+    bar = tqdm(total=int(np.prod(shape[:2])) * len(seeds) * sum(n_layers.values()), desc="ToM probes",
+               disable=not progress, file=sys.stderr)
+    for ai, agent in enumerate(AGENTS):
+        for target in TOM_TARGETS:  # before reading anything
+            _check_vars(cube, agent, TOM_RELATIONS[0], target)
+        hidden = _hidden(cube, agent, max_resident_bytes)
+        La = hidden.shape[1]
+        # every probe of this reader: its samples, targets and splits
+        probes = []
+        for ti, target in enumerate(TOM_TARGETS):
+            for ri, rel in enumerate(TOM_RELATIONS):
+                rows, P, ep = _tom_samples(cube, agent, rel, target, hidden)
                 T = np.log(np.clip(P, _EPS, None))
                 T -= T.mean(1, keepdims=True)
                 for si, seed in enumerate(seeds):
-                    bar.update(1)
                     tr, te, _ = episode_split(ep, None, seed, test_frac=test_frac)
                     fit, val, _ = episode_split(ep[tr], None, seed + 10_000, test_frac=val_frac)
                     fit, val = tr[fit], tr[val]
                     if min(len(fit), len(val), len(te)) < 2:
+                        bar.update(La)
                         continue
                     ntr[ri, ai, si], nte[ri, ai, si] = len(tr), len(te)
                     base[ti, ri, ai, si] = kl_divergence(P[te], P[tr].mean(0)[None]).mean()
-                    Tt = lambda idx: torch.as_tensor(T[idx], device=dev)  # noqa: E731
-                    val_kl = np.full((X.shape[1], len(alphas)), np.inf)
-                    for l in range(X.shape[1]):
-                        Xl = torch.as_tensor(X[:, l], dtype=torch.float64, device=dev)
-                        for j, a in enumerate(alphas):
-                            (pv,) = _ridge_fit_predict(Xl[fit], Tt(fit), [Xl[val]], a)
-                            val_kl[l, j] = _probe_kl(pv, P[val])
-                        j = int(np.argmin(val_kl[l]))
-                        (pt,) = _ridge_fit_predict(Xl[tr], Tt(tr), [Xl[te]], alphas[j])
-                        kl[ti, ri, ai, si, l] = _probe_kl(pt, P[te])
-                    l, j = np.unravel_index(int(np.argmin(val_kl)), val_kl.shape)
-                    best_layer[ti, ri, ai, si] = l
-                    best_alpha[ti, ri, ai, si] = alphas[j]
-                    best[ti, ri, ai, si] = kl[ti, ri, ai, si, l]
+                    probes.append(((ti, ri, ai, si), rows, P, T, fit, val, tr, te))
+        if not probes:
+            continue
+        # read the states in blocks of layers (all layers when they fit the budget)
+        used = np.unique(np.concatenate([p[1] for p in probes]))
+        row_bytes = hidden.shape[2] * hidden.dtype.itemsize * len(used)
+        block = La if hidden.resident else max(1, hidden.max_resident_bytes // max(row_bytes, 1))
+        for l0 in range(0, La, block):
+            Xb = hidden[used, slice(l0, min(La, l0 + block))]
+            for key, rows, P, T, fit, val, tr, te in probes:
+                pos = np.searchsorted(used, rows)
+                Tt = lambda idx: torch.as_tensor(T[idx], device=dev)  # noqa: E731
+                for j0 in range(Xb.shape[1]):
+                    l = l0 + j0
+                    Xl = torch.as_tensor(Xb[pos, j0], dtype=torch.float64, device=dev)
+                    for j, a in enumerate(alphas):
+                        (pv,) = _ridge_fit_predict(Xl[fit], Tt(fit), [Xl[val]], a)
+                        val_kl[key + (l, j)] = _probe_kl(pv, P[val])
+                    j = int(np.argmin(val_kl[key + (l,)]))
+                    (pt,) = _ridge_fit_predict(Xl[tr], Tt(tr), [Xl[te]], alphas[j])
+                    kl[key + (l,)] = _probe_kl(pt, P[te])
+                    bar.update(1)
+            del Xb
+        for key, *_ in probes:
+            l, j = np.unravel_index(int(np.argmin(val_kl[key])), val_kl[key].shape)
+            best_layer[key] = l
+            best_alpha[key] = alphas[j]
+            best[key] = kl[key + (l,)]
     bar.close()
     dims = ("tom_target", "tom_relation", "agent", "split_seed")
     ds = xr.Dataset(

@@ -85,6 +85,7 @@ def built_book(base: Path) -> tuple[Path, subprocess.CompletedProcess]:
         gen.mkdir()
         res = results.load_results(tiny_results(base))
         (gen / "run_summary.md").write_text(report.run_summary_markdown(res))
+        (gen / "benchmarks.md").write_text(report.benchmarks_markdown(ROOT / "bench" / "results"))
         exe = Path(sys.executable).with_name("jupyter-book")
         proc = subprocess.run([str(exe), "build", str(src), "--builder", "html"],
                               capture_output=True, text=True, env=kernel_env(), timeout=600)

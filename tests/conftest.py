@@ -17,11 +17,18 @@ Helpers (importable as ``from conftest import build_tiny_llama``)
 -----------------------------------------------------------------
 build_tiny_llama(path, tokenizer, layers=4, width=64, seed=0)
     Build and save another tiny random Llama (e.g. a second shape for model pairs).
+write_chunked_cube(cube, path)
+    Write an in-memory cube (e.g. a synthetic one) to netCDF chunked as synclib's writer
+    does, one (episode, seed) unit per chunk, and open it lazily with ``open_cube``.
+kill9_when(proc, ready, timeout=180)
+    SIGKILL a subprocess as soon as ``ready()`` is true (fails if it ended first).
 """
 from __future__ import annotations
 
 import importlib.util
+import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,6 +36,36 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # make `import synclib` work without installing the package
     sys.path.insert(0, str(REPO))
+
+
+def write_chunked_cube(cube, path):
+    """``cube`` written to ``path`` chunked like ``synclib.cube.CubeWriter`` and opened lazily."""
+    from synclib.cube import open_cube
+
+    enc = {n: {"zlib": True, "chunksizes": (1, 1) + v.shape[2:]}
+           for n, v in cube.data_vars.items() if n.startswith("hidden_")}
+    cube.to_netcdf(path, encoding=enc)
+    return open_cube(path)
+
+
+def kill9_when(proc, ready, timeout: float = 180) -> None:
+    """SIGKILL ``proc`` (a ``subprocess.Popen``) as soon as ``ready()`` returns true, and reap it.
+
+    Fails if the process ends, or ``timeout`` seconds pass, before it is ready.
+    """
+    try:
+        deadline = time.time() + timeout
+        while not ready():
+            assert proc.poll() is None, "the process ended before it could be killed"
+            assert time.time() < deadline, f"the process was not ready to be killed within {timeout} s"
+            time.sleep(0.05)
+        assert proc.poll() is None, "the process ended before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=30)
 
 
 def smollm2_gguf() -> Path:

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from conftest import write_chunked_cube
 from synclib.analysis import (AnalysisError, analyze, build_dataset, episode_split, mean_se,
                               persona_keys, sync_r2, sync_r2_noclip, sync_r2_topk)
 from synclib.synthetic import make_synthetic_cube
@@ -191,13 +192,15 @@ def test_netcdf_roundtrip_and_cli(tmp_path, cube, result):
 
     out = tmp_path / "out" / "pair.nc"
     rc = main(["analyze", str(cpath), "--out", str(out), "--conditions", "genuine,lag1",
-               "--n-samples", "500", "--split-seeds", "0,1", "--persona-disjoint", "--no-progress"])
+               "--n-samples", "500", "--split-seeds", "0,1", "--persona-disjoint", "--no-progress",
+               "--max-resident-gib", "0"])  # stream every variable
     assert rc == 0 and out.exists()
     r = xr.open_dataset(out)
     assert list(r.condition.values) == ["genuine", "lag1"]
     assert (r.sync_r2_mean.sel(condition="genuine") > r.sync_r2_mean.sel(condition="lag1")).all()
     assert "persona_disjoint_sync_r2" in r
     assert main(["analyze", str(tmp_path / "missing.nc"), "--out", str(out)]) == 2
+    assert main(["analyze", str(cpath), "--out", str(out), "--max-resident-gib", "-1"]) == 2
 
 
 def test_nonlinear_comparator_runs(cube):
@@ -213,3 +216,71 @@ def test_nonlinear_comparator_runs(cube):
     tgt = r.nonlinear_tgt_layer.sel(direction="A->B").values
     g = r.r2.sel(condition="genuine", direction="A->B", split_seed=0).values
     np.testing.assert_allclose(af[0, 0], g[src, tgt])
+
+
+# --------------------------------------------------------------------------- streaming
+class _LargestResult:
+    """A dask callback recording the largest array any task produced."""
+
+    def __init__(self):
+        from dask.callbacks import Callback
+
+        outer = self
+        self.nbytes = 0
+
+        class CB(Callback):
+            def _posttask(self, key, result, dsk, state, id):
+                outer.nbytes = max(outer.nbytes, getattr(result, "nbytes", 0))
+
+        self.callback = CB()
+
+
+def test_lazy_cube_streams_and_equals_in_memory(tmp_path, cube):
+    """A lazily opened cube whose variables exceed the resident budget is analysed
+    from disk, reading only the rows of each split, with the in-memory results."""
+    lazy = write_chunked_cube(cube, tmp_path / "cube.nc")
+    assert lazy.hidden_a.chunks is not None
+    kw = dict(conditions=("genuine", "passive", "lag1"), n_samples=150, split_seeds=(0, 1),
+              persona_disjoint=True, relationship=True, relationship_min=3, sample_sizes=(100,),
+              nonlinear=True, nonlinear_options={"epochs": 2}, tom=True,
+              tom_options={"alphas": (1.0, 100.0)}, progress=False, log=lambda m: None)
+    ref = analyze(cube, **kw)
+    largest = _LargestResult()
+    with largest.callback:
+        got = analyze(lazy, max_resident_bytes=0, **kw)
+    var_bytes = lazy.hidden_a.nbytes
+    # no task ever produced a whole variable: the largest read is a split's rows
+    assert 0 < largest.nbytes < var_bytes / 2, (largest.nbytes, var_bytes)
+    for name in ref.data_vars:
+        np.testing.assert_allclose(got[name].values, ref[name].values, rtol=1e-9, atol=1e-12,
+                                   err_msg=name)
+
+
+@pytest.mark.parametrize("batch_bytes", [1, 256 << 20])  # one unit per read, all units at once
+def test_hidden_rows_indexing(tmp_path, cube, monkeypatch, batch_bytes):
+    from synclib import cube as cube_mod
+    from synclib.cube import CubeError, HiddenRows
+
+    monkeypatch.setattr(cube_mod, "READ_BATCH_BYTES", batch_bytes)
+    lazy = write_chunked_cube(cube, tmp_path / "cube.nc")
+    full = cube.hidden_b.values.reshape(-1, *cube.hidden_b.shape[3:])
+    mem, streamed = HiddenRows(cube.hidden_b), HiddenRows(lazy.hidden_b, max_resident_bytes=0)
+    assert mem.resident and not streamed.resident and streamed.array is None
+    assert streamed.shape == mem.shape == full.shape
+    np.testing.assert_array_equal(streamed.ok, np.isfinite(full).reshape(len(full), -1).all(1))
+    rows = np.array([7, 3, 3, len(full) - 1])
+    lay, dim = np.array([2, 0]), np.array([1, 4, 4])
+    cases = [((rows,), full[rows]), ((rows, 1), full[rows, 1]), ((rows, slice(0, 2)), full[rows, :2]),
+             ((5,), full[5]), ((5, 1, 3), full[5, 1, 3]),
+             ((rows, lay), full[rows][:, lay]),  # outer indexing, one axis at a time
+             ((rows, lay, dim), full[rows][:, lay][:, :, dim])]
+    for key, expected in cases:
+        np.testing.assert_array_equal(streamed[key], expected, err_msg=str(key))
+        np.testing.assert_array_equal(mem[key], expected, err_msg=str(key))
+    assert streamed[np.array([], dtype=int)].shape == (0,) + full.shape[1:]
+    with pytest.raises(IndexError, match="hidden_b"):
+        streamed[np.array([0.5])]
+    with pytest.raises(IndexError, match="hidden_b: rows outside"):
+        streamed[np.array([0, len(full)])]
+    with pytest.raises(CubeError, match="n_utterances"):
+        HiddenRows(cube.n_utterances)

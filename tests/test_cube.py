@@ -1,7 +1,6 @@
 """Cube writing, crash safety and lazy reading (real netCDF4 files)."""
 from __future__ import annotations
 
-import signal
 import subprocess
 import sys
 import textwrap
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
+from conftest import kill9_when
 from synclib.cube import (
     EPISODE_COORDS, CubeError, CubeSpec, CubeWriter, IncompleteCubeError, Unit,
     bitround, is_complete, open_cube, parts_dir,
@@ -214,13 +214,7 @@ def test_kill9_then_resume_equals_uninterrupted(tmp_path):
     script.write_text(_KILL_SCRIPT.format(repo=str(REPO), here=str(Path(__file__).parent)))
     path = tmp_path / "k.nc"
     proc = subprocess.Popen([sys.executable, str(script), str(path), "30"], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout.readline().strip() == "part"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    kill9_when(proc, lambda: proc.stdout.readline().strip() == "part")
     assert not path.exists()
     with pytest.raises(IncompleteCubeError):
         open_cube(path)

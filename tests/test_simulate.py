@@ -6,16 +6,15 @@ tokenizer (random weights); one slow test runs the embedded SmolLM2.
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from conftest import kill9_when
 from synclib import cli
 from synclib.cube import IncompleteCubeError, open_cube, parts_dir
 from synclib.scenarios import EMOTIONS, is_leave, load_tasks, postprocess_reply, render_prompt
@@ -270,18 +269,7 @@ def test_kill9_mid_run_then_resume_equals_uninterrupted(cube_ab, tiny_models, tm
     out = tmp_path / "killed.nc"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([PY, str(script), str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.time() + 180
-        while time.time() < deadline and proc.poll() is None:
-            if list(parts_dir(out).glob("part-*.nc")):
-                break
-            time.sleep(0.05)
-        assert proc.poll() is None, "the run ended before it could be killed"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    kill9_when(proc, lambda: bool(list(parts_dir(out).glob("part-*.nc"))))
     assert not out.exists()
     with pytest.raises(IncompleteCubeError):
         open_cube(out)

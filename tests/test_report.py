@@ -1,0 +1,37 @@
+"""synclib.report.benchmarks_markdown: quotes bench/results JSON, says what is missing."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from synclib.report import benchmarks_markdown
+
+RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
+
+
+def test_missing_results_are_said_to_be_missing(tmp_path):
+    md = benchmarks_markdown(tmp_path)
+    for script in ("bench_ridge.py", "bench_engine.py", "bench_analysis.py"):
+        assert f"*No result yet: run `python bench/{script}`.*" in md
+    assert "not measured yet" in md  # the GPU benchmarks
+
+
+def test_numbers_come_from_the_json(tmp_path):
+    shutil.copytree(RESULTS, tmp_path, dirs_exist_ok=True)
+    stream = {
+        "shape": {"episodes": 450, "seeds": 3, "rounds": 8, "layers": 32, "dim": 4096},
+        "machine": {"cpu_count": 2}, "write_parts_s": 101.5, "finalize_s": 202.5,
+        "cube_file_gib": 10.25, "hidden_variable_gib_in_memory": 5.27, "samples_read_per_fit_gib": 6.35,
+        "what": "WHAT", "analysis": {"mask_seconds": 12.5, "analyze_seconds": 333.5, "peak_rss_gib": 9.75,
+                                     "n_train": 5200, "n_test": 1300},
+    }
+    (tmp_path / "analysis_stream_cpu.json").write_text(json.dumps(stream))
+    md = benchmarks_markdown(tmp_path)
+    ridge = json.loads((RESULTS / "ridge_embedded_cpu.json").read_text())
+    assert f"| batched grid (ours), one grid | {ridge['ours_per_grid_s']:.3g} |" in md
+    engine = json.loads((RESULTS / "engine_cpu.json").read_text())
+    for m in engine["modes"].values():
+        assert f"| {m['utterances_per_s']:.3g} | {m['prefill_tokens']} |" in md
+    assert "Peak resident memory: 9.75 GiB" in md and "the two variables alone would take 10.5 GiB" in md
+    assert "5,200 training and 1,300 test samples" in md and "No result yet" not in md
