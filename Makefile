@@ -12,7 +12,7 @@ PIP_QUIET ?= -q
 CONFIG ?= config/default.yaml
 STAMP := $(VENV)/.synclib-installed
 
-.PHONY: venv test book clean-results browser bench
+.PHONY: venv test book clean-results browser bench bench-gpu
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,8 +38,17 @@ test: venv browser
 book: venv
 	$(VENV)/bin/synclib run --config $(CONFIG) $(ARGS)
 
+# the CPU benchmarks quoted in the book (bench/results/*.json); about 25 minutes and 20 GB of
+# temporary disk on 2 cores.  On a GPU: `make bench-gpu`.
 bench: venv
-	$(PY) bench/run_all.py
+	$(PY) bench/bench_ridge.py
+	$(PY) bench/bench_engine.py
+	$(PY) bench/bench_simulate.py --device cpu --preset smollm2 --storage 52
+	$(PY) bench/bench_analysis.py
+
+bench-gpu: venv
+	$(PY) bench/bench_ridge.py --paper-scale --device cuda
+	$(PY) bench/bench_simulate.py --device cuda
 
 clean-results:
 	rm -rf results _build
