@@ -140,10 +140,13 @@ def validate_config(cfg: dict, source: str = "<config>", base: Path = REPO_ROOT)
     ana = cfg.setdefault("analysis", {})
     for key, default in dict(alpha=0.1, n_samples=6500, split_seeds=[0, 1, 2], lags=[1, 2],
                              persona_disjoint=True, relationship=True, sample_sizes=None,
-                             nonlinear=True, tom=True).items():
+                             nonlinear=True, tom=True, max_resident_gib=2).items():
         ana.setdefault(key, default)
     if not (ana["alpha"] == "cv" or isinstance(ana["alpha"], (int, float)) and ana["alpha"] > 0):
         raise ConfigError(f"{source}: analysis.alpha must be a positive number or 'cv', got {ana['alpha']!r}")
+    if not (isinstance(ana["max_resident_gib"], (int, float)) and ana["max_resident_gib"] >= 0):
+        raise ConfigError(f"{source}: analysis.max_resident_gib must be a number >= 0 (GiB), "
+                          f"got {ana['max_resident_gib']!r}")
     nb = cfg.setdefault("notebooks", {}) or {}
     cfg["notebooks"] = nb
     nb.setdefault("ability_scores", None)
@@ -279,7 +282,7 @@ def step_analyze(cfg: dict, pair: str, out: Path, cube: str) -> None:
         split_seeds=tuple(ana["split_seeds"]), lags=tuple(ana["lags"]), device=_device(cfg),
         persona_disjoint=ana["persona_disjoint"], relationship=ana["relationship"],
         sample_sizes=ana["sample_sizes"] or None, nonlinear=ana["nonlinear"],
-        tom=ana["tom"] and sim["tom"],
+        tom=ana["tom"] and sim["tom"], max_resident_bytes=int(ana["max_resident_gib"] * 2**30),
     )
     tmp = out.with_name(out.name + ".tmp")
     result.to_netcdf(tmp)
@@ -400,7 +403,9 @@ def build_jobs(cfg: dict, steps=STEPS) -> dict[str, Job]:
             final_deps.append(f"judge:{pair}")
         if "analyze" in steps:
             res = R / "analysis" / f"{pair}.nc"
-            jobs[f"analyze:{pair}"] = Job(f"analyze:{pair}", res, fingerprint("analyze", fp_sim, cfg["analysis"]),
+            # the memory budget changes how the analysis reads, not what it finds
+            fp_ana = {k: v for k, v in cfg["analysis"].items() if k != "max_resident_gib"}
+            jobs[f"analyze:{pair}"] = Job(f"analyze:{pair}", res, fingerprint("analyze", fp_sim, fp_ana),
                                           partial(step_analyze, cfg, pair, res), deps=(f"simulate:{pair}",))
             final_deps.append(f"analyze:{pair}")
         if "judge" not in steps and "analyze" not in steps:

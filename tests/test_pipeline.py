@@ -47,6 +47,8 @@ def test_overrides_are_typed():
          "simulate: {seeds: 3}\n", "simulate.seeds"),
         ("results_dir: r\nscenarios: embedded\nmodels: {S: a}\npairs: [S-S]\njudge: {model: x}\n"
          "analysis: {alpha: -1}\n", "analysis.alpha"),
+        ("results_dir: r\nscenarios: embedded\nmodels: {S: a}\npairs: [S-S]\njudge: {model: x}\n"
+         "analysis: {max_resident_gib: lots}\n", "analysis.max_resident_gib"),
         ("results_dir: r\nscenarios: embedded\nmodels: {S: {label: x}}\npairs: [S-S]\n", "models.S"),
         ("- just\n- a list\n", "top level"),
     ],
@@ -57,6 +59,14 @@ def test_bad_config_names_the_key(tmp_path, text, needle):
     with pytest.raises(ConfigError) as err:
         load_config(path)
     assert needle in str(err.value) and str(path) in str(err.value)
+
+
+def test_memory_budget_does_not_change_the_analysis_fingerprint():
+    a = build_jobs(load_config(None))
+    b = build_jobs(load_config(None, ["analysis.max_resident_gib=8"]))
+    c = build_jobs(load_config(None, ["analysis.n_samples=100"]))
+    name = next(k for k in a if k.startswith("analyze:"))
+    assert a[name].fp == b[name].fp != c[name].fp
 
 
 def test_bad_override():
