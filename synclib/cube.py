@@ -650,6 +650,14 @@ def _outer(a, index, axis: int):
     return a
 
 
+def _local(*arrays):
+    """Compute dask arrays with threads in this process, even inside a task of a
+    ``dask.distributed`` cluster (the file is local to the worker; nothing to ship)."""
+    import dask
+
+    return dask.compute(*arrays, scheduler="threads")
+
+
 class HiddenRows:
     """One hidden-state variable of a cube as rows: sample ``(episode, sim_seed, round)``
     -> ``(layer, dim)``, flattened in C order to ``shape = (E*S*R, L, D)``.
@@ -690,7 +698,10 @@ class HiddenRows:
         self.max_resident_bytes = DEFAULT_RESIDENT_BYTES if max_resident_bytes is None else int(max_resident_bytes)
         self.resident = var.chunks is None or self.nbytes <= self.max_resident_bytes
         if self.resident:
-            self._array = np.asarray(var.values).reshape(self.shape)
+            data = var.data
+            if var.chunks is not None:  # dask: read it here, in this process (see _local)
+                (data,) = _local(data)
+            self._array = np.asarray(data).reshape(self.shape)
             self._data = None
         else:
             self._array = None
@@ -713,7 +724,8 @@ class HiddenRows:
             else:
                 import dask.array as da
 
-                self._ok = da.isfinite(self._data).all(axis=(3, 4)).compute().reshape(-1)
+                (ok,) = _local(da.isfinite(self._data).all(axis=(3, 4)))
+                self._ok = ok.reshape(-1)
         return self._ok
 
     def __getitem__(self, key):
@@ -731,8 +743,6 @@ class HiddenRows:
     def _read(self, rows: np.ndarray, rest: tuple) -> np.ndarray:
         """Rows of a streamed variable, read unit by unit (one on-disk chunk each) in
         batches of about :data:`READ_BATCH_BYTES`, into one preallocated array."""
-        import dask
-
         data = _outer(self._data, rest, 3)  # lazy (E, S, R, ...)
         out = np.empty((len(rows),) + data.shape[3:], dtype=self.dtype)
         if len(rows) == 0:
@@ -747,7 +757,7 @@ class HiddenRows:
         unit_bytes = max(1, R * int(np.prod(data.shape[3:])) * self.dtype.itemsize)
         step = max(1, READ_BATCH_BYTES // unit_bytes)
         for b0 in range(0, len(units), step):
-            blocks = dask.compute(*[data[u // S, u % S] for u in units[b0:b0 + step]])
+            blocks = _local(*[data[u // S, u % S] for u in units[b0:b0 + step]])
             for j, blk in enumerate(blocks, start=b0):
                 idx = order[bounds[j]:bounds[j + 1]]
                 out[idx] = blk[k[idx]]
