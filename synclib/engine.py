@@ -170,6 +170,68 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
+def continuation_logprobs(model, cache, mask, next_pos, items, pad_token_id: int,
+                          batch_size: int = 16) -> tuple[list[float], int]:
+    """Teacher-forced log-probabilities of token sequences after prefilled rows.
+
+    ``items`` are ``(row, seq)`` pairs; for each, ``log P(seq[1:] | row's prompt, seq[0])``
+    (the first token's own probability is read from the prefill's logits by the
+    caller; 0.0 for a one-token ``seq``).  Each distinct ``(row, seq[:-1])`` is fed
+    once, ``batch_size`` feeds per forward pass (right-padded), over the row's
+    key/value cache.
+
+    Parameters
+    ----------
+    model : transformers causal LM
+    cache : ``DynamicCache`` of the prefilled batch holding every column (a plain
+        ``DynamicCache()``, also for sliding-window models); not modified
+    mask : (B, T) long attention mask of the cache's columns
+    next_pos : (B,) long, position id of each row's next token
+    items : sequence of (int, sequence of int)
+    pad_token_id : int
+    batch_size : int
+
+    Returns
+    -------
+    logps : list of float, one per item
+    forward_calls : int
+    """
+    import torch
+    from transformers import DynamicCache
+
+    users: dict = {}  # (row, fed tokens) -> items that need them
+    for i, (b, seq) in enumerate(items):
+        if len(seq) > 1:
+            users.setdefault((int(b), tuple(seq[:-1])), []).append(i)
+    feeds = sorted(users)
+    out = [0.0] * len(items)
+    dev = mask.device
+    bs = max(1, int(batch_size))
+    calls = 0
+    for c0 in range(0, len(feeds), bs):
+        chunk = feeds[c0:c0 + bs]
+        n, w = len(chunk), max(len(f) for _, f in chunk)
+        inp = torch.full((n, w), pad_token_id, dtype=torch.long)
+        fmask = torch.zeros((n, w), dtype=torch.long)
+        for j, (_, f) in enumerate(chunk):
+            inp[j, :len(f)] = torch.tensor(f)
+            fmask[j, :len(f)] = 1
+        sel = torch.tensor([b for b, _ in chunk], device=dev)
+        with torch.inference_mode():
+            layers = [(layer.keys.index_select(0, sel), layer.values.index_select(0, sel))
+                      for layer in cache.layers]
+            logits = model(input_ids=inp.to(dev), attention_mask=torch.cat([mask[sel], fmask.to(dev)], 1),
+                           position_ids=next_pos[sel][:, None] + torch.arange(w, device=dev),
+                           past_key_values=DynamicCache(ddp_cache_data=layers), use_cache=True).logits
+        calls += 1
+        lsm = torch.log_softmax(logits.float(), dim=-1)  # (n, w, V)
+        for j, key in enumerate(chunk):
+            for i in users[key]:
+                nxt = torch.tensor(items[i][1][1:], device=lsm.device)
+                out[i] = float(lsm[j, torch.arange(len(nxt), device=lsm.device), nxt].sum())
+    return out, calls
+
+
 def candidate_sequences(tokenizer, candidates: Sequence[str]) -> list[list[tuple[int, ...]]]:
     """Token sequences that spell each candidate word at the next position.
 
@@ -556,40 +618,17 @@ class Engine:
 
     def _score_batch(self, rows, seqs) -> list[tuple[np.ndarray, float]]:
         import torch
-        from transformers import DynamicCache
 
         pre = self._prefill(rows)
         logp_first = torch.log_softmax(pre.logits, dim=-1)  # (B, V)
         all_seqs = sorted({s for variants in seqs for s in variants})
-        # prefixes that need a forward pass: every proper prefix of length >= 1 of a multi-token sequence
-        conts = sorted({s[:-1] for s in all_seqs if len(s) > 1})
+        items = [(b, s) for b in range(len(rows)) for s in all_seqs]
+        rest, calls = continuation_logprobs(self.lm.model, pre.cache, pre.mask, pre.next_pos, items,
+                                            self.lm.pad_token_id, self.batch_size)
+        self.stats["forward_calls"] += calls
         out = []
         for b in range(len(rows)):
-            logp = {s: float(logp_first[b, s[0]]) for s in all_seqs}
-            if conts:
-                n, lc = len(conts), max(len(c) for c in conts)
-                inp = torch.full((n, lc), self.lm.pad_token_id, dtype=torch.long)
-                cmask = torch.zeros((n, lc), dtype=torch.long)
-                for j, c in enumerate(conts):
-                    inp[j, :len(c)] = torch.tensor(c)
-                    cmask[j, :len(c)] = 1
-                dev = pre.mask.device
-                layers = [(layer.keys[b:b + 1].expand(n, -1, -1, -1).contiguous(),
-                           layer.values[b:b + 1].expand(n, -1, -1, -1).contiguous())
-                          for layer in pre.cache.layers]
-                mask = torch.cat([pre.mask[b:b + 1].expand(n, -1), cmask.to(dev)], dim=1)
-                pos = pre.next_pos[b] + torch.arange(lc, device=dev).unsqueeze(0).expand(n, -1)
-                with torch.inference_mode():
-                    lo = self.lm.model(input_ids=inp.to(dev), attention_mask=mask, position_ids=pos,
-                                       past_key_values=DynamicCache(ddp_cache_data=layers),
-                                       use_cache=True).logits.float()
-                self.stats["forward_calls"] += 1
-                lsm = torch.log_softmax(lo, dim=-1)  # (n, lc, V)
-                index = {c: j for j, c in enumerate(conts)}
-                for s in all_seqs:
-                    if len(s) > 1:
-                        row = lsm[index[s[:-1]]]
-                        logp[s] += float(sum(row[k, s[k + 1]] for k in range(len(s) - 1)))
+            logp = {s: float(logp_first[b, s[0]]) + rest[b * len(all_seqs) + j] for j, s in enumerate(all_seqs)}
             p = {s: float(np.exp(v)) for s, v in logp.items()}
             # "s and not a longer candidate": subtract the immediate extensions of s
             exact = {}

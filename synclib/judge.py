@@ -78,6 +78,8 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from synclib.engine import continuation_logprobs
+
 log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------------------
@@ -713,6 +715,16 @@ def _candidate_ids(tokenizer, encode, prompt_ids: list[int], prompt: str, cand: 
     return list(tokenizer(cand, add_special_tokens=False).input_ids)
 
 
+def _has_sliding_window(model) -> bool:
+    """Whether any attention layer of ``model`` uses a sliding window."""
+    cfg = model.config
+    cfg = getattr(cfg, "text_config", None) or cfg
+    types = getattr(cfg, "layer_types", None)
+    if types is not None:
+        return "sliding_attention" in types
+    return getattr(cfg, "sliding_window", None) is not None
+
+
 def score_candidates(model, tokenizer, prompts: Sequence[str],
                      candidates: Sequence[Sequence[str]], device=None,
                      batch_size: int = 16, encode: Callable[[str], list] | None = None,
@@ -733,12 +745,14 @@ def score_candidates(model, tokenizer, prompts: Sequence[str],
     1. the longest token prefix shared by all ``prompts`` (intro, dialog and
        rubric when the prompts are the 14 questions of one episode) is
        prefilled once;
-    2. the prompts' remaining tokens, ``batch_size`` prompts per pass, right
-       padded, over copies of the prefix's key/value cache; the last real
-       position of each row gives the first answer token's distribution;
+    2. the prompts' remaining tokens, ``batch_size`` prompts per pass, left
+       padded, over copies of the prefix's key/value cache; the last column
+       gives each prompt's first answer token distribution;
     3. the candidates' remaining tokens, ``batch_size`` (prompt, candidate) rows
-       per pass, over the stage-2 cache of their prompt; an attention mask hides
-       stage 2's padding and position ids continue each prompt's own length.
+       per pass, over the stage-2 cache of their prompt
+       (:func:`synclib.engine.continuation_logprobs`, shared with the ToM word
+       scores); an attention mask hides stage 2's padding and position ids
+       continue each prompt's own length.
 
     Parameters
     ----------
@@ -765,6 +779,7 @@ def score_candidates(model, tokenizer, prompts: Sequence[str],
         over candidates).
     """
     import torch
+    from transformers import DynamicCache
 
     if len(prompts) != len(candidates):
         raise JudgeError("score_candidates: prompts and candidates differ in length")
@@ -786,18 +801,24 @@ def score_candidates(model, tokenizer, prompts: Sequence[str],
             break
         lcp += 1
     lcp = min(lcp, min(map(len, pids)) - 1)  # every prompt keeps >= 1 own token
+    if _has_sliding_window(model):
+        # a sliding window counts cache columns: padding between the shared prefix and a
+        # shorter prompt's own tokens would take window slots, so no shared prefix here
+        lcp = 0
     answers = [[_candidate_ids(tokenizer, encode, ids, prompt, c) + [term] for c in candidates[p]]
                for p, (prompt, ids) in enumerate(zip(prompts, pids))]
     out = [np.zeros(len(c)) for c in candidates]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else term
 
-    def padded(seqs: list[list[int]]):
+    def left_padded(seqs: list[list[int]]):
+        """Left padding: every row's last token in the last column, so that the
+        answers' tokens follow each prompt without a gap (also for a sliding window)."""
         width = max(map(len, seqs))
         ids = torch.full((len(seqs), width), pad, dtype=torch.long, device=device)
         mask = torch.zeros((len(seqs), width), dtype=torch.long, device=device)
         for i, s in enumerate(seqs):
-            ids[i, : len(s)] = torch.tensor(s, device=device)
-            mask[i, : len(s)] = 1
+            ids[i, width - len(s):] = torch.tensor(s, device=device)
+            mask[i, width - len(s):] = 1
         return ids, mask
 
     def forward(ids, mask, pos, cache, keep):
@@ -815,49 +836,34 @@ def score_candidates(model, tokenizer, prompts: Sequence[str],
         prefix_cache = None
         if lcp > 0:
             pre = torch.tensor([pids[0][:lcp]], device=device)
-            prefix_cache = model(input_ids=pre, use_cache=True).past_key_values
+            # a plain DynamicCache, every column kept (as continuation_logprobs needs)
+            prefix_cache = model(input_ids=pre, past_key_values=DynamicCache(), use_cache=True).past_key_values
         for p0 in range(0, len(prompts), batch_size):
             # stage 2: each prompt's own tokens
             group = list(range(p0, min(p0 + batch_size, len(prompts))))
             sufs = [pids[p][lcp:] for p in group]
-            ids2, mask2 = padded(sufs)
+            ids2, mask2 = left_padded(sufs)
             n, width = ids2.shape
-            cache = None
+            cache = DynamicCache()
             if prefix_cache is not None:
                 cache = copy.deepcopy(prefix_cache)
                 cache.batch_repeat_interleave(n)
             full_mask2 = torch.cat([torch.ones((n, lcp), dtype=torch.long, device=device), mask2], 1)
-            pos2 = (lcp + torch.arange(width, device=device)).expand(n, width)
-            ends = torch.tensor([len(s) - 1 for s in sufs], device=device)
-            first = int(ends.min())
-            logits2, cache = forward(ids2, full_mask2, pos2, cache,
-                                     torch.arange(first, int(ends.max()) + 1, device=device))
-            last_logits = logits2[torch.arange(n, device=device), ends - first]  # (n, vocab)
-            last_logp = last_logits - torch.logsumexp(last_logits, -1, keepdim=True)
+            pos2 = lcp + (mask2.cumsum(-1) - 1).clamp(min=0)
+            logits2, cache = forward(ids2, full_mask2, pos2, cache, torch.tensor([width - 1], device=device))
+            last_logp = torch.log_softmax(logits2[:, -1], -1)  # (n, vocab), after each prompt
             for i, p in enumerate(group):
                 firsts = torch.tensor([a[0] for a in answers[p]], device=device)
                 out[p] += last_logp[i, firsts].double().cpu().numpy()
-            # stage 3: the answers' remaining tokens (the terminator at least)
-            rows = [(i, p, c) for i, p in enumerate(group) for c in range(len(answers[p]))]
-            for r0 in range(0, len(rows), batch_size):
-                chunk = rows[r0:r0 + batch_size]
-                feeds = [answers[p][c][:-1] for _, p, c in chunk]
-                ids3, mask3 = padded(feeds)
-                m, w3 = ids3.shape
-                sel = torch.tensor([i for i, _, _ in chunk], device=device)
-                cache3 = copy.deepcopy(cache)
-                cache3.batch_select_indices(sel)
-                full_mask3 = torch.cat([torch.ones((m, lcp), dtype=torch.long, device=device),
-                                        mask2[sel], torch.ones((m, w3), dtype=torch.long,
-                                                               device=device)], 1)
-                pos3 = (lcp + 1 + ends[sel])[:, None] + torch.arange(w3, device=device)
-                logits3, _ = forward(ids3, full_mask3, pos3, cache3,
-                                     torch.arange(w3, device=device))
-                logp3 = logits3 - torch.logsumexp(logits3, -1, keepdim=True)
-                for j, (_, p, c) in enumerate(chunk):
-                    rest = torch.tensor(answers[p][c][1:], device=device)
-                    k = torch.arange(len(rest), device=device)
-                    out[p][c] += float(logp3[j, k, rest].sum())
+            # stage 3: the answers' remaining tokens (the terminator at least), over the
+            # stage-2 cache; positions continue each prompt's own length
+            where = [(p, c) for p in group for c in range(len(answers[p]))]
+            lens = torch.tensor([lcp + len(x) for x in sufs], device=device)
+            rest, _ = continuation_logprobs(model, cache, full_mask2, lens,
+                                            [(group.index(p), answers[p][c]) for p, c in where],
+                                            pad, batch_size)
+            for (p, c), lp in zip(where, rest):
+                out[p][c] += lp
     return out
 
 

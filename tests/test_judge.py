@@ -429,3 +429,29 @@ def test_embedded_smollm2_constrained_judge(tmp_path):
         assert t.score.between(lo, hi).all() and t.expected.between(lo, hi).all()
     assert np.isfinite(J.social_performance(table))
     print(f"embedded constrained judge: {elapsed:.1f}s for 2 dialogs")
+
+
+def test_score_candidates_with_a_sliding_window_model(tiny_judge):
+    """A tiny Gemma-3 (sliding window of 16 tokens on one of its two layers) on prompts of
+    hundreds of tokens: the cached, batched scores equal one full forward pass."""
+    import types
+
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    tok = tiny_judge.tokenizer
+    cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                           num_attention_heads=4, num_key_value_heads=1, head_dim=16, sliding_window=16,
+                           layer_types=["sliding_attention", "full_attention"],
+                           pad_token_id=tok.pad_token_id or 0)
+    torch.manual_seed(0)
+    model = Gemma3ForCausalLM(cfg).eval()
+    loaded = types.SimpleNamespace(model=model, tokenizer=tok, encode=tiny_judge.encode)
+    item = make_item("w", n=3)
+    prompts = [tiny_judge.chat_prompt(J.constrained_question(item, a, d), system=J.SYSTEM_MESSAGE)
+               for a, d in [(1, "goal"), (2, "believability")]]
+    assert min(len(tiny_judge.encode(p)) for p in prompts) > 10 * cfg.sliding_window
+    cands = [["0", "5", "10"], ["3", "7", "10"]]
+    got = J.score_candidates(model, tok, prompts, cands, batch_size=2, encode=tiny_judge.encode)
+    for p, cs, lp in zip(prompts, cands, got):
+        np.testing.assert_allclose(lp, [brute_force_logprob(loaded, p, c) for c in cs], rtol=1e-4, atol=1e-4)
