@@ -754,6 +754,10 @@ def score_candidates(model, tokenizer, prompts: Sequence[str],
        scores); an attention mask hides stage 2's padding and position ids
        continue each prompt's own length.
 
+    Under sliding-window attention (Gemma-3) stage 1 is skipped: the window counts
+    cache columns, and the padding between a shared prefix and a shorter prompt's
+    own tokens would take window slots.
+
     Parameters
     ----------
     model : transformers causal LM
