@@ -38,8 +38,9 @@ test: venv browser
 book: venv
 	$(VENV)/bin/synclib run --config $(CONFIG) $(ARGS)
 
-# the CPU benchmarks quoted in the book (bench/results/*.json); about 25 minutes and 20 GB of
-# temporary disk on 2 cores.  On a GPU: `make bench-gpu`.
+# the CPU benchmarks quoted in the book (bench/results/*.json).  The paper-shaped analysis
+# benchmark alone took about 18 minutes on 2 cores and needs some 14 GB of temporary disk.
+# On a GPU: `make bench-gpu`.
 bench: venv
 	$(PY) bench/bench_ridge.py
 	$(PY) bench/bench_engine.py
