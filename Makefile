@@ -39,7 +39,7 @@ book: venv
 	$(VENV)/bin/synclib run --config $(CONFIG) $(ARGS)
 
 # the CPU benchmarks quoted in the book (bench/results/*.json).  The paper-shaped analysis
-# benchmark alone took about 18 minutes on 2 cores and needs some 14 GB of temporary disk.
+# benchmark alone took about 18 minutes on 2 cores and needs about 18 GiB of temporary disk.
 # On a GPU: `make bench-gpu`.
 bench: venv
 	$(PY) bench/bench_ridge.py
