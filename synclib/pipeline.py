@@ -38,6 +38,7 @@ DEFAULT_CONFIG = REPO_ROOT / "config" / "default.yaml"
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 EXECUTED_DIR = REPO_ROOT / "book" / "executed"
 GENERATED_DIR = REPO_ROOT / "book" / "_generated"
+BENCH_RESULTS = REPO_ROOT / "bench" / "results"
 STEPS = ("simulate", "judge", "analyze", "notebooks", "book")
 
 
@@ -311,22 +312,30 @@ def step_manifest(cfg: dict, out: Path, *dep_outputs: str) -> None:
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(manifest, indent=1, default=str))
     os.replace(tmp, out)
-    write_generated_pages(R)
+    write_run_summary(R)
 
 
-def write_generated_pages(results_dir: Path) -> Path:
-    """The book's generated pages: the intro's run summary (models, sizes, headline
-    numbers) and the benchmarks quoted from ``bench/results``.  Returns the summary's path."""
-    from synclib import report, results
-
-    out = GENERATED_DIR / "run_summary.md"
+def _write_generated(name: str, text: str) -> Path:
+    out = GENERATED_DIR / name
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(report.run_summary_markdown(results.load_results(results_dir)))
+    tmp.write_text(text)
     os.replace(tmp, out)
-    bench = GENERATED_DIR / "benchmarks.md"
-    bench.write_text(report.benchmarks_markdown(REPO_ROOT / "bench" / "results"))
     return out
+
+
+def write_run_summary(results_dir: Path) -> Path:
+    """The intro's generated run summary (models, sizes, headline numbers)."""
+    from synclib import report, results
+
+    return _write_generated("run_summary.md", report.run_summary_markdown(results.load_results(results_dir)))
+
+
+def write_benchmarks_page() -> Path:
+    """The benchmarks page's generated part, quoted from ``bench/results``."""
+    from synclib import report
+
+    return _write_generated("benchmarks.md", report.benchmarks_markdown(BENCH_RESULTS))
 
 
 def step_notebook(cfg: dict, nb: Path, out: Path, manifest: str) -> None:
@@ -357,6 +366,7 @@ def _hide_injected_parameters(path: Path) -> None:
 
 
 def step_book(cfg: dict, out: Path, *notebooks: str) -> None:
+    write_benchmarks_page()
     exe = Path(sys.executable).with_name("jupyter-book")
     cmd = [str(exe) if exe.exists() else "jupyter-book", "build", str(REPO_ROOT)]
     subprocess.run(cmd, check=True, cwd=REPO_ROOT)
@@ -425,10 +435,11 @@ def build_jobs(cfg: dict, steps=STEPS) -> dict[str, Job]:
         jobs[key] = Job(key, out, fp, partial(step_notebook, cfg, nb, out), deps=("manifest",))
         nb_keys.append(key)
     if "book" in steps:
-        # the book's own pages; generated ones are covered by the notebooks' fingerprints
+        # the book's own pages and the benchmark results its benchmarks page quotes; the
+        # run summary and executed notebooks are covered by the notebooks' fingerprints
         pages = [p for p in sorted((REPO_ROOT / "book").rglob("*"))
                  if p.is_file() and not {"_generated", "executed"} & set(p.parts)]
-        pages += [REPO_ROOT / "_config.yml", REPO_ROOT / "_toc.yml"]
+        pages += [REPO_ROOT / "_config.yml", REPO_ROOT / "_toc.yml", *sorted(BENCH_RESULTS.glob("*.json"))]
         fp = fingerprint("book", [jobs[k].fp for k in nb_keys], _file_hash(*pages))
         index = REPO_ROOT / "_build" / "html" / "index.html"
         jobs["book"] = Job("book", index, fp, partial(step_book, cfg, index), deps=tuple(nb_keys))

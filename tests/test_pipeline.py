@@ -69,6 +69,13 @@ def test_memory_budget_does_not_change_the_analysis_fingerprint():
     assert a[name].fp == b[name].fp != c[name].fp
 
 
+def test_new_benchmark_results_rebuild_the_book(tmp_path, monkeypatch):
+    monkeypatch.setattr(pipeline, "BENCH_RESULTS", tmp_path)
+    before = build_jobs(load_config(None))["book"].fp
+    (tmp_path / "ridge_paper_cuda.json").write_text("{}")
+    assert build_jobs(load_config(None))["book"].fp != before
+
+
 def test_bad_override():
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         load_config(None, ["simulate.episodes"])
