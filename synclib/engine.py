@@ -423,7 +423,8 @@ class Engine:
                 if session is None:
                     continue
                 keep = mask[i].bool()
-                kv = [(layer.keys[i:i + 1][:, :, keep].clone(), layer.values[i:i + 1][:, :, keep].clone())
+                # boolean indexing copies: the session owns its tensors
+                kv = [(layer.keys[i:i + 1][:, :, keep], layer.values[i:i + 1][:, :, keep])
                       for layer in cache.layers]
                 self._store(session, ids, kv)
         logits = out.logits[:, -1, :].float()
@@ -626,17 +627,17 @@ class Engine:
         rest, calls = continuation_logprobs(self.lm.model, pre.cache, pre.mask, pre.next_pos, items,
                                             self.lm.pad_token_id, self.batch_size)
         self.stats["forward_calls"] += calls
+        # "s and not a longer candidate": the immediate extensions of s are subtracted from it
+        immediate = {}
+        for s in all_seqs:
+            ext = [t for t in all_seqs if len(t) > len(s) and t[:len(s)] == s]
+            immediate[s] = [t for t in ext if not any(len(s) < len(u) < len(t) and t[:len(u)] == u
+                                                      for u in ext)]
         out = []
         for b in range(len(rows)):
             logp = {s: float(logp_first[b, s[0]]) + rest[b * len(all_seqs) + j] for j, s in enumerate(all_seqs)}
             p = {s: float(np.exp(v)) for s, v in logp.items()}
-            # "s and not a longer candidate": subtract the immediate extensions of s
-            exact = {}
-            for s in all_seqs:
-                ext = [t for t in all_seqs if len(t) > len(s) and t[:len(s)] == s]
-                immediate = [t for t in ext if not any(len(s) < len(u) < len(t) and t[:len(u)] == u
-                                                       for u in ext)]
-                exact[s] = max(0.0, p[s] - sum(p[t] for t in immediate))
+            exact = {s: max(0.0, p[s] - sum(p[t] for t in immediate[s])) for s in all_seqs}
             scores = np.array([sum(exact[v] for v in variants) for variants in seqs])
             total = scores.sum()
             out.append((scores / total if total > 0 else np.full(len(seqs), np.nan), float(total)))

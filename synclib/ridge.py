@@ -435,14 +435,14 @@ def r2_grid(X, Y, train, test, alpha=0.1, *, precision: str = "float32", device=
             c = max(1, min(Lt, max_chunk_bytes // max(per_layer, 1)))
             Hf = H.flatten(1)
             Gf = G.flatten(1)
+            Hf64 = Hf.double() if Hf.numel() * 8 < max_chunk_bytes else None  # once, not per chunk
             for s, e in _chunks(Lt, c):
                 blk = _target_block(Y, ytr, yte, slice(s, e), cdtype, s)
                 Yw = blk.Yc * blk.w.to(cdtype)[None]                       # (n_tr, c, Dt)
                 Yc_t = blk.Yc.permute(1, 0, 2)                             # (c, n_tr, Dt)
                 S = torch.bmm(Yw.permute(1, 0, 2), Yc_t.transpose(1, 2))   # (c, n_tr, n_tr)
                 C = torch.bmm((blk.E * blk.w.to(cdtype)[None]).permute(1, 0, 2), Yc_t.transpose(1, 2))  # (c, n_te, n_tr)
-                hc = (Hf.double() @ C.flatten(1).double().T) if Hf.numel() * 8 < max_chunk_bytes \
-                    else _dot64(Hf, C.flatten(1))
+                hc = (Hf64 @ C.flatten(1).double().T) if Hf64 is not None else _dot64(Hf, C.flatten(1))
                 gs = _dot64(Gf, S.flatten(1))
                 ssw = blk.base[None] - 2 * hc + gs                         # (Ls, c)
                 out[:, s:e] = (blk.n_var[None] - ssw + blk.const_ok[None]) / Dt
@@ -541,7 +541,8 @@ def r2_grid_subsets(X, Y, train, tests, alpha=0.1, *, device=None, max_chunk_byt
     with _matmul_precision("float32", device):
         for s, e in _chunks(Lt, c):
             blk = _target_block(Y, tr, union, slice(s, e), torch.float32, s, check_constant=False)
-            Yte = Y[union][:, s:e].double()
+            Yte = Y[union, s:e].double()  # only this block's layers of the rows
+            yc_zero = (blk.Yc.double() == 0).all(0)  # the same for every subset
             stats = []
             for i, p in enumerate(pos):
                 Ys = Yte[p]
@@ -550,7 +551,7 @@ def r2_grid_subsets(X, Y, train, tests, alpha=0.1, *, device=None, max_chunk_byt
                     raise RidgeInputError(f"tests[{i}]: a target layer is constant over the subset")
                 sstot = ((Ys - Ys.mean(0, keepdim=True)) ** 2).sum(0)
                 w = torch.where(const, torch.zeros_like(sstot), 1.0 / torch.where(const, torch.ones_like(sstot), sstot))
-                exact = const & (blk.Yc.double() == 0).all(0) & (blk.E.double()[p] == 0).all(0)
+                exact = const & yc_zero & (blk.E.double()[p] == 0).all(0)
                 stats.append((p, w, (~const).sum(-1).double(), exact.sum(-1).double()))
             Ycf, Ef = blk.Yc.flatten(1), blk.E.flatten(1)
             for l in range(Ls):
