@@ -65,13 +65,17 @@ def sentence_fig2(frames: dict[str, pd.DataFrame], published: dict, direction: s
 
 # --------------------------------------------------------------------------- figures 3, 4
 def sentence_controls(control: pd.DataFrame, lag: pd.DataFrame, sync: pd.DataFrame,
-                      passive: pd.DataFrame, published: dict) -> str:
-    """Passive vs genuine per pair, and the change from lag 0 to the largest lag."""
-    m = sync[["pair", "mean"]].merge(passive[["pair", "mean"]], on="pair", suffixes=("_g", "_p"))
-    lower = int((m["mean_p"] < m["mean_g"]).sum())
-    s1 = (f"With the passive reader SyncR² is lower than in the genuine interaction for "
-          f"{lower} of {len(m)} pairs (mean {_f(m['mean_g'].mean())} genuine vs "
-          f"{_f(m['mean_p'].mean())} passive).")
+                      passive: pd.DataFrame | None, published: dict) -> str:
+    """Passive vs genuine per pair (``passive`` None: the run has no passive condition),
+    and the change from lag 0 to the largest lag."""
+    if passive is None:
+        s1 = "This run has no passive-reader condition (`simulate.passive` was off)."
+    else:
+        m = sync[["pair", "mean"]].merge(passive[["pair", "mean"]], on="pair", suffixes=("_g", "_p"))
+        lower = int((m["mean_p"] < m["mean_g"]).sum())
+        s1 = (f"With the passive reader SyncR² is lower than in the genuine interaction for "
+              f"{lower} of {len(m)} pairs (mean {_f(m['mean_g'].mean())} genuine vs "
+              f"{_f(m['mean_p'].mean())} passive).")
     kmax = int(lag["k"].max()) if len(lag) else 0
     if kmax > 0:
         k0 = lag[lag["k"] == 0]["mean"].mean()

@@ -291,8 +291,13 @@ class Results:
         sets = [list(self.analysis(n)["sync_r2"]["condition"].values) for n in self.pair_names]
         return [c for c in sets[0] if all(c in s for s in sets)]
 
-    def control_table(self, conditions=("genuine", "passive")) -> pd.DataFrame:
-        """Figure 4a: per family and condition, mean and SE over all (pair, split seed) values."""
+    def control_table(self, conditions=None) -> pd.DataFrame:
+        """Figure 4a: per family and condition, mean and SE over all (pair, split seed) values.
+
+        ``conditions`` default: genuine and passive, those the run has.
+        """
+        if conditions is None:
+            conditions = [c for c in ("genuine", "passive") if c in self.conditions()]
         rows = []
         for cond in conditions:
             fam_vals: dict[str, list] = {}

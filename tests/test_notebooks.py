@@ -235,3 +235,17 @@ def test_empty_frames_give_a_placeholder_chart():
     chart = plots.lines_with_se(pd.DataFrame(), x="k", series="pair", title="none")
     spec = chart.to_dict()
     assert spec["mark"]["type"] == "text" and "no data" in json.dumps(spec)
+
+
+@pytest.mark.slow
+def test_controls_notebook_without_a_passive_run(tmp_path):
+    """A run with ``simulate.passive: false`` has no passive condition; the controls page says so."""
+    root = results.build_synthetic_results(tmp_path / "no-passive", cube_kwargs={"passive": False},
+                                           analyze_kwargs={"tom": False})
+    assert "passive" not in results.load_results(root).conditions()
+    out = tmp_path / "out.ipynb"
+    proc = execute_notebook(ROOT / "notebooks" / "fig03_04_controls.ipynb", out, {"results_dir": root})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = "\n".join(o["data"]["text/markdown"] for o in _outputs(nbformat.read(out, 4))
+                     if "text/markdown" in o.get("data", {}))
+    assert "no passive-reader condition" in text
