@@ -47,9 +47,9 @@ bench: venv
 	$(PY) bench/bench_simulate.py --device cpu --preset smollm2 --storage 52
 	$(PY) bench/bench_analysis.py
 
+# every GPU benchmark (bench/gpu.sh says what each part measures); BENCH_PARTS=ridge,engine,e2e
 bench-gpu: venv
-	$(PY) bench/bench_ridge.py --paper-scale --device cuda
-	$(PY) bench/bench_simulate.py --device cuda
+	PY=$(PY) bash bench/gpu.sh
 
 clean-results:
 	rm -rf results _build

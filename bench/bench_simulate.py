@@ -86,8 +86,12 @@ def scenario_corpus() -> list[str]:
     return out
 
 
-def build_bpe_tokenizer(vocab_size: int = 32000):
-    """A byte-level BPE trained on the scenario texts, as a transformers tokenizer."""
+def build_bpe_tokenizer(vocab_size: int = 32000, newline_every: int = 0):
+    """A byte-level BPE trained on the scenario texts, as a transformers tokenizer.
+
+    With ``newline_every`` > 0, one filler token in that many ends with a line break, so
+    that a random model's first reply line ends after about that many tokens.
+    """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -103,24 +107,25 @@ def build_bpe_tokenizer(vocab_size: int = 32000):
     # fill the vocabulary with visible filler tokens so that every id the random model
     # samples decodes to text and re-encodes to one token (dialog histories then grow
     # like real ones instead of decoding to nothing)
-    fast.add_tokens([f"\u27e8{i}\u27e9" for i in range(len(fast), vocab_size)])
+    fast.add_tokens([f"\u27e8{i}\u27e9" + ("\n" if newline_every and i % newline_every == 0 else "")
+                     for i in range(len(fast), vocab_size)])
     return fast
 
 
-def build_random_model(preset: str, device: str, dtype):
-    """A LoadedModel with random weights (``mistral7b`` or ``tiny``)."""
+def build_random_model(preset: str, device: str, dtype, seed: int = 0, newline_every: int = 0):
+    """A LoadedModel with random weights (``mistral7b`` or ``tiny``), initialised from ``seed``."""
     from transformers import MistralConfig, MistralForCausalLM
 
     from synclib.models import LoadedModel, find_decoder_layers
 
-    tok = build_bpe_tokenizer()
+    tok = build_bpe_tokenizer(newline_every=newline_every)
     kw = dict(sliding_window=None, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
               pad_token_id=tok.pad_token_id, max_position_embeddings=8192)
     if preset == "tiny":
         kw.update(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=8,
                   num_key_value_heads=2)
     cfg = MistralConfig(**kw)  # defaults: the Mistral-7B shape
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     old = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
     try:
@@ -135,18 +140,18 @@ def build_random_model(preset: str, device: str, dtype):
                      decoder_layers=layers, stop_token_ids=frozenset(), pad_token_id=int(tok.pad_token_id),
                      source=f"random-init MistralConfig({preset})", model_type="mistral")
     n_params = sum(p.numel() for p in model.parameters())
-    return lm, {"preset": preset, "n_params": n_params, "n_layers": len(layers), "d_model": cfg.hidden_size,
+    return lm, {"preset": preset, "seed": seed, "newline_every": newline_every, "n_params": n_params, "n_layers": len(layers), "d_model": cfg.hidden_size,
                 "vocab_size": cfg.vocab_size, "tokenizer_vocab": len(tok), "dtype": str(dtype)}
 
 
-def load(preset: str, device: str, dtype):
+def load(preset: str, device: str, dtype, newline_every: int = 0):
     if preset == "smollm2":
         from synclib.models import load_model
 
         lm = load_model("smollm2-135m", dtype=dtype, device=device)
         return lm, {"preset": preset, "n_params": sum(p.numel() for p in lm.model.parameters()),
                     "n_layers": lm.n_layers, "d_model": lm.d_model, "dtype": str(dtype)}
-    return build_random_model(preset, device, dtype)
+    return build_random_model(preset, device, dtype, newline_every=newline_every)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -203,6 +208,15 @@ def bench_engine(lm, batch_sizes, prompt_tokens, new_tokens, one_at_a_time_rows,
         prompts = fixed_length_prompts(lm, rows, prompt_tokens)
         eng = Engine(lm, batch_size=bs, kv_reuse=False)
         reqs = [Request(p, seed=i) for i, p in enumerate(prompts)]
+        # the prefill alone, on the same rows: (seconds - prefill) / new_tokens is a decoding step
+        sync(device)
+        tp = time.perf_counter()
+        try:
+            eng.read_states(prompts)
+            prefill_s = time.perf_counter() - tp
+        except Exception:  # noqa: BLE001 - an OOM shows again below and is recorded there
+            prefill_s = None
+        sync(device)
         if str(device).startswith("cuda"):
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
@@ -223,12 +237,93 @@ def bench_engine(lm, batch_sizes, prompt_tokens, new_tokens, one_at_a_time_rows,
             assert all(x.states.shape == (lm.n_layers, lm.d_model) and np.isfinite(x.states).all() for x in res)
             r.update(utterances_per_s=round(rows / dt, 3), new_tokens_per_s=round(gen / dt, 1),
                      prefill_tokens_per_s=round(rows * prompt_tokens / dt, 1))
+            if prefill_s is not None:
+                r.update(prefill_only_s=round(prefill_s, 3),
+                         decode_step_ms=round(1000 * (dt - prefill_s) / new_tokens / math.ceil(rows / bs), 2))
         if str(device).startswith("cuda"):
             r["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2 ** 30, 2)
         print(json.dumps(r), flush=True)
         results.append(r)
         del eng
     return results
+
+
+def bench_hf_generate(lm, batch_sizes, prompt_tokens, new_tokens, one_at_a_time_rows, device) -> list[dict]:
+    """The reference code's way: plain ``transformers`` ``generate`` with forward hooks.
+
+    Forward hooks on every decoder layer keep the last prompt token's output of the
+    prefill (the first forward of ``generate``); sampling as ``generate`` does it
+    (``do_sample=True``, temperature 0.7, its default top-k 50).  Every row generates
+    exactly ``new_tokens`` (``min_new_tokens``), on the same prompts as the engine
+    benchmark.  An out-of-memory error is recorded, not raised.
+    """
+    model = lm.model
+    results = []
+    for bs in batch_sizes:
+        rows = one_at_a_time_rows if bs == 1 else bs
+        prompts = fixed_length_prompts(lm, rows, prompt_tokens)
+        sink: list = []
+
+        def hook(_m, _a, out):
+            h = out[0] if isinstance(out, (tuple, list)) else out
+            if h.shape[1] > 1:  # the prefill, not a decoding step
+                sink.append(h[:, -1].float().cpu())
+
+        handles = [layer.register_forward_hook(hook) for layer in lm.decoder_layers]
+        if str(device).startswith("cuda"):
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        err, n_states = None, 0
+        sync(device)
+        t0 = time.perf_counter()
+        try:
+            for s in range(0, rows, bs):
+                ids = torch.tensor(prompts[s:s + bs], device=device)
+                torch.manual_seed(s)
+                with torch.inference_mode():
+                    out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
+                                         temperature=0.7, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                         pad_token_id=lm.pad_token_id)
+                assert out.shape == (ids.shape[0], prompt_tokens + new_tokens), out.shape
+                n_states += ids.shape[0]
+        except Exception as exc:  # noqa: BLE001 - record OOM in the JSON
+            err = f"{type(exc).__name__}: {str(exc)[:200]}"
+        finally:
+            for h in handles:
+                h.remove()
+        sync(device)
+        dt = time.perf_counter() - t0
+        r = {"batch_size": bs, "rows": rows, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens,
+             "seconds": round(dt, 3), "error": err}
+        if err is None:
+            assert len(sink) == lm.n_layers * math.ceil(rows / bs) and n_states == rows
+            r.update(utterances_per_s=round(rows / dt, 3), new_tokens_per_s=round(rows * new_tokens / dt, 1))
+        if str(device).startswith("cuda"):
+            r["peak_memory_gib"] = round(torch.cuda.max_memory_allocated() / 2 ** 30, 2)
+        print("hf_generate", json.dumps(r), flush=True)
+        results.append(r)
+        sink.clear()
+    return results
+
+
+def state_probe(lm, rows: int, prompt_tokens: int) -> np.ndarray:
+    """Last-prompt-token states ``(rows, layers, d_model)`` of fixed prompts (for dtype comparisons)."""
+    from synclib.engine import Engine
+
+    prompts = fixed_length_prompts(lm, rows, prompt_tokens)
+    return Engine(lm, batch_size=min(rows, 16), kv_reuse=False).read_states(prompts)
+
+
+def state_difference(ref: np.ndarray, other: np.ndarray) -> dict:
+    """Relative difference of hidden states, per layer and overall (``ref`` is float32)."""
+    num = np.linalg.norm((other - ref).reshape(ref.shape[0], ref.shape[1], -1), axis=-1)
+    den = np.linalg.norm(ref.reshape(ref.shape[0], ref.shape[1], -1), axis=-1)
+    per_layer = (num / den).mean(0)
+    a, b = ref.reshape(-1, ref.shape[-1]), other.reshape(-1, ref.shape[-1])
+    cos = (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1))
+    return {"relative_l2_mean": float(per_layer.mean()), "relative_l2_max_layer": float(per_layer.max()),
+            "relative_l2_per_layer": [round(float(x), 6) for x in per_layer],
+            "cosine_min": float(cos.min()), "cosine_mean": float(cos.mean()), "rows": int(ref.shape[0])}
 
 
 def bench_simulate(lm, episodes, seeds, batch_size, max_utterances, new_tokens, device, write_cube) -> dict:
@@ -347,7 +442,14 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="torch device")
     ap.add_argument("--preset", choices=("mistral7b", "tiny", "smollm2"), default=None,
                     help="model (default: mistral7b on CUDA, tiny on CPU)")
-    ap.add_argument("--dtype", default=None, help="default: bfloat16 on CUDA, float32 on CPU")
+    ap.add_argument("--dtype", default=None,
+                    help="model dtype, or a comma list measured in turn on the same weights, the first as "
+                         "the reference of the hidden-state difference (e.g. float32,bfloat16; the first "
+                         "gets batch 1 and the second batch size only); default: bfloat16 on CUDA, "
+                         "float32 on CPU")
+    ap.add_argument("--hf-batch-sizes", default="1,64,128",
+                    help="batch sizes of the plain transformers generate baseline (empty: skip)")
+    ap.add_argument("--probe-rows", type=int, default=16, help="prompts whose states compare the dtypes")
     ap.add_argument("--batch-sizes", default="1,16,64,128", help="engine batch sizes (comma list)")
     ap.add_argument("--one-at-a-time-rows", type=int, default=4, help="rows timed at batch size 1")
     ap.add_argument("--prompt-tokens", type=int, default=900, help="engine benchmark prompt length")
@@ -356,6 +458,12 @@ def main(argv=None) -> int:
     ap.add_argument("--sim-seeds", default="0,1", help="seeds in the dialog-loop benchmark")
     ap.add_argument("--sim-batch", type=int, default=64, help="batch size of the dialog-loop benchmark")
     ap.add_argument("--max-utterances", type=int, default=16)
+    ap.add_argument("--sim-new-tokens", type=int, default=300,
+                    help="dialog-loop benchmark: the new-token limit (the paper's 300); replies end earlier "
+                         "at their first line break (see --newline-every)")
+    ap.add_argument("--newline-every", type=int, default=64,
+                    help="random models: one filler token in N ends a line, so that a dialog reply (whose "
+                         "first line is kept) runs about N tokens; 0: never")
     ap.add_argument("--no-cube", action="store_true", help="run the loop without writing a cube")
     ap.add_argument("--storage", type=int, default=0, metavar="N_TASKS",
                     help="instead: measure bytes/value and error of each --store-dtype on N tasks' real states "
@@ -368,11 +476,13 @@ def main(argv=None) -> int:
     if cuda and not torch.cuda.is_available():
         ap.error("--device cuda: CUDA is not available")
     preset = args.preset or ("mistral7b" if cuda else "tiny")
-    dtype = getattr(torch, args.dtype) if args.dtype else (torch.bfloat16 if cuda else torch.float32)
+    names = args.dtype.split(",") if args.dtype else (["bfloat16"] if cuda else ["float32"])
+    dtypes = [getattr(torch, n.strip()) for n in names]
+    dtype = dtypes[0]
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
     t0 = time.perf_counter()
-    lm, model_info = load(preset, dev, dtype)
+    lm, model_info = load(preset, dev, dtype, args.newline_every)
     model_info["build_seconds"] = round(time.perf_counter() - t0, 1)
     print(json.dumps(model_info), flush=True)
 
@@ -389,13 +499,39 @@ def main(argv=None) -> int:
     result = {"benchmark": "bench_simulate", "machine": machine_info(dev), "model": model_info,
               "reference": {"plain_hf_generate_h100_one_at_a_time_utt_s": 0.36,
                             "plain_hf_generate_h100_batch64_utt_s": 7.9,
-                            "h100_roofline_utt_s": 35, "target_utt_s": 20},
-              "engine": bench_engine(lm, [int(x) for x in args.batch_sizes.split(",")], args.prompt_tokens,
-                                     args.new_tokens, args.one_at_a_time_rows, dev)}
+                            "kv_reuse_bandwidth_and_flop_limit_utt_s": 60, "target_utt_s": 40},
+              "engine": {}, "hf_generate": {}, "state_difference_vs_first_dtype": {}}
+    batch_sizes = [int(x) for x in args.batch_sizes.split(",")]
+    hf_sizes = [int(x) for x in args.hf_batch_sizes.split(",") if x.strip()]
+    ref_states = None
+    for i, dt in enumerate(dtypes):
+        name = str(dt).replace("torch.", "")
+        if i > 0:  # the same weights, cast: the state difference is the precision's alone
+            lm.model.to(dt)
+            lm.dtype = dt
+            if cuda:
+                torch.cuda.empty_cache()
+        states = state_probe(lm, args.probe_rows, args.prompt_tokens)
+        if ref_states is None:
+            ref_states, result["reference_dtype"] = states, name
+        else:
+            result["state_difference_vs_first_dtype"][name] = state_difference(ref_states, states)
+            print("state difference", name, json.dumps(result["state_difference_vs_first_dtype"][name])[:300],
+                  flush=True)
+        last = i == len(dtypes) - 1
+        # the first (reference) precision: batch 1 and the first larger size only
+        sizes = batch_sizes if last else batch_sizes[:2]
+        result["engine"][name] = bench_engine(lm, sizes, args.prompt_tokens, args.new_tokens,
+                                              args.one_at_a_time_rows, dev)
+        if hf_sizes:
+            result["hf_generate"][name] = bench_hf_generate(lm, hf_sizes if last else hf_sizes[:1],
+                                                            args.prompt_tokens, args.new_tokens,
+                                                            args.one_at_a_time_rows, dev)
     if args.sim_episodes > 0:
         seeds = [int(s) for s in args.sim_seeds.split(",")]
         result["simulate"] = bench_simulate(lm, args.sim_episodes, seeds, args.sim_batch, args.max_utterances,
-                                            args.new_tokens, dev, not args.no_cube)
+                                            args.sim_new_tokens, dev, not args.no_cube)
+        result["simulate"]["dtype"] = str(lm.dtype).replace("torch.", "")
     out = Path(args.out) if args.out else HERE / "results" / f"simulate_{dev.split(':')[0]}_{preset}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")

@@ -119,7 +119,8 @@ class Result:
     states : numpy.ndarray
         ``(n_layers, d_model)`` float32: every decoder layer's output at the last prompt token.
     finish_reason : str
-        ``"stop"`` (a stop token was sampled) or ``"length"`` (``max_new_tokens`` reached).
+        ``"stop"`` (a stop token was sampled), ``"line"`` (the first line was complete,
+        with ``first_line_only``) or ``"length"`` (``max_new_tokens`` reached).
     reused_tokens : int
         Prompt tokens whose keys/values came from the session cache instead of a prefill.
     """
@@ -158,8 +159,9 @@ class _Prefill:
 def _is_oom(exc: BaseException) -> bool:
     import torch
 
+    msg = str(exc).lower()
     return isinstance(exc, torch.cuda.OutOfMemoryError) or (
-        isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower())
+        isinstance(exc, RuntimeError) and ("out of memory" in msg or "cublas_status_alloc_failed" in msg))
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -279,7 +281,9 @@ class Engine:
         Keep each session's prompt keys/values and prefill only the new suffix.
     max_cache_bytes : int, optional
         Budget of the session caches; least recently used sessions are dropped beyond it.
-        Default: 4 GiB on CPU, 30 % of the device's memory on CUDA.
+        Default: 4 GiB on CPU; on CUDA a quarter of the device memory that is free when the
+        engine is created (after its model is loaded), so that two engines of a model pair
+        and their live batches fit beside each other.
 
     Attributes
     ----------
@@ -300,13 +304,16 @@ class Engine:
         self.kv_reuse = bool(kv_reuse)
         if max_cache_bytes is None:
             if lm.device.type == "cuda":
-                max_cache_bytes = int(0.3 * torch.cuda.get_device_properties(lm.device).total_memory)
+                max_cache_bytes = int(0.25 * torch.cuda.mem_get_info(lm.device)[0])
             else:
                 max_cache_bytes = 4 << 30
         self.max_cache_bytes = int(max_cache_bytes)
         self.stats: Counter = Counter()
         self._sessions: OrderedDict = OrderedDict()
         self._cache_bytes = 0
+        self._lines = None  # per-token line-break flags, see _line_flags
+        #: decoding steps between the host's checks for finished rows (None: 1 on CPU, 8 on GPUs)
+        self.sync_every: int | None = None
         params = inspect.signature(lm.model.forward).parameters
         self._logits_kw = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
 
@@ -432,7 +439,13 @@ class Engine:
                         next_pos=positions[:, -1] + 1, reused=reused)
 
     def _batched(self, items: list, fn: Callable[[list], list]) -> list:
-        """Apply ``fn`` to chunks of ``items`` (at most ``batch_size``), halving on OOM."""
+        """Apply ``fn`` to chunks of ``items`` (at most ``batch_size``).
+
+        On out-of-memory the session caches are dropped first (they only save prefill
+        work) and the chunk is retried at the same size; if it fails again, in halves,
+        and the lower cap is kept for later calls.  Results do not change: a row's
+        outputs do not depend on its batch or on what was cached.
+        """
         import torch
 
         out: list = []
@@ -443,10 +456,17 @@ class Engine:
                 out.extend(fn(chunk))
                 start += len(chunk)
             except Exception as exc:  # noqa: BLE001 - only OOM is handled
-                if not _is_oom(exc) or len(chunk) == 1:
+                if not _is_oom(exc):
                     raise
-                self.batch_size = max(1, len(chunk) // 2)
                 self.stats["oom_retries"] += 1
+                if self._sessions:
+                    self.stats["oom_cache_drops"] += 1
+                    self.clear()
+                elif len(chunk) == 1:
+                    raise
+                else:
+                    self.batch_size = max(1, len(chunk) // 2)
+                del exc
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
         return out
@@ -488,8 +508,8 @@ class Engine:
         return out
 
     def generate(self, requests: Sequence[Request], max_new_tokens: int = 300,
-                 temperature: float = 0.7, on_step: Callable[[int], None] | None = None
-                 ) -> list[Result]:
+                 temperature: float = 0.7, on_step: Callable[[int], None] | None = None,
+                 first_line_only: bool = False) -> list[Result]:
         """Sample a reply for every request; record its last-prompt-token states.
 
         Parameters
@@ -502,6 +522,12 @@ class Engine:
         on_step : callable, optional
             Called after every decoding step with the number of tokens generated in that
             step (for progress bars).
+        first_line_only : bool, default False
+            Stop a row as soon as its text holds a complete first line: a token with a
+            line break after some non-whitespace text (that token is kept).  For callers
+            that keep only the first line of the stripped reply (the dialog's clean-up):
+            the tokens after it could not change what they keep, and each row's random
+            stream is its own, so the kept text is the same as without the stop.
 
         Returns
         -------
@@ -516,60 +542,106 @@ class Engine:
         ids = [self._ids(r.prompt) for r in reqs]
         order = self._order(ids, [r.session for r in reqs])
         res = self._batched(order, lambda chunk: self._generate_batch(
-            [ids[i] for i in chunk], [reqs[i] for i in chunk], max_new_tokens, temperature, on_step))
+            [ids[i] for i in chunk], [reqs[i] for i in chunk], max_new_tokens, temperature, on_step,
+            first_line_only))
         out: list = [None] * len(reqs)
         for i, r in zip(order, res):
             out[i] = r
         return out
 
-    def _generate_batch(self, ids, reqs, max_new_tokens, temperature, on_step) -> list[Result]:
+    def _line_flags(self, vocab: int):
+        """Per token id, as bool tensors of length ``vocab`` on the model's device: holds a
+        line break; has text before its first break; has any text.
+
+        "Text" is non-whitespace, decoded token by token without special tokens; ids
+        beyond the tokenizer (padded embeddings) have none of the three.  Cached.
+        """
         import torch
 
-        gens = [torch.Generator(device="cpu").manual_seed(int(r.seed) & ((1 << 63) - 1)) for r in reqs]
-        pre = self._prefill([(x, r.session) for x, r in zip(ids, reqs)])
-        stop = torch.tensor(sorted(self.lm.stop_token_ids), dtype=torch.long, device=self.lm.device)
-        cache, mask, pos, logits = pre.cache, pre.mask, pre.next_pos, pre.logits
+        if self._lines is None or self._lines[0].numel() != vocab:
+            tok = self.lm.tokenizer
+            pieces = tok.batch_decode([[i] for i in range(len(tok))], skip_special_tokens=True)[:vocab]
+            pad = [False] * (vocab - len(pieces))
+            flags = ([("\n" in p) for p in pieces], [bool(p.split("\n", 1)[0].strip()) for p in pieces],
+                     [bool(p.strip()) for p in pieces])
+            self._lines = tuple(torch.tensor(f + pad, dtype=torch.bool, device=self.lm.device) for f in flags)
+        return self._lines
+
+    def _generate_batch(self, ids, reqs, max_new_tokens, temperature, on_step, first_line_only=False
+                        ) -> list[Result]:
+        """Prefill and decode one batch.
+
+        The decoding loop keeps the GPU busy: sampling, stop and line checks and the
+        bookkeeping are tensor operations on the device, and the host learns which rows
+        have finished only every ``sync_every`` steps (every step on the CPU, where it
+        costs nothing), when finished rows leave the batch.  A finished row that is still
+        in the batch until then decodes tokens that are never kept.
+        """
+        import torch
+
+        dev = self.lm.device
         B = len(reqs)
-        generated: list[list[int]] = [[] for _ in range(B)]
-        finish = ["length"] * B
-        alive = list(range(B))  # original row index of each live batch row
+        # each row's uniforms for the whole reply, drawn up front from its own generator
+        # (the same numbers, in the same order, as one draw per step)
+        gens = [torch.Generator(device="cpu").manual_seed(int(r.seed) & ((1 << 63) - 1)) for r in reqs]
+        U = torch.stack([torch.rand(max_new_tokens, generator=g, dtype=torch.float64) for g in gens]).to(dev)
+        pre = self._prefill([(x, r.session) for x, r in zip(ids, reqs)])
+        stop = torch.tensor(sorted(self.lm.stop_token_ids), dtype=torch.long, device=dev)
+        cache, mask, pos, logits = pre.cache, pre.mask, pre.next_pos, pre.logits
+        V = logits.shape[-1]
+        lines = self._line_flags(V) if first_line_only else None
+        out_tok = torch.full((B, max_new_tokens), -1, dtype=torch.long, device=dev)
+        reason = torch.zeros(B, dtype=torch.long, device=dev)     # 0 length, 1 stop, 2 line
+        done = torch.zeros(B, dtype=torch.bool, device=dev)
+        seen = torch.zeros(B, dtype=torch.bool, device=dev)       # some text generated so far
+        rows = torch.arange(B, device=dev)                         # original row of each batch row
+        sync_every = self.sync_every or (1 if dev.type == "cpu" else 8)
         for step in range(max_new_tokens):
             if temperature == 0:
                 tok = logits.argmax(-1)
             else:
                 cdf = torch.softmax(logits.double() / temperature, dim=-1).cumsum(-1)
-                u = torch.stack([torch.rand((), generator=gens[r], dtype=torch.float64) for r in alive])
-                u = (u.to(cdf.device) * cdf[:, -1]).unsqueeze(-1)
-                tok = torch.searchsorted(cdf, u).squeeze(-1).clamp(max=logits.shape[-1] - 1)
-            is_stop = torch.isin(tok, stop)
-            tok_l, stop_l = tok.tolist(), is_stop.tolist()
-            keep = []
-            for j, r in enumerate(alive):
-                if stop_l[j]:
-                    finish[r] = "stop"
-                else:
-                    generated[r].append(tok_l[j])
-                    keep.append(j)
-            self.stats["generated_tokens"] += len(alive)
+                u = (U[rows, step] * cdf[:, -1]).unsqueeze(-1)
+                tok = torch.searchsorted(cdf, u).squeeze(-1).clamp(max=V - 1)
+            live = ~done[rows]
+            is_stop = torch.isin(tok, stop) & live
+            keep = live & ~is_stop
+            out_tok[rows, step] = torch.where(keep, tok, -1)
+            ended = is_stop
+            if lines is not None:
+                at_line = keep & lines[0][tok] & (seen[rows] | lines[1][tok])
+                seen[rows] = seen[rows] | (keep & lines[2][tok])
+                reason[rows] = torch.where(at_line, 2, reason[rows])
+                ended = ended | at_line
+            reason[rows] = torch.where(is_stop, 1, reason[rows])
+            done[rows] = done[rows] | ended
+            self.stats["generated_tokens"] += rows.numel()
             if on_step is not None:
-                on_step(len(alive))
-            if not keep or step == max_new_tokens - 1:
+                on_step(rows.numel())
+            if step == max_new_tokens - 1:
                 break
-            if len(keep) < len(alive):
-                idx = torch.tensor(keep, device=mask.device)
-                cache.batch_select_indices(idx)
-                mask, pos, tok = mask[idx], pos[idx], tok[idx]
-                alive = [alive[j] for j in keep]
-            mask = torch.cat([mask, mask.new_ones((len(alive), 1))], dim=1)
+            if step % sync_every == sync_every - 1 or sync_every == 1:
+                still = (~done[rows]).nonzero().flatten()  # the host waits for the device here
+                if still.numel() == 0:
+                    break
+                if still.numel() < rows.numel():
+                    cache.batch_select_indices(still)
+                    mask, pos, tok, rows = mask[still], pos[still], tok[still], rows[still]
+            mask = torch.cat([mask, mask.new_ones((rows.numel(), 1))], dim=1)
             with torch.inference_mode():
                 out = self.lm.model(input_ids=tok.unsqueeze(-1), attention_mask=mask,
                                     position_ids=pos.unsqueeze(-1), past_key_values=cache,
                                     use_cache=True, **self._logits_kw)
             self.stats["forward_calls"] += 1
             cache, logits, pos = out.past_key_values, out.logits[:, -1, :].float(), pos + 1
-        return [Result(text=self.lm.decode(generated[i]), token_ids=generated[i], prompt_ids=ids[i],
-                       states=pre.states[i], finish_reason=finish[i], reused_tokens=pre.reused[i])
-                for i in range(B)]
+        toks, why = out_tok.cpu().tolist(), reason.cpu().tolist()
+        names = ("length", "stop", "line")
+        results = []
+        for i in range(B):
+            gen = [t for t in toks[i] if t >= 0]
+            results.append(Result(text=self.lm.decode(gen), token_ids=gen, prompt_ids=ids[i],
+                                  states=pre.states[i], finish_reason=names[why[i]], reused_tokens=pre.reused[i]))
+        return results
 
     def word_distributions(self, prompts: Sequence, candidates: Sequence[str],
                            sessions: Sequence | None = None, return_mass: bool = False):

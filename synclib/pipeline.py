@@ -214,11 +214,36 @@ class Job:
         t0 = time.perf_counter()
         print(f"[synclib] {self.key}: running -> {self.output}", flush=True)
         self.output.parent.mkdir(parents=True, exist_ok=True)
+        _reset_gpu_peak()
         self.func(*dep_outputs)
         dt = time.perf_counter() - t0
-        mark_done(self.output, self.fp, seconds=round(dt, 1))
-        print(f"[synclib] {self.key}: done in {dt:.0f} s", flush=True)
+        info = {"seconds": round(dt, 1)}
+        peak = _gpu_peak_gib()
+        if peak is not None:
+            info["peak_gpu_gib"] = peak
+        mark_done(self.output, self.fp, **info)
+        print(f"[synclib] {self.key}: done in {dt:.0f} s"
+              + (f", peak GPU memory {peak} GiB" if peak is not None else ""), flush=True)
         return str(self.output)
+
+
+def _cuda():
+    """``torch.cuda`` when torch is already imported and CUDA initialised, else None."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    return torch.cuda
+
+
+def _reset_gpu_peak() -> None:
+    if (cuda := _cuda()) is not None:
+        cuda.reset_peak_memory_stats()
+
+
+def _gpu_peak_gib() -> float | None:
+    """Peak GPU memory allocated by this process since the last reset (GiB), if CUDA ran."""
+    cuda = _cuda()
+    return None if cuda is None else round(cuda.max_memory_allocated() / 2**30, 2)
 
 
 # --------------------------------------------------------------------------- steps
@@ -367,8 +392,10 @@ def _hide_injected_parameters(path: Path) -> None:
 
 def step_book(cfg: dict, out: Path, *notebooks: str) -> None:
     write_benchmarks_page()
-    exe = Path(sys.executable).with_name("jupyter-book")
-    cmd = [str(exe) if exe.exists() else "jupyter-book", "build", str(REPO_ROOT)]
+    # jupyter-book's own entry point, run by this interpreter: works where its
+    # console script is not on PATH (e.g. packages installed with --target)
+    cmd = [sys.executable, "-c", "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
+           "build", str(REPO_ROOT)]
     subprocess.run(cmd, check=True, cwd=REPO_ROOT)
 
 

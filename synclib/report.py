@@ -361,6 +361,89 @@ def _num(x, digits=3):
     return "n/a" if x is None else (f"{x:.{digits}g}" if isinstance(x, float) else str(x))
 
 
+def _gpu_name(r) -> str:
+    m = r.get("machine") or r.get("env") or {}
+    return m.get("gpu", "a GPU")
+
+
+def _gpu_ridge_lines(g) -> list[str]:
+    out = ["**Paper scale on a GPU** (6,500 samples, 32 x 32 layers, 4096 wide, 3 split seeds, one direction, "
+           "`python bench/bench_ridge.py --paper-scale`):", ""]
+    if not g:
+        return out + ["not measured yet.", ""]
+    out += [f"{_gpu_name(g)}, torch {g['env'].get('torch', '?')}, measured {g.get('date', '?')}.", "",
+            "| precision | 3 seeds, seconds | largest difference from the per-pair solve |",
+            "| --- | --- | --- |"]
+    for prec in ("float32", "tf32", "bf16"):
+        if f"ours_{prec}_3_seeds_s" in g:
+            out.append(f"| batched, {prec} | {_num(g[f'ours_{prec}_3_seeds_s'])} | "
+                       f"{_num(g[f'max_abs_diff_{prec}_vs_baseline'])} |")
+    key = next(k for k in g if k.startswith("baseline_3_seeds_s"))
+    out += [f"| the paper's per-pair solve, float32{' (one seed run, times 3)' if 'extrap' in key else ''} | "
+            f"{_num(g[key])} | — |", ""]
+    return out
+
+
+def _gpu_engine_lines(s, loop) -> list[str]:
+    out = ["**A Mistral-7B-shaped model on a GPU** (random weights built from the config, "
+           "`python bench/bench_simulate.py --device cuda`):", ""]
+    if not s:
+        return out + ["not measured yet.", ""]
+    rows = []
+    for dt, runs in s["engine"].items():
+        for r in runs:
+            rows.append((dt, "synclib engine", r))
+    for dt, runs in s.get("hf_generate", {}).items():
+        for r in runs:
+            rows.append((dt, "transformers generate + hooks", r))
+    first = next(iter(s["engine"].values()))[0]
+    out += [f"{_gpu_name(s)}; prompts of {first['prompt_tokens']} tokens, {first['new_tokens']} new tokens, "
+            "no KV reuse.", "",
+            "| dtype | method | batch | utterances/s | decoding step (ms) |", "| --- | --- | --- | --- | --- |"]
+    for dt, what, r in rows:
+        out.append(f"| {dt} | {what} | {r['batch_size']} | {_num(r.get('utterances_per_s'))} | "
+                   f"{_num(r.get('decode_step_ms'))} |")
+    out.append("")
+    if loop:
+        steps = ", ".join(f"{_num(r.get('decode_step_ms'))} ms at batch {r['batch_size']}" for r in loop["engine"]["bfloat16"])
+        out += [f"After the decoding loop moved sampling and stop checks onto the device: {steps} "
+                "(`engine_cuda_decode_loop.json`): no gain; the step is host-bound for another reason "
+                "(see `bench/gpu_notes.md`).", ""]
+    d = s.get("simulate")
+    if d:
+        out += [f"The dialog loop ({d['episodes']} tasks x {len(d['seeds'])} seeds, batch {d['batch_size']}, "
+                f"{d['max_utterances']} utterances, replies ending at their first line break, at most "
+                f"{d['new_tokens']} tokens): **{_num(d['utterances_per_s'])} utterances/s** in {d.get('dtype', 'bf16')} "
+                "(the goal is 40).", ""]
+    diff = s.get("state_difference_vs_first_dtype", {}).get("bfloat16")
+    if diff:
+        out += [f"bf16 against float32 on the same random weights: mean relative L2 difference of the hidden "
+                f"states {_num(diff['relative_l2_mean'])} (largest layer {_num(diff['relative_l2_max_layer'])}), "
+                f"lowest cosine {_num(diff['cosine_min'])}, over {diff['rows']} prompts. Random networks amplify "
+                "rounding layer by layer; this says nothing about trained models.", ""]
+    return out
+
+
+def _gpu_e2e_lines(e) -> list[str]:
+    out = ["**`synclib run` end to end on a GPU** (`python bench/bench_e2e.py --device cuda --book`):", ""]
+    if not e:
+        return out + ["not measured yet.", ""]
+    st = e["settings"]
+    out += [f"{_gpu_name(e)}: two random Mistral-7B-shaped models, {st['tasks']} tasks, both orders, "
+            f"{st['max_utterances']} utterances, {st['max_new_tokens']} new tokens, passive and ToM passes."]
+    if e.get("status"):
+        out += [f"*{e['status']}.*"]
+    jobs = e.get("jobs_finished") or e.get("jobs") or {}
+    out += ["", "| job | seconds | peak GPU memory (GiB) |", "| --- | --- | --- |"]
+    for k, v in jobs.items():
+        out.append(f"| {k} | {_num(v.get('seconds'))} | {_num(v.get('peak_gpu_gib'))} |")
+    p = e.get("projection_from_finished_order") or e.get("projection") or {}
+    if p:
+        out += ["", f"Projected simulation time of the paper's grid ({p['paper_grid_episodes']:,} episodes) at this "
+                f"rate: **{_num(p['paper_grid_simulate_gpu_hours'])} GPU-hours** (the goal is 24)."]
+    return out + [""]
+
+
 def benchmarks_markdown(bench_dir) -> str:
     """Markdown for ``book/_generated/benchmarks.md``, quoting ``bench/results/*.json``.
 
@@ -394,11 +477,7 @@ def benchmarks_markdown(bench_dir) -> str:
             f"{_num(r['max_abs_diff_vs_baseline'])} in R² (float32).", ""]
     else:
         out += ["*No result yet: run `python bench/bench_ridge.py`.*", ""]
-    g = load("ridge_paper_cuda.json")
-    out += ["**Paper scale on a GPU** (6,500 samples, 32 x 32 layers, 4096 wide, 3 seeds): "
-            + ("see `bench/results/ridge_paper_cuda.json`: " + json.dumps(g)[:400] if g else
-               "not measured yet, no GPU was available to this project's runs so far; "
-               "`python bench/bench_ridge.py --paper-scale` measures it."), ""]
+    out += _gpu_ridge_lines(load("ridge_paper_cuda.json"))
     e = load("engine_cpu.json")
     out += ["## Hooked generation (`bench/bench_engine.py`)", ""]
     if e:
@@ -415,10 +494,8 @@ def benchmarks_markdown(bench_dir) -> str:
                 f"(plus {_num(e.get('import_torch_transformers_s'))} s to import torch and transformers).", ""]
     else:
         out += ["*No result yet: run `python bench/bench_engine.py`.*", ""]
-    sgpu = load("simulate_cuda_mistral7b.json")
-    out += ["**A Mistral-7B-shaped model on a GPU**: " + (
-        "see `bench/results/simulate_cuda_mistral7b.json`." if sgpu else
-        "not measured yet (no GPU so far); `python bench/bench_simulate.py --device cuda` measures it."), ""]
+    out += _gpu_engine_lines(load("simulate_cuda_mistral7b.json"), load("engine_cuda_decode_loop.json"))
+    out += _gpu_e2e_lines(load("e2e_cuda_mistral7b.json"))
     c = load("cube_storage_smollm2.json")
     out += ["## Cube storage (`bench/bench_simulate.py`)", ""]
     if c:

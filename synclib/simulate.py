@@ -159,8 +159,9 @@ class _Runner:
             reqs = [Request(prompt=lm.chat_prompt(render_prompt(self.tasks[units[i][0]], agent, histories[i], view)),
                             seed=row_seed(units[i][1], units[i][0], t, kind),
                             session=(units[i][0], units[i][1], agent, view)) for i in live]
+            # only the first line of a reply is kept (postprocess_reply), so generation stops there
             res = eng.generate(reqs, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
-                               on_step=self._on_step)
+                               on_step=self._on_step, first_line_only=True)
             if view == "tom":
                 emo, act = eng.tom_distributions(reqs, res, EMOTIONS, ACTIONS)
             still = []

@@ -268,3 +268,74 @@ def test_gemma3_gguf_fallback_format_and_sliding_window_states():
             ref = solo(lm, p)[0]
             assert np.abs(states[i] - ref).max() / np.abs(ref).max() < 1e-4
     assert eng.stats["reused_tokens"] > 0
+
+
+def test_out_of_memory_drops_session_caches_before_halving(lm, monkeypatch):
+    prompts = [dialog(lm, n) for n in range(4)]
+    eng = Engine(lm, batch_size=4)
+    reqs = [Request(p, seed=i, session=i) for i, p in enumerate(prompts)]
+    eng.generate(reqs, max_new_tokens=2)
+    assert eng.cached_sessions == 4
+    real = lm.model.forward
+    calls = {"n": 0}
+
+    def forward(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(lm.model, "forward", forward)
+    longer = [Request(dialog(lm, n + 1), seed=i, session=i) for i, n in enumerate(range(4))]
+    res = eng.generate(longer, max_new_tokens=3)
+    monkeypatch.setattr(lm.model, "forward", real)
+    # the caches went first; the batch kept its size
+    assert eng.batch_size == 4 and eng.stats["oom_cache_drops"] == 1 and eng.stats["oom_retries"] == 1
+    ref = Engine(lm, batch_size=4, kv_reuse=False).generate(
+        [Request(r.prompt, seed=r.seed) for r in longer], max_new_tokens=3)
+    assert [r.token_ids for r in res] == [r.token_ids for r in ref]
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7, 3.0])
+def test_host_checks_every_few_steps_give_the_same_rows(lm, temperature):
+    """The GPU schedule (finished rows leave the batch only every ``sync_every`` steps)
+    keeps exactly the tokens, stops and line ends of the every-step schedule."""
+    prompts = [dialog(lm, n, filler=f) for n, f in ((1, 0), (5, 2), (2, 7), (0, 0), (3, 1))]
+    first = [int(solo(lm, p)[1].argmax()) for p in prompts]
+    stopper = dataclasses.replace(lm, stop_token_ids=frozenset(first[:2]))
+    for model in (lm, stopper):
+        out = []
+        for every in (1, 8):
+            eng = Engine(model, batch_size=5)
+            eng.sync_every = every
+            out.append(eng.generate([Request(p, seed=i) for i, p in enumerate(prompts)], max_new_tokens=20,
+                                    temperature=temperature, first_line_only=True))
+        for a, b in zip(*out):
+            assert (a.token_ids, a.finish_reason, a.text) == (b.token_ids, b.finish_reason, b.text)
+            np.testing.assert_array_equal(a.states, b.states)
+
+
+def test_first_line_only_keeps_the_first_line(lm, monkeypatch):
+    from synclib.scenarios import postprocess_reply
+
+    # raise the line-break token's logit so that the random model writes several lines
+    (nl,) = lm.tokenizer("\n", add_special_tokens=False)["input_ids"]
+    real = lm.model.forward
+
+    def forward(*args, **kwargs):
+        out = real(*args, **kwargs)
+        out.logits[..., nl] += 9.0
+        return out
+
+    monkeypatch.setattr(lm.model, "forward", forward)
+    prompts = [dialog(lm, n) for n in range(6)]
+    reqs = [Request(p, seed=100 + i) for i, p in enumerate(prompts)]
+    full = Engine(lm, batch_size=3).generate(reqs, max_new_tokens=40, temperature=1.0)
+    cut = Engine(lm, batch_size=3).generate(reqs, max_new_tokens=40, temperature=1.0, first_line_only=True)
+    assert sum(r.finish_reason == "line" for r in cut) >= 3
+    assert sum(r.text.strip().count("\n") for r in full) >= 6  # the full replies ran on for lines
+    for a, b in zip(full, cut):
+        assert postprocess_reply(a.text) == postprocess_reply(b.text)
+        assert a.token_ids[:len(b.token_ids)] == b.token_ids
+        if b.finish_reason == "line":
+            assert b.token_ids[-1] == nl and b.text.strip() and len(b.token_ids) < len(a.token_ids)
