@@ -15,7 +15,7 @@ import sys
 SUBCOMMANDS = {
     "simulate": ("synclib.simulate", "two models role-play Sotopia tasks; write an activation cube"),
     "analyze": ("synclib.analysis", "compute SyncR^2 grids and scores from a cube"),
-    "evaluate": ("synclib.judge", "judge episodes on Sotopia-eval's seven dimensions"),
+    "evaluate": ("synclib.judge.cli", "judge episodes on Sotopia-eval's seven dimensions"),
     "run": ("synclib.pipeline", "the main job: simulate, judge, analyse, execute notebooks, build the book"),
 }
 

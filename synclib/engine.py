@@ -9,11 +9,15 @@ Entry points
 ------------
 :class:`Engine`
     Holds a model and the per-session key/value caches.  ``generate``, ``read_states``,
-    ``word_distributions`` and ``tom_distributions`` all accept a *session* per row: an
+    ``sequence_logprobs`` and ``word_distributions`` all accept a *session* per row: an
     arbitrary hashable key (e.g. ``(task_index, sim_seed, agent, view)``) under which the
     keys/values of that row's prompt are kept; the next prompt of the same session only
     prefills the tokens after the longest common token prefix with the previous one.
     Call :meth:`Engine.forget` when a session (episode) ends.
+    ``sequence_logprobs`` is the one scorer of multi-token candidates: the unnormalised
+    log-probability of given token sequences after each prompt (the constrained judge's
+    scores); ``word_distributions`` builds normalised distributions over candidate words
+    on it (the ToM read-out of :mod:`synclib.simulate`).
 :func:`generate`, :func:`read_states`, :func:`word_distributions`
     One-shot wrappers around a fresh :class:`Engine` (no cache kept between calls).
 :func:`row_seed`
@@ -60,11 +64,8 @@ from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
-from synclib.scenarios import ACTIONS, EMOTIONS  # the ToM words, in the cube's order
-
 __all__ = ["Engine", "Request", "Result", "generate", "read_states", "word_distributions",
-           "row_seed", "candidate_sequences", "EMOTIONS", "ACTIONS"]
-
+           "row_seed", "candidate_sequences", "continuation_logprobs"]
 
 
 def row_seed(*keys: int) -> int:
@@ -471,6 +472,33 @@ class Engine:
                     torch.cuda.empty_cache()
         return out
 
+    def _run_rows(self, prompts: Sequence, sessions: Sequence | None,
+                  fn: Callable[[list, list], list]) -> list:
+        """Apply ``fn`` to the prompts in engine order and batches; results in prompt order.
+
+        Parameters
+        ----------
+        prompts : sequence of P str or token-id lists
+        sessions : sequence of P hashable, or None (no reuse)
+        fn : callable
+            ``fn(chunk, rows) -> list``: ``chunk`` the prompts' indices in one batch,
+            ``rows`` their ``(token ids, session)``; one result per row.
+
+        Returns
+        -------
+        list of P results.
+        """
+        ids = [self._ids(p) for p in prompts]
+        sessions = list(sessions) if sessions is not None else [None] * len(ids)
+        if len(sessions) != len(ids):
+            raise ValueError(f"sessions has {len(sessions)} entries for {len(ids)} prompts")
+        order = self._order(ids, sessions)
+        res = self._batched(order, lambda chunk: fn(chunk, [(ids[i], sessions[i]) for i in chunk]))
+        out: list = [None] * len(ids)
+        for i, r in zip(order, res):
+            out[i] = r
+        return out
+
     def _order(self, ids_list: list[list], sessions: Sequence) -> list[int]:
         """Row order that groups rows with similar new-token counts (most first), then length."""
         def new_tokens(i):
@@ -495,15 +523,9 @@ class Engine:
         numpy.ndarray
             ``(len(prompts), n_layers, d_model)`` float32.
         """
-        ids = [self._ids(p) for p in prompts]
-        sessions = list(sessions) if sessions is not None else [None] * len(ids)
-        if len(sessions) != len(ids):
-            raise ValueError(f"sessions has {len(sessions)} entries for {len(ids)} prompts")
-        order = self._order(ids, sessions)
-        res = self._batched(order, lambda chunk: list(
-            self._prefill([(ids[i], sessions[i]) for i in chunk]).states))
-        out = np.empty((len(ids), self.lm.n_layers, self.lm.d_model), dtype=np.float32)
-        for i, st in zip(order, res):
+        states = self._run_rows(prompts, sessions, lambda chunk, rows: list(self._prefill(rows).states))
+        out = np.empty((len(states), self.lm.n_layers, self.lm.d_model), dtype=np.float32)
+        for i, st in enumerate(states):
             out[i] = st
         return out
 
@@ -539,15 +561,10 @@ class Engine:
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
         reqs = list(requests)
-        ids = [self._ids(r.prompt) for r in reqs]
-        order = self._order(ids, [r.session for r in reqs])
-        res = self._batched(order, lambda chunk: self._generate_batch(
-            [ids[i] for i in chunk], [reqs[i] for i in chunk], max_new_tokens, temperature, on_step,
-            first_line_only))
-        out: list = [None] * len(reqs)
-        for i, r in zip(order, res):
-            out[i] = r
-        return out
+        return self._run_rows([r.prompt for r in reqs], [r.session for r in reqs],
+                              lambda chunk, rows: self._generate_batch(
+                                  [ids for ids, _ in rows], [reqs[i] for i in chunk], max_new_tokens,
+                                  temperature, on_step, first_line_only))
 
     def _line_flags(self, vocab: int):
         """Per token id, as bool tensors of length ``vocab`` on the model's device: holds a
@@ -643,27 +660,91 @@ class Engine:
                                   states=pre.states[i], finish_reason=names[why[i]], reused_tokens=pre.reused[i]))
         return results
 
+    def sequence_logprobs(self, prompts: Sequence, sequences: Sequence[Sequence[Sequence[int]]],
+                          sessions: Sequence | None = None) -> list[np.ndarray]:
+        """Log-probability of each candidate token sequence right after each prompt.
+
+        ``log P(seq | prompt)`` by teacher forcing: the first token's probability is read
+        from the prompt's prefill, the later ones from feeding the sequence over the
+        prefill's keys/values (:func:`continuation_logprobs`; a sequence's proper prefixes
+        are fed once per row).  Nothing is normalised: a candidate that is a token prefix
+        of another (``"1"`` and ``"10"``) is not told apart from it; end each sequence with
+        a terminator (the constrained judge appends the end-of-turn token) or use
+        :meth:`word_distributions` for that.  This is the engine's one scorer of
+        multi-token candidates.
+
+        Parameters
+        ----------
+        prompts : sequence of P str or token-id lists
+            Prompts the sequences continue (chat-formatted text, or token ids).
+        sequences : sequence of P sequences of non-empty token-id sequences
+            ``sequences[i]`` are the candidates of prompt ``i`` (any number, may differ
+            between prompts).
+        sessions : sequence of P hashable, optional
+            Session key per prompt for KV reuse.  Several rows may name the same session,
+            e.g. one prefilled beforehand (:meth:`read_states`) with the prompts' shared
+            prefix, so that the prefix is computed once (as in every method, each row then
+            stores its own prompt there: the last one stays).
+
+        Returns
+        -------
+        list of P numpy.ndarray
+            ``out[i]`` is float64 of shape ``(len(sequences[i]),)``: the natural-log
+            probability of ``sequences[i][j]`` after ``prompts[i]``.
+        """
+        prompts = list(prompts)
+        if len(sequences) != len(prompts):
+            raise ValueError(f"sequences has {len(sequences)} entries for {len(prompts)} prompts")
+        seqs = [[tuple(int(t) for t in seq) for seq in row] for row in sequences]
+        for i, row in enumerate(seqs):
+            for j, seq in enumerate(row):
+                if not seq:
+                    raise ValueError(f"sequences[{i}][{j}] is empty (no tokens)")
+        return self._run_rows(prompts, sessions,
+                              lambda chunk, rows: self._logprob_batch(rows, [seqs[i] for i in chunk]))
+
+    def _logprob_batch(self, rows, seqs) -> list[np.ndarray]:
+        """:meth:`sequence_logprobs` of one batch: ``rows`` (token ids, session), ``seqs`` per row."""
+        import torch
+
+        pre = self._prefill(rows)
+        logp_first = torch.log_softmax(pre.logits, dim=-1)  # (B, V)
+        items = [(b, s) for b, row in enumerate(seqs) for s in row]
+        rest, calls = continuation_logprobs(self.lm.model, pre.cache, pre.mask, pre.next_pos, items,
+                                            self.lm.pad_token_id, self.batch_size)
+        self.stats["forward_calls"] += calls
+        first = np.zeros(len(items))
+        if items:  # one gather and one copy to the host for all first tokens
+            b_idx = torch.tensor([b for b, _ in items], device=logp_first.device)
+            t_idx = torch.tensor([s[0] for _, s in items], device=logp_first.device)
+            first = logp_first[b_idx, t_idx].double().cpu().numpy()
+        out, k = [], 0
+        for row in seqs:
+            out.append(np.array([first[k + j] + rest[k + j] for j in range(len(row))], dtype=np.float64))
+            k += len(row)
+        return out
+
     def word_distributions(self, prompts: Sequence, candidates: Sequence[str],
                            sessions: Sequence | None = None, return_mass: bool = False):
         """Probabilities over candidate words at the next position of each prompt.
 
         Each candidate is scored by the probability that the model's continuation spells
         it, as is or with a leading space (see :func:`candidate_sequences`); a candidate of
-        several tokens is scored by teacher forcing (product of its tokens' probabilities).
-        When one candidate's tokens are a prefix of another's (``"1"`` and ``"10"`` under a
-        digit-splitting tokenizer), the longer candidates' probability is subtracted from the
-        shorter one's, so that ``"1"`` means "1 and not 10".  The scores are then normalised
-        over the candidates.  With single-token candidates this is exactly the softmax
-        restricted to the candidates' first tokens.
+        several tokens is scored by teacher forcing (product of its tokens' probabilities,
+        :meth:`sequence_logprobs`).  When one candidate's tokens are a prefix of another's
+        (``"1"`` and ``"10"`` under a digit-splitting tokenizer), the longer candidates'
+        probability is subtracted from the shorter one's, so that ``"1"`` means "1 and not
+        10".  The scores are then normalised over the candidates.  With single-token
+        candidates this is exactly the softmax restricted to the candidates' first tokens.
 
         Parameters
         ----------
-        prompts : sequence of str or sequence of token-id lists
+        prompts : sequence of P str or token-id lists
             Prompts whose next token is the candidate word (chat-formatted, plus any text
-            already generated, e.g. ``"Joy."`` before the action word).
-        candidates : sequence of str
-            Distinct candidate words, e.g. :data:`EMOTIONS` or ``[str(i) for i in range(11)]``.
-        sessions : sequence of hashable, optional
+            already generated, e.g. ``"Joy."`` before a second word).
+        candidates : sequence of C str
+            Distinct candidate words, e.g. ``["yes", "no"]`` or ``[str(i) for i in range(11)]``.
+        sessions : sequence of P hashable, optional
             Session key per prompt for KV reuse.
         return_mass : bool, default False
             Also return the unnormalised total probability of the candidates (how much of
@@ -672,93 +753,57 @@ class Engine:
         Returns
         -------
         numpy.ndarray
-            ``(len(prompts), len(candidates))`` float64, rows summing to 1 (NaN rows when
-            the candidates have zero probability); with ``return_mass``, also ``(len(prompts),)``.
+            ``(P, C)`` float64, rows summing to 1 (NaN rows when the candidates have zero
+            probability); with ``return_mass``, also ``(P,)``.
         """
         seqs = candidate_sequences(self.lm.tokenizer, candidates)
-        ids = [self._ids(p) for p in prompts]
-        sessions = list(sessions) if sessions is not None else [None] * len(ids)
-        if len(sessions) != len(ids):
-            raise ValueError(f"sessions has {len(sessions)} entries for {len(ids)} prompts")
-        order = self._order(ids, sessions)
-        res = self._batched(order, lambda chunk: self._score_batch(
-            [(ids[i], sessions[i]) for i in chunk], seqs))
-        probs = np.empty((len(ids), len(candidates)))
-        mass = np.empty(len(ids))
-        for i, (p, m) in zip(order, res):
-            probs[i], mass[i] = p, m
+        all_seqs = sorted({s for variants in seqs for s in variants})
+        prompts = list(prompts)
+        logps = self.sequence_logprobs(prompts, [all_seqs] * len(prompts), sessions)
+        longer = _immediate_extensions(all_seqs)
+        probs = np.empty((len(prompts), len(candidates)))
+        mass = np.empty(len(prompts))
+        for i, logp in enumerate(logps):
+            probs[i], mass[i] = _exclusive_probabilities(logp, all_seqs, longer, seqs)
         return (probs, mass) if return_mass else probs
 
-    def _score_batch(self, rows, seqs) -> list[tuple[np.ndarray, float]]:
-        import torch
 
-        pre = self._prefill(rows)
-        logp_first = torch.log_softmax(pre.logits, dim=-1)  # (B, V)
-        all_seqs = sorted({s for variants in seqs for s in variants})
-        items = [(b, s) for b in range(len(rows)) for s in all_seqs]
-        rest, calls = continuation_logprobs(self.lm.model, pre.cache, pre.mask, pre.next_pos, items,
-                                            self.lm.pad_token_id, self.batch_size)
-        self.stats["forward_calls"] += calls
-        # "s and not a longer candidate": the immediate extensions of s are subtracted from it
-        immediate = {}
-        for s in all_seqs:
-            ext = [t for t in all_seqs if len(t) > len(s) and t[:len(s)] == s]
-            immediate[s] = [t for t in ext if not any(len(s) < len(u) < len(t) and t[:len(u)] == u
-                                                      for u in ext)]
-        out = []
-        for b in range(len(rows)):
-            logp = {s: float(logp_first[b, s[0]]) + rest[b * len(all_seqs) + j] for j, s in enumerate(all_seqs)}
-            p = {s: float(np.exp(v)) for s, v in logp.items()}
-            exact = {s: max(0.0, p[s] - sum(p[t] for t in immediate[s])) for s in all_seqs}
-            scores = np.array([sum(exact[v] for v in variants) for variants in seqs])
-            total = scores.sum()
-            out.append((scores / total if total > 0 else np.full(len(seqs), np.nan), float(total)))
-        return out
+def _immediate_extensions(seqs: list[tuple]) -> dict:
+    """``seq -> [its immediate extensions]``: the longer ``seqs`` starting with it, with no
+    other of ``seqs`` between them (``"1" -> ["10", "12"]`` but not ``"100"``)."""
+    out = {}
+    for s in seqs:
+        ext = [t for t in seqs if len(t) > len(s) and t[:len(s)] == s]
+        out[s] = [t for t in ext if not any(len(s) < len(u) < len(t) and t[:len(u)] == u for u in ext)]
+    return out
 
-    def tom_distributions(self, requests: Sequence[Request], results: Sequence[Result],
-                          emotions: Sequence[str] = EMOTIONS, actions: Sequence[str] = ACTIONS,
-                          search_tokens: int = 16) -> tuple[np.ndarray, np.ndarray]:
-        """Emotion and action distributions where a ToM reply generates those words.
 
-        The ToM format is ``Emotion. Action type. Response.``  The emotion distribution is
-        read at the first generated position (the prompt's next token); the action
-        distribution at the position after the first generated token containing ``.``
-        (searched among the first ``search_tokens`` generated tokens), i.e. after
-        ``"Joy."`` — the leading-space variant of each action word covers ``" Assertive"``.
-        Both use :meth:`word_distributions` on the exact prompt and generated token ids, with
-        the requests' sessions, so only a token or two is prefilled per row.
+def _exclusive_probabilities(logp: np.ndarray, all_seqs: list[tuple], longer: dict,
+                             variants: list[list[tuple]]) -> tuple[np.ndarray, float]:
+    """One row of :meth:`Engine.word_distributions` from its sequences' log-probabilities.
 
-        Parameters
-        ----------
-        requests, results : sequences of equal length
-            What was passed to and returned by :meth:`generate`.
-        emotions, actions : sequence of str
-            Candidate words (defaults :data:`EMOTIONS`, :data:`ACTIONS`).
-        search_tokens : int, default 16
+    Parameters
+    ----------
+    logp : (S,) float64
+        ``log P(all_seqs[j])`` after the row's prompt.
+    all_seqs : list of S token tuples
+    longer : dict from :func:`_immediate_extensions`
+    variants : list of C lists of token tuples
+        Each candidate's spellings (:func:`candidate_sequences`).
 
-        Returns
-        -------
-        emotion : numpy.ndarray
-            ``(rows, len(emotions))``.
-        action : numpy.ndarray
-            ``(rows, len(actions))``; NaN rows where no ``.`` was generated in time.
-        """
-        if len(requests) != len(results):
-            raise ValueError(f"{len(requests)} requests but {len(results)} results")
-        sessions = [r.session for r in requests]
-        emotion = self.word_distributions([r.prompt_ids for r in results], emotions, sessions)
-        action = np.full((len(results), len(actions)), np.nan)
-        prefixes, where, sess = [], [], []
-        for i, (req, res) in enumerate(zip(requests, results)):
-            for k, t in enumerate(res.token_ids[:search_tokens]):
-                if "." in self.lm.tokenizer.decode([t]):
-                    prefixes.append(list(res.prompt_ids) + list(res.token_ids[:k + 1]))
-                    where.append(i)
-                    sess.append(req.session)
-                    break
-        if prefixes:
-            action[where] = self.word_distributions(prefixes, actions, sess)
-        return emotion, action
+    Returns
+    -------
+    probs : (C,) float64
+        Normalised over the candidates (NaN when they have no probability).
+    mass : float
+        Their total probability before normalising.
+    """
+    p = {s: float(np.exp(v)) for s, v in zip(all_seqs, logp)}
+    # "s and not a longer candidate": the immediate extensions of s are subtracted from it
+    exact = {s: max(0.0, p[s] - sum(p[t] for t in longer[s])) for s in all_seqs}
+    scores = np.array([sum(exact[v] for v in spellings) for spellings in variants])
+    total = scores.sum()
+    return (scores / total if total > 0 else np.full(len(variants), np.nan)), float(total)
 
 
 # -- one-shot wrappers -----------------------------------------------------------------

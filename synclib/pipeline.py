@@ -20,7 +20,6 @@ nothing already written: the job is retried and continues where it stopped.
 from __future__ import annotations
 
 import argparse
-import copy
 import hashlib
 import json
 import os
@@ -31,136 +30,38 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CONFIG = REPO_ROOT / "config" / "default.yaml"
-NOTEBOOK_DIR = REPO_ROOT / "notebooks"
-EXECUTED_DIR = REPO_ROOT / "book" / "executed"
-GENERATED_DIR = REPO_ROOT / "book" / "_generated"
-BENCH_RESULTS = REPO_ROOT / "bench" / "results"
-STEPS = ("simulate", "judge", "analyze", "notebooks", "book")
+from synclib.config import STEPS, ConfigError, keys_of_step, load_config
+from synclib.paths import (BENCH_RESULTS, BUILD_DIR, DEFAULT_CONFIG, EXECUTED_DIR, GENERATED_DIR,
+                           NOTEBOOK_DIR, REPO_ROOT, display)
 
 
-class ConfigError(ValueError):
-    """A run configuration is invalid; the message names the file and the key."""
 
+@dataclass(frozen=True)
+class Run:
+    """One ordered run: model ``a`` plays agent 1 and ``b`` agent 2.
 
-# --------------------------------------------------------------------------- config
-def _parse_override(item: str) -> tuple[list[str], Any]:
-    if "=" not in item:
-        raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set simulate.episodes=12")
-    key, value = item.split("=", 1)
-    return key.strip().split("."), yaml.safe_load(value)
-
-
-def load_config(path: str | os.PathLike | None = None, overrides: list[str] = ()) -> dict:
-    """Read a YAML run config, apply ``KEY=VALUE`` overrides and validate it.
-
-    Relative paths in the config (``results_dir``, ``scenarios``,
-    ``notebooks.ability_scores``) are resolved against the repository root when
-    the file lives in the repository, else against the config file's folder.
+    ``name`` is ``"A-B"`` (the cube is ``cubes/A-B.nc``); ``pair`` is the configured
+    (unordered) pair it belongs to; ``order`` is 1 for the order as written, 2 for the
+    reversed one.
     """
-    path = Path(path or DEFAULT_CONFIG)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    try:
-        cfg = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping")
-    for item in overrides:
-        keys, value = _parse_override(item)
-        node = cfg
-        for k in keys[:-1]:
-            node = node.setdefault(k, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"--set {item!r}: {k!r} is not a section")
-        node[keys[-1]] = value
-    base = REPO_ROOT if REPO_ROOT in path.resolve().parents else path.resolve().parent
-    return validate_config(cfg, source=str(path), base=base)
+
+    name: str
+    pair: str
+    a: str
+    b: str
+    order: int
 
 
-def _require(cfg: dict, key: str, types, source: str, section: str = ""):
-    where = f"{section}.{key}" if section else key
-    if key not in cfg:
-        raise ConfigError(f"{source}: missing key {where!r}")
-    if not isinstance(cfg[key], types):
-        names = types.__name__ if isinstance(types, type) else "/".join(t.__name__ for t in types)
-        raise ConfigError(f"{source}: {where!r} must be {names}, got {cfg[key]!r}")
-    return cfg[key]
-
-
-def validate_config(cfg: dict, source: str = "<config>", base: Path = REPO_ROOT) -> dict:
-    """Check types and cross-references; fill defaults; resolve paths. Returns a new dict."""
-    cfg = copy.deepcopy(cfg)
-    cfg.setdefault("name", "run")
-    _require(cfg, "results_dir", str, source)
-    _require(cfg, "scenarios", str, source)
-    cfg.setdefault("device", "auto")
-    cfg.setdefault("dtype", "auto")
-    models = _require(cfg, "models", dict, source)
-    for key, m in models.items():
-        if isinstance(m, str):
-            models[key] = m = {"spec": m}
-        if not isinstance(m, dict) or "spec" not in m:
-            raise ConfigError(f"{source}: models.{key} needs a 'spec' (model name, path or hub id)")
-        m.setdefault("family", key)
-        m.setdefault("label", m["spec"])
-    pairs = _require(cfg, "pairs", list, source)
-    if not pairs:
-        raise ConfigError(f"{source}: 'pairs' is empty")
-    for p in pairs:
-        parts = str(p).split("-")
-        if len(parts) != 2 or any(x not in models for x in parts):
-            raise ConfigError(
-                f"{source}: pairs entry {p!r} must be 'A-B' with A and B keys of 'models' "
-                f"({', '.join(models)})")
-    sim = cfg.setdefault("simulate", {})
-    for key, default in dict(episodes=40, seeds=[0], max_utterances=16, max_new_tokens=300,
-                             temperature=0.7, batch_size=16, passive=True, tom=True,
-                             store_dtype="float32").items():
-        sim.setdefault(key, default)
-    if not (isinstance(sim["episodes"], int) and sim["episodes"] > 0
-            or isinstance(sim["episodes"], list) and sim["episodes"]):
-        raise ConfigError(f"{source}: simulate.episodes must be a positive int or a list of task indices")
-    if not isinstance(sim["seeds"], list) or not all(isinstance(s, int) for s in sim["seeds"]):
-        raise ConfigError(f"{source}: simulate.seeds must be a list of ints, got {sim['seeds']!r}")
-    judge = cfg.setdefault("judge", {})
-    judge.setdefault("model", None)
-    judge.setdefault("url", None)
-    judge.setdefault("api_key_env", "OPENAI_API_KEY")
-    judge.setdefault("mode", "constrained" if judge.get("url") is None else "json")
-    judge.setdefault("concurrency", 8)
-    judge.setdefault("limit", None)
-    if judge["limit"] is not None and not (isinstance(judge["limit"], int) and judge["limit"] > 0):
-        raise ConfigError(f"{source}: judge.limit must be a positive int or null, got {judge['limit']!r}")
-    if judge["model"] is None:
-        raise ConfigError(f"{source}: judge.model is required (a local model spec or the served model name)")
-    ana = cfg.setdefault("analysis", {})
-    for key, default in dict(alpha=0.1, n_samples=6500, split_seeds=[0, 1, 2], lags=[1, 2],
-                             persona_disjoint=True, relationship=True, sample_sizes=None,
-                             nonlinear=True, tom=True, max_resident_gib=2).items():
-        ana.setdefault(key, default)
-    if not (ana["alpha"] == "cv" or isinstance(ana["alpha"], (int, float)) and ana["alpha"] > 0):
-        raise ConfigError(f"{source}: analysis.alpha must be a positive number or 'cv', got {ana['alpha']!r}")
-    if not (isinstance(ana["max_resident_gib"], (int, float)) and ana["max_resident_gib"] >= 0):
-        raise ConfigError(f"{source}: analysis.max_resident_gib must be a number >= 0 (GiB), "
-                          f"got {ana['max_resident_gib']!r}")
-    nb = cfg.setdefault("notebooks", {}) or {}
-    cfg["notebooks"] = nb
-    nb.setdefault("ability_scores", None)
-    cfg.setdefault("cluster", None)
-
-    def resolve(p):
-        return str((base / p).resolve()) if p is not None and not Path(p).is_absolute() else p
-
-    cfg["results_dir"] = resolve(cfg["results_dir"])
-    if cfg["scenarios"] != "embedded":
-        cfg["scenarios"] = resolve(cfg["scenarios"])
-    nb["ability_scores"] = resolve(nb["ability_scores"])
-    return cfg
+def runs(cfg: dict) -> list[Run]:
+    """The ordered runs of a config: each pair as written, and reversed when ``orders`` is
+    ``both`` and its two models differ (the paper's 36 ordered runs of 21 pairs)."""
+    out = []
+    for pair in cfg["pairs"]:
+        a, b = pair.split("-")
+        out.append(Run(pair, pair, a, b, 1))
+        if cfg["orders"] == "both" and a != b:
+            out.append(Run(f"{b}-{a}", pair, b, a, 2))
+    return out
 
 
 def pair_family(cfg: dict, pair: str) -> str:
@@ -179,40 +80,69 @@ def _stamp_path(output: Path) -> Path:
     return output.with_name(output.name + ".done.json")
 
 
-def up_to_date(output: Path, fp: str) -> bool:
+def read_stamp(output: Path) -> dict | None:
+    """The ``*.done.json`` stamp of a finished job's output, or None (missing or torn)."""
     stamp = _stamp_path(output)
     if not (output.exists() and stamp.exists()):
-        return False
+        return None
     try:
-        return json.loads(stamp.read_text()).get("fingerprint") == fp
+        return json.loads(stamp.read_text())
     except (OSError, json.JSONDecodeError):
-        return False
+        return None
+
+
+def up_to_date(output: Path, fp: str) -> bool:
+    stamp = read_stamp(output)
+    return stamp is not None and stamp.get("fingerprint") == fp
 
 
 def mark_done(output: Path, fp: str, **info) -> None:
     stamp = _stamp_path(output)
     tmp = stamp.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"fingerprint": fp, "finished": time.strftime("%Y-%m-%d %H:%M:%S"), **info}, indent=1))
+    tmp.write_text(json.dumps({"fingerprint": fp, "finished": time.strftime("%Y-%m-%d %H:%M:%S"), **info},
+                              indent=1, default=str))
     os.replace(tmp, stamp)
+
+
+def log_event(log: Path | None, job: str, event: str, **info) -> None:
+    """Append one line to the run's own log of what it did (``RESULTS/run-log.jsonl``)."""
+    if log is None:
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "job": job, "event": event, **info})
+    with open(log, "a") as f:
+        f.write(line + "\n")
 
 
 @dataclass(frozen=True)
 class Job:
-    """One node of the run graph: ``func(*deps_results)`` produces ``output``."""
+    """One node of the run graph: ``func(*deps_results)`` produces ``output``.
+
+    ``inputs`` is everything the output depends on (settings, upstream fingerprints, file
+    hashes); its hash is the job's fingerprint, and the stamp keeps it so that a dry run can
+    say which input changed.  ``log`` is the run's log (:func:`log_event`).
+    """
 
     key: str
     output: Path
-    fp: str
+    inputs: dict
     func: Callable[..., Any]
     deps: tuple[str, ...] = ()
     gpu: bool = False
+    log: Path | None = None
+
+    @property
+    def fp(self) -> str:
+        return fingerprint(self.inputs)
 
     def __call__(self, *dep_outputs):
         if up_to_date(self.output, self.fp):
             print(f"[synclib] {self.key}: up to date ({self.output.name})", flush=True)
+            log_event(self.log, self.key, "skipped")
             return str(self.output)
         t0 = time.perf_counter()
-        print(f"[synclib] {self.key}: running -> {self.output}", flush=True)
+        print(f"[synclib] {self.key}: running -> {display(self.output)}", flush=True)
+        log_event(self.log, self.key, "started")
         self.output.parent.mkdir(parents=True, exist_ok=True)
         _reset_gpu_peak()
         self.func(*dep_outputs)
@@ -221,7 +151,8 @@ class Job:
         peak = _gpu_peak_gib()
         if peak is not None:
             info["peak_gpu_gib"] = peak
-        mark_done(self.output, self.fp, **info)
+        mark_done(self.output, self.fp, inputs=self.inputs, **info)
+        log_event(self.log, self.key, "finished", **info)
         print(f"[synclib] {self.key}: done in {dt:.0f} s"
               + (f", peak GPU memory {peak} GiB" if peak is not None else ""), flush=True)
         return str(self.output)
@@ -256,29 +187,17 @@ def _dtype(cfg: dict) -> str | None:
 
 
 def _tasks(cfg: dict):
-    from synclib.scenarios import load_tasks
+    from synclib.scenarios import load_tasks, select_tasks
 
-    taskset = load_tasks(cfg["scenarios"])
-    episodes = cfg["simulate"]["episodes"]
-    if isinstance(episodes, int):
-        if episodes > len(taskset.tasks):
-            print(f"[synclib] simulate.episodes={episodes} but {cfg['scenarios']} has "
-                  f"{len(taskset.tasks)} tasks; using all of them", flush=True)
-        return list(taskset.tasks[:episodes])
-    by_index = {t.index: t for t in taskset.tasks}
-    missing = [i for i in episodes if i not in by_index]
-    if missing:
-        raise ConfigError(f"simulate.episodes names task indices not in {cfg['scenarios']}: {missing}")
-    return [by_index[i] for i in episodes]
+    return select_tasks(load_tasks(cfg["scenarios"]), cfg["simulate"]["episodes"])
 
 
-def step_simulate(cfg: dict, pair: str, out: Path) -> None:
+def step_simulate(cfg: dict, run: Run, out: Path) -> None:
     from synclib.simulate import simulate
 
-    a, b = pair.split("-")
     sim = cfg["simulate"]
     simulate(
-        cfg["models"][a]["spec"], cfg["models"][b]["spec"], _tasks(cfg), sim["seeds"], out,
+        cfg["models"][run.a]["spec"], cfg["models"][run.b]["spec"], _tasks(cfg), sim["seeds"], out,
         max_utterances=sim["max_utterances"], temperature=sim["temperature"],
         max_new_tokens=sim["max_new_tokens"], passive=sim["passive"], tom=sim["tom"],
         batch_size=sim["batch_size"], device=_device(cfg), dtype=_dtype(cfg),
@@ -286,7 +205,7 @@ def step_simulate(cfg: dict, pair: str, out: Path) -> None:
     )
 
 
-def step_judge(cfg: dict, pair: str, out: Path, cube: str) -> None:
+def step_judge(cfg: dict, run: Run, out: Path, cube: str) -> None:
     from synclib.judge import evaluate_cube
 
     j = cfg["judge"]
@@ -297,7 +216,7 @@ def step_judge(cfg: dict, pair: str, out: Path, cube: str) -> None:
     )
 
 
-def step_analyze(cfg: dict, pair: str, out: Path, cube: str) -> None:
+def step_analyze(cfg: dict, run: Run, out: Path, cube: str) -> None:
     from synclib.analysis import analyze
     from synclib.cube import open_cube
 
@@ -308,7 +227,9 @@ def step_analyze(cfg: dict, pair: str, out: Path, cube: str) -> None:
         split_seeds=tuple(ana["split_seeds"]), lags=tuple(ana["lags"]), device=_device(cfg),
         persona_disjoint=ana["persona_disjoint"], relationship=ana["relationship"],
         sample_sizes=ana["sample_sizes"] or None, nonlinear=ana["nonlinear"],
-        tom=ana["tom"] and sim["tom"], max_resident_bytes=int(ana["max_resident_gib"] * 2**30),
+        nonlinear_options={"epochs": ana["nonlinear_epochs"], "batch_size": ana["nonlinear_batch_size"]},
+        precision=ana["precision"], tom=ana["tom"] and sim["tom"],
+        max_resident_bytes=int(ana["max_resident_gib"] * 2**30),
     )
     tmp = out.with_name(out.name + ".tmp")
     result.to_netcdf(tmp)
@@ -316,17 +237,16 @@ def step_analyze(cfg: dict, pair: str, out: Path, cube: str) -> None:
 
 
 def step_manifest(cfg: dict, out: Path, *dep_outputs: str) -> None:
-    R = Path(cfg["results_dir"])
     pairs = []
-    for pair in cfg["pairs"]:
-        a, b = pair.split("-")
+    for run in runs(cfg):
+        m = cfg["models"]
         pairs.append({
-            "name": pair,
-            "model_a": cfg["models"][a]["label"], "model_b": cfg["models"][b]["label"],
-            "spec_a": cfg["models"][a]["spec"], "spec_b": cfg["models"][b]["spec"],
-            "family": pair_family(cfg, pair),
-            "cube": f"cubes/{pair}.nc", "analysis": f"analysis/{pair}.nc",
-            "judge": f"judge/{pair}.judge.csv",
+            "name": run.name, "pair": run.pair, "order": run.order,
+            "model_a": m[run.a]["label"], "model_b": m[run.b]["label"],
+            "spec_a": m[run.a]["spec"], "spec_b": m[run.b]["spec"],
+            "family": pair_family(cfg, run.pair),
+            "cube": f"cubes/{run.name}.nc", "analysis": f"analysis/{run.name}.nc",
+            "judge": f"judge/{run.name}.judge.csv",
         })
     from synclib.models import EMBEDDED
 
@@ -337,7 +257,6 @@ def step_manifest(cfg: dict, out: Path, *dep_outputs: str) -> None:
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(manifest, indent=1, default=str))
     os.replace(tmp, out)
-    write_run_summary(R)
 
 
 def _write_generated(name: str, text: str) -> Path:
@@ -349,49 +268,30 @@ def _write_generated(name: str, text: str) -> Path:
     return out
 
 
-def write_run_summary(results_dir: Path) -> Path:
-    """The intro's generated run summary (models, sizes, headline numbers)."""
-    from synclib import report, results
+def step_pages(cfg: dict, out: Path, manifest: str) -> None:
+    """The book's generated pages (``book/_generated/``): the intro's run summary, the
+    benchmarks quoted from ``bench/results`` and the settings table of the reproduce page."""
+    from synclib import config, report, results
 
-    return _write_generated("run_summary.md", report.run_summary_markdown(results.load_results(results_dir)))
-
-
-def write_benchmarks_page() -> Path:
-    """The benchmarks page's generated part, quoted from ``bench/results``."""
-    from synclib import report
-
-    return _write_generated("benchmarks.md", report.benchmarks_markdown(BENCH_RESULTS))
+    _write_generated("benchmarks.md", report.benchmarks_markdown(BENCH_RESULTS))
+    _write_generated("settings.md", config.invalidation_table() + "\n")
+    # the run summary last: its file is this job's output (its stamp marks the whole step done)
+    _write_generated("run_summary.md", report.run_summary_markdown(results.load_results(Path(manifest).parent)))
 
 
 def step_notebook(cfg: dict, nb: Path, out: Path, manifest: str) -> None:
-    import papermill as pm
+    from synclib.notebook import execute
+    from synclib.paths import display
 
-    params = {"results_dir": str(Path(manifest).parent)}
+    params = {"results_dir": display(Path(manifest).parent)}
     if cfg["notebooks"].get("ability_scores"):
-        params["ability_scores"] = cfg["notebooks"]["ability_scores"]
-    declared = set(pm.inspect_notebook(str(nb)))
-    params = {k: v for k, v in params.items() if k in declared}
+        params["ability_scores"] = display(cfg["notebooks"]["ability_scores"])
     tmp = out.with_name(out.stem + ".tmp.ipynb")
-    pm.execute_notebook(str(nb), str(tmp), parameters=params, cwd=str(nb.parent),
-                        progress_bar=False, kernel_name="python3")
-    _hide_injected_parameters(tmp)
+    execute(nb, tmp, params)
     os.replace(tmp, out)
 
 
-def _hide_injected_parameters(path: Path) -> None:
-    """Papermill adds a cell with the injected parameters; the book need not show it."""
-    import nbformat
-
-    nb = nbformat.read(str(path), as_version=4)
-    for cell in nb.cells:
-        tags = cell.get("metadata", {}).get("tags", [])
-        if "injected-parameters" in tags and "remove-cell" not in tags:
-            cell.metadata.setdefault("tags", []).append("remove-cell")
-    nbformat.write(nb, str(path))
-
-
-def step_book(cfg: dict, out: Path, *notebooks: str) -> None:
-    write_benchmarks_page()
+def step_book(cfg: dict, out: Path, *inputs: str) -> None:
     # jupyter-book's own entry point, run by this interpreter: works where its
     # console script is not on PATH (e.g. packages installed with --target)
     cmd = [sys.executable, "-c", "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
@@ -400,6 +300,18 @@ def step_book(cfg: dict, out: Path, *notebooks: str) -> None:
 
 
 # --------------------------------------------------------------------------- graph
+def _settings(cfg: dict, step: str) -> dict:
+    """The values of the config keys that feed ``step`` (see :mod:`synclib.config`)."""
+    out = {}
+    for path in keys_of_step(step):
+        head, _, sub = path.partition(".")
+        out[path] = cfg[head][sub] if sub else cfg[head]
+    if step == "simulate":  # the pair's specs are fingerprinted per pair; labels feed the notebooks
+        out.pop("models", None)
+        out.pop("pairs", None)
+    return out
+
+
 def _file_hash(*paths: Path) -> str:
     h = hashlib.sha256()
     for p in paths:
@@ -409,67 +321,77 @@ def _file_hash(*paths: Path) -> str:
 
 
 def notebooks() -> list[Path]:
-    return sorted(NOTEBOOK_DIR.glob("*.ipynb"))
+    """The figure notebooks (MyST Markdown, see :mod:`synclib.notebook`)."""
+    return sorted(NOTEBOOK_DIR.glob("*.md"))
 
 
 def build_jobs(cfg: dict, steps=STEPS) -> dict[str, Job]:
-    """The run graph as ``{key: Job}``; ``Job.deps`` name other keys."""
+    """The run graph as ``{key: Job}``; ``Job.deps`` name other keys.
+
+    A job's ``inputs`` hold exactly what its output depends on: the config keys of its
+    step (:func:`synclib.config.keys_of_step`), its upstream jobs' fingerprints, and the
+    hashes of the files it reads (scenario files, notebooks, the library's code for the
+    notebooks and pages, the book's own pages).
+    """
     from functools import partial
 
     from synclib import __version__
 
     R = Path(cfg["results_dir"])
+    log = R / "run-log.jsonl"
     jobs: dict[str, Job] = {}
-    local_judge = cfg["judge"]["url"] is None
-    scen_fp = cfg["scenarios"] if cfg["scenarios"] == "embedded" else _file_hash(
+
+    def add(key, output, inputs, func, deps=(), gpu=False):
+        jobs[key] = Job(key, output, inputs, func, tuple(deps), gpu, log)
+        return jobs[key]
+
+    scen = cfg["scenarios"] if cfg["scenarios"] == "embedded" else _file_hash(
         *(Path(cfg["scenarios"]) / f for f in ("envs.json", "agents.json", "env_agent_combos.json")))
-    code_fp = _file_hash(*sorted((REPO_ROOT / "synclib").glob("*.py")))
-    final_deps = []
-    for pair in cfg["pairs"]:
-        a, b = pair.split("-")
-        specs = (cfg["models"][a]["spec"], cfg["models"][b]["spec"])
-        cube = R / "cubes" / f"{pair}.nc"
-        fp_sim = fingerprint("simulate", specs, scen_fp, cfg["simulate"], cfg["dtype"], __version__)
-        jobs[f"simulate:{pair}"] = Job(f"simulate:{pair}", cube, fp_sim,
-                                       partial(step_simulate, cfg, pair, cube), gpu=True)
+    code = _file_hash(*sorted((REPO_ROOT / "synclib").rglob("*.py")))
+    final = []
+    for run in runs(cfg):
+        models = {"model_a": cfg["models"][run.a]["spec"], "model_b": cfg["models"][run.b]["spec"]}
+        sim = add(f"simulate:{run.name}", R / "cubes" / f"{run.name}.nc",
+                  {**models, "scenario_files": scen, **_settings(cfg, "simulate"), "synclib": __version__},
+                  partial(step_simulate, cfg, run, R / "cubes" / f"{run.name}.nc"), gpu=True)
         if "judge" in steps:
-            csv = R / "judge" / f"{pair}.judge.csv"
-            jobs[f"judge:{pair}"] = Job(f"judge:{pair}", csv, fingerprint("judge", fp_sim, cfg["judge"]),
-                                        partial(step_judge, cfg, pair, csv), deps=(f"simulate:{pair}",),
-                                        gpu=local_judge)
-            final_deps.append(f"judge:{pair}")
+            out = R / "judge" / f"{run.name}.judge.csv"
+            final.append(add(f"judge:{run.name}", out, {"cube": sim.fp, **_settings(cfg, "judge")},
+                             partial(step_judge, cfg, run, out), [sim.key], gpu=cfg["judge"]["url"] is None).key)
         if "analyze" in steps:
-            res = R / "analysis" / f"{pair}.nc"
-            # the memory budget changes how the analysis reads, not what it finds
-            fp_ana = {k: v for k, v in cfg["analysis"].items() if k != "max_resident_gib"}
-            jobs[f"analyze:{pair}"] = Job(f"analyze:{pair}", res, fingerprint("analyze", fp_sim, fp_ana),
-                                          partial(step_analyze, cfg, pair, res), deps=(f"simulate:{pair}",))
-            final_deps.append(f"analyze:{pair}")
+            out = R / "analysis" / f"{run.name}.nc"
+            final.append(add(f"analyze:{run.name}", out, {"cube": sim.fp, **_settings(cfg, "analyze")},
+                             partial(step_analyze, cfg, run, out), [sim.key]).key)
         if "judge" not in steps and "analyze" not in steps:
-            final_deps.append(f"simulate:{pair}")
+            final.append(sim.key)
     if "notebooks" not in steps:
         return jobs
-    manifest = R / "manifest.json"
-    fp_manifest = fingerprint("manifest", [jobs[k].fp for k in final_deps], cfg["models"], cfg["pairs"])
-    jobs["manifest"] = Job("manifest", manifest, fp_manifest, partial(step_manifest, cfg, manifest),
-                           deps=tuple(final_deps))
+    labels = {k: {"family": m["family"], "label": m["label"]} for k, m in cfg["models"].items()}
+    manifest = add("manifest", R / "manifest.json",
+                   {"upstream": [jobs[k].fp for k in final], "models": labels, "runs": [r.name for r in runs(cfg)],
+                    **_settings(cfg, "notebooks")},
+                   partial(step_manifest, cfg, R / "manifest.json"), final)
     nb_keys = []
     for nb in notebooks():
-        out = EXECUTED_DIR / nb.name
-        fp = fingerprint("notebook", fp_manifest, _file_hash(nb), code_fp, cfg["notebooks"],
-                         _file_hash(Path(cfg["notebooks"]["ability_scores"] or "")))
-        key = f"notebook:{nb.stem}"
-        jobs[key] = Job(key, out, fp, partial(step_notebook, cfg, nb, out), deps=("manifest",))
-        nb_keys.append(key)
+        out = EXECUTED_DIR / f"{nb.stem}.ipynb"
+        nb_keys.append(add(f"notebook:{nb.stem}", out,
+                           {"manifest": manifest.fp, "notebook": _file_hash(nb), "code": code,
+                            "ability_scores_file": _file_hash(Path(cfg["notebooks"]["ability_scores"] or ""))},
+                           partial(step_notebook, cfg, nb, out), [manifest.key]).key)
     if "book" in steps:
-        # the book's own pages and the benchmark results its benchmarks page quotes; the
-        # run summary and executed notebooks are covered by the notebooks' fingerprints
-        pages = [p for p in sorted((REPO_ROOT / "book").rglob("*"))
-                 if p.is_file() and not {"_generated", "executed"} & set(p.parts)]
-        pages += [REPO_ROOT / "_config.yml", REPO_ROOT / "_toc.yml", *sorted(BENCH_RESULTS.glob("*.json"))]
-        fp = fingerprint("book", [jobs[k].fp for k in nb_keys], _file_hash(*pages))
-        index = REPO_ROOT / "_build" / "html" / "index.html"
-        jobs["book"] = Job("book", index, fp, partial(step_book, cfg, index), deps=tuple(nb_keys))
+        # the generated pages: the run summary (from the manifest), the benchmarks and the
+        # settings table (from the code and bench/results)
+        out = GENERATED_DIR / "run_summary.md"
+        pages = add("pages", out, {"manifest": manifest.fp, "code": code,
+                                   "bench_results": _file_hash(*sorted(BENCH_RESULTS.glob("*.json")))},
+                    partial(step_pages, cfg, out), [manifest.key])
+        own = [p for p in sorted((REPO_ROOT / "book").rglob("*"))
+               if p.is_file() and not {"_generated", "executed"} & set(p.parts)]
+        own += [REPO_ROOT / "_config.yml", REPO_ROOT / "_toc.yml"]
+        index = BUILD_DIR / "html" / "index.html"
+        add("book", index, {"notebooks": [jobs[k].fp for k in nb_keys], "pages": pages.fp,
+                            "book_sources": _file_hash(*own)},
+            partial(step_book, cfg, index), nb_keys + [pages.key])
     return jobs
 
 
@@ -566,6 +488,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                         "address such as tcp://10.0.0.1:8786")
     p.add_argument("--force", action="store_true", help="re-run every job even if up to date (a finished cube is still re-used: "
                         "delete it to simulate again)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="validate the config and print the plan (every job, whether it is up to date and, if "
+                        "not, why; disk and time estimates), running nothing")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -579,6 +504,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"synclib run: {exc}", file=sys.stderr)
         return 2
     jobs = build_jobs(cfg, steps)
+    if args.dry_run:
+        from synclib.plan import format_plan, plan
+
+        print(f"run {cfg['name']!r}, results in {display(cfg['results_dir'])} (dry run: nothing is started)")
+        print(format_plan(plan(jobs, cfg)))
+        return 0
     if args.force:
         for job in jobs.values():
             _stamp_path(job.output).unlink(missing_ok=True)
@@ -586,9 +517,9 @@ def run(args: argparse.Namespace) -> int:
     scheduler = args.scheduler or cluster.get("scheduler")
     cluster_spec = {k: v for k, v in cluster.items() if k != "scheduler"} or None
     t0 = time.perf_counter()
-    print(f"[synclib] run {cfg['name']!r}: {len(jobs)} jobs, results in {cfg['results_dir']}", flush=True)
+    print(f"[synclib] run {cfg['name']!r}: {len(jobs)} jobs, results in {display(cfg['results_dir'])}", flush=True)
     execute(jobs, scheduler=scheduler, cluster=cluster_spec if not args.scheduler else None)
     print(f"[synclib] finished in {time.perf_counter() - t0:.0f} s", flush=True)
     if "book" in jobs:
-        print(f"[synclib] the book: {jobs['book'].output}", flush=True)
+        print(f"[synclib] the book: {display(jobs['book'].output)}", flush=True)
     return 0

@@ -19,9 +19,8 @@ relative to it)::
 summarised over split seeds as a mean and standard error (:func:`synclib.stats.mean_se`);
 a pair's SyncR² is the mean of its two directions, per split seed.
 
-:func:`build_synthetic_results` writes a tiny results directory from synthetic cubes and a
-synthetic judge table, for tests only; its manifest says ``"synthetic": true`` and the
-judge rows say ``judge = "synthetic-test-rng"``.
+:func:`synclib.synthetic.build_synthetic_results` writes a tiny results directory for tests;
+its manifest says ``"synthetic": true``.
 """
 from __future__ import annotations
 
@@ -36,14 +35,13 @@ import pandas as pd
 import xarray as xr
 
 from synclib import stats
+from synclib.paths import PUBLISHED_NUMBERS, display, in_repo
+from synclib.scenarios import RELATIONSHIPS
 
 MANIFEST = "manifest.json"
 PAIR_KEYS = ("name", "model_a", "model_b", "family", "analysis", "judge")
-SYNTHETIC_JUDGE = "synthetic-test-rng"
 #: analysis variable holding SyncR² with the persona-disjoint split (table 2)
 PERSONA_VAR = "persona_disjoint_sync_r2"
-RELATIONSHIP_NAMES = {0: "stranger", 1: "know_by_name", 2: "acquaintance", 3: "friend",
-                      4: "romantic_relationship", 5: "family_member"}
 
 
 class ResultsError(ValueError):
@@ -66,22 +64,12 @@ class PairInfo:
 
 
 def _find_results(results_dir: str | os.PathLike) -> Path:
-    """Resolve ``results_dir``: as given, else relative to the repository root."""
-    p = Path(results_dir).expanduser()
-    tried = [p.resolve()]
-    if not (p / MANIFEST).is_file() and not p.is_absolute():
-        here = Path.cwd().resolve()
-        for parent in (here, *here.parents):
-            if (parent / "_config.yml").is_file():
-                tried.append(parent / p)
-                if (parent / p / MANIFEST).is_file():
-                    return parent / p
-                break
-    if (p / MANIFEST).is_file():
-        return p.resolve()
-    raise ResultsError(f"no {MANIFEST} in results_dir={str(results_dir)!r} (looked in: "
-                       + ", ".join(str(t) for t in tried)
-                       + "); run `synclib run` (or `make book`) first, or pass results_dir")
+    """Resolve ``results_dir``: as given when absolute, else relative to the repository root."""
+    p = in_repo(results_dir)
+    if not (p / MANIFEST).is_file():
+        raise ResultsError(f"no results at {display(p)}: {MANIFEST} is missing (run `make book` or "
+                           "`synclib run` first)")
+    return p
 
 
 def load_results(results_dir: str | os.PathLike) -> "Results":
@@ -157,7 +145,7 @@ class Results:
 
     @property
     def synthetic(self) -> bool:
-        """True for a test fixture made by :func:`build_synthetic_results`."""
+        """True for a test fixture made by :func:`synclib.synthetic.build_synthetic_results`."""
         return bool(self.manifest.get("synthetic", False))
 
     @property
@@ -410,7 +398,7 @@ class Results:
         relationship code (0 stranger .. 5 family_member), for ordering.
         """
         var = "relationship_sync_r2"
-        codes = {name: code for code, name in RELATIONSHIP_NAMES.items()}
+        codes = {name: code for code, name in RELATIONSHIPS.items()}
         rows = []
         for name in self.pairs_with(var):
             da = self.analysis(name)[var]
@@ -420,7 +408,7 @@ class Results:
             if "direction" in da.dims:
                 da = da.mean("direction")
             for rel in da["relationship"].values:
-                label = (RELATIONSHIP_NAMES.get(int(rel), str(rel))
+                label = (RELATIONSHIPS.get(int(rel), str(rel))
                          if isinstance(rel, (int, np.integer)) else str(rel))
                 vals = da.sel(relationship=rel).to_numpy().ravel().astype(float)
                 for v in vals[np.isfinite(vals)]:
@@ -519,105 +507,7 @@ class Results:
 # ---------------------------------------------------------------------- published numbers
 def load_published(path: str | os.PathLike | None = None) -> dict:
     """The paper's published numbers (``data/published.json``), each with its source."""
-    path = Path(path) if path else Path(__file__).resolve().parent.parent / "data" / "published.json"
+    path = Path(path) if path else PUBLISHED_NUMBERS
     if not path.is_file():
         raise ResultsError(f"published numbers not found: {path}")
     return json.loads(path.read_text())
-
-
-# ---------------------------------------------------------------------- test fixture
-#: (pair name, model A label, model B label, family, coupling) of the synthetic fixture
-SYNTHETIC_PAIRS = (("S-S", "synthetic-S", "synthetic-S", "S-family", 0.85),
-                   ("S-G", "synthetic-S", "synthetic-G", "Cross", 0.75),
-                   ("G-G", "synthetic-G", "synthetic-G", "G-family", 0.65))
-#: model label -> (layers, width) of the synthetic fixture's hidden states
-SYNTHETIC_MODELS = {"synthetic-S": (5, 16), "synthetic-G": (4, 12)}
-#: what the fixture asks of ``analyze``: every optional block, tiny MLPs
-SYNTHETIC_ANALYSIS = dict(n_samples=None, split_seeds=(0, 1, 2), lags=(1, 2),
-                          persona_disjoint=True, relationship=True, relationship_min=3,
-                          sample_sizes=(40, 80, 120), nonlinear=True,
-                          nonlinear_options={"epochs": 5, "hidden": 32}, progress=False)
-
-
-def synthetic_judge_table(cube: xr.Dataset, seed: int) -> pd.DataFrame:
-    """A judge table of random scores, for tests only (``judge = "synthetic-test-rng"``).
-
-    One row per (episode, sim_seed, agent, dimension) of ``cube``, scores drawn uniformly
-    from each dimension's range by ``numpy.random.default_rng(seed)``.
-    """
-    from synclib.judge import DIMENSIONS, SCORE_RANGES, TABLE_COLUMNS
-
-    rng = np.random.default_rng(seed)
-    tasks = np.asarray(cube["task_index"]) if "task_index" in cube.coords else np.arange(cube.sizes["episode"])
-    rows = []
-    for ep in range(cube.sizes["episode"]):
-        for s in np.asarray(cube["sim_seed"]) if "sim_seed" in cube.coords else range(cube.sizes["sim_seed"]):
-            for agent in (0, 1):
-                for dim in DIMENSIONS:
-                    lo, hi = SCORE_RANGES[dim]
-                    rows.append({"episode": ep, "task_index": int(tasks[ep]), "sim_seed": int(s),
-                                 "agent": agent, "agent_name": f"agent {agent + 1}",
-                                 "dimension": dim, "score": int(rng.integers(lo, hi + 1)),
-                                 "expected": math.nan, "reasoning": "synthetic test data",
-                                 "judge": SYNTHETIC_JUDGE, "mode": "synthetic", "error": "",
-                                 "raw": ""})
-    return pd.DataFrame(rows, columns=TABLE_COLUMNS)
-
-
-def build_synthetic_results(root: str | os.PathLike, pairs=SYNTHETIC_PAIRS, seed: int = 0,
-                            cube_kwargs: dict | None = None,
-                            analyze_kwargs: dict | None = None, n_episodes: int = 20) -> Path:
-    """Write a tiny results directory for tests: synthetic cubes, ``analyze``, random judge.
-
-    Parameters
-    ----------
-    root : path
-        Directory to create (``manifest.json``, ``cubes/``, ``analysis/``, ``judge/``).
-    pairs : sequence of (name, model_a, model_b, family, coupling)
-        Model labels must be keys of :data:`SYNTHETIC_MODELS`.
-    seed : int
-        Seeds the cubes (``seed + i`` for pair ``i``) and the judge tables.
-    cube_kwargs, analyze_kwargs : dict, optional
-        Extra arguments for :func:`synclib.synthetic.make_synthetic_cube` and
-        :func:`synclib.analysis.analyze` (the latter on top of :data:`SYNTHETIC_ANALYSIS`;
-        the ToM block is added when ``synclib.tom`` exists).
-    n_episodes : int
-        Episodes per cube (2 simulation seeds, 6 rounds each).
-
-    Returns
-    -------
-    Path
-        ``root``.  Its manifest has ``"synthetic": true``; nothing in it is a model result.
-    """
-    import importlib.util
-
-    from synclib.analysis import analyze
-    from synclib.judge import save_table
-    from synclib.synthetic import make_synthetic_cube
-
-    root = Path(root)
-    for sub in ("cubes", "analysis", "judge"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-    akw = {**SYNTHETIC_ANALYSIS, "tom": importlib.util.find_spec("synclib.tom") is not None,
-           **(analyze_kwargs or {})}
-    entries = []
-    for i, (name, model_a, model_b, family, coupling) in enumerate(pairs):
-        (la, da), (lb, db) = SYNTHETIC_MODELS[model_a], SYNTHETIC_MODELS[model_b]
-        cube = make_synthetic_cube(n_episodes=n_episodes, n_seeds=2, n_rounds=6, layers_a=la,
-                                   dim_a=da, layers_b=lb, dim_b=db, coupling=coupling,
-                                   seed=seed + i, model_a=model_a, model_b=model_b,
-                                   **(cube_kwargs or {}))
-        cube.to_netcdf(root / "cubes" / f"{name}.nc")
-        analyze(cube, **akw).to_netcdf(root / "analysis" / f"{name}.nc")
-        save_table(synthetic_judge_table(cube, seed + i), root / "judge" / f"{name}.judge.csv")
-        entries.append({"name": name, "model_a": model_a, "model_b": model_b, "family": family,
-                        "cube": f"cubes/{name}.nc", "analysis": f"analysis/{name}.nc",
-                        "judge": f"judge/{name}.judge.csv"})
-    manifest = {"name": "synthetic-test-fixture", "synthetic": True, "embedded": False,
-                "pairs": entries,
-                "config": {"scenarios": "synthetic (synclib.synthetic)",
-                           "simulate": {"episodes": n_episodes, "seeds": [0, 1],
-                                        "max_utterances": 12},
-                           "analysis": {k: v for k, v in akw.items() if k != "progress"}}}
-    (root / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
-    return root

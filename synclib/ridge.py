@@ -1,9 +1,18 @@
-"""Batched ridge regression: test R^2 for every (source layer, target layer) pair.
+"""Ridge regression: the one solver, batched test R^2 grids, grouped splits and CV.
 
 The paper fits one ridge map per layer pair (``Ridge(alpha=0.1, fit_intercept=True)``)
 and scores it with ``r2_score(..., multioutput="uniform_average")``.  Here one
 factorisation per *source* layer serves every target layer, and no Python loop
 runs over target layers.
+
+Contents
+--------
+:func:`ridge_solve`       the solver (primal or dual Cholesky, float64); every ridge fit
+                          of the package (the grids below and the ToM probes) goes through it
+:func:`r2_grid`           test R^2 of every (source layer, target layer) pair
+:func:`r2_grid_subsets`   one fit per layer pair, scored on several test subsets
+:func:`episode_split`     the protocol's train/test split by whole groups (episodes)
+:func:`episode_folds`     CV folds by whole groups, for ``alpha="cv"``
 
 Algebra
 -------
@@ -37,24 +46,101 @@ big products in TF32) or ``"bf16"`` (the big products with bfloat16 inputs).
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
 
-__all__ = ["r2_grid", "r2_grid_subsets", "RidgeInputError", "DEFAULT_CV_ALPHAS", "episode_folds"]
+__all__ = ["ridge_solve", "r2_grid", "r2_grid_subsets", "episode_split", "episode_folds",
+           "RidgeInputError", "DEFAULT_CV_ALPHAS"]
 
 #: the log grid searched by ``alpha="cv"``: 1e-2 ... 1e6, half decades
 DEFAULT_CV_ALPHAS = tuple(float(a) for a in np.logspace(-2, 6, 17))
 
 PRECISIONS = ("float32", "tf32", "bf16")
+METHODS = ("auto", "gram", "direct")
+SOLVE_FORMS = ("predict", "hat", "left")
 
 
 class RidgeInputError(ValueError):
-    """Input that a ridge grid cannot be computed from (names the parameter)."""
+    """Input that a ridge fit, a grid or a split cannot be computed from (names the parameter)."""
 
 
-# --------------------------------------------------------------------------- helpers
+# --------------------------------------------------------------------------- the solver
+def ridge_solve(Xtr: torch.Tensor, Xte: torch.Tensor, alpha: float, Ytr: torch.Tensor | None = None, *,
+                form: str = "predict") -> torch.Tensor:
+    """Ridge regression with an unpenalised intercept, fitted on one training set and
+    applied to test inputs: ``Ridge(alpha, fit_intercept=True)`` in closed form.
+
+    With ``Xc = Xtr - mx`` and ``Xt = Xte - mx`` (``mx`` the training means) the
+    predictions are ``Xt W + my`` with ``W = (Xc'Xc + alpha I)^-1 Xc' (Ytr - my)``.
+    The regularised system is factorised by Cholesky in its primal form
+    ``Xc'Xc + alpha I`` (D x D) when ``D <= n_train``, else in its dual form
+    ``Xc Xc' + alpha I`` (n_train x n_train), using
+    ``(Xc'Xc + a I)^-1 Xc' = Xc' (Xc Xc' + a I)^-1``.
+
+    Parameters
+    ----------
+    Xtr : torch.Tensor, shape (n_train, D)
+        Training inputs, float64 (the solve is done in the inputs' dtype and device).
+    Xte : torch.Tensor, shape (n_test, D)
+        Test inputs.
+    alpha : float
+        Penalty, > 0.
+    Ytr : torch.Tensor, shape (n_train, K), optional
+        Training targets; needed by ``form="predict"`` only.
+    form : {"predict", "hat", "left"}
+        What to return:
+
+        ``"predict"``  the test predictions ``Xt W + my``, shape (n_test, K).
+        ``"hat"``      the hat matrix ``H = Xt (Xc'Xc + alpha I)^-1 Xc'``, shape
+                       (n_test, n_train): the predictions of *any* targets are
+                       ``H @ (Ytr - my) + my`` (one factorisation for many targets).
+        ``"left"``     ``G = Xt (Xc'Xc + alpha I)^-1``, shape (n_test, D), always
+                       primal: the predictions are ``G @ (Xc' (Ytr - my)) + my``,
+                       cheaper than the hat matrix when ``n_train >> D``.
+
+    Returns
+    -------
+    torch.Tensor
+        Shape (n_test, K), (n_test, n_train) or (n_test, D), as ``form`` says.
+
+    Raises
+    ------
+    RidgeInputError
+        for an unknown ``form``, ``Ytr`` missing (or given) against ``form``, or a
+        system that is not positive definite (``alpha`` too small for the inputs).
+    """
+    if form not in SOLVE_FORMS:
+        raise RidgeInputError(f"form must be one of {SOLVE_FORMS}, got {form!r}")
+    if (Ytr is None) != (form != "predict"):
+        raise RidgeInputError(f"Ytr is needed by form='predict' and only by it (form={form!r})")
+    mx = Xtr.mean(0, keepdim=True)
+    Xc, Xt = Xtr - mx, Xte - mx
+    n, d = Xc.shape
+    primal = form == "left" or d <= n
+    A = Xc.T @ Xc if primal else Xc @ Xc.T
+    A.diagonal().add_(alpha)
+    try:
+        L = torch.linalg.cholesky(A)
+    except torch.linalg.LinAlgError as e:  # pragma: no cover - alpha > 0 makes it PD
+        raise RidgeInputError(f"alpha: the ridge system is not positive definite (alpha={alpha}); "
+                              "use a larger alpha") from e
+    if form == "left":
+        return torch.cholesky_solve(Xt.T.contiguous(), L).T
+    if form == "hat":
+        if primal:
+            return Xt @ torch.cholesky_solve(Xc.T.contiguous(), L)
+        return torch.cholesky_solve((Xc @ Xt.T).contiguous(), L).T
+    my = Ytr.mean(0, keepdim=True)
+    Yc = Ytr - my
+    W = torch.cholesky_solve(Xc.T @ Yc, L) if primal else Xc.T @ torch.cholesky_solve(Yc, L)
+    return Xt @ W + my
+
+
+# --------------------------------------------------------------------------- input checks
 def _as_tensor(a, name: str, device) -> torch.Tensor:
     """numpy / torch -> torch tensor (no copy on CPU where possible)."""
     if isinstance(a, torch.Tensor):
@@ -75,6 +161,13 @@ def _as_tensor(a, name: str, device) -> torch.Tensor:
     if device is not None:
         t = t.to(device)
     return t
+
+
+def _device(X, device) -> torch.device:
+    """``device``, or X's device when None (CPU for numpy)."""
+    if device is None:
+        device = X.device if isinstance(X, torch.Tensor) else torch.device("cpu")
+    return torch.device(device)
 
 
 def _rows(idx, name: str, n: int, device) -> torch.Tensor:
@@ -108,6 +201,42 @@ def _split_rows(spec, name: str, nx: int, ny: int, device, paired: bool):
     return r, r
 
 
+def _check_counts(n_train: int, n_tests: dict[str, int]) -> None:
+    """At least 3 training samples and 2 in every test set (R^2 needs a test variance)."""
+    if n_train < 3:
+        raise RidgeInputError(f"train: too few samples ({n_train}); at least 3 are needed")
+    for name, n in n_tests.items():
+        if n < 2:
+            raise RidgeInputError(f"{name}: too few samples ({n}); R^2 needs at least 2")
+
+
+def _check_alpha(alpha) -> bool:
+    """Validate ``alpha``; True for ``"cv"``."""
+    if isinstance(alpha, str):
+        if alpha != "cv":
+            raise RidgeInputError(f"alpha must be a positive number, an array of them or 'cv', got {alpha!r}")
+        return True
+    a = np.asarray(alpha, dtype=np.float64) if not isinstance(alpha, bool) else np.asarray(np.nan)
+    if a.ndim > 1 or not np.all(np.isfinite(a)) or not np.all(a > 0):
+        raise RidgeInputError(f"alpha must be a positive number, an array of them or 'cv', got {alpha!r}")
+    return False
+
+
+def _layer_alphas(alpha, n_layers: int) -> np.ndarray:
+    """A numeric ``alpha`` (float or (L_src,) array) as one float64 per source layer, (L_src,)."""
+    a = np.asarray(alpha, dtype=np.float64)
+    if a.ndim == 1 and a.shape != (n_layers,):
+        raise RidgeInputError(f"alpha: an array needs one penalty per source layer ({n_layers}), "
+                              f"got shape {a.shape}")
+    return np.broadcast_to(a, (n_layers,))
+
+
+def _check_finite(t: torch.Tensor, name: str, layer: int | None = None) -> None:
+    if not bool(torch.isfinite(t).all()):
+        where = f" (layer {layer})" if layer is not None else ""
+        raise RidgeInputError(f"{name} holds NaN or inf in the samples used{where}")
+
+
 @contextlib.contextmanager
 def _matmul_precision(precision: str, device: torch.device):
     if device.type != "cuda":
@@ -121,34 +250,16 @@ def _matmul_precision(precision: str, device: torch.device):
         torch.backends.cuda.matmul.allow_tf32 = old
 
 
-def _check_finite(t: torch.Tensor, name: str, layer: int | None = None) -> None:
-    if not bool(torch.isfinite(t).all()):
-        where = f" (layer {layer})" if layer is not None else ""
-        raise RidgeInputError(f"{name} holds NaN or inf in the samples used{where}")
+# --------------------------------------------------------------------------- target side
+def _test_weights(Yte: torch.Tensor):
+    """Columns constant on the test rows and the R^2 weights ``1/SStot`` (0 for constant ones).
 
-
-def _hat(Xtr: torch.Tensor, Xte: torch.Tensor, alpha: float, layer: int) -> torch.Tensor:
-    """Ridge hat matrix H (n_test, n_train) in float64, intercept by centring.
-
-    ``E_hat = H @ (Y_train - mean)`` are the test predictions minus the train mean.
+    Yte (n_test, ..., Dt) float64 -> const (..., Dt) bool, w (..., Dt) float64.
     """
-    mx = Xtr.mean(0, keepdim=True)
-    Xc, Xt = Xtr - mx, Xte - mx
-    n, d = Xc.shape
-    try:
-        if d <= n:  # primal: (D, D)
-            A = Xc.T @ Xc
-            A.diagonal().add_(alpha)
-            L = torch.linalg.cholesky(A)
-            T = torch.cholesky_solve(Xc.T.contiguous(), L)  # (D, n)
-            return Xt @ T
-        K = Xc @ Xc.T  # dual: (n, n)
-        K.diagonal().add_(alpha)
-        L = torch.linalg.cholesky(K)
-        return torch.cholesky_solve((Xc @ Xt.T).contiguous(), L).T
-    except torch.linalg.LinAlgError as e:  # pragma: no cover - alpha > 0 makes it PD
-        raise RidgeInputError(f"source layer {layer}: the ridge system is not positive definite "
-                              f"(alpha={alpha}); use a larger alpha") from e
+    const = (Yte == Yte[:1]).all(0)
+    sstot = ((Yte - Yte.mean(0, keepdim=True)) ** 2).sum(0)
+    w = torch.where(const, torch.zeros_like(sstot), 1.0 / torch.where(const, torch.ones_like(sstot), sstot))
+    return const, w
 
 
 @dataclass
@@ -174,13 +285,11 @@ def _target_block(Y, tr_rows, te_rows, layers, cdtype, first_layer: int,
     my = Ytr.mean(0, keepdim=True)
     Yc = Ytr - my
     E = Yte - my
-    const = (Yte == Yte[:1]).all(0)  # (c, Dt): constant on the test set
-    sstot = ((Yte - Yte.mean(0, keepdim=True)) ** 2).sum(0)
+    const, w = _test_weights(Yte)  # (c, Dt)
     all_const = const.all(-1)
     if check_constant and bool(all_const.any()):
         t = first_layer + int(all_const.nonzero()[0])
         raise RidgeInputError(f"Y: target layer {t} is constant over the test samples; R^2 is undefined")
-    w = torch.where(const, torch.zeros_like(sstot), 1.0 / torch.where(const, torch.ones_like(sstot), sstot))
     # scikit-learn: a constant test column scores 1 if predicted exactly, else 0. The
     # prediction is exact only when the column is constant on train with the same value.
     exact = const & (Yc == 0).all(0) & (E == 0).all(0)
@@ -194,19 +303,100 @@ def _chunks(n: int, size: int):
         yield s, min(n, s + size)
 
 
-# --------------------------------------------------------------------------- CV
+def _dot64(A: torch.Tensor, B: torch.Tensor, block: int = 1 << 18) -> torch.Tensor:
+    """``A @ B.T`` for wide (rows, K) operands: float32 products over K-blocks of
+    ``block``, accumulated in float64 (bounds the rounding error of long sums)."""
+    acc = torch.zeros(A.shape[0], B.shape[0], dtype=torch.float64, device=A.device)
+    K = A.shape[1]
+    blk = max(1, min(K, block))
+    for s in range(0, K, blk):
+        acc += (A[:, s:s + blk].float() @ B[:, s:s + blk].float().T).double()
+    return acc
+
+
+# --------------------------------------------------------------------------- splits by group
+def episode_split(groups, n_samples: int | None = 6500, seed: int = 0, test_frac: float = 0.2):
+    """Group-wise train/test split with the protocol's fixed sample size.
+
+    Whole groups, in a shuffled order, go to the test set until it holds
+    ``>= test_frac * n_samples`` samples, then to the training set until it holds
+    ``>= n_samples`` minus that.
+
+    Parameters
+    ----------
+    groups : array, shape (n,)
+        Group of each sample (episode, or agent pair for the persona-disjoint
+        split); a group is never in both sets.
+    n_samples : int or None
+        Total sample size; ``None`` or more than available: use all samples, still
+        split by groups at ``test_frac``.
+    seed : int
+        Split seed (shuffles the groups).
+    test_frac : float
+        Fraction of ``n_samples`` for the test set.
+
+    Returns
+    -------
+    train : int array, shape (n_train,)
+        Indices into the samples.
+    test : int array, shape (n_test,)
+    info : dict
+        ``n_available``, ``n_requested`` (-1 for all), ``short`` (1: fewer samples than
+        requested, all used).
+
+    Raises
+    ------
+    RidgeInputError
+        ``n_samples < 2`` or fewer than two distinct groups.
+    """
+    groups = np.asarray(groups)
+    n = len(groups)
+    if n_samples is not None and n_samples < 2:
+        raise RidgeInputError(f"n_samples must be >= 2, got {n_samples}")
+    uniq, inv = np.unique(groups, return_inverse=True)
+    if len(uniq) < 2:
+        raise RidgeInputError(f"groups: need at least 2 groups (episodes / agent pairs) to split, got {len(uniq)}")
+    short = n_samples is None or n_samples > n
+    total = n if short else n_samples
+    need_test = math.ceil(test_frac * total)
+    need_train = total - need_test
+    counts = np.bincount(inv, minlength=len(uniq))
+    order = np.random.default_rng(seed).permutation(len(uniq))
+    test_g, train_g = [], []
+    n_te = n_tr = 0
+    for g in order:
+        if n_te < need_test:
+            test_g.append(g)
+            n_te += counts[g]
+        elif n_tr < need_train:
+            train_g.append(g)
+            n_tr += counts[g]
+        else:
+            break
+    if not train_g:  # tiny inputs: keep at least one group for training
+        train_g.append(test_g.pop())
+    te = np.flatnonzero(np.isin(inv, test_g))
+    tr = np.flatnonzero(np.isin(inv, train_g))
+    return tr, te, {"n_available": n, "n_requested": -1 if n_samples is None else int(n_samples),
+                    "short": int(short)}
+
+
 def episode_folds(groups, n_folds: int, seed: int = 0) -> list[np.ndarray]:
     """Assign whole groups (episodes) to ``n_folds`` folds of similar sample count.
 
     Parameters
     ----------
-    groups : (n,) group label per sample
-    n_folds : number of folds (>= 2)
-    seed : shuffles the groups
+    groups : array, shape (n,)
+        Group label per sample.
+    n_folds : int
+        Number of folds (>= 2).
+    seed : int
+        Shuffles the groups.
 
     Returns
     -------
-    list of (n,) boolean validation masks, one per fold.
+    list of bool arrays, shape (n,)
+        One validation mask per fold.
     """
     groups = np.asarray(groups)
     uniq, inv, counts = np.unique(groups, return_inverse=True, return_counts=True)
@@ -223,6 +413,7 @@ def episode_folds(groups, n_folds: int, seed: int = 0) -> list[np.ndarray]:
     return [fold_of[inv] == f for f in range(n_folds)]
 
 
+# --------------------------------------------------------------------------- CV
 @dataclass
 class _Fold:
     """Target-side data of one CV fold, restricted to the CV columns."""
@@ -239,12 +430,41 @@ def _make_fold(Y, ytr, vmask, cols, Lt) -> _Fold:
     Yf = flat[ytr[~vmask][:, None], cols[None, :]].double()
     Yv = flat[ytr[vmask][:, None], cols[None, :]].double()
     my = Yf.mean(0, keepdim=True)
-    const = (Yv == Yv[:1]).all(0)
-    sstot = ((Yv - Yv.mean(0, keepdim=True)) ** 2).sum(0)
-    w = torch.where(const, torch.zeros_like(sstot), 1.0 / torch.where(const, torch.ones_like(sstot), sstot))
+    const, w = _test_weights(Yv)
     E = Yv - my
     base = (w * (E ** 2).sum(0)).view(Lt, -1).sum(1)
     return _Fold(vmask, (Yf - my).float(), E.float(), w.float(), base, (~const).view(Lt, -1).sum(1).double())
+
+
+@dataclass
+class _CV:
+    """What ``alpha="cv"`` needs for every source layer: the folds and the alpha grid."""
+    folds: list          # of _Fold
+    grid: torch.Tensor   # (n_alpha,) float64
+
+
+def _cv_setup(Y, ytr, groups, cv_alphas, cv_folds: int, cv_columns, cv_seed: int, device) -> _CV:
+    """Folds over whole ``groups`` of the training rows, restricted to the CV columns."""
+    grid = torch.as_tensor(np.asarray(cv_alphas, dtype=np.float64), device=device)
+    if grid.ndim != 1 or grid.numel() == 0 or bool((grid <= 0).any()):
+        raise RidgeInputError("cv_alphas must be a non-empty list of positive numbers")
+    n_tr = ytr.numel()
+    Lt, Dt = Y.shape[1], Y.shape[2]
+    g = np.arange(n_tr) if groups is None else np.asarray(groups)
+    if g.shape != (n_tr,):
+        raise RidgeInputError(f"groups must have one label per training sample ({n_tr}), got shape {g.shape}")
+    folds = episode_folds(g, cv_folds, seed=cv_seed)
+    rng = np.random.default_rng(cv_seed)
+    cols = (np.arange(Lt * Dt) if cv_columns is None or cv_columns >= Dt else
+            np.concatenate([t * Dt + np.sort(rng.choice(Dt, cv_columns, replace=False)) for t in range(Lt)]))
+    cols = torch.as_tensor(cols, device=device)
+    fold_data = []
+    for vm in folds:
+        vmask = torch.as_tensor(vm, device=device)
+        if int(vmask.sum()) < 2 or int((~vmask).sum()) < 3:
+            raise RidgeInputError(f"train: too few samples ({n_tr}) for {cv_folds} alpha='cv' folds")
+        fold_data.append(_make_fold(Y, ytr, vmask, cols, Lt))
+    return _CV(fold_data, grid)
 
 
 def _eigh(A: torch.Tensor):
@@ -272,7 +492,8 @@ def _cv_alpha(Xtr_l: torch.Tensor, folds: list, alphas: torch.Tensor) -> tuple[i
     columns of a target layer), maximised over target layers (the quantity
     SyncR^2 uses), then over alpha.
 
-    Returns the index of the chosen alpha and the (n_alpha, L_tgt) CV score.
+    Xtr_l is (n_train, D) float64, alphas (n_alpha,).  Returns the index of the
+    chosen alpha and the (n_alpha, L_tgt) CV score.
     """
     score = 0.0
     for f in folds:
@@ -303,19 +524,98 @@ def _cv_alpha(Xtr_l: torch.Tensor, folds: list, alphas: torch.Tensor) -> tuple[i
     return int(score.max(1).values.argmax()), score
 
 
-def _check_alpha(alpha) -> bool:
-    """Validate ``alpha``; True for ``"cv"``."""
-    if isinstance(alpha, str):
-        if alpha != "cv":
-            raise RidgeInputError(f"alpha must be a positive number, an array of them or 'cv', got {alpha!r}")
-        return True
-    a = np.asarray(alpha, dtype=np.float64) if not isinstance(alpha, bool) else np.asarray(np.nan)
-    if a.ndim > 1 or not np.all(np.isfinite(a)) or not np.all(a > 0):
-        raise RidgeInputError(f"alpha must be a positive number, an array of them or 'cv', got {alpha!r}")
-    return False
+# --------------------------------------------------------------------------- r2_grid
+def _choose_method(method: str, Ls: int, D: int, M: int, n_tr: int, n_te: int, max_memory_bytes: int) -> str:
+    """``method``, or for ``"auto"`` the one with fewer flops (gram also needs Ls*n_tr^2 memory)."""
+    if method != "auto":
+        return method
+    direct_flops = Ls * M * min(n_te * n_tr, D * (n_tr + n_te))
+    gram_flops = M * n_tr * (n_tr + n_te) + Ls * n_tr * n_tr * n_te
+    gram_bytes = 4 * Ls * n_tr * (n_tr + n_te)
+    return "gram" if gram_flops < direct_flops and gram_bytes <= max_memory_bytes else "direct"
 
 
-# --------------------------------------------------------------------------- main
+@dataclass
+class _SourceSide:
+    """The fitted maps of every source layer, in the form the scoring needs.
+
+    Either ``H`` (hat matrices) or ``left`` and ``Xc`` (the ``"left"`` form of
+    :func:`ridge_solve` and the centred training inputs) is set.
+    """
+    alphas: np.ndarray                      # (L_src,) float64, the penalty of each source layer
+    H: torch.Tensor | None = None           # (L_src, n_test, n_train) compute dtype
+    left: list | None = None                # L_src x (n_test, D) compute dtype
+    Xc: list | None = None                  # L_src x (n_train, D) compute dtype
+
+
+def _source_side(X, xtr, xte, alpha_of: Callable, cdtype, use_left: bool) -> _SourceSide:
+    """One factorisation per source layer (:func:`ridge_solve`); ``alpha_of(Xtr_l, l)``
+    gives the penalty of layer ``l`` from its (n_train, D) float64 training inputs."""
+    Ls = X.shape[1]
+    src = _SourceSide(np.full(Ls, np.nan))
+    if use_left:
+        src.left, src.Xc = [], []
+    else:
+        src.H = torch.empty(Ls, xte.numel(), xtr.numel(), dtype=cdtype, device=X.device)
+    for l in range(Ls):
+        Xtr_l = X[xtr, l].double()
+        Xte_l = X[xte, l].double()
+        _check_finite(Xtr_l, "X", l)
+        _check_finite(Xte_l, "X", l)
+        src.alphas[l] = alpha_of(Xtr_l, l)
+        if use_left:
+            src.left.append(ridge_solve(Xtr_l, Xte_l, src.alphas[l], form="left").to(cdtype))
+            src.Xc.append((Xtr_l - Xtr_l.mean(0, keepdim=True)).to(cdtype))
+        else:
+            src.H[l] = ridge_solve(Xtr_l, Xte_l, src.alphas[l], form="hat")
+        del Xtr_l, Xte_l
+    return src
+
+
+def _score_gram(H, Y, ytr, yte, cdtype, max_chunk_bytes: int) -> torch.Tensor:
+    """R^2 (L_src, L_tgt) float64 from the hat matrices H (L_src, n_test, n_train), gram form."""
+    Ls, n_te, n_tr = H.shape
+    Lt, Dt = Y.shape[1], Y.shape[2]
+    out = torch.empty(Ls, Lt, dtype=torch.float64, device=H.device)
+    G = torch.bmm(H.transpose(1, 2), H)  # (Ls, n_tr, n_tr)
+    per_layer = 4 * (n_tr + n_te) * (Dt + n_tr)
+    c = max(1, min(Lt, max_chunk_bytes // max(per_layer, 1)))
+    Hf = H.flatten(1)
+    Gf = G.flatten(1)
+    Hf64 = Hf.double() if Hf.numel() * 8 < max_chunk_bytes else None  # once, not per chunk
+    for s, e in _chunks(Lt, c):
+        blk = _target_block(Y, ytr, yte, slice(s, e), cdtype, s)
+        Yw = blk.Yc * blk.w.to(cdtype)[None]                       # (n_tr, c, Dt)
+        Yc_t = blk.Yc.permute(1, 0, 2)                             # (c, n_tr, Dt)
+        S = torch.bmm(Yw.permute(1, 0, 2), Yc_t.transpose(1, 2))   # (c, n_tr, n_tr)
+        C = torch.bmm((blk.E * blk.w.to(cdtype)[None]).permute(1, 0, 2), Yc_t.transpose(1, 2))  # (c, n_te, n_tr)
+        hc = (Hf64 @ C.flatten(1).double().T) if Hf64 is not None else _dot64(Hf, C.flatten(1))
+        gs = _dot64(Gf, S.flatten(1))
+        ssw = blk.base[None] - 2 * hc + gs                         # (Ls, c)
+        out[:, s:e] = (blk.n_var[None] - ssw + blk.const_ok[None]) / Dt
+        del S, C, Yw, blk
+    return out
+
+
+def _score_direct(src: _SourceSide, Y, ytr, yte, cdtype, max_chunk_bytes: int) -> torch.Tensor:
+    """R^2 (L_src, L_tgt) float64 from the test predictions, residuals per column."""
+    Ls = len(src.alphas)
+    n_tr, n_te = ytr.numel(), yte.numel()
+    Lt, Dt = Y.shape[1], Y.shape[2]
+    out = torch.empty(Ls, Lt, dtype=torch.float64, device=Y.device)
+    per_layer = 4 * (n_tr + 2 * n_te) * Dt
+    c = max(1, min(Lt, max_chunk_bytes // max(per_layer, 1)))
+    for s, e in _chunks(Lt, c):
+        blk = _target_block(Y, ytr, yte, slice(s, e), cdtype, s)
+        Ycf, Ef = blk.Yc.flatten(1), blk.E.flatten(1)
+        for l in range(Ls):
+            P = src.H[l] @ Ycf if src.H is not None else src.left[l] @ (src.Xc[l].T @ Ycf)
+            ss = ((Ef - P).double() ** 2).sum(0).view(e - s, Dt)
+            out[l, s:e] = (blk.n_var - (blk.w * ss).sum(-1) + blk.const_ok) / Dt
+        del blk
+    return out
+
+
 def r2_grid(X, Y, train, test, alpha=0.1, *, precision: str = "float32", device=None,
             method: str = "auto", groups=None, cv_alphas=DEFAULT_CV_ALPHAS, cv_folds: int = 3,
             cv_columns: int | None = 32, cv_seed: int = 0, max_chunk_bytes: int = 1 << 30,
@@ -360,12 +660,10 @@ def r2_grid(X, Y, train, test, alpha=0.1, *, precision: str = "float32", device=
     """
     if precision not in PRECISIONS:
         raise RidgeInputError(f"precision must be one of {PRECISIONS}, got {precision!r}")
-    if method not in ("auto", "gram", "direct"):
+    if method not in METHODS:
         raise RidgeInputError(f"method must be 'auto', 'gram' or 'direct', got {method!r}")
     cv = _check_alpha(alpha)
-    if device is None:
-        device = X.device if isinstance(X, torch.Tensor) else torch.device("cpu")
-    device = torch.device(device)
+    device = _device(X, device)
     if precision == "tf32" and device.type != "cuda":
         raise RidgeInputError("precision='tf32' needs a CUDA device")
     X = _as_tensor(X, "X", device)
@@ -374,121 +672,49 @@ def r2_grid(X, Y, train, test, alpha=0.1, *, precision: str = "float32", device=
     xtr, ytr = _split_rows(train, "train", X.shape[0], Y.shape[0], device, paired)
     xte, yte = _split_rows(test, "test", X.shape[0], Y.shape[0], device, paired)
     n_tr, n_te = xtr.numel(), xte.numel()
-    if n_tr < 3:
-        raise RidgeInputError(f"train: too few samples ({n_tr}); at least 3 are needed")
-    if n_te < 2:
-        raise RidgeInputError(f"test: too few samples ({n_te}); R^2 needs at least 2")
+    _check_counts(n_tr, {"test": n_te})
     Ls, D = X.shape[1], X.shape[2]
-    Lt, Dt = Y.shape[1], Y.shape[2]
-    M = Lt * Dt
     cdtype = torch.bfloat16 if precision == "bf16" else torch.float32
-
-    # ---- choose the method (flop counts; gram also needs Ls*n_tr^2 memory)
-    direct_flops = Ls * M * min(n_te * n_tr, D * (n_tr + n_te))
-    gram_flops = M * n_tr * (n_tr + n_te) + Ls * n_tr * n_tr * n_te
-    gram_bytes = 4 * Ls * n_tr * (n_tr + n_te)
-    if method == "auto":
-        method = "gram" if gram_flops < direct_flops and gram_bytes <= max_memory_bytes else "direct"
-
-    # ---- alphas per source layer
+    method = _choose_method(method, Ls, D, Y.shape[1] * Y.shape[2], n_tr, n_te, max_memory_bytes)
+    # (Xt A^-1)(Xc' Yc) instead of H Yc: cheaper when n_train >> D
+    use_left = method == "direct" and D * (n_tr + n_te) < n_te * n_tr
     if cv:
-        alphas_grid = torch.as_tensor(np.asarray(cv_alphas, dtype=np.float64), device=device)
-        if alphas_grid.ndim != 1 or alphas_grid.numel() == 0 or bool((alphas_grid <= 0).any()):
-            raise RidgeInputError("cv_alphas must be a non-empty list of positive numbers")
-        g = np.arange(n_tr) if groups is None else np.asarray(groups)
-        if g.shape != (n_tr,):
-            raise RidgeInputError(f"groups must have one label per training sample ({n_tr}), got shape {g.shape}")
-        folds = episode_folds(g, cv_folds, seed=cv_seed)
-        rng = np.random.default_rng(cv_seed)
-        cols = (np.arange(M) if cv_columns is None or cv_columns >= Dt else
-                np.concatenate([t * Dt + np.sort(rng.choice(Dt, cv_columns, replace=False)) for t in range(Lt)]))
-        cols = torch.as_tensor(cols, device=device)
-        fold_data = []
-        for vm in folds:
-            vmask = torch.as_tensor(vm, device=device)
-            if int(vmask.sum()) < 2 or int((~vmask).sum()) < 3:
-                raise RidgeInputError(f"train: too few samples ({n_tr}) for {cv_folds} alpha='cv' folds")
-            fold_data.append(_make_fold(Y, ytr, vmask, cols, Lt))
-    alphas = np.full(Ls, np.nan)
-
-    out = torch.empty(Ls, Lt, dtype=torch.float64, device=device)
+        cvd = _cv_setup(Y, ytr, groups, cv_alphas, cv_folds, cv_columns, cv_seed, device)
+        alpha_of = lambda Xtr_l, l: float(cvd.grid[_cv_alpha(Xtr_l, cvd.folds, cvd.grid)[0]])  # noqa: E731
+    else:
+        fixed = _layer_alphas(alpha, Ls)
+        alpha_of = lambda Xtr_l, l: float(fixed[l])  # noqa: E731
     with _matmul_precision(precision, device):
-        # ---- source side: one factorisation per source layer
-        H = torch.empty(Ls, n_te, n_tr, dtype=cdtype, device=device)
-        for l in range(Ls):
-            Xtr_l = X[xtr, l].double()
-            Xte_l = X[xte, l].double()
-            _check_finite(Xtr_l, "X", l)
-            _check_finite(Xte_l, "X", l)
-            if cv:
-                k, _ = _cv_alpha(Xtr_l, fold_data, alphas_grid)
-                alphas[l] = float(alphas_grid[k])
-            else:
-                alphas[l] = float(np.broadcast_to(np.asarray(alpha, dtype=np.float64), (Ls,))[l])
-            H[l] = _hat(Xtr_l, Xte_l, alphas[l], l)
-            del Xtr_l, Xte_l
+        src = _source_side(X, xtr, xte, alpha_of, cdtype, use_left)
         if cv:
-            del fold_data
+            del cvd, alpha_of
         if method == "gram":
-            G = torch.bmm(H.transpose(1, 2), H)  # (Ls, n_tr, n_tr)
-            per_layer = 4 * (n_tr + n_te) * (Dt + n_tr)
-            c = max(1, min(Lt, max_chunk_bytes // max(per_layer, 1)))
-            Hf = H.flatten(1)
-            Gf = G.flatten(1)
-            Hf64 = Hf.double() if Hf.numel() * 8 < max_chunk_bytes else None  # once, not per chunk
-            for s, e in _chunks(Lt, c):
-                blk = _target_block(Y, ytr, yte, slice(s, e), cdtype, s)
-                Yw = blk.Yc * blk.w.to(cdtype)[None]                       # (n_tr, c, Dt)
-                Yc_t = blk.Yc.permute(1, 0, 2)                             # (c, n_tr, Dt)
-                S = torch.bmm(Yw.permute(1, 0, 2), Yc_t.transpose(1, 2))   # (c, n_tr, n_tr)
-                C = torch.bmm((blk.E * blk.w.to(cdtype)[None]).permute(1, 0, 2), Yc_t.transpose(1, 2))  # (c, n_te, n_tr)
-                hc = (Hf64 @ C.flatten(1).double().T) if Hf64 is not None else _dot64(Hf, C.flatten(1))
-                gs = _dot64(Gf, S.flatten(1))
-                ssw = blk.base[None] - 2 * hc + gs                         # (Ls, c)
-                out[:, s:e] = (blk.n_var[None] - ssw + blk.const_ok[None]) / Dt
-                del S, C, Yw, blk
+            out = _score_gram(src.H, Y, ytr, yte, cdtype, max_chunk_bytes)
         else:
-            per_layer = 4 * (n_tr + 2 * n_te) * Dt
-            c = max(1, min(Lt, max_chunk_bytes // max(per_layer, 1)))
-            use_w = D * (n_tr + n_te) < n_te * n_tr  # (Xt A^-1)(Xc' Yc): cheaper when n_train >> D
-            if use_w:
-                left, Xcs = [], []
-                for l in range(Ls):
-                    Xtr_l = X[xtr, l].double()
-                    left.append(_primal_left(Xtr_l, X[xte, l].double(), alphas[l]).to(cdtype))
-                    Xcs.append((Xtr_l - Xtr_l.mean(0, keepdim=True)).to(cdtype))
-                del H
-            for s, e in _chunks(Lt, c):
-                blk = _target_block(Y, ytr, yte, slice(s, e), cdtype, s)
-                Ycf, Ef = blk.Yc.flatten(1), blk.E.flatten(1)
-                for l in range(Ls):
-                    P = left[l] @ (Xcs[l].T @ Ycf) if use_w else H[l] @ Ycf
-                    ss = ((Ef - P).double() ** 2).sum(0).view(e - s, Dt)
-                    out[l, s:e] = (blk.n_var - (blk.w * ss).sum(-1) + blk.const_ok) / Dt
-                del blk
+            out = _score_direct(src, Y, ytr, yte, cdtype, max_chunk_bytes)
     r2 = out.cpu().numpy()
-    return (r2, alphas) if return_alpha else r2
+    return (r2, src.alphas) if return_alpha else r2
 
 
-def _primal_left(Xtr: torch.Tensor, Xte: torch.Tensor, alpha: float) -> torch.Tensor:
-    """``Xt (Xc'Xc + a I)^-1`` (n_test, D) in float64."""
-    mx = Xtr.mean(0, keepdim=True)
-    Xc, Xt = Xtr - mx, Xte - mx
-    A = Xc.T @ Xc
-    A.diagonal().add_(alpha)
-    L = torch.linalg.cholesky(A)
-    return torch.cholesky_solve(Xt.T.contiguous(), L).T
+# --------------------------------------------------------------------------- r2_grid_subsets
+@dataclass
+class _Subset:
+    """Test-side statistics of one test subset (one chunk of target layers)."""
+    pos: torch.Tensor      # (n_sub,) rows of the subset within the union of the subsets
+    w: torch.Tensor        # (c, Dt) float64, 1/SStot on the subset (0: constant column)
+    n_var: torch.Tensor    # (c,) float64, non-constant columns
+    const_ok: torch.Tensor  # (c,) float64, constant columns predicted exactly
 
 
-def _dot64(A: torch.Tensor, B: torch.Tensor, block: int = 1 << 18) -> torch.Tensor:
-    """``A @ B.T`` for wide (rows, K) operands: float32 products over K-blocks of
-    ``block``, accumulated in float64 (bounds the rounding error of long sums)."""
-    acc = torch.zeros(A.shape[0], B.shape[0], dtype=torch.float64, device=A.device)
-    K = A.shape[1]
-    blk = max(1, min(K, block))
-    for s in range(0, K, blk):
-        acc += (A[:, s:s + blk].float() @ B[:, s:s + blk].float().T).double()
-    return acc
+def _subset_stats(i: int, pos, Yte, E, yc_zero) -> _Subset:
+    """Statistics of subset ``i`` (rows ``pos`` of Yte (n_union, c, Dt) float64);
+    E (n_union, c, Dt) are the test targets minus the train means, yc_zero (c, Dt)
+    the columns constant on the training rows."""
+    const, w = _test_weights(Yte[pos])
+    if bool(const.all(-1).any()):
+        raise RidgeInputError(f"tests[{i}]: a target layer is constant over the subset")
+    exact = const & yc_zero & (E[pos] == 0).all(0)
+    return _Subset(pos, w, (~const).sum(-1).double(), exact.sum(-1).double())
 
 
 def r2_grid_subsets(X, Y, train, tests, alpha=0.1, *, device=None, max_chunk_bytes: int = 1 << 30):
@@ -510,9 +736,7 @@ def r2_grid_subsets(X, Y, train, tests, alpha=0.1, *, device=None, max_chunk_byt
     """
     if _check_alpha(alpha):
         raise RidgeInputError("r2_grid_subsets needs numeric alphas (pass those chosen by r2_grid)")
-    if device is None:
-        device = X.device if isinstance(X, torch.Tensor) else torch.device("cpu")
-    device = torch.device(device)
+    device = _device(X, device)
     X = _as_tensor(X, "X", device)
     Y = _as_tensor(Y, "Y", device)
     if X.shape[0] != Y.shape[0]:
@@ -521,21 +745,17 @@ def r2_grid_subsets(X, Y, train, tests, alpha=0.1, *, device=None, max_chunk_byt
     subs = [_rows(t, f"tests[{i}]", X.shape[0], device) for i, t in enumerate(tests)]
     if not subs:
         raise RidgeInputError("tests: no test subsets given")
-    for i, t in enumerate(subs):
-        if t.numel() < 2:
-            raise RidgeInputError(f"tests[{i}]: too few samples ({t.numel()}); R^2 needs at least 2")
-    if tr.numel() < 3:
-        raise RidgeInputError(f"train: too few samples ({tr.numel()}); at least 3 are needed")
+    _check_counts(tr.numel(), {f"tests[{i}]": t.numel() for i, t in enumerate(subs)})
     union, inv = torch.unique(torch.cat(subs), return_inverse=True)
     pos = list(torch.split(inv, [t.numel() for t in subs]))
     Ls, Lt, Dt = X.shape[1], Y.shape[1], Y.shape[2]
-    al = np.broadcast_to(np.asarray(alpha, dtype=np.float64), (Ls,))
+    al = _layer_alphas(alpha, Ls)
     H = []
     for l in range(Ls):
         Xtr_l, Xu_l = X[tr, l].double(), X[union, l].double()
         _check_finite(Xtr_l, "X", l)
         _check_finite(Xu_l, "X", l)
-        H.append(_hat(Xtr_l, Xu_l, float(al[l]), l).float())
+        H.append(ridge_solve(Xtr_l, Xu_l, float(al[l]), form="hat").float())
     out = torch.empty(len(subs), Ls, Lt, dtype=torch.float64, device=device)
     c = max(1, min(Lt, max_chunk_bytes // max(1, 4 * (tr.numel() + 2 * union.numel()) * Dt)))
     with _matmul_precision("float32", device):
@@ -543,19 +763,11 @@ def r2_grid_subsets(X, Y, train, tests, alpha=0.1, *, device=None, max_chunk_byt
             blk = _target_block(Y, tr, union, slice(s, e), torch.float32, s, check_constant=False)
             Yte = Y[union, s:e].double()  # only this block's layers of the rows
             yc_zero = (blk.Yc.double() == 0).all(0)  # the same for every subset
-            stats = []
-            for i, p in enumerate(pos):
-                Ys = Yte[p]
-                const = (Ys == Ys[:1]).all(0)
-                if bool(const.all(-1).any()):
-                    raise RidgeInputError(f"tests[{i}]: a target layer is constant over the subset")
-                sstot = ((Ys - Ys.mean(0, keepdim=True)) ** 2).sum(0)
-                w = torch.where(const, torch.zeros_like(sstot), 1.0 / torch.where(const, torch.ones_like(sstot), sstot))
-                exact = const & yc_zero & (blk.E.double()[p] == 0).all(0)
-                stats.append((p, w, (~const).sum(-1).double(), exact.sum(-1).double()))
+            E = blk.E.double()
+            stats = [_subset_stats(i, p, Yte, E, yc_zero) for i, p in enumerate(pos)]
             Ycf, Ef = blk.Yc.flatten(1), blk.E.flatten(1)
             for l in range(Ls):
                 res2 = ((Ef - H[l] @ Ycf).double() ** 2).view(-1, e - s, Dt)
-                for i, (p, w, nvar, exact) in enumerate(stats):
-                    out[i, l, s:e] = (nvar - (w * res2[p].sum(0)).sum(-1) + exact) / Dt
+                for i, st in enumerate(stats):
+                    out[i, l, s:e] = (st.n_var - (st.w * res2[st.pos].sum(0)).sum(-1) + st.const_ok) / Dt
     return out.cpu().numpy()

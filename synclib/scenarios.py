@@ -56,9 +56,11 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Iterator, Literal, Mapping, Sequence
 
+from synclib.paths import EMBEDDED_SCENARIOS
+
 __all__ = [
     "RELATIONSHIPS", "SOURCES", "GENDER_WORDS", "OTHER_BIO_VISIBILITY", "BIO_VISIBILITIES",
-    "EMOTIONS", "ACTIONS", "TOM_INSTRUCTION", "LEAVE_INSTRUCTION", "VIEWS",
+    "EMOTIONS", "ACTIONS", "TOM_INSTRUCTION", "LEAVE_INSTRUCTION", "VIEWS", "select_tasks",
     "ScenarioError", "Persona", "Scenario", "Task", "TaskSet",
     "embedded_dir", "load_tasks", "bio", "render_text", "render_history", "render_prompt",
     "judge_intro", "strip_tom_words", "postprocess_reply", "is_leave",
@@ -244,11 +246,8 @@ class TaskSet:
 # -------------------------------------------------------------------------- loading
 
 def embedded_dir() -> Path:
-    """The directory of our own scenario set, ``<repo root>/data/scenarios``.
-
-    The repository root is the parent of the ``synclib`` package directory.
-    """
-    return Path(__file__).resolve().parent.parent / "data" / "scenarios"
+    """The directory of our own scenario set, ``<repo root>/data/scenarios``."""
+    return EMBEDDED_SCENARIOS
 
 
 def _read_json(path: Path) -> Any:
@@ -420,6 +419,39 @@ def load_tasks(path: str | Path = "embedded") -> TaskSet:
                           agents=(personas[agent_ids[0]], personas[agent_ids[1]])))
     return TaskSet(root=root, scenarios=MappingProxyType(scenarios),
                    personas=MappingProxyType(personas), tasks=tuple(tasks))
+
+
+def select_tasks(taskset: TaskSet, episodes) -> list[Task]:
+    """The tasks a run plays: the first ``episodes`` tasks, or those with the given indices.
+
+    Parameters
+    ----------
+    taskset : TaskSet
+    episodes : int >= 1, or a sequence of distinct task indices (in the order to play them)
+
+    Returns
+    -------
+    list of Task
+
+    Raises
+    ------
+    ValueError
+        when ``episodes`` asks for more tasks than the set holds, names an index outside
+        it or repeats one; the message names the set and its size.
+    """
+    n = len(taskset.tasks)
+    where = f"{'embedded' if taskset.root == embedded_dir() else taskset.root} has {n} tasks (0-{n - 1})"
+    if isinstance(episodes, int) and not isinstance(episodes, bool):
+        if not 1 <= episodes <= n:
+            raise ValueError(f"episodes = {episodes}: {where}")
+        return list(taskset.tasks[:episodes])
+    idx = [int(i) for i in episodes]
+    bad = [i for i in idx if not 0 <= i < n]
+    if bad:
+        raise ValueError(f"task index {bad[0]} is out of range: {where}")
+    if len(set(idx)) != len(idx):
+        raise ValueError(f"task indices repeat: {sorted(i for i in set(idx) if idx.count(i) > 1)}")
+    return [taskset.tasks[i] for i in idx]
 
 
 # ------------------------------------------------------------------------ rendering

@@ -29,9 +29,10 @@ Optional passes, run per batch after the genuine dialogs:
   (emotion/action instruction; the partner's history without those words),
   storing ``hidden_*_tom``, ``text_*_tom`` and the distributions over the 8
   emotion and 5 action words where the agent generates them (``emotion_*``,
-  ``action_*``), read by :meth:`synclib.engine.Engine.tom_distributions`: the
-  emotion word at the reply's first position, the action word after the first
-  generated token holding a ``.`` (NaN when none came within 16 tokens).
+  ``action_*``).  This module owns the ToM reply format (:func:`_tom_readout`,
+  built on :meth:`synclib.engine.Engine.word_distributions`): the emotion word
+  at the reply's first position, the action word after the first generated
+  token holding a ``.`` (NaN when none came within 16 tokens).
   ``tom_format_*`` (an addition) is 1 where the raw reply opened with an
   emotion word and then an action word, as instructed, else 0.
 
@@ -51,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
 
 from synclib import __version__
 from synclib.cube import STORE_DTYPES, CubeError, CubeSpec, CubeWriter, Unit, is_complete
@@ -65,6 +67,56 @@ _GENUINE, _TOM = 0, 1
 
 #: a ToM reply in the instructed format opens with an emotion word, then an action word
 _TOM_FORMAT = re.compile(r"^\W*(?:" + "|".join(EMOTIONS) + r")\W+(?:" + "|".join(ACTIONS) + r")\b", re.I)
+#: generated tokens searched for the "." that ends a ToM reply's emotion word
+_TOM_SEARCH_TOKENS = 16
+
+
+def _tom_readout(eng, requests: Sequence, results: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Read the ToM replies: emotion and action distributions, and whether each followed the format.
+
+    The ToM instruction asks for ``Emotion. Action type. Response.``  The emotion
+    distribution is read at the first generated position (the prompt's next token); the
+    action distribution at the position after the first generated token containing ``.``
+    (searched among the first :data:`_TOM_SEARCH_TOKENS` generated tokens), i.e. after
+    ``"Joy."``: the leading-space spelling of each action word covers ``" Assertive"``.
+    Both are :meth:`synclib.engine.Engine.word_distributions` over :data:`EMOTIONS` /
+    :data:`ACTIONS` on the exact prompt and generated token ids, with the requests'
+    sessions, so only a token or two is prefilled per row.
+
+    Parameters
+    ----------
+    eng : synclib.engine.Engine
+        The engine that generated ``results`` (its sessions are re-used).
+    requests, results : sequences of R ``Request`` / ``Result``
+        What was passed to and returned by ``eng.generate``.
+
+    Returns
+    -------
+    emotion : numpy.ndarray
+        ``(R, len(EMOTIONS))`` float64, rows summing to 1.
+    action : numpy.ndarray
+        ``(R, len(ACTIONS))`` float64; NaN rows where no ``.`` was generated in time.
+    formatted : numpy.ndarray
+        ``(R,)`` int: 1 where the raw reply opens with an emotion word and then an action
+        word (:data:`_TOM_FORMAT`), else 0.
+    """
+    if len(requests) != len(results):
+        raise ValueError(f"{len(requests)} requests but {len(results)} results")
+    sessions = [r.session for r in requests]
+    emotion = eng.word_distributions([r.prompt_ids for r in results], EMOTIONS, sessions)
+    action = np.full((len(results), len(ACTIONS)), np.nan)
+    prefixes, where, sess = [], [], []
+    for i, (req, res) in enumerate(zip(requests, results)):
+        for k, t in enumerate(res.token_ids[:_TOM_SEARCH_TOKENS]):
+            if "." in eng.lm.tokenizer.decode([t]):
+                prefixes.append(list(res.prompt_ids) + list(res.token_ids[:k + 1]))
+                where.append(i)
+                sess.append(req.session)
+                break
+    if prefixes:
+        action[where] = eng.word_distributions(prefixes, ACTIONS, sess)
+    formatted = np.array([int(bool(_TOM_FORMAT.match(r.text))) for r in results], dtype=int)
+    return emotion, action, formatted
 
 
 def episode_coords(task: Task) -> dict:
@@ -163,7 +215,7 @@ class _Runner:
             res = eng.generate(reqs, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                                on_step=self._on_step, first_line_only=True)
             if view == "tom":
-                emo, act = eng.tom_distributions(reqs, res, EMOTIONS, ACTIONS)
+                emo, act, formatted = _tom_readout(eng, reqs, res)
             still = []
             for j, i in enumerate(live):
                 reply = postprocess_reply(res[j].text)
@@ -174,7 +226,7 @@ class _Runner:
                 if view == "tom":
                     v[f"emotion_{side}"][k] = emo[j]
                     v[f"action_{side}"][k] = act[j]
-                    v[f"tom_format_{side}"][k] = int(bool(_TOM_FORMAT.match(res[j].text)))
+                    v[f"tom_format_{side}"][k] = formatted[j]
                 histories[i].append(reply)
                 if is_leave(reply):
                     for a in (0, 1):

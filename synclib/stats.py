@@ -1,4 +1,9 @@
-"""Statistics for the notebooks: means with standard errors, correlations, partial correlations.
+"""Statistics: means with standard errors, correlations, partial correlations.
+
+:func:`mean_se` is the one mean-and-standard-error of the package: the analysis (over split
+seeds, into the results file), the results tables and the notebooks all use it, so a run
+with one split seed has a NaN standard error everywhere (a standard error of one value is
+undefined), never 0 in one place and NaN in another.
 
 Everything here is honest about small samples.  A correlation needs at least three points
 (``MIN_N_CORR``) and a partial correlation with ``c`` covariates at least ``c + 3``; below
@@ -64,27 +69,40 @@ def format_p(p: float) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.2g}"
 
 
-def mean_se(values, axis=None) -> tuple[float, float]:
-    """Mean and standard error of the finite values.
+def mean_se(values, axis=None):
+    """Mean and standard error of the finite values, over all of them or along an axis.
 
     Parameters
     ----------
     values : array-like
-        Samples, e.g. one SyncR² per split seed, shape ``(n,)``.
-    axis : None
-        Reserved; the values are flattened.
+        Samples, e.g. one SyncR² per split seed, shape ``(n,)``, or any array with the
+        samples along ``axis``, e.g. ``(condition, direction, split_seed)``.
+    axis : int or None
+        ``None``: all values, flattened (returns floats); an int: along that axis
+        (returns arrays of ``values.shape`` without ``axis``).  NaN and inf are left out.
 
     Returns
     -------
-    (mean, se) : tuple of float
-        ``se = std(ddof=1) / sqrt(n)``; ``nan`` when fewer than two finite values.
+    mean, se : float, or arrays of ``values.shape`` without ``axis``
+        ``se = std(ddof=1) / sqrt(n)`` over the ``n`` finite values.  A standard
+        error of fewer than two values is undefined: ``se`` is NaN for ``n < 2``
+        (and ``mean`` is NaN for ``n = 0``).
     """
-    v = np.asarray(values, dtype=float).ravel()
-    v = v[np.isfinite(v)]
-    if v.size == 0:
-        return math.nan, math.nan
-    mean = float(v.mean())
-    se = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else math.nan
+    v = np.asarray(values, dtype=np.float64)
+    if axis is None:  # the finite values only (also keeps numpy's summation order of a plain mean)
+        v = v.ravel()
+        v = v[np.isfinite(v)]
+        axis = -1
+    elif np.isinf(v).any():
+        v = np.where(np.isinf(v), np.nan, v)
+    n = np.sum(~np.isnan(v), axis=axis)
+    with warnings.catch_warnings():  # all-NaN slices: NaN, not a warning
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(v, axis=axis)
+        sd = np.nanstd(v, axis=axis, ddof=1)
+    se = np.where(n > 1, sd / np.sqrt(np.maximum(n, 1)), np.nan)
+    if v.ndim == 1:
+        return float(mean), float(se)
     return mean, se
 
 

@@ -19,18 +19,30 @@ layer's signal fraction), passive across two, lag j across ``2j + 1``: genuine
 > passive > lag1 > lag2.  The ToM run has its own latent path; the emotion and
 action distributions of the speaker of utterance ``u`` are ``softmax(Z s_u)``.
 
+:func:`build_synthetic_results` writes a whole tiny results directory (cubes, analyses,
+random judge scores) for the tests of the notebooks and the book.
+
 Episodes mimic Sotopia: ``n_episodes // 5`` scenarios (at least 1) with 5
 persona pairs each, pairs drawn from a small pool so that the same agent pair
 recurs in different scenarios (what the persona-disjoint split must handle).
 """
 from __future__ import annotations
 
-import numpy as np
+import json
+import math
+import os
+from pathlib import Path
 
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from synclib.results import MANIFEST
 # the ToM words, in the cube's order, and Sotopia's eight scenario sources
 from synclib.scenarios import ACTIONS, EMOTIONS, SOURCES
 
-__all__ = ["make_synthetic_cube", "SOURCES", "EMOTIONS", "ACTIONS"]
+__all__ = ["make_synthetic_cube", "synthetic_judge_table", "build_synthetic_results", "SYNTHETIC_JUDGE",
+           "SOURCES", "EMOTIONS", "ACTIONS"]
 
 _FIRST = ("Ava", "Ben", "Cara", "Dev", "Eli", "Fay", "Gus", "Hana", "Ivo", "Jun", "Kai", "Lea")
 
@@ -88,7 +100,6 @@ def make_synthetic_cube(n_episodes: int = 40, n_seeds: int = 3, n_rounds: int = 
     ``hidden_b`` (..., layer_b, dim_b), passive/ToM variables, texts, lengths,
     episode coordinates and attributes; rounds an episode never reached are NaN.
     """
-    import xarray as xr
 
     if not 0 <= coupling < 1:
         raise ValueError(f"coupling must be in [0, 1), got {coupling}")
@@ -216,3 +227,102 @@ def make_synthetic_cube(n_episodes: int = 40, n_seeds: int = 3, n_rounds: int = 
         "complete": 1,
     }
     return xr.Dataset({k: xr.DataArray(v, dims=d) for k, (d, v) in vars_.items()}, coords=coords, attrs=attrs)
+
+
+# ---------------------------------------------------------------------- a results directory
+#: the judge name of synthetic score tables
+SYNTHETIC_JUDGE = "synthetic-test-rng"
+#: (pair name, model A label, model B label, family, coupling) of the synthetic fixture
+SYNTHETIC_PAIRS = (("S-S", "synthetic-S", "synthetic-S", "S-family", 0.85),
+                   ("S-G", "synthetic-S", "synthetic-G", "Cross", 0.75),
+                   ("G-G", "synthetic-G", "synthetic-G", "G-family", 0.65))
+#: model label -> (layers, width) of the synthetic fixture's hidden states
+SYNTHETIC_MODELS = {"synthetic-S": (5, 16), "synthetic-G": (4, 12)}
+#: what the fixture asks of ``analyze``: every optional block, tiny MLPs
+SYNTHETIC_ANALYSIS = dict(n_samples=None, split_seeds=(0, 1, 2), lags=(1, 2),
+                          persona_disjoint=True, relationship=True, relationship_min=3,
+                          sample_sizes=(40, 80, 120), nonlinear=True,
+                          nonlinear_options={"epochs": 5, "hidden": 32}, progress=False)
+
+
+def synthetic_judge_table(cube: xr.Dataset, seed: int) -> pd.DataFrame:
+    """A judge table of random scores, for tests only (``judge = "synthetic-test-rng"``).
+
+    One row per (episode, sim_seed, agent, dimension) of ``cube``, scores drawn uniformly
+    from each dimension's range by ``numpy.random.default_rng(seed)``.
+    """
+    from synclib.judge import DIMENSIONS, SCORE_RANGES, TABLE_COLUMNS
+
+    rng = np.random.default_rng(seed)
+    tasks = np.asarray(cube["task_index"]) if "task_index" in cube.coords else np.arange(cube.sizes["episode"])
+    rows = []
+    for ep in range(cube.sizes["episode"]):
+        for s in np.asarray(cube["sim_seed"]) if "sim_seed" in cube.coords else range(cube.sizes["sim_seed"]):
+            for agent in (0, 1):
+                for dim in DIMENSIONS:
+                    lo, hi = SCORE_RANGES[dim]
+                    rows.append({"episode": ep, "task_index": int(tasks[ep]), "sim_seed": int(s),
+                                 "agent": agent, "agent_name": f"agent {agent + 1}",
+                                 "dimension": dim, "score": int(rng.integers(lo, hi + 1)),
+                                 "expected": math.nan, "reasoning": "synthetic test data",
+                                 "judge": SYNTHETIC_JUDGE, "mode": "synthetic", "error": "",
+                                 "raw": ""})
+    return pd.DataFrame(rows, columns=TABLE_COLUMNS)
+
+
+def build_synthetic_results(root: str | os.PathLike, pairs=SYNTHETIC_PAIRS, seed: int = 0,
+                            cube_kwargs: dict | None = None,
+                            analyze_kwargs: dict | None = None, n_episodes: int = 20) -> Path:
+    """Write a tiny results directory for tests: synthetic cubes, ``analyze``, random judge.
+
+    Parameters
+    ----------
+    root : path
+        Directory to create (``manifest.json``, ``cubes/``, ``analysis/``, ``judge/``).
+    pairs : sequence of (name, model_a, model_b, family, coupling)
+        Model labels must be keys of :data:`SYNTHETIC_MODELS`.
+    seed : int
+        Seeds the cubes (``seed + i`` for pair ``i``) and the judge tables.
+    cube_kwargs, analyze_kwargs : dict, optional
+        Extra arguments for :func:`synclib.synthetic.make_synthetic_cube` and
+        :func:`synclib.analysis.analyze` (the latter on top of :data:`SYNTHETIC_ANALYSIS`;
+        the ToM block is added when ``synclib.tom`` exists).
+    n_episodes : int
+        Episodes per cube (2 simulation seeds, 6 rounds each).
+
+    Returns
+    -------
+    Path
+        ``root``.  Its manifest has ``"synthetic": true``; nothing in it is a model result.
+    """
+    import importlib.util
+
+    from synclib.analysis import analyze
+    from synclib.judge import save_table
+
+    root = Path(root)
+    for sub in ("cubes", "analysis", "judge"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    akw = {**SYNTHETIC_ANALYSIS, "tom": importlib.util.find_spec("synclib.tom") is not None,
+           **(analyze_kwargs or {})}
+    entries = []
+    for i, (name, model_a, model_b, family, coupling) in enumerate(pairs):
+        (la, da), (lb, db) = SYNTHETIC_MODELS[model_a], SYNTHETIC_MODELS[model_b]
+        cube = make_synthetic_cube(n_episodes=n_episodes, n_seeds=2, n_rounds=6, layers_a=la,
+                                   dim_a=da, layers_b=lb, dim_b=db, coupling=coupling,
+                                   seed=seed + i, model_a=model_a, model_b=model_b,
+                                   **(cube_kwargs or {}))
+        cube.to_netcdf(root / "cubes" / f"{name}.nc")
+        analyze(cube, **akw).to_netcdf(root / "analysis" / f"{name}.nc")
+        save_table(synthetic_judge_table(cube, seed + i), root / "judge" / f"{name}.judge.csv")
+        entries.append({"name": name, "model_a": model_a, "model_b": model_b, "family": family,
+                        "cube": f"cubes/{name}.nc", "analysis": f"analysis/{name}.nc",
+                        "judge": f"judge/{name}.judge.csv"})
+    manifest = {"name": "synthetic-test-fixture", "synthetic": True, "embedded": False,
+                "pairs": entries,
+                "config": {"scenarios": "synthetic (synclib.synthetic)",
+                           "simulate": {"episodes": n_episodes, "seeds": [0, 1],
+                                        "max_utterances": 12},
+                           "analysis": {k: v for k, v in akw.items() if k != "progress"}}}
+    (root / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
+    return root

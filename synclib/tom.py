@@ -15,28 +15,38 @@ partner_next       ``emotion_b[k]``                         ``emotion_a[k+1]``
 
 (likewise for actions).  The partner's words are never in the reader's prompt.
 
-Probe (our choice; the paper does not give one): ridge regression from one
-layer's hidden state to the centred log-probabilities, read out with a softmax.
-Layer and penalty are chosen on an episode-grouped validation part (20 %) of the
-training set; the per-layer test KL is also reported (at each layer's validation-
-best penalty).  Metric: mean test KL(true || predicted); baseline: KL(true ||
-mean training distribution).  Splits: all samples, 80/20 by episodes, per split
+Probe (our choice; the paper does not give one): ridge regression
+(:func:`synclib.ridge.ridge_solve`) from one layer's hidden state to the centred
+log-probabilities, read out with a softmax.  Layer and penalty are chosen on an
+episode-grouped validation part (20 %) of the training set; the per-layer test KL
+is also reported (at each layer's validation-best penalty).  Metric: mean test
+KL(true || predicted); baseline: KL(true || mean training distribution).  Splits:
+all samples, 80/20 by episodes (:func:`synclib.ridge.episode_split`), per split
 seed (the protocol's fixed 6,500 applies to the synchrony datasets, not here).
 """
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 
 import numpy as np
 import torch
+import xarray as xr
+from tqdm.auto import tqdm
 
-__all__ = ["tom_dataset", "tom_decode", "kl_divergence", "TOM_RELATIONS", "TOM_TARGETS"]
+from synclib.cube import HiddenRows, var_name
+from synclib.ridge import episode_split, ridge_solve
+from synclib.stats import mean_se
+
+__all__ = ["tom_dataset", "tom_decode", "kl_divergence", "ToMError", "TOM_RELATIONS", "TOM_TARGETS"]
 
 TOM_RELATIONS = ("self_current", "partner_previous", "partner_next")
 TOM_TARGETS = ("emotion", "action")
 AGENTS = ("A", "B")
 DEFAULT_TOM_ALPHAS = (1e-1, 1.0, 1e1, 1e2, 1e3, 1e4, 1e5)
 _EPS = 1e-8
+#: the dims of the per-probe results: target, relation, reader, split seed
+_DIMS = ("tom_target", "tom_relation", "agent", "split_seed")
 
 
 class ToMError(ValueError):
@@ -44,7 +54,19 @@ class ToMError(ValueError):
 
 
 def kl_divergence(p, q) -> np.ndarray:
-    """Row-wise KL(p || q) in nats for (n, K) distributions (0 log 0 = 0)."""
+    """Row-wise KL(p || q) in nats.
+
+    Parameters
+    ----------
+    p : array, shape (n, K)
+        True distributions (0 log 0 = 0).
+    q : array, shape (n, K) or (1, K)
+        Predicted distributions (clipped at 1e-8).
+
+    Returns
+    -------
+    array, shape (n,)
+    """
     p = np.asarray(p, dtype=np.float64)
     q = np.clip(np.asarray(q, dtype=np.float64), _EPS, None)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -52,39 +74,54 @@ def kl_divergence(p, q) -> np.ndarray:
     return t.sum(-1)
 
 
-def _check_vars(cube, agent, relation, target):
-    if agent not in AGENTS or relation not in TOM_RELATIONS or target not in TOM_TARGETS:
-        raise ToMError(f"unknown agent/relation/target {agent!r}/{relation!r}/{target!r}")
-    me, other = ("a", "b") if agent == "A" else ("b", "a")
-    need = [f"hidden_{me}_tom", f"{target}_{me}", f"{target}_{other}"]
+# --------------------------------------------------------------------------- samples
+def _sides(agent: str) -> tuple[str, str]:
+    """The reader's cube side and its partner's: ``"A"`` -> ``("a", "b")``."""
+    if agent not in AGENTS:
+        raise ToMError(f"agent must be one of {AGENTS}, got {agent!r}")
+    return ("a", "b") if agent == "A" else ("b", "a")
+
+
+def _check_vars(cube, agent: str, relation: str, target: str) -> tuple[str, str]:
+    """Check the names and that the cube has the probe's variables; returns :func:`_sides`."""
+    if relation not in TOM_RELATIONS:
+        raise ToMError(f"relation must be one of {TOM_RELATIONS}, got {relation!r}")
+    if target not in TOM_TARGETS:
+        raise ToMError(f"target must be one of {TOM_TARGETS}, got {target!r}")
+    me, other = _sides(agent)
+    need = [var_name("hidden", me, "tom"), var_name(target, me, "tom"), var_name(target, other, "tom")]
     missing = [v for v in need if v not in cube.variables]
     if missing:
         raise ToMError(f"the cube has no ToM variable(s) {missing}; simulate with the ToM run enabled")
     return me, other
 
 
-def _hidden(cube, agent, max_resident_bytes=None):
-    """The reader's ToM-run states as :class:`synclib.cube.HiddenRows`."""
-    from synclib.cube import HiddenRows
-
-    me = "a" if agent == "A" else "b"
-    return HiddenRows(cube[f"hidden_{me}_tom"], max_resident_bytes)
+def _hidden(cube, agent: str, max_resident_bytes: int | None = None) -> HiddenRows:
+    """The reader's ToM-run states, rows (E*S*R, L, D)."""
+    return HiddenRows(cube[var_name("hidden", _sides(agent)[0], "tom")], max_resident_bytes)
 
 
-def _tom_samples(cube, agent, relation, target, hidden):
-    """Row numbers into ``hidden`` (flat (episode, sim_seed, round)), target
-    distributions and episode positions of one probe's samples."""
+def _tom_samples(cube, agent: str, relation: str, target: str, hidden: HiddenRows):
+    """The samples of one probe (index arithmetic in the module doc).
+
+    Returns
+    -------
+    rows : int array, shape (n,)
+        Rows of ``hidden`` (flat (episode, sim_seed, round)).
+    P : array, shape (n, K)
+        Target distributions.
+    episode : int array, shape (n,)
+        Episode position of each sample.
+    """
     me, other = _check_vars(cube, agent, relation, target)
     E, S, R = hidden.grid
     if relation == "self_current":
-        tgt_var, shift = f"{target}_{me}", 0
+        side, shift = me, 0
     elif relation == "partner_previous":
-        shift = -1 if agent == "A" else 0
-        tgt_var = f"{target}_{other}"
+        side, shift = other, (-1 if agent == "A" else 0)
     else:
-        shift = 0 if agent == "A" else 1
-        tgt_var = f"{target}_{other}"
-    P = np.asarray(cube[tgt_var].values, dtype=np.float64)
+        side, shift = other, (0 if agent == "A" else 1)
+    P = np.asarray(cube[var_name(target, side, "tom")].values, dtype=np.float64)
     e, s, k = (g.ravel() for g in np.meshgrid(np.arange(E), np.arange(S), np.arange(R), indexing="ij"))
     kt = k + shift
     inside = (kt >= 0) & (kt < R)
@@ -100,9 +137,12 @@ def tom_dataset(cube, agent: str, relation: str, target: str):
 
     Returns
     -------
-    X : (n, L, D) hidden states of the reader (as stored)
-    P : (n, K) target distributions
-    episode : (n,) episode position of each sample
+    X : array, shape (n, L, D)
+        Hidden states of the reader (as stored).
+    P : array, shape (n, K)
+        Target distributions.
+    episode : int array, shape (n,)
+        Episode position of each sample.
     """
     _check_vars(cube, agent, relation, target)
     hidden = _hidden(cube, agent)
@@ -110,137 +150,184 @@ def tom_dataset(cube, agent: str, relation: str, target: str):
     return hidden[rows], P, ep
 
 
-def _ridge_fit_predict(Xtr, Ttr, Xte_list, alpha):
-    """Ridge (intercept unpenalised) in float64; returns predictions for each test block."""
-    mx = Xtr.mean(0, keepdim=True)
-    mt = Ttr.mean(0, keepdim=True)
-    Xc = Xtr - mx
-    n, d = Xc.shape
-    if d <= n:
-        A = Xc.T @ Xc
-        A.diagonal().add_(alpha)
-        W = torch.cholesky_solve(Xc.T @ (Ttr - mt), torch.linalg.cholesky(A))
-    else:
-        K = Xc @ Xc.T
-        K.diagonal().add_(alpha)
-        W = Xc.T @ torch.cholesky_solve(Ttr - mt, torch.linalg.cholesky(K))
-    return [(Xt - mx) @ W + mt for Xt in Xte_list]
+# --------------------------------------------------------------------------- probes
+@dataclass
+class _Probe:
+    """One probe (target, relation, reader, split seed): samples, targets and split."""
+    key: tuple          # (target, relation, agent, split seed) position in the result arrays
+    rows: np.ndarray    # (n,) rows of the reader's HiddenRows
+    P: np.ndarray       # (n, K) target distributions
+    T: np.ndarray       # (n, K) regression targets: centred log-probabilities
+    fit: np.ndarray     # sample indices fitted when choosing layer and alpha
+    val: np.ndarray     # validation sample indices
+    train: np.ndarray   # fit + val: fitted for the test score
+    test: np.ndarray
 
 
-def _probe_kl(logits, P):
+@dataclass
+class _Results:
+    """The result arrays of :func:`tom_decode`; dims (T, R, A, S) = :data:`_DIMS`."""
+    kl: np.ndarray          # (T, R, A, S, L) test KL per layer
+    val_kl: np.ndarray      # (T, R, A, S, L, n_alpha) validation KL
+    best: np.ndarray        # (T, R, A, S) test KL at the validation-chosen layer
+    base: np.ndarray        # (T, R, A, S) baseline KL
+    best_layer: np.ndarray  # (T, R, A, S) int, -1 where not fitted
+    best_alpha: np.ndarray  # (T, R, A, S)
+    n_train: np.ndarray     # (R, A, S) int
+    n_test: np.ndarray      # (R, A, S) int
+
+    @classmethod
+    def empty(cls, n_layers: int, n_seeds: int, n_alphas: int) -> "_Results":
+        shape = (len(TOM_TARGETS), len(TOM_RELATIONS), len(AGENTS), n_seeds)
+        return cls(kl=np.full(shape + (n_layers,), np.nan), val_kl=np.full(shape + (n_layers, n_alphas), np.inf),
+                   best=np.full(shape, np.nan), base=np.full(shape, np.nan),
+                   best_layer=np.full(shape, -1, dtype=np.int64), best_alpha=np.full(shape, np.nan),
+                   n_train=np.zeros(shape[1:], dtype=np.int64), n_test=np.zeros(shape[1:], dtype=np.int64))
+
+    def choose(self, key: tuple, alphas) -> None:
+        """Layer and alpha of probe ``key``: the lowest validation KL."""
+        layer, j = np.unravel_index(int(np.argmin(self.val_kl[key])), self.val_kl[key].shape)
+        self.best_layer[key] = layer
+        self.best_alpha[key] = alphas[j]
+        self.best[key] = self.kl[key + (layer,)]
+
+    def to_dataset(self, seeds: list[int]) -> xr.Dataset:
+        ds = xr.Dataset(
+            {
+                "tom_kl": (_DIMS + ("tom_layer",), self.kl),
+                "tom_kl_best": (_DIMS, self.best),
+                "tom_kl_baseline": (_DIMS, self.base),
+                "tom_best_layer": (_DIMS, self.best_layer),
+                "tom_best_alpha": (_DIMS, self.best_alpha),
+                "tom_n_train": (_DIMS[1:], self.n_train),
+                "tom_n_test": (_DIMS[1:], self.n_test),
+            },
+            coords={"tom_target": list(TOM_TARGETS), "tom_relation": list(TOM_RELATIONS),
+                    "agent": list(AGENTS), "split_seed": seeds, "tom_layer": np.arange(self.kl.shape[-1])},
+        )
+        for name in ("tom_kl_best", "tom_kl_baseline"):
+            m, se = mean_se(ds[name].values, axis=-1)  # over split seeds
+            ds[f"{name}_mean"] = (_DIMS[:-1], m)
+            ds[f"{name}_se"] = (_DIMS[:-1], se)
+        return ds
+
+
+def _reader_probes(cube, ai: int, hidden: HiddenRows, seeds, val_frac: float, test_frac: float,
+                   res: _Results, bar) -> list[_Probe]:
+    """Every probe of reader ``AGENTS[ai]`` with enough samples; records their sample
+    counts and baselines in ``res`` (a probe without enough samples stays NaN)."""
+    agent = AGENTS[ai]
+    probes = []
+    for ti, target in enumerate(TOM_TARGETS):
+        for ri, rel in enumerate(TOM_RELATIONS):
+            rows, P, ep = _tom_samples(cube, agent, rel, target, hidden)
+            T = np.log(np.clip(P, _EPS, None))
+            T -= T.mean(1, keepdims=True)
+            for si, seed in enumerate(seeds):
+                tr, te, _ = episode_split(ep, None, seed, test_frac=test_frac)
+                fit, val, _ = episode_split(ep[tr], None, seed + 10_000, test_frac=val_frac)
+                fit, val = tr[fit], tr[val]
+                if min(len(fit), len(val), len(te)) < 2:
+                    bar.update(hidden.shape[1])
+                    continue
+                res.n_train[ri, ai, si], res.n_test[ri, ai, si] = len(tr), len(te)
+                res.base[ti, ri, ai, si] = kl_divergence(P[te], P[tr].mean(0)[None]).mean()
+                probes.append(_Probe((ti, ri, ai, si), rows, P, T, fit, val, tr, te))
+    return probes
+
+
+def _probe_kl(logits: torch.Tensor, P: np.ndarray) -> float:
+    """Mean KL(P || softmax(logits)); logits and P (n, K)."""
     q = torch.softmax(logits, -1).cpu().numpy()
     return float(kl_divergence(P, q).mean())
 
 
+def _probe_layer(Xl: torch.Tensor, layer: int, p: _Probe, alphas, res: _Results) -> None:
+    """Probe ``p`` on one layer (Xl (n, D) float64): validation KL for every alpha, then
+    the test KL of the training-set fit at the validation-best alpha."""
+    T = torch.as_tensor(p.T, device=Xl.device)
+    for j, a in enumerate(alphas):
+        pred = ridge_solve(Xl[p.fit], Xl[p.val], a, T[p.fit])
+        res.val_kl[p.key + (layer, j)] = _probe_kl(pred, p.P[p.val])
+    j = int(np.argmin(res.val_kl[p.key + (layer,)]))
+    pred = ridge_solve(Xl[p.train], Xl[p.test], alphas[j], T[p.train])
+    res.kl[p.key + (layer,)] = _probe_kl(pred, p.P[p.test])
+
+
+def _fit_probes(hidden: HiddenRows, probes: list[_Probe], alphas, dev, res: _Results, bar) -> None:
+    """Every probe of one reader on every layer, reading the states in blocks of
+    layers (all layers at once when they fit the resident budget)."""
+    La = hidden.shape[1]
+    used = np.unique(np.concatenate([p.rows for p in probes]))
+    row_bytes = hidden.shape[2] * hidden.dtype.itemsize * len(used)
+    block = La if hidden.resident else max(1, hidden.max_resident_bytes // max(row_bytes, 1))
+    for l0 in range(0, La, block):
+        Xb = hidden[used, slice(l0, min(La, l0 + block))]  # (len(used), block, D)
+        for p in probes:
+            pos = np.searchsorted(used, p.rows)
+            for j0 in range(Xb.shape[1]):
+                Xl = torch.as_tensor(Xb[pos, j0], dtype=torch.float64, device=dev)
+                _probe_layer(Xl, l0 + j0, p, alphas, res)
+                bar.update(1)
+        del Xb
+    for p in probes:
+        res.choose(p.key, alphas)
+
+
 def tom_decode(cube, split_seeds=(0, 1, 2), *, alphas=DEFAULT_TOM_ALPHAS, val_frac: float = 0.2,
                test_frac: float = 0.2, device=None, max_resident_bytes: int | None = None,
-               progress: bool = False):
+               progress: bool = False) -> xr.Dataset:
     """ToM decoding for both readers, three relations, emotions and actions.
 
     Parameters
     ----------
-    cube : cube with the ToM variables (``hidden_*_tom``, ``emotion_*``, ``action_*``).
-    split_seeds : episode-grouped 80/20 splits.
-    alphas : ridge penalties searched (with the layer) on the validation part.
-    val_frac : fraction of training samples (whole episodes) used for validation.
-    max_resident_bytes : a reader's states up to this size are loaded whole;
-        larger ones (lazily opened cubes) are read in blocks of layers of about
-        this size (see :class:`synclib.cube.HiddenRows`).
+    cube : xarray.Dataset
+        Cube with the ToM variables (``hidden_*_tom``, ``emotion_*``, ``action_*``).
+    split_seeds : sequence of int
+        Episode-grouped 80/20 splits.
+    alphas : sequence of float
+        Ridge penalties searched (with the layer) on the validation part.
+    val_frac : float
+        Fraction of training samples (whole episodes) used for validation.
+    test_frac : float
+        Fraction of the samples (whole episodes) in the test set.
+    device : torch device of the probes (default CPU).
+    max_resident_bytes : int, optional
+        A reader's states up to this size are loaded whole; larger ones (lazily
+        opened cubes) are read in blocks of layers of about this size (see
+        :class:`synclib.cube.HiddenRows`).
+    progress : bool
+        Show a tqdm bar on stderr.
 
     Returns
     -------
-    xarray.Dataset with ``tom_kl`` (tom_target, tom_relation, agent, split_seed,
-    tom_layer), ``tom_kl_best``, ``tom_kl_baseline``, ``tom_best_layer``,
-    ``tom_best_alpha`` (tom_target, tom_relation, agent, split_seed), summary
-    ``tom_kl_best_mean``/``_se`` and ``tom_kl_baseline_mean``/``_se``
-    (tom_target, tom_relation, agent), ``tom_n_train``, ``tom_n_test``.
+    xarray.Dataset
+        ``tom_kl`` (tom_target, tom_relation, agent, split_seed, tom_layer),
+        ``tom_kl_best``, ``tom_kl_baseline``, ``tom_best_layer``, ``tom_best_alpha``
+        (tom_target, tom_relation, agent, split_seed), summary
+        ``tom_kl_best_mean``/``_se`` and ``tom_kl_baseline_mean``/``_se``
+        (tom_target, tom_relation, agent; :func:`synclib.stats.mean_se` over split
+        seeds), ``tom_n_train``, ``tom_n_test`` (tom_relation, agent, split_seed).
+
+    Raises
+    ------
+    ToMError
+        the cube lacks the ToM variables.
+    RidgeInputError
+        too few samples (episodes) to split.
     """
-    import xarray as xr
-    from tqdm.auto import tqdm
-
-    from synclib.analysis import episode_split, mean_se
-
     dev = torch.device(device or "cpu")
     seeds = [int(s) for s in split_seeds]
-    L = max(cube.sizes["layer_a"], cube.sizes["layer_b"])
-    shape = (len(TOM_TARGETS), len(TOM_RELATIONS), len(AGENTS), len(seeds))
-    kl = np.full(shape + (L,), np.nan)
-    best = np.full(shape, np.nan)
-    base = np.full(shape, np.nan)
-    best_layer = np.full(shape, -1, dtype=np.int64)
-    best_alpha = np.full(shape, np.nan)
-    ntr = np.zeros(shape[1:], dtype=np.int64)
-    nte = np.zeros(shape[1:], dtype=np.int64)
-    val_kl = np.full(shape + (L, len(alphas)), np.inf)
     n_layers = {"A": cube.sizes["layer_a"], "B": cube.sizes["layer_b"]}
-    bar = tqdm(total=int(np.prod(shape[:2])) * len(seeds) * sum(n_layers.values()), desc="ToM probes",
-               disable=not progress, file=sys.stderr)
+    res = _Results.empty(max(n_layers.values()), len(seeds), len(alphas))
+    bar = tqdm(total=len(TOM_TARGETS) * len(TOM_RELATIONS) * len(seeds) * sum(n_layers.values()),
+               desc="ToM probes", disable=not progress, file=sys.stderr)
     for ai, agent in enumerate(AGENTS):
         for target in TOM_TARGETS:  # before reading anything
             _check_vars(cube, agent, TOM_RELATIONS[0], target)
         hidden = _hidden(cube, agent, max_resident_bytes)
-        La = hidden.shape[1]
-        # every probe of this reader: its samples, targets and splits
-        probes = []
-        for ti, target in enumerate(TOM_TARGETS):
-            for ri, rel in enumerate(TOM_RELATIONS):
-                rows, P, ep = _tom_samples(cube, agent, rel, target, hidden)
-                T = np.log(np.clip(P, _EPS, None))
-                T -= T.mean(1, keepdims=True)
-                for si, seed in enumerate(seeds):
-                    tr, te, _ = episode_split(ep, None, seed, test_frac=test_frac)
-                    fit, val, _ = episode_split(ep[tr], None, seed + 10_000, test_frac=val_frac)
-                    fit, val = tr[fit], tr[val]
-                    if min(len(fit), len(val), len(te)) < 2:
-                        bar.update(La)
-                        continue
-                    ntr[ri, ai, si], nte[ri, ai, si] = len(tr), len(te)
-                    base[ti, ri, ai, si] = kl_divergence(P[te], P[tr].mean(0)[None]).mean()
-                    probes.append(((ti, ri, ai, si), rows, P, T, fit, val, tr, te))
-        if not probes:
-            continue
-        # read the states in blocks of layers (all layers when they fit the budget)
-        used = np.unique(np.concatenate([p[1] for p in probes]))
-        row_bytes = hidden.shape[2] * hidden.dtype.itemsize * len(used)
-        block = La if hidden.resident else max(1, hidden.max_resident_bytes // max(row_bytes, 1))
-        for l0 in range(0, La, block):
-            Xb = hidden[used, slice(l0, min(La, l0 + block))]
-            for key, rows, P, T, fit, val, tr, te in probes:
-                pos = np.searchsorted(used, rows)
-                Tt = lambda idx: torch.as_tensor(T[idx], device=dev)  # noqa: E731
-                for j0 in range(Xb.shape[1]):
-                    l = l0 + j0
-                    Xl = torch.as_tensor(Xb[pos, j0], dtype=torch.float64, device=dev)
-                    for j, a in enumerate(alphas):
-                        (pv,) = _ridge_fit_predict(Xl[fit], Tt(fit), [Xl[val]], a)
-                        val_kl[key + (l, j)] = _probe_kl(pv, P[val])
-                    j = int(np.argmin(val_kl[key + (l,)]))
-                    (pt,) = _ridge_fit_predict(Xl[tr], Tt(tr), [Xl[te]], alphas[j])
-                    kl[key + (l,)] = _probe_kl(pt, P[te])
-                    bar.update(1)
-            del Xb
-        for key, *_ in probes:
-            l, j = np.unravel_index(int(np.argmin(val_kl[key])), val_kl[key].shape)
-            best_layer[key] = l
-            best_alpha[key] = alphas[j]
-            best[key] = kl[key + (l,)]
+        probes = _reader_probes(cube, ai, hidden, seeds, val_frac, test_frac, res, bar)
+        if probes:
+            _fit_probes(hidden, probes, alphas, dev, res, bar)
     bar.close()
-    dims = ("tom_target", "tom_relation", "agent", "split_seed")
-    ds = xr.Dataset(
-        {
-            "tom_kl": (dims + ("tom_layer",), kl),
-            "tom_kl_best": (dims, best),
-            "tom_kl_baseline": (dims, base),
-            "tom_best_layer": (dims, best_layer),
-            "tom_best_alpha": (dims, best_alpha),
-            "tom_n_train": (dims[1:], ntr),
-            "tom_n_test": (dims[1:], nte),
-        },
-        coords={"tom_target": list(TOM_TARGETS), "tom_relation": list(TOM_RELATIONS),
-                "agent": list(AGENTS), "split_seed": seeds, "tom_layer": np.arange(L)},
-    )
-    for name in ("tom_kl_best", "tom_kl_baseline"):
-        m, se = mean_se(ds[name].values)
-        ds[f"{name}_mean"] = (dims[:-1], m)
-        ds[f"{name}_se"] = (dims[:-1], se)
-    return ds
+    return res.to_dataset(seeds)

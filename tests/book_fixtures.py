@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.md"))
 _CACHE: dict[str, object] = {}
 
 
@@ -31,16 +31,16 @@ def kernel_env() -> dict:
 def tiny_results(base: Path) -> Path:
     """The tiny synthetic results directory (built once per session)."""
     if "results" not in _CACHE:
-        from synclib.results import build_synthetic_results
+        from synclib.synthetic import build_synthetic_results
 
         _CACHE["results"] = build_synthetic_results(base / "tiny-results")
     return _CACHE["results"]
 
 
 def execute_notebook(nb: Path, out: Path, params: dict) -> subprocess.CompletedProcess:
-    """Run one notebook with the papermill CLI (a separate process, so runs can overlap)."""
-    cmd = [sys.executable, "-m", "papermill", str(nb), str(out), "--cwd", str(nb.parent),
-           "-k", "python3", "--no-progress-bar"]
+    """Run one notebook with papermill (``python -m synclib.notebook``, what the main job does)
+    in a separate process, so runs can overlap."""
+    cmd = [sys.executable, "-m", "synclib.notebook", str(nb), str(out)]
     for k, v in params.items():
         cmd += ["-p", k, str(v)]
     return subprocess.run(cmd, capture_output=True, text=True, env=kernel_env(), timeout=600)
@@ -54,7 +54,7 @@ def executed_notebooks(base: Path) -> dict[str, tuple[Path, subprocess.Completed
         out_dir.mkdir(parents=True, exist_ok=True)
 
         def run(nb: Path):
-            out = out_dir / nb.name
+            out = out_dir / f"{nb.stem}.ipynb"
             return nb.stem, (out, execute_notebook(nb, out, {"results_dir": results}))
 
         with ThreadPoolExecutor(max_workers=2) as pool:

@@ -6,8 +6,11 @@ import pytest
 import xarray as xr
 
 from conftest import write_chunked_cube
-from synclib.analysis import (AnalysisError, analyze, build_dataset, episode_split, mean_se,
-                              persona_keys, sync_r2, sync_r2_noclip, sync_r2_topk)
+from synclib.analysis import (AnalysisError, analyze, build_dataset, persona_keys, sync_r2, sync_r2_noclip,
+                              sync_r2_topk)
+from synclib.ridge import episode_split
+from synclib.scenarios import RELATIONSHIPS
+from synclib.stats import mean_se
 from synclib.synthetic import make_synthetic_cube
 
 
@@ -74,22 +77,6 @@ def test_unknown_condition_and_missing_variable():
 
 
 # --------------------------------------------------------------------------- splits
-def test_episode_split_sizes_and_disjoint():
-    groups = np.repeat(np.arange(100), np.random.default_rng(0).integers(5, 15, 100))
-    for seed in (0, 1, 2):
-        tr, te, info = episode_split(groups, 500, seed)
-        assert not set(groups[tr]) & set(groups[te])
-        assert len(te) >= 100 and len(tr) >= 400
-        assert len(te) < 100 + 15 and len(tr) < 400 + 15  # stops at the first episode past the target
-        assert info["short"] == 0 and info["n_available"] == len(groups)
-    a = episode_split(groups, 500, 0)[1]
-    b = episode_split(groups, 500, 1)[1]
-    assert not np.array_equal(a, b)  # the seed shuffles
-    tr, te, info = episode_split(groups, 10**6, 0)  # fewer than requested: all, 80/20
-    assert info["short"] == 1 and len(tr) + len(te) == len(groups)
-    assert 0.2 <= len(te) / len(groups) < 0.3
-
-
 def test_persona_disjoint_split():
     cube = make_synthetic_cube(n_episodes=40, n_seeds=1, n_rounds=2, layers_a=2, dim_a=4,
                                layers_b=2, dim_b=4, tom=False, passive=False)
@@ -117,6 +104,20 @@ def test_sync_r2_formulas_on_hand_grid():
     assert sync_r2(padded) == pytest.approx(sync_r2(g))
     m, se = mean_se([0.4, 0.5, 0.6])
     assert m == pytest.approx(0.5) and se == pytest.approx(0.1 / np.sqrt(3))
+
+
+def test_mean_se_over_split_seeds():
+    """One mean_se (synclib.stats) for the results file and the book: over an axis,
+    NaN-aware, and the standard error of a single value is undefined (NaN, not 0)."""
+    v = np.array([[0.4, 0.5, 0.6], [0.3, np.nan, np.nan], [np.nan, np.nan, np.nan]])
+    m, se = mean_se(v, axis=-1)
+    np.testing.assert_allclose(m, [0.5, 0.3, np.nan])
+    np.testing.assert_allclose(se, [0.1 / np.sqrt(3), np.nan, np.nan])
+    assert mean_se(v[0]) == pytest.approx((0.5, 0.1 / np.sqrt(3)))  # flattened: floats
+    m, se = mean_se([0.7])
+    assert m == 0.7 and np.isnan(se)
+    m, se = mean_se(np.array([[1.0, np.inf, 3.0]]), axis=1)  # non-finite values are left out
+    assert m[0] == 2.0 and se[0] == pytest.approx(1.0)
 
 
 # --------------------------------------------------------------------------- analyze
@@ -160,6 +161,7 @@ def test_optional_blocks(result):
     assert ((result.sample_size_n_used >= ss.sample_size) | (result.sample_size_n_used == 0)).all()
     rel = result.relationship_sync_r2
     assert rel.dims == ("relationship", "direction", "split_seed", "relationship_seed")
+    assert list(rel.relationship.values) == [RELATIONSHIPS[c] for c in sorted(RELATIONSHIPS)]  # code order
     assert np.isfinite(rel).any()
     assert "social_iqa" in result.attrs["relationship_sources"]
 
@@ -171,6 +173,8 @@ def test_short_cube_is_noted(cube):
     assert notes and "fewer than n_samples" in notes[0]
     assert "fewer than n_samples" in r.attrs["notes"]
     assert int(r.n_train[0, 0, 0] + r.n_test[0, 0, 0]) == int(r.n_available[0, 0])
+    # one split seed: a mean, but no standard error (undefined for one value)
+    assert np.isfinite(r.sync_r2_mean).all() and np.isnan(r.sync_r2_se).all()
 
 
 def test_analyze_cv_records_alphas(cube):
@@ -258,7 +262,7 @@ def test_lazy_cube_streams_and_equals_in_memory(tmp_path, cube):
 
 @pytest.mark.parametrize("batch_bytes", [1, 256 << 20])  # one unit per read, all units at once
 def test_hidden_rows_indexing(tmp_path, cube, monkeypatch, batch_bytes):
-    from synclib import cube as cube_mod
+    from synclib.cube import reader as cube_mod
     from synclib.cube import CubeError, HiddenRows
 
     monkeypatch.setattr(cube_mod, "READ_BATCH_BYTES", batch_bytes)

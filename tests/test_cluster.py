@@ -43,6 +43,7 @@ def grid_config(results_dir: Path, models, episodes: int = 6) -> dict:
         "device": "cpu",
         "models": {"T": {"spec": models[0], "family": "Tiny"}, "U": {"spec": models[1], "family": "Tiny"}},
         "pairs": ["T-T", "T-U"],
+        "orders": "first",  # the executors are compared; one order is enough
         # greedy decoding: the comparison is about the executor, not about sampling
         "simulate": {"episodes": episodes, "seeds": [0], "max_utterances": 6, "max_new_tokens": 5,
                      "temperature": 0.0, "batch_size": 2, "passive": True, "tom": False},
@@ -51,7 +52,9 @@ def grid_config(results_dir: Path, models, episodes: int = 6) -> dict:
                      "persona_disjoint": False, "relationship": False, "sample_sizes": None,
                      "nonlinear": False, "tom": False},
     }
-    return pipeline.validate_config(cfg)
+    from synclib.config import validate_config
+
+    return validate_config(cfg)
 
 
 def collect(results_dir: Path) -> dict:

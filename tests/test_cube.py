@@ -229,3 +229,26 @@ def test_kill9_then_resume_equals_uninterrupted(tmp_path):
     for name in a.data_vars:
         np.testing.assert_array_equal(a[name].values, b[name].values, err_msg=name)
     xr.testing.assert_identical(a, b)
+
+
+def test_var_name_is_the_one_spelling_of_the_schema():
+    from synclib.cube import CubeError, CubeSpec, var_name
+
+    assert var_name("hidden", "a") == "hidden_a"
+    assert var_name("hidden", "b", "passive") == "hidden_b_passive"
+    assert var_name("text", "a", "tom") == "text_a_tom"
+    assert var_name("n_utterances") == "n_utterances" and var_name("n_utterances", view="tom") == "n_utterances_tom"
+    assert var_name("emotion", "b", "tom") == "emotion_b" and var_name("tom_format", "a", "tom") == "tom_format_a"
+    for bad in (("hidden", "c"), ("text", "a", "passive"), ("emotion", "a"), ("nope", "a"),
+                ("n_utterances", "a"), ("hidden", "a", "other")):
+        with pytest.raises(CubeError):
+            var_name(*bad)
+    ep = dict(task_index=0, env_id="e", codename="c", source="s", relationship=0, agent1_id="x",
+              agent2_id="y", agent1_name="X", agent2_name="Y")
+    spec = CubeSpec([ep], [0], 2, 2, 4, 3, 5, passive=True, tom=True, emotions=["Joy"], actions=["A"])
+    names = set(spec.variables())
+    expected = {var_name(k, s, v) for k in ("hidden", "text", "prompt_len") for s in "ab" for v in ("active", "tom")}
+    expected |= {var_name("hidden", s, "passive") for s in "ab"}
+    expected |= {var_name(k, s, "tom") for k in ("emotion", "action", "tom_format") for s in "ab"}
+    expected |= {var_name("n_utterances"), var_name("n_utterances", view="tom")}
+    assert names == expected

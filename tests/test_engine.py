@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from synclib.engine import (ACTIONS, EMOTIONS, Engine, Request, candidate_sequences, read_states,
-                            row_seed, word_distributions)
+from synclib.engine import (Engine, Request, candidate_sequences, read_states, row_seed,
+                            word_distributions)
 from synclib.models import load_model
 
 TOL = 1e-5
@@ -202,21 +202,32 @@ def test_word_distributions_multi_token_and_prefix_candidates(lm):
         word_distributions(lm, [p], ["a", "a"])
 
 
-def test_tom_distributions_at_the_generated_positions(lm):
-    p = dialog(lm, 2)
-    reply = lm.tokenizer(" Joy. Assertive. Fine, thanks.", add_special_tokens=False)["input_ids"]
-    eng = Engine(lm)
-    req = Request(p, session="tom")
-    res = eng.generate([req], max_new_tokens=1)[0]
-    forced = dataclasses.replace(res, token_ids=reply)
-    emo, act = eng.tom_distributions([req, req], [forced, dataclasses.replace(forced, token_ids=[])])
-    assert emo.shape == (2, 8) and act.shape == (2, 5)
-    np.testing.assert_allclose(emo[0], word_distributions(lm, [p], EMOTIONS)[0], rtol=1e-4)
-    dot = next(k for k, t in enumerate(reply) if "." in lm.tokenizer.decode([t]))
-    np.testing.assert_allclose(
-        act[0], word_distributions(lm, [lm.encode(p) + reply[:dot + 1]], ACTIONS)[0], rtol=1e-4)
-    assert np.isnan(act[1]).all() and np.isfinite(emo[1]).all()
-    np.testing.assert_allclose(emo.sum(1), 1.0)
+def test_sequence_logprobs_are_teacher_forced_and_share_a_session(lm):
+    """Per-prompt candidate sequences of several tokens, rows re-using one primed session."""
+    prompts = [dialog(lm, 3), dialog(lm, 3, filler=2)]
+    ids = [lm.encode(p) for p in prompts]
+    seqs = [[(11, 12, 13), (11,), (40, 41)], [(7,), (7, 8)]]
+    eng = Engine(lm, batch_size=1)
+    shared = 0
+    while ids[0][shared] == ids[1][shared]:
+        shared += 1
+    eng.read_states([ids[0][:shared]], sessions=["prefix"])
+    got = eng.sequence_logprobs(prompts, seqs, sessions=["prefix", "prefix"])
+    assert eng.stats["reused_tokens"] >= shared
+    for p_ids, row, lp in zip(ids, seqs, got):
+        assert lp.dtype == np.float64 and lp.shape == (len(row),)
+        want = []
+        for seq in row:
+            total, ctx = 0.0, list(p_ids)
+            for t in seq:
+                total += float(torch.log_softmax(solo(lm, ctx)[1], -1)[t])
+                ctx.append(t)
+            want.append(total)
+        np.testing.assert_allclose(lp, want, rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match=r"sequences\[0\]\[0\] is empty"):
+        eng.sequence_logprobs(prompts[:1], [[()]])
+    with pytest.raises(ValueError, match="sequences has 1 entries for 2 prompts"):
+        eng.sequence_logprobs(prompts, [[(1,)]])
 
 
 def test_bad_arguments(lm):

@@ -1,6 +1,6 @@
 """Tests of synclib.judge: prompts, parsing, the HTTP judge against a real local
 server, constrained scoring with a real (tiny and embedded) model, cube input,
-summaries and the CLI."""
+summaries, what reading scores imports, and the CLI."""
 from __future__ import annotations
 
 import json
@@ -15,7 +15,10 @@ import pytest
 import xarray as xr
 
 from synclib import judge as J
+from synclib.engine import Engine
 from synclib.judge import DIMENSIONS, SCORE_RANGES, JudgeItem
+from synclib.judge.backends import _terminator_id
+from synclib.judge.rubric import AGENT_KEYS
 
 from judge_server import FakeJudgeServer, evaluation, served_score
 
@@ -61,7 +64,7 @@ def test_instructions_from_scenarios_dir_or_embedded(tmp_path):
         J.load_instructions(tmp_path / "nope")
     # the embedded instructions carry a JSON schema with every dimension and range
     schema = json.loads(re.search(r"```\n(.*?)\n```", J.EMBEDDED_INSTRUCTIONS, re.S).group(1))
-    for key in J.AGENT_KEYS:
+    for key in AGENT_KEYS:
         props = schema["properties"][key]["properties"]
         assert set(props) == set(DIMENSIONS)
         for d, (lo, hi) in SCORE_RANGES.items():
@@ -233,7 +236,7 @@ def brute_force_logprob(loaded, prompt, cand):
 
 def test_score_candidates_matches_full_forward(tiny_judge):
     m, tok = tiny_judge.model, tiny_judge.tokenizer
-    assert tok.convert_ids_to_tokens(J._terminator_id(tok)) == "<|im_end|>"  # end of turn
+    assert tok.convert_ids_to_tokens(_terminator_id(tok)) == "<|im_end|>"  # end of turn
     item = make_item("x", n=3)
     prompts = [tiny_judge.chat_prompt(J.constrained_question(item, a, d), system=J.SYSTEM_MESSAGE)
                for a, d in [(1, "goal"), (2, "secret"), (1, "relationship")]]
@@ -241,7 +244,7 @@ def test_score_candidates_matches_full_forward(tiny_judge):
              for d in ("goal", "secret", "relationship")]
     # multi-token candidates are present ("10", "-5", "-10")
     assert any(len(tok(c, add_special_tokens=False).input_ids) > 1 for cs in cands for c in cs)
-    got = J.score_candidates(m, tok, prompts, cands, batch_size=5, encode=tiny_judge.encode)
+    got = J.score_candidates(Engine(tiny_judge, batch_size=5), prompts, cands)
     for p, cs, lp in zip(prompts, cands, got):
         want = [brute_force_logprob(tiny_judge, p, c) for c in cs]
         np.testing.assert_allclose(lp, want, rtol=1e-4, atol=1e-4)
@@ -345,13 +348,29 @@ def test_overall_and_social_performance():
     assert list(J.social_performance(table, by_seed=True)) == pytest.approx(per_seed)
 
 
+def test_reading_scores_imports_no_judging_machinery():
+    """The table module (what results.py and the notebooks read scores with) loads
+    neither the HTTP client, torch, transformers nor the engine, in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    heavy = ["httpx", "torch", "transformers", "synclib.engine", "synclib.judge.backends"]
+    code = ("import sys; import synclib.judge.table; from synclib.judge import read_table, "
+            f"social_performance; print([m for m in {heavy!r} if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[1])
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
 # ------------------------------------------------------------------------------ CLI
 
 def test_cli_help_documents_every_option():
     import argparse
 
+    from synclib.judge.cli import configure_parser
+
     p = argparse.ArgumentParser()
-    J.configure_parser(p)
+    configure_parser(p)
     for action in p._actions:
         if action.dest != "help":
             assert action.help, action.dest
@@ -434,10 +453,12 @@ def test_embedded_smollm2_constrained_judge(tmp_path):
 def test_score_candidates_with_a_sliding_window_model(tiny_judge):
     """A tiny Gemma-3 (sliding window of 16 tokens on one of its two layers) on prompts of
     hundreds of tokens: the cached, batched scores equal one full forward pass."""
-    import types
+    import dataclasses
 
     import torch
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from synclib.models import find_decoder_layers
 
     tok = tiny_judge.tokenizer
     cfg = Gemma3TextConfig(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -446,12 +467,14 @@ def test_score_candidates_with_a_sliding_window_model(tiny_judge):
                            pad_token_id=tok.pad_token_id or 0)
     torch.manual_seed(0)
     model = Gemma3ForCausalLM(cfg).eval()
-    loaded = types.SimpleNamespace(model=model, tokenizer=tok, encode=tiny_judge.encode)
+    layers = find_decoder_layers(model)
+    loaded = dataclasses.replace(tiny_judge, model=model, decoder_layers=layers, n_layers=len(layers),
+                                 d_model=cfg.hidden_size, model_type="gemma3_text")
     item = make_item("w", n=3)
     prompts = [tiny_judge.chat_prompt(J.constrained_question(item, a, d), system=J.SYSTEM_MESSAGE)
                for a, d in [(1, "goal"), (2, "believability")]]
     assert min(len(tiny_judge.encode(p)) for p in prompts) > 10 * cfg.sliding_window
     cands = [["0", "5", "10"], ["3", "7", "10"]]
-    got = J.score_candidates(model, tok, prompts, cands, batch_size=2, encode=tiny_judge.encode)
+    got = J.score_candidates(Engine(loaded, batch_size=2), prompts, cands)
     for p, cs, lp in zip(prompts, cands, got):
         np.testing.assert_allclose(lp, [brute_force_logprob(loaded, p, c) for c in cs], rtol=1e-4, atol=1e-4)

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from book_fixtures import NOTEBOOKS, ROOT, execute_notebook, executed_notebooks, tiny_results
-from synclib import plots, report, results, stats
+from synclib import notebook, plots, report, results, stats, synthetic
 
 STEMS = [nb.stem for nb in NOTEBOOKS]
 CDN = re.compile(r"https?://(cdn|unpkg|fastly|cdnjs)[^\"' ]*", re.I)
@@ -56,7 +56,7 @@ def test_every_figure_and_table_has_a_notebook():
 @pytest.mark.parametrize("stem", STEMS)
 def test_notebook_source_shape(stem):
     """Parameters cell first (tagged), results_dir declared, no logic copied between notebooks."""
-    nb = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", 4)
+    nb = notebook.read(ROOT / "notebooks" / f"{stem}.md")
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert "parameters" in code[0].metadata.get("tags", [])
     assert re.search(r"^results_dir = ", code[0].source, re.M)
@@ -100,7 +100,7 @@ def test_table1_with_ability_scores_is_honest_about_n(results_dir, tmp_path):
     csv = tmp_path / "ability.csv"
     pd.DataFrame({"model": models, "ifeval": np.linspace(30, 60, len(models)),
                   "musr": np.linspace(5, 15, len(models))}).to_csv(csv, index=False)
-    nb = ROOT / "notebooks" / "fig06_table1_social.ipynb"
+    nb = ROOT / "notebooks" / "fig06_table1_social.md"
     out = tmp_path / "out.ipynb"
     proc = execute_notebook(nb, out, {"results_dir": results_dir, "ability_scores": csv})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -126,7 +126,7 @@ def test_results_tables(results_dir):
     pt = res.pair_table()
     assert pt["social"].notna().all() and not pt["fit"].any()  # one pair per family
     judge = res.judge(res.pair_names[0])
-    assert (judge["judge"] == results.SYNTHETIC_JUDGE).all()
+    assert (judge["judge"] == synthetic.SYNTHETIC_JUDGE).all()
 
 
 def test_load_results_errors_name_the_file(tmp_path):
@@ -240,11 +240,11 @@ def test_empty_frames_give_a_placeholder_chart():
 @pytest.mark.slow
 def test_controls_notebook_without_a_passive_run(tmp_path):
     """A run with ``simulate.passive: false`` has no passive condition; the controls page says so."""
-    root = results.build_synthetic_results(tmp_path / "no-passive", cube_kwargs={"passive": False},
+    root = synthetic.build_synthetic_results(tmp_path / "no-passive", cube_kwargs={"passive": False},
                                            analyze_kwargs={"tom": False})
     assert "passive" not in results.load_results(root).conditions()
     out = tmp_path / "out.ipynb"
-    proc = execute_notebook(ROOT / "notebooks" / "fig03_04_controls.ipynb", out, {"results_dir": root})
+    proc = execute_notebook(ROOT / "notebooks" / "fig03_04_controls.md", out, {"results_dir": root})
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = "\n".join(o["data"]["text/markdown"] for o in _outputs(nbformat.read(out, 4))
                      if "text/markdown" in o.get("data", {}))

@@ -7,7 +7,7 @@ import torch
 from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 
-from synclib.ridge import RidgeInputError, episode_folds, r2_grid, r2_grid_subsets
+from synclib.ridge import RidgeInputError, episode_folds, episode_split, r2_grid, r2_grid_subsets, ridge_solve
 
 
 def sklearn_grid(X, Y, tr, te, alpha):
@@ -39,6 +39,37 @@ SHAPES = [  # (n, L_src, D_src, L_tgt, D_tgt): n < D, n > D, unequal depths/widt
     (150, 5, 64, 3, 40),
     (400, 2, 16, 3, 8),
 ]
+
+
+@pytest.mark.parametrize("n, D", [(80, 12), (30, 50)])  # primal (D <= n) and dual (D > n)
+def test_solver_equals_sklearn(n, D):
+    """The one solver, in each of its forms, predicts as sklearn's Ridge(fit_intercept=True)."""
+    rng = np.random.default_rng(9)
+    X = rng.standard_normal((n + 20, D)) * np.exp(rng.normal(0, 1, D)) + 3
+    Y = X @ rng.standard_normal((D, 5)) + rng.standard_normal((n + 20, 5)) + 2
+    tr, te = np.arange(n), np.arange(n, n + 20)
+    ref = Ridge(alpha=0.7, fit_intercept=True).fit(X[tr], Y[tr]).predict(X[te])
+    Xtr, Xte, Ytr = (torch.from_numpy(a) for a in (X[tr], X[te], Y[tr]))
+    my = Ytr.mean(0, keepdim=True)
+    pred = ridge_solve(Xtr, Xte, 0.7, Ytr)
+    assert pred.shape == (20, 5)
+    H = ridge_solve(Xtr, Xte, 0.7, form="hat")
+    assert H.shape == (20, n)
+    G = ridge_solve(Xtr, Xte, 0.7, form="left")
+    assert G.shape == (20, D)
+    Xc = Xtr - Xtr.mean(0, keepdim=True)
+    for got in (pred, H @ (Ytr - my) + my, G @ (Xc.T @ (Ytr - my)) + my):
+        np.testing.assert_allclose(got.numpy(), ref, rtol=1e-8, atol=1e-8)
+
+
+def test_solver_errors_name_the_parameter():
+    X = torch.ones(5, 2, dtype=torch.float64)
+    with pytest.raises(RidgeInputError, match="form"):
+        ridge_solve(X, X, 1.0, form="weights")
+    with pytest.raises(RidgeInputError, match="Ytr"):
+        ridge_solve(X, X, 1.0)
+    with pytest.raises(RidgeInputError, match="Ytr"):
+        ridge_solve(X, X, 1.0, X, form="hat")
 
 
 @pytest.mark.parametrize("shape", SHAPES)
@@ -137,6 +168,7 @@ def test_cv_picks_the_grouped_cv_optimum():
     (dict(precision="fp8"), "precision"),
     (dict(precision="tf32"), "CUDA"),
     (dict(train=np.arange(10, 60), test=(np.arange(5), np.arange(4))), "mismatched sample counts"),
+    (dict(alpha=np.array([0.1, 1.0, 10.0])), "alpha: an array needs one penalty per source layer"),
 ])
 def test_errors(kwargs, match):
     X, Y, _, _ = make(60, 2, 8, 2, 4, seed=7)
@@ -167,3 +199,27 @@ def test_error_nan_constant_and_count_mismatch():
         r2_grid(X, Y[:50], tr[tr < 50], te[te < 50])
     with pytest.raises(RidgeInputError, match="groups"):
         r2_grid(X, Y, tr, te, "cv", groups=np.zeros(len(tr)))
+
+
+# --------------------------------------------------------------------------- splits
+def test_episode_split_sizes_and_disjoint():
+    groups = np.repeat(np.arange(100), np.random.default_rng(0).integers(5, 15, 100))
+    for seed in (0, 1, 2):
+        tr, te, info = episode_split(groups, 500, seed)
+        assert not set(groups[tr]) & set(groups[te])
+        assert len(te) >= 100 and len(tr) >= 400
+        assert len(te) < 100 + 15 and len(tr) < 400 + 15  # stops at the first episode past the target
+        assert info["short"] == 0 and info["n_available"] == len(groups)
+    a = episode_split(groups, 500, 0)[1]
+    b = episode_split(groups, 500, 1)[1]
+    assert not np.array_equal(a, b)  # the seed shuffles
+    tr, te, info = episode_split(groups, 10**6, 0)  # fewer than requested: all, 80/20
+    assert info["short"] == 1 and len(tr) + len(te) == len(groups)
+    assert 0.2 <= len(te) / len(groups) < 0.3
+
+
+def test_episode_split_errors_name_the_parameter():
+    with pytest.raises(RidgeInputError, match="n_samples"):
+        episode_split(np.arange(10), 1)
+    with pytest.raises(RidgeInputError, match="groups"):
+        episode_split(np.zeros(10), None)

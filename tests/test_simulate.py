@@ -17,8 +17,8 @@ import torch
 from conftest import kill9_when
 from synclib import cli
 from synclib.cube import IncompleteCubeError, open_cube, parts_dir
-from synclib.scenarios import EMOTIONS, is_leave, load_tasks, postprocess_reply, render_prompt
-from synclib.simulate import parse_index_list, simulate
+from synclib.scenarios import ACTIONS, EMOTIONS, is_leave, load_tasks, postprocess_reply, render_prompt
+from synclib.simulate import _tom_readout, parse_index_list, simulate
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -142,6 +142,35 @@ def test_cli_unknown_model_is_a_clear_error(capsys, tmp_path):
     assert rc == 2
     err = capsys.readouterr().err
     assert "--model-a" in err and "missing-model" in err
+
+
+# ----------------------------------------------------------------------------- ToM read-out
+
+def test_tom_readout_at_the_generated_positions(tiny_model_dir):
+    """The emotion word is read at the reply's first position, the action word after
+    the first generated "."; a reply without one has a NaN action row."""
+    import dataclasses
+
+    from synclib.engine import Engine, Request, word_distributions
+    from synclib.models import load_model
+
+    lm = load_model(tiny_model_dir)
+    p = lm.chat_prompt("Imagine you are Ann.\nTurn 0: Ann said: cake\nTurn 1: Bob said: cake cake\n"
+                       "Turn 2: Ann said:")
+    reply = lm.tokenizer(" Joy. Assertive. Fine, thanks.", add_special_tokens=False)["input_ids"]
+    eng = Engine(lm)
+    req = Request(p, session="tom")
+    res = eng.generate([req], max_new_tokens=1)[0]
+    forced = dataclasses.replace(res, token_ids=reply, text=" Joy. Assertive. Fine, thanks.")
+    emo, act, formatted = _tom_readout(eng, [req, req], [forced, dataclasses.replace(forced, token_ids=[], text="")])
+    assert emo.shape == (2, 8) and act.shape == (2, 5)
+    np.testing.assert_allclose(emo[0], word_distributions(lm, [p], EMOTIONS)[0], rtol=1e-4)
+    dot = next(k for k, t in enumerate(reply) if "." in lm.tokenizer.decode([t]))
+    np.testing.assert_allclose(
+        act[0], word_distributions(lm, [lm.encode(p) + reply[:dot + 1]], ACTIONS)[0], rtol=1e-4)
+    assert np.isnan(act[1]).all() and np.isfinite(emo[1]).all()
+    np.testing.assert_allclose(emo.sum(1), 1.0)
+    assert list(formatted) == [1, 0]
 
 
 # ----------------------------------------------------------------------------- the loop

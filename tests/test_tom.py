@@ -1,6 +1,9 @@
 """synclib.tom: index arithmetic and decoding on a synthetic ToM cube."""
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -69,3 +72,9 @@ def test_streamed_states_in_layer_blocks_equal_in_memory(cube, tmp_path):
     got = tom_decode(lazy, split_seeds=(0,), alphas=(1.0, 100.0), max_resident_bytes=budget)
     for name in ref.data_vars:
         np.testing.assert_allclose(got[name].values, ref[name].values, rtol=1e-10, err_msg=name)
+
+
+def test_tom_does_not_import_the_analysis():
+    """No import cycle: the analysis uses synclib.tom; tom needs only ridge, stats and cube."""
+    code = "import sys, synclib.tom; assert not [m for m in sys.modules if m.startswith('synclib.analysis')]"
+    subprocess.run([sys.executable, "-c", code], check=True)

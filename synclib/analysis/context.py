@@ -1,0 +1,69 @@
+"""What the analysis blocks share: the settings of one :func:`~synclib.analysis.analyze`
+call, its notes, its progress bar, and the ridge fit of one split."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from synclib.analysis.samples import HiddenCache, PairedSamples
+from synclib.ridge import RidgeInputError, r2_grid
+
+__all__ = ["Context", "SplitFit", "GenuineFits"]
+
+
+@dataclass
+class SplitFit:
+    """The ridge maps of one (condition, direction) on one split seed."""
+    samples: PairedSamples
+    seed: int
+    train: np.ndarray   # (n_train,) indices into the samples
+    test: np.ndarray    # (n_test,)
+    r2: np.ndarray      # (L_src, L_tgt) test R^2; NaN when the fit was not possible
+    alpha: np.ndarray   # (L_src,) the penalty of each source layer
+
+
+@dataclass
+class GenuineFits:
+    """The genuine condition, which the appendix blocks re-use: its samples per
+    direction and its fits per (direction, split seed) (absent where the split failed)."""
+    samples: dict = field(default_factory=dict)   # direction -> PairedSamples
+    fits: dict = field(default_factory=dict)      # (direction, split seed) -> SplitFit
+
+
+@dataclass
+class Context:
+    """The settings, notes and progress bar shared by the blocks of one analysis."""
+    cube: object                        # xarray.Dataset in the cube schema
+    directions: tuple
+    split_seeds: list
+    n_samples: int | None
+    alpha: float | str
+    device: object
+    precision: str
+    max_resident_bytes: int | None
+    progress: bool
+    log: Callable[[str], None]
+    arrays: HiddenCache
+    notes: list = field(default_factory=list)
+    bar: object = None                  # the tqdm bar of the SyncR^2 grids
+
+    def note(self, msg: str) -> None:
+        """Record ``msg`` for the result's ``notes`` attribute (once) and log it."""
+        if msg not in self.notes:
+            self.notes.append(msg)
+            self.log("note: " + msg)
+
+    def fit(self, samples: PairedSamples, seed: int, train, test, what: str) -> SplitFit:
+        """The R^2 grid of ``samples`` fitted on ``train``, scored on ``test`` (sample
+        indices); a split too small or degenerate to fit gives NaN and a note."""
+        try:
+            X, Y, tr, te = samples.ridge_inputs(train, test)
+            cv = isinstance(self.alpha, str)
+            r2, alpha = r2_grid(X, Y, tr, te, self.alpha, groups=samples.episode[train] if cv else None,
+                                return_alpha=True, device=self.device, precision=self.precision)
+        except RidgeInputError as exc:
+            self.note(f"{what}: not fitted ({exc}); left NaN")
+            r2, alpha = np.full((samples.X.shape[1], samples.Y.shape[1]), np.nan), np.full(samples.X.shape[1], np.nan)
+        return SplitFit(samples, seed, train, test, r2, alpha)

@@ -1,0 +1,141 @@
+""":func:`analyze`: checks the options, runs the analysis blocks
+(:mod:`synclib.analysis.blocks`) and merges their Datasets into one."""
+from __future__ import annotations
+
+import sys
+
+import xarray as xr
+from tqdm.auto import tqdm
+
+from synclib import __version__
+from synclib.analysis.blocks import (RELATIONSHIP_SOURCES, conditions_block, nonlinear_block, persona_block,
+                                     relationship_block, sample_size_block, tom_block)
+from synclib.analysis.context import Context
+from synclib.analysis.samples import DIRECTIONS, AnalysisError, HiddenCache, parse_condition
+from synclib.cube import var_name
+
+__all__ = ["analyze"]
+
+
+def _conditions(conditions, lags) -> list:
+    """The conditions to analyse: ``conditions`` with ``lags`` replacing its lag conditions."""
+    conditions = list(conditions)
+    if lags is not None:
+        conditions = [c for c in conditions if not c.startswith("lag")] + [f"lag{int(j)}" for j in lags]
+    for c in conditions:
+        parse_condition(c)
+    if not conditions:
+        raise AnalysisError("conditions: nothing to analyse")
+    return conditions
+
+
+def _check(cube, conditions, split_seeds, directions, needs_genuine: bool) -> None:
+    if not split_seeds:
+        raise AnalysisError("split_seeds: at least one split seed is needed")
+    for d in directions:
+        if d not in DIRECTIONS:
+            raise AnalysisError(f"directions: unknown direction {d!r}")
+    for v in (var_name("hidden", "a"), var_name("hidden", "b")):
+        if v not in cube.variables:
+            raise AnalysisError(f"the cube has no variable {v!r}; is it a synclib cube?")
+    if needs_genuine and "genuine" not in conditions:
+        raise AnalysisError("persona_disjoint / relationship / sample_sizes / nonlinear need the 'genuine' condition")
+
+
+def _skip_missing(cube, conditions: list, log) -> list:
+    """Remove from ``conditions`` (in place) those whose variables the cube lacks
+    (passive); returns the removed ones."""
+    if "passive" in conditions and var_name("hidden", "a", "passive") not in cube.variables:
+        conditions.remove("passive")
+        log("note: the cube has no passive-reader variables; condition 'passive' skipped")
+        return ["passive"]
+    return []
+
+
+def _attrs(ctx: Context, skipped: list, relationship: bool) -> dict:
+    """The result's global attributes (all str or int)."""
+    cube = ctx.cube
+    return {
+        "title": "synclib SyncR^2 analysis",
+        "conventions": "synclib analysis v1 (see book/architecture.md)",
+        "alpha": str(ctx.alpha), "n_samples": -1 if ctx.n_samples is None else int(ctx.n_samples),
+        "precision": ctx.precision,
+        "model_a": str(cube.attrs.get("model_a", "")), "model_b": str(cube.attrs.get("model_b", "")),
+        "n_layers_a": int(cube.sizes["layer_a"]), "n_layers_b": int(cube.sizes["layer_b"]),
+        "notes": "\n".join(ctx.notes), "skipped_conditions": " ".join(skipped),
+        "relationship_sources": " ".join(RELATIONSHIP_SOURCES) if relationship else "",
+        "synclib_version": __version__,
+    }
+
+
+def analyze(cube, conditions=("genuine", "passive", "lag1", "lag2"), *, alpha=0.1,
+            n_samples: int | None = 6500, split_seeds=(0, 1, 2), lags=None, device=None,
+            precision: str = "float32", directions=DIRECTIONS, persona_disjoint: bool = False,
+            relationship: bool = False, relationship_seeds=(0, 1, 2), relationship_min: int = 10,
+            sample_sizes=None, nonlinear: bool = False, nonlinear_pairs=None,
+            nonlinear_options: dict | None = None, tom: bool = False, tom_options: dict | None = None,
+            max_resident_bytes: int | None = None, progress: bool = True, log=None) -> xr.Dataset:
+    """All SyncR^2 analyses of one cube (one model pair).
+
+    Parameters
+    ----------
+    cube : xarray.Dataset (cube schema), in memory or dask-backed.
+    conditions : among ``genuine``, ``passive`` (needs the passive variables),
+        ``lagJ``.  Conditions whose variables are missing are skipped with a note.
+    alpha : ridge penalty (float) or ``"cv"`` (episode-grouped CV on each
+        training set; the chosen alphas are in ``alpha``).
+    n_samples : fixed sample size per dataset (protocol: 6,500); ``None`` = all.
+    split_seeds : split seeds (protocol: 0, 1, 2).
+    lags : convenience: adds ``lagJ`` for each J to ``conditions`` (replacing lag
+        conditions given there).
+    device, precision : passed to :func:`synclib.ridge.r2_grid`.
+    persona_disjoint : also the genuine condition with a persona-disjoint split (table 2).
+    relationship : also appendix G (genuine condition, test subsets by relationship).
+    relationship_seeds : subsampling seeds of appendix G.
+    relationship_min : relationships with fewer test samples are left out (NaN).
+    sample_sizes : also appendix D: genuine SyncR^2 at these sample sizes.
+    nonlinear : also appendix I (MLP) on ``nonlinear_pairs`` ((src, tgt) layer
+        pairs per direction; default: each of 4 evenly spaced source layers with
+        its best affine target layer on split seed 0), options for
+        :func:`synclib.analysis.mlp_r2`.
+    tom, tom_options : also appendix J (see :func:`synclib.tom.tom_decode`).
+    max_resident_bytes : hidden-state variables up to this size (default
+        ``synclib.cube.DEFAULT_RESIDENT_BYTES``, 2 GiB) are loaded whole; larger
+        ones of a lazily opened cube stream from disk, each fit reading only the
+        rows of its split (see :class:`synclib.cube.HiddenRows`).
+    progress : show a tqdm bar on stderr.
+    log : callable for notes (default: print to stderr).
+
+    Returns
+    -------
+    xarray.Dataset (see book/architecture.md, "Analysis results"); the merge of the
+    blocks' Datasets (:mod:`synclib.analysis.blocks`).
+    """
+    log = log or (lambda m: print(m, file=sys.stderr))
+    conditions = _conditions(conditions, lags)
+    split_seeds = [int(s) for s in split_seeds]
+    _check(cube, conditions, split_seeds, directions,
+           needs_genuine=bool(persona_disjoint or relationship or sample_sizes or nonlinear))
+    skipped = _skip_missing(cube, conditions, log)
+    ctx = Context(cube=cube, directions=tuple(directions), split_seeds=split_seeds, n_samples=n_samples,
+                  alpha=alpha, device=device, precision=precision, max_resident_bytes=max_resident_bytes,
+                  progress=progress, log=log, arrays=HiddenCache(cube, max_resident_bytes))
+    nd_ns = len(directions) * len(split_seeds)
+    steps = nd_ns * (len(conditions) + bool(persona_disjoint) + len(sample_sizes or ()))
+    ctx.bar = tqdm(total=steps, desc="SyncR^2 grids", disable=not progress, file=sys.stderr)
+    main = conditions_block(ctx, conditions)
+    blocks = [main.dataset]
+    if persona_disjoint:
+        blocks.append(persona_block(ctx, main.genuine))
+    if sample_sizes:
+        blocks.append(sample_size_block(ctx, main.genuine, sample_sizes))
+    ctx.bar.close()
+    if relationship:
+        blocks.append(relationship_block(ctx, main.genuine, relationship_seeds, relationship_min))
+    if nonlinear:
+        blocks.append(nonlinear_block(ctx, main.genuine, nonlinear_pairs, nonlinear_options))
+    if tom:
+        blocks.append(tom_block(ctx, tom_options))
+    out = xr.merge(blocks, join="exact", combine_attrs="drop_conflicts")
+    out.attrs.update(_attrs(ctx, skipped, relationship))
+    return out

@@ -1,0 +1,152 @@
+"""Paired samples of one condition and direction: the index arithmetic of the protocol.
+
+A sample pairs a source hidden state with a target hidden state (rounds ``k``):
+
+===========  ========================================  ========================================
+condition    A->B                                      B->A
+===========  ========================================  ========================================
+genuine      ``(hidden_a[k], hidden_b[k])``            ``(hidden_b[k], hidden_a[k+1])``
+lag ``j``    ``(hidden_a[k], hidden_b[k+j])``          ``(hidden_b[k], hidden_a[k+1+j])``
+passive      ``(hidden_a_passive[k], hidden_b[k])``    ``(hidden_b_passive[k], hidden_a[k+1])``
+===========  ========================================  ========================================
+
+Samples whose source or target is not finite (unreached rounds) are dropped.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from synclib.cube import CubeError, HiddenRows, var_name
+
+__all__ = ["AnalysisError", "DIRECTIONS", "PairedSamples", "HiddenCache", "build_dataset",
+           "parse_condition", "persona_keys"]
+
+DIRECTIONS = ("A->B", "B->A")
+
+
+class AnalysisError(ValueError):
+    """A cube or an option the analysis cannot work with."""
+
+
+def parse_condition(condition: str) -> tuple[str, int]:
+    """The kind and lag of a condition: ``'genuine'`` -> ``('genuine', 0)``,
+    ``'passive'`` -> ``('passive', 0)``, ``'lag2'`` -> ``('lag', 2)``."""
+    if condition in ("genuine", "passive"):
+        return condition, 0
+    if condition.startswith("lag") and condition[3:].isdigit() and int(condition[3:]) >= 1:
+        return "lag", int(condition[3:])
+    raise AnalysisError(f"unknown condition {condition!r}: use 'genuine', 'passive' or 'lagK' (K >= 1)")
+
+
+@dataclass
+class PairedSamples:
+    """Paired samples of one (condition, direction).
+
+    ``X`` and ``Y`` are the whole source / target variables as rows
+    (:class:`synclib.cube.HiddenRows`, flattened over (episode, sim_seed, round):
+    shapes (E*S*R, L_src, D_src) and (E*S*R, L_tgt, D_tgt)); sample ``i`` pairs
+    row ``x_rows[i]`` of X with row ``y_rows[i]`` of Y.  :meth:`take` reads the
+    arrays of chosen samples.  ``episode`` (position along the cube's episode dim),
+    ``sim_seed`` and ``round`` (source round), each (n,), describe each sample.
+    """
+    condition: str
+    direction: str
+    X: HiddenRows
+    Y: HiddenRows
+    x_rows: np.ndarray
+    y_rows: np.ndarray
+    episode: np.ndarray
+    sim_seed: np.ndarray
+    round: np.ndarray
+    info: dict = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        """Number of samples."""
+        return len(self.x_rows)
+
+    def take(self, idx) -> tuple[np.ndarray, np.ndarray]:
+        """Source and target arrays of samples ``idx``: (len(idx), L_src, D_src), (len(idx), L_tgt, D_tgt)."""
+        return self.X[self.x_rows[idx]], self.Y[self.y_rows[idx]]
+
+    def ridge_inputs(self, tr, te):
+        """``(X, Y, train, test)`` for :func:`synclib.ridge.r2_grid` on samples ``tr``/``te``:
+        the whole arrays with paired row indices when both variables are in memory;
+        otherwise only the rows of these samples, read from disk."""
+        if self.X.resident and self.Y.resident:
+            return (self.X.array, self.Y.array,
+                    (self.x_rows[tr], self.y_rows[tr]), (self.x_rows[te], self.y_rows[te]))
+        Xs, Ys = self.take(np.concatenate([tr, te]))
+        return Xs, Ys, np.arange(len(tr)), np.arange(len(tr), len(tr) + len(te))
+
+
+class HiddenCache:
+    """The cube's hidden-state variables as :class:`synclib.cube.HiddenRows`, opened
+    once each: small ones loaded whole, larger ones (lazily opened cubes) streamed."""
+
+    def __init__(self, cube, max_resident_bytes: int | None = None):
+        self.cube = cube
+        self.max_resident_bytes = max_resident_bytes
+        self._cache: dict = {}
+
+    def get(self, name: str) -> HiddenRows:
+        """The variable ``name``, opened on first use."""
+        if name not in self._cache:
+            if name not in self.cube.variables:
+                raise AnalysisError(f"the cube has no variable {name!r} (needed for this condition)")
+            try:
+                self._cache[name] = HiddenRows(self.cube[name], self.max_resident_bytes)
+            except CubeError as exc:
+                raise AnalysisError(str(exc)) from None
+        return self._cache[name]
+
+    def drop(self, name: str) -> None:
+        """Forget ``name`` (frees its memory once nothing else holds it)."""
+        self._cache.pop(name, None)
+
+
+def build_dataset(cube, direction: str, condition: str = "genuine",
+                  arrays: HiddenCache | None = None) -> PairedSamples:
+    """Paired samples of one direction and condition (index arithmetic in the module doc).
+
+    Parameters
+    ----------
+    cube : xarray.Dataset
+        In the cube schema (in memory or dask-backed).
+    direction : {"A->B", "B->A"}
+    condition : str
+        ``"genuine"``, ``"passive"`` or ``"lagJ"`` (J >= 1).
+    arrays : HiddenCache, optional
+        A shared loader (re-uses variables already opened).
+
+    Returns
+    -------
+    PairedSamples
+    """
+    if direction not in DIRECTIONS:
+        raise AnalysisError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
+    kind, lag = parse_condition(condition)
+    arrays = arrays or HiddenCache(cube)
+    src_side, tgt_side = ("a", "b") if direction == "A->B" else ("b", "a")
+    src = var_name("hidden", src_side, "passive") if kind == "passive" else var_name("hidden", src_side)
+    tgt = var_name("hidden", tgt_side)
+    shift = lag + (0 if direction == "A->B" else 1)  # target round = source round + shift
+    X, Y = arrays.get(src), arrays.get(tgt)
+    E, S, R = (cube.sizes[d] for d in ("episode", "sim_seed", "round"))
+    e, s, k = np.meshgrid(np.arange(E), np.arange(S), np.arange(R - shift), indexing="ij")
+    e, s, k = e.ravel(), s.ravel(), k.ravel()
+    x_rows = (e * S + s) * R + k
+    y_rows = x_rows + shift
+    keep = X.ok[x_rows] & Y.ok[y_rows]
+    info = {"source_var": src, "target_var": tgt, "round_shift": shift,
+            "n_dropped": int((~keep).sum())}
+    return PairedSamples(condition, direction, X, Y, x_rows[keep], y_rows[keep], e[keep], s[keep], k[keep], info)
+
+
+def persona_keys(cube) -> np.ndarray:
+    """Unordered agent-pair key per episode, e.g. ``"agent01|agent07"``; shape (E,)."""
+    a1 = np.asarray(cube["agent1_id"].values).astype(str)
+    a2 = np.asarray(cube["agent2_id"].values).astype(str)
+    return np.array(["|".join(sorted(p)) for p in zip(a1, a2)])

@@ -1,0 +1,60 @@
+"""Activation cubes: crash-safe netCDF4 writing and lazy opening.
+
+``schema``  dimensions, variables (:func:`var_name`), identity (:class:`CubeSpec`), file layout
+``writer``  :class:`CubeWriter`: parts, then the finished file
+``reader``  :func:`open_cube`, :class:`HiddenRows`
+
+
+One cube per model pair (and condition set) holds, for every episode (task
+index) and simulation seed, the hidden states of both agents at the last
+prompt token of each of their utterances, the utterance texts and the prompt
+lengths, plus the optional passive-reader and Theory-of-Mind variables.  The
+schema is the one in ``book/architecture.md`` ("The cube"):
+
+=====================================  ==============================================
+variable                               dims
+=====================================  ==============================================
+``hidden_a`` (``_passive``, ``_tom``)  episode, sim_seed, round, layer_a, dim_a
+``hidden_b`` (``_passive``, ``_tom``)  episode, sim_seed, round, layer_b, dim_b
+``text_a``, ``text_b`` (``_tom``)      episode, sim_seed, round   (``""`` unreached)
+``prompt_len_a``, ``prompt_len_b``     episode, sim_seed, round   (``-1`` unreached)
+``n_utterances`` (``_tom``)            episode, sim_seed
+``emotion_a``, ``emotion_b``           episode, sim_seed, round, emotion
+``action_a``, ``action_b``             episode, sim_seed, round, action
+=====================================  ==============================================
+
+(``prompt_len_a_tom``, ``prompt_len_b_tom``, ``n_utterances_tom`` and
+``tom_format_a``, ``tom_format_b`` are additions for the ToM run.)  Rounds an episode never reached are NaN.
+
+Crash safety
+------------
+A run writes *parts*: every finished batch of whole (episode, seed) *units*
+goes to ``PATH.parts/part-NNNNN.nc``, written under a temporary name, fsynced
+and atomically renamed, so a part either exists completely or not at all, even
+after ``kill -9``.  ``PATH.parts/spec.json`` records the run's settings; a
+re-run with the same settings skips the units already in parts.  When every
+unit is in, :meth:`CubeWriter.finalize` streams the parts into ``PATH.tmp``
+(one unit at a time, never the whole cube in memory), sets the global
+attribute ``complete = 1``, fsyncs, renames to ``PATH`` and removes the parts.
+:func:`open_cube` refuses any file without ``complete = 1``.
+
+Storage
+-------
+Hidden states are float32 on disk, chunked one (episode, seed) unit per chunk
+(``(1, 1, rounds, layers, dim)``; 4 MiB at 8 x 32 x 4096) and compressed with
+zlib + shuffle.  ``store_dtype="float16"`` (or ``"bfloat16"``) keeps float32's
+range but rounds the mantissa to float16's 10 (bfloat16's 7) bits, IEEE
+round-to-nearest-even ("bit rounding"); the zeroed low bits then compress
+away.  The relative error of every value is at most 2**-11 (2**-8), and there
+is no overflow for large activations, unlike a cast to IEEE float16.
+"""
+from synclib.cube.reader import DEFAULT_RESIDENT_BYTES, READ_BATCH_BYTES, HiddenRows, open_cube
+from synclib.cube.schema import (EPISODE_COORDS, STORE_DTYPES, VIEWS, CubeError, CubeSpec, IncompleteCubeError,
+                                 Unit, is_complete, parts_dir, var_name)
+from synclib.cube.writer import CubeWriter, bitround
+
+__all__ = [
+    "CubeError", "IncompleteCubeError", "CubeSpec", "Unit", "CubeWriter", "EPISODE_COORDS", "STORE_DTYPES",
+    "VIEWS", "var_name", "bitround", "open_cube", "is_complete", "parts_dir", "HiddenRows",
+    "DEFAULT_RESIDENT_BYTES", "READ_BATCH_BYTES",
+]

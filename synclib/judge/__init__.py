@@ -1,0 +1,65 @@
+"""Sotopia-eval judging: social performance of simulated episodes.
+
+Every episode of a cube is shown to a judge model, which scores both agents on
+Sotopia-eval's seven dimensions.  The scores land in a tidy table saved next to
+the cube (``PAIR.judge.csv``); :func:`overall_scores` and
+:func:`social_performance` reduce it as the protocol defines.
+
+Modules
+-------
+rubric    the seven dimensions, their score ranges and descriptions, the embedded
+          instructions (with their JSON schema)
+items     what is judged: :class:`JudgeItem`, and the dialogs of a cube
+prompt    the judge's messages: JSON-mode prompt and repair, constrained questions
+parse     strict parsing and field-by-field validation of a JSON answer
+cache     the append-only JSON-lines answer cache
+backends  the OpenAI-compatible HTTP judge and the local judge (constrained scoring
+          on :class:`synclib.engine.Engine`)
+evaluate  judging items and whole cubes, the two modes (``json``, ``constrained``)
+table     the score table: columns, reading, writing, overall scores, social performance
+cli       ``synclib evaluate``
+errors    :class:`JudgeError`, :class:`JudgeRequestError`
+
+Reading scores (:func:`read_table`, :func:`social_performance`, the rubric) is
+imported with the package; everything that judges is loaded on first use, so that
+``from synclib.judge import read_table`` imports neither the backends nor
+``synclib.engine``, ``torch``, ``transformers`` or ``httpx``.
+"""
+from __future__ import annotations
+
+import importlib
+
+from synclib.judge.errors import JudgeError, JudgeRequestError
+from synclib.judge.rubric import DIMENSION_DESCRIPTIONS, DIMENSIONS, EMBEDDED_INSTRUCTIONS, SCORE_RANGES
+from synclib.judge.table import TABLE_COLUMNS, overall_scores, read_table, save_table, social_performance
+
+#: the judging names, loaded from their module on first access (PEP 562)
+_LAZY = {
+    "JudgeItem": "items", "items_from_cube": "items",
+    "SYSTEM_MESSAGE": "prompt", "render_transcript": "prompt", "judge_messages": "prompt",
+    "constrained_question": "prompt", "load_instructions": "prompt",
+    "extract_json": "parse", "parse_evaluation": "parse",
+    "JudgeCache": "cache",
+    "OpenAIBackend": "backends", "LocalBackend": "backends", "score_candidates": "backends",
+    "MODES": "evaluate", "judge_items": "evaluate", "evaluate_cube": "evaluate",
+}
+
+__all__ = [
+    "JudgeError", "JudgeRequestError",
+    "DIMENSIONS", "SCORE_RANGES", "DIMENSION_DESCRIPTIONS", "EMBEDDED_INSTRUCTIONS",
+    "TABLE_COLUMNS", "read_table", "save_table", "overall_scores", "social_performance",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

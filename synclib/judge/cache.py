@@ -1,0 +1,73 @@
+"""The answer cache: a JSON-lines file keyed on ``sha256(judge id, full request)``.
+
+Appended and flushed after every answer: a re-run asks nothing twice and an
+interruption loses nothing already paid for.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+__all__ = ["JudgeCache", "cache_key"]
+
+log = logging.getLogger(__name__)
+
+
+def cache_key(judge_id: str, request: Any) -> str:
+    """``sha256`` of the judge id and the full request (messages or prompt)."""
+    blob = json.dumps([judge_id, request], sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+class JudgeCache:
+    """Append-only JSON-lines cache of judge answers.
+
+    Each line is ``{"key": sha256, "judge": id, "value": ...}``; a line is
+    written and flushed (and fsynced) as soon as its answer arrives.  A torn last
+    line (a crash mid-write) is ignored on load.  Thread-safe.
+
+    Parameters
+    ----------
+    path : path or None
+        The file; None keeps the cache in memory only.
+    """
+
+    def __init__(self, path: str | os.PathLike | None):
+        self.path = Path(path) if path is not None else None
+        self._data: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        if self.path is not None and self.path.exists():
+            with open(self.path, encoding="utf-8") as f:
+                for n, line in enumerate(f, 1):
+                    try:
+                        rec = json.loads(line)
+                        self._data[rec["key"]] = rec["value"]
+                    except (json.JSONDecodeError, KeyError, TypeError):
+                        log.warning("%s:%d: unreadable cache line skipped", self.path, n)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._data
+
+    def get(self, key: str) -> Any:
+        return self._data.get(key)
+
+    def put(self, key: str, judge_id: str, value: Any) -> None:
+        with self._lock:
+            self._data[key] = value
+            if self.path is None:
+                return
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            line = json.dumps({"key": key, "judge": judge_id, "value": value}, ensure_ascii=False)
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(line + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+

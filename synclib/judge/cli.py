@@ -1,0 +1,68 @@
+"""``synclib evaluate``: judge a cube's dialogs and write ``CUBE.judge.csv``."""
+from __future__ import annotations
+
+import argparse
+
+from synclib.judge.errors import JudgeError
+from synclib.judge.evaluate import MODES, evaluate_cube
+
+__all__ = ["configure_parser", "run"]
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Options of ``synclib evaluate``."""
+    parser.add_argument("cube", help="the activation cube (.nc) whose dialogs are judged")
+    parser.add_argument("--scenarios", default="embedded",
+                        help="the task set the cube was simulated from: a Sotopia-format "
+                             "directory or 'embedded' (default). A judge_instructions.txt "
+                             "in the directory is appended to the prompt; otherwise "
+                             "synclib's own instructions are")
+    parser.add_argument("--judge-model", required=True,
+                        help="served model name at --judge-url, or, without --judge-url, a "
+                             "local judge for synclib.models.load_model (e.g. smollm2-135m)")
+    parser.add_argument("--judge-url", default=None,
+                        help="base URL of an OpenAI-compatible API, e.g. "
+                             "http://localhost:8000/v1 (requests go to URL/chat/completions)")
+    parser.add_argument("--api-key-env", default="OPENAI_API_KEY",
+                        help="environment variable holding the API key (default "
+                             "OPENAI_API_KEY; unset means no key is sent). The key itself is "
+                             "never written anywhere")
+    parser.add_argument("--concurrency", type=int, default=8,
+                        help="requests in flight at once (HTTP judge; default 8)")
+    parser.add_argument("--timeout", type=float, default=300.0,
+                        help="seconds to wait to connect and for each read (default 300)")
+    parser.add_argument("--max-retries", type=int, default=5,
+                        help="retries on 429/5xx/timeouts/dropped connections, with "
+                             "exponential backoff (default 5)")
+    parser.add_argument("--mode", choices=MODES, default=None,
+                        help="json: the judge writes the whole evaluation (default for "
+                             "--judge-url); constrained: one agent and dimension at a time, "
+                             "score read from the judge's distribution over the allowed "
+                             "integers (local judges only; their default)")
+    parser.add_argument("--seed", type=int, default=0, help="judge seed (default 0)")
+    parser.add_argument("--max-tokens", type=int, default=None,
+                        help="answer length limit (HTTP default: the server's; local: 1024)")
+    parser.add_argument("--batch-size", type=int, default=16,
+                        help="rows per forward pass in constrained scoring (default 16)")
+    parser.add_argument("--device", default=None, help="device of a local judge (default: auto)")
+    parser.add_argument("--limit", type=int, default=None,
+                        help="judge only the first N dialogs (episode x sim seed)")
+    parser.add_argument("--out", default=None,
+                        help="output CSV (default: CUBE with .judge.csv instead of .nc)")
+    parser.add_argument("--cache", default=None,
+                        help="answer cache, JSON lines (default: CUBE with .judge-cache.jsonl)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``synclib evaluate``: judge a cube and write ``CUBE.judge.csv``."""
+    try:
+        evaluate_cube(args.cube, scenarios=args.scenarios, judge_model=args.judge_model,
+                      judge_url=args.judge_url, api_key_env=args.api_key_env, mode=args.mode,
+                      concurrency=args.concurrency, out=args.out, cache=args.cache,
+                      device=args.device, limit=args.limit, timeout=args.timeout,
+                      max_retries=args.max_retries, seed=args.seed, max_tokens=args.max_tokens,
+                      batch_size=args.batch_size, progress=not args.no_progress)
+    except JudgeError as exc:
+        raise SystemExit(f"synclib evaluate: {exc}") from None
+    return 0

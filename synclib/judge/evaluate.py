@@ -1,0 +1,256 @@
+"""Judging: every dialog in, 14 table rows out, never stopping on a failure.
+
+Two modes
+---------
+``json``
+    The judge writes the whole evaluation as JSON (the paper's way), parsed and
+    validated field by field (:mod:`synclib.judge.parse`).  When anything fails
+    the judge is asked **once** to repair its own answer; what still fails is
+    recorded as missing, with the reason and the raw text, never as a made-up
+    score.
+``constrained``
+    For small local judges.  The judge is asked about one agent and one
+    dimension at a time and the score is read from its distribution over the
+    allowed integers (:func:`synclib.judge.backends.score_candidates`): valid by
+    construction, prefill only, batched.  ``score`` is the most probable integer
+    and ``expected`` the probability-weighted mean.
+
+Which mode produced a score is recorded in the ``mode`` column.  Every answer is
+cached (:class:`~synclib.judge.cache.JudgeCache`).
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+from tqdm.auto import tqdm
+
+from synclib.judge.backends import LocalBackend, OpenAIBackend
+from synclib.judge.cache import JudgeCache, cache_key
+from synclib.judge.errors import JudgeError, JudgeRequestError
+from synclib.judge.items import JudgeItem, items_from_cube
+from synclib.judge.parse import parse_evaluation
+from synclib.judge.prompt import (SYSTEM_MESSAGE, constrained_question, judge_messages,
+                                  load_instructions, repair_messages)
+from synclib.judge.rubric import EMBEDDED_INSTRUCTIONS, FIELDS, SCORE_RANGES
+from synclib.judge.table import make_row, make_table, save_table, social_performance
+from synclib.models import load_model
+from synclib.scenarios import load_tasks
+
+__all__ = ["MODES", "judge_items", "judge_item_json", "judge_item_constrained", "evaluate_cube"]
+
+log = logging.getLogger(__name__)
+
+#: The judging modes (see the module docstring).
+MODES = ("json", "constrained")
+
+
+def _failed(item: JudgeItem, judge: str, mode: str, error: str) -> list[dict]:
+    """The 14 rows of an item that got no scores, each with ``error``."""
+    return [make_row(item, a, d, judge, mode, error=error) for a, d in FIELDS]
+
+
+def _cached_complete(backend, cache: JudgeCache, messages: list[dict]) -> str:
+    key = cache_key(backend.judge_id, {"settings": backend.settings, "messages": messages})
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    text = backend.complete(messages)
+    cache.put(key, backend.judge_id, text)
+    return text
+
+
+def judge_item_json(item: JudgeItem, backend, cache: JudgeCache, instructions: str) -> list[dict]:
+    """The 14 rows of one dialog judged in JSON mode (one repair at most)."""
+    judge = backend.judge_id
+    if not item.utterances:
+        return _failed(item, judge, "json", "episode has no utterances")
+    messages = judge_messages(item, instructions)
+    try:
+        raw = _cached_complete(backend, cache, messages)
+    except JudgeRequestError as e:
+        return _failed(item, judge, "json", backend.redact(f"request failed: {e}"))
+    valid, errors = parse_evaluation(raw)
+    raw_all = raw
+    if errors:
+        try:
+            raw2 = _cached_complete(backend, cache, repair_messages(messages, raw, errors))
+        except JudgeRequestError as e:
+            raw2, note = None, backend.redact(f"; repair request failed: {e}")
+        else:
+            note = " (still invalid after one repair)"
+        if raw2 is not None:
+            valid2, errors2 = parse_evaluation(raw2)
+            raw_all = f"{raw}\n----- repair -----\n{raw2}"
+            for k in list(errors):  # the repaired answer fills what the first lacked
+                if k in valid2:
+                    valid[k] = valid2.pop(k)
+                    del errors[k]
+                else:
+                    errors[k] = f"{errors[k]}; repair: {errors2[k]}"
+        errors = {k: v + note for k, v in errors.items()}
+    rows = []
+    for a, d in FIELDS:
+        if (a, d) in valid:
+            reasoning, s = valid[(a, d)]
+            rows.append(make_row(item, a, d, judge, "json", score=s,
+                                 reasoning=backend.redact(reasoning)))
+        else:
+            rows.append(make_row(item, a, d, judge, "json", error=errors[(a, d)],
+                                 raw=backend.redact(raw_all)))
+    return rows
+
+
+def judge_item_constrained(item: JudgeItem, backend: LocalBackend, cache: JudgeCache) -> list[dict]:
+    """The 14 rows of one dialog judged in constrained mode."""
+    judge = backend.judge_id
+    if not item.utterances:
+        return _failed(item, judge, "constrained", "episode has no utterances")
+    prompts, cands, ckeys = [], [], []
+    for a, d in FIELDS:
+        lo, hi = SCORE_RANGES[d]
+        prompts.append(backend.loaded.chat_prompt(constrained_question(item, a, d),
+                                                  system=SYSTEM_MESSAGE))
+        cands.append([str(v) for v in range(lo, hi + 1)])
+        ckeys.append(cache_key(judge, {"mode": "constrained", "prompt": prompts[-1],
+                                       "candidates": cands[-1]}))
+    todo = [i for i, k in enumerate(ckeys) if k not in cache]
+    try:
+        if todo:
+            scored = backend.score([prompts[i] for i in todo], [cands[i] for i in todo])
+            for i, lp in zip(todo, scored):
+                cache.put(ckeys[i], judge, [float(x) for x in lp])
+    except Exception as e:  # never stop the batch
+        log.exception("constrained scoring failed for episode %s seed %s", item.episode,
+                      item.sim_seed)
+        return _failed(item, judge, "constrained", f"scoring failed: {type(e).__name__}: {e}")
+    rows = []
+    for (a, d), c, k in zip(FIELDS, cands, ckeys):
+        lp = np.asarray(cache.get(k), dtype=float)
+        values = np.array([int(v) for v in c])
+        p = np.exp(lp - lp.max())
+        p /= p.sum()
+        rows.append(make_row(item, a, d, judge, "constrained", score=int(values[int(np.argmax(lp))]),
+                             expected=float(p @ values)))
+    return rows
+
+
+def judge_items(items: Sequence[JudgeItem], backend, mode: str = "json",
+                cache: JudgeCache | None = None, instructions: str = EMBEDDED_INSTRUCTIONS,
+                concurrency: int = 8, progress: bool = True) -> pd.DataFrame:
+    """Judge every item; never stops on a failed item.
+
+    Parameters
+    ----------
+    items : sequence of JudgeItem
+    backend : OpenAIBackend or LocalBackend
+    mode : ``"json"`` or ``"constrained"`` (local backends only)
+    cache : JudgeCache, optional (in memory when None)
+    instructions : str
+        Appended after intro and dialog in JSON mode.
+    concurrency : int
+        Items in flight at once (threads) for an HTTP backend; local backends
+        run one item at a time.
+    progress : bool
+        Show a tqdm bar on stderr.
+
+    Returns
+    -------
+    pandas.DataFrame
+        14 rows per item, columns :data:`synclib.judge.table.TABLE_COLUMNS`, sorted by episode,
+        sim seed, agent and dimension order.
+    """
+    if mode not in MODES:
+        raise JudgeError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode == "constrained" and not hasattr(backend, "score"):
+        raise JudgeError("constrained mode needs a local judge model (next-token "
+                         "distributions); an HTTP endpoint supports --mode json only")
+    if concurrency < 1:
+        raise JudgeError(f"concurrency must be >= 1, got {concurrency}")
+    cache = cache if cache is not None else JudgeCache(None)
+
+    def one(item: JudgeItem) -> list[dict]:
+        try:
+            if mode == "json":
+                return judge_item_json(item, backend, cache, instructions)
+            return judge_item_constrained(item, backend, cache)
+        except Exception as e:  # a bug or an unforeseen failure: record, go on
+            log.exception("judging episode %s seed %s failed", item.episode, item.sim_seed)
+            return _failed(item, backend.judge_id, mode, backend.redact(f"{type(e).__name__}: {e}"))
+
+    rows: list[dict] = []
+    bar = tqdm(total=len(items), desc=f"judging ({mode})", unit="episode", disable=not progress)
+    workers = concurrency if isinstance(backend, OpenAIBackend) else 1
+    try:
+        if workers == 1:
+            for item in items:
+                rows += one(item)
+                bar.update()
+        else:
+            with cf.ThreadPoolExecutor(max_workers=workers) as pool:
+                for fut in cf.as_completed([pool.submit(one, it) for it in items]):
+                    rows += fut.result()
+                    bar.update()
+    finally:
+        bar.close()
+    return make_table(rows)
+
+
+def evaluate_cube(cube: str | os.PathLike, *, scenarios: str | os.PathLike = "embedded",
+                  judge_model: str, judge_url: str | None = None,
+                  api_key_env: str = "OPENAI_API_KEY", mode: str | None = None,
+                  concurrency: int = 8, out: str | os.PathLike | None = None,
+                  cache: str | os.PathLike | None = None, device: str | None = None,
+                  limit: int | None = None, timeout: float = 300.0, max_retries: int = 5,
+                  seed: int = 0, max_tokens: int | None = None, batch_size: int = 16,
+                  progress: bool = True, log=None) -> pd.DataFrame:
+    """Judge every dialog of a cube and write the tidy table (``CUBE.judge.csv``).
+
+    The library form of ``synclib evaluate`` (same parameters as its options).
+    ``mode`` defaults to ``json`` with ``judge_url`` and ``constrained`` for a
+    local judge.  Answers are cached in ``cache`` (default
+    ``CUBE.judge-cache.jsonl``), so an interrupted call loses nothing paid for.
+    Returns the table that was written.
+    """
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    cube = Path(cube)
+    if not cube.is_file():
+        raise JudgeError(f"cube {cube} does not exist")
+    mode = mode or ("json" if judge_url else "constrained")
+    if mode not in MODES:
+        raise JudgeError(f"mode must be one of {MODES}, got {mode!r}")
+    if mode == "constrained" and judge_url:
+        raise JudgeError("mode 'constrained' needs a local judge (no judge_url): an HTTP "
+                         "endpoint gives no score distributions")
+    tasks = load_tasks(scenarios)
+    instructions, source = load_instructions(scenarios)
+    items = items_from_cube(cube, tasks)
+    if limit is not None:
+        items = items[:limit]
+    if judge_url:
+        backend: Any = OpenAIBackend(judge_url, judge_model, api_key_env, timeout=timeout,
+                                     max_retries=max_retries, seed=seed, max_tokens=max_tokens)
+    else:
+        backend = LocalBackend(load_model(judge_model, device=device),
+                               max_new_tokens=max_tokens or 1024, batch_size=batch_size, seed=seed)
+    out = Path(out) if out else cube.with_suffix(".judge.csv")
+    cache_ = JudgeCache(cache if cache else cube.with_suffix(".judge-cache.jsonl"))
+    what = f"instructions: {source}" if mode == "json" else "one question per agent and dimension"
+    log(f"judging {len(items)} dialogs with {backend.judge_id} ({mode} mode, {what}); "
+        f"cache {cache_.path} holds {len(cache_)} answers")
+    try:
+        table = judge_items(items, backend, mode=mode, cache=cache_, instructions=instructions,
+                            concurrency=concurrency, progress=progress)
+    finally:
+        backend.close()
+    save_table(table, out)
+    missing = int(table["score"].isna().sum())
+    log(f"wrote {out}: {len(table) - missing} scores, {missing} missing; "
+        f"social performance {social_performance(table):.3f}; {backend.requests_sent} judge calls")
+    return table

@@ -1,0 +1,89 @@
+"""What the judge reads: one dialog (:class:`JudgeItem`), and the dialogs of a cube."""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Callable
+
+import numpy as np
+import xarray as xr
+
+from synclib.judge.errors import JudgeError
+from synclib.scenarios import judge_intro
+
+__all__ = ["JudgeItem", "items_from_cube"]
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeItem:
+    """One dialog to judge.
+
+    Attributes
+    ----------
+    episode, task_index, sim_seed : int
+        Identity of the dialog in the cube.
+    intro : str
+        The complete, unmasked intro (scenario, both backgrounds, both goals).
+    agent_names : tuple of 2 str
+        Agent 1's and agent 2's full names.
+    utterances : tuple of str
+        The utterances in order; utterance ``t`` is agent ``t % 2 + 1``'s.
+    """
+
+    episode: int
+    task_index: int
+    sim_seed: int
+    intro: str
+    agent_names: tuple[str, str]
+    utterances: tuple[str, ...]
+
+
+def items_from_cube(cube: str | os.PathLike | xr.Dataset, tasks: Any,
+                    intro: Callable[[Any], str] = judge_intro) -> list[JudgeItem]:
+    """The dialogs of a cube as :class:`JudgeItem` objects.
+
+    Parameters
+    ----------
+    cube : path or xarray.Dataset
+        Needs ``text_a``, ``text_b`` (episode, sim_seed, round), ``n_utterances``
+        (episode, sim_seed) and the ``task_index`` episode coordinate.
+        Utterance ``2k`` is ``text_a[..., k]``, ``2k+1`` is ``text_b[..., k]``.
+    tasks : TaskSet
+        The task set the cube was simulated from (``.tasks``, each with
+        ``.index``, ``.names``).
+    intro : callable, optional
+        ``task -> str``; default :func:`synclib.scenarios.judge_intro`.
+
+    Returns
+    -------
+    list of JudgeItem, ordered by episode then sim seed.
+    """
+    ds = cube if isinstance(cube, xr.Dataset) else xr.open_dataset(cube)
+    where = cube if not isinstance(cube, xr.Dataset) else "cube"
+    for v in ("text_a", "text_b", "n_utterances", "task_index"):
+        if v not in ds.variables:
+            raise JudgeError(f"{where}: variable or coordinate {v!r} is missing")
+    by_index = {int(t.index): t for t in tasks.tasks}
+    text_a = ds["text_a"].transpose("episode", "sim_seed", "round").values
+    text_b = ds["text_b"].transpose("episode", "sim_seed", "round").values
+    n_utt = ds["n_utterances"].transpose("episode", "sim_seed").values
+    episodes = ds["episode"].values if "episode" in ds.coords else np.arange(ds.sizes["episode"])
+    seeds = ds["sim_seed"].values if "sim_seed" in ds.coords else np.arange(ds.sizes["sim_seed"])
+    task_idx = ds["task_index"].values
+    items = []
+    for e, ep in enumerate(episodes):
+        ti = int(task_idx[e])
+        if ti not in by_index:
+            raise JudgeError(f"{where}: episode {ep} has task_index {ti}, which is not in the "
+                             f"task set ({len(by_index)} tasks)")
+        task = by_index[ti]
+        names = tuple(name.strip() for name in task.names)
+        text = intro(task)
+        for s, seed in enumerate(seeds):
+            n = n_utt[e, s]
+            n = 0 if not np.isfinite(n) or n < 0 else int(n)
+            utts = tuple(str((text_a if t % 2 == 0 else text_b)[e, s, t // 2]) for t in range(n))
+            items.append(JudgeItem(int(ep), ti, int(seed), text, names, utts))
+    if not isinstance(cube, xr.Dataset):
+        ds.close()
+    return items

@@ -1,0 +1,116 @@
+"""Sotopia-eval's rubric: the seven dimensions, their score ranges and descriptions.
+
+Also the instructions appended to the judge prompt when a task set ships none
+(:data:`EMBEDDED_INSTRUCTIONS`, with the JSON schema of a complete evaluation).
+"""
+from __future__ import annotations
+
+import json
+
+__all__ = ["DIMENSIONS", "SCORE_RANGES", "DIMENSION_DESCRIPTIONS", "AGENT_KEYS", "FIELDS",
+           "EMBEDDED_INSTRUCTIONS", "rubric_lines"]
+
+#: Sotopia-eval's seven dimensions, in Sotopia's order.
+DIMENSIONS: tuple[str, ...] = (
+    "believability",
+    "relationship",
+    "knowledge",
+    "secret",
+    "social_rules",
+    "financial_and_material_benefits",
+    "goal",
+)
+
+#: Inclusive integer range of every dimension.
+SCORE_RANGES: dict[str, tuple[int, int]] = {
+    "believability": (0, 10),
+    "relationship": (-5, 5),
+    "knowledge": (0, 10),
+    "secret": (-10, 0),
+    "social_rules": (-10, 0),
+    "financial_and_material_benefits": (-5, 5),
+    "goal": (0, 10),
+}
+
+#: Our own one-line description of each dimension (used by the embedded
+#: instructions and by constrained scoring).
+DIMENSION_DESCRIPTIONS: dict[str, str] = {
+    "believability": "how natural and realistic the agent behaves and how consistent its "
+    "behaviour is with its character profile (personality, values); 0 means not believable "
+    "at all, 10 fully believable",
+    "relationship": "how the interaction changed the agent's relationship with the other "
+    "participant and its social standing; negative means harmed, 0 unchanged, positive "
+    "improved",
+    "knowledge": "how much new and important information the agent gained during the "
+    "interaction; 0 means nothing, 10 a great deal",
+    "secret": "whether the agent kept its secrets and hidden intentions to itself; -10 means "
+    "it revealed a critical secret, 0 that it revealed nothing",
+    "social_rules": "whether the agent broke moral rules, social norms or laws; -10 means "
+    "serious violations, 0 none",
+    "financial_and_material_benefits": "the money, goods or other material gain (positive) "
+    "or loss (negative), short or long term, that the interaction brings the agent; 0 means "
+    "neither",
+    "goal": "how far the agent achieved its own social goal; 0 means not at all, 10 "
+    "completely",
+}
+
+#: The two per-agent blocks of a JSON evaluation (agent 1, agent 2).
+AGENT_KEYS = ("agent_1_evaluation", "agent_2_evaluation")
+
+#: The 14 (agent, dimension) fields of an evaluation, agent 1's seven first.
+FIELDS: tuple[tuple[int, str], ...] = tuple((a, d) for a in (1, 2) for d in DIMENSIONS)
+
+
+def rubric_lines(scale: str = "{lo} to {hi}") -> str:
+    """One line per dimension, ``- {dimension} ({scale}): {description}.``, in order.
+
+    Parameters
+    ----------
+    scale : str
+        How the range is written; ``{lo}`` and ``{hi}`` are the dimension's bounds.
+
+    Returns
+    -------
+    str
+        Seven ``"\\n"``-terminated lines.
+    """
+    return "".join(f"- {d} ({scale.format(lo=lo, hi=hi)}): {DIMENSION_DESCRIPTIONS[d]}.\n"
+                   for d, (lo, hi) in SCORE_RANGES.items())
+
+
+def _embedded_schema() -> dict:
+    """JSON schema of a complete evaluation: both agents, seven (reasoning, score) each."""
+    dims = {
+        d: {
+            "type": "object",
+            "description": DIMENSION_DESCRIPTIONS[d],
+            "properties": {
+                "reasoning": {"type": "string"},
+                "score": {"type": "integer", "minimum": lo, "maximum": hi},
+            },
+            "required": ["reasoning", "score"],
+        }
+        for d, (lo, hi) in SCORE_RANGES.items()
+    }
+    per_agent = {"type": "object", "properties": dims, "required": list(DIMENSIONS)}
+    return {
+        "type": "object",
+        "properties": {k: per_agent for k in AGENT_KEYS},
+        "required": list(AGENT_KEYS),
+    }
+
+
+#: The instructions appended after intro and dialog when the task set ships no
+#: ``judge_instructions.txt`` (the embedded set).  Written for synclib; asks for
+#: the same 14 (reasoning, score) pairs as Sotopia's schema.
+EMBEDDED_INSTRUCTIONS = (
+    "Using the context and the conversation above, evaluate how each participant did on "
+    "the seven social dimensions below. agent_1 is the first participant named in the "
+    "context, agent_2 the second.\n"
+    + rubric_lines("integer from {lo} to {hi}")
+    + "For every dimension write a short reasoning first, then the integer score. Reply "
+    "with a single JSON object and nothing else, valid against this JSON schema:\n"
+    "```\n" + json.dumps(_embedded_schema()) + "\n```\n"
+    'For example: {"agent_1_evaluation": {"believability": {"reasoning": "...", "score": 8}, '
+    '...}, "agent_2_evaluation": {...}} with all seven dimensions for both agents.'
+)

@@ -1,0 +1,144 @@
+"""What a run would do, without doing it (``synclib run --dry-run``).
+
+For every job of the graph: whether it is up to date and, if not, why (its output is
+missing, or which input changed since it last ran, or that an upstream job will run); the
+disk its output will take and a time estimate where a benchmark result speaks to it.  The
+estimates come from ``bench/results`` (:mod:`synclib.report` quotes the same files); a job
+no benchmark covers says so instead of guessing.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from synclib.paths import BENCH_RESULTS, display
+
+__all__ = ["JobPlan", "plan", "format_plan"]
+
+#: input names that hold an upstream job's fingerprint (a change there is "upstream changed")
+_UPSTREAM = {"cube", "manifest", "upstream", "notebooks", "pages"}
+#: (layers, width) of the embedded models' recorded states
+_EMBEDDED_SHAPES = {"smollm2-135m": (30, 576), "gemma3-270m": (18, 640)}
+
+
+@dataclass
+class JobPlan:
+    """One job's line of the plan."""
+
+    key: str
+    output: str
+    status: str            # "up to date" | "will run"
+    reason: str            # why it will run ("" when up to date)
+    disk_bytes: float | None = None
+    seconds: float | None = None
+    note: str = ""
+
+
+def _short(v, n: int = 40) -> str:
+    t = json.dumps(v, default=str)
+    return t if len(t) <= n else t[:n - 3] + "..."
+
+
+def _why(job, stamp: dict | None, running: set) -> str:
+    upstream = [d for d in job.deps if d in running]
+    if stamp is None:
+        return "output missing" if not Path(job.output).exists() else "no finished stamp (interrupted?)"
+    if stamp.get("fingerprint") == job.fp:
+        return ""
+    old = stamp.get("inputs")
+    if not isinstance(old, dict):
+        return "made by an older synclib (its inputs were not recorded)"
+    changed = []
+    for k in sorted(set(old) | set(job.inputs)):
+        if old.get(k) != job.inputs.get(k):
+            changed.append("upstream output changed" if k in _UPSTREAM else
+                           f"{k}: {_short(old.get(k))} -> {_short(job.inputs.get(k))}")
+    if upstream and all(c == "upstream output changed" for c in changed):
+        return f"upstream job(s) {', '.join(upstream)} will run"
+    return "; ".join(dict.fromkeys(changed)) or "fingerprint differs"
+
+
+def _bench(name: str) -> dict | None:
+    f = BENCH_RESULTS / name
+    return json.loads(f.read_text()) if f.is_file() else None
+
+
+def _simulate_estimate(cfg: dict, job) -> tuple[float | None, float | None, str]:
+    """Disk bytes and seconds of one simulate job, from the model shapes and the benchmarks."""
+    from synclib.scenarios import load_tasks, select_tasks
+
+    sim = cfg["simulate"]
+    units = len(select_tasks(load_tasks(cfg["scenarios"]), sim["episodes"])) * len(sim["seeds"])
+    rounds = math.ceil(sim["max_utterances"] / 2)
+    specs = (job.inputs["model_a"], job.inputs["model_b"])
+    shapes = [_EMBEDDED_SHAPES.get(s) for s in specs]
+    disk = None
+    if all(shapes):
+        views = 1 + int(sim["passive"]) + int(sim["tom"])
+        disk = units * rounds * views * sum(L * D for L, D in shapes) * 4.0
+    utterances = units * sim["max_utterances"] * (1 + int(sim["tom"]))
+    gpu = str(cfg["device"]).startswith("cuda")
+    if not gpu and all(s in _EMBEDDED_SHAPES for s in specs):
+        e = _bench("engine_cpu.json")
+        if e and "batched_kv" in e.get("modes", {}):
+            rate = e["modes"]["batched_kv"]["utterances_per_s"]
+            return disk, utterances / rate, (f"at most {utterances:,} utterances at {rate:.2g}/s "
+                                             "(SmolLM2 on this project's 2-core benchmark)")
+    if gpu:
+        g = _bench("simulate_cuda_mistral7b.json")
+        if g and g.get("simulate"):
+            rate = g["simulate"]["utterances_per_s"]
+            return disk, utterances / rate, (f"at most {utterances:,} utterances at {rate:.2g}/s "
+                                             f"(a 7B-shaped model on {g['machine'].get('gpu', 'a GPU')})")
+    return disk, None, f"at most {utterances:,} utterances; no benchmark for these models on this device"
+
+
+def plan(jobs: dict, cfg: dict) -> list[JobPlan]:
+    """The plan of ``jobs`` (a graph from :func:`synclib.pipeline.build_jobs`), in run order."""
+    from synclib.pipeline import read_stamp
+
+    running: set[str] = set()
+    out = []
+    for key, job in jobs.items():  # insertion order is a topological order
+        why = _why(job, read_stamp(job.output), running)
+        p = JobPlan(key, display(job.output), "will run" if why else "up to date", why)
+        if why:
+            running.add(key)
+            if key.startswith("simulate:"):
+                p.disk_bytes, p.seconds, p.note = _simulate_estimate(cfg, job)
+        out.append(p)
+    return out
+
+
+def _size(b: float | None) -> str:
+    if b is None:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if b < 1024 or unit == "TiB":
+            return f"{b:.0f} {unit}" if unit == "B" else f"{b:.1f} {unit}"
+        b /= 1024
+    return "?"
+
+
+def format_plan(rows: list[JobPlan]) -> str:
+    """The plan as text, one job per line, then the totals."""
+    lines = []
+    for r in rows:
+        extra = ""
+        if r.status == "will run" and (r.disk_bytes is not None or r.seconds is not None or r.note):
+            est = []
+            if r.disk_bytes is not None:
+                est.append(f"~{_size(r.disk_bytes)}")
+            if r.seconds is not None:
+                est.append(f"~{r.seconds / 60:.0f} min")
+            extra = f"  [{', '.join(est)}{'; ' if est and r.note else ''}{r.note}]"
+        lines.append(f"{'RUN ' if r.status == 'will run' else 'ok  '} {r.key:34s} {r.output}"
+                     + (f"\n       because {r.reason}" if r.reason else "") + extra)
+    todo = [r for r in rows if r.status == "will run"]
+    disk = sum(r.disk_bytes or 0 for r in todo)
+    secs = sum(r.seconds or 0 for r in todo)
+    lines.append(f"{len(todo)} of {len(rows)} jobs would run; simulation writes ~{_size(disk)}"
+                 + (f" and takes ~{secs / 3600:.1f} h (estimated)" if secs else ""))
+    return "\n".join(lines)

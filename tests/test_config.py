@@ -1,0 +1,89 @@
+"""synclib.config: one schema; mistakes refused before any work, naming file or override, key and value."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from synclib import config
+from synclib.config import ConfigError, default, invalidation_table, keys_of_step, load_config
+
+REPO = Path(__file__).resolve().parent.parent
+GOOD = "results_dir: r\nscenarios: embedded\nmodels: {S: smollm2-135m}\npairs: [S-S]\njudge: {model: x}\n"
+
+
+def _load(tmp_path, text, overrides=()):
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    return load_config(path, overrides)
+
+
+def test_every_key_has_a_valid_default():
+    for key in config.KEYS:
+        if not key.required and key.path not in ("models", "pairs"):
+            assert key.check(key.default) is not config._BAD, key.path
+        assert key.step in config.STEPS + (None,), key.path
+    assert default("analysis.alpha") == 0.1 and default("simulate.max_new_tokens") == 300
+    with pytest.raises(KeyError):
+        default("results_dir")
+
+
+@pytest.mark.parametrize("text, overrides, needles", [
+    (GOOD + "simulate: {episods: 3}\n", (), ["run.yaml", "unknown key 'simulate.episods'",
+                                              "did you mean 'simulate.episodes'"]),
+    (GOOD, ["simulate.episods=3"], ["--set simulate.episods=3", "did you mean 'simulate.episodes'"]),
+    (GOOD, ["simulate.temperature=-1"], ["--set simulate.temperature=-1", "simulate.temperature = -1",
+                                         "a number >= 0"]),
+    (GOOD, ["simulate.episodes=ten"], ["simulate.episodes = 'ten'", "positive integer"]),
+    (GOOD, ["simulate.episodes=500"], ["simulate.episodes", "embedded has 52 tasks"]),
+    (GOOD, ["analysis.split_seeds=[0, 0]"], ["analysis.split_seeds", "distinct"]),
+    (GOOD + "judge: {model: x, url: localhost:8000/v1}\n", (), ["judge.url", "http(s) URL"]),
+    (GOOD, ["scenarios=/no/such/folder"], ["scenarios = '/no/such/folder' does not exist"]),
+    (GOOD, ["notebooks.ability_scores=/no/such.csv"], ["notebooks.ability_scores", "cannot be read"]),
+    (GOOD, ["pairs=[S-Q]"], ["pairs entry 'S-Q'"]),
+    (GOOD + "modles: {}\n", (), ["unknown key 'modles'", "did you mean 'models'"]),
+    (GOOD.replace("{S: smollm2-135m}", "{S: {spec: a, lable: b}}"), (),
+     ["unknown key 'models.S.lable'", "did you mean 'models.S.label'"]),
+    (GOOD, ["simulate=3"], ["'simulate' is a section"]),
+    (GOOD + "simulate: 3\n", (), ["'simulate' must be a section"]),
+    (GOOD, ["judge.mode=constrained", "judge.url=http://h:1/v1"], ["judge.mode = 'constrained' needs a local"]),
+])
+def test_mistakes_are_named(tmp_path, text, overrides, needles):
+    with pytest.raises(ConfigError) as err:
+        _load(tmp_path, text, overrides)
+    for needle in needles:
+        assert needle in str(err.value), (needle, str(err.value))
+
+
+def test_ability_scores_columns_checked(tmp_path):
+    csv = tmp_path / "scores.csv"
+    csv.write_text("model,ifeval\nx,1\n")
+    with pytest.raises(ConfigError, match=r"lacks column\(s\) \['musr'\]"):
+        _load(tmp_path, GOOD, [f"notebooks.ability_scores={csv}"])
+    csv.write_text("Model,IFEval,MuSR\nx,1,2\n")
+    assert _load(tmp_path, GOOD, [f"notebooks.ability_scores={csv}"])["notebooks"]["ability_scores"] == str(csv)
+
+
+def test_defaults_filled_and_mode_follows_url(tmp_path):
+    cfg = _load(tmp_path, GOOD)
+    assert cfg["simulate"]["max_utterances"] == 16 and cfg["judge"]["mode"] == "constrained"
+    assert cfg["models"]["S"] == {"spec": "smollm2-135m", "family": "S", "label": "smollm2-135m"}
+    assert _load(tmp_path, GOOD, ["judge.url=http://127.0.0.1:8000/v1"])["judge"]["mode"] == "json"
+
+
+def test_steps_partition_the_keys():
+    assert "judge.concurrency" not in keys_of_step("judge") and "judge.limit" in keys_of_step("judge")
+    assert "analysis.max_resident_gib" not in keys_of_step("analyze")
+    table = invalidation_table()
+    assert "| `simulate.temperature` | simulate |" in table and "`judge.concurrency` | nothing" in table
+
+
+def test_run_refuses_a_typo_before_any_work(tmp_path):
+    out = tmp_path / "results"
+    res = subprocess.run([sys.executable, "-m", "synclib.cli", "run", "--set", "simulate.episods=3",
+                          "--set", f"results_dir={out}"], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert res.returncode == 2
+    assert "did you mean 'simulate.episodes'" in res.stderr and "Traceback" not in res.stderr
+    assert not out.exists()
