@@ -105,7 +105,7 @@ def main(argv=None) -> int:
                         state["cache"], state["pos"] = out.past_key_values, state["pos"] + 1
 
                 r["forward_step_ms"] = round(1000 * timed(loop) / args.steps, 2)
-                del pre, state
+                pre = state = None  # free the cache before the next backend
 
                 def hf(n):
                     with torch.inference_mode():

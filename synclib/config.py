@@ -25,6 +25,7 @@ from urllib.parse import urlparse
 
 import yaml
 
+from synclib.models import PROMPT_FORMATS
 from synclib.paths import DEFAULT_CONFIG, REPO_ROOT
 
 __all__ = ["ConfigError", "Key", "KEYS", "STEPS", "load_config", "validate_config", "default",
@@ -130,6 +131,14 @@ def _mapping(v):
     return v if isinstance(v, dict) else _BAD
 
 
+def _top_k(v):
+    return v if v is None or v == "model" or (_is_int(v) and v >= 0) else _BAD
+
+
+def _top_p(v):
+    return v if v is None or v == "model" or (_is_num(v) and 0 < v <= 1) else _BAD
+
+
 # --------------------------------------------------------------------------- the schema
 @dataclass(frozen=True)
 class Key:
@@ -181,6 +190,16 @@ KEYS: tuple[Key, ...] = (
     _k("simulate.max_utterances", 16, integer(1), "utterances per episode, both agents (the paper: 16)", "simulate"),
     _k("simulate.max_new_tokens", 300, integer(1), "new tokens per utterance (the paper: 300)", "simulate"),
     _k("simulate.temperature", 0.7, number(0), "sampling temperature; 0 is greedy", "simulate"),
+    _k("simulate.top_k", "model", Check("'model', an integer >= 0 or null", _top_k),
+       "keep the k most likely tokens; 'model': as transformers' generate with the model's "
+       "generation_config (top-k 50 unless the checkpoint sets one), as the paper's code", "simulate"),
+    _k("simulate.top_p", "model", Check("'model', a number in (0, 1] or null", _top_p),
+       "nucleus sampling; 'model': the checkpoint's generation_config top_p (0.9 for the Llama "
+       "chat models), none where it sets none", "simulate"),
+    _k("simulate.stop_at_first_line", True, BOOL,
+       "stop a reply at its first line break (only the first line is kept; see the method page)", "simulate"),
+    _k("simulate.passive_seeds", None, optional(int_list(0)),
+       "simulation seeds the passive reader reads (null: all; the paper: 0-2)", "simulate"),
     _k("simulate.batch_size", None, optional(integer(1)),
        "episodes x seeds per batch (null: 64 on CUDA, 8 on CPU)", "simulate"),
     _k("simulate.passive", True, BOOL, "also record the passive reader (control 1)", "simulate"),
@@ -193,6 +212,14 @@ KEYS: tuple[Key, ...] = (
     _k("judge.api_key_env", "OPENAI_API_KEY", TEXT, "environment variable holding the API key", None),
     _k("judge.mode", None, optional(choice("constrained", "json")),
        "constrained (local models) | json; null: constrained without a URL, json with one", "judge"),
+    _k("judge.layout", "sotopia", choice("sotopia", "reference"),
+       "the judge's message: sotopia (Sotopia's evaluator layout) or reference (as the paper's "
+       "evaluate_with_oss.py builds it)", "judge"),
+    _k("judge.structured", True, BOOL,
+       "HTTP judge: ask for a JSON schema (response_format) the server enforces, one object per dimension; "
+       "plain JSON when the server refuses it", "judge"),
+    _k("judge.reasoning_max_chars", 600, integer(1, 1999),
+       "HTTP judge with structured output: the longest reasoning per dimension", "judge"),
     _k("judge.concurrency", 8, integer(1), "requests in flight", None),
     _k("judge.limit", None, optional(integer(1)), "judge the first N dialogs per pair (null: all)", "judge"),
     _k("analysis.alpha", 0.1, Check("a number > 0 or 'cv'", _alpha), "ridge penalty, or 'cv'", "analyze"),
@@ -210,7 +237,8 @@ KEYS: tuple[Key, ...] = (
        "precision of the ridge grid's big products (tf32: CUDA only)", "analyze"),
     _k("analysis.max_resident_gib", 2, number(0), "hidden variables up to this size are loaded whole; "
        "larger ones stream from disk", None),
-    _k("notebooks.ability_scores", None, optional(TEXT), "CSV of per-model IFEval / MuSR scores (table 1)",
+    _k("notebooks.ability_scores", "data/ability_scores.csv", optional(TEXT),
+       "CSV of per-model IFEval / MuSR scores (table 1); the default holds the paper's code's scores of its six models",
        "notebooks"),
     _k("cluster", None, optional(Check("a mapping", _mapping)),
        "a Dask cluster: {scheduler: tcp://HOST:8786} or a dask-jobqueue spec", None),
@@ -218,7 +246,8 @@ KEYS: tuple[Key, ...] = (
 
 _BY_PATH = {k.path: k for k in KEYS}
 #: keys of one ``models`` entry
-MODEL_KEYS = {"spec": TEXT, "family": TEXT, "label": TEXT}
+MODEL_KEYS = {"spec": TEXT, "family": TEXT, "label": TEXT,
+              "prompt_format": choice(*PROMPT_FORMATS)}
 _SECTIONS = {p.split(".")[0] for p in _BY_PATH if "." in p}
 
 
@@ -235,14 +264,25 @@ def keys_of_step(step: str) -> list[str]:
     return [k.path for k in KEYS if k.step == step]
 
 
+def _inline_yaml(value) -> str:
+    """``value`` as one line of YAML (``null``, ``0.7``, ``[0, 1]``, ``auto``), without the
+    document-end marker ``...`` that PyYAML writes after a bare scalar."""
+    text = yaml.safe_dump(value, default_flow_style=True).strip()
+    if text.endswith("\n..."):
+        text = text[:-4]
+    elif text.endswith("..."):
+        text = text[:-3]
+    return text.strip().replace("\n", " ")
+
+
 def invalidation_table() -> str:
     """Markdown: which settings re-run which step (for ``book/reproduce.md``)."""
     rows = ["| setting | re-runs from | default |", "| --- | --- | --- |"]
     for k in KEYS:
-        d = "(required)" if k.required else f"`{yaml.safe_dump(k.default, default_flow_style=True).strip()}`"
-        d = d.replace("`...`", "")
+        d = "(required)" if k.required else f"`{_inline_yaml(k.default)}`"
         rows.append(f"| `{k.path}` | {k.step or 'nothing (speed or memory only)'} | {d.replace(chr(10), ' ')} |")
-    rows.append("| `models.<key>.spec`, `.family`, `.label` | simulate (spec), notebooks (family, label) | |")
+    rows.append("| `models.<key>.spec`, `.prompt_format` | simulate | `chat_template` (prompt_format) |")
+    rows.append("| `models.<key>.family`, `.label` | notebooks | the key, the spec |")
     return "\n".join(rows)
 
 
@@ -358,7 +398,8 @@ def _models(value, src: str) -> dict:
                 raise ConfigError(f"{src}: unknown key 'models.{name}.{k}'{hint}")
             if MODEL_KEYS[k](v) is _BAD:
                 raise ConfigError(f"{src}: models.{name}.{k} = {v!r} is not allowed: must be {MODEL_KEYS[k].allowed}")
-        models[str(name)] = {"spec": m["spec"], "family": m.get("family", str(name)), "label": m.get("label", m["spec"])}
+        models[str(name)] = {"spec": m["spec"], "family": m.get("family", str(name)), "label": m.get("label", m["spec"]),
+                             "prompt_format": m.get("prompt_format", "chat_template")}
     if not models:
         raise ConfigError(f"{src}: 'models' is empty")
     return models
@@ -420,8 +461,16 @@ def _cross_check(cfg: dict, flat: dict, source: str, base: Path) -> None:
             raise ConfigError(f"{_src(flat, 'scenarios', source)}: scenarios = {str(d)!r} {what}; give 'embedded' or "
                               "a Sotopia-format folder (envs.json, agents.json, env_agent_combos.json)")
     _check_episodes(cfg, _src(flat, "simulate.episodes", source))
+    sim = cfg["simulate"]
+    if sim["passive_seeds"] is not None and not set(sim["passive_seeds"]) <= set(sim["seeds"]):
+        extra = sorted(set(sim["passive_seeds"]) - set(sim["seeds"]))
+        raise ConfigError(f"{_src(flat, 'simulate.passive_seeds', source)}: simulate.passive_seeds names seed(s) "
+                          f"{extra} that simulate.seeds = {sim['seeds']} does not simulate")
     nb = cfg["notebooks"]
-    nb["ability_scores"] = resolve(nb["ability_scores"])
+    if "notebooks.ability_scores" in flat:
+        nb["ability_scores"] = resolve(nb["ability_scores"])
+    elif nb["ability_scores"] is not None:  # the default names a file shipped in the repository
+        nb["ability_scores"] = str(REPO_ROOT / nb["ability_scores"])
     if nb["ability_scores"] is not None:
         _check_ability_csv(nb["ability_scores"], _src(flat, "notebooks.ability_scores", source))
     j = cfg["judge"]

@@ -64,7 +64,7 @@ from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
-__all__ = ["Engine", "Request", "Result", "generate", "read_states", "word_distributions",
+__all__ = ["sampling_distribution", "Engine", "Request", "Result", "generate", "read_states", "word_distributions",
            "row_seed", "candidate_sequences", "continuation_logprobs"]
 
 
@@ -266,6 +266,45 @@ def candidate_sequences(tokenizer, candidates: Sequence[str]) -> list[list[tuple
                 variants.append(ids)
         out.append(variants)
     return out
+
+
+def sampling_distribution(logits, temperature: float, top_k: int | None = None, top_p: float | None = None):
+    """The distribution a sampling step draws from: float64 ``(B, V)`` probabilities.
+
+    As ``transformers``' ``generate`` with ``do_sample=True``: the temperature warper, then
+    top-k (tokens scoring below the k-th highest are removed; ties at the k-th are kept),
+    then top-p (tokens sorted by score ascending; those whose cumulative probability is at
+    most ``1 - top_p`` are removed, the most likely one always kept), the masks computed in
+    float32 like the warpers'; the kept scores are normalised in float64.  Without top-k and
+    top-p this is ``softmax(logits / temperature)`` in float64.
+
+    Parameters
+    ----------
+    logits : torch.Tensor ``(B, V)`` float32, next-token logits
+    temperature : float > 0
+    top_k : int >= 1, or None / 0 for none
+    top_p : float in (0, 1], or None / 1.0 for none
+    """
+    import torch
+
+    scores = logits.double() / temperature
+    remove = None
+    if top_k and int(top_k) < logits.shape[-1]:
+        s32 = logits.float() / temperature
+        kth = torch.topk(s32, int(top_k), dim=-1).values[..., -1:]
+        remove = s32 < kth
+    if top_p is not None and float(top_p) < 1.0:
+        s32 = logits.float() / temperature
+        if remove is not None:
+            s32 = s32.masked_fill(remove, float("-inf"))
+        srt, idx = torch.sort(s32, descending=False, dim=-1)
+        drop = srt.softmax(dim=-1).cumsum(dim=-1) <= (1 - float(top_p))
+        drop[..., -1:] = False
+        drop = drop.scatter(-1, idx, drop)
+        remove = drop if remove is None else (remove | drop)
+    if remove is not None:
+        scores = scores.masked_fill(remove, float("-inf"))
+    return torch.softmax(scores, dim=-1)
 
 
 class Engine:
@@ -531,7 +570,8 @@ class Engine:
 
     def generate(self, requests: Sequence[Request], max_new_tokens: int = 300,
                  temperature: float = 0.7, on_step: Callable[[int], None] | None = None,
-                 first_line_only: bool = False) -> list[Result]:
+                 first_line_only: bool = False, top_k: int | None = None,
+                 top_p: float | None = None) -> list[Result]:
         """Sample a reply for every request; record its last-prompt-token states.
 
         Parameters
@@ -541,6 +581,10 @@ class Engine:
         max_new_tokens : int, default 300
         temperature : float, default 0.7
             0 means greedy decoding.
+        top_k, top_p : optional
+            Keep only the ``top_k`` most likely tokens, then the smallest set whose
+            probability reaches ``top_p``, as ``transformers``' top-k and top-p warpers do
+            (see :func:`sampling_distribution`); None (or 0, or top_p 1.0) leaves them off.
         on_step : callable, optional
             Called after every decoding step with the number of tokens generated in that
             step (for progress bars).
@@ -560,11 +604,16 @@ class Engine:
             raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
         if temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {temperature}")
+        if top_k is not None and int(top_k) < 0:
+            raise ValueError(f"top_k must be >= 0 or None, got {top_k}")
+        if top_p is not None and not 0 < float(top_p) <= 1:
+            raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
+        sampling = (temperature, top_k, top_p)
         reqs = list(requests)
         return self._run_rows([r.prompt for r in reqs], [r.session for r in reqs],
                               lambda chunk, rows: self._generate_batch(
                                   [ids for ids, _ in rows], [reqs[i] for i in chunk], max_new_tokens,
-                                  temperature, on_step, first_line_only))
+                                  sampling, on_step, first_line_only))
 
     def _line_flags(self, vocab: int):
         """Per token id, as bool tensors of length ``vocab`` on the model's device: holds a
@@ -584,7 +633,7 @@ class Engine:
             self._lines = tuple(torch.tensor(f + pad, dtype=torch.bool, device=self.lm.device) for f in flags)
         return self._lines
 
-    def _generate_batch(self, ids, reqs, max_new_tokens, temperature, on_step, first_line_only=False
+    def _generate_batch(self, ids, reqs, max_new_tokens, sampling, on_step, first_line_only=False
                         ) -> list[Result]:
         """Prefill and decode one batch.
 
@@ -596,6 +645,7 @@ class Engine:
         """
         import torch
 
+        temperature, top_k, top_p = sampling
         dev = self.lm.device
         B = len(reqs)
         # each row's uniforms for the whole reply, drawn up front from its own generator
@@ -617,7 +667,7 @@ class Engine:
             if temperature == 0:
                 tok = logits.argmax(-1)
             else:
-                cdf = torch.softmax(logits.double() / temperature, dim=-1).cumsum(-1)
+                cdf = sampling_distribution(logits, temperature, top_k, top_p).cumsum(-1)
                 u = (U[rows, step] * cdf[:, -1]).unsqueeze(-1)
                 tok = torch.searchsorted(cdf, u).squeeze(-1).clamp(max=V - 1)
             live = ~done[rows]

@@ -24,6 +24,10 @@ fallback chosen by model family:
   (the system text, when given, is prepended to the user turn, as Gemma's own template does);
 * anything else: ``{system}\\n\\n{user}\\n`` followed by nothing, i.e. plain text
   continuation (documented, deliberately neutral).
+
+A model may instead use a named prompt format of :data:`PROMPT_FORMATS` (``prompt_format``
+in the run config): the paper's hand-written wrappers (``reference_inst``,
+``reference_llama3``), with the reference's tokenization, reply extraction and stop tokens.
 """
 from __future__ import annotations
 
@@ -36,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["LoadedModel", "ModelNotFoundError", "load_model", "find_decoder_layers",
-           "embedded_gguf_path", "cache_dir", "EMBEDDED"]
+           "embedded_gguf_path", "cache_dir", "EMBEDDED", "PROMPT_FORMATS", "sampling_settings"]
 
 #: Embedded short names and what they resolve to.
 EMBEDDED = {
@@ -50,6 +54,29 @@ _END_OF_TURN_TOKENS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>", "
                        "<|endoftext|>", "<turn|>")
 
 _CACHE_FORMAT = "v1"
+
+#: Prompt formats, as data.  ``chat_template`` (the default) is the tokenizer's own chat
+#: template.  The others reproduce the paper's code (``LM_hf.py`` ``BaseLM.get_inst`` and
+#: ``get_response_format``, commit 49fe97e): ``template`` wraps the prompt (``{prompt}`` is
+#: replaced, nothing else is formatted), the text is tokenized with the tokenizer's defaults
+#: (special tokens added: the Llama-3 format then starts with two BOS tokens, as the
+#: reference's did), and a reply is decoded with its special tokens, cut after the last
+#: ``reply_split`` marker, cleared of ``reply_remove`` and stripped.
+PROMPT_FORMATS: dict[str, dict | None] = {
+    "chat_template": None,
+    "reference_inst": {  # Mistral-7B-Instruct v0.1-v0.3, Llama-2-7B-Chat
+        "template": "[INST]{prompt}[/INST]",
+        "reply_split": "[/INST]",
+        "reply_remove": ("</s>", "<|im_end|>"),
+    },
+    "reference_llama3": {  # Llama-3-8B-Instruct, Llama-3.2-3B-Instruct
+        "template": ("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\nYou are a helpful assistant"
+                     "<|eot_id|><|start_header_id|>user<|end_header_id|>\n{prompt}<|eot_id|>\n"
+                     "<|start_header_id|>assistant<|end_header_id|>"),
+        "reply_split": "<|end_header_id|>",
+        "reply_remove": ("<|eot_id|>", "</s>", "<|im_end|>"),
+    },
+}
 
 
 class ModelNotFoundError(RuntimeError):
@@ -95,6 +122,14 @@ class LoadedModel:
     pad_token_id: int
     source: str = ""
     model_type: str = field(default="")
+    prompt_format: str = "chat_template"
+    generation_defaults: dict = field(default_factory=dict)
+
+    @property
+    def _format(self) -> dict | None:
+        if self.prompt_format not in PROMPT_FORMATS:
+            raise ValueError(f"prompt_format must be one of {sorted(PROMPT_FORMATS)}, got {self.prompt_format!r}")
+        return PROMPT_FORMATS[self.prompt_format]
 
     # -- chat formatting -------------------------------------------------------------
     @property
@@ -120,6 +155,10 @@ class LoadedModel:
             assistant's turn).  Encode it with :meth:`encode`, not with the tokenizer's
             default call, so that a template that already writes BOS is not given a second.
         """
+        fmt = self._format
+        if fmt is not None:
+            text = f"{system}\n\n{user_text}" if system else user_text
+            return fmt["template"].replace("{prompt}", text)
         if self.has_chat_template:
             messages = ([{"role": "system", "content": system}] if system else []) + [
                 {"role": "user", "content": user_text}]
@@ -150,13 +189,23 @@ class LoadedModel:
         -------
         list[int]
         """
+        if self._format is not None:  # the tokenizer's defaults, as the reference code
+            return list(self.tokenizer(text)["input_ids"])
         bos = self.tokenizer.bos_token
         already = bool(bos) and text.startswith(bos)
         return list(self.tokenizer(text, add_special_tokens=not already)["input_ids"])
 
     def decode(self, ids) -> str:
-        """Text of generated ids, special tokens removed."""
-        return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+        """Text of generated ids: special tokens removed; with a reference prompt format, the
+        reference's reply extraction (specials kept, cut after the last marker, markers
+        removed, stripped)."""
+        fmt = self._format
+        if fmt is None:
+            return self.tokenizer.decode(list(ids), skip_special_tokens=True)
+        text = self.tokenizer.decode(list(ids), skip_special_tokens=False).split(fmt["reply_split"])[-1]
+        for marker in fmt["reply_remove"]:
+            text = text.replace(marker, "")
+        return text.strip()
 
 
 # -- locating layers ---------------------------------------------------------------------
@@ -363,7 +412,18 @@ def _load_tokenizer(location: str, spec: str, tried: list[str], trust_remote_cod
         raise ModelNotFoundError(f"model {spec!r} not found. Tried: " + "; ".join(tried + [hub])) from exc
 
 
-def load_model(spec: str, dtype=None, device=None, trust_remote_code: bool = False) -> LoadedModel:
+def sampling_settings(model) -> dict:
+    """What ``transformers`` ``generate`` would sample with for ``model``: ``top_k`` and
+    ``top_p`` from its ``generation_config`` (transformers' defaults, top-k 50 and top-p 1.0,
+    where the checkpoint's file sets none), as the paper's code sampled."""
+    gc = getattr(model, "generation_config", None)
+    top_k = getattr(gc, "top_k", None)
+    top_p = getattr(gc, "top_p", None)
+    return {"top_k": 50 if top_k is None else int(top_k), "top_p": 1.0 if top_p is None else float(top_p)}
+
+
+def load_model(spec: str, dtype=None, device=None, trust_remote_code: bool = False,
+               prompt_format: str = "chat_template") -> LoadedModel:
     """Load a causal LM and its tokenizer.
 
     Parameters
@@ -378,6 +438,8 @@ def load_model(spec: str, dtype=None, device=None, trust_remote_code: bool = Fal
         Default: ``cuda`` when available, else ``cpu``.
     trust_remote_code : bool, default False
         Passed to ``from_pretrained``; never enabled implicitly.
+    prompt_format : str, default ``"chat_template"``
+        A key of :data:`PROMPT_FORMATS`.
 
     Returns
     -------
@@ -394,6 +456,8 @@ def load_model(spec: str, dtype=None, device=None, trust_remote_code: bool = Fal
 
     if not isinstance(spec, str) or not spec.strip():
         raise ModelNotFoundError(f"model spec must be a non-empty string, got {spec!r}")
+    if prompt_format not in PROMPT_FORMATS:
+        raise ValueError(f"prompt_format must be one of {sorted(PROMPT_FORMATS)}, got {prompt_format!r}")
     device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     if dtype is None:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -417,14 +481,19 @@ def load_model(spec: str, dtype=None, device=None, trust_remote_code: bool = Fal
     d_model = int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd", 0) or getattr(cfg, "d_model"))
 
     stop = set()
-    for src in (getattr(model.generation_config, "eos_token_id", None), tokenizer.eos_token_id):
+    # a reference format stops where the paper's code stopped: the generation config's EOS
+    eos_sources = (getattr(model.generation_config, "eos_token_id", None),)
+    if prompt_format == "chat_template" or eos_sources[0] is None:
+        eos_sources += (tokenizer.eos_token_id,)
+    for src in eos_sources:
         if src is None:
             continue
         stop.update([src] if isinstance(src, int) else list(src))
-    vocab = tokenizer.get_vocab()
-    for tok in _END_OF_TURN_TOKENS:
-        if tok in vocab:
-            stop.add(vocab[tok])
+    if prompt_format == "chat_template":
+        vocab = tokenizer.get_vocab()
+        for tok in _END_OF_TURN_TOKENS:
+            if tok in vocab:
+                stop.add(vocab[tok])
     pad = tokenizer.pad_token_id
     if pad is None:
         pad = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
@@ -433,4 +502,5 @@ def load_model(spec: str, dtype=None, device=None, trust_remote_code: bool = Fal
     return LoadedModel(name=spec, model=model, tokenizer=tokenizer, n_layers=len(layers),
                        d_model=d_model, device=device, dtype=dtype, decoder_layers=layers,
                        stop_token_ids=frozenset(int(s) for s in stop), pad_token_id=int(pad),
-                       source=source, model_type=str(getattr(cfg, "model_type", "") or ""))
+                       source=source, model_type=str(getattr(cfg, "model_type", "") or ""),
+                       prompt_format=prompt_format, generation_defaults=sampling_settings(model))

@@ -186,22 +186,38 @@ def _dtype(cfg: dict) -> str | None:
     return None if cfg["dtype"] in (None, "auto") else cfg["dtype"]
 
 
-def _tasks(cfg: dict):
-    from synclib.scenarios import load_tasks, select_tasks
+def _taskset(cfg: dict):
+    from synclib.scenarios import load_tasks
 
-    return select_tasks(load_tasks(cfg["scenarios"]), cfg["simulate"]["episodes"])
+    return load_tasks(cfg["scenarios"])
+
+
+def _tasks(cfg: dict):
+    from synclib.scenarios import select_tasks
+
+    return select_tasks(_taskset(cfg), cfg["simulate"]["episodes"])
 
 
 def step_simulate(cfg: dict, run: Run, out: Path) -> None:
+    from synclib.scenarios import select_tasks
     from synclib.simulate import simulate
 
     sim = cfg["simulate"]
+    models = cfg["models"]
+    taskset = _taskset(cfg)
+    if read_stamp(out) is not None:
+        # the job runs although it finished once: its settings changed, so its cube is stale.
+        # The cube goes first, then the stamp: a kill in between still finds the stale stamp.
+        out.unlink(missing_ok=True)
+        _stamp_path(out).unlink(missing_ok=True)
     simulate(
-        cfg["models"][run.a]["spec"], cfg["models"][run.b]["spec"], _tasks(cfg), sim["seeds"], out,
-        max_utterances=sim["max_utterances"], temperature=sim["temperature"],
+        models[run.a]["spec"], models[run.b]["spec"], select_tasks(taskset, sim["episodes"]),
+        sim["seeds"], out, max_utterances=sim["max_utterances"], temperature=sim["temperature"],
         max_new_tokens=sim["max_new_tokens"], passive=sim["passive"], tom=sim["tom"],
         batch_size=sim["batch_size"], device=_device(cfg), dtype=_dtype(cfg),
-        store_dtype=sim["store_dtype"],
+        store_dtype=sim["store_dtype"], top_k=sim["top_k"], top_p=sim["top_p"],
+        stop_at_first_line=sim["stop_at_first_line"], passive_seeds=sim["passive_seeds"],
+        taskset=taskset, prompt_formats=(models[run.a]["prompt_format"], models[run.b]["prompt_format"]),
     )
 
 
@@ -212,7 +228,8 @@ def step_judge(cfg: dict, run: Run, out: Path, cube: str) -> None:
     evaluate_cube(
         cube, scenarios=cfg["scenarios"], judge_model=j["model"], judge_url=j["url"],
         api_key_env=j["api_key_env"], mode=j["mode"], concurrency=j["concurrency"],
-        out=out, device=_device(cfg), limit=j["limit"],
+        out=out, device=_device(cfg), limit=j["limit"], layout=j["layout"],
+        structured=j["structured"], reasoning_max_chars=j["reasoning_max_chars"],
     )
 
 
@@ -284,8 +301,8 @@ def step_notebook(cfg: dict, nb: Path, out: Path, manifest: str) -> None:
     from synclib.paths import display
 
     params = {"results_dir": display(Path(manifest).parent)}
-    if cfg["notebooks"].get("ability_scores"):
-        params["ability_scores"] = display(cfg["notebooks"]["ability_scores"])
+    ab = cfg["notebooks"].get("ability_scores")  # execute() drops it where a notebook has no such parameter
+    params["ability_scores"] = display(ab) if ab else None
     tmp = out.with_name(out.stem + ".tmp.ipynb")
     execute(nb, tmp, params)
     os.replace(tmp, out)
@@ -350,7 +367,9 @@ def build_jobs(cfg: dict, steps=STEPS) -> dict[str, Job]:
     code = _file_hash(*sorted((REPO_ROOT / "synclib").rglob("*.py")))
     final = []
     for run in runs(cfg):
-        models = {"model_a": cfg["models"][run.a]["spec"], "model_b": cfg["models"][run.b]["spec"]}
+        ma, mb = cfg["models"][run.a], cfg["models"][run.b]
+        models = {"model_a": ma["spec"], "model_b": mb["spec"],
+                  "prompt_format_a": ma["prompt_format"], "prompt_format_b": mb["prompt_format"]}
         sim = add(f"simulate:{run.name}", R / "cubes" / f"{run.name}.nc",
                   {**models, "scenario_files": scen, **_settings(cfg, "simulate"), "synclib": __version__},
                   partial(step_simulate, cfg, run, R / "cubes" / f"{run.name}.nc"), gpu=True)
@@ -493,6 +512,12 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                         "not, why; disk and time estimates), running nothing")
 
 
+def _scheduler_ok(text: str) -> bool:
+    import re
+
+    return text in ("sync", "threads") or bool(re.fullmatch(r"(tcp|tls|inproc|ucx)://\S+|[\w.-]+:\d+", text))
+
+
 def run(args: argparse.Namespace) -> int:
     try:
         cfg = load_config(args.config, args.overrides)
@@ -500,6 +525,11 @@ def run(args: argparse.Namespace) -> int:
         bad = [s for s in steps if s not in STEPS]
         if bad:
             raise ConfigError(f"--steps: unknown step(s) {bad}; choose from {', '.join(STEPS)}")
+        if not steps:
+            raise ConfigError(f"--steps: no step given; choose from {', '.join(STEPS)}")
+        if args.scheduler is not None and not _scheduler_ok(args.scheduler):
+            raise ConfigError(f"--scheduler: {args.scheduler!r} is neither 'sync', 'threads' nor a scheduler "
+                              "address like tcp://10.0.0.1:8786")
     except ConfigError as exc:
         print(f"synclib run: {exc}", file=sys.stderr)
         return 2

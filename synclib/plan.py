@@ -137,8 +137,16 @@ def format_plan(rows: list[JobPlan]) -> str:
         lines.append(f"{'RUN ' if r.status == 'will run' else 'ok  '} {r.key:34s} {r.output}"
                      + (f"\n       because {r.reason}" if r.reason else "") + extra)
     todo = [r for r in rows if r.status == "will run"]
-    disk = sum(r.disk_bytes or 0 for r in todo)
+    sims = [r for r in todo if r.key.startswith("simulate:")]
+    disk = sum(r.disk_bytes or 0 for r in sims)
+    unknown = sum(r.disk_bytes is None for r in sims)
     secs = sum(r.seconds or 0 for r in todo)
-    lines.append(f"{len(todo)} of {len(rows)} jobs would run; simulation writes ~{_size(disk)}"
+    if not sims:
+        writes = "no simulation"
+    elif unknown == len(sims):
+        writes = "simulation writes an amount not known before the models load (their shapes)"
+    else:
+        writes = f"simulation writes ~{_size(disk)}" + (f" plus {unknown} job(s) of unknown size" if unknown else "")
+    lines.append(f"{len(todo)} of {len(rows)} jobs would run; {writes}"
                  + (f" and takes ~{secs / 3600:.1f} h (estimated)" if secs else ""))
     return "\n".join(lines)

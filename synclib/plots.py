@@ -116,10 +116,15 @@ def enable(png: bool = True) -> None:
 
 # --------------------------------------------------------------------------- helpers
 def placeholder(title: str, message: str) -> alt.Chart:
-    """A chart that only says why there is nothing to draw (e.g. an analysis not run)."""
-    return alt.Chart(pd.DataFrame({"message": [message]})).mark_text(
-        align="left", baseline="middle", fontSize=13, color="#555").encode(
-        text="message:N").properties(title=title, width=420, height=40)
+    """A chart that only says why there is nothing to draw (e.g. an analysis not run),
+    the message wrapped to the chart's width."""
+    import textwrap
+
+    lines = textwrap.wrap(message, 64) or [""]
+    return alt.Chart(pd.DataFrame({"message": ["\n".join(lines)]})).mark_text(
+        align="left", baseline="top", fontSize=13, color="#555", lineBreak="\n", x=0, y=0).encode(
+        text="message:N").properties(title=alt.TitleParams(title, limit=460), width=460,
+                                     height=18 * len(lines))
 
 
 def _placeholder_if_empty(func):
@@ -167,10 +172,12 @@ def r2_heatmap(frame: pd.DataFrame, title: str, src_title: str = "source layer",
     """
     _need(frame, ["src_layer", "tgt_layer", "r2", "best"], "r2_heatmap")
     d = frame.dropna(subset=["r2"]).copy()
+    if d.empty:
+        return placeholder(title, "no finite R² in this run for this panel (too few samples?)")
     top = float(vmax if vmax is not None else max(d["r2"].max(), 1e-6))
     base = alt.Chart(d).encode(
-        x=alt.X("src_layer:O", title=src_title, axis=alt.Axis(labelAngle=0)),
-        y=alt.Y("tgt_layer:O", title=tgt_title, sort="descending"),
+        x=alt.X("src_layer:O", title=src_title, axis=alt.Axis(labelAngle=0, values=_ticks(d["src_layer"]))),
+        y=alt.Y("tgt_layer:O", title=tgt_title, sort="descending", axis=alt.Axis(values=_ticks(d["tgt_layer"]))),
         tooltip=[alt.Tooltip("src_layer:O", title="source layer"),
                  alt.Tooltip("tgt_layer:O", title="target layer"),
                  alt.Tooltip("r2:Q", title="test R²", format=".3f")],
@@ -183,25 +190,45 @@ def r2_heatmap(frame: pd.DataFrame, title: str, src_title: str = "source layer",
     )
     boxes = base.mark_rect(fill=None, stroke="black", strokeWidth=1.5).transform_filter(
         alt.datum.best)
-    return alt.layer(cells, boxes).properties(title=title, width=size, height=size)
+    # a title longer than the panel would widen it: cut to the panel's width (full text on hover)
+    return alt.layer(cells, boxes).properties(
+        title=alt.TitleParams(title, limit=size, fontSize=12), width=size, height=size)
 
 
-def heatmap_row(frames: dict[str, pd.DataFrame], **kw) -> alt.HConcatChart:
-    """Several :func:`r2_heatmap` panels side by side with one shared colour scale."""
+def _ticks(layers: pd.Series, most: int = 8) -> list[int]:
+    """Layer ticks: every layer up to ``most`` layers, else every few (first and last kept)."""
+    vals = sorted({int(v) for v in layers})
+    step = max(1, -(-len(vals) // most))
+    out = vals[::step]
+    return out if out[-1] == vals[-1] else out + [vals[-1]]
+
+
+def heatmap_grid(frames: dict[str, pd.DataFrame], columns: int = 2, size: int | None = None,
+                 **kw) -> alt.VConcatChart:
+    """:func:`r2_heatmap` panels in rows of ``columns`` with one shared colour scale.
+
+    Sized to fit a book's text column (about 650 pixels at a laptop's width): two 210-pixel
+    panels per row with their axes and the shared legend, or one 360-pixel panel; layer ticks
+    every few layers; hover shows both layers and R².
+    """
     if not frames:
-        raise ValueError("heatmap_row: no panels to draw")
-    vmax = max(float(np.nanmax(f["r2"].to_numpy(dtype=float))) for f in frames.values())
-    kw.setdefault("size", max(120, min(220, 520 // len(frames))))
-    panels = [r2_heatmap(f, title=t, vmax=max(vmax, 1e-6), **kw) for t, f in frames.items()]
-    return alt.hconcat(*panels).resolve_scale(color="shared")
+        raise ValueError("heatmap_grid: no panels to draw")
+    finite = [f["r2"].to_numpy(dtype=float) for f in frames.values() if "r2" in f and len(f)]
+    finite = [v[np.isfinite(v)] for v in finite]
+    vmax = max((float(v.max()) for v in finite if v.size), default=1e-6)
+    columns = max(1, min(columns, len(frames)))
+    size = size or (210 if columns > 1 else 360)
+    panels = [r2_heatmap(f, title=t, vmax=max(vmax, 1e-6), size=size, **kw) for t, f in frames.items()]
+    rows = [alt.hconcat(*panels[i:i + columns]) for i in range(0, len(panels), columns)]
+    return alt.vconcat(*rows).resolve_scale(color="shared")
 
 
 # --------------------------------------------------------------------------- bars / lines
 @_placeholder_if_empty
 def grouped_bars(frame: pd.DataFrame, x: str, group: str, title: str, y_title: str = "SyncR²",
                  column: str | None = None, x_title: str | None = None,
-                 group_title: str | None = None, sort=None, width: int = 260,
-                 wrap: int = 3) -> alt.Chart:
+                 group_title: str | None = None, sort=None, width: int = 220,
+                 wrap: int = 2) -> alt.Chart:
     """Bars of ``mean`` by ``x`` and ``group`` with ± standard-error bars.
 
     Parameters
@@ -209,6 +236,8 @@ def grouped_bars(frame: pd.DataFrame, x: str, group: str, title: str, y_title: s
     frame : DataFrame
         Columns ``x``, ``group``, ``mean``, ``se`` (and ``column`` when faceting); extra
         columns show in the tooltip.
+    column, wrap : facet by ``column``, ``wrap`` panels per row (with the legend below,
+        two panels fit a book's text column)
     """
     _need(frame, [x, group, "mean", "se"] + ([column] if column else []), "grouped_bars")
     d = _with_bounds(frame)
@@ -220,7 +249,8 @@ def grouped_bars(frame: pd.DataFrame, x: str, group: str, title: str, y_title: s
     bars = alt.Chart().mark_bar().encode(
         x=xs, xOffset=alt.XOffset(f"{group}:N", sort=None),
         y=alt.Y("mean:Q", title=y_title),
-        color=alt.Color(f"{group}:N", title=group_title or group, sort=None), tooltip=tips)
+        color=alt.Color(f"{group}:N", title=group_title or group, sort=None,
+                        legend=alt.Legend(orient="bottom") if column else alt.Undefined), tooltip=tips)
     err = alt.Chart().mark_errorbar(ticks=True).encode(
         x=xs, xOffset=alt.XOffset(f"{group}:N", sort=None),
         y=alt.Y("lo:Q", title=y_title), y2="hi:Q", tooltip=tips)
@@ -235,7 +265,7 @@ def grouped_bars(frame: pd.DataFrame, x: str, group: str, title: str, y_title: s
 def lines_with_se(frame: pd.DataFrame, x: str, series: str, title: str,
                   y_title: str = "SyncR²", x_title: str | None = None,
                   column: str | None = None, x_type: str = "O", log_x: bool = False,
-                  width: int = 260) -> alt.Chart:
+                  width: int = 260, wrap: int = 2) -> alt.Chart:
     """Lines of ``mean`` against ``x``, one per ``series``, with ± SE bars.
 
     Parameters
@@ -244,6 +274,7 @@ def lines_with_se(frame: pd.DataFrame, x: str, series: str, title: str,
         Columns ``x``, ``series``, ``mean``, ``se`` (and ``column`` when faceting).
     x_type : {"O", "Q"}
         Ordinal (lags) or quantitative (sample sizes) x axis.
+    column, wrap : facet by ``column``, ``wrap`` panels of 220 pixels per row, legend below
     """
     _need(frame, [x, series, "mean", "se"] + ([column] if column else []), "lines_with_se")
     d = _with_bounds(frame)
@@ -252,14 +283,16 @@ def lines_with_se(frame: pd.DataFrame, x: str, series: str, title: str,
                axis=alt.Axis(labelAngle=0) if x_type == "O" else alt.Undefined)
     tips = [alt.Tooltip(f"{series}:N"), alt.Tooltip(f"{x}:{x_type}"),
             alt.Tooltip("mean:Q", format=".3f"), alt.Tooltip("se:Q", format=".3f")]
-    color = alt.Color(f"{series}:N", title=series)
+    color = alt.Color(f"{series}:N", title=series,
+                      legend=alt.Legend(orient="bottom", columns=4) if column else alt.Undefined)
     line = alt.Chart().mark_line(point=True).encode(x=xs, y=alt.Y("mean:Q", title=y_title),
                                                    color=color, tooltip=tips)
     err = alt.Chart().mark_errorbar(ticks=True).encode(x=xs, y=alt.Y("lo:Q", title=y_title),
                                                        y2="hi:Q", color=color, tooltip=tips)
-    layered = alt.layer(line, err, data=d).properties(width=width)
+    layered = alt.layer(line, err, data=d).properties(width=min(width, 220) if column else width)
     if column:
-        return layered.facet(column=alt.Column(f"{column}:N", title=None)).properties(title=title)
+        return layered.facet(facet=alt.Facet(f"{column}:N", title=None, sort=None),
+                             columns=wrap).properties(title=title)
     return layered.properties(title=title)
 
 
@@ -333,14 +366,15 @@ def correlation_vs_k(frame: pd.DataFrame, title: str) -> alt.Chart:
     d["significance"] = np.where(d["significant"], "p < 0.05", "p ≥ 0.05")
     return alt.Chart(d).mark_line(point=True).encode(
         x=alt.X("k:O", title="top-k target layers", axis=alt.Axis(labelAngle=0)),
-        y=alt.Y("r:Q", title="Pearson r (SyncR² vs social performance)",
-                scale=alt.Scale(domain=[-1, 1])),
-        color=alt.Color("group:N", title="family"), shape=alt.Shape("group:N", title="family"),
-        size=alt.Size("significance:N", scale=alt.Scale(domain=["p < 0.05", "p ≥ 0.05"],
-                                                        range=[120, 30])),
+        y=alt.Y("r:Q", title="Pearson r with social performance", scale=alt.Scale(domain=[-1, 1])),
+        color=alt.Color("group:N", title="family", legend=alt.Legend(orient="bottom")),
+        shape=alt.Shape("group:N", title="family", legend=alt.Legend(orient="bottom")),
+        size=alt.Size("significance:N", scale=alt.Scale(domain=["p < 0.05", "p ≥ 0.05"], range=[120, 30]),
+                      legend=alt.Legend(orient="bottom")),
         tooltip=[alt.Tooltip("group:N"), alt.Tooltip("k:O"), alt.Tooltip("r:Q", format=".3f"),
                  alt.Tooltip("p:Q", format=".3g")],
-    ).properties(title=title, width=420)
+    ).properties(title=title, width=560,  # the whole chart, legends included, fits the text column
+                 autosize=alt.AutoSizeParams(type="fit-x", contains="padding"))
 
 
 # --------------------------------------------------------------------------- figure 8

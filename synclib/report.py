@@ -64,18 +64,25 @@ def sentence_fig2(frames: dict[str, pd.DataFrame], published: dict, direction: s
 
 
 # --------------------------------------------------------------------------- figures 3, 4
+def _versus(sync: pd.DataFrame, other: pd.DataFrame, what: str) -> str:
+    m = sync[["pair", "mean"]].merge(other[["pair", "mean"]], on="pair", suffixes=("_g", "_c"))
+    lower = int((m["mean_c"] < m["mean_g"]).sum())
+    return (f"With {what} SyncR² is lower than in the genuine interaction for {lower} of {len(m)} "
+            f"pairs (mean {_f(m['mean_g'].mean())} genuine vs {_f(m['mean_c'].mean())}).")
+
+
 def sentence_controls(control: pd.DataFrame, lag: pd.DataFrame, sync: pd.DataFrame,
-                      passive: pd.DataFrame | None, published: dict) -> str:
-    """Passive vs genuine per pair (``passive`` None: the run has no passive condition),
-    and the change from lag 0 to the largest lag."""
+                      passive: pd.DataFrame | None, published: dict,
+                      shuffled: pd.DataFrame | None = None) -> str:
+    """Passive and shuffled vs genuine per pair (None: the run lacks that condition), and
+    the change from lag 0 to the largest lag."""
     if passive is None:
         s1 = "This run has no passive-reader condition (`simulate.passive` was off)."
     else:
-        m = sync[["pair", "mean"]].merge(passive[["pair", "mean"]], on="pair", suffixes=("_g", "_p"))
-        lower = int((m["mean_p"] < m["mean_g"]).sum())
-        s1 = (f"With the passive reader SyncR² is lower than in the genuine interaction for "
-              f"{lower} of {len(m)} pairs (mean {_f(m['mean_g'].mean())} genuine vs "
-              f"{_f(m['mean_p'].mean())} passive).")
+        s1 = _versus(sync, passive, "the passive reader")
+    if shuffled is not None:
+        s1 += (" " + _versus(sync, shuffled, "the shuffled control (training targets permuted "
+                             "within each dialog, the paper's code's control)"))
     kmax = int(lag["k"].max()) if len(lag) else 0
     if kmax > 0:
         k0 = lag[lag["k"] == 0]["mean"].mean()
@@ -143,8 +150,10 @@ def partial_table(pairs: pd.DataFrame, by: str = "family",
     return pd.DataFrame(rows)
 
 
-def sentence_table1(table: pd.DataFrame | None, ability_scores, published: dict) -> str:
-    """Table 1, or a plain statement that no ability scores were given."""
+def sentence_table1(table: pd.DataFrame | None, ability_scores, published: dict,
+                    abilities: pd.DataFrame | None = None) -> str:
+    """Table 1, or a plain statement of what is missing: no ability CSV, or no scores in it
+    for this run's models (``abilities``: :meth:`synclib.results.Results.ability_table`)."""
     p = published["table1"]
     pub = "; ".join(f"{d['family']} {d['ifeval']} / {d['musr']}" for d in p["partial_r"])
     pub = f"partial r given IFEval / MuSR: {pub}. {p['note']}"
@@ -152,10 +161,17 @@ def sentence_table1(table: pd.DataFrame | None, ability_scores, published: dict)
         return (f"No ability scores were given (`ability_scores = {ability_scores!r}`), so the "
                 "partial correlations of table 1 are not computed here; pass a CSV with columns "
                 "`model,ifeval,musr` to compute them." + _paper(p, pub))
+    if abilities is not None and abilities[["ifeval", "musr"]].isna().all(axis=None):
+        models = sorted(set(abilities["model_a"]) | set(abilities["model_b"]))
+        return (f"`{ability_scores}` has no IFEval or MuSR scores for this run's models "
+                f"({', '.join(models)}), so table 1 cannot be computed here; the shipped CSV holds "
+                "the scores the paper's code used for its six models. Pass a CSV with columns "
+                "`model,ifeval,musr` naming these models to compute it." + _paper(p, pub))
     parts = [f"{r['family']}: IFEval {r['ifeval note']}, MuSR {r['musr note']}"
              for _, r in table.iterrows()]
-    return ("Partial correlation of SyncR² with social performance given ability - "
-            + "; ".join(parts) + "." + _paper(p, pub))
+    return ("Partial correlation of SyncR² with social performance given ability, per model pair "
+            "as the paper's code computes it (the first speaking order's social performance, the "
+            "agent 1 -> agent 2 SyncR² of both orders) - " + "; ".join(parts) + "." + _paper(p, pub))
 
 
 # --------------------------------------------------------------------------- figure 7
@@ -280,6 +296,13 @@ def sentence_tom(table: pd.DataFrame, published: dict) -> str:
     s = (f"The decoders reach a lower test KL than the train-mean baseline in {better} of "
          f"{len(both)} cases (mean KL {_f(both['dec'].mean(), 3)} vs baseline "
          f"{_f(both['base'].mean(), 3)}; by target and source: {'; '.join(parts)}).")
+    if {"n_kept", "n_dropped"} <= set(table.columns):
+        dec_rows = table[table["decoder_or_baseline"] == "decoder"]
+        kept, dropped = int(dec_rows["n_kept"].sum()), int(dec_rows["n_dropped"].sum())
+        if kept + dropped:
+            s += (f" Only replies in the instructed \"Emotion. Action type.\" format are decoded, as "
+                  f"the paper restricts itself to models that follow it: {dropped} of {kept + dropped} "
+                  f"samples ({100 * dropped / (kept + dropped):.0f}%) were dropped for not following it.")
     return s + _paper(p, p["claim"])
 
 
@@ -310,7 +333,7 @@ def run_summary_markdown(res) -> str:
     ana = cfg.get("analysis") or {}
     lines = [banner(res).strip()] if res.synthetic else []
     models = {}
-    for p in res.pairs:
+    for p in res.runs:
         models.setdefault(p.model_a, None)
         models.setdefault(p.model_b, None)
     episodes = sim.get("episodes")
@@ -324,6 +347,7 @@ def run_summary_markdown(res) -> str:
         "| setting | value |", "| --- | --- |",
         f"| models | {', '.join(models)} |",
         f"| pairs | {', '.join(res.pair_names)} |",
+        f"| ordered runs | {', '.join(res.run_names)} (speaking orders: {res.orders_played()}) |",
         f"| scenarios | {cfg.get('scenarios', 'n/a')} |",
         f"| tasks (episodes) | {episodes if episodes is not None else 'n/a'} |",
         f"| simulation seeds | {sim.get('seeds', 'n/a')} |",
@@ -337,7 +361,7 @@ def run_summary_markdown(res) -> str:
     conds = res.conditions()
     passive = res.sync_table("passive") if "passive" in conds else None
     n_train = []
-    for name in res.pair_names:
+    for name in res.run_names:
         ds = res.analysis(name)
         if "n_train" in ds:
             n_train.append(int(ds["n_train"].sel(condition="genuine").max())
@@ -346,7 +370,9 @@ def run_summary_markdown(res) -> str:
         lines.append(f"| train samples per dataset | {min(n_train)}-{max(n_train)} |"
                      if min(n_train) != max(n_train) else
                      f"| train samples per dataset | {n_train[0]} |")
-    lines += ["", "**Headline numbers of this run** (mean ± standard error over split seeds):", ""]
+    lines += ["", "**Headline numbers of this run** (per model pair: the mean of its directional SyncR² "
+              "values, both directions of every speaking order played, ± the mean of their standard "
+              "errors over split seeds, as the paper's code computes them):", ""]
     for _, r in sync.iterrows():
         extra = ""
         if passive is not None:

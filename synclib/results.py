@@ -5,19 +5,22 @@ relative to it)::
 
     RESULTS/
       manifest.json            {"name": ..., "embedded": bool, "config": {...},
-                                "pairs": [{"name": "S-G", "model_a": label, "model_b": label,
+                                "pairs": [{"name": "G-S", "pair": "S-G", "order": 2,
+                                           "model_a": label, "model_b": label,
                                            "spec_a": ..., "spec_b": ..., "family": "Cross",
-                                           "cube": "cubes/S-G.nc",
-                                           "analysis": "analysis/S-G.nc",
-                                           "judge": "judge/S-G.judge.csv"}, ...]}
-      cubes/PAIR.nc            activation cube (book/architecture.md, "The cube")
-      analysis/PAIR.nc         analysis Dataset (book/architecture.md, "Analysis results")
-      judge/PAIR.judge.csv     judge scores (book/architecture.md, "Judge scores")
+                                           "cube": "cubes/G-S.nc",
+                                           "analysis": "analysis/G-S.nc",
+                                           "judge": "judge/G-S.judge.csv"}, ...]}
+      cubes/RUN.nc             activation cube of one ordered run (book/architecture.md)
+      analysis/RUN.nc          its analysis Dataset
+      judge/RUN.judge.csv      its judge scores
 
 :func:`load_results` returns a :class:`Results`; its ``*_table`` methods return the tidy
-:class:`pandas.DataFrame` each notebook draws with :mod:`synclib.plots`.  Every value is
-summarised over split seeds as a mean and standard error (:func:`synclib.stats.mean_se`);
-a pair's SyncR² is the mean of its two directions, per split seed.
+:class:`pandas.DataFrame` each notebook draws with :mod:`synclib.plots`.  As the paper's
+code: SyncR² is aggregated over split seeds by the analysis (``sync_r2``, ``sync_r2_se``);
+a model pair's SyncR² is the mean of its directional values (two directions x both speaking
+orders), its band the mean of their standard errors; its social performance the mean over
+its orders.  ``separate=True`` gives one row per ordered run instead.
 
 :func:`synclib.synthetic.build_synthetic_results` writes a tiny results directory for tests;
 its manifest says ``"synthetic": true``.
@@ -39,6 +42,8 @@ from synclib.paths import PUBLISHED_NUMBERS, display, in_repo
 from synclib.scenarios import RELATIONSHIPS
 
 MANIFEST = "manifest.json"
+#: fields every manifest entry (one ordered run) has; ``pair`` and ``order`` are optional
+#: (default: the run's own name, order 1), so results written before both orders still load
 PAIR_KEYS = ("name", "model_a", "model_b", "family", "analysis", "judge")
 #: analysis variable holding SyncR² with the persona-disjoint split (table 2)
 PERSONA_VAR = "persona_disjoint_sync_r2"
@@ -49,8 +54,13 @@ class ResultsError(ValueError):
 
 
 @dataclass(frozen=True)
-class PairInfo:
-    """One model pair of a run; paths are absolute."""
+class RunInfo:
+    """One ordered run of a results directory (a cube, its analysis and judge table).
+
+    ``pair`` is the unordered pair as the config names it (``"S-G"``); ``order`` is 1 for
+    the pair as written (its first model plays agent 1) and 2 for the reversed run
+    (``name == "G-S"``).  Paths are absolute.
+    """
 
     name: str
     model_a: str
@@ -61,6 +71,8 @@ class PairInfo:
     cube: Path | None = None
     spec_a: str | None = None
     spec_b: str | None = None
+    pair: str = ""
+    order: int = 1
 
 
 def _find_results(results_dir: str | os.PathLike) -> Path:
@@ -76,25 +88,30 @@ def load_results(results_dir: str | os.PathLike) -> "Results":
     """Open a results directory (see the module docstring for its layout)."""
     root = _find_results(results_dir)
     mpath = root / MANIFEST
+    where = display(mpath)
     try:
         manifest = json.loads(mpath.read_text())
     except json.JSONDecodeError as exc:
-        raise ResultsError(f"{mpath}: not valid JSON: {exc}") from None
+        raise ResultsError(f"{where}: not valid JSON: {exc}") from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("pairs"), list):
-        raise ResultsError(f"{mpath}: expected an object with a list 'pairs'")
-    pairs = []
+        raise ResultsError(f"{where}: expected an object with a list 'pairs'")
+    runs = []
     for i, entry in enumerate(manifest["pairs"]):
         missing = [k for k in PAIR_KEYS if k not in entry]
         if missing:
-            raise ResultsError(f"{mpath}: pairs[{i}] lacks field(s) {missing}")
-        pairs.append(PairInfo(
+            raise ResultsError(f"{where}: pairs[{i}] lacks field(s) {missing}")
+        order = entry.get("order", 1)
+        if order not in (1, 2):
+            raise ResultsError(f"{where}: pairs[{i}].order must be 1 or 2, got {order!r}")
+        runs.append(RunInfo(
             name=str(entry["name"]), model_a=str(entry["model_a"]), model_b=str(entry["model_b"]),
             family=str(entry["family"]), analysis=root / entry["analysis"],
             judge=root / entry["judge"], cube=root / entry["cube"] if entry.get("cube") else None,
-            spec_a=entry.get("spec_a"), spec_b=entry.get("spec_b")))
-    if not pairs:
-        raise ResultsError(f"{mpath}: 'pairs' is empty")
-    return Results(root=root, manifest=manifest, pairs=pairs)
+            spec_a=entry.get("spec_a"), spec_b=entry.get("spec_b"),
+            pair=str(entry.get("pair") or entry["name"]), order=int(order)))
+    if not runs:
+        raise ResultsError(f"{where}: 'pairs' is empty")
+    return Results(root=root, manifest=manifest, runs=runs)
 
 
 def load_ability_scores(path: str | os.PathLike) -> pd.DataFrame:
@@ -103,9 +120,9 @@ def load_ability_scores(path: str | os.PathLike) -> pd.DataFrame:
     Columns (case-insensitive): ``model`` (a model label or spec as in the manifest),
     ``ifeval``, ``musr``; any other column (e.g. ``source``) is kept.
     """
-    path = Path(path)
+    path = in_repo(path)
     if not path.is_file():
-        raise ResultsError(f"ability_scores: file not found: {path}")
+        raise ResultsError(f"ability_scores: file not found: {display(path)}")
     df = pd.read_csv(path)
     df.columns = [c.strip().lower() for c in df.columns]
     missing = [c for c in ("model", "ifeval", "musr") if c not in df.columns]
@@ -128,12 +145,17 @@ class Results:
     ----------
     root : Path
     manifest : dict
-    pairs : list of PairInfo
+    runs : list of RunInfo
+        The ordered runs, in manifest order.
+
+    A *unit* of the tables is a model pair (default: its ordered runs pooled, as the
+    paper's figures pool both speaking orders) or, with ``separate=True``, one ordered run
+    (the reference's ``separate=True`` view).
     """
 
     root: Path
     manifest: dict
-    pairs: list
+    runs: list
     _analysis: dict = field(default_factory=dict, repr=False)
     _judge: dict = field(default_factory=dict, repr=False)
 
@@ -153,68 +175,102 @@ class Results:
         return dict(self.manifest.get("config") or {})
 
     @property
-    def pair_names(self) -> list[str]:
-        return [p.name for p in self.pairs]
+    def run_names(self) -> list[str]:
+        return [r.name for r in self.runs]
 
-    def pair(self, name: str) -> PairInfo:
-        for p in self.pairs:
-            if p.name == name:
-                return p
-        raise KeyError(f"pair {name!r} not in {self.root / MANIFEST}; pairs: {self.pair_names}")
+    @property
+    def pair_names(self) -> list[str]:
+        """The unordered model pairs, in order of first appearance."""
+        return list(dict.fromkeys(r.pair for r in self.runs))
+
+    def run(self, name: str) -> RunInfo:
+        for r in self.runs:
+            if r.name == name:
+                return r
+        raise KeyError(f"run {name!r} not in {display(self.root / MANIFEST)}; runs: {self.run_names}")
+
+    def runs_of(self, pair: str) -> list[RunInfo]:
+        """The ordered runs of ``pair`` (order 1 first)."""
+        out = sorted((r for r in self.runs if r.pair == pair), key=lambda r: r.order)
+        if not out:
+            raise KeyError(f"pair {pair!r} not in {display(self.root / MANIFEST)}; pairs: {self.pair_names}")
+        return out
+
+    def units(self, separate: bool = False) -> list[tuple[str, list[RunInfo]]]:
+        """``(name, runs)`` per table row: pairs with their runs, or each run alone."""
+        if separate:
+            return [(r.name, [r]) for r in self.runs]
+        return [(p, self.runs_of(p)) for p in self.pair_names]
 
     def analysis(self, name: str) -> xr.Dataset:
-        """The pair's analysis Dataset, loaded into memory (cached)."""
+        """The run's analysis Dataset, loaded into memory (cached)."""
         if name not in self._analysis:
-            path = self.pair(name).analysis
+            path = self.run(name).analysis
             if not path.is_file():
-                raise ResultsError(f"analysis file missing for pair {name}: {path}")
+                raise ResultsError(f"analysis file missing for run {name}: {display(path)}")
             with xr.open_dataset(path) as ds:
                 self._analysis[name] = ds.load()
         return self._analysis[name]
 
     def judge(self, name: str) -> pd.DataFrame | None:
-        """The pair's judge table, or ``None`` when the run has none for it."""
+        """The run's judge table, or ``None`` when the run has none for it."""
         if name not in self._judge:
             from synclib.judge import read_table
 
-            path = self.pair(name).judge
+            path = self.run(name).judge
             self._judge[name] = read_table(path) if path.is_file() else None
         return self._judge[name]
 
-    def pairs_with(self, var: str) -> list[str]:
-        """Names of the pairs whose analysis has variable ``var``."""
-        return [p.name for p in self.pairs if var in self.analysis(p.name)]
+    def runs_with(self, var: str) -> list[str]:
+        """Names of the runs whose analysis has variable ``var``."""
+        return [r.name for r in self.runs if var in self.analysis(r.name)]
 
-    def _info(self, name: str) -> dict:
-        p = self.pair(name)
-        return {"pair": p.name, "family": p.family, "model_a": p.model_a, "model_b": p.model_b}
+    def _info(self, runs: list[RunInfo], separate: bool = False) -> dict:
+        first = runs[0]
+        return {"pair": first.name if separate else first.pair, "family": first.family,
+                "model_a": first.model_a, "model_b": first.model_b, "orders": len(runs)}
+
+    def orders_played(self) -> str:
+        """``"both"``, ``"first"`` or ``"mixed"``: whether pairs of two different models
+        were played in both speaking orders."""
+        mixed = [p for p in self.pair_names if self.runs_of(p)[0].model_a != self.runs_of(p)[0].model_b]
+        n = {len(self.runs_of(p)) for p in mixed}
+        return "both" if n == {2} else "first" if n <= {1} else "mixed"
 
     def describe(self) -> str:
-        """One line naming the run, e.g. for a notebook's first output."""
+        """One line naming the run, e.g. for a notebook's first output (no machine paths)."""
         kind = ("SYNTHETIC TEST DATA (not results)" if self.synthetic else
                 "embedded tiny models" if self.embedded else "configured models")
-        return (f"results: {self.root} ({self.manifest.get('name', 'unnamed')}, {kind}); "
-                f"pairs: {', '.join(self.pair_names)}")
+        where = display(self.root)
+        if Path(where).is_absolute():  # outside the repository: no machine path on a page
+            where = f"{self.root.name} (outside the repository)"
+        return (f"results: {where} ({self.manifest.get('name', 'unnamed')}, {kind}); "
+                f"pairs: {', '.join(self.pair_names)}; ordered runs: {', '.join(self.run_names)}")
 
     # ------------------------------------------------------------------ fig 2, 3
     def heatmap_frame(self, name: str, condition: str = "genuine",
                       direction: str = "A->B") -> pd.DataFrame:
-        """Test R² per layer pair, averaged over split seeds, with each source's best target.
+        """Test R² per layer pair of one ordered run, averaged over split seeds, with each
+        source layer's best target (the reference's ``r2_mean``).
 
         Returns
         -------
         DataFrame
-            Columns ``src_layer, tgt_layer, r2, best`` (layers 1-based, padding dropped).
+            Columns ``src_layer, tgt_layer, r2, best`` (layers 1-based, padding dropped);
+            empty when the run has no finite value for ``condition``.
         """
         ds = self.analysis(name)
-        if "r2" not in ds:
-            raise ResultsError(f"{self.pair(name).analysis}: no variable 'r2'")
-        grid = ds["r2"].sel(condition=condition, direction=direction)
-        if "split_seed" in grid.dims:
-            grid = grid.mean("split_seed")
+        if "r2_mean" in ds:
+            grid = ds["r2_mean"].sel(condition=condition, direction=direction)
+        elif "r2" in ds:
+            grid = ds["r2"].sel(condition=condition, direction=direction)
+            if "split_seed" in grid.dims:
+                grid = grid.mean("split_seed")
+        else:
+            raise ResultsError(f"{display(self.run(name).analysis)}: no variable 'r2_mean' or 'r2'")
         grid = grid.transpose("src_layer", "tgt_layer")
         vals = grid.to_numpy().astype(float)
-        src = np.asarray(grid["src_layer"]); tgt = np.asarray(grid["tgt_layer"])
+        src, tgt = np.asarray(grid["src_layer"]), np.asarray(grid["tgt_layer"])
         offset = 1 if (src.size and src.min() == 0) else 0
         rows = []
         for i in range(vals.shape[0]):
@@ -226,107 +282,138 @@ class Results:
                 if np.isfinite(row[j]):
                     rows.append({"src_layer": int(src[i]) + offset, "tgt_layer": int(tgt[j]) + offset,
                                  "r2": float(row[j]), "best": j == best})
-        return pd.DataFrame(rows)
+        return pd.DataFrame(rows, columns=["src_layer", "tgt_layer", "r2", "best"])
 
-    def example_pair(self) -> str:
-        """A pair to show as the example: the first cross-family pair, else the first pair."""
-        for p in self.pairs:
-            if p.family.lower().startswith("cross"):
-                return p.name
-        return self.pairs[0].name
+    def example_run(self) -> str:
+        """A run to show as the example: the first cross-family run, else the first run."""
+        for r in self.runs:
+            if r.family.lower().startswith("cross"):
+                return r.name
+        return self.runs[0].name
 
-    def heatmap_frames(self, pairs=None, conditions=("genuine",), direction: str = "A->B",
-                       max_pairs: int = 3) -> dict[str, pd.DataFrame]:
-        """:meth:`heatmap_frame` for several pairs and conditions, keyed by a panel title.
+    def heatmap_frames(self, runs=None, conditions=("genuine",), direction: str = "A->B",
+                       max_runs: int = 3) -> dict[str, pd.DataFrame]:
+        """:meth:`heatmap_frame` for several runs and conditions, keyed by a panel title.
 
-        ``pairs=None`` takes the first ``max_pairs`` pairs of the manifest.  A title reads
+        ``runs=None`` takes the first ``max_runs`` runs of the manifest.  A title reads
         e.g. ``"S-G genuine: SmolLM2 → Gemma"`` (source model first).
         """
-        names = list(pairs) if pairs else self.pair_names[:max_pairs]
+        names = list(runs) if runs else self.run_names[:max_runs]
         out = {}
         for name in names:
-            p = self.pair(name)
-            src, tgt = (p.model_a, p.model_b) if direction == "A->B" else (p.model_b, p.model_a)
+            r = self.run(name)
+            src, tgt = (r.model_a, r.model_b) if direction == "A->B" else (r.model_b, r.model_a)
             for cond in conditions:
                 out[f"{name} {cond}: {src} → {tgt}"] = self.heatmap_frame(name, cond, direction)
         return out
 
     # ------------------------------------------------------------------ SyncR² summaries
-    def _pair_seeds(self, name: str, var: str = "sync_r2", **sel) -> np.ndarray:
-        """Per-split-seed pair SyncR² (mean of the directions) for ``var`` at ``sel``."""
-        da = self.analysis(name)[var]
-        da = da.sel(**{k: v for k, v in sel.items() if k in da.dims})
-        if "direction" in da.dims:
-            da = da.mean("direction")
-        rest = [d for d in da.dims if d != "split_seed"]
-        if rest:
-            raise ResultsError(f"{self.pair(name).analysis}: {var} has unexpected dims {rest} "
-                               f"after selecting {sel}")
-        return np.atleast_1d(da.to_numpy().astype(float))
+    def _directional(self, runs: list[RunInfo], var: str, directions=None, **sel) -> tuple[np.ndarray, np.ndarray]:
+        """The directional values of ``var`` (and of ``{var}_se``, NaN without it) over
+        ``runs``: one per (run, direction), reference-aggregated over split seeds."""
+        vals, ses = [], []
+        for r in runs:
+            ds = self.analysis(r.name)
+            if var not in ds:
+                raise ResultsError(f"{display(r.analysis)}: no variable {var!r}")
+            for v, out in ((var, vals), (f"{var}_se", ses)):
+                if v not in ds:
+                    out.append(np.full(len(directions or ds["direction"]), np.nan))
+                    continue
+                da = ds[v].sel(**{k: x for k, x in sel.items() if k in ds[v].dims})
+                if directions is not None:
+                    da = da.sel(direction=list(directions))
+                rest = [d for d in da.dims if d != "direction"]
+                if rest:
+                    raise ResultsError(f"{display(r.analysis)}: {v} has unexpected dims {rest} after "
+                                       f"selecting {sel}")
+                out.append(np.atleast_1d(da.to_numpy().astype(float)))
+        return np.concatenate(vals), np.concatenate(ses)
 
-    def sync_table(self, condition: str = "genuine") -> pd.DataFrame:
-        """Per pair: SyncR² mean and SE over split seeds (columns ``pair, family, ..., mean, se, n_seeds``)."""
-        rows = []
-        for p in self.pairs:
-            v = self._pair_seeds(p.name, "sync_r2", condition=condition)
-            m, s = stats.mean_se(v)
-            rows.append({**self._info(p.name), "condition": condition, "mean": m, "se": s,
-                         "n_seeds": int(np.isfinite(v).sum())})
+    def _unit_value(self, runs, var: str = "sync_r2", directions=None, **sel) -> dict:
+        """``mean`` of the unit's directional values (the paper's pair SyncR²: both
+        directions of both orders), ``se`` the mean of their standard errors (the
+        reference's band), ``n_values`` how many were finite."""
+        v, se = self._directional(runs, var, directions, **sel)
+        ok = np.isfinite(v)
+        return {"mean": float(v[ok].mean()) if ok.any() else math.nan,
+                "se": float(np.nanmean(se[ok])) if np.isfinite(se[ok]).any() else math.nan,
+                "n_values": int(ok.sum())}
+
+    def sync_table(self, condition: str = "genuine", separate: bool = False) -> pd.DataFrame:
+        """Per pair (or ordered run): SyncR² ``mean`` over its directional values and ``se``
+        (columns ``pair, family, model_a, model_b, orders, condition, mean, se, n_values``)."""
+        rows = [{**self._info(runs, separate), "condition": condition,
+                 **self._unit_value(runs, "sync_r2", condition=condition)}
+                for _, runs in self.units(separate)]
         return pd.DataFrame(rows)
 
     def conditions(self) -> list[str]:
-        """The conditions present in every pair's ``sync_r2``."""
-        sets = [list(self.analysis(n)["sync_r2"]["condition"].values) for n in self.pair_names]
+        """The conditions present in every run's ``sync_r2``, in the analysis' order."""
+        sets = [list(self.analysis(n)["sync_r2"]["condition"].values) for n in self.run_names]
         return [c for c in sets[0] if all(c in s for s in sets)]
 
     def control_table(self, conditions=None) -> pd.DataFrame:
-        """Figure 4a: per family and condition, mean and SE over all (pair, split seed) values.
+        """Figure 4a: per family and condition, the mean of the pairs' SyncR² and the
+        reference's error bar (:func:`synclib.stats.reference_family_se`).
 
-        ``conditions`` default: genuine and passive, those the run has.
+        ``conditions`` default: genuine, passive and shuffled, those the run has.
         """
         if conditions is None:
-            conditions = [c for c in ("genuine", "passive") if c in self.conditions()]
+            conditions = [c for c in ("genuine", "passive", "shuffled") if c in self.conditions()]
+        n_split = len((self.config.get("analysis") or {}).get("split_seeds") or [0, 1, 2])
         rows = []
         for cond in conditions:
-            fam_vals: dict[str, list] = {}
-            for p in self.pairs:
-                fam_vals.setdefault(p.family, []).extend(self._pair_seeds(p.name, condition=cond))
-            for fam, vals in fam_vals.items():
-                m, s = stats.mean_se(vals)
-                rows.append({"family": fam, "condition": cond, "mean": m, "se": s,
-                             "n_values": int(np.isfinite(vals).sum())})
-        return pd.DataFrame(rows)
+            t = self.sync_table(cond)
+            for fam, sub in t.groupby("family", sort=False):
+                v = sub["mean"].to_numpy(float)
+                ok = np.isfinite(v)
+                rows.append({"family": fam, "condition": cond,
+                             "mean": float(v[ok].mean()) if ok.any() else math.nan,
+                             "se": stats.reference_family_se(v, n_split), "n_pairs": int(ok.sum())})
+        return pd.DataFrame(rows, columns=["family", "condition", "mean", "se", "n_pairs"])
 
     def lag_table(self) -> pd.DataFrame:
-        """Figure 4b: SyncR² per pair at lag k = 0 (genuine), 1, 2, ... (columns ``pair, family, k, mean, se``)."""
+        """Figure 4b: SyncR² per pair at lag k = 0 (genuine), 1, 2, ... (columns
+        ``pair, family, ..., k, mean, se``; se the mean of the directional SEs)."""
         conds = self.conditions()
         lags = [(0, "genuine")] + sorted((int(c[3:]), c) for c in conds
                                          if c.startswith("lag") and c[3:].isdigit())
         rows = []
-        for p in self.pairs:
+        for _, runs in self.units():
             for k, cond in lags:
-                m, s = stats.mean_se(self._pair_seeds(p.name, condition=cond))
-                rows.append({**self._info(p.name), "k": k, "mean": m, "se": s})
+                rows.append({**self._info(runs), "k": k, **self._unit_value(runs, condition=cond)})
         return pd.DataFrame(rows)
 
     # ------------------------------------------------------------------ fig 6, table 1
-    def social_table(self) -> pd.DataFrame:
-        """Per pair: social performance (``synclib.judge.social_performance``) or NaN without a judge table."""
+    def run_social(self, name: str) -> float:
+        """One ordered run's social performance (:func:`synclib.judge.social_performance`),
+        NaN without a judge table."""
         from synclib.judge import social_performance
 
+        table = self.judge(name)
+        return float(social_performance(table)) if table is not None else math.nan
+
+    def social_table(self, separate: bool = False) -> pd.DataFrame:
+        """Per pair: social performance, the mean over its ordered runs (the reference's
+        ``get_performance_averaged``), or per run with ``separate``."""
         rows = []
-        for p in self.pairs:
-            table = self.judge(p.name)
-            social = float(social_performance(table)) if table is not None else math.nan
-            n_ep = int(table["episode"].nunique()) if table is not None and "episode" in table else 0
-            rows.append({**self._info(p.name), "social": social, "judged_episodes": n_ep})
+        for _, runs in self.units(separate):
+            per_run = [self.run_social(r.name) for r in runs]
+            ok = [x for x in per_run if np.isfinite(x)]
+            n_ep = 0
+            for r in runs:
+                t = self.judge(r.name)
+                n_ep = max(n_ep, int(t["episode"].nunique()) if t is not None and "episode" in t else 0)
+            rows.append({**self._info(runs, separate), "social": float(np.mean(ok)) if ok else math.nan,
+                         "judged_episodes": n_ep})
         return pd.DataFrame(rows)
 
-    def pair_table(self, min_fit: int = stats.MIN_N_CORR) -> pd.DataFrame:
-        """Per pair: SyncR² (``sync``, ``sync_se``) and social performance, with ``fit``:
-        whether the pair's family has at least ``min_fit`` pairs with both numbers."""
-        sync = self.sync_table().rename(columns={"mean": "sync", "se": "sync_se"})
-        social = self.social_table()[["pair", "social", "judged_episodes"]]
+    def pair_table(self, min_fit: int = stats.MIN_N_CORR, separate: bool = False) -> pd.DataFrame:
+        """Per pair (or run): SyncR² (``sync``, ``sync_se``) and social performance, with
+        ``fit``: whether the family has at least ``min_fit`` units with both numbers."""
+        sync = self.sync_table(separate=separate).rename(columns={"mean": "sync", "se": "sync_se"})
+        social = self.social_table(separate)[["pair", "social", "judged_episodes"]]
         t = sync.merge(social, on="pair")
         ok = t["sync"].notna() & t["social"].notna()
         counts = t[ok].groupby("family")["pair"].count()
@@ -334,13 +421,19 @@ class Results:
         return t
 
     def ability_table(self, scores: pd.DataFrame) -> pd.DataFrame:
-        """:meth:`pair_table` plus ``ifeval`` and ``musr`` per pair (mean of the two models;
-        models are matched by manifest label, then spec)."""
-        t = self.pair_table()
+        """Table 1's data as the reference's ``compute_partial_correlation`` takes it: per
+        unordered pair, the social performance of the order-1 run, the mean of the A->B
+        SyncR² of both runs (agent 1 -> agent 2 in each order), and ``ifeval``, ``musr``
+        (mean of the two models; matched by manifest label, then spec)."""
+        rows = []
+        for pair, runs in self.units():
+            rows.append({**self._info(runs), "social": self.run_social(runs[0].name),
+                         "sync": self._unit_value(runs, directions=["A->B"], condition="genuine")["mean"]})
+        t = pd.DataFrame(rows)
         lookup = scores.set_index("model")
         keyed = t.copy()
         for side in ("a", "b"):
-            specs = {p.name: getattr(p, f"spec_{side}") for p in self.pairs}
+            specs = {p: getattr(self.runs_of(p)[0], f"spec_{side}") for p in self.pair_names}
             keyed[f"model_{side}"] = [m if m in lookup.index else (specs.get(n) or m)
                                       for n, m in zip(t["pair"], t[f"model_{side}"])]
         withab = stats.pair_ability(keyed, scores)
@@ -350,17 +443,16 @@ class Results:
 
     # ------------------------------------------------------------------ fig 7, 8
     def topk_table(self) -> pd.DataFrame:
-        """Figure 7: per pair and k, SyncR² with the top-k target layers (no clipping)."""
+        """Figure 7: per pair and k, SyncR² with the top-k target layers (clipped, as the
+        reference; protocol correction 15)."""
         rows = []
-        for p in self.pairs:
-            da = self.analysis(p.name)["sync_r2_topk"]
-            for k in da["k"].values:
-                m, s = stats.mean_se(self._pair_seeds(p.name, "sync_r2_topk", condition="genuine",
-                                                      k=k))
-                if np.isfinite(m):  # k beyond the target model's depth is NaN
-                    rows.append({**self._info(p.name), "k": int(k), "mean": m, "se": s})
-        return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "k",
-                                           "mean", "se"])
+        for _, runs in self.units():
+            ks = self.analysis(runs[0].name)["sync_r2_topk"]["k"].values
+            for k in ks:
+                v = self._unit_value(runs, "sync_r2_topk", condition="genuine", k=k)
+                if np.isfinite(v["mean"]):  # k beyond the target model's depth is NaN
+                    rows.append({**self._info(runs), "k": int(k), "mean": v["mean"], "se": v["se"]})
+        return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders", "k", "mean", "se"])
 
     def topk_correlations(self) -> pd.DataFrame:
         """Figure 7: Pearson r of top-k SyncR² with social performance per family and k."""
@@ -377,96 +469,102 @@ class Results:
         return pd.DataFrame(rows)
 
     def clipping_table(self) -> pd.DataFrame:
-        """Figure 8: per pair, SyncR² with negatives clipped and kept (mean, SE over split seeds)."""
+        """Figure 8: per pair, SyncR² with negatives clipped (``sync_r2``) and kept
+        (``sync_r2_noclip``)."""
         rows = []
-        for p in self.pairs:
+        for _, runs in self.units():
             for method, var in (("clipped at 0", "sync_r2"), ("kept", "sync_r2_noclip")):
-                m, s = stats.mean_se(self._pair_seeds(p.name, var, condition="genuine"))
-                rows.append({**self._info(p.name), "method": method, "mean": m, "se": s})
+                v = self._unit_value(runs, var, condition="genuine")
+                rows.append({**self._info(runs), "method": method, "mean": v["mean"], "se": v["se"]})
         return pd.DataFrame(rows)
 
     # ------------------------------------------------------------------ optional blocks
-    def _optional(self, var: str) -> list[str]:
-        names = self.pairs_with(var)
-        return names
+    def _units_with(self, var: str) -> list[tuple[str, list[RunInfo]]]:
+        have = set(self.runs_with(var))
+        return [(n, [r for r in runs if r.name in have]) for n, runs in self.units()
+                if any(r.name in have for r in runs)]
 
     def relationship_table(self) -> pd.DataFrame:
         """Figure 5: SyncR² samples by relationship (one row per pair, relationship, sample).
 
         Samples are the values over every dimension other than relationship and direction
-        (split seeds, subsampling seeds); directions are averaged.  ``code`` is Sotopia's
-        relationship code (0 stranger .. 5 family_member), for ordering.
+        (split seeds, subsampling seeds) of every run of the pair; directions are averaged.
+        ``code`` is Sotopia's relationship code (0 stranger .. 5 family_member), for ordering.
         """
         var = "relationship_sync_r2"
         codes = {name: code for code, name in RELATIONSHIPS.items()}
         rows = []
-        for name in self.pairs_with(var):
-            da = self.analysis(name)[var]
-            if "relationship" not in da.dims:
-                raise ResultsError(f"{self.pair(name).analysis}: {var} has no 'relationship' "
-                                   f"dim (dims {da.dims})")
-            if "direction" in da.dims:
-                da = da.mean("direction")
-            for rel in da["relationship"].values:
-                label = (RELATIONSHIPS.get(int(rel), str(rel))
-                         if isinstance(rel, (int, np.integer)) else str(rel))
-                vals = da.sel(relationship=rel).to_numpy().ravel().astype(float)
-                for v in vals[np.isfinite(vals)]:
-                    rows.append({**self._info(name), "relationship": label,
-                                 "code": codes.get(label, -1), "sync": float(v)})
-        return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b",
+        for _, runs in self._units_with(var):
+            for r in runs:
+                da = self.analysis(r.name)[var]
+                if "relationship" not in da.dims:
+                    raise ResultsError(f"{display(r.analysis)}: {var} has no 'relationship' dim (dims {da.dims})")
+                if "direction" in da.dims:
+                    da = da.mean("direction")
+                for rel in da["relationship"].values:
+                    label = (RELATIONSHIPS.get(int(rel), str(rel))
+                             if isinstance(rel, (int, np.integer)) else str(rel))
+                    vals = da.sel(relationship=rel).to_numpy().ravel().astype(float)
+                    for v in vals[np.isfinite(vals)]:
+                        rows.append({**self._info(runs), "relationship": label,
+                                     "code": codes.get(label, -1), "sync": float(v)})
+        return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders",
                                            "relationship", "code", "sync"])
 
     def sample_size_table(self) -> pd.DataFrame:
-        """Figure 9: SyncR² per pair and training-set size (mean, SE over split seeds)."""
+        """Figure 9: SyncR² per pair and training-set size (reference aggregation)."""
         var = "sample_size_sync_r2"
         rows = []
-        for name in self._optional(var):
-            da = self.analysis(name)[var]
+        for _, runs in self._units_with(var):
+            da = self.analysis(runs[0].name)[var]
             sdim = next(d for d in da.dims if d not in ("direction", "split_seed"))
             for n in da[sdim].values:
-                m, s = stats.mean_se(self._pair_seeds(name, var, **{sdim: n}))
-                rows.append({**self._info(name), "n_samples": int(n), "mean": m, "se": s})
-        return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b",
+                v = self._unit_value(runs, var, **{sdim: n})
+                rows.append({**self._info(runs), "n_samples": int(n), "mean": v["mean"], "se": v["se"]})
+        return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders",
                                            "n_samples", "mean", "se"])
 
     def comparison_table(self, var: str, settings: tuple[str, str]) -> pd.DataFrame:
-        """Table 2: genuine SyncR² (clipped) against ``var`` per pair.
+        """Table 2: genuine SyncR² (clipped) against ``var`` per pair, both with the
+        reference's aggregation.
 
-        ``settings`` names the two columns, e.g. ``("original", "persona-disjoint")``.
-        ``var`` is e.g. ``persona_disjoint_sync_r2`` (dims ``direction, split_seed``,
-        optionally ``condition``).  Pairs without ``var`` are left out.
+        ``settings`` names the two columns, e.g. ``("original", "persona-disjoint")``;
+        ``var`` is e.g. ``persona_disjoint_sync_r2``.  Pairs without ``var`` are left out.
         """
         rows = []
-        for name in self._optional(var):
+        for _, runs in self._units_with(var):
             for setting, v in ((settings[0], "sync_r2"), (settings[1], var)):
-                m, s = stats.mean_se(self._pair_seeds(name, v, condition="genuine"))
-                rows.append({**self._info(name), "setting": setting, "mean": m, "se": s})
-        return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b",
+                val = self._unit_value(runs, v, condition="genuine")
+                rows.append({**self._info(runs), "setting": setting, "mean": val["mean"], "se": val["se"]})
+        return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders",
                                            "setting", "mean", "se"])
+
+    def _per_seed_pooled(self, runs, var: str, reduce=("layer_pair", "direction", "agent"), **sel) -> np.ndarray:
+        """``var`` per split seed, averaged over ``reduce`` dims and over the runs."""
+        per_run = []
+        for r in runs:
+            da = self.analysis(r.name)[var]
+            da = da.sel(**{k: v for k, v in sel.items() if k in da.dims})
+            da = da.mean([d for d in reduce if d in da.dims])
+            per_run.append(np.atleast_1d(da.to_numpy().astype(float)))
+        return np.nanmean(np.stack(per_run), axis=0)
 
     def nonlinear_table(self, settings: tuple[str, str] = ("affine", "nonlinear")) -> pd.DataFrame:
         """Table 5: test R² of the affine and the MLP map on the same layer pairs.
 
         The analysis fits the MLP only on a few layer pairs per direction (``layer_pair``:
         evenly spaced source layers, each with its best affine target), so this is the mean
-        test R² over those pairs (``affine_r2``, ``nonlinear_r2``), directions averaged, per
-        split seed; not a full SyncR².  Column ``n_layer_pairs`` says how many.
+        test R² over those pairs (``affine_r2``, ``nonlinear_r2``), directions and runs
+        averaged, per split seed; not a full SyncR².  Column ``n_layer_pairs`` says how many.
         """
         rows = []
-        for name in self.pairs_with("nonlinear_r2"):
-            ds = self.analysis(name)
+        for _, runs in self._units_with("nonlinear_r2"):
             for setting, var in zip(settings, ("affine_r2", "nonlinear_r2")):
-                da = ds[var]
-                n_lp = int(da.sizes.get("layer_pair", 1))
-                if "layer_pair" in da.dims:
-                    da = da.mean("layer_pair")
-                if "direction" in da.dims:
-                    da = da.mean("direction")
-                m, s = stats.mean_se(da.to_numpy())
-                rows.append({**self._info(name), "setting": setting, "mean": m, "se": s,
+                n_lp = int(self.analysis(runs[0].name)[var].sizes.get("layer_pair", 1))
+                m, s = stats.mean_se(self._per_seed_pooled(runs, var))
+                rows.append({**self._info(runs), "setting": setting, "mean": m, "se": s,
                              "n_layer_pairs": n_lp})
-        return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "setting",
+        return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders", "setting",
                                            "mean", "se", "n_layer_pairs"])
 
     def tom_table(self) -> pd.DataFrame:
@@ -474,34 +572,49 @@ class Results:
 
         Uses ``tom_kl_best`` (each probe at its validation-chosen layer) and
         ``tom_kl_baseline`` (dims ``tom_target, tom_relation, agent, split_seed``); the two
-        reading agents are averaged per split seed, then mean and SE over split seeds.
+        reading agents and the pair's runs are averaged per split seed, then mean and SE
+        over split seeds.  ``n_kept`` / ``n_dropped``: replies in / out of the instructed
+        "Emotion. Action type." format (``tom_n_kept``, ``tom_n_dropped``, summed over runs).
 
         Returns
         -------
         DataFrame
-            ``pair, family, model_a, model_b, target, relation, panel`` (pair and target,
-            for faceting), ``decoder_or_baseline`` (``"decoder"`` / ``"baseline"``),
-            ``mean``, ``se``.
+            ``pair, family, model_a, model_b, orders, target, relation, panel``,
+            ``decoder_or_baseline`` (``"decoder"`` / ``"baseline"``), ``mean``, ``se``,
+            ``n_kept``, ``n_dropped``.
         """
-        cols = ["pair", "family", "model_a", "model_b", "target", "relation", "panel",
-                "decoder_or_baseline", "mean", "se"]
+        cols = ["pair", "family", "model_a", "model_b", "orders", "target", "relation", "panel",
+                "decoder_or_baseline", "mean", "se", "n_kept", "n_dropped"]
         rows = []
-        for name in self.pairs_with("tom_kl_best"):
-            ds = self.analysis(name)
+        for name, runs in self._units_with("tom_kl_best"):
+            first = self.analysis(runs[0].name)
             for kind, var in (("decoder", "tom_kl_best"), ("baseline", "tom_kl_baseline")):
-                if var not in ds:
+                if var not in first:
                     continue
-                da = ds[var]
-                if "agent" in da.dims:
-                    da = da.mean("agent")
-                for target in da["tom_target"].values:
-                    for rel in da["tom_relation"].values:
-                        m, s = stats.mean_se(da.sel(tom_target=target, tom_relation=rel).to_numpy())
-                        rows.append({**self._info(name), "target": str(target),
+                for target in first[var]["tom_target"].values:
+                    for rel in first[var]["tom_relation"].values:
+                        m, s = stats.mean_se(self._per_seed_pooled(runs, var, tom_target=target,
+                                                                   tom_relation=rel))
+                        counts = self._tom_counts(runs, tom_target=target, tom_relation=rel)
+                        rows.append({**self._info(runs), "target": str(target),
                                      "relation": str(rel).replace("_", " "),
                                      "panel": f"{name} · {target}", "decoder_or_baseline": kind,
-                                     "mean": m, "se": s})
+                                     "mean": m, "se": s, "n_kept": counts["kept"],
+                                     "n_dropped": counts["dropped"]})
         return pd.DataFrame(rows, columns=cols)
+
+    def _tom_counts(self, runs, **sel) -> dict:
+        """Replies kept / dropped by the ToM format filter, summed over agents and runs."""
+        out = {}
+        for c in ("kept", "dropped"):
+            total = 0
+            for r in runs:
+                ds = self.analysis(r.name)
+                if f"tom_n_{c}" in ds:
+                    da = ds[f"tom_n_{c}"]
+                    total += int(da.sel(**{k: v for k, v in sel.items() if k in da.dims}).sum())
+            out[c] = total
+        return out
 
 
 # ---------------------------------------------------------------------- published numbers

@@ -11,7 +11,7 @@ Contents
                           of the package (the grids below and the ToM probes) goes through it
 :func:`r2_grid`           test R^2 of every (source layer, target layer) pair
 :func:`r2_grid_subsets`   one fit per layer pair, scored on several test subsets
-:func:`episode_split`     the protocol's train/test split by whole groups (episodes)
+:func:`episode_split`     the reference's train/test split by whole groups (episodes)
 :func:`episode_folds`     CV folds by whole groups, for ``alpha="cv"``
 
 Algebra
@@ -46,7 +46,6 @@ big products in TF32) or ``"bf16"`` (the big products with bfloat16 inputs).
 from __future__ import annotations
 
 import contextlib
-import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -315,70 +314,115 @@ def _dot64(A: torch.Tensor, B: torch.Tensor, block: int = 1 << 18) -> torch.Tens
 
 
 # --------------------------------------------------------------------------- splits by group
-def episode_split(groups, n_samples: int | None = 6500, seed: int = 0, test_frac: float = 0.2):
-    """Group-wise train/test split with the protocol's fixed sample size.
+def _group_codes(groups, n_groups):
+    """Groups as codes ``0 .. n_groups-1`` and the label of each code.
 
-    Whole groups, in a shuffled order, go to the test set until it holds
-    ``>= test_frac * n_samples`` samples, then to the training set until it holds
-    ``>= n_samples`` minus that.
+    With ``n_groups`` the groups must already be integer codes in ``[0, n_groups)``
+    (e.g. positions along the cube's episode dim); otherwise the distinct labels,
+    sorted, are the groups.
+    """
+    groups = np.asarray(groups)
+    if n_groups is None:
+        labels, codes = np.unique(groups, return_inverse=True)
+        return codes.ravel(), labels
+    if groups.size and (groups.dtype.kind not in "iu" or groups.min() < 0 or groups.max() >= n_groups):
+        raise RidgeInputError(f"groups: with n_groups={n_groups} the groups must be integers in "
+                              f"0 .. {n_groups - 1}")
+    return groups.astype(np.int64), np.arange(n_groups)
+
+
+def _take(perm: np.ndarray, counts: np.ndarray, start: int, need: int) -> int:
+    """Walk ``perm`` from ``start``, taking whole groups while fewer than ``need`` samples
+    (``counts`` per group) are taken and groups remain; returns the end position."""
+    i, got = start, 0
+    while got < need and i < len(perm):
+        got += counts[perm[i]]
+        i += 1
+    return i
+
+
+def episode_split(groups, n_samples: int | None = 6500, seed=0, *, n_groups: int | None = None,
+                  train_frac: float = 0.8):
+    """Train/test split by whole groups (episodes), as the reference code splits.
+
+    The rule of the reference (``affine_transformation.py`` ``sampling_with_full_episodes``,
+    protocol correction 11): with ``N = n_samples``, the targets are
+    ``n_train* = int(train_frac * N)`` and ``n_test* = N - n_train*`` (6,500 -> 5,200 /
+    1,300).  ``perm = np.random.RandomState(seed).permutation(n_groups)`` orders *all*
+    groups, including groups without samples.  The test set takes ``perm[0], perm[1],
+    ...`` while it holds fewer than ``n_test*`` samples; the training set takes the
+    following groups while it holds fewer than ``n_train*`` samples and groups remain.
+    With fewer than ``N`` samples (``short``) the test set still takes ``>= n_test*``
+    and the training set all the rest; nothing is ever upsampled.
+
+    Guard (ours): where the test set leaves no sample for training the reference
+    solves a singular system; here a :class:`RidgeInputError` says so.
 
     Parameters
     ----------
     groups : array, shape (n,)
-        Group of each sample (episode, or agent pair for the persona-disjoint
-        split); a group is never in both sets.
+        Group of each sample.  With ``n_groups``: integer codes in ``[0, n_groups)``
+        (e.g. positions along the cube's episode dim); without: any labels, the
+        distinct labels in sorted order being the groups.
     n_samples : int or None
-        Total sample size; ``None`` or more than available: use all samples, still
-        split by groups at ``test_frac``.
-    seed : int
-        Split seed (shuffles the groups).
-    test_frac : float
-        Fraction of ``n_samples`` for the test set.
+        ``N``, the total sample size; ``None``: ``N`` = all samples (the training set
+        then takes every sample the test set leaves).
+    seed : int or numpy.random.RandomState
+        Split seed; a ``RandomState`` is used as it is and left advanced past the
+        permutation (the shuffled control continues it).
+    n_groups : int, optional
+        Number of groups, including groups without samples (the reference permutes
+        every listed episode).
+    train_frac : float
+        Fraction of ``N`` the training set aims at (0.8).
 
     Returns
     -------
     train : int array, shape (n_train,)
-        Indices into the samples.
+        Indices into the samples, ascending.
     test : int array, shape (n_test,)
     info : dict
-        ``n_available``, ``n_requested`` (-1 for all), ``short`` (1: fewer samples than
-        requested, all used).
+        ``n_available`` (n), ``n_requested`` (-1 for None), ``short`` (1: fewer than
+        ``n_samples`` samples, the training set took all the rest), ``n_train``,
+        ``n_test``, ``train_groups``, ``test_groups`` (group labels in the order taken,
+        empty groups included, as the reference's ``train_set_idx``/``test_set_idx``).
 
     Raises
     ------
     RidgeInputError
-        ``n_samples < 2`` or fewer than two distinct groups.
+        ``n_samples < 2``, ``train_frac`` outside (0, 1), groups outside
+        ``0 .. n_groups-1``, no samples, or no sample left for training.
     """
-    groups = np.asarray(groups)
-    n = len(groups)
     if n_samples is not None and n_samples < 2:
         raise RidgeInputError(f"n_samples must be >= 2, got {n_samples}")
-    uniq, inv = np.unique(groups, return_inverse=True)
-    if len(uniq) < 2:
-        raise RidgeInputError(f"groups: need at least 2 groups (episodes / agent pairs) to split, got {len(uniq)}")
-    short = n_samples is None or n_samples > n
-    total = n if short else n_samples
-    need_test = math.ceil(test_frac * total)
-    need_train = total - need_test
-    counts = np.bincount(inv, minlength=len(uniq))
-    order = np.random.default_rng(seed).permutation(len(uniq))
-    test_g, train_g = [], []
-    n_te = n_tr = 0
-    for g in order:
-        if n_te < need_test:
-            test_g.append(g)
-            n_te += counts[g]
-        elif n_tr < need_train:
-            train_g.append(g)
-            n_tr += counts[g]
-        else:
-            break
-    if not train_g:  # tiny inputs: keep at least one group for training
-        train_g.append(test_g.pop())
-    te = np.flatnonzero(np.isin(inv, test_g))
-    tr = np.flatnonzero(np.isin(inv, train_g))
+    if not 0 < train_frac < 1:
+        raise RidgeInputError(f"train_frac must be in (0, 1), got {train_frac}")
+    codes, labels = _group_codes(groups, n_groups)
+    n = len(codes)
+    if n == 0:
+        raise RidgeInputError("groups: no samples to split")
+    total = n if n_samples is None else int(n_samples)
+    need_train = int(train_frac * total)
+    need_test = total - need_train
+    counts = np.bincount(codes, minlength=len(labels))
+    rs = seed if isinstance(seed, np.random.RandomState) else np.random.RandomState(int(seed))
+    perm = rs.permutation(len(labels))
+    i = _take(perm, counts, 0, need_test)
+    j = _take(perm, counts, i, need_train)
+    test_g, train_g = perm[:i], perm[i:j]
+    if counts[train_g].sum() == 0:
+        raise RidgeInputError(
+            f"n_samples: the test set takes whole groups until it holds >= {need_test} samples and "
+            f"leaves none of the {n} available for training (the reference code would solve a "
+            f"singular system here)")
+    in_test = np.zeros(len(labels), dtype=bool)
+    in_test[test_g] = True
+    in_train = np.zeros(len(labels), dtype=bool)
+    in_train[train_g] = True
+    tr, te = np.flatnonzero(in_train[codes]), np.flatnonzero(in_test[codes])
     return tr, te, {"n_available": n, "n_requested": -1 if n_samples is None else int(n_samples),
-                    "short": int(short)}
+                    "short": int(n_samples is not None and n < n_samples), "n_train": len(tr),
+                    "n_test": len(te), "train_groups": labels[train_g], "test_groups": labels[test_g]}
 
 
 def episode_folds(groups, n_folds: int, seed: int = 0) -> list[np.ndarray]:
@@ -525,13 +569,16 @@ def _cv_alpha(Xtr_l: torch.Tensor, folds: list, alphas: torch.Tensor) -> tuple[i
 
 
 # --------------------------------------------------------------------------- r2_grid
-def _choose_method(method: str, Ls: int, D: int, M: int, n_tr: int, n_te: int, max_memory_bytes: int) -> str:
-    """``method``, or for ``"auto"`` the one with fewer flops (gram also needs Ls*n_tr^2 memory)."""
+def _choose_method(method: str, Ls: int, D: int, M: int, n_tr: int, n_te: int, max_memory_bytes: int,
+                   train: bool = False) -> str:
+    """``method``, or for ``"auto"`` the one with fewer flops (gram also needs Ls*n_tr^2
+    memory); ``train`` adds the cost of scoring the training rows too."""
     if method != "auto":
         return method
-    direct_flops = Ls * M * min(n_te * n_tr, D * (n_tr + n_te))
-    gram_flops = M * n_tr * (n_tr + n_te) + Ls * n_tr * n_tr * n_te
-    gram_bytes = 4 * Ls * n_tr * (n_tr + n_te)
+    sets = [n_te] + ([n_tr] if train else [])
+    direct_flops = sum(Ls * M * min(n * n_tr, D * (n_tr + n)) for n in sets)
+    gram_flops = sum(M * n_tr * (n_tr + n) + Ls * n_tr * n_tr * n for n in sets)
+    gram_bytes = sum(4 * Ls * n_tr * (n_tr + n) for n in sets)
     return "gram" if gram_flops < direct_flops and gram_bytes <= max_memory_bytes else "direct"
 
 
@@ -540,40 +587,58 @@ class _SourceSide:
     """The fitted maps of every source layer, in the form the scoring needs.
 
     Either ``H`` (hat matrices) or ``left`` and ``Xc`` (the ``"left"`` form of
-    :func:`ridge_solve` and the centred training inputs) is set.
+    :func:`ridge_solve` and the centred training inputs) is set; ``H_train`` /
+    ``left_train`` are the same for the training rows as inputs (train R^2).
     """
     alphas: np.ndarray                      # (L_src,) float64, the penalty of each source layer
     H: torch.Tensor | None = None           # (L_src, n_test, n_train) compute dtype
     left: list | None = None                # L_src x (n_test, D) compute dtype
     Xc: list | None = None                  # L_src x (n_train, D) compute dtype
+    H_train: torch.Tensor | None = None     # (L_src, n_train, n_train)
+    left_train: list | None = None          # L_src x (n_train, D)
+
+    def training_side(self) -> "_SourceSide":
+        """The maps applied to the training rows, in the form of the test side."""
+        return _SourceSide(self.alphas, self.H_train, self.left_train, self.Xc)
 
 
-def _source_side(X, xtr, xte, alpha_of: Callable, cdtype, use_left: bool) -> _SourceSide:
+def _source_side(X, xtr, xte, alpha_of: Callable, cdtype, use_left: bool, train: bool = False) -> _SourceSide:
     """One factorisation per source layer (:func:`ridge_solve`); ``alpha_of(Xtr_l, l)``
-    gives the penalty of layer ``l`` from its (n_train, D) float64 training inputs."""
-    Ls = X.shape[1]
+    gives the penalty of layer ``l`` from its (n_train, D) float64 training inputs.
+    With ``train`` the same factorisation is also applied to the training rows."""
+    Ls, n_te, n_tr = X.shape[1], xte.numel(), xtr.numel()
     src = _SourceSide(np.full(Ls, np.nan))
     if use_left:
         src.left, src.Xc = [], []
+        src.left_train = [] if train else None
     else:
-        src.H = torch.empty(Ls, xte.numel(), xtr.numel(), dtype=cdtype, device=X.device)
+        src.H = torch.empty(Ls, n_te, n_tr, dtype=cdtype, device=X.device)
+        src.H_train = torch.empty(Ls, n_tr, n_tr, dtype=cdtype, device=X.device) if train else None
     for l in range(Ls):
         Xtr_l = X[xtr, l].double()
         Xte_l = X[xte, l].double()
         _check_finite(Xtr_l, "X", l)
         _check_finite(Xte_l, "X", l)
         src.alphas[l] = alpha_of(Xtr_l, l)
+        inputs = torch.cat([Xte_l, Xtr_l]) if train else Xte_l  # rows n_te.. are the training rows
         if use_left:
-            src.left.append(ridge_solve(Xtr_l, Xte_l, src.alphas[l], form="left").to(cdtype))
+            G = ridge_solve(Xtr_l, inputs, src.alphas[l], form="left").to(cdtype)
+            src.left.append(G[:n_te])
+            if train:
+                src.left_train.append(G[n_te:])
             src.Xc.append((Xtr_l - Xtr_l.mean(0, keepdim=True)).to(cdtype))
         else:
-            src.H[l] = ridge_solve(Xtr_l, Xte_l, src.alphas[l], form="hat")
-        del Xtr_l, Xte_l
+            H = ridge_solve(Xtr_l, inputs, src.alphas[l], form="hat")
+            src.H[l] = H[:n_te]
+            if train:
+                src.H_train[l] = H[n_te:]
+        del Xtr_l, Xte_l, inputs
     return src
 
 
-def _score_gram(H, Y, ytr, yte, cdtype, max_chunk_bytes: int) -> torch.Tensor:
-    """R^2 (L_src, L_tgt) float64 from the hat matrices H (L_src, n_test, n_train), gram form."""
+def _score_gram(H, Y, ytr, yte, cdtype, max_chunk_bytes: int, check_constant: bool = True) -> torch.Tensor:
+    """R^2 (L_src, L_tgt) float64 from the hat matrices H (L_src, n_test, n_train), gram form.
+    ``yte`` may be the training rows (train R^2, ``check_constant=False``)."""
     Ls, n_te, n_tr = H.shape
     Lt, Dt = Y.shape[1], Y.shape[2]
     out = torch.empty(Ls, Lt, dtype=torch.float64, device=H.device)
@@ -584,7 +649,7 @@ def _score_gram(H, Y, ytr, yte, cdtype, max_chunk_bytes: int) -> torch.Tensor:
     Gf = G.flatten(1)
     Hf64 = Hf.double() if Hf.numel() * 8 < max_chunk_bytes else None  # once, not per chunk
     for s, e in _chunks(Lt, c):
-        blk = _target_block(Y, ytr, yte, slice(s, e), cdtype, s)
+        blk = _target_block(Y, ytr, yte, slice(s, e), cdtype, s, check_constant)
         Yw = blk.Yc * blk.w.to(cdtype)[None]                       # (n_tr, c, Dt)
         Yc_t = blk.Yc.permute(1, 0, 2)                             # (c, n_tr, Dt)
         S = torch.bmm(Yw.permute(1, 0, 2), Yc_t.transpose(1, 2))   # (c, n_tr, n_tr)
@@ -597,8 +662,10 @@ def _score_gram(H, Y, ytr, yte, cdtype, max_chunk_bytes: int) -> torch.Tensor:
     return out
 
 
-def _score_direct(src: _SourceSide, Y, ytr, yte, cdtype, max_chunk_bytes: int) -> torch.Tensor:
-    """R^2 (L_src, L_tgt) float64 from the test predictions, residuals per column."""
+def _score_direct(src: _SourceSide, Y, ytr, yte, cdtype, max_chunk_bytes: int,
+                  check_constant: bool = True) -> torch.Tensor:
+    """R^2 (L_src, L_tgt) float64 from the test predictions, residuals per column.
+    ``yte`` may be the training rows (train R^2, ``check_constant=False``)."""
     Ls = len(src.alphas)
     n_tr, n_te = ytr.numel(), yte.numel()
     Lt, Dt = Y.shape[1], Y.shape[2]
@@ -606,7 +673,7 @@ def _score_direct(src: _SourceSide, Y, ytr, yte, cdtype, max_chunk_bytes: int) -
     per_layer = 4 * (n_tr + 2 * n_te) * Dt
     c = max(1, min(Lt, max_chunk_bytes // max(per_layer, 1)))
     for s, e in _chunks(Lt, c):
-        blk = _target_block(Y, ytr, yte, slice(s, e), cdtype, s)
+        blk = _target_block(Y, ytr, yte, slice(s, e), cdtype, s, check_constant)
         Ycf, Ef = blk.Yc.flatten(1), blk.E.flatten(1)
         for l in range(Ls):
             P = src.H[l] @ Ycf if src.H is not None else src.left[l] @ (src.Xc[l].T @ Ycf)
@@ -616,10 +683,29 @@ def _score_direct(src: _SourceSide, Y, ytr, yte, cdtype, max_chunk_bytes: int) -
     return out
 
 
+def _alpha_chooser(alpha, cv: bool, Y, ytr, Ls: int, device, **cv_options) -> Callable:
+    """``alpha_of(Xtr_l, l)``: the penalty of source layer ``l`` (fixed, or chosen by
+    grouped CV on the training rows, :func:`_cv_alpha`, with ``cv_options`` of :func:`r2_grid`)."""
+    if cv:
+        o = cv_options
+        cvd = _cv_setup(Y, ytr, o["groups"], o["cv_alphas"], o["cv_folds"], o["cv_columns"], o["cv_seed"], device)
+        return lambda Xtr_l, l: float(cvd.grid[_cv_alpha(Xtr_l, cvd.folds, cvd.grid)[0]])
+    fixed = _layer_alphas(alpha, Ls)
+    return lambda Xtr_l, l: float(fixed[l])
+
+
+def _score(src: _SourceSide, method: str, Y, ytr, yte, cdtype, max_chunk_bytes: int,
+           check_constant: bool = True) -> torch.Tensor:
+    """R^2 (L_src, L_tgt) of the maps ``src`` on the rows ``yte`` by ``method``."""
+    if method == "gram":
+        return _score_gram(src.H, Y, ytr, yte, cdtype, max_chunk_bytes, check_constant)
+    return _score_direct(src, Y, ytr, yte, cdtype, max_chunk_bytes, check_constant)
+
+
 def r2_grid(X, Y, train, test, alpha=0.1, *, precision: str = "float32", device=None,
             method: str = "auto", groups=None, cv_alphas=DEFAULT_CV_ALPHAS, cv_folds: int = 3,
             cv_columns: int | None = 32, cv_seed: int = 0, max_chunk_bytes: int = 1 << 30,
-            max_memory_bytes: int = 8 << 30, return_alpha: bool = False):
+            max_memory_bytes: int = 8 << 30, return_alpha: bool = False, return_train: bool = False):
     """Test R^2 of ridge maps from every source layer to every target layer.
 
     Each entry equals scikit-learn's ``Ridge(alpha, fit_intercept=True)`` fit on
@@ -645,11 +731,17 @@ def r2_grid(X, Y, train, test, alpha=0.1, *, precision: str = "float32", device=
     max_chunk_bytes : memory budget of one chunk of target layers.
     max_memory_bytes : ``method="auto"`` avoids ``gram`` above this.
     return_alpha : also return the (L_src,) alphas used.
+    return_train : also return the training R^2 (the same maps scored on their
+        training rows, ``r2_score(y_train, pred_train)`` as the reference reports it).
+        The same factorisation serves both; the scoring cost roughly doubles
+        (``gram``: an extra (n_train x n_train) hat matrix per source layer).
 
     Returns
     -------
     r2 : numpy float64 array (L_src, L_tgt)
+    train_r2 : numpy float64 array (L_src, L_tgt), only with ``return_train``.
     alphas : numpy float64 array (L_src,), only with ``return_alpha``.
+        Several outputs come as a tuple in this order.
 
     Raises
     ------
@@ -675,25 +767,22 @@ def r2_grid(X, Y, train, test, alpha=0.1, *, precision: str = "float32", device=
     _check_counts(n_tr, {"test": n_te})
     Ls, D = X.shape[1], X.shape[2]
     cdtype = torch.bfloat16 if precision == "bf16" else torch.float32
-    method = _choose_method(method, Ls, D, Y.shape[1] * Y.shape[2], n_tr, n_te, max_memory_bytes)
+    method = _choose_method(method, Ls, D, Y.shape[1] * Y.shape[2], n_tr, n_te, max_memory_bytes, return_train)
     # (Xt A^-1)(Xc' Yc) instead of H Yc: cheaper when n_train >> D
     use_left = method == "direct" and D * (n_tr + n_te) < n_te * n_tr
-    if cv:
-        cvd = _cv_setup(Y, ytr, groups, cv_alphas, cv_folds, cv_columns, cv_seed, device)
-        alpha_of = lambda Xtr_l, l: float(cvd.grid[_cv_alpha(Xtr_l, cvd.folds, cvd.grid)[0]])  # noqa: E731
-    else:
-        fixed = _layer_alphas(alpha, Ls)
-        alpha_of = lambda Xtr_l, l: float(fixed[l])  # noqa: E731
+    alpha_of = _alpha_chooser(alpha, cv, Y, ytr, Ls, device, groups=groups, cv_alphas=cv_alphas,
+                              cv_folds=cv_folds, cv_columns=cv_columns, cv_seed=cv_seed)
     with _matmul_precision(precision, device):
-        src = _source_side(X, xtr, xte, alpha_of, cdtype, use_left)
-        if cv:
-            del cvd, alpha_of
-        if method == "gram":
-            out = _score_gram(src.H, Y, ytr, yte, cdtype, max_chunk_bytes)
-        else:
-            out = _score_direct(src, Y, ytr, yte, cdtype, max_chunk_bytes)
-    r2 = out.cpu().numpy()
-    return (r2, src.alphas) if return_alpha else r2
+        src = _source_side(X, xtr, xte, alpha_of, cdtype, use_left, train=return_train)
+        del alpha_of  # frees the CV folds
+        outs = [_score(src, method, Y, ytr, yte, cdtype, max_chunk_bytes).cpu().numpy()]
+        if return_train:
+            src.H = src.left = None  # the test side is done: free it before the training side
+            outs.append(_score(src.training_side(), method, Y, ytr, ytr, cdtype, max_chunk_bytes,
+                               check_constant=False).cpu().numpy())
+    if return_alpha:
+        outs.append(src.alphas)
+    return outs[0] if len(outs) == 1 else tuple(outs)
 
 
 # --------------------------------------------------------------------------- r2_grid_subsets

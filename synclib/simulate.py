@@ -6,7 +6,8 @@ utterance indices, agent 2 at odd ones, at most ``max_utterances`` (16)
 utterances, an episode ends after an utterance for which
 :func:`synclib.scenarios.is_leave` holds, every reply goes through
 :func:`synclib.scenarios.postprocess_reply`; sampling at temperature 0.7 with
-at most 300 new tokens.
+at most 300 new tokens, from the distribution ``transformers``' ``generate`` samples from
+(top-k 50 and the checkpoint's top-p unless set otherwise; :func:`resolve_sampling`).
 
 Batching.  The (episode, seed) *units* are cut, in cube order, into batches of
 ``batch_size``.  Inside a batch all live episodes advance together: at
@@ -22,9 +23,11 @@ the last prompt token of utterance ``t`` go to round ``t // 2`` of
 
 Optional passes, run per batch after the genuine dialogs:
 
-* passive (``passive=True``): the genuine dialogs are re-read with the passive
-  prompt view, model A in agent 1's slot (``hidden_a_passive``) and model B in
-  agent 2's slot (``hidden_b_passive``); prefill only.
+* passive (``passive=True``): the genuine dialogs of the ``passive_seeds`` are re-read
+  with the passive prompt view, model A in agent 1's slot (``hidden_a_passive``) and
+  model B in agent 2's slot (``hidden_b_passive``); prefill only.  The reader is told it
+  is the persona drawn for (task, seed) as the paper's code draws it
+  (:func:`synclib.scenarios.passive_persona`, recorded in ``passive_reader``).
 * Theory of Mind (``tom=True``): a separate dialog run with the ToM view
   (emotion/action instruction; the partner's history without those words),
   storing ``hidden_*_tom``, ``text_*_tom`` and the distributions over the 8
@@ -55,12 +58,17 @@ from typing import Sequence
 import numpy as np
 
 from synclib import __version__
-from synclib.cube import STORE_DTYPES, CubeError, CubeSpec, CubeWriter, Unit, is_complete
+from synclib import argtypes as at
+from synclib.config import default
+from synclib.cube import STORE_DTYPES, CubeError, CubeSpec, CubeWriter, Unit, is_complete, var_name
+from synclib.models import PROMPT_FORMATS
 from synclib.scenarios import (
-    ACTIONS, EMOTIONS, Task, is_leave, load_tasks, postprocess_reply, render_prompt,
+    ACTIONS, EMOTIONS, PASSIVE_PERSONA_RULE, Task, TaskSet, is_leave, load_tasks, passive_persona,
+    postprocess_reply, render_prompt,
 )
 
-__all__ = ["simulate", "episode_coords", "parse_index_list", "default_batch_size", "configure_parser", "run"]
+__all__ = ["simulate", "episode_coords", "default_batch_size", "resolve_sampling",
+           "configure_parser", "run"]
 
 # run kinds, mixed into the per-row seeds
 _GENUINE, _TOM = 0, 1
@@ -156,7 +164,8 @@ class _Runner:
     """
 
     def __init__(self, lms, spec: CubeSpec, tasks: dict, *, max_utterances, temperature,
-                 max_new_tokens, batch_size, progress_bar, stats):
+                 max_new_tokens, batch_size, progress_bar, stats, sampling=({}, {}),
+                 first_line_only=True, readers=None):
         from synclib.engine import Engine
 
         self.lms = lms
@@ -167,6 +176,9 @@ class _Runner:
         self.max_utterances = max_utterances
         self.temperature = temperature
         self.max_new_tokens = max_new_tokens
+        self.sampling = sampling
+        self.first_line_only = first_line_only
+        self.readers = readers or {}
         self.bar = progress_bar
         self.stats = stats
 
@@ -199,7 +211,6 @@ class _Runner:
         """
         from synclib.engine import Request, row_seed
 
-        sfx = "_tom" if view == "tom" else ""
         kind = _TOM if view == "tom" else _GENUINE
         histories: list[list[str]] = [[] for _ in units]
         live = list(range(len(units)))
@@ -211,24 +222,25 @@ class _Runner:
             reqs = [Request(prompt=lm.chat_prompt(render_prompt(self.tasks[units[i][0]], agent, histories[i], view)),
                             seed=row_seed(units[i][1], units[i][0], t, kind),
                             session=(units[i][0], units[i][1], agent, view)) for i in live]
-            # only the first line of a reply is kept (postprocess_reply), so generation stops there
+            # only the first line of a reply is kept (postprocess_reply): generation may stop there
             res = eng.generate(reqs, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
-                               on_step=self._on_step, first_line_only=True)
+                               on_step=self._on_step, first_line_only=self.first_line_only,
+                               **self.sampling[agent])
             if view == "tom":
                 emo, act, formatted = _tom_readout(eng, reqs, res)
             still = []
             for j, i in enumerate(live):
                 reply = postprocess_reply(res[j].text)
                 v = out[i].values
-                v[f"hidden_{side}{sfx}"][k] = res[j].states
-                v[f"text_{side}{sfx}"][k] = reply
-                v[f"prompt_len_{side}{sfx}"][k] = res[j].prompt_len
+                v[var_name("hidden", side, view)][k] = res[j].states
+                v[var_name("text", side, view)][k] = reply
+                v[var_name("prompt_len", side, view)][k] = res[j].prompt_len
                 if view == "tom":
-                    v[f"emotion_{side}"][k] = emo[j]
-                    v[f"action_{side}"][k] = act[j]
-                    v[f"tom_format_{side}"][k] = formatted[j]
+                    v[var_name("emotion", side, view)][k] = emo[j]
+                    v[var_name("action", side, view)][k] = act[j]
+                    v[var_name("tom_format", side, view)][k] = formatted[j]
                 histories[i].append(reply)
-                if is_leave(reply):
+                if is_leave(reply, self.tasks[units[i][0]], t):
                     for a in (0, 1):
                         self.engines[a].forget((units[i][0], units[i][1], a, view))
                 else:
@@ -237,27 +249,35 @@ class _Runner:
             self.stats.utterances += len(reqs)
             self._tick(0)
         for i, h in enumerate(histories):
-            out[i].values[f"n_utterances{sfx}"][...] = len(h)
+            out[i].values[var_name("n_utterances", view=view)][...] = len(h)
         return histories
 
     def _passive(self, units, out: list[Unit], histories: list[list[str]]) -> None:
         """Re-read the genuine dialogs with the passive view (prefill only).
 
-        Round by round, so that each reader's prompt extends its previous one and
-        the engine re-uses that prefix's keys/values.
+        Only the units whose seed is among the spec's ``passive_seeds`` are read; the reader
+        is told it is the persona drawn for (task, seed) (:func:`passive_persona`), recorded
+        in ``passive_reader``.  Round by round, so that each reader's prompt extends its
+        previous one and the engine re-uses that prefix's keys/values.
         """
+        read = [i for i, (_, s) in enumerate(units) if s in self.spec.read_passive_seeds()]
+        names = {}
+        for i in read:
+            persona = self.readers.get(units[i])
+            out[i].values[var_name("reader", view="passive")][...] = persona.pk if persona is not None else ""
+            names[i] = persona
         for agent in (0, 1):
             lm, eng, side = self.lms[agent], self.engines[agent], "ab"[agent]
             for t in range(agent, self.max_utterances, 2):
-                rows = [i for i in range(len(units)) if t < len(histories[i])]
+                rows = [i for i in read if t < len(histories[i])]
                 if not rows:
                     break
                 prompts = [lm.chat_prompt(render_prompt(self.tasks[units[i][0]], agent, histories[i][:t],
-                                                        "passive")) for i in rows]
+                                                        "passive", persona=names[i])) for i in rows]
                 states = eng.read_states(prompts, sessions=[(units[i][0], units[i][1], agent, "passive")
                                                             for i in rows])
                 for j, i in enumerate(rows):
-                    out[i].values[f"hidden_{side}_passive"][t // 2] = states[j]
+                    out[i].values[var_name("hidden", side, "passive")][t // 2] = states[j]
             eng.clear()
 
     def _tick(self, n_units: int) -> None:
@@ -274,18 +294,59 @@ def default_batch_size(device) -> int:
     return 64 if str(device).startswith("cuda") else 8
 
 
-def _as_model(m, dtype, device):
+def _as_model(m, dtype, device, prompt_format="chat_template"):
     from synclib.models import load_model
 
     if isinstance(m, str):
-        return load_model(m, dtype=dtype, device=device)
+        return load_model(m, dtype=dtype, device=device, prompt_format=prompt_format)
     return m
+
+
+def resolve_sampling(lm, top_k="model", top_p="model") -> dict:
+    """The top-k / top-p a model samples with: ``"model"`` takes the model's own
+    ``generation_config`` (:func:`synclib.models.sampling_settings`, transformers' defaults
+    where it sets none), None switches the filter off, a number is used as it is.
+
+    Returns
+    -------
+    dict ``{"top_k": int or None, "top_p": float or None}`` for
+    :meth:`synclib.engine.Engine.generate`.
+    """
+    own = getattr(lm, "generation_defaults", None) or {"top_k": 50, "top_p": 1.0}
+    k = own.get("top_k") if top_k == "model" else top_k
+    p = own.get("top_p") if top_p == "model" else top_p
+    if k is not None and (isinstance(k, bool) or int(k) != k or k < 0):
+        raise ValueError(f"top_k must be 'model', None or an integer >= 0, got {top_k!r}")
+    if p is not None and not 0 < float(p) <= 1:
+        raise ValueError(f"top_p must be 'model', None or a number in (0, 1], got {top_p!r}")
+    return {"top_k": None if not k else int(k), "top_p": None if p is None or float(p) >= 1 else float(p)}
+
+
+def _check_settings(max_utterances, max_new_tokens, temperature, store_dtype, seeds, passive_seeds):
+    """Reject bad settings before any model is loaded; the message names the parameter."""
+    if max_utterances < 1:
+        raise ValueError(f"max_utterances must be >= 1, got {max_utterances}")
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if not temperature >= 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if store_dtype not in STORE_DTYPES:
+        raise ValueError(f"store_dtype must be one of {sorted(STORE_DTYPES)}, got {store_dtype!r}")
+    if not seeds:
+        raise ValueError("seeds: no seeds")
+    if passive_seeds is not None:
+        extra = sorted(set(passive_seeds) - set(seeds))
+        if extra:
+            raise ValueError(f"passive_seeds {extra} are not among seeds {seeds}")
 
 
 def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
              temperature: float = 0.7, max_new_tokens: int = 300, passive: bool = False,
              tom: bool = False, batch_size: int | None = None, device=None, dtype=None,
-             store_dtype: str = "float32", overwrite: bool = False, progress: bool = True) -> Path:
+             store_dtype: str = "float32", overwrite: bool = False, progress: bool = True,
+             top_k="model", top_p="model", stop_at_first_line: bool = True,
+             passive_seeds=None, taskset: TaskSet | None = None,
+             prompt_formats: tuple[str, str] = ("chat_template", "chat_template")) -> Path:
     """Run model A (agent 1) against model B (agent 2) and write a cube.
 
     Parameters
@@ -293,7 +354,7 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
     model_a, model_b : str or LoadedModel
         Model specs (see :func:`synclib.models.load_model`) or loaded models; the same
         spec is loaded once.
-    tasks : sequence of Task (e.g. a TaskSet or a selection of it)
+    tasks : TaskSet or sequence of Task
         The episodes; their ``index`` is the cube's ``episode`` coordinate.
     seeds : sequence of int
         Simulation seeds (``sim_seed``).
@@ -314,32 +375,42 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
         Replace a finished cube at ``out`` (otherwise it is returned untouched).
     progress : bool
         Show a tqdm bar (episodes done, utterances, new tokens/s) on stderr.
+    top_k, top_p : "model", None or a number
+        Sampling filters per :func:`resolve_sampling` (default: each model's own, as the
+        paper's code sampled with ``transformers``' ``generate``).
+    stop_at_first_line : bool, default True
+        Stop a reply at its first complete line (only that line is kept).
+    passive_seeds : sequence of int, optional
+        The seeds the passive reader reads (default: all of ``seeds``; the paper: 0-2).
+    taskset : TaskSet, optional
+        The set the passive reader's persona is drawn from (:func:`passive_persona`);
+        default ``tasks`` when it is a TaskSet.  Without one the reader is told it is the
+        agent it replaces.
+    prompt_formats : (str, str)
+        Prompt formats of A and B when they are given as specs
+        (:data:`synclib.models.PROMPT_FORMATS`).
 
     Returns
     -------
     Path of the finished cube.
     """
     out = Path(out)
-    if max_utterances < 1:
-        raise ValueError(f"max_utterances must be >= 1, got {max_utterances}")
-    if max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    if temperature < 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
-    if store_dtype not in STORE_DTYPES:
-        raise ValueError(f"store_dtype must be one of {sorted(STORE_DTYPES)}, got {store_dtype!r}")
+    seeds = [int(s) for s in seeds]
+    passive_seeds = None if passive_seeds is None else [int(s) for s in passive_seeds]
+    _check_settings(max_utterances, max_new_tokens, temperature, store_dtype, seeds, passive_seeds)
+    if taskset is None and isinstance(tasks, TaskSet):
+        taskset = tasks
     tasks = list(tasks)
     if not tasks:
         raise ValueError("no tasks to simulate")
-    seeds = [int(s) for s in seeds]
-    if not seeds:
-        raise ValueError("no seeds")
     if is_complete(out) and not overwrite:
         return out
 
-    lm_a = _as_model(model_a, dtype, device)
-    lm_b = lm_a if (model_b is model_a or (isinstance(model_b, str) and model_b == model_a)) \
-        else _as_model(model_b, dtype, device)
+    lm_a = _as_model(model_a, dtype, device, prompt_formats[0])
+    lm_b = lm_a if (model_b is model_a or (isinstance(model_b, str) and model_b == model_a
+                                           and prompt_formats[0] == prompt_formats[1])) \
+        else _as_model(model_b, dtype, device, prompt_formats[1])
+    sampling = (resolve_sampling(lm_a, top_k, top_p), resolve_sampling(lm_b, top_k, top_p))
     if batch_size is None:
         old = CubeWriter.existing_spec(out)
         batch_size = int(old["attrs"]["batch_size"]) if old and "batch_size" in old.get("attrs", {}) \
@@ -347,30 +418,20 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
 
-    import torch
-
-    spec = CubeSpec(
-        episodes=[episode_coords(t) for t in tasks], seeds=seeds,
-        n_rounds=math.ceil(max_utterances / 2),
-        n_layers_a=lm_a.n_layers, d_model_a=lm_a.d_model,
-        n_layers_b=lm_b.n_layers, d_model_b=lm_b.d_model,
-        passive=passive, tom=tom, emotions=EMOTIONS, actions=ACTIONS, store_dtype=store_dtype,
-        attrs=dict(model_a=lm_a.name, model_b=lm_b.name,
-                   model_a_source=getattr(lm_a, "source", ""), model_b_source=getattr(lm_b, "source", ""),
-                   torch_dtype_a=str(lm_a.dtype).replace("torch.", ""),
-                   torch_dtype_b=str(lm_b.dtype).replace("torch.", ""),
-                   temperature=float(temperature), max_new_tokens=int(max_new_tokens),
-                   max_utterances=int(max_utterances), batch_size=int(batch_size),
-                   synclib_version=__version__, torch_version=torch.__version__,
-                   protocol="protocol.md (Sotopia dialog loop, last-prompt-token states)"),
-    )
-    if not tom:  # the word lists only matter for ToM cubes; keep the spec minimal
-        spec.emotions, spec.actions = [], []
+    spec = _cube_spec(lm_a, lm_b, tasks, seeds, passive=passive, tom=tom, passive_seeds=passive_seeds,
+                      store_dtype=store_dtype, sampling=sampling, attrs=dict(
+                          temperature=float(temperature), max_new_tokens=int(max_new_tokens),
+                          max_utterances=int(max_utterances), batch_size=int(batch_size),
+                          stop_at_first_line=bool(stop_at_first_line),
+                          passive_persona_rule=PASSIVE_PERSONA_RULE if taskset is not None
+                          else "the reader is told it is the agent it replaces"))
     writer = CubeWriter(out, spec, overwrite=overwrite)
     units = spec.units()
     batches = [units[i:i + batch_size] for i in range(0, len(units), batch_size)]
     todo = [(b, batch) for b, batch in enumerate(batches)
             if not (writer.has_part(b) and all(u in writer.done for u in batch))]
+    readers = {} if not passive or taskset is None else {
+        (e, s): passive_persona(taskset, e, s) for e, s in units if s in spec.read_passive_seeds()}
 
     bar = None
     if progress:
@@ -380,7 +441,8 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
                    unit="ep", desc=f"simulate {out.name}", file=sys.stderr, dynamic_ncols=True)
     runner = _Runner((lm_a, lm_b), spec, {t.index: t for t in tasks}, max_utterances=max_utterances,
                      temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                     progress_bar=bar, stats=_Stats())
+                     progress_bar=bar, stats=_Stats(), sampling=sampling,
+                     first_line_only=stop_at_first_line, readers=readers)
     try:
         for b, batch in todo:
             done = runner.run_batch(batch)
@@ -392,66 +454,33 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
     return writer.finalize()
 
 
+def _cube_spec(lm_a, lm_b, tasks, seeds, *, passive, tom, passive_seeds, store_dtype, sampling,
+               attrs) -> CubeSpec:
+    """The cube's layout and identity: shapes, models, every generation setting."""
+    import torch
+
+    models = {}
+    for side, lm, samp in (("a", lm_a, sampling[0]), ("b", lm_b, sampling[1])):
+        models.update({f"model_{side}": lm.name, f"model_{side}_source": getattr(lm, "source", ""),
+                       f"torch_dtype_{side}": str(lm.dtype).replace("torch.", ""),
+                       f"prompt_format_{side}": getattr(lm, "prompt_format", "chat_template"),
+                       f"top_k_{side}": samp["top_k"] or 0, f"top_p_{side}": samp["top_p"] or 1.0})
+    spec = CubeSpec(
+        episodes=[episode_coords(t) for t in tasks], seeds=seeds,
+        n_rounds=math.ceil(attrs["max_utterances"] / 2),
+        n_layers_a=lm_a.n_layers, d_model_a=lm_a.d_model,
+        n_layers_b=lm_b.n_layers, d_model_b=lm_b.d_model,
+        passive=passive, tom=tom, emotions=EMOTIONS, actions=ACTIONS, store_dtype=store_dtype,
+        passive_seeds=passive_seeds if passive else None,
+        attrs=dict(**models, **attrs, synclib_version=__version__, torch_version=torch.__version__,
+                   protocol="protocol.md (Sotopia dialog loop, last-prompt-token states)"),
+    )
+    if not tom:  # the word lists only matter for ToM cubes; keep the spec minimal
+        spec.emotions, spec.actions = [], []
+    return spec
+
+
 # --------------------------------------------------------------------------- CLI
-
-def parse_index_list(text: str) -> list[int]:
-    """``"0-39,45"`` -> ``[0, 1, ..., 39, 45]`` (order kept, duplicates rejected).
-
-    Raises
-    ------
-    ValueError
-        naming the bad piece.
-    """
-    out: list[int] = []
-    for piece in str(text).split(","):
-        piece = piece.strip()
-        if not piece:
-            raise ValueError(f"empty item in {text!r}")
-        m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", piece)
-        if m:
-            lo, hi = int(m[1]), int(m[2])
-            if hi < lo:
-                raise ValueError(f"range {piece!r} runs backwards")
-            out.extend(range(lo, hi + 1))
-        elif re.fullmatch(r"\d+", piece):
-            out.append(int(piece))
-        else:
-            raise ValueError(f"{piece!r} is neither an index nor a range like 0-39")
-    if len(set(out)) != len(out):
-        raise ValueError(f"duplicate indices in {text!r}")
-    return out
-
-
-def _arg_type(fn, what):
-    def parse(text):
-        try:
-            return fn(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(f"{what}: {exc}") from None
-    parse.__name__ = what
-    return parse
-
-
-def _positive_int(text):
-    v = int(text)
-    if v < 1:
-        raise ValueError(f"must be >= 1, got {v}")
-    return v
-
-
-def _nonneg_float(text):
-    v = float(text)
-    if not v >= 0:
-        raise ValueError(f"must be >= 0, got {text}")
-    return v
-
-
-def _seed_list(text):
-    seeds = parse_index_list(text)
-    if not seeds:
-        raise ValueError("no seeds")
-    return seeds
-
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Options of ``synclib simulate``."""
@@ -464,25 +493,28 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="Sotopia-format task directory (envs.json, agents.json, "
                              "env_agent_combos.json) or 'embedded' (default)")
     sel = parser.add_mutually_exclusive_group()
-    sel.add_argument("--episodes", type=_arg_type(_positive_int, "episode count"), metavar="N",
+    sel.add_argument("--episodes", type=at.arg_type(at.positive_int, "episode count"), metavar="N",
                      help="simulate the first N tasks (default: all)")
-    sel.add_argument("--tasks", type=_arg_type(parse_index_list, "task list"), metavar="LIST",
+    sel.add_argument("--tasks", type=at.arg_type(at.index_list, "task list"), metavar="LIST",
                      help="task indices to simulate, e.g. 0-39,45")
-    parser.add_argument("--seeds", type=_arg_type(_seed_list, "seed list"), default=[0, 1, 2],
-                        metavar="LIST", help="simulation seeds, e.g. 0,1,2 (default) or 0-4")
+    parser.add_argument("--seeds", type=at.arg_type(at.seed_list, "seed list"), default=default("simulate.seeds"),
+                        metavar="LIST", help="simulation seeds, e.g. 0,1,2 or 0-4 (default: %(default)s)")
     parser.add_argument("--out", required=True, metavar="PATH.nc",
                         help="cube to write; an interrupted run's parts in PATH.nc.parts are resumed")
     parser.add_argument("--passive", action="store_true",
                         help="also record the passive reader on the genuine dialogs (control 1)")
     parser.add_argument("--tom", action="store_true",
                         help="also run the Theory-of-Mind dialogs with emotion/action distributions")
-    parser.add_argument("--max-new-tokens", type=_arg_type(_positive_int, "token count"), default=300,
-                        metavar="N", help="maximum new tokens per utterance (default 300)")
-    parser.add_argument("--max-utterances", type=_arg_type(_positive_int, "utterance count"), default=16,
-                        metavar="N", help="maximum utterances per episode, both agents (default 16)")
-    parser.add_argument("--temperature", type=_arg_type(_nonneg_float, "temperature"), default=0.7,
-                        metavar="T", help="sampling temperature, 0 = greedy (default 0.7)")
-    parser.add_argument("--batch-size", type=_arg_type(_positive_int, "batch size"), metavar="N",
+    parser.add_argument("--max-new-tokens", type=at.arg_type(at.positive_int, "token count"),
+                        default=default("simulate.max_new_tokens"), metavar="N",
+                        help="maximum new tokens per utterance (default %(default)s)")
+    parser.add_argument("--max-utterances", type=at.arg_type(at.positive_int, "utterance count"),
+                        default=default("simulate.max_utterances"), metavar="N",
+                        help="maximum utterances per episode, both agents (default %(default)s)")
+    parser.add_argument("--temperature", type=at.arg_type(at.nonneg_float, "temperature"),
+                        default=default("simulate.temperature"), metavar="T",
+                        help="sampling temperature, 0 = greedy (default %(default)s)")
+    parser.add_argument("--batch-size", type=at.arg_type(at.positive_int, "batch size"), metavar="N",
                         help="episode x seed rows per batch and per crash-safe part "
                              "(default 64 on CUDA, 8 on CPU; a resumed run keeps its own)")
     parser.add_argument("--device", metavar="DEV",
@@ -493,6 +525,20 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="precision of the stored states: float32 (lossless, default), "
                              "float16 / bfloat16 (mantissa rounded to 10 / 7 bits, float32 range; "
                              "smaller files)")
+    parser.add_argument("--top-k", type=at.arg_type(at.top_k, "top-k"), default=default("simulate.top_k"),
+                        metavar="K|model|none", help="sampling top-k: 'model' (default: the model's "
+                        "generation_config, else transformers' 50), 'none' or an integer")
+    parser.add_argument("--top-p", type=at.arg_type(at.top_p, "top-p"), default=default("simulate.top_p"),
+                        metavar="P|model|none", help="sampling top-p: 'model' (default), 'none' or a number in (0, 1]")
+    parser.add_argument("--passive-seeds", type=at.arg_type(at.seed_list, "seed list"), metavar="LIST",
+                        help="seeds the passive reader reads (default: all of --seeds; the paper: 0-2)")
+    parser.add_argument("--prompt-format-a", choices=sorted(PROMPT_FORMATS), default="chat_template",
+                        help="prompt format of model A (default: its tokenizer's chat template)")
+    parser.add_argument("--prompt-format-b", choices=sorted(PROMPT_FORMATS),
+                        help="prompt format of model B (default: as --prompt-format-a)")
+    parser.add_argument("--no-first-line-stop", action="store_true",
+                        help="generate every reply to its end (or --max-new-tokens) instead of stopping "
+                             "at its first line, which is all that is kept")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a finished cube at --out (default: leave it and exit)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -539,6 +585,10 @@ def run(args: argparse.Namespace) -> int:
         tasks = [taskset[i] for i in range(args.episodes)]
     else:
         tasks = list(taskset)
+    if args.passive_seeds is not None:
+        extra = sorted(set(args.passive_seeds) - set(args.seeds))
+        if extra:
+            return _fail(f"--passive-seeds: seed(s) {extra} are not among --seeds {args.seeds}")
     if is_complete(out) and not args.overwrite:
         print(f"{out} is already a finished cube; nothing to do (use --overwrite to redo it)",
               file=sys.stderr)
@@ -549,7 +599,10 @@ def run(args: argparse.Namespace) -> int:
                         max_new_tokens=args.max_new_tokens, passive=args.passive, tom=args.tom,
                         batch_size=args.batch_size, device=args.device, dtype=args.dtype,
                         store_dtype=args.store_dtype, overwrite=args.overwrite,
-                        progress=not args.no_progress)
+                        progress=not args.no_progress, top_k=args.top_k, top_p=args.top_p,
+                        stop_at_first_line=not args.no_first_line_stop, passive_seeds=args.passive_seeds,
+                        taskset=taskset,
+                        prompt_formats=(args.prompt_format_a, args.prompt_format_b or args.prompt_format_a))
     except CubeError as exc:
         return _fail(str(exc))
     except Exception as exc:  # model loading problems carry their own clear message

@@ -106,6 +106,31 @@ def mean_se(values, axis=None):
     return mean, se
 
 
+def reference_family_se(pair_means, n_split_seeds: int = 3) -> float:
+    """Figure 4a's error bar as the reference computes it: ``np.std(pair_means)`` (ddof 0)
+    ``/ sqrt(n_split_seeds * n_pairs)`` (``playground/data_analysis.py`` 1206-1207, the 3 being
+    its split seeds).  Not :func:`mean_se`: the reference's own formula, for its figure.
+
+    Parameters
+    ----------
+    pair_means : array-like, shape (n_pairs,)
+        One SyncR^2 per model pair of a family (the mean of its four directional values);
+        non-finite values are left out.
+    n_split_seeds : int
+        The factor under the square root besides the number of pairs.
+
+    Returns
+    -------
+    float
+        NaN without values.
+    """
+    v = np.asarray(pair_means, dtype=np.float64).ravel()
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return math.nan
+    return float(np.std(v) / np.sqrt(n_split_seeds * v.size))
+
+
 def _pcol(res: pd.DataFrame) -> str:
     """pingouin names its p-value column ``p_val`` (0.7) or ``p-val`` (older)."""
     return "p_val" if "p_val" in res.columns else "p-val"

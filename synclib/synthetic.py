@@ -233,9 +233,12 @@ def make_synthetic_cube(n_episodes: int = 40, n_seeds: int = 3, n_rounds: int = 
 #: the judge name of synthetic score tables
 SYNTHETIC_JUDGE = "synthetic-test-rng"
 #: (pair name, model A label, model B label, family, coupling) of the synthetic fixture
-SYNTHETIC_PAIRS = (("S-S", "synthetic-S", "synthetic-S", "S-family", 0.85),
-                   ("S-G", "synthetic-S", "synthetic-G", "Cross", 0.75),
-                   ("G-G", "synthetic-G", "synthetic-G", "G-family", 0.65))
+#: (run name, unordered pair, order, model A, model B, family, coupling): the cross pair is
+#: played in both speaking orders, as ``orders: both`` runs it
+SYNTHETIC_PAIRS = (("S-S", "S-S", 1, "synthetic-S", "synthetic-S", "S-family", 0.85),
+                   ("S-G", "S-G", 1, "synthetic-S", "synthetic-G", "Cross", 0.75),
+                   ("G-S", "S-G", 2, "synthetic-G", "synthetic-S", "Cross", 0.7),
+                   ("G-G", "G-G", 1, "synthetic-G", "synthetic-G", "G-family", 0.65))
 #: model label -> (layers, width) of the synthetic fixture's hidden states
 SYNTHETIC_MODELS = {"synthetic-S": (5, 16), "synthetic-G": (4, 12)}
 #: what the fixture asks of ``analyze``: every optional block, tiny MLPs
@@ -258,11 +261,11 @@ def synthetic_judge_table(cube: xr.Dataset, seed: int) -> pd.DataFrame:
     rows = []
     for ep in range(cube.sizes["episode"]):
         for s in np.asarray(cube["sim_seed"]) if "sim_seed" in cube.coords else range(cube.sizes["sim_seed"]):
-            for agent in (0, 1):
+            for agent in (1, 2):
                 for dim in DIMENSIONS:
                     lo, hi = SCORE_RANGES[dim]
                     rows.append({"episode": ep, "task_index": int(tasks[ep]), "sim_seed": int(s),
-                                 "agent": agent, "agent_name": f"agent {agent + 1}",
+                                 "agent": agent, "agent_name": f"agent {agent}",
                                  "dimension": dim, "score": int(rng.integers(lo, hi + 1)),
                                  "expected": math.nan, "reasoning": "synthetic test data",
                                  "judge": SYNTHETIC_JUDGE, "mode": "synthetic", "error": "",
@@ -279,8 +282,9 @@ def build_synthetic_results(root: str | os.PathLike, pairs=SYNTHETIC_PAIRS, seed
     ----------
     root : path
         Directory to create (``manifest.json``, ``cubes/``, ``analysis/``, ``judge/``).
-    pairs : sequence of (name, model_a, model_b, family, coupling)
-        Model labels must be keys of :data:`SYNTHETIC_MODELS`.
+    pairs : sequence of (name, pair, order, model_a, model_b, family, coupling)
+        Ordered runs (:data:`SYNTHETIC_PAIRS`); model labels must be keys of
+        :data:`SYNTHETIC_MODELS`.
     seed : int
         Seeds the cubes (``seed + i`` for pair ``i``) and the judge tables.
     cube_kwargs, analyze_kwargs : dict, optional
@@ -306,7 +310,7 @@ def build_synthetic_results(root: str | os.PathLike, pairs=SYNTHETIC_PAIRS, seed
     akw = {**SYNTHETIC_ANALYSIS, "tom": importlib.util.find_spec("synclib.tom") is not None,
            **(analyze_kwargs or {})}
     entries = []
-    for i, (name, model_a, model_b, family, coupling) in enumerate(pairs):
+    for i, (name, pair, order, model_a, model_b, family, coupling) in enumerate(pairs):
         (la, da), (lb, db) = SYNTHETIC_MODELS[model_a], SYNTHETIC_MODELS[model_b]
         cube = make_synthetic_cube(n_episodes=n_episodes, n_seeds=2, n_rounds=6, layers_a=la,
                                    dim_a=da, layers_b=lb, dim_b=db, coupling=coupling,
@@ -315,7 +319,8 @@ def build_synthetic_results(root: str | os.PathLike, pairs=SYNTHETIC_PAIRS, seed
         cube.to_netcdf(root / "cubes" / f"{name}.nc")
         analyze(cube, **akw).to_netcdf(root / "analysis" / f"{name}.nc")
         save_table(synthetic_judge_table(cube, seed + i), root / "judge" / f"{name}.judge.csv")
-        entries.append({"name": name, "model_a": model_a, "model_b": model_b, "family": family,
+        entries.append({"name": name, "pair": pair, "order": order, "model_a": model_a,
+                        "model_b": model_b, "family": family,
                         "cube": f"cubes/{name}.nc", "analysis": f"analysis/{name}.nc",
                         "judge": f"judge/{name}.judge.csv"})
     manifest = {"name": "synthetic-test-fixture", "synthetic": True, "embedded": False,

@@ -15,14 +15,25 @@ partner_next       ``emotion_b[k]``                         ``emotion_a[k+1]``
 
 (likewise for actions).  The partner's words are never in the reader's prompt.
 
+Format filter (figure 11; the paper restricts itself to models that follow the format):
+a sample is kept only if its *target* utterance -- the one whose emotion/action
+distribution is decoded (the reader's own utterance for ``self_current``, the partner's
+for ``partner_previous``/``partner_next``) -- opened with "Emotion. Action type." as
+instructed (the cube's ``tom_format_a``/``tom_format_b`` = 1).  The reader's own
+utterance need not follow it: its hidden state is read before it generates anything.
+The numbers kept and dropped are recorded per reader, relation and target
+(``tom_n_kept``, ``tom_n_dropped``); a cube without ``tom_format_*`` variables is used
+whole (attribute ``tom_format_filter`` says so).
+
 Probe (our choice; the paper does not give one): ridge regression
 (:func:`synclib.ridge.ridge_solve`) from one layer's hidden state to the centred
 log-probabilities, read out with a softmax.  Layer and penalty are chosen on an
 episode-grouped validation part (20 %) of the training set; the per-layer test KL
 is also reported (at each layer's validation-best penalty).  Metric: mean test
 KL(true || predicted); baseline: KL(true || mean training distribution).  Splits:
-all samples, 80/20 by episodes (:func:`synclib.ridge.episode_split`), per split
-seed (the protocol's fixed 6,500 applies to the synchrony datasets, not here).
+all samples by whole episodes with the rule of :func:`synclib.ridge.episode_split`
+(test ``>= n - int(0.8 n)`` samples, training the rest), per split seed (the
+protocol's fixed 6,500 applies to the synchrony datasets, not here).
 """
 from __future__ import annotations
 
@@ -35,7 +46,7 @@ import xarray as xr
 from tqdm.auto import tqdm
 
 from synclib.cube import HiddenRows, var_name
-from synclib.ridge import episode_split, ridge_solve
+from synclib.ridge import RidgeInputError, episode_split, ridge_solve
 from synclib.stats import mean_se
 
 __all__ = ["tom_dataset", "tom_decode", "kl_divergence", "ToMError", "TOM_RELATIONS", "TOM_TARGETS"]
@@ -112,6 +123,9 @@ def _tom_samples(cube, agent: str, relation: str, target: str, hidden: HiddenRow
         Target distributions.
     episode : int array, shape (n,)
         Episode position of each sample.
+    counts : dict
+        ``kept`` and ``dropped`` (samples whose target utterance did not follow the
+        format; module doc) and ``filtered`` (False: the cube has no ``tom_format_*``).
     """
     me, other = _check_vars(cube, agent, relation, target)
     E, S, R = hidden.grid
@@ -129,11 +143,16 @@ def _tom_samples(cube, agent: str, relation: str, target: str, hidden: HiddenRow
     rows = (e * S + s) * R + k
     Pt = P[e, s, kt]
     keep = hidden.ok[rows] & np.isfinite(Pt).all(1)
-    return rows[keep], Pt[keep], e[keep]
+    fmt = var_name("tom_format", side, "tom")
+    filtered = fmt in cube.variables
+    followed = np.asarray(cube[fmt].values)[e, s, kt] == 1 if filtered else np.ones(len(e), dtype=bool)
+    counts = {"kept": int((keep & followed).sum()), "dropped": int((keep & ~followed).sum()), "filtered": filtered}
+    keep &= followed
+    return rows[keep], Pt[keep], e[keep], counts
 
 
 def tom_dataset(cube, agent: str, relation: str, target: str):
-    """Samples for one probe.
+    """Samples for one probe (after the format filter of the module doc).
 
     Returns
     -------
@@ -146,7 +165,7 @@ def tom_dataset(cube, agent: str, relation: str, target: str):
     """
     _check_vars(cube, agent, relation, target)
     hidden = _hidden(cube, agent)
-    rows, P, ep = _tom_samples(cube, agent, relation, target, hidden)
+    rows, P, ep, _ = _tom_samples(cube, agent, relation, target, hidden)
     return hidden[rows], P, ep
 
 
@@ -175,6 +194,9 @@ class _Results:
     best_alpha: np.ndarray  # (T, R, A, S)
     n_train: np.ndarray     # (R, A, S) int
     n_test: np.ndarray      # (R, A, S) int
+    n_kept: np.ndarray      # (T, R, A) int: samples whose target utterance followed the format
+    n_dropped: np.ndarray   # (T, R, A) int: samples dropped because it did not
+    filtered: bool = True   # False: the cube has no tom_format_* (nothing dropped)
 
     @classmethod
     def empty(cls, n_layers: int, n_seeds: int, n_alphas: int) -> "_Results":
@@ -182,7 +204,8 @@ class _Results:
         return cls(kl=np.full(shape + (n_layers,), np.nan), val_kl=np.full(shape + (n_layers, n_alphas), np.inf),
                    best=np.full(shape, np.nan), base=np.full(shape, np.nan),
                    best_layer=np.full(shape, -1, dtype=np.int64), best_alpha=np.full(shape, np.nan),
-                   n_train=np.zeros(shape[1:], dtype=np.int64), n_test=np.zeros(shape[1:], dtype=np.int64))
+                   n_train=np.zeros(shape[1:], dtype=np.int64), n_test=np.zeros(shape[1:], dtype=np.int64),
+                   n_kept=np.zeros(shape[:3], dtype=np.int64), n_dropped=np.zeros(shape[:3], dtype=np.int64))
 
     def choose(self, key: tuple, alphas) -> None:
         """Layer and alpha of probe ``key``: the lowest validation KL."""
@@ -201,6 +224,8 @@ class _Results:
                 "tom_best_alpha": (_DIMS, self.best_alpha),
                 "tom_n_train": (_DIMS[1:], self.n_train),
                 "tom_n_test": (_DIMS[1:], self.n_test),
+                "tom_n_kept": (_DIMS[:3], self.n_kept),
+                "tom_n_dropped": (_DIMS[:3], self.n_dropped),
             },
             coords={"tom_target": list(TOM_TARGETS), "tom_relation": list(TOM_RELATIONS),
                     "agent": list(AGENTS), "split_seed": seeds, "tom_layer": np.arange(self.kl.shape[-1])},
@@ -209,7 +234,24 @@ class _Results:
             m, se = mean_se(ds[name].values, axis=-1)  # over split seeds
             ds[f"{name}_mean"] = (_DIMS[:-1], m)
             ds[f"{name}_se"] = (_DIMS[:-1], se)
+        ds.attrs["tom_format_filter"] = (
+            "applied: samples whose target utterance did not open with 'Emotion. Action type.' "
+            "(tom_format_* != 1) are dropped" if self.filtered else
+            "not applied: the cube has no tom_format_a/tom_format_b variables; all samples used")
         return ds
+
+
+def _probe_split(ep: np.ndarray, seed: int, val_frac: float, test_frac: float):
+    """``(fit, val, train, test)`` sample indices of one probe by whole episodes ``ep``
+    (n,): test and train by :func:`synclib.ridge.episode_split`, then the training
+    set into fit and validation parts; None where a part would hold fewer than 2."""
+    try:
+        tr, te, _ = episode_split(ep, None, seed, train_frac=1 - test_frac)
+        fit, val, _ = episode_split(ep[tr], None, seed + 10_000, train_frac=1 - val_frac)
+    except RidgeInputError:  # too few samples or episodes
+        return None
+    fit, val = tr[fit], tr[val]
+    return None if min(len(fit), len(val), len(te)) < 2 else (fit, val, tr, te)
 
 
 def _reader_probes(cube, ai: int, hidden: HiddenRows, seeds, val_frac: float, test_frac: float,
@@ -220,16 +262,17 @@ def _reader_probes(cube, ai: int, hidden: HiddenRows, seeds, val_frac: float, te
     probes = []
     for ti, target in enumerate(TOM_TARGETS):
         for ri, rel in enumerate(TOM_RELATIONS):
-            rows, P, ep = _tom_samples(cube, agent, rel, target, hidden)
+            rows, P, ep, counts = _tom_samples(cube, agent, rel, target, hidden)
+            res.n_kept[ti, ri, ai], res.n_dropped[ti, ri, ai] = counts["kept"], counts["dropped"]
+            res.filtered = res.filtered and counts["filtered"]
             T = np.log(np.clip(P, _EPS, None))
             T -= T.mean(1, keepdims=True)
             for si, seed in enumerate(seeds):
-                tr, te, _ = episode_split(ep, None, seed, test_frac=test_frac)
-                fit, val, _ = episode_split(ep[tr], None, seed + 10_000, test_frac=val_frac)
-                fit, val = tr[fit], tr[val]
-                if min(len(fit), len(val), len(te)) < 2:
+                split = _probe_split(ep, seed, val_frac, test_frac)
+                if split is None:
                     bar.update(hidden.shape[1])
                     continue
+                fit, val, tr, te = split
                 res.n_train[ri, ai, si], res.n_test[ri, ai, si] = len(tr), len(te)
                 res.base[ti, ri, ai, si] = kl_divergence(P[te], P[tr].mean(0)[None]).mean()
                 probes.append(_Probe((ti, ri, ai, si), rows, P, T, fit, val, tr, te))
@@ -307,7 +350,9 @@ def tom_decode(cube, split_seeds=(0, 1, 2), *, alphas=DEFAULT_TOM_ALPHAS, val_fr
         (tom_target, tom_relation, agent, split_seed), summary
         ``tom_kl_best_mean``/``_se`` and ``tom_kl_baseline_mean``/``_se``
         (tom_target, tom_relation, agent; :func:`synclib.stats.mean_se` over split
-        seeds), ``tom_n_train``, ``tom_n_test`` (tom_relation, agent, split_seed).
+        seeds), ``tom_n_train``, ``tom_n_test`` (tom_relation, agent, split_seed),
+        ``tom_n_kept``, ``tom_n_dropped`` (tom_target, tom_relation, agent: the format
+        filter of the module doc), attribute ``tom_format_filter``.
 
     Raises
     ------

@@ -66,6 +66,7 @@ def built_book(base: Path) -> tuple[Path, subprocess.CompletedProcess]:
     """A copy of the book sources with the executed notebooks, built: ``(html_dir, proc)``."""
     if "book" not in _CACHE:
         from synclib import report, results
+        from synclib.config import invalidation_table
 
         executed = executed_notebooks(base)
         src = base / "book-src"
@@ -86,6 +87,7 @@ def built_book(base: Path) -> tuple[Path, subprocess.CompletedProcess]:
         res = results.load_results(tiny_results(base))
         (gen / "run_summary.md").write_text(report.run_summary_markdown(res))
         (gen / "benchmarks.md").write_text(report.benchmarks_markdown(ROOT / "bench" / "results"))
+        (gen / "settings.md").write_text(invalidation_table())
         exe = Path(sys.executable).with_name("jupyter-book")
         proc = subprocess.run([str(exe), "build", str(src), "--builder", "html"],
                               capture_output=True, text=True, env=kernel_env(), timeout=600)

@@ -125,3 +125,10 @@ def smollm2_tokenizer():
 def tiny_model_dir(tmp_path_factory, smollm2_tokenizer) -> str:
     """A tiny random Llama (4 layers x 64) with the SmolLM2 tokenizer, saved as a HF directory."""
     return str(build_tiny_llama(tmp_path_factory.mktemp("tiny-llama") / "model", smollm2_tokenizer))
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tiny_model_dir, smollm2_tokenizer, tmp_path_factory):
+    """Two tiny random models of different shapes: A (4 layers x 64), B (3 layers x 48)."""
+    b = build_tiny_llama(tmp_path_factory.mktemp("tiny-b") / "model", smollm2_tokenizer, layers=3, width=48, seed=1)
+    return tiny_model_dir, str(b)

@@ -23,7 +23,19 @@ drop           closes the connection without answering on the first attempt,
                then valid
 always500      HTTP 500 every time
 echo_key       HTTP 400 whose body echoes the Authorization header
+structured     with a ``response_format``: the JSON in the object form
+               (``{"reasoning", "score"}``), as a grammar-constrained server
+               writes it; without: Sotopia-style pairs
 =============  ===========================================================
+
+Structured output: every request's ``response_format`` (None when it has none) is
+recorded in ``response_formats``.  A ``response_format`` that is present is checked
+(:func:`check_response_format`: a strict ``json_schema`` with one object per
+dimension and the score bounds); a bad one gets HTTP 400 and its problems are kept in
+``format_problems``.  With ``refuse_response_format`` set to 400 (llama.cpp's
+answer to a schema it cannot convert) or 422 (a validation error, FastAPI style),
+every request carrying a ``response_format`` is refused with that status, whatever
+its case; the same request without it is answered normally.
 
 When ``api_key`` is set, requests without ``Authorization: Bearer <key>`` get
 HTTP 401.  A request without a case marker is answered as ``default_case``.
@@ -41,6 +53,75 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from synclib.judge import DIMENSIONS, SCORE_RANGES
 
 CASE_RE = re.compile(r"CASE=([a-z0-9_]+)")
+NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+AGENT_KEYS = ("agent_1_evaluation", "agent_2_evaluation")
+#: what llama.cpp's server says about Sotopia's tuple schema (prefixItems, items: false)
+LLAMA_CPP_REFUSAL = ("JSON schema conversion failed: schema must be an object or boolean "
+                     "(at /properties/agent_1_evaluation/properties/believability/items)")
+
+
+def _walk(node, path="schema"):
+    """Every (path, sub-schema dict) of a JSON schema."""
+    if isinstance(node, dict):
+        yield path, node
+        for k, v in node.items():
+            yield from _walk(v, f"{path}/{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _walk(v, f"{path}/{i}")
+
+
+def _strict_object(node, keys, where, problems) -> dict:
+    """Check ``node`` is a strict object schema with exactly ``keys``; its properties."""
+    if not isinstance(node, dict) or node.get("type") != "object":
+        problems.append(f"{where}: not an object schema")
+        return {}
+    props = node.get("properties") or {}
+    if list(props) != list(keys):
+        problems.append(f"{where}: properties {list(props)} != {list(keys)}")
+    if list(node.get("required") or []) != list(keys):
+        problems.append(f"{where}: required {node.get('required')} != {list(keys)}")
+    if node.get("additionalProperties") is not False:
+        problems.append(f"{where}: additionalProperties is not false")
+    return props
+
+
+def check_response_format(fmt) -> list[str]:
+    """What is wrong with a structured-output request's ``response_format`` (empty when
+    it is a strict ``json_schema`` of one ``{"reasoning", "score"}`` object per
+    dimension, reasoning bounded, score within the dimension's range)."""
+    problems: list[str] = []
+    if not isinstance(fmt, dict) or fmt.get("type") != "json_schema":
+        return [f"response_format type is {fmt.get('type') if isinstance(fmt, dict) else fmt!r}, "
+                "not json_schema"]
+    js = fmt.get("json_schema")
+    if not isinstance(js, dict):
+        return ["response_format.json_schema missing"]
+    if not isinstance(js.get("name"), str) or not NAME_RE.match(js["name"]):
+        problems.append(f"json_schema.name {js.get('name')!r} is not a valid name")
+    if js.get("strict") is not True:
+        problems.append("json_schema.strict is not true")
+    schema = js.get("schema")
+    for path, node in _walk(schema):
+        for bad in ("prefixItems", "$ref", "items"):
+            if bad in node:
+                problems.append(f"{path}: uses {bad}")
+        if node.get("type") == "array":
+            problems.append(f"{path}: an array (tuple) schema")
+    for a in AGENT_KEYS:
+        agent = _strict_object(schema, AGENT_KEYS, "schema", problems).get(a)
+        dims = _strict_object(agent, DIMENSIONS, a, problems)
+        for d in DIMENSIONS:
+            where = f"{a}.{d}"
+            field = _strict_object(dims.get(d), ("reasoning", "score"), where, problems)
+            r, sc = field.get("reasoning") or {}, field.get("score") or {}
+            n = r.get("maxLength")
+            if r.get("type") != "string" or isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                problems.append(f"{where}.reasoning: not a string with a maxLength bound")
+            lo, hi = SCORE_RANGES[d]
+            if (sc.get("type"), sc.get("minimum"), sc.get("maximum")) != ("integer", lo, hi):
+                problems.append(f"{where}.score: not an integer from {lo} to {hi}: {sc}")
+    return problems
 
 
 def served_score(agent: int, dim_index: int) -> int:
@@ -77,15 +158,25 @@ class FakeJudgeServer:
         Requests received per case (repairs counted as ``<case>:repair``).
     bodies : list of dict
         Every request body received.
+    response_formats : list
+        Every request's ``response_format`` (None when absent), in arrival order.
+    format_problems : list of str
+        What :func:`check_response_format` found wrong in the formats received.
+    refusals : int
+        Requests refused for their ``response_format``.
     """
 
     def __init__(self, api_key: str | None = None, hang_seconds: float = 2.0,
-                 default_case: str = "unknown"):
+                 default_case: str = "unknown", refuse_response_format: int | None = None):
         self.api_key = api_key
         self.default_case = default_case
         self.hang_seconds = hang_seconds
+        self.refuse_response_format = refuse_response_format
         self.requests: Counter = Counter()
         self.bodies: list[dict] = []
+        self.response_formats: list = []
+        self.format_problems: list[str] = []
+        self.refusals = 0
         self.auth_failures = 0
         self._lock = threading.Lock()
         server = self
@@ -145,15 +236,38 @@ class FakeJudgeServer:
         case = m.group(1) if m else self.default_case
         repair = len(msgs) > 2
         key = f"{case}:repair" if repair else case
+        fmt = body.get("response_format")
         with self._lock:
             self.requests[key] += 1
             self.bodies.append(body)
+            self.response_formats.append(fmt)
             attempt = self.requests[key]
         if self.api_key is not None and auth != f"Bearer {self.api_key}" and case != "echo_key":
             with self._lock:
                 self.auth_failures += 1
             return self._send(h, 401, {"error": "unauthorized"})
+        if fmt is not None:
+            if self.refuse_response_format is not None:
+                with self._lock:
+                    self.refusals += 1
+                if self.refuse_response_format == 422:  # FastAPI-style validation error
+                    return self._send(h, 422, {"detail": [{
+                        "loc": ["body", "response_format", "json_schema"],
+                        "msg": "response_format json_schema is not supported by this server",
+                        "type": "value_error"}]})
+                return self._send(h, self.refuse_response_format, {"error": {
+                    "code": self.refuse_response_format, "message": LLAMA_CPP_REFUSAL,
+                    "type": "invalid_request_error"}})
+            problems = check_response_format(fmt)
+            if problems:
+                with self._lock:
+                    self.format_problems += problems
+                return self._send(h, 400, {"error": {"code": 400, "type": "invalid_request_error",
+                                                     "message": "invalid response_format: "
+                                                                + "; ".join(problems[:5])}})
         valid = json.dumps(evaluation("pairs"))
+        if case == "structured":
+            return self._answer(h, json.dumps(evaluation("objects" if fmt else "pairs")))
         if case == "valid":
             return self._answer(h, valid)
         if case == "prose":

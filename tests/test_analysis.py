@@ -1,16 +1,22 @@
 """synclib.analysis: datasets, splits, scores, analyze(), the CLI."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import xarray as xr
 
 from conftest import write_chunked_cube
-from synclib.analysis import (AnalysisError, analyze, build_dataset, persona_keys, sync_r2, sync_r2_noclip,
-                              sync_r2_topk)
+from synclib.analysis import (AnalysisError, analyze, build_dataset, persona_keys, seed_aggregate,
+                              shuffle_training_targets, sync_r2, sync_r2_noclip, sync_r2_se, sync_r2_topk)
 from synclib.ridge import episode_split
 from synclib.scenarios import RELATIONSHIPS
-from synclib.stats import mean_se
+from synclib.stats import mean_se, reference_family_se
 from synclib.synthetic import make_synthetic_cube
 
 
@@ -96,14 +102,65 @@ def test_sync_r2_formulas_on_hand_grid():
                   [0.1, 0.9, 0.4]])
     assert sync_r2(g) == pytest.approx((0.5 + 0 + 0.9) / 3)
     assert sync_r2_noclip(g) == pytest.approx((0.5 - 0.2 + 0.9) / 3)
-    assert sync_r2_topk(g, 1) == pytest.approx(sync_r2_noclip(g))
-    assert sync_r2_topk(g, 2) == pytest.approx(((0.5 + 0.2) / 2 + (-0.2 - 0.3) / 2 + (0.9 + 0.4) / 2) / 3)
+    assert sync_r2_topk(g, 1) == pytest.approx(sync_r2(g))  # k = 1 is the original: clipped
+    # top-k keeps the clip per source layer: row 2's top-2 mean (-0.25) counts 0
+    assert sync_r2_topk(g, 2) == pytest.approx(((0.5 + 0.2) / 2 + 0 + (0.9 + 0.4) / 2) / 3)
     assert np.isnan(sync_r2_topk(g, 4))
     padded = np.full((4, 4), np.nan)
     padded[:3, :3] = g
     assert sync_r2(padded) == pytest.approx(sync_r2(g))
     m, se = mean_se([0.4, 0.5, 0.6])
     assert m == pytest.approx(0.5) and se == pytest.approx(0.1 / np.sqrt(3))
+
+
+def test_seed_aggregation_on_hand_grids():
+    """The reference's aggregation: seed-mean grid first, then max, clip, mean; its SE."""
+    g0 = [[0.5, 0.2, -0.1], [-0.3, -0.2, -0.6]]
+    g1 = [[0.3, 0.4, -0.1], [-0.1, -0.4, -0.2]]
+    grids = np.array([g0, g1])
+    # mean grid [[0.4, 0.3, -0.1], [-0.2, -0.3, -0.4]], ddof-0 variance [[.01, .01, 0], [.01, .01, .04]]
+    a = seed_aggregate(grids)
+    np.testing.assert_allclose(a.mean, [[0.4, 0.3, -0.1], [-0.2, -0.3, -0.4]])
+    np.testing.assert_allclose(a.var, [[0.01, 0.01, 0.0], [0.01, 0.01, 0.04]], atol=1e-15)
+    assert a.n_seeds == 2
+    assert a.sync_r2 == pytest.approx((0.4 + 0) / 2)
+    # order matters: the mean of the per-seed scores is (0.25 + 0.2) / 2 = 0.225
+    assert np.mean([sync_r2(g) for g in grids]) == pytest.approx(0.225)
+    # SE: row 0 best target 0 (variance .01); row 1's best mean is negative -> 0
+    assert a.sync_r2_se == pytest.approx(np.sqrt(0.01) / 2)
+    assert sync_r2_se(grids) == pytest.approx(0.05)
+    # unclipped (figure 8): row 1 counts -0.2, its variance enters the SE
+    assert a.noclip == pytest.approx((0.4 - 0.2) / 2)
+    assert a.noclip_se == pytest.approx(np.sqrt(0.02) / 2)
+    assert sync_r2_se(grids, clip=False) == pytest.approx(np.sqrt(0.02) / 2)
+    # top-k on the mean grid, clipped per source layer: k=1 is SyncR^2
+    np.testing.assert_allclose(a.topk, [0.2, (0.35 + 0) / 2, (0.2 + 0) / 2])
+    # padding (a 2 x 3 grid stored in a 3 x 3 square, a failed seed all-NaN) changes nothing
+    padded = np.full((3, 3, 3), np.nan)
+    padded[:2, :2, :3] = grids
+    b = seed_aggregate(padded)
+    assert (b.sync_r2, b.sync_r2_se, b.noclip, b.noclip_se, b.n_seeds) == pytest.approx(
+        (a.sync_r2, a.sync_r2_se, a.noclip, a.noclip_se, 2))
+    np.testing.assert_allclose(b.topk, a.topk)
+
+
+def test_seed_aggregation_ties_and_single_seed():
+    # a tie in the mean row: the first maximum is the chosen target (np.argmax)
+    grids = np.array([[[0.1, 0.5]], [[0.5, 0.1]]])  # mean [0.3, 0.3], variances [0.04, 0.04]
+    grids[1, 0] = [0.5, 0.4]                        # mean [0.3, 0.45]: target 1, variance 0.0025
+    assert sync_r2_se(grids) == pytest.approx(0.05)
+    tie = np.array([[[0.1, 0.3]], [[0.5, 0.3]]])     # mean [0.3, 0.3]: target 0 (variance 0.04)
+    assert sync_r2_se(tie) == pytest.approx(0.2)
+    # one split seed: the score, but no standard error (undefined; the reference's std gives 0)
+    one = seed_aggregate(grids[:1])
+    assert one.sync_r2 == pytest.approx(0.5) and np.isnan(one.sync_r2_se) and np.isnan(one.noclip_se)
+    # every seed failed: NaN throughout
+    none = seed_aggregate(np.full((2, 2, 2), np.nan))
+    assert none.n_seeds == 0 and np.isnan(none.sync_r2) and np.isnan(none.topk).all()
+    with pytest.raises(AnalysisError, match="grids"):
+        seed_aggregate(np.zeros((2, 2)))
+    with pytest.raises(AnalysisError, match="k must be"):
+        sync_r2_topk(np.zeros((2, 2)), 0)
 
 
 def test_mean_se_over_split_seeds():
@@ -118,6 +175,9 @@ def test_mean_se_over_split_seeds():
     assert m == 0.7 and np.isnan(se)
     m, se = mean_se(np.array([[1.0, np.inf, 3.0]]), axis=1)  # non-finite values are left out
     assert m[0] == 2.0 and se[0] == pytest.approx(1.0)
+    # figure 4a's reference error bar: std (ddof 0) of the pair means / sqrt(3 n_pairs)
+    assert reference_family_se([0.2, 0.4, np.nan]) == pytest.approx(0.1 / np.sqrt(6))
+    assert np.isnan(reference_family_se([]))
 
 
 # --------------------------------------------------------------------------- analyze
@@ -129,34 +189,116 @@ def cube():
 
 @pytest.fixture(scope="module")
 def result(cube):
-    return analyze(cube, n_samples=600, split_seeds=(0, 1), persona_disjoint=True, relationship=True,
+    return analyze(cube, n_samples=400, split_seeds=(0, 1), persona_disjoint=True, relationship=True,
                    relationship_min=3, sample_sizes=(120, 240), progress=False, log=lambda m: None)
 
 
 def test_genuine_beats_passive_and_lag(result):
-    m = result.sync_r2_mean
+    m = result.sync_r2
+    assert m.dims == ("condition", "direction")
     for d in ("A->B", "B->A"):
         g = float(m.sel(condition="genuine", direction=d))
         assert g > float(m.sel(condition="passive", direction=d)) > float(m.sel(condition="lag2", direction=d))
         assert g > float(m.sel(condition="lag1", direction=d))
+        assert g > float(m.sel(condition="shuffled", direction=d))
     assert result.r2.dims == ("condition", "direction", "split_seed", "src_layer", "tgt_layer")
+    assert result.train_r2.dims == result.r2.dims
     # A has 4 layers, B 3: A->B grid is 4 x 3 padded with NaN
     g = result.r2.sel(condition="genuine", direction="A->B", split_seed=0).values
     assert np.isnan(g[:, 3]).all() and np.isfinite(g[:, :3]).all()
     assert np.isnan(result.r2.sel(condition="genuine", direction="B->A").values[:, 3]).all()
-    # summary equals the published formula on the stored grid
-    assert float(result.sync_r2.sel(condition="genuine", direction="A->B", split_seed=0)) == pytest.approx(sync_r2(g))
-    pair = result.sync_r2.mean("direction")
-    np.testing.assert_allclose(result.sync_r2_pair.values, pair.values)
-    assert (result.n_train + result.n_test <= result.n_available.broadcast_like(result.n_train)).all()
-    total = np.minimum(600, result.n_available).broadcast_like(result.n_train)
-    assert (result.n_test >= 0.2 * total).all() and (result.n_train + result.n_test >= total).all()
+    # the maps fit their training rows at least as well as the test rows
+    t = result.train_r2.sel(condition="genuine").values
+    assert (t[np.isfinite(t)] > result.r2.sel(condition="genuine").values[np.isfinite(t)] - 0.05).all()
+    # per seed: the formula on each stored grid; reference: on the seed-mean grid
+    assert float(result.sync_r2_per_seed.sel(condition="genuine", direction="A->B", split_seed=0)) == \
+        pytest.approx(sync_r2(g))
+    for c in result.condition.values:
+        for d in result.direction.values:
+            grids = result.r2.sel(condition=c, direction=d).values
+            a = seed_aggregate(grids)
+            got = result.sel(condition=c, direction=d)
+            np.testing.assert_allclose([float(got.sync_r2), float(got.sync_r2_se), float(got.sync_r2_noclip),
+                                        float(got.sync_r2_noclip_se)],
+                                       [a.sync_r2, a.sync_r2_se, a.noclip, a.noclip_se])
+            np.testing.assert_allclose(got.sync_r2_topk.values, a.topk)
+            np.testing.assert_allclose(got.r2_mean.values, a.mean)
+            assert float(got.sync_r2_topk.sel(k=1)) == pytest.approx(float(got.sync_r2))
+    for name in ("sync_r2", "sync_r2_se", "sync_r2_per_seed", "sync_r2_topk", "r2_mean"):
+        assert result[name].attrs["aggregation"] and name + ":" in result.attrs["aggregation"]
+    # the split: the reference's rule (here every dataset is short of 400: test >= 80, train the rest)
+    assert (result.n_train + result.n_test == result.n_available.broadcast_like(result.n_train)).all()
+    assert (result.split_short == 1).all() and (result.n_test >= 80).all()
+    # the shuffled control uses the genuine dataset and split
+    for v in ("n_train", "n_test", "n_available"):
+        np.testing.assert_array_equal(result[v].sel(condition="shuffled"), result[v].sel(condition="genuine"))
+
+
+def test_reference_split_in_analyze(cube):
+    """n_samples below what the cube holds: the reference's targets, recorded per split."""
+    r = analyze(cube, conditions=("genuine", "lag2"), n_samples=200, split_seeds=(0, 1, 2), progress=False,
+                log=lambda m: None)
+    g = r.sel(condition="genuine")
+    assert (g.split_short == 0).all() and (g.n_test >= 200 - 160).all() and (g.n_train >= 160).all()
+    ds = build_dataset(cube, "A->B")
+    for si, seed in enumerate((0, 1, 2)):
+        tr, te, info = episode_split(ds.episode, 200, seed, n_groups=cube.sizes["episode"])
+        assert int(g.n_train.sel(direction="A->B", split_seed=seed)) == len(tr) == info["n_train"]
+        assert int(g.n_test.sel(direction="A->B", split_seed=seed)) == len(te)
+    # B->A lag2 holds 106 samples: test >= 40, training 160 or all the rest
+    short = r.sel(condition="lag2", direction="B->A")
+    assert int(short.n_available) < 200 and (short.split_short == 1).all()
+    assert (short.n_train + short.n_test == short.n_available).all()
+
+
+def test_bad_split_seed_names_the_parameter(cube):
+    with pytest.raises(AnalysisError, match="split_seeds"):
+        analyze(cube, conditions=("genuine",), split_seeds=(-1,), progress=False)
+
+
+def test_empty_training_set_is_a_note_not_a_crash(cube):
+    notes = []
+    r = analyze(cube, conditions=("lag2",), n_samples=600, split_seeds=(0,), directions=("B->A",),
+                progress=False, log=notes.append)  # 106 samples: the test set (>= 120) takes them all
+    assert np.isnan(r.r2).all() and np.isnan(r.sync_r2).all()
+    assert int(r.split_short[0, 0, 0]) == -1 and int(r.n_train[0, 0, 0]) == 0
+    assert any("leaves none of the 106 available for training" in n for n in notes)
+
+
+def test_shuffled_control_moves_only_training_targets_within_dialogs():
+    cube = hand_cube()
+    ds = build_dataset(cube, "A->B", "shuffled")
+    seed = 1
+    rs = np.random.RandomState(seed)
+    tr, te, info = episode_split(ds.episode, 10, rs, n_groups=3)
+    y = shuffle_training_targets(ds, info["train_groups"], rs)
+    np.testing.assert_array_equal(y[te], ds.y_rows[te])  # test set untouched
+    assert not np.array_equal(y[tr], ds.y_rows[tr])      # training targets moved
+    for e in range(3):
+        for s in range(2):
+            dialog = (ds.episode == e) & (ds.sim_seed == s)
+            assert sorted(y[dialog]) == sorted(ds.y_rows[dialog])  # within each dialog
+    # the reference's draws: the split's RandomState continues over training episodes in split
+    # order, seeds ascending, one permutation per dialog with more than one sample
+    ref = np.random.RandomState(seed)
+    ref.permutation(3)
+    expected = ds.y_rows.copy()
+    for e in info["train_groups"]:
+        for s in range(2):
+            idx = np.flatnonzero((ds.episode == e) & (ds.sim_seed == s))
+            if len(idx) > 1:
+                expected[idx] = ds.y_rows[idx[ref.permutation(len(idx))]]
+    np.testing.assert_array_equal(y, expected)
+    # decoded: sources stay, a training target comes from the same dialog
+    for i in tr:
+        ye, ys, _ = decode(ds.Y[y[i], 0, 0])
+        assert (ye, ys) == (ds.episode[i], ds.sim_seed[i])
 
 
 def test_optional_blocks(result):
-    pd = result.persona_disjoint_sync_r2
+    pd = result.persona_disjoint_sync_r2_per_seed
     assert pd.dims == ("direction", "split_seed") and np.isfinite(pd).all()
-    ss = result.sample_size_sync_r2
+    ss = result.sample_size_sync_r2_per_seed
     assert list(ss.sample_size.values) == [120, 240] and np.isfinite(ss).all()
     assert ((result.sample_size_n_used >= ss.sample_size) | (result.sample_size_n_used == 0)).all()
     rel = result.relationship_sync_r2
@@ -164,17 +306,23 @@ def test_optional_blocks(result):
     assert list(rel.relationship.values) == [RELATIONSHIPS[c] for c in sorted(RELATIONSHIPS)]  # code order
     assert np.isfinite(rel).any()
     assert "social_iqa" in result.attrs["relationship_sources"]
+    assert result.persona_disjoint_sync_r2.dims == ("direction",)
+    assert result.persona_disjoint_sync_r2_per_seed.dims == ("direction", "split_seed")
+    assert result.sample_size_sync_r2.dims == ("sample_size", "direction")
+    assert np.isfinite(result.persona_disjoint_sync_r2).all() and np.isfinite(result.sample_size_sync_r2).all()
+    assert "agent pairs" in result.attrs["persona_split_rule"]
 
 
 def test_short_cube_is_noted(cube):
     notes = []
-    r = analyze(cube, conditions=("genuine",), n_samples=10**6, split_seeds=(0,), progress=False,
+    r = analyze(cube, conditions=("genuine",), n_samples=350, split_seeds=(0,), progress=False,
                 log=notes.append)
     assert notes and "fewer than n_samples" in notes[0]
     assert "fewer than n_samples" in r.attrs["notes"]
     assert int(r.n_train[0, 0, 0] + r.n_test[0, 0, 0]) == int(r.n_available[0, 0])
-    # one split seed: a mean, but no standard error (undefined for one value)
-    assert np.isfinite(r.sync_r2_mean).all() and np.isnan(r.sync_r2_se).all()
+    assert int(r.split_short[0, 0, 0]) == 1
+    # one split seed: a score, but no standard error (undefined for one value)
+    assert np.isfinite(r.sync_r2).all() and np.isnan(r.sync_r2_se).all()
 
 
 def test_analyze_cv_records_alphas(cube):
@@ -201,10 +349,12 @@ def test_netcdf_roundtrip_and_cli(tmp_path, cube, result):
     assert rc == 0 and out.exists()
     r = xr.open_dataset(out)
     assert list(r.condition.values) == ["genuine", "lag1"]
-    assert (r.sync_r2_mean.sel(condition="genuine") > r.sync_r2_mean.sel(condition="lag1")).all()
+    assert (r.sync_r2.sel(condition="genuine") > r.sync_r2.sel(condition="lag1")).all()
     assert "persona_disjoint_sync_r2" in r
     assert main(["analyze", str(tmp_path / "missing.nc"), "--out", str(out)]) == 2
-    assert main(["analyze", str(cpath), "--out", str(out), "--max-resident-gib", "-1"]) == 2
+    with pytest.raises(SystemExit) as refused:  # refused by argparse before the cube is opened
+        main(["analyze", str(cpath), "--out", str(out), "--max-resident-gib", "-1"])
+    assert refused.value.code == 2
 
 
 def test_nonlinear_comparator_runs(cube):
@@ -288,3 +438,34 @@ def test_hidden_rows_indexing(tmp_path, cube, monkeypatch, batch_bytes):
         streamed[np.array([0, len(full)])]
     with pytest.raises(CubeError, match="n_utterances"):
         HiddenRows(cube.n_utterances)
+
+
+# --------------------------------------------------------------------------- reference parity
+def _reference_checkout():
+    """A checkout of the reference code: $SYNCLIB_REFERENCE, else /tmp/ref; None if neither is one."""
+    for p in (os.environ.get("SYNCLIB_REFERENCE"), "/tmp/ref"):
+        if p and (Path(p) / "affine_transformation.py").is_file() and \
+                (Path(p) / "playground" / "data_analysis.py").is_file():
+            return Path(p)
+    return None
+
+
+@pytest.mark.skipif(_reference_checkout() is None,
+                    reason="no reference checkout: set SYNCLIB_REFERENCE to a checkout of "
+                           "zzn-nzz/LM_neural_synchrony @ 49fe97e1 (or extract it to /tmp/ref)")
+def test_reference_parity_harness(tmp_path):
+    """tools/reference_analysis_parity.py: the reference's own training and aggregation on a
+    synthetic cube equal synclib's analysis within 1e-5, splits identical (~30 s)."""
+    out = tmp_path / "parity.json"
+    tool = Path(__file__).resolve().parents[1] / "tools" / "reference_analysis_parity.py"
+    proc = subprocess.run([sys.executable, str(tool), "--reference", str(_reference_checkout()),
+                           "--n-episodes", "60", "--n-samples", "1200", "--out", str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rep = json.loads(out.read_text())
+    assert rep["pass"] and max(rep["max_abs_diff"].values()) <= 1e-5
+    assert {(j["condition"], j["direction"]) for j in rep["jobs"]} == {
+        (c, d) for c in ("genuine", "passive", "lag1", "lag2", "shuffled") for d in ("A->B", "B->A")}
+    assert all(all(j["split_equal"]) for j in rep["jobs"])
+    shorts = {max(j["split_short"]) for j in rep["jobs"]}
+    assert shorts == {0, 1}  # both branches of the split rule were compared

@@ -122,7 +122,7 @@ def proxy():
     p.close()
 
 
-def dump_dom(url: str, profile: Path, proxy_port: int) -> str:
+def dump_dom(url: str, profile: Path, proxy_port: int, extra=()) -> str:
     """The page's DOM after its scripts ran, from headless Chromium without network."""
     if CHROMIUM is None:
         pytest.fail("Chromium is not installed: `apt-get install chromium` (make test does it)")
@@ -134,7 +134,7 @@ def dump_dom(url: str, profile: Path, proxy_port: int) -> str:
            "--disable-breakpad", "--metrics-recording-only",
            f"--user-data-dir={profile}", f"--proxy-server=127.0.0.1:{proxy_port}",
            "--proxy-bypass-list=<-loopback>", "--virtual-time-budget=15000",
-           "--run-all-compositor-stages-before-draw", "--dump-dom", url]
+           "--run-all-compositor-stages-before-draw", *extra, "--dump-dom", url]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
@@ -163,8 +163,12 @@ def test_vendored_vega_lite_matches_altair():
     assert version.group(1) == alt.SCHEMA_VERSION.lstrip("v").split(".")[0]
 
 
+#: executed pages that show no chart (the dialogs themselves)
+NO_CHART = ("book/executed/dialogs",)
+
+
 def test_charts_render_offline(book, proxy, tmp_path):
-    pages = [p for p in toc_pages() if p.startswith("book/executed/")]
+    pages = [p for p in toc_pages() if p.startswith("book/executed/") and p not in NO_CHART]
     assert pages
     total = 0
     for i, page in enumerate(pages):
@@ -203,3 +207,56 @@ def test_proxy_sees_a_page_that_reaches_out(tmp_path):
     finally:
         p.close()
     assert any("cdn.example.org" in r for r in p.page_requests())
+
+
+#: a laptop's browser viewport
+LAPTOP = (1280, 800)
+
+MEASURE = """<html><body style="margin:0">
+<iframe id="f" src="{src}" style="width:{w}px;height:{h}px;border:0"></iframe><pre id="out">pending</pre>
+<script>
+document.getElementById("f").onload = () => setTimeout(() => {{
+  const d = document.getElementById("f").contentDocument, rows = [];
+  d.querySelectorAll(".synclib-vega").forEach(c => {{
+    const svg = c.querySelector("svg"), r = c.getBoundingClientRect();
+    let scrolls = [];
+    for (let el = c; el && el !== d.body; el = el.parentElement)
+      if (el.scrollWidth > el.clientWidth + 1 && getComputedStyle(el).overflowX !== "visible")
+        scrolls.push(el.tagName + "." + el.className);
+    rows.push({{id: c.id, left: r.left, right: r.right, svg: svg ? svg.getBoundingClientRect().width : -1,
+               scrolls: scrolls}});
+  }});
+  const main = d.querySelector("main") || d.body;
+  document.getElementById("out").textContent = JSON.stringify({{rows: rows,
+    text_right: main.getBoundingClientRect().right, page_scroll: d.documentElement.scrollWidth,
+    page_client: d.documentElement.clientWidth}});
+}}, 4000);
+</script></body></html>"""
+
+
+def test_figures_fit_a_laptop_screen(book, proxy, tmp_path):
+    """At a laptop's width no chart is wider than the text column and nothing scrolls sideways
+    (the heatmaps used to sit side by side, the second cut off behind a scroll bar)."""
+    import json
+
+    for i, page in enumerate(p for p in toc_pages() if p.startswith("book/executed/")):
+        wrapper = tmp_path / f"measure{i}.html"
+        wrapper.write_text(MEASURE.format(src=(book / f"{page}.html").as_uri(), w=LAPTOP[0], h=LAPTOP[1]))
+        dom = dump_dom(wrapper.as_uri(), tmp_path / f"pm{i}", proxy.port,
+                       extra=["--allow-file-access-from-files", f"--window-size={LAPTOP[0]},{LAPTOP[1]}"])
+        m = re.search(r'<pre id="out">(.*?)</pre>', dom, re.S)
+        assert m and m.group(1) != "pending", f"{page}: the measurement did not run"
+        got = json.loads(m.group(1).replace("&quot;", '"').replace("&amp;", "&"))
+        assert got["page_scroll"] <= got["page_client"] + 1, f"{page}: the page scrolls sideways: {got}"
+        for row in got["rows"]:
+            assert not row["scrolls"], f"{page}: chart {row['id']} sits in a sideways-scrolling box {row}"
+            assert row["svg"] > 0, f"{page}: chart {row['id']} has no drawing"
+            assert row["right"] <= got["text_right"] + 1, f"{page}: chart {row['id']} is wider than the text {row}"
+
+
+def test_no_machine_paths_in_pages(book):
+    """Runs are named by their config name and a path relative to the repository."""
+    for page in toc_pages():
+        text = (book / f"{page}.html").read_text()
+        for bad in (str(ROOT), "/tmp/", "/home/", "/root/"):
+            assert bad not in text, f"{page} shows the machine path {bad!r}"

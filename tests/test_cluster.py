@@ -14,7 +14,6 @@ import threading
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr

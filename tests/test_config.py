@@ -69,7 +69,8 @@ def test_ability_scores_columns_checked(tmp_path):
 def test_defaults_filled_and_mode_follows_url(tmp_path):
     cfg = _load(tmp_path, GOOD)
     assert cfg["simulate"]["max_utterances"] == 16 and cfg["judge"]["mode"] == "constrained"
-    assert cfg["models"]["S"] == {"spec": "smollm2-135m", "family": "S", "label": "smollm2-135m"}
+    assert cfg["models"]["S"] == {"spec": "smollm2-135m", "family": "S", "label": "smollm2-135m",
+                                  "prompt_format": "chat_template"}
     assert _load(tmp_path, GOOD, ["judge.url=http://127.0.0.1:8000/v1"])["judge"]["mode"] == "json"
 
 
@@ -87,3 +88,13 @@ def test_run_refuses_a_typo_before_any_work(tmp_path):
     assert res.returncode == 2
     assert "did you mean 'simulate.episodes'" in res.stderr and "Traceback" not in res.stderr
     assert not out.exists()
+
+
+def test_judge_defaults_agree_with_the_judge_package():
+    """The config schema is the home of defaults; the judge package's own constants match it."""
+    from synclib.config import default
+    from synclib.judge import rubric
+    from synclib.judge.items import LAYOUTS
+
+    assert default("judge.reasoning_max_chars") == rubric.REASONING_MAX_CHARS
+    assert default("judge.layout") in LAYOUTS

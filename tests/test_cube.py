@@ -248,7 +248,7 @@ def test_var_name_is_the_one_spelling_of_the_schema():
     spec = CubeSpec([ep], [0], 2, 2, 4, 3, 5, passive=True, tom=True, emotions=["Joy"], actions=["A"])
     names = set(spec.variables())
     expected = {var_name(k, s, v) for k in ("hidden", "text", "prompt_len") for s in "ab" for v in ("active", "tom")}
-    expected |= {var_name("hidden", s, "passive") for s in "ab"}
+    expected |= {var_name("hidden", s, "passive") for s in "ab"} | {var_name("reader", view="passive")}
     expected |= {var_name(k, s, "tom") for k in ("emotion", "action", "tom_format") for s in "ab"}
     expected |= {var_name("n_utterances"), var_name("n_utterances", view="tom")}
     assert names == expected

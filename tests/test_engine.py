@@ -350,3 +350,46 @@ def test_first_line_only_keeps_the_first_line(lm, monkeypatch):
         assert a.token_ids[:len(b.token_ids)] == b.token_ids
         if b.finish_reason == "line":
             assert b.token_ids[-1] == nl and b.text.strip() and len(b.token_ids) < len(a.token_ids)
+
+
+@pytest.mark.parametrize("top_p", [None, 0.9, 0.5])
+@pytest.mark.parametrize("top_k", [None, 50, 3])
+def test_sampling_distribution_is_transformers_generate(top_k, top_p):
+    """synclib's per-step distribution equals softmax of transformers' warped logits
+    (temperature, then top-k, then top-p), to 1e-6, on random logits with ties."""
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    from synclib.engine import sampling_distribution
+
+    g = torch.Generator().manual_seed(7)
+    logits = torch.randn(16, 500, generator=g) * 3
+    logits[0, :10] = logits[0, 0]  # ties at the top
+    logits[1] = torch.round(logits[1])  # many ties at the k-th value
+    warpers = [TemperatureLogitsWarper(0.7)]
+    if top_k:
+        warpers.append(TopKLogitsWarper(top_k))
+    if top_p:
+        warpers.append(TopPLogitsWarper(top_p))
+    ref = torch.softmax(LogitsProcessorList(warpers)(None, logits.clone()), dim=-1).double()
+    ours = sampling_distribution(logits, 0.7, top_k, top_p)
+    assert torch.allclose(ours, ref, atol=1e-6, rtol=0)
+    assert ((ours > 0) == (ref > 0)).all()  # the same tokens are kept
+    if top_k or top_p:
+        assert (ours == 0).any()
+
+
+def test_generation_config_sets_what_is_sampled(lm):
+    """A model's generation_config top-k/top-p are what the reference's generate used."""
+    import transformers
+
+    from synclib.models import sampling_settings
+
+    m = lm.model
+    old = m.generation_config
+    try:
+        m.generation_config = transformers.GenerationConfig(top_p=0.9, temperature=0.6)
+        assert sampling_settings(m) == {"top_k": 50, "top_p": 0.9}
+        m.generation_config = transformers.GenerationConfig()
+        assert sampling_settings(m) == {"top_k": 50, "top_p": 1.0}
+    finally:
+        m.generation_config = old

@@ -20,13 +20,14 @@ from synclib.judge import DIMENSIONS, SCORE_RANGES, JudgeItem
 from synclib.judge.backends import _terminator_id
 from synclib.judge.rubric import AGENT_KEYS
 
-from judge_server import FakeJudgeServer, evaluation, served_score
+from judge_server import FakeJudgeServer, check_response_format, evaluation, served_score
 
 SOTOPIA = Path("/work/shared/sotopia")
 SECRET = "sk-test-3f9a7c1e5b2d4a6f8e0c1b3d5f7a9c2e"
 ALL_CASES = ["valid", "prose", "fenced", "out_of_range", "missing_dim", "garbage", "http500",
-             "http429", "hang", "drop", "always500", "echo_key"]
-CLEAN_CASES = ["valid", "prose", "fenced", "out_of_range", "http500", "http429", "hang", "drop"]
+             "http429", "hang", "drop", "always500", "echo_key", "structured"]
+CLEAN_CASES = ["valid", "prose", "fenced", "out_of_range", "http500", "http429", "hang", "drop",
+               "structured"]
 
 
 def make_item(case: str, episode: int = 0, seed: int = 0, n: int = 4) -> JudgeItem:
@@ -102,6 +103,32 @@ def test_parse_evaluation_validates_every_field():
     assert not valid and set(errors.values()) == {"no JSON object found"}
 
 
+def test_parse_accepts_tuple_and_object_forms():
+    """Sotopia's [reasoning, score] tuples (what the paper's instructions ask for) and the
+    {"reasoning", "score"} objects of structured output read the same, even mixed."""
+    pairs, objects = evaluation("pairs"), evaluation("objects")
+    assert isinstance(pairs["agent_1_evaluation"]["goal"], list)
+    assert isinstance(objects["agent_1_evaluation"]["goal"], dict)
+    v_pairs, e_pairs = J.parse_evaluation(json.dumps(pairs))
+    v_objects, e_objects = J.parse_evaluation(json.dumps(objects))
+    assert not e_pairs and not e_objects and v_pairs == v_objects and len(v_pairs) == 14
+    mixed = {"agent_1_evaluation": pairs["agent_1_evaluation"],
+             "agent_2_evaluation": objects["agent_2_evaluation"]}
+    assert J.parse_evaluation(json.dumps(mixed)) == (v_pairs, {})
+    # strict either way: an object lacking a key, a triple, a score out of range
+    bad = evaluation("objects")
+    del bad["agent_1_evaluation"]["goal"]["score"]
+    del bad["agent_2_evaluation"]["secret"]["reasoning"]
+    bad["agent_1_evaluation"]["knowledge"] = ["why", 3, "extra"]
+    bad["agent_2_evaluation"]["relationship"] = {"reasoning": "r", "score": 6}
+    valid, errors = J.parse_evaluation(json.dumps(bad))
+    assert len(valid) == 10
+    assert errors[(1, "goal")] == "agent_1_evaluation.goal object lacks 'score'"
+    assert errors[(2, "secret")] == "agent_2_evaluation.secret object lacks 'reasoning'"
+    assert "neither a [reasoning, score] pair nor" in errors[(1, "knowledge")]
+    assert "score 6 out of range [-5, 5]" in errors[(2, "relationship")]
+
+
 # ------------------------------------------------------------------------------ HTTP judge
 
 def run_http_batch(server, cache_path, concurrency=4):
@@ -125,6 +152,10 @@ def test_http_judge_every_case_and_cache(tmp_path, monkeypatch, caplog, capsys):
         first_requests = server.total_requests
         first_counts = dict(server.requests)
         assert server.auth_failures == 0  # the key was sent
+        # structured output was asked for in every request (repairs too), the schema was
+        # accepted, and a 400 about something else (echo_key) was no refusal of it
+        assert all(f is not None for f in server.response_formats)
+        assert server.format_problems == [] and not backend.structured_refused
 
         assert len(table) == 14 * len(ALL_CASES)
         by_case = {c: table[table.episode == i] for i, c in enumerate(ALL_CASES)}
@@ -181,6 +212,176 @@ def test_http_judge_every_case_and_cache(tmp_path, monkeypatch, caplog, capsys):
     assert J.read_table(out).score.equals(table.score)
 
 
+def http_backend(server, **kw):
+    return J.OpenAIBackend(server.url, "fake-judge", api_key_env="SYNCLIB_UNSET_VAR", timeout=5,
+                           max_retries=1, backoff=0.01, max_backoff=0.05, **kw)
+
+
+def test_structured_request_carries_strict_object_schema():
+    """The request body holds an OpenAI json_schema response_format: strict, one object per
+    dimension (bounded reasoning, score within the dimension's range), no tuples."""
+    with FakeJudgeServer() as server:
+        backend = http_backend(server)
+        J.judge_items([make_item("valid"), make_item("out_of_range", 1)], backend,
+                      concurrency=1, progress=False)
+        backend120 = http_backend(server, reasoning_max_chars=120)
+        J.judge_items([make_item("valid", 2)], backend120, progress=False)
+    assert server.requests["out_of_range:repair"] == 1
+    fmts = server.response_formats
+    assert len(fmts) == 4 and all(f is not None for f in fmts)  # the repair request too
+    assert server.format_problems == []
+    fmt = fmts[0]
+    assert check_response_format(fmt) == []
+    assert fmt["type"] == "json_schema" and set(fmt) == {"type", "json_schema"}
+    js = fmt["json_schema"]
+    assert js["name"] == "sotopia_evaluation" and js["strict"] is True
+    assert set(js) == {"name", "schema", "strict"}
+    schema = js["schema"]
+    assert schema["type"] == "object" and schema["required"] == list(AGENT_KEYS)
+    assert schema["additionalProperties"] is False
+    for key in AGENT_KEYS:
+        agent = schema["properties"][key]
+        assert agent["type"] == "object" and agent["required"] == list(DIMENSIONS)
+        assert list(agent["properties"]) == list(DIMENSIONS)
+        for d, (lo, hi) in SCORE_RANGES.items():
+            dim = agent["properties"][d]
+            assert dim["type"] == "object" and dim["required"] == ["reasoning", "score"]
+            assert dim["additionalProperties"] is False
+            assert list(dim["properties"]) == ["reasoning", "score"]  # reasoning first
+            assert dim["properties"]["reasoning"] == {"type": "string",
+                                                      "maxLength": J.REASONING_MAX_CHARS}
+            assert dim["properties"]["score"] == {"type": "integer", "minimum": lo, "maximum": hi}
+    text = json.dumps(fmt)
+    assert "prefixItems" not in text and '"array"' not in text and "$ref" not in text
+    assert fmt == backend.response_format() == {"type": "json_schema", "json_schema": {
+        "name": "sotopia_evaluation", "schema": J.structured_schema(), "strict": True}}
+    assert json.dumps(fmts[3]).count('"maxLength": 120') == 14
+    # what the schema admits: the object form, not Sotopia's tuples, nor long reasoning
+    jsonschema = pytest.importorskip("jsonschema")
+    validator = jsonschema.Draft202012Validator(schema)
+    validator.check_schema(schema)
+    assert validator.is_valid(evaluation("objects"))
+    assert not validator.is_valid(evaluation("pairs"))
+    assert not validator.is_valid(evaluation("objects", override={(1, "secret"): 3}))
+    long = evaluation("objects")
+    long["agent_2_evaluation"]["goal"]["reasoning"] = "x" * (J.REASONING_MAX_CHARS + 1)
+    assert not validator.is_valid(long)
+    # the bound keeps below llama.cpp's grammar repetition limit
+    for bad in (0, 2000, 1.5, True):
+        with pytest.raises(J.JudgeError, match="reasoning_max_chars"):
+            J.structured_schema(bad)
+
+
+def test_object_form_answers_fill_the_table():
+    """A server enforcing the schema answers in the object form: every field is scored."""
+    with FakeJudgeServer() as server:
+        backend = http_backend(server)
+        items = [make_item("structured", e, n=2 + e) for e in range(3)]
+        table = J.judge_items(items, backend, concurrency=2, progress=False)
+    assert server.total_requests == 3 and all(server.response_formats)
+    raw = server.bodies[0]  # the server answered objects because the format was sent
+    assert raw["response_format"]["json_schema"]["strict"] is True
+    expected = [served_score(a, i) for a in (1, 2) for i in range(len(DIMENSIONS))]
+    for e in range(3):
+        t = table[table.episode == e]
+        assert list(t.score) == expected and (t.error == "").all()
+        assert t.reasoning.str.startswith("agent ").all()
+
+
+@pytest.mark.parametrize("status", [400, 422])
+def test_refused_response_format_falls_back_once_and_is_remembered(status, caplog):
+    """llama.cpp refuses a schema with HTTP 400 (a FastAPI server with 422): the request is
+    sent once more without response_format, and later requests go without it."""
+    caplog.set_level(logging.INFO)
+    items = [make_item("valid", 0), make_item("structured", 1), make_item("prose", 2)]
+    with FakeJudgeServer(refuse_response_format=status) as server:
+        backend = http_backend(server)
+        cache = J.JudgeCache(None)
+        table = J.judge_items(items, backend, cache=cache, concurrency=1, progress=False)
+        assert server.refusals == 1 and server.total_requests == 4
+        assert backend.requests_sent == 4 and backend.structured_refused
+        assert server.response_formats[0] is not None
+        assert server.response_formats[1:] == [None, None, None]
+        first = dict(server.bodies[0])
+        del first["response_format"]
+        assert server.bodies[1] == first  # the same request, without the format
+        assert table.score.notna().all() and (table.error == "").all()
+        warnings = [r for r in caplog.records if "refused structured output" in r.getMessage()]
+        assert len(warnings) == 1 and warnings[0].levelno == logging.WARNING
+        # the answers are cached under what was requested: the same run again asks nothing
+        again = J.judge_items(items, http_backend(server), cache=cache, progress=False)
+        assert server.total_requests == 4
+        pd.testing.assert_frame_equal(again, table)
+        # a new run (new backend, empty cache) tries structured output again, once
+        backend2 = http_backend(server)
+        J.judge_items(items[:2], backend2, concurrency=1, progress=False)
+        assert server.refusals == 2 and server.total_requests == 4 + 3
+    assert server.format_problems == []
+
+
+def test_refusal_under_concurrency_is_logged_once(caplog):
+    """Requests in flight when the refusal comes each fall back once; one warning in all."""
+    caplog.set_level(logging.INFO)
+    items = [make_item("structured", e, n=2 + e) for e in range(8)]  # 8 distinct dialogs
+    with FakeJudgeServer(refuse_response_format=400) as server:
+        backend = http_backend(server)
+        table = J.judge_items(items, backend, concurrency=4, progress=False)
+    assert 1 <= server.refusals <= 4
+    assert server.total_requests == len(items) + server.refusals
+    assert sum(f is None for f in server.response_formats) == len(items)
+    assert table.score.notna().all()
+    assert sum("refused structured output" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_plain_json_mode_sends_no_response_format():
+    """structured=False (backend or judge_items) is JSON mode as before; a 400 about the
+    request is then no refusal of anything."""
+    with FakeJudgeServer(refuse_response_format=400) as server:
+        backend = http_backend(server, structured=False)
+        assert backend.response_format() is None
+        table = J.judge_items([make_item("valid"), make_item("structured", 1)], backend,
+                              progress=False)
+        assert table.score.notna().all() and server.refusals == 0
+        backend2 = http_backend(server)  # structured by default, turned off per call
+        J.judge_items([make_item("prose", 2)], backend2, structured=False, progress=False)
+        assert server.response_formats == [None, None, None] and not backend2.structured_refused
+    with FakeJudgeServer() as server:  # ... and turned on per call
+        J.judge_items([make_item("structured")], http_backend(server, structured=False),
+                      structured=True, progress=False)
+        assert server.response_formats[0] is not None
+
+
+def test_cache_keys_tell_structured_from_plain(tmp_path):
+    from synclib.judge.cache import cache_key
+
+    with FakeJudgeServer() as server:
+        backend = http_backend(server)
+        msgs = J.judge_messages(make_item("valid"), J.EMBEDDED_INSTRUCTIONS)
+        k_on, k_off = J.request_key(backend, msgs, True), J.request_key(backend, msgs, False)
+        assert k_on != k_off and J.request_key(backend, msgs) == k_on  # the backend's default
+        # plain JSON mode keeps the key of caches written before structured output
+        assert k_off == cache_key("fake-judge", {"settings": backend.settings, "messages": msgs})
+        assert J.request_key(http_backend(server, structured=False), msgs) == k_off
+        # the schema (its reasoning bound) is part of the key
+        assert J.request_key(http_backend(server, reasoning_max_chars=100), msgs) != k_on
+
+        # one cache file: structured answers and plain ones are kept apart
+        path = tmp_path / "c.jsonl"
+        items = [make_item("structured", e, n=2 + e) for e in range(2)]
+        on = J.judge_items(items, backend, cache=J.JudgeCache(path), progress=False)
+        assert server.total_requests == 2
+        off = J.judge_items(items, backend, cache=J.JudgeCache(path), structured=False,
+                            progress=False)
+        assert server.total_requests == 4  # not served from the structured answers
+        assert server.response_formats[2:] == [None, None]
+        for structured in (True, False):
+            J.judge_items(items, backend, cache=J.JudgeCache(path), structured=structured,
+                          progress=False)
+        assert server.total_requests == 4  # both kinds now come from the cache
+    assert len(path.read_text().splitlines()) == 4
+    pd.testing.assert_frame_equal(on, off)  # same scores, whichever form the answer took
+
+
 def test_interrupted_run_keeps_paid_answers(tmp_path):
     """Answers are flushed one by one: a cache written by a run cut short serves them."""
     cache_path = tmp_path / "c.jsonl"
@@ -196,6 +397,20 @@ def test_interrupted_run_keeps_paid_answers(tmp_path):
         table = J.judge_items(items, backend, cache=J.JudgeCache(cache_path), progress=False)
         assert server.total_requests - before == 1  # only the new item was asked
         assert table.score.notna().all()
+    # the torn line was cut off, so the new answer got a line of its own: every line parses
+    lines = cache_path.read_text().splitlines()
+    assert len(lines) == 2 and all(json.loads(x)["key"] for x in lines)
+    assert cache_path.read_text().endswith("\n")
+
+
+def test_a_damaged_cache_line_is_named_and_nothing_is_lost(tmp_path):
+    cache_path = tmp_path / "c.jsonl"
+    good = json.dumps({"key": "k1", "judge": "j", "value": {"a": 1}})
+    cache_path.write_text(good + "\n{not json}\n" + good.replace("k1", "k2") + "\n")
+    before = cache_path.read_bytes()
+    with pytest.raises(J.JudgeError, match=r"c\.jsonl:2: damaged judge cache line"):
+        J.JudgeCache(cache_path)
+    assert cache_path.read_bytes() == before
 
 
 def test_bad_configuration_is_reported():
@@ -235,7 +450,7 @@ def brute_force_logprob(loaded, prompt, cand):
 
 
 def test_score_candidates_matches_full_forward(tiny_judge):
-    m, tok = tiny_judge.model, tiny_judge.tokenizer
+    tok = tiny_judge.tokenizer
     assert tok.convert_ids_to_tokens(_terminator_id(tok)) == "<|im_end|>"  # end of turn
     item = make_item("x", n=3)
     prompts = [tiny_judge.chat_prompt(J.constrained_question(item, a, d), system=J.SYSTEM_MESSAGE)
@@ -343,9 +558,21 @@ def test_overall_and_social_performance():
         table[(table.episode == 0) & (table.sim_seed == 0) & (table.agent == 1)].score.mean())
     gap = ov[(ov.episode == 1) & (ov.sim_seed == 1) & (ov.agent == 2)].iloc[0]
     assert np.isnan(gap.overall) and gap.n_scored == 6
-    per_seed = [ov[ov.sim_seed == s].overall.dropna().mean() for s in (0, 1)]
-    assert J.social_performance(table) == pytest.approx(np.mean(per_seed))
-    assert list(J.social_performance(table, by_seed=True)) == pytest.approx(per_seed)
+    # the reference's order: a dialog counts when both agents are scored; seeds within an
+    # episode, then episodes, then the two agents
+    by_agent = []
+    for a in (1, 2):
+        per_ep = []
+        for e in range(3):
+            seeds = [s for s in (0, 1) if not (e == 1 and s == 1)]
+            per_ep.append(np.mean([ov[(ov.episode == e) & (ov.sim_seed == s) & (ov.agent == a)].overall.item()
+                                   for s in seeds]))
+        by_agent.append(np.mean(per_ep))
+    assert list(J.social_performance(table, by_agent=True)) == pytest.approx(by_agent)
+    assert J.social_performance(table) == pytest.approx(np.mean(by_agent))
+    # the reference's own arithmetic: sum of the 7 dimensions / 7
+    sums = table.assign(v=table.score.astype(float)).groupby(["episode", "sim_seed", "agent"]).v.sum()
+    assert row.overall == pytest.approx(sums[(0, 0, 1)] / 7)
 
 
 def test_reading_scores_imports_no_judging_machinery():
@@ -376,7 +603,8 @@ def test_cli_help_documents_every_option():
             assert action.help, action.dest
     text = p.format_help()
     for opt in ("--scenarios", "--judge-url", "--judge-model", "--api-key-env", "--concurrency",
-                "--timeout", "--mode", "--out", "--cache"):
+                "--timeout", "--mode", "--out", "--cache", "--no-structured",
+                "--reasoning-max-chars"):
         assert opt in text
 
 
@@ -390,6 +618,7 @@ def test_cli_evaluate_against_http_judge(tmp_path, monkeypatch, capsys):
                    server.url, "--judge-model", "fake-judge", "--api-key-env", "MY_JUDGE_KEY",
                    "--concurrency", "2", "--timeout", "5", "--no-progress"])
         assert rc == 0 and server.total_requests == 3
+        assert all(server.response_formats) and server.format_problems == []  # structured
         prompt = server.bodies[0]["messages"][1]["content"]
     assert prompt.endswith((SOTOPIA / "judge_instructions.txt").read_text().strip("\n"))
     assert prompt.startswith("Here is the context of this interaction:")
@@ -401,6 +630,31 @@ def test_cli_evaluate_against_http_judge(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert "social performance" in err and SECRET not in err
     assert SECRET not in out.read_text()
+
+
+def test_cli_no_structured_and_refusal(tmp_path, capsys):
+    """--no-structured sends no response_format; the paper preset (reference layout, the
+    paper's tuple-form instructions) against a server refusing the schema falls back."""
+    from synclib.cli import main
+
+    cube = write_cube(tmp_path / "pair.nc", [0, 1], np.array([[3, 2], [4, 0]]))
+    common = [str(cube), "--scenarios", str(SOTOPIA), "--judge-model", "fake-judge",
+              "--api-key-env", "SYNCLIB_UNSET_VAR", "--timeout", "5", "--no-progress"]
+    with FakeJudgeServer(default_case="valid") as server:
+        rc = main(["evaluate", *common, "--judge-url", server.url, "--no-structured",
+                   "--out", str(tmp_path / "plain.csv"), "--cache", str(tmp_path / "plain.jsonl")])
+        assert rc == 0 and server.response_formats == [None] * 3
+    assert "no structured output" in capsys.readouterr().err
+    with FakeJudgeServer(default_case="valid", refuse_response_format=400) as server:
+        rc = main(["evaluate", *common, "--judge-url", server.url, "--layout", "reference",
+                   "--concurrency", "1", "--reasoning-max-chars", "300",
+                   "--out", str(tmp_path / "ref.csv"), "--cache", str(tmp_path / "ref.jsonl")])
+        assert rc == 0 and server.refusals == 1 and server.total_requests == 4
+        assert json.dumps(server.response_formats[0]).count('"maxLength": 300') == 14
+    err = capsys.readouterr().err
+    assert "refused structured output" in err and "4 judge calls" in err
+    table = J.read_table(tmp_path / "ref.csv")
+    assert table[table.error == ""].shape[0] == 3 * 14
 
 
 def test_cli_evaluate_with_local_judge(tmp_path, tiny_model_dir, capsys):

@@ -46,7 +46,7 @@ def _png_is_drawn(b64: str) -> bool:
 def test_every_figure_and_table_has_a_notebook():
     expected = {"fig02_heatmaps", "fig03_04_controls", "fig05_relationship", "fig06_table1_social",
                 "fig07_topk", "fig08_clipping", "fig09_sample_size", "table2_persona_disjoint",
-                "table5_nonlinear", "fig11_tom"}
+                "table5_nonlinear", "fig11_tom", "dialogs", "power"}
     assert expected == set(STEMS)
     toc = (ROOT / "_toc.yml").read_text()
     for stem in STEMS:
@@ -65,8 +65,24 @@ def test_notebook_source_shape(stem):
     assert "def " not in body and "class " not in body, "heavy logic belongs in synclib"
 
 
+#: pages that draw no chart and quote no paper number: the dialogs themselves
+NO_FIGURE = ("dialogs",)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("stem", STEMS)
+def test_dialogs_page_runs_and_shows_the_widget(executed, results_dir):
+    path, proc = executed["dialogs"]
+    assert proc.returncode == 0, f"papermill failed for dialogs:\n{proc.stderr[-3000:]}"
+    html = "\n".join(o["data"]["text/html"] for o in _outputs(nbformat.read(path, 4))
+                     if "text/html" in o.get("data", {}))
+    assert "data-sdlg" in html and "<select" in html and not CDN.search(html)
+    text = "\n".join(o["data"]["text/markdown"] for o in _outputs(nbformat.read(path, 4))
+                     if "text/markdown" in o.get("data", {}))
+    assert "Synthetic test data" in text and re.search(r"\d+ dialogs", text)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stem", [s for s in STEMS if s not in NO_FIGURE])
 def test_notebook_runs_and_draws_its_figure(stem, executed, results_dir):
     path, proc = executed[stem]
     assert proc.returncode == 0, f"papermill failed for {stem}:\n{proc.stderr[-3000:]}"
@@ -88,7 +104,7 @@ def test_notebook_runs_and_draws_its_figure(stem, executed, results_dir):
     text = "\n".join(o["data"]["text/markdown"] for o in _outputs(nb)
                      if "text/markdown" in o.get("data", {}))
     assert "Synthetic test data" in text, "synthetic results must be labelled as such"
-    assert "*Paper (" in text, "each notebook shows the paper's number or claim beside ours"
+    assert "*Paper (" in text or "Paper claim (" in text, "each notebook shows the paper's number or claim beside ours"
     assert re.search(r"\d\.\d", text), "the sentence should state numbers from the data"
 
 
@@ -96,7 +112,7 @@ def test_notebook_runs_and_draws_its_figure(stem, executed, results_dir):
 def test_table1_with_ability_scores_is_honest_about_n(results_dir, tmp_path):
     """With ability scores for 3 pairs, table 1 says a partial r needs 4 pairs instead of faking one."""
     res = results.load_results(results_dir)
-    models = sorted({p.model_a for p in res.pairs} | {p.model_b for p in res.pairs})
+    models = sorted({p.model_a for p in res.runs} | {p.model_b for p in res.runs})
     csv = tmp_path / "ability.csv"
     pd.DataFrame({"model": models, "ifeval": np.linspace(30, 60, len(models)),
                   "musr": np.linspace(5, 15, len(models))}).to_csv(csv, index=False)
@@ -113,20 +129,50 @@ def test_table1_with_ability_scores_is_honest_about_n(results_dir, tmp_path):
 # --------------------------------------------------------------------------- results loader
 def test_results_tables(results_dir):
     res = results.load_results(results_dir)
-    assert res.synthetic and len(res.pairs) == 3
+    assert res.synthetic and res.run_names == ["S-S", "S-G", "G-S", "G-G"]
+    assert res.pair_names == ["S-S", "S-G", "G-G"] and res.orders_played() == "both"
     sync = res.sync_table()
-    assert list(sync["pair"]) == res.pair_names
-    assert (sync["mean"].between(0, 1)).all() and (sync["n_seeds"] >= 2).all()
-    hm = res.heatmap_frame(res.pair_names[0])
+    assert list(sync["pair"]) == res.pair_names and list(sync["orders"]) == [1, 2, 1]
+    assert (sync["mean"].between(0, 1)).all() and (sync["n_values"] >= 2).all()
+    # a pair's SyncR² is the mean of its four directional values (2 directions x 2 orders),
+    # its band the mean of their standard errors (the reference's)
+    g = [res.analysis(r)[v].sel(condition="genuine").values for r in ("S-G", "G-S")
+         for v in ("sync_r2", "sync_r2_se")]
+    row = sync.set_index("pair").loc["S-G"]
+    assert row["mean"] == pytest.approx(np.mean(np.r_[g[0], g[2]]))
+    assert row["se"] == pytest.approx(np.mean(np.r_[g[1], g[3]]))
+    assert len(res.sync_table(separate=True)) == 4
+    hm = res.heatmap_frame(res.run_names[0])
     assert hm.groupby("src_layer")["best"].sum().eq(1).all(), "one best target per source layer"
     best = hm[hm["best"]].set_index("src_layer")["r2"]
     assert np.allclose(best, hm.groupby("src_layer")["r2"].max().loc[best.index])
     lag = res.lag_table()
     assert set(lag["k"]) >= {0, 1, 2}
+    # social performance: the mean over the pair's orders
+    social = res.social_table().set_index("pair")["social"]
+    assert social["S-G"] == pytest.approx((res.run_social("S-G") + res.run_social("G-S")) / 2)
     pt = res.pair_table()
     assert pt["social"].notna().all() and not pt["fit"].any()  # one pair per family
-    judge = res.judge(res.pair_names[0])
+    # table 1 as compute_partial_correlation: the order-1 run's social score, the A->B
+    # SyncR² of both orders
+    ab = res.ability_table(pd.DataFrame({"model": ["synthetic-S", "synthetic-G"], "ifeval": [1, 2], "musr": [3, 4]}))
+    row = ab.set_index("pair").loc["S-G"]
+    assert row["social"] == pytest.approx(res.run_social("S-G"))
+    assert row["sync"] == pytest.approx(np.mean([res.analysis(r)["sync_r2"].sel(condition="genuine",
+                                                                                direction="A->B").item()
+                                                 for r in ("S-G", "G-S")]))
+    assert row["ifeval"] == 1.5
+    # figure 4a's error bar is the reference's
+    control = res.control_table()
+    fam = control[(control.family == "Cross") & (control.condition == "genuine")].iloc[0]
+    assert fam["se"] == pytest.approx(stats.reference_family_se([row_mean for row_mean in
+                                                                 sync[sync.family == "Cross"]["mean"]], 3))
+    assert {"genuine", "passive", "shuffled"} <= set(control["condition"])
+    judge = res.judge(res.run_names[0])
     assert (judge["judge"] == synthetic.SYNTHETIC_JUDGE).all()
+    # pages name a results directory inside the repository relative to it, never by a machine path
+    inside = results.Results(root=ROOT / "results" / "x", manifest={"name": "x"}, runs=res.runs)
+    assert "results: results/x (x," in inside.describe() and str(ROOT) not in inside.describe()
 
 
 def test_load_results_errors_name_the_file(tmp_path):

@@ -181,3 +181,23 @@ def test_dry_run_cli_starts_nothing(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "simulate:S-G" in text and "simulate:G-S" in text and "because output missing" in text
     assert not out.exists()
+
+
+def test_changed_simulation_settings_replace_a_finished_cube(tmp_path, monkeypatch):
+    """A simulate job that runs although it finished once (its settings changed) must not hand
+    back the stale cube; one that finished without a stamp (killed in between) re-uses it."""
+    import synclib.simulate
+
+    cfg = load_config(None, ["simulate.episodes=2", f"results_dir={tmp_path}"])
+    run = pipeline.runs(cfg)[0]
+    out = tmp_path / "cubes" / f"{run.name}.nc"
+    out.parent.mkdir(parents=True)
+    seen = []
+    monkeypatch.setattr(synclib.simulate, "simulate", lambda *a, **k: seen.append(out.exists()))
+    out.write_text("stale cube")
+    pipeline.mark_done(out, "old-fingerprint")
+    pipeline.step_simulate(cfg, run, out)
+    assert seen == [False] and pipeline.read_stamp(out) is None
+    out.write_text("finished cube, stamp lost to a kill")
+    pipeline.step_simulate(cfg, run, out)
+    assert seen == [False, True]

@@ -201,11 +201,73 @@ def test_error_nan_constant_and_count_mismatch():
         r2_grid(X, Y, tr, te, "cv", groups=np.zeros(len(tr)))
 
 
+# --------------------------------------------------------------------------- train R^2
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("method", ["gram", "direct"])
+def test_train_r2_equals_sklearn_on_the_training_rows(shape, method):
+    X, Y, tr, te = make(*shape)
+    r2, train_r2, al = r2_grid(X, Y, tr, te, 0.1, method=method, return_train=True, return_alpha=True)
+    np.testing.assert_allclose(r2, sklearn_grid(X, Y, tr, te, 0.1), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(train_r2, sklearn_grid(X, Y, tr, tr, 0.1), atol=1e-5, rtol=0)
+    assert al.shape == (shape[1],)
+    np.testing.assert_array_equal(r2, r2_grid(X, Y, tr, te, 0.1, method=method))  # same test scores
+
+
+def test_train_r2_with_a_column_constant_on_the_training_rows():
+    X, Y, tr, te = make(200, 2, 10, 2, 6, seed=11)
+    Y[tr, 0, 2] = 1.5  # constant on train: predicted exactly there (sklearn scores it 1)
+    _, train_r2 = r2_grid(X, Y, tr, te, 0.1, return_train=True)
+    np.testing.assert_allclose(train_r2, sklearn_grid(X, Y, tr, tr, 0.1), atol=1e-5)
+
+
 # --------------------------------------------------------------------------- splits
+def test_episode_split_hand_worked():
+    """The reference's rule on 6 episodes with 3, 0, 4, 2, 5, 1 samples (episode 1 empty).
+
+    RandomState(0).permutation(6) = [5, 2, 1, 3, 0, 4] (over all episodes, the empty one too).
+    """
+    counts = [3, 0, 4, 2, 5, 1]
+    groups = np.repeat(np.arange(6), counts)  # samples 0-2: ep 0, 3-6: ep 2, 7-8: ep 3, 9-13: ep 4, 14: ep 5
+    assert list(np.random.RandomState(0).permutation(6)) == [5, 2, 1, 3, 0, 4]
+    # N = 5: test >= 5 - int(4.0) = 1 -> [ep 5]; train >= 4 -> [ep 2]
+    tr, te, info = episode_split(groups, 5, 0, n_groups=6)
+    assert list(te) == [14] and list(tr) == [3, 4, 5, 6]
+    assert list(info["test_groups"]) == [5] and list(info["train_groups"]) == [2]
+    assert (info["n_train"], info["n_test"], info["short"], info["n_available"]) == (4, 1, 0, 15)
+    # N = 10: test >= 2 -> eps 5 (1), 2 (5); train >= 8 -> eps 1 (0), 3 (2), 0 (5), 4 (10)
+    tr, te, info = episode_split(groups, 10, 0, n_groups=6)
+    assert list(info["test_groups"]) == [5, 2] and list(info["train_groups"]) == [1, 3, 0, 4]
+    assert (len(te), len(tr), info["short"]) == (5, 10, 0)
+    # short, N = 20 > 15: test >= 4 -> eps 5, 2 (5 samples); train runs out: all the rest (10)
+    tr, te, info = episode_split(groups, 20, 0, n_groups=6)
+    assert list(info["test_groups"]) == [5, 2] and list(info["train_groups"]) == [1, 3, 0, 4]
+    assert (len(te), len(tr), info["short"]) == (5, 10, 1)
+    # N = None: all samples, test >= 15 - int(12.0) = 3 -> eps 5, 2; train the rest
+    tr, te, info = episode_split(groups, None, 0, n_groups=6)
+    assert (len(te), len(tr), info["short"], info["n_requested"]) == (5, 10, 0, -1)
+    # without n_groups the empty episode is unknown: 5 groups, another permutation
+    assert list(np.random.RandomState(0).permutation(5)) == [2, 0, 1, 3, 4]  # labels 3, 0, 2, 4, 5
+    _, te, info = episode_split(groups, 5, 0)
+    assert list(info["test_groups"]) == [3] and list(te) == [7, 8]
+    # a RandomState is used as is and left advanced (the shuffled control continues it)
+    rs = np.random.RandomState(0)
+    episode_split(groups, 5, rs, n_groups=6)
+    after = np.random.RandomState(0)
+    after.permutation(6)
+    assert rs.randint(1 << 30) == after.randint(1 << 30)
+
+
+def test_episode_split_guard_where_the_reference_crashes():
+    groups = np.repeat(np.arange(6), [3, 0, 4, 2, 5, 1])
+    # N = 100: the test set needs >= 20 of 15 samples and takes them all: no training set
+    with pytest.raises(RidgeInputError, match="n_samples: .* leaves none of the 15 available for training"):
+        episode_split(groups, 100, 0, n_groups=6)
+
+
 def test_episode_split_sizes_and_disjoint():
     groups = np.repeat(np.arange(100), np.random.default_rng(0).integers(5, 15, 100))
     for seed in (0, 1, 2):
-        tr, te, info = episode_split(groups, 500, seed)
+        tr, te, info = episode_split(groups, 500, seed, n_groups=100)
         assert not set(groups[tr]) & set(groups[te])
         assert len(te) >= 100 and len(tr) >= 400
         assert len(te) < 100 + 15 and len(tr) < 400 + 15  # stops at the first episode past the target
@@ -213,13 +275,20 @@ def test_episode_split_sizes_and_disjoint():
     a = episode_split(groups, 500, 0)[1]
     b = episode_split(groups, 500, 1)[1]
     assert not np.array_equal(a, b)  # the seed shuffles
-    tr, te, info = episode_split(groups, 10**6, 0)  # fewer than requested: all, 80/20
-    assert info["short"] == 1 and len(tr) + len(te) == len(groups)
-    assert 0.2 <= len(te) / len(groups) < 0.3
+    n = len(groups)
+    tr, te, info = episode_split(groups, n + 50, 0)  # fewer than requested: test first, train the rest
+    assert info["short"] == 1 and len(tr) + len(te) == n
+    assert len(te) >= n + 50 - int(0.8 * (n + 50))
 
 
 def test_episode_split_errors_name_the_parameter():
     with pytest.raises(RidgeInputError, match="n_samples"):
         episode_split(np.arange(10), 1)
     with pytest.raises(RidgeInputError, match="groups"):
+        episode_split(np.zeros(10, dtype=int), None, n_groups=0)
+    with pytest.raises(RidgeInputError, match="groups"):
+        episode_split(np.array([], dtype=int), None)
+    with pytest.raises(RidgeInputError, match="train_frac"):
+        episode_split(np.arange(10), None, train_frac=1.0)
+    with pytest.raises(RidgeInputError, match="n_samples"):  # one group: nothing left for training
         episode_split(np.zeros(10), None)

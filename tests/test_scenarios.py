@@ -1,24 +1,41 @@
-"""Tests for synclib.scenarios: loading, validation, the three prompt views, masking.
+"""Tests for synclib.scenarios: loading, validation, the three prompt views, masking, the
+reference parity of the prompt text and of the dialog rules, the leak guard.
 
 The Sotopia checks read ``<repo>/../shared/sotopia`` (the paper's 450 tasks); they are
-skipped only where that directory is absent, and fail instead when ``CI`` is set.
+skipped only where that directory is absent, and fail instead when ``CI`` is set. The
+parity checks compare with ``tests/data/reference_prompt_digests.json``, written by
+``tools/reference_prompt_digests.py`` from the reference code's own functions.
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
+import random
 import re
 import shutil
+import warnings
 from pathlib import Path
 
 import pytest
 
 from synclib import scenarios as sc
+from synclib.judge import JudgeItem
+from synclib.judge.prompt import judge_prompt
 from synclib.scenarios import ScenarioError, load_tasks, render_prompt
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SOTOPIA_DIR = REPO_ROOT.parent / "shared" / "sotopia"
+DIGESTS = REPO_ROOT / "tests" / "data" / "reference_prompt_digests.json"
+# The reference's two prompt wrappers (LM_hf.py get_inst), used when synclib.models has no
+# PROMPT_FORMATS table.
+REFERENCE_WRAPPERS = {
+    "reference_inst": "[INST]{prompt}[/INST]",
+    "reference_llama3": ("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\nYou are a "
+                         "helpful assistant<|eot_id|><|start_header_id|>user<|end_header_id|>\n"
+                         "{prompt}<|eot_id|>\n<|start_header_id|>assistant<|end_header_id|>"),
+}
 
 # The relationship table of protocol.md, written out independently of the module:
 # which parts of the *other* agent's bio an agent sees.
@@ -76,13 +93,20 @@ def tag_contents(text: str) -> list[str]:
 
 
 def agent_view(text: str, me: int | None) -> str:
-    """What agent ``me`` (None: the judge, who sees all content) should see of a raw text (the rules of protocol.md and the module
-    docstring, re-implemented here): ``<p viewer>`` content meant for someone else goes,
-    other tags go with their content kept, line-opening spaces go, the result is stripped."""
+    """What agent ``me`` (None: the judge, who sees all content) should see of a raw text
+    (re-implemented here): ``<p viewer>`` content meant for someone else goes, other tags
+    go with their content kept, line-opening spaces go, the result is stripped."""
     text = re.sub(r"<p\s+viewer=['\"]([^'\"]*)['\"]\s*>(.*?)</p>",
                   lambda m: m.group(2) if me is None or m.group(1) == f"agent_{me}" else "", text, flags=re.S)
     text = re.sub(r"</?(extra_info|strategy_hint|clarification_hint|root|p)>", "", text)
     return re.sub(r"\n +", "\n", text).strip()
+
+
+def squash(text: str) -> str:
+    """``text`` without any whitespace: the reference keeps whitespace artefacts (a trailing
+    space after a hidden bio part, a goal running into the next line), so content checks
+    ignore whitespace."""
+    return re.sub(r"\s+", "", text)
 
 
 def history_for(t: int) -> list[str]:
@@ -90,17 +114,17 @@ def history_for(t: int) -> list[str]:
     return [f"{TOM_PREFIX}Utterance number {i} here." for i in range(t)]
 
 
-def check_task(task: sc.Task) -> int:
-    """Render every view for both agents and check masking; returns prompts checked."""
+def check_task(task: sc.Task, tasks: sc.TaskSet) -> int:
+    """Render every view for both agents and check content and masking; returns the number
+    of prompts checked."""
     env, names = task.env, task.names
     n = 0
     for me in (0, 1):
         other = 1 - me
         own, theirs = task.agents[me], task.agents[other]
-        # each rendered field is stripped (some Sotopia texts end with a space)
-        own_bio = " ".join(bio_parts(own).values()).strip()
+        own_bio = " ".join(bio_parts(own).values())
         visible = VISIBLE_PARTS[env.relationship]
-        expected_other_bio = " ".join(v for k, v in bio_parts(theirs).items() if k in visible).strip()
+        expected_other_bio = " ".join(v for k, v in bio_parts(theirs).items() if k in visible)
         own_goal = agent_view(env.agent_goals[me], me)
         scenario = agent_view(env.scenario, me)
         # text the agent may legitimately see; a masked string found in it is no leak
@@ -117,74 +141,333 @@ def check_task(task: sc.Task) -> int:
                              env.scenario + "\n" + env.agent_goals[me], re.S):
             if m.group(1) != f"agent_{me}":
                 secret_strings.append(m.group(2).strip())
+        persona = sc.passive_persona(tasks, task.index, 0)
 
         for extra in (0, 2):
             t = me + extra
             history = history_for(t)
+            active = render_prompt(task, me, history, "active")
             for view in sc.VIEWS:
-                prompt = render_prompt(task, me, history, view)
+                prompt = render_prompt(task, me, history, view, persona=persona)
                 n += 1
                 lines = prompt.split("\n")
                 where = f"task {task.index} agent {me} view {view} t={t}"
-                assert lines[-1] == f"Turn {t}: {names[me]} said:", where
                 assert not LEFTOVER_TAG.search(prompt), where
-                assert f"{names[me]}'s background: {own_bio}\n" in prompt, where
-                assert f"{names[other]}'s background: {expected_other_bio or 'Unknown'}\n" in prompt, where
-                assert f"{names[me]}'s goal: {own_goal}\n" in prompt, where
-                assert f"{names[other]}'s goal: Unknown\n" in prompt, where
-                assert f"Scenario: {scenario}\n" in prompt, where
+                flat = squash(prompt)
+                bios = [own_bio, expected_other_bio] if me == 0 else [expected_other_bio, own_bio]
+                assert squash(f"{names[0]}'s background: {bios[0]}{names[1]}'s background: "
+                              f"{bios[1]}{names[0]}'s goal:") in flat, where
+                assert squash(f"{names[me]}'s goal: {own_goal}") in flat, where
+                assert f"{names[other]}'s goal: Unknown" in lines, where
+                assert squash(f"Scenario: {scenario}Participants:") in flat, where
                 for s in secret_strings:
                     if s and s not in allowed:
                         assert s not in prompt, f"{where}: leaked {s[:60]!r}"
-                # views
                 if view == "passive":
-                    assert lines[0] == (f"Imagine you are {names[me]}. You are reading an "
-                                        "interaction between other two people."), where
+                    assert lines[0] == sc.PASSIVE_FIRST_LINE.format(name=persona.name), where
                     assert "LEAVE" not in prompt and "Keep your words concise" not in prompt, where
                     assert lines[1] == "Here is the context of this interaction:", where
+                    assert all(line == line.strip() for line in lines), where
+                    if t:  # the open line is dropped
+                        assert lines[-1].endswith(f"Turn {t - 1}: {names[other]} said:{history[t - 1]}"), where
+                    else:
+                        assert lines[-1] == f"{names[1]}'s goal: Unknown", where
+                    # the same content as the agent it replaces, without the instructions
+                    # and the open line
+                    expected = active[active.index("\nHere is the context of this") + 1:].replace(
+                        sc.LEAVE_INSTRUCTION, "")
+                    expected = expected[:expected.rindex("\n")]
+                    assert flat == squash(lines[0] + expected), where
                 else:
+                    assert lines[-1] == f"Turn {t}: {names[me]} said:", where
                     assert lines[0].startswith(f"Imagine you are {names[me]}, your task is"), where
                     assert lines[3] == "Here is the context of this interaction:", where
-                    assert sc.LEAVE_INSTRUCTION in lines, where
+                    assert sc.LEAVE_INSTRUCTION + "\n" in prompt, where
                 assert (sc.TOM_INSTRUCTION in prompt) == (view == "tom"), where
+                if view == "tom":
+                    assert prompt.startswith(sc.agent_intro(task, me) + sc.TOM_INSTRUCTION + "\nTurn 0: "), where
                 for i in range(t):
                     shown = history[i]
                     if view == "tom" and i % 2 != me:
                         shown = shown[len(TOM_PREFIX):]
-                    assert f"Turn {i}: {names[i % 2]} said: {shown}" in lines, (where, i)
-            # the passive reader sees the same context as the agent it replaces
-            active = render_prompt(task, me, history, "active")
-            passive = render_prompt(task, me, history, "passive").split("\n")
-            context = active[active.index("Here is the context of this interaction:"):active.index(sc.LEAVE_INSTRUCTION)]
-            assert "\n".join(passive[1:len(passive) - t - 1]) + "\n" == context
+                    assert f"Turn {i}: {names[i % 2]} said:{shown}" in prompt, (where, i)
     return n
 
 
 def test_all_sotopia_tasks_render_and_mask(sotopia):
     assert len(sotopia) == 450
-    n = sum(check_task(task) for task in sotopia)
+    n = sum(check_task(task, sotopia) for task in sotopia)
     assert n == 450 * 2 * 2 * 3
 
 
 def test_embedded_tasks_render_and_mask(embedded):
-    n = sum(check_task(task) for task in embedded)
+    n = sum(check_task(task, embedded) for task in embedded)
     assert n == len(embedded) * 12
 
 
-def test_judge_intro_is_unmasked(sotopia):
+def test_judge_intros_are_unmasked(sotopia):
     for task in sotopia:
-        intro = sc.judge_intro(task)
+        intro, complete = sc.judge_intro(task), sc.complete_intro(task)
+        assert complete.startswith("Here is the context of this interaction:\nScenario: ")
         for me in (0, 1):
             p = task.agents[me]
             assert f"{task.names[me]}'s background: {' '.join(bio_parts(p).values()).strip()}\n" in intro
+            assert squash(f"{task.names[me]}'s background: {' '.join(bio_parts(p).values())}") in squash(complete)
             goal = agent_view(task.env.agent_goals[me], None)
             assert f"{task.names[me]}'s goal: {goal}" in intro
+            assert squash(f"{task.names[me]}'s goal: {goal}") in squash(complete)
             assert "Unknown" not in intro.split("\n")[3 + me]
-        assert not LEFTOVER_TAG.search(intro)
+        assert not LEFTOVER_TAG.search(intro) and not LEFTOVER_TAG.search(complete)
         if "<p viewer" in task.env.scenario:  # environment-only content reaches the judge
             hidden = re.search(r"<p viewer=[^>]*>(.*?)</p>", task.env.scenario).group(1)
-            assert hidden in intro
+            assert hidden in intro and hidden in complete
             assert hidden not in render_prompt(task, 0)
+
+
+# ------------------------------------------------------- reference parity (digests)
+
+def _sha16(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+
+
+def _rec(text: str) -> str:
+    return f"{_sha16(text)}:{len(text)}"
+
+
+@pytest.fixture(scope="module")
+def digests():
+    if not DIGESTS.is_file():
+        pytest.fail(f"{DIGESTS} is missing; regenerate it with tools/reference_prompt_digests.py")
+    return json.loads(DIGESTS.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def sotopia_for_digests(sotopia, digests):
+    """The Sotopia set, checked to be the one the digests were made from."""
+    for name, sha in digests["task_files"].items():
+        got = hashlib.sha256((SOTOPIA_DIR / name).read_bytes()).hexdigest()
+        assert got == sha, (f"{SOTOPIA_DIR / name} is not the file the reference digests were "
+                            f"made from (sha256 {got}, expected {sha})")
+    return sotopia
+
+
+def wrappers() -> dict[str, str]:
+    """The two reference prompt formats (``{prompt}`` marks the prompt); synclib.models'
+    table when it has them."""
+    try:
+        from synclib.models import PROMPT_FORMATS
+        return {k: PROMPT_FORMATS[k]["template"] for k in REFERENCE_WRAPPERS}
+    except (ImportError, KeyError, TypeError):
+        return dict(REFERENCE_WRAPPERS)
+
+
+def _ref_lines(digests, view: str, task_index: int, agent: int) -> list[tuple[str, int]]:
+    width = digests["line_index_width"]
+    packed = digests["tasks"]["lines"][view][task_index].split(" ")[agent]
+    out = []
+    for k in range(0, len(packed), width):
+        digest, length = digests["lines"][int(packed[k:k + width], 16)].split(":")
+        out.append((digest, int(length)))
+    return out
+
+
+def locate(ours: str, ref_lines: list[tuple[str, int]], skip_first: bool, open_last: bool) -> str:
+    """Where ``ours`` first departs from the reference's lines (those of the agent's
+    longest prompt, of which every earlier prompt's lines are a prefix, bar the open
+    line)."""
+    lines = ours.split("\n")
+    upto = min(len(lines) - (1 if open_last else 0), len(ref_lines))
+    pos = 0
+    for k in range(upto):
+        if k or not skip_first:
+            digest, length = ref_lines[k]
+            if (_sha16(lines[k]), len(lines[k])) != (digest, length):
+                return (f"first differing line: {k + 1} (characters {pos}-{pos + len(lines[k])}; "
+                        f"reference line length {length}, ours {len(lines[k])}; ours reads "
+                        f"{lines[k][:80]!r})")
+        pos += len(lines[k]) + 1
+    return (f"lines 1-{upto} agree; the difference is in line {upto + 1} or later "
+            f"(ours has {len(lines)} lines)")
+
+
+def test_prompts_match_reference_digests(sotopia_for_digests, digests):
+    """Every Sotopia task, both agents, turns 0-3 (the synthetic history), active and
+    passive (persona seeds 0-2), raw and in both reference formats: synclib's text is the
+    reference's, character for character (tools/reference_prompt_digests.py)."""
+    tasks, cols = sotopia_for_digests, digests["tasks"]
+    assert len(tasks) == digests["n_tasks"] == len(cols["active"])
+    history, seeds = digests["history"], digests["passive_seeds"]
+    formats = wrappers()
+    for fmt, template in formats.items():
+        assert hashlib.sha256(template.encode()).hexdigest() == digests["formats"][fmt]["template_sha256"], \
+            f"prompt format {fmt}: the template is not the reference's get_inst wrapper"
+    instructions = SOTOPIA_DIR / "judge_instructions.txt"
+    assert hashlib.sha256(instructions.read_bytes()).hexdigest() == digests["judge_instructions"]
+    instructions = instructions.read_text(encoding="utf-8")
+    failures = []
+    for i, task in enumerate(tasks):
+        ordered = []
+        refs = {"active": cols["active"][i].split(" ")}
+        ours = {"active": [render_prompt(task, t % 2, history[:t]) for t in range(len(history))]}
+        for seed in seeds:
+            persona = sc.passive_persona(tasks, i, seed)
+            refs[seed] = cols["passive"][str(seed)][i].split(" ")
+            ours[seed] = [render_prompt(task, t % 2, history[:t], "passive", persona=persona)
+                          for t in range(len(history))]
+        for key in ["active", *seeds]:
+            view = "active" if key == "active" else "passive"
+            for t, (mine, ref) in enumerate(zip(ours[key], refs[key], strict=True)):
+                ordered.append(mine)
+                if _rec(mine) != ref:
+                    where = locate(mine, _ref_lines(digests, view, i, t % 2),
+                                   skip_first=view == "passive" and key != seeds[0],
+                                   open_last=view == "active")
+                    seed_txt = "" if view == "active" else f" persona seed {key}"
+                    failures.append(f"task {i} agent {t % 2 + 1} {view}{seed_txt} turn {t}: "
+                                    f"reference {ref}, ours {_rec(mine)}; {where}")
+        raw_ok = not failures or not failures[-1].startswith(f"task {i} ")
+        for fmt, template in formats.items():
+            got = _sha16("\0".join(template.replace("{prompt}", s) for s in ordered))
+            if got != cols["wrapped"][fmt][i] and raw_ok:
+                failures.append(f"task {i} format {fmt}: the raw strings agree, the wrapped do not")
+        if _rec(sc.complete_intro(task)) != cols["complete_intro"][i]:
+            failures.append(f"task {i} complete intro: reference {cols['complete_intro'][i]}, "
+                            f"ours {_rec(sc.complete_intro(task))}")
+        judge = sc.complete_intro(task) + "\n".join(sc.dialog_lines(task, history)) + instructions
+        # the judge package's own message for the paper preset (judge.layout: reference)
+        item = JudgeItem(i, i, 0, sc.complete_intro(task), task.names, tuple(history), "reference")
+        assert judge_prompt(item, instructions) == judge
+        if _rec(judge) != cols["judge"][i]:
+            failures.append(f"task {i} judge message: reference {cols['judge'][i]}, ours {_rec(judge)}")
+    assert not failures, f"{len(failures)} mismatches:\n" + "\n".join(failures[:20])
+
+
+def play_dialog(task: sc.Task, replies: list[str]) -> tuple[list[str], list[str]]:
+    """Our dialog loop on raw replies: (active prompts by turn, stored utterances)."""
+    prompts, utterances = [], []
+    for t, raw in enumerate(replies):
+        prompts.append(render_prompt(task, t % 2, utterances))
+        utterances.append(sc.postprocess_reply(raw))
+        if sc.is_leave(utterances[-1], task, t):
+            break
+    return prompts, utterances
+
+
+def test_dialog_loop_matches_reference_on_crafted_replies(sotopia_for_digests, digests):
+    """Raw replies with several ": ", several lines, edge whitespace, "\\r", an empty reply
+    and a leave, through the reference's dialog loop, CSV round trip and passive transform
+    on a task of every relationship, mutual friends and a scenario ending with a newline."""
+    tasks, edge = sotopia_for_digests, digests["edge"]
+    replies = edge["replies"]
+    assert len(edge["tasks"]) >= 6
+    for key, ref in edge["tasks"].items():
+        i = int(key)
+        task = tasks[i]
+        prompts, utterances = play_dialog(task, replies)
+        assert len(prompts) == len(ref["active"]) < len(replies), f"task {i}: stop turn"
+        assert [_rec(line) for line in sc.dialog_lines(task, utterances)] == ref["dialog"], f"task {i}"
+        assert [_rec(p) for p in prompts] == ref["active"], f"task {i} active"
+        ordered = list(prompts)
+        for k, seed in enumerate(digests["passive_seeds"]):
+            persona = sc.passive_persona(tasks, i, seed)
+            assert list(tasks.personas).index(persona.pk) == ref["persona"][k]
+            passive = [render_prompt(task, t % 2, utterances[:t], "passive", persona=persona)
+                       for t in range(len(prompts))]
+            assert [_rec(p) for p in passive] == ref["passive"][k], f"task {i} passive seed {seed}"
+            ordered += passive
+        for fmt, template in wrappers().items():
+            assert _sha16("\0".join(template.replace("{prompt}", s) for s in ordered)) == ref["wrapped"][fmt]
+        assert _rec(sc.complete_intro(task)) == ref["complete_intro"]
+
+
+def test_passive_persona_draw_matches_reference(sotopia_for_digests, digests):
+    tasks = sotopia_for_digests
+    ids = list(tasks.personas)
+    for seed in digests["passive_seeds"]:
+        drawn = digests["tasks"]["persona"][str(seed)]
+        assert [ids.index(sc.passive_persona(tasks, i, seed).pk) for i in range(len(tasks))] == drawn
+    # the rule, restated: the (i+1)-th random.sample(ids, 2) of random.Random(seed), first id
+    for i, seed in [(0, 0), (36, 0), (127, 1), (449, 2), (3, 4)]:
+        rng = random.Random(seed)
+        for _ in range(i + 1):
+            pair = rng.sample(ids, 2)
+        assert sc.passive_persona(tasks, i, seed) == tasks.personas[pair[0]]
+    # the same draw whatever order the calls come in
+    assert sc.passive_persona(tasks, 5, 7) == sc.passive_persona(tasks, 5, 7)
+    assert [sc.passive_persona(tasks, i, 9).pk for i in (3, 1, 2)] == \
+        [p.pk for p in (sc.passive_persona(tasks, 3, 9), sc.passive_persona(tasks, 1, 9),
+                        sc.passive_persona(tasks, 2, 9))]
+    with pytest.raises(ValueError, match="task_index"):
+        sc.passive_persona(tasks, -1, 0)
+
+
+def test_reference_spot_values(sotopia):
+    """Values read off the reference by hand (ref notes 3.4), independent of the digest file."""
+    h = ["Hello there", "Hi", "Bye now"]
+    p0 = sc.passive_persona(sotopia, 0, 0)
+    assert _sha16(render_prompt(sotopia[0], 0, [])) == "9a7f53342e136f1f"
+    assert len(render_prompt(sotopia[0], 0, [])) == 1526
+    assert _sha16(render_prompt(sotopia[0], 1, h[:1])) == "d47631d750f373f2"
+    assert _sha16(render_prompt(sotopia[0], 0, [], "passive", persona=p0)) == "4b00985affbfb264"
+    assert _sha16(render_prompt(sotopia[127], 0, [])) == "c950973dc76ed162"
+    assert _sha16(render_prompt(sotopia[449], 0, h[:2])) == "d481d317878419dd"
+    assert _sha16(sc.complete_intro(sotopia[0]) + "\n".join(sc.dialog_lines(sotopia[0], h))
+                  + (SOTOPIA_DIR / "judge_instructions.txt").read_text(encoding="utf-8")) == "ded59af55f98de50"
+    assert render_prompt(sotopia[0], 1, ["how are you?"]).endswith(
+        "Keep your words concise.\nTurn 0: Leo Williams said:how are you?\nTurn 1: Hendrick Heinz said:")
+
+
+# ------------------------------------------------------------------ leak guard
+
+def test_leak_guard_passes_on_real_and_embedded_tasks(sotopia, embedded):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", sc.MaskingFallbackWarning)
+        for tasks in (sotopia, embedded):
+            assert sc.masking_notes(tasks) == []
+            for task in tasks:
+                for agent in (0, 1):
+                    assert sc.reference_leaks(task, agent) == ()
+                    sc.agent_intro(task, agent)
+
+
+@pytest.mark.parametrize("field, value, hidden, leaky", [
+    # an environment tag not preceded by a space: the reference's pattern misses it (both
+    # agents would read it)
+    ("scenario", 'Two people wait.<p viewer="environment">The bus was cancelled.</p>',
+     "The bus was cancelled.", (0, 1)),
+    # an agent tag in double quotes: the reference only removes single-quoted ones
+    ("scenario", 'Two people wait. <p viewer="agent_1">Ben saw the timetable.</p>',
+     "Ben saw the timetable.", (0,)),
+    # a two-line goal without an <extra_info> block: only its first line is masked
+    ("goal", "Keep your umbrella.\nHidden second line of the goal",
+     "Hidden second line of the goal", (0,)),
+])
+def test_leak_guard_catches_a_crafted_leak(tmp_path, field, value, hidden, leaky):
+    envs = json.loads(json.dumps(GOLDEN_ENVS))
+    if field == "scenario":
+        envs["ENV1"]["scenario"] = value
+    else:
+        envs["ENV1"]["agent_goals"][1] = value
+    tasks = load_tasks(write_set(tmp_path / "leaky", envs=envs))
+    task = tasks[0]
+    for agent in leaky:
+        assert hidden in sc._reference_intro(task, agent)  # what the reference would show
+        assert hidden in sc.reference_leaks(task, agent)
+        with pytest.warns(sc.MaskingFallbackWarning, match=f"task 0 .* agent {agent + 1}"):
+            intro = sc.agent_intro(task, agent)
+        assert hidden not in intro and intro.endswith(sc.LEAVE_INSTRUCTION + "\n")
+        assert intro.startswith(f"Imagine you are {task.names[agent]}, your task")
+        history = ["Hi.", "Hello.", "Bye."][:agent + 2]
+        for view in sc.VIEWS:
+            assert hidden not in render_prompt(task, agent, history[:agent], view, persona="Cy Vale")
+            assert hidden not in render_prompt(task, agent, history, view, persona="Cy Vale")
+    notes = sc.masking_notes(tasks)
+    assert len(notes) == len(leaky)
+    assert all("our masking" in note and f"agent {a + 1}" in note for note, a in zip(notes, leaky))
+    if leaky == (0,):  # agent 2 may see it: its intro is the reference's
+        assert sc.reference_leaks(task, 1) == ()
+        assert render_prompt(task, 1, ["Hi."]).startswith(sc._reference_intro(task, 1))
+    assert hidden in sc.complete_intro(task)  # the judge sees everything
 
 
 # ------------------------------------------------------------ embedded set
@@ -290,23 +573,45 @@ def test_golden_active_prompt(golden):
         "Here is the context of this interaction:\n"
         "Scenario: Two acquaintances wait for the same bus. The bus is late.\n"
         "Participants: Ada Moss and Ben Roe\n"
-        "Ada Moss's background: Ada Moss is a 30-year-old female pilot. She/her pronouns. Ada flies cargo planes.\n"
+        "Ada Moss's background: Ada Moss is a 30-year-old female pilot. She/her pronouns. Ada flies cargo planes. \n"
         "Ben Roe's background: Ben Roe is a 45-year-old male florist. He/him pronouns. Ben grows tulips. "
         "Personality and values description: Ben Roe is shy. Ben's secrets: Has never seen the sea\n"
         "Ada Moss's goal: Unknown\n"
-        "Ben Roe's goal: Keep your umbrella (Extra information: it is new. Hint: be polite.)\n"
+        "Ben Roe's goal: Keep your umbrella (Extra information: it is new. Hint: be polite.)"
         "If your goal as the agent has been achieved, you should leave the conversation by saying \"LEAVE\". "
         "If your goal has not been achieved, you should say something to interact with the other. "
         "Keep your words concise.\n"
-        "Turn 0: Ada Moss said: Hi Ben.\n"
+        "Turn 0: Ada Moss said:Hi Ben.\n"
         "Turn 1: Ben Roe said:"
     )
     assert render_prompt(golden, 1, ["Hi Ben."], "active") == expected
+    assert sc.agent_intro(golden, 1) + "Turn 0: Ada Moss said:Hi Ben.\nTurn 1: Ben Roe said:" == expected
+
+
+def test_golden_active_prompt_agent_1(golden):
+    expected = (
+        "Imagine you are Ada Moss, your task is to act/speak as Ada Moss would, keeping in mind Ada Moss's social goal.\n"
+        "You can find Ada Moss's goal (or background) in the 'Here is the context of the interaction' field.\n"
+        "Note that Ada Moss's goal is only visible to you.\n"
+        "Here is the context of this interaction:\n"
+        "Scenario: Two acquaintances wait for the same bus. \n"
+        "Participants: Ada Moss and Ben Roe\n"
+        "Ada Moss's background: Ada Moss is a 30-year-old female pilot. She/her pronouns. Ada flies cargo planes. "
+        "Personality and values description: Ada Moss is bold. Ada's secrets: Is afraid of heights\n"
+        "Ben Roe's background: Ben Roe is a 45-year-old male florist. He/him pronouns. Ben grows tulips. \n"
+        "Ada Moss's goal: Borrow an umbrella (Extra information: it is raining.)\n"
+        "Ben Roe's goal: Unknown\n"
+        "If your goal as the agent has been achieved, you should leave the conversation by saying \"LEAVE\". "
+        "If your goal has not been achieved, you should say something to interact with the other. "
+        "Keep your words concise.\n"
+        "Turn 0: Ada Moss said:"
+    )
+    assert render_prompt(golden, 0) == expected
 
 
 def test_golden_passive_prompt(golden):
     expected = (
-        "Imagine you are Ada Moss. You are reading an interaction between other two people.\n"
+        "Imagine you are Cy Vale. You are reading an interaction between other two people.\n"
         "Here is the context of this interaction:\n"
         "Scenario: Two acquaintances wait for the same bus.\n"
         "Participants: Ada Moss and Ben Roe\n"
@@ -315,11 +620,32 @@ def test_golden_passive_prompt(golden):
         "Ben Roe's background: Ben Roe is a 45-year-old male florist. He/him pronouns. Ben grows tulips.\n"
         "Ada Moss's goal: Borrow an umbrella (Extra information: it is raining.)\n"
         "Ben Roe's goal: Unknown\n"
-        "Turn 0: Ada Moss said: Hi Ben.\n"
-        "Turn 1: Ben Roe said: Hello Ada.\n"
-        "Turn 2: Ada Moss said:"
+        "Turn 0: Ada Moss said:Hi Ben.\n"
+        "Turn 1: Ben Roe said:Hello Ada."
     )
-    assert render_prompt(golden, 0, ["Hi Ben.", "Hello Ada."], "passive") == expected
+    # lines are stripped (the trailing spaces of the scenario, of Ben's cut bio and of the
+    # last utterance go), the open "Turn 2" line is dropped
+    assert render_prompt(golden, 0, ["Hi Ben.", "Hello Ada.  "], "passive", persona="Cy Vale") == expected
+    # agent 2's goal runs into the first dialog line once the instruction is gone
+    passive_b = render_prompt(golden, 1, [" Hi Ben."], "passive", persona=golden.agents[0])
+    assert passive_b.split("\n")[0] == sc.PASSIVE_FIRST_LINE.format(name="Ada Moss")
+    assert passive_b.endswith("Hint: be polite.)Turn 0: Ada Moss said: Hi Ben.")
+    # without a persona the reader is named after the replaced agent (not the reference)
+    assert render_prompt(golden, 1, ["Hi."], "passive").startswith("Imagine you are Ben Roe. You are")
+    # the passive view is the transform of the active string
+    active = render_prompt(golden, 0, ["Hi Ben.", "Hello Ada."])
+    assert sc.passive_from_active(active, "Cy Vale") == expected
+    assert sc.passive_from_active("no intro here\r\nx", "Cy Vale") == "no intro here\nx"
+
+
+def test_passive_view_applies_the_csv_round_trip(golden):
+    """The reference reads the prompts back from a CSV file without newline='', so a "\\r"
+    in an utterance becomes a line break before the transform."""
+    active = render_prompt(golden, 0, ["a\r", "mid\rdle"])
+    assert "said:a\r\nTurn 1" in active and "mid\rdle" in active  # the active view keeps it
+    passive = render_prompt(golden, 0, ["a\r", "mid\rdle"], "passive", persona="Cy Vale")
+    assert passive.endswith("Turn 0: Ada Moss said:a\nTurn 1: Ben Roe said:mid\ndle")
+    assert "\r" not in passive
 
 
 def test_golden_tom_prompt(golden):
@@ -332,8 +658,9 @@ def test_golden_tom_prompt(golden):
     active = render_prompt(golden, 0, ["Joy. Directive. Hi Ben.", "Hello Ada."], "active")
     head, tail = active.rsplit("Keep your words concise.\n", 1)
     assert prompt == head + "Keep your words concise.\n" + tom + "\n" + tail
-    assert tail == ("Turn 0: Ada Moss said: Joy. Directive. Hi Ben.\n"
-                    "Turn 1: Ben Roe said: Hello Ada.\n"
+    assert prompt == sc.agent_intro(golden, 0) + tom + "\n" + tail
+    assert tail == ("Turn 0: Ada Moss said:Joy. Directive. Hi Ben.\n"
+                    "Turn 1: Ben Roe said:Hello Ada.\n"
                     "Turn 2: Ada Moss said:")
     assert sc.TOM_INSTRUCTION == tom
     assert sc.EMOTIONS == ("Joy", "Trust", "Fear", "Surprise", "Sadness", "Disgust", "Anger",
@@ -341,7 +668,7 @@ def test_golden_tom_prompt(golden):
     assert sc.ACTIONS == ("Assertive", "Directive", "Commissive", "Expressive", "Declaration")
 
 
-def test_golden_judge_intro(golden):
+def test_golden_judge_intros(golden):
     assert sc.judge_intro(golden) == (
         "Here is the context of this interaction:\n"
         "Scenario: Two acquaintances wait for the same bus. The bus is late. Nobody knows why.\n"
@@ -353,21 +680,47 @@ def test_golden_judge_intro(golden):
         "Ada Moss's goal: Borrow an umbrella (Extra information: it is raining.)\n"
         "Ben Roe's goal: Keep your umbrella (Extra information: it is new. Hint: be polite.)"
     )
+    # the reference's complete intro is the same text here (no whitespace artefacts)
+    assert sc.complete_intro(golden) == sc.judge_intro(golden)
+    assert sc.dialog_lines(golden, ["Hi Ben.", " Hello: "]) == [
+        "Turn 0: Ada Moss said:Hi Ben.", "Turn 1: Ben Roe said: Hello: "]
+    assert sc.dialog_line(golden, 4) == "Turn 4: Ada Moss said:"
+    with pytest.raises(TypeError):
+        sc.dialog_lines(golden, "Hi")
+
+
+def test_tagged_bio(golden):
+    ada = golden.agents[0]
+    full = sc.bio(ada)
+    rest = full[len("Ada Moss "):]
+    assert sc.tagged_bio(ada, 0, 0) == f"<root><p viewer='agent_0'>{full}</p></root>"
+    assert sc.tagged_bio(ada, 1, 1) == f"Ada Moss <p viewer='agent_1'>{rest}</p>"
+    assert sc.tagged_bio(ada, 2, 0) == (
+        "Ada Moss is a 30-year-old female pilot. She/her pronouns. Ada flies cargo planes. "
+        "<p viewer='agent_0'>Personality and values description: Ada Moss is bold. "
+        "Ada's secrets: Is afraid of heights</p>")
+    for rel in (3, 4, 5):
+        assert sc.tagged_bio(ada, rel, 0) == full.replace("Ada's secrets", "<p viewer='agent_0'>Ada's secrets") + "</p>"
+    with pytest.raises(ValueError, match="relationship"):
+        sc.tagged_bio(ada, 6, 0)
+    assert sc.format_docstring("  a\n   b \n c  ") == "a\nb \nc"
 
 
 @pytest.mark.parametrize("relationship, line", [
-    (0, "Ada Moss's background: Unknown"),
-    (1, "Ada Moss's background: Ada Moss"),
+    (0, "Ada Moss's background: "),
+    (1, "Ada Moss's background: Ada Moss "),
     (2, "Ada Moss's background: Ada Moss is a 30-year-old female pilot. She/her pronouns. "
-        "Ada flies cargo planes."),
+        "Ada flies cargo planes. "),
     (3, "Ada Moss's background: Ada Moss is a 30-year-old female pilot. She/her pronouns. "
-        "Ada flies cargo planes. Personality and values description: Ada Moss is bold."),
+        "Ada flies cargo planes. Personality and values description: Ada Moss is bold. "),
     (4, "Ada Moss's background: Ada Moss is a 30-year-old female pilot. She/her pronouns. "
-        "Ada flies cargo planes. Personality and values description: Ada Moss is bold."),
+        "Ada flies cargo planes. Personality and values description: Ada Moss is bold. "),
     (5, "Ada Moss's background: Ada Moss is a 30-year-old female pilot. She/her pronouns. "
-        "Ada flies cargo planes. Personality and values description: Ada Moss is bold."),
+        "Ada flies cargo planes. Personality and values description: Ada Moss is bold. "),
 ])
 def test_other_bio_by_relationship(tmp_path, relationship, line):
+    """The other agent's bio as the reference shows it: cut by relationship, with the space
+    that preceded the hidden part kept."""
     envs = json.loads(json.dumps(GOLDEN_ENVS))
     envs["ENV1"]["relationship"] = relationship
     task = load_tasks(write_set(tmp_path / "r", envs=envs))[0]
@@ -375,6 +728,9 @@ def test_other_bio_by_relationship(tmp_path, relationship, line):
     assert lines[6] == line
     assert lines[7].endswith("Ben's secrets: Has never seen the sea")  # own bio whole
     assert task.env.relationship_name == sc.RELATIONSHIPS[relationship]
+    # our own masking (the leak guard's fallback) normalises it
+    own = sc._own_masking_intro(task, 1).split("\n")[6]
+    assert own == (line.rstrip() if relationship else "Ada Moss's background: Unknown")
 
 
 def test_bio_levels(golden):
@@ -434,31 +790,73 @@ def test_strip_tom_words(raw, clean):
     assert sc.strip_tom_words(raw) == clean
 
 
-@pytest.mark.parametrize("raw, clean", [
-    ("Hello there.", "Hello there."),
-    ("Hello there.\nSecond line: ignored", "Hello there."),
-    ("\n  Hi Ben.  \nmore", "Hi Ben."),
-    ('Ben Roe said: "Nice to see you."', '"Nice to see you."'),
-    ("Turn 3: Ben: ok", "Ben: ok"),  # only up to the first ": "
-    ("Price:$40 is fine", "Price:$40 is fine"),
-    ("", ""),
-])
-def test_postprocess_reply(raw, clean):
-    assert sc.postprocess_reply(raw) == clean
+# The reference's own _act / _judge_terminate on these raw replies (ref notes 5.2): the
+# kept utterance and whether the episode stops after it.
+REFERENCE_DIALOG_VECTORS = [
+    ("Hello there!", "Hello there!", False),
+    ("  Sure: I can help: you know\nsecond line", "I can helpyou know", False),
+    ("Turn 1: Hendrick Heinz said: Hello friend.", "Hendrick Heinz saidHello friend.", False),
+    ("\n\nHi!\nBye", "Hi!", False),
+    ("a: b", "b", False),
+    ("Name:  two spaces", " two spaces", False),
+    ("ends with colon: ", "ends with colon:", False),
+    ("no colon-space:here", "no colon-space:here", False),
+    ("LEAVE", "LEAVE", True),
+    ("LEAVE. I am going home now, goodbye friend", "LEAVE. I am going home now, goodbye friend", False),
+    ("Thanks, I will leave", "Thanks, I will leave", True),
+    ("I left.", "I left.", True),
+    ("He said: LEAVE", "LEAVE", True),
+    ("Okay. *leaves the room*", "Okay. *leaves the room*", False),
+    ("", "", False),
+    ("   \n  x", "x", False),
+    ("a\r\nb", "a\r", False),
+    ("tab\there: x", "x", False),
+    ("I think I should leave now, thanks", "I think I should leave now, thanks", False),
+    ("ok LEAVE", "ok LEAVE", True),
+    ("Leave", "Leave", True),
+    ("cleaver", "cleaver", True),
+    ("LEFT", "LEFT", True),
+    ("Goodbye. LEAVE.", "Goodbye. LEAVE.", True),
+    ("Bye! *leaves*", "Bye! *leaves*", True),
+    ("I'm leaving", "I'm leaving", False),
+    ("a\nLEAVE", "a", False),
+    ("He left.\nmore", "He left.", True),
+]
 
 
-@pytest.mark.parametrize("utterance, leave", [
-    ("LEAVE", True),
-    ("I think I should leave now, bye.", False),  # "leave" is in neither 10-char window
-    ("Okay, I will leave", True),
-    ("Left the conversation.", True),
-    ("Goodbye! (LEAVE)", True),
-    ("Sure, let's meet at the cafe tomorrow at noon.", False),
-    ("  leave  ", True),
-    ("The leaves are turning yellow in the park today.", True),  # the rule is literal
-])
-def test_is_leave(utterance, leave):
-    assert sc.is_leave(utterance) is leave
+@pytest.mark.parametrize("raw, kept, stop", REFERENCE_DIALOG_VECTORS)
+def test_dialog_rules_match_reference_vectors(golden, raw, kept, stop):
+    utterance = sc.postprocess_reply(raw)
+    assert utterance == kept
+    for turn in (0, 1, 11):
+        assert sc.is_leave(utterance, golden, turn) is stop
+        assert sc.is_leave_line(sc.dialog_line(golden, turn, utterance)) is stop
+    assert sc.is_leave(utterance) is stop
+
+
+def test_is_leave_edge_cases(golden):
+    # the first 10 characters of the line are "Turn t: " and a letter or two of the name
+    assert sc.is_leave_line("Turn 0: Leave said:x") is False
+    assert sc.is_leave_line("leave it") is True
+    assert sc.is_leave("", golden, 0) is False
+    assert sc.is_leave("  leave  ") is True
+    assert sc.is_leave("The leaves are turning yellow in the park today.") is False
+    with pytest.raises(TypeError):
+        sc.is_leave("x", golden)
+    with pytest.raises(TypeError):
+        sc.is_leave("x", None, 3)
+
+
+def test_is_leave_reads_the_whole_line(tmp_path):
+    """A name ending in "left" with a reply under 4 characters: the line's last 10
+    characters reach into the name, so only the line-based check is the reference's."""
+    agents = json.loads(json.dumps(GOLDEN_AGENTS))
+    agents["A1"]["last_name"] = "Cleft"
+    task = load_tasks(write_set(tmp_path / "cleft", agents=agents))[0]
+    assert sc.dialog_line(task, 0, "") == "Turn 0: Ada Cleft said:"
+    assert sc.is_leave("", task, 0) is True
+    assert sc.is_leave("", task, 1) is False  # Ben Roe speaks at turn 1
+    assert sc.is_leave("") is False
 
 
 # ------------------------------------------------------------ validation
@@ -531,6 +929,18 @@ def test_invalid_json_and_wrong_top_level(tmp_path):
         load_tasks(root)
     write_set(root, combos={"T1": GOLDEN_COMBOS[0]})
     with pytest.raises(ScenarioError, match=r"env_agent_combos\.json: expected a JSON list"):
+        load_tasks(root)
+
+
+def test_duplicated_id_is_refused(tmp_path):
+    """A persona id given twice would silently replace the first record: refused, naming it."""
+    root = tmp_path / "copy"
+    shutil.copytree(sc.embedded_dir(), root)
+    text = (root / "agents.json").read_text(encoding="utf-8")
+    first = next(iter(json.loads(text)))
+    record = json.dumps(json.loads(text)[first])
+    (root / "agents.json").write_text(text.rstrip()[:-1] + f', "{first}": {record}}}', encoding="utf-8")
+    with pytest.raises(ScenarioError, match=rf"agents\.json.*{first}.*appears twice"):
         load_tasks(root)
 
 

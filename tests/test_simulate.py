@@ -18,7 +18,8 @@ from conftest import kill9_when
 from synclib import cli
 from synclib.cube import IncompleteCubeError, open_cube, parts_dir
 from synclib.scenarios import ACTIONS, EMOTIONS, is_leave, load_tasks, postprocess_reply, render_prompt
-from synclib.simulate import _tom_readout, parse_index_list, simulate
+from synclib.argtypes import index_list as parse_index_list
+from synclib.simulate import _tom_readout, simulate
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -50,15 +51,6 @@ def _build_tiny(path: Path, tok, *, layers: int, width: int, leave_word: str | N
     model.save_pretrained(path)
     tok.save_pretrained(path)
     return path
-
-
-@pytest.fixture(scope="session")
-def tiny_models(tiny_model_dir, smollm2_tokenizer, tmp_path_factory):
-    """Two tiny random models of different shapes: A (4 layers x 64), B (3 layers x 48)."""
-    from conftest import build_tiny_llama
-
-    b = build_tiny_llama(tmp_path_factory.mktemp("tiny-b") / "model", smollm2_tokenizer, layers=3, width=48, seed=1)
-    return tiny_model_dir, str(b)
 
 
 @pytest.fixture(scope="session")
@@ -208,7 +200,7 @@ def test_cube_schema_and_values(cube_ab, tiny_models, tasks):
                      for t in range(nu)]
             # texts are post-processed replies and only the last may be a leave
             assert all(postprocess_reply(x) == x for x in texts)
-            assert not any(is_leave(x) for x in texts[:-1])
+            assert not any(is_leave(x, tasks[e], t) for t, x in enumerate(texts[:-1]))
             for t in range(nu):
                 side, k = "ab"[t % 2], t // 2
                 h = cell[f"hidden_{side}"].values[k]
@@ -275,9 +267,83 @@ def test_leave_ends_the_episode(tiny_models, tasks, tmp_path, smollm2_tokenizer)
     simulate(tiny_models[0], str(leaver), [tasks[1], tasks[2]], [0], out, **SIM)
     ds = open_cube(out, chunks=None)
     assert (ds.n_utterances.values == 2).all()
-    assert all(is_leave(t) and "left" in t for t in ds.text_b.values[:, :, 0].ravel())
+    assert all(is_leave(t, tasks[e], 1) and "left" in t
+               for e, t in zip(ds.episode.values, ds.text_b.values[:, 0, 0]))
     assert np.isfinite(ds.hidden_b.values[:, :, 0]).all() and np.isnan(ds.hidden_b.values[:, :, 1:]).all()
     assert np.isfinite(ds.hidden_a.values[:, :, 0]).all() and np.isnan(ds.hidden_a.values[:, :, 1:]).all()
+
+
+def test_passive_reader_persona_and_seeds(tiny_models, tasks, tmp_path):
+    """The passive reader reads only ``passive_seeds`` and is told it is the persona drawn
+    for (task, seed), as the reference draws it; the cube records who."""
+    from synclib.models import load_model
+    from synclib.scenarios import passive_persona
+
+    a, b = tiny_models
+    out = tmp_path / "p.nc"
+    simulate(a, b, [tasks[i] for i in (1, 4)], [0, 2], out, passive=True, passive_seeds=[2],
+             taskset=tasks, **SIM)
+    ds = open_cube(out, chunks=None)
+    assert ds.attrs["conventions"].startswith("synclib cube v2")
+    assert "random.Random" in ds.attrs["passive_persona_rule"] and ds.attrs["passive_seeds"] == "2"
+    assert np.isnan(ds.hidden_a_passive.sel(sim_seed=0).values).all()
+    assert (ds.passive_reader.sel(sim_seed=0).values == "").all()
+    lm_a = load_model(a)
+    for e in (1, 4):
+        persona = passive_persona(tasks, e, 2)
+        cell = ds.sel(episode=e, sim_seed=2)
+        assert cell.passive_reader.item() == persona.pk
+        prompt = lm_a.chat_prompt(render_prompt(tasks[e], 0, [], "passive", persona=persona))
+        assert persona.name in prompt
+        np.testing.assert_allclose(cell.hidden_a_passive.values[0], _fresh_states(lm_a, prompt),
+                                   rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match="passive_seeds"):
+        simulate(a, b, [tasks[0]], [0], tmp_path / "bad.nc", passive=True, passive_seeds=[1], **SIM)
+    assert not (tmp_path / "bad.nc").exists()
+
+
+def test_sampling_settings_recorded(tiny_models, tasks, tmp_path):
+    """'model' resolves to the checkpoint's generation_config (transformers' top-k 50 where
+    it sets none); the cube records what each agent sampled with and its prompt format."""
+    from synclib.models import load_model
+    from synclib.simulate import resolve_sampling
+
+    lm = load_model(tiny_models[0])
+    assert resolve_sampling(lm) == {"top_k": 50, "top_p": None}
+    assert resolve_sampling(lm, top_k=None, top_p=0.9) == {"top_k": None, "top_p": 0.9}
+    assert resolve_sampling(lm, top_k=7, top_p=1.0) == {"top_k": 7, "top_p": None}
+    with pytest.raises(ValueError, match="top_p"):
+        resolve_sampling(lm, top_p=1.5)
+    out = tmp_path / "s.nc"
+    simulate(tiny_models[0], tiny_models[1], [tasks[0]], [0], out, top_k=5, top_p="model", **SIM)
+    ds = open_cube(out, chunks=None)
+    assert ds.attrs["top_k_a"] == 5 and ds.attrs["top_k_b"] == 5 and ds.attrs["top_p_a"] == 1.0
+    assert ds.attrs["prompt_format_a"] == "chat_template" and ds.attrs["stop_at_first_line"] == 1
+
+
+def test_newer_or_foreign_cube_is_refused_clearly(tmp_path, cube_ab):
+    import shutil
+
+    import netCDF4
+
+    from synclib.cube import CubeError
+
+    newer = tmp_path / "newer.nc"
+    shutil.copy(cube_ab, newer)
+    with netCDF4.Dataset(newer, "a") as ds:
+        ds.conventions = "synclib cube v99 (see book/architecture.md)"
+    with pytest.raises(CubeError, match="v99.*newer synclib"):
+        open_cube(newer)
+    truncated = tmp_path / "truncated.nc"
+    truncated.write_bytes(Path(cube_ab).read_bytes()[:5000])
+    with pytest.raises(CubeError, match="truncated.nc"):
+        open_cube(truncated)
+    foreign = tmp_path / "foreign.nc"
+    with netCDF4.Dataset(foreign, "w") as ds:
+        ds.createDimension("x", 2)
+        ds.createVariable("x", "f4", ("x",))[:] = [1, 2]
+    with pytest.raises(CubeError, match="foreign.nc.*not a finished cube"):
+        open_cube(foreign)
 
 
 _RUN = """

@@ -78,3 +78,43 @@ def test_tom_does_not_import_the_analysis():
     """No import cycle: the analysis uses synclib.tom; tom needs only ridge, stats and cube."""
     code = "import sys, synclib.tom; assert not [m for m in sys.modules if m.startswith('synclib.analysis')]"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_format_filter_drops_unformatted_targets_and_counts_them(cube):
+    """Samples whose target utterance did not follow "Emotion. Action type." are dropped."""
+    c = cube.copy()
+    rng = np.random.default_rng(0)
+    for side in "ab":
+        reached = np.isfinite(c[f"emotion_{side}"].values).all(-1)
+        fmt = np.where(reached, (rng.random(reached.shape) > 0.3).astype(np.int64), -1)
+        c[f"tom_format_{side}"] = (("episode", "sim_seed", "round"), fmt)
+    fb = c.tom_format_b.values
+    # reader A, partner_next: target emotion_b[k]; the reader's own format does not matter
+    X_all, _, _ = tom_dataset(cube, "A", "partner_next", "emotion")
+    X, P, _ = tom_dataset(c, "A", "partner_next", "emotion")
+    ha, eb = c.hidden_a_tom.values, c.emotion_b.values
+    keep = [(e, s, k) for e in range(60) for s in range(2) for k in range(5)
+            if np.isfinite(ha[e, s, k]).all() and np.isfinite(eb[e, s, k]).all()]
+    assert len(X_all) == len(keep)
+    kept = [t for t in keep if fb[t] == 1]
+    assert len(X) == len(kept) < len(keep)
+    for r, (e, s, k) in enumerate(kept):
+        assert np.array_equal(X[r], ha[e, s, k]) and np.allclose(P[r], eb[e, s, k])
+    ds = tom_decode(c, split_seeds=(0,), alphas=(1.0,))
+    assert ds.tom_n_kept.dims == ("tom_target", "tom_relation", "agent")
+    sel = dict(tom_target="emotion", tom_relation="partner_next", agent="A")
+    assert int(ds.tom_n_kept.sel(**sel)) == len(kept)
+    assert int(ds.tom_n_dropped.sel(**sel)) == len(keep) - len(kept)
+    # self_current for reader B: the target is B's own utterance (tom_format_b)
+    _, _, ep_self = tom_dataset(c, "B", "self_current", "action")
+    sel = dict(tom_target="action", tom_relation="self_current", agent="B")
+    assert int(ds.tom_n_kept.sel(**sel)) == len(ep_self)
+    hb = c.hidden_b_tom.values
+    n_self = sum(1 for e in range(60) for s in range(2) for k in range(5)
+                 if np.isfinite(hb[e, s, k]).all() and fb[e, s, k] == 1)
+    assert len(ep_self) == n_self
+    assert ds.attrs["tom_format_filter"].startswith("applied")
+    # a cube without the format variables: nothing dropped, and said so
+    ds0 = tom_decode(cube, split_seeds=(0,), alphas=(1.0,))
+    assert (ds0.tom_n_dropped == 0).all() and ds0.attrs["tom_format_filter"].startswith("not applied")
+    assert int(ds0.tom_n_kept.sel(**sel)) > int(ds.tom_n_kept.sel(**sel))

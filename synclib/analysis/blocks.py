@@ -4,8 +4,8 @@
 ==========================  ===============================================  ==============
 block                       what                                             paper
 ==========================  ===============================================  ==============
-:func:`conditions_block`    genuine and controls (passive, lags): grids,     3.3, figs 2-4,
-                            SyncR^2, top-k, unclipped, summaries             app. C
+:func:`conditions_block`    genuine and controls (passive, shuffled, lags):  3.3, figs 2-4,
+                            grids, SyncR^2, top-k, unclipped                 app. C, fig 8
 :func:`persona_block`       genuine, persona-disjoint split                  table 2
 :func:`sample_size_block`   genuine at smaller sample sizes                  app. D
 :func:`relationship_block`  genuine maps scored on test subsets by           app. G
@@ -21,7 +21,7 @@ are documented in book/architecture.md ("Analysis results").
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import xarray as xr
@@ -29,15 +29,17 @@ from tqdm.auto import tqdm
 
 from synclib.analysis.context import Context, GenuineFits, SplitFit
 from synclib.analysis.mlp import mlp_defaults, mlp_r2
-from synclib.analysis.samples import PairedSamples, build_dataset, persona_keys
-from synclib.analysis.scores import sync_r2, sync_r2_noclip, sync_r2_topk
-from synclib.ridge import RidgeInputError, episode_split, r2_grid_subsets
+from synclib.analysis.samples import (PairedSamples, build_dataset, persona_keys, shuffle_training_targets,
+                                      sim_seed_rank)
+from synclib.analysis.scores import seed_aggregate, sync_r2, sync_r2_noclip, sync_r2_topk
+from synclib.ridge import RidgeInputError, r2_grid_subsets
 from synclib.scenarios import RELATIONSHIPS
 from synclib.stats import mean_se
 from synclib.tom import tom_decode
 
 __all__ = ["conditions_block", "persona_block", "sample_size_block", "relationship_block",
-           "nonlinear_block", "tom_block", "Conditions", "RELATIONSHIP_SOURCES"]
+           "nonlinear_block", "tom_block", "Conditions", "RELATIONSHIP_SOURCES", "AGGREGATION",
+           "SPLIT_RULE", "PERSONA_SPLIT_RULE", "SHUFFLE_RULE"]
 
 #: appendix G: only these scenario sources enter the relationship analysis
 RELATIONSHIP_SOURCES = ("social_iqa", "social_chemistry", "normbank")
@@ -54,6 +56,52 @@ def _coords(ctx: Context, **more) -> dict:
     return {"direction": list(ctx.directions), "split_seed": ctx.split_seeds, **more}
 
 
+_REF = "reference: per-seed grids averaged over split seeds first, then "
+#: how each SyncR^2-type variable is aggregated over split seeds (the ``aggregation``
+#: attribute of each variable and, joined, of the Dataset)
+AGGREGATION = {
+    "r2": "per split seed: test R^2 of each layer pair",
+    "train_r2": "per split seed: training R^2 of each layer pair (the same maps on their training rows)",
+    "r2_mean": "mean of r2 over split seeds (the reference's r2_mean)",
+    "r2_var": "variance (ddof 0) of r2 over split seeds (the reference's r2_std**2)",
+    "sync_r2": _REF + "mean over source layers of max(0, max over target layers) (data_analysis.py 406-427)",
+    "sync_r2_se": "reference: sqrt(sum over source layers of r2_var at the best target of r2_mean, 0 where "
+                  "that best mean is negative) / L_src (data_analysis.py 384-404); NaN for one split seed",
+    "sync_r2_noclip": _REF + "mean over source layers of max over target layers, no clip (figure 8)",
+    "sync_r2_noclip_se": "as sync_r2_se without the '0 where negative' rule (ours)",
+    "sync_r2_topk": _REF + "mean over source layers of max(0, mean of the top-k target layers) "
+                    "(appendix C; clipped, protocol correction 15)",
+    "sync_r2_per_seed": "per split seed: sync_r2's formula on that seed's grid alone",
+    "sync_r2_noclip_per_seed": "per split seed: sync_r2_noclip's formula on that seed's grid alone",
+    "sync_r2_topk_per_seed": "per split seed: sync_r2_topk's formula on that seed's grid alone",
+    "persona_disjoint_sync_r2": _REF + "as sync_r2 (persona-disjoint split)",
+    "persona_disjoint_sync_r2_se": "as sync_r2_se (persona-disjoint split)",
+    "persona_disjoint_sync_r2_per_seed": "per split seed (persona-disjoint split)",
+    "sample_size_sync_r2": _REF + "as sync_r2, at each sample size",
+    "sample_size_sync_r2_se": "as sync_r2_se, at each sample size",
+    "sample_size_sync_r2_per_seed": "per split seed, at each sample size",
+    "relationship_sync_r2": "per split seed and subsampling seed: sync_r2's formula on one subset's grid",
+    "relationship_sync_r2_mean": "relationship_sync_r2 averaged over subsampling seeds, then mean over split seeds",
+    "relationship_sync_r2_se": "relationship_sync_r2 averaged over subsampling seeds, then synclib.stats.mean_se "
+                               "over split seeds (ddof 1)",
+}
+
+#: the split rules, for the result's attributes
+SPLIT_RULE = ("reference (affine_transformation.py sampling_with_full_episodes): per split seed, "
+              "numpy.random.RandomState(seed).permutation over all cube episodes in cube order (episodes "
+              "without samples included); the test set takes whole episodes until it holds >= "
+              "N - int(0.8 N) samples, the training set then takes episodes until it holds >= int(0.8 N) "
+              "or the episodes run out (short: fewer than N samples, training = all the rest). Ours: a "
+              "split leaving no training sample is not fitted (NaN, note; the reference crashes there).")
+PERSONA_SPLIT_RULE = ("ours (no reference code): the reference rule applied to unordered agent pairs instead "
+                      "of episodes: RandomState(seed).permutation over the cube's distinct pairs in sorted "
+                      "order, whole pairs to the test set, then to the training set.")
+SHUFFLE_RULE = ("reference (affine_transformation.py 356-372): the genuine dataset and split; the split's "
+                "RandomState continues: per training episode in split order, per simulation seed "
+                "ascending, a dialog with m > 1 samples gets its targets permuted by rs.permutation(m); "
+                "test set untouched.")
+
+
 # --------------------------------------------------------------------------- genuine and controls
 @dataclass
 class Conditions:
@@ -62,107 +110,141 @@ class Conditions:
     genuine: GenuineFits
 
 
+def _score_vars(prefix: str, grids: np.ndarray, dims: tuple, variants: bool = False) -> dict:
+    """The SyncR^2 variables of ``grids`` (*lead, S, L, L), whose leading dims are ``dims``.
+
+    ``{prefix}``, ``{prefix}_se`` (reference aggregation over split seeds, dims ``dims``)
+    and ``{prefix}_per_seed`` (``dims`` + split_seed); with ``variants`` also ``r2_mean``,
+    ``r2_var``, ``sync_r2_noclip``, ``sync_r2_noclip_se``, ``sync_r2_topk`` (``dims`` + k)
+    and the per-seed ``sync_r2_noclip_per_seed``, ``sync_r2_topk_per_seed``.
+    """
+    lead, (S, L) = grids.shape[:-3], grids.shape[-3::2]
+    aggs = [seed_aggregate(grids[i]) for i in np.ndindex(*lead)]
+
+    def stack(name):
+        return np.stack([np.asarray(getattr(a, name), dtype=np.float64) for a in aggs]).reshape(
+            lead + np.shape(getattr(aggs[0], name)))
+
+    per = np.full(lead + (S,), np.nan)
+    per_noclip = np.full(lead + (S,), np.nan)
+    per_topk = np.full(lead + (S, L), np.nan)
+    for i in np.ndindex(*lead + (S,)):
+        per[i] = sync_r2(grids[i])
+        if variants:
+            per_noclip[i] = sync_r2_noclip(grids[i])
+            per_topk[i] = [sync_r2_topk(grids[i], k) for k in range(1, L + 1)]
+    sd = dims + ("split_seed",)
+    out = {prefix: (dims, stack("sync_r2")), f"{prefix}_se": (dims, stack("sync_r2_se")),
+           f"{prefix}_per_seed": (sd, per)}
+    if variants:
+        out.update({"r2_mean": (dims + ("src_layer", "tgt_layer"), stack("mean")),
+                    "r2_var": (dims + ("src_layer", "tgt_layer"), stack("var")),
+                    "sync_r2_noclip": (dims, stack("noclip")), "sync_r2_noclip_se": (dims, stack("noclip_se")),
+                    "sync_r2_topk": (dims + ("k",), stack("topk")),
+                    "sync_r2_noclip_per_seed": (sd, per_noclip), "sync_r2_topk_per_seed": (sd + ("k",), per_topk)})
+    return out
+
+
 @dataclass
 class _ConditionArrays:
     """The arrays of the conditions block; dims (C, Dir, S) = (condition, direction, split_seed)."""
     r2: np.ndarray          # (C, Dir, S, L, L), L = max(L_A, L_B); NaN padded
+    train_r2: np.ndarray    # (C, Dir, S, L, L)
     alpha: np.ndarray       # (C, Dir, S, L)
-    sync_r2: np.ndarray     # (C, Dir, S)
-    noclip: np.ndarray      # (C, Dir, S)
-    topk: np.ndarray        # (C, Dir, S, L)
     n_train: np.ndarray     # (C, Dir, S) int
     n_test: np.ndarray      # (C, Dir, S) int
+    short: np.ndarray       # (C, Dir, S) int: 1 short rule, 0 not, -1 no split
     n_available: np.ndarray  # (C, Dir) int
 
     @classmethod
     def empty(cls, shape: tuple, n_layers: int) -> "_ConditionArrays":
-        return cls(np.full(shape + (n_layers, n_layers), np.nan), np.full(shape + (n_layers,), np.nan),
-                   np.full(shape, np.nan), np.full(shape, np.nan), np.full(shape + (n_layers,), np.nan),
+        grid = shape + (n_layers, n_layers)
+        return cls(np.full(grid, np.nan), np.full(grid, np.nan), np.full(shape + (n_layers,), np.nan),
                    np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64),
-                   np.zeros(shape[:2], dtype=np.int64))
+                   np.full(shape, -1, dtype=np.int64), np.zeros(shape[:2], dtype=np.int64))
 
     def record(self, at: tuple, fit: SplitFit) -> None:
         """Store one fit at ``at = (condition, direction, split seed)`` positions."""
         Ls, Lt = fit.r2.shape
         self.r2[at + (slice(0, Ls), slice(0, Lt))] = fit.r2
+        self.train_r2[at + (slice(0, Ls), slice(0, Lt))] = fit.train_r2
         self.alpha[at + (slice(0, Ls),)] = fit.alpha
-        self.sync_r2[at] = sync_r2(fit.r2)
-        self.noclip[at] = sync_r2_noclip(fit.r2)
-        self.topk[at + (slice(0, Lt),)] = [sync_r2_topk(fit.r2, k) for k in range(1, Lt + 1)]
         self.n_train[at], self.n_test[at] = len(fit.train), len(fit.test)
+        self.short[at] = fit.split["short"]
 
     def to_dataset(self, ctx: Context, conditions: list) -> xr.Dataset:
         L = self.r2.shape[-1]
         cds = ("condition", "direction", "split_seed")
-        pair = self.sync_r2.mean(axis=1)  # SyncR^2(A, B) per split seed: mean of the two directions
         return xr.Dataset(
             {
                 "r2": (cds + ("src_layer", "tgt_layer"), self.r2),
+                "train_r2": (cds + ("src_layer", "tgt_layer"), self.train_r2),
                 "alpha": (cds + ("src_layer",), self.alpha),
-                "sync_r2": (cds, self.sync_r2),
-                "sync_r2_noclip": (cds, self.noclip),
-                "sync_r2_topk": (cds + ("k",), self.topk),
                 "n_train": (cds, self.n_train),
                 "n_test": (cds, self.n_test),
+                "split_short": (cds, self.short),
                 "n_available": (cds[:2], self.n_available),
-                **_mean_se_vars("sync_r2", self.sync_r2, cds[:2]),
-                "sync_r2_pair": (("condition", "split_seed"), pair),
-                **_mean_se_vars("sync_r2_pair", pair, ("condition",)),
-                **_mean_se_vars("sync_r2_topk", self.topk.transpose(0, 1, 3, 2), cds[:2] + ("k",)),
+                **_score_vars("sync_r2", self.r2, cds[:2], variants=True),
             },
             coords={"condition": conditions, **_coords(ctx), "src_layer": np.arange(L),
                     "tgt_layer": np.arange(L), "k": np.arange(1, L + 1)},
         )
-
-
-def _fit_splits(ctx: Context, samples: PairedSamples) -> list:
-    """One fit per split seed of ``ctx`` (None where the split is not possible)."""
+def _fit_splits(ctx: Context, samples: PairedSamples, seed_rank: np.ndarray) -> list:
+    """One fit per split seed of ``ctx`` (None where no split is possible), with the
+    training R^2; the ``shuffled`` condition shuffles the training targets per split."""
     label = f"{samples.condition} {samples.direction}"
     if ctx.n_samples is not None and samples.n < ctx.n_samples:
         ctx.note(f"{label}: the cube holds {samples.n} samples, fewer than n_samples={ctx.n_samples}; "
-                 f"using all of them, split 80/20 by episodes")
+                 f"the test set takes >= {ctx.n_samples - int(0.8 * ctx.n_samples)} of them and the "
+                 f"training set all the rest (the reference's rule)")
     fits = []
     for seed in ctx.split_seeds:
-        try:
-            tr, te, _ = episode_split(samples.episode, ctx.n_samples, seed)
-        except RidgeInputError as exc:  # too few episodes for this condition
-            ctx.note(f"{label} split {seed}: not fitted ({exc}); left NaN")
+        split = ctx.split(samples.episode, ctx.cube.sizes["episode"], seed, f"{label} split {seed}")
+        if split is None:
             fits.append(None)
         else:
-            fits.append(ctx.fit(samples, seed, tr, te, f"{label} split {seed}"))
+            tr, te, info, rs = split
+            s = samples
+            if samples.condition == "shuffled":
+                s = replace(samples, y_rows=shuffle_training_targets(samples, info["train_groups"], rs, seed_rank))
+            fits.append(ctx.fit(s, seed, tr, te, f"{label} split {seed}", train_r2=True, split=info))
         ctx.bar.update(1)
     return fits
 
 
 def conditions_block(ctx: Context, conditions: list) -> Conditions:
-    """The genuine condition and its controls: an R^2 grid per (condition, direction,
-    split seed), its SyncR^2, unclipped and top-k scores, and their means and
-    standard errors over split seeds.
+    """The genuine condition and its controls: test and training R^2 grids per
+    (condition, direction, split seed) and their SyncR^2 scores, aggregated over split
+    seeds as the reference does (:mod:`synclib.analysis.scores`) and per seed.
 
     Parameters
     ----------
     ctx : Context
     conditions : list of str
-        ``genuine``, ``passive``, ``lagJ``, whose variables the cube has.
+        ``genuine``, ``passive``, ``shuffled``, ``lagJ``, whose variables the cube has.
 
     Returns
     -------
     Conditions
-        ``dataset``: ``r2`` (condition, direction, split_seed, src_layer, tgt_layer),
-        ``alpha`` (..., src_layer), ``sync_r2``, ``sync_r2_noclip``, ``n_train``,
-        ``n_test`` (condition, direction, split_seed), ``sync_r2_topk`` (..., k),
-        ``n_available`` (condition, direction), ``sync_r2_pair`` (condition,
-        split_seed) and the ``_mean``/``_se`` summaries over split seeds;
-        ``genuine``: the genuine fits, for the other blocks.
+        ``dataset``: ``r2``, ``train_r2`` (condition, direction, split_seed, src_layer,
+        tgt_layer), ``alpha`` (..., src_layer), ``n_train``, ``n_test``, ``split_short``
+        (condition, direction, split_seed), ``n_available`` (condition, direction);
+        reference aggregation: ``r2_mean``, ``r2_var`` (condition, direction, src_layer,
+        tgt_layer), ``sync_r2``, ``sync_r2_se``, ``sync_r2_noclip``,
+        ``sync_r2_noclip_se`` (condition, direction), ``sync_r2_topk`` (..., k); per seed:
+        ``sync_r2_per_seed``, ``sync_r2_noclip_per_seed`` (condition, direction,
+        split_seed), ``sync_r2_topk_per_seed`` (..., k).  ``genuine``: the genuine fits,
+        for the other blocks.
     """
     shape = (len(conditions), len(ctx.directions), len(ctx.split_seeds))
     arrays = _ConditionArrays.empty(shape, max(ctx.cube.sizes["layer_a"], ctx.cube.sizes["layer_b"]))
     genuine = GenuineFits()
+    rank = sim_seed_rank(ctx.cube)
     for di, d in enumerate(ctx.directions):
         for ci, c in enumerate(conditions):
             samples = build_dataset(ctx.cube, d, c, ctx.arrays)
             arrays.n_available[ci, di] = samples.n
-            fits = _fit_splits(ctx, samples)
+            fits = _fit_splits(ctx, samples, rank)
             for si, fit in enumerate(fits):
                 if fit is not None:
                     arrays.record((ci, di, si), fit)
@@ -176,8 +258,11 @@ def conditions_block(ctx: Context, conditions: list) -> Conditions:
 
 # --------------------------------------------------------------------------- table 2, appendix D
 def persona_block(ctx: Context, genuine: GenuineFits) -> xr.Dataset:
-    """Table 2: genuine SyncR^2 with a persona-disjoint split (whole unordered agent
-    pairs go to the training or the test set).
+    """Table 2: genuine SyncR^2 with a persona-disjoint split (ours; the reference has
+    none): the reference's rule (:func:`synclib.ridge.episode_split`) applied to
+    unordered agent pairs instead of episodes, over all of the cube's pairs in sorted
+    order, so that no agent pair is in both sets.  Scores are aggregated as the main
+    SyncR^2 (seed-mean grid first).
 
     Parameters
     ----------
@@ -188,28 +273,35 @@ def persona_block(ctx: Context, genuine: GenuineFits) -> xr.Dataset:
     Returns
     -------
     xarray.Dataset
-        ``persona_disjoint_sync_r2``, ``persona_disjoint_n_train``,
+        ``persona_disjoint_sync_r2``, ``persona_disjoint_sync_r2_se`` (direction);
+        ``persona_disjoint_sync_r2_per_seed``, ``persona_disjoint_n_train``,
         ``persona_disjoint_n_test`` (direction, split_seed).
     """
-    keys = persona_keys(ctx.cube)
+    labels, codes = np.unique(persona_keys(ctx.cube), return_inverse=True)
+    L = max(ctx.cube.sizes["layer_a"], ctx.cube.sizes["layer_b"])
     shape = (len(ctx.directions), len(ctx.split_seeds))
-    v = np.full(shape, np.nan)
+    grids = np.full(shape + (L, L), np.nan)
     ntr = np.zeros(shape, dtype=np.int64)
     nte = np.zeros(shape, dtype=np.int64)
     for di, d in enumerate(ctx.directions):
         samples = genuine.samples[d]
         for si, seed in enumerate(ctx.split_seeds):
-            tr, te, _ = episode_split(keys[samples.episode], ctx.n_samples, seed)
-            v[di, si] = sync_r2(ctx.fit(samples, seed, tr, te, f"persona-disjoint {d} split {seed}").r2)
-            ntr[di, si], nte[di, si] = len(tr), len(te)
+            what = f"persona-disjoint {d} split {seed}"
+            split = ctx.split(codes.ravel()[samples.episode], len(labels), seed, what)
+            if split is not None:
+                r2 = ctx.fit(samples, seed, split[0], split[1], what).r2
+                grids[di, si, :r2.shape[0], :r2.shape[1]] = r2
+                ntr[di, si], nte[di, si] = len(split[0]), len(split[1])
             ctx.bar.update(1)
     dims = ("direction", "split_seed")
-    return xr.Dataset({"persona_disjoint_sync_r2": (dims, v), "persona_disjoint_n_train": (dims, ntr),
-                       "persona_disjoint_n_test": (dims, nte)}, coords=_coords(ctx))
+    return xr.Dataset({**_score_vars("persona_disjoint_sync_r2", grids, dims[:1]),
+                       "persona_disjoint_n_train": (dims, ntr), "persona_disjoint_n_test": (dims, nte)},
+                      coords=_coords(ctx))
 
 
 def sample_size_block(ctx: Context, genuine: GenuineFits, sample_sizes) -> xr.Dataset:
-    """Appendix D: genuine SyncR^2 at smaller sample sizes.
+    """Appendix D: genuine SyncR^2 at smaller sample sizes (the reference's split at
+    ``N`` = each size; scores aggregated as the main SyncR^2).
 
     Parameters
     ----------
@@ -217,32 +309,37 @@ def sample_size_block(ctx: Context, genuine: GenuineFits, sample_sizes) -> xr.Da
     genuine : GenuineFits
         Its samples per direction.
     sample_sizes : sequence of int
-        Total samples (train + test) of each fit; NaN and a note where the cube
-        has fewer.
+        ``N`` of each fit; NaN and a note where the cube has fewer samples.
 
     Returns
     -------
     xarray.Dataset
-        ``sample_size_sync_r2`` and ``sample_size_n_used`` (sample_size, direction,
-        split_seed).
+        ``sample_size_sync_r2``, ``sample_size_sync_r2_se`` (sample_size, direction);
+        ``sample_size_sync_r2_per_seed``, ``sample_size_n_used`` (sample_size,
+        direction, split_seed).
     """
     sizes = [int(s) for s in sample_sizes]
+    L = max(ctx.cube.sizes["layer_a"], ctx.cube.sizes["layer_b"])
     shape = (len(sizes), len(ctx.directions), len(ctx.split_seeds))
-    v = np.full(shape, np.nan)
+    grids = np.full(shape + (L, L), np.nan)
     used = np.zeros(shape, dtype=np.int64)
     for zi, size in enumerate(sizes):
         for di, d in enumerate(ctx.directions):
             samples = genuine.samples[d]
             for si, seed in enumerate(ctx.split_seeds):
+                what = f"sample size {size} {d} split {seed}"
+                split = None
                 if size > samples.n:
                     ctx.note(f"sample size {size} > available {samples.n} ({d}); left NaN")
                 else:
-                    tr, te, _ = episode_split(samples.episode, size, seed)
-                    v[zi, di, si] = sync_r2(ctx.fit(samples, seed, tr, te, f"sample size {size} {d} split {seed}").r2)
-                    used[zi, di, si] = len(tr) + len(te)
+                    split = ctx.split(samples.episode, ctx.cube.sizes["episode"], seed, what, n_samples=size)
+                if split is not None:
+                    r2 = ctx.fit(samples, seed, split[0], split[1], what).r2
+                    grids[zi, di, si, :r2.shape[0], :r2.shape[1]] = r2
+                    used[zi, di, si] = len(split[0]) + len(split[1])
                 ctx.bar.update(1)
     dims = ("sample_size", "direction", "split_seed")
-    return xr.Dataset({"sample_size_sync_r2": (dims, v), "sample_size_n_used": (dims, used)},
+    return xr.Dataset({**_score_vars("sample_size_sync_r2", grids, dims[:2]), "sample_size_n_used": (dims, used)},
                       coords=_coords(ctx, sample_size=sizes))
 
 

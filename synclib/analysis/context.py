@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 
 from synclib.analysis.samples import HiddenCache, PairedSamples
-from synclib.ridge import RidgeInputError, r2_grid
+from synclib.ridge import RidgeInputError, episode_split, r2_grid
 
 __all__ = ["Context", "SplitFit", "GenuineFits"]
 
@@ -22,6 +22,8 @@ class SplitFit:
     test: np.ndarray    # (n_test,)
     r2: np.ndarray      # (L_src, L_tgt) test R^2; NaN when the fit was not possible
     alpha: np.ndarray   # (L_src,) the penalty of each source layer
+    train_r2: np.ndarray | None = None  # (L_src, L_tgt) training R^2, when asked for
+    split: dict | None = None           # the ``info`` of :func:`synclib.ridge.episode_split`
 
 
 @dataclass
@@ -55,15 +57,35 @@ class Context:
             self.notes.append(msg)
             self.log("note: " + msg)
 
-    def fit(self, samples: PairedSamples, seed: int, train, test, what: str) -> SplitFit:
+    def split(self, groups, n_groups: int, seed: int, what: str, n_samples: int | None | str = "default"):
+        """The reference split (:func:`synclib.ridge.episode_split`) of samples in ``groups``
+        (codes ``0 .. n_groups-1``) for split ``seed``, at ``n_samples`` (default: the
+        analysis's).  Returns ``(train, test, info, rs)``, ``rs`` the ``RandomState`` as
+        the split left it (the shuffled control continues it), or None and a note where
+        no split is possible."""
+        rs = np.random.RandomState(seed)
+        n = self.n_samples if n_samples == "default" else n_samples
+        try:
+            tr, te, info = episode_split(groups, n, rs, n_groups=n_groups)
+        except RidgeInputError as exc:
+            self.note(f"{what}: not split ({exc}); left NaN")
+            return None
+        return tr, te, info, rs
+
+    def fit(self, samples: PairedSamples, seed: int, train, test, what: str, *,
+            train_r2: bool = False, split: dict | None = None) -> SplitFit:
         """The R^2 grid of ``samples`` fitted on ``train``, scored on ``test`` (sample
-        indices); a split too small or degenerate to fit gives NaN and a note."""
+        indices), and with ``train_r2`` also on ``train``; a split too small or
+        degenerate to fit gives NaN and a note.  ``split`` is kept on the result."""
+        Ls, Lt = samples.X.shape[1], samples.Y.shape[1]
         try:
             X, Y, tr, te = samples.ridge_inputs(train, test)
             cv = isinstance(self.alpha, str)
-            r2, alpha = r2_grid(X, Y, tr, te, self.alpha, groups=samples.episode[train] if cv else None,
-                                return_alpha=True, device=self.device, precision=self.precision)
+            out = r2_grid(X, Y, tr, te, self.alpha, groups=samples.episode[train] if cv else None,
+                          return_alpha=True, return_train=train_r2, device=self.device, precision=self.precision)
         except RidgeInputError as exc:
             self.note(f"{what}: not fitted ({exc}); left NaN")
-            r2, alpha = np.full((samples.X.shape[1], samples.Y.shape[1]), np.nan), np.full(samples.X.shape[1], np.nan)
-        return SplitFit(samples, seed, train, test, r2, alpha)
+            out = (np.full((Ls, Lt), np.nan),) * (1 + train_r2) + (np.full(Ls, np.nan),)
+        r2, alpha = out[0], out[-1]
+        return SplitFit(samples, seed, np.asarray(train), np.asarray(test), r2, alpha,
+                        out[1] if train_r2 else None, split)

@@ -8,7 +8,8 @@ import xarray as xr
 from tqdm.auto import tqdm
 
 from synclib import __version__
-from synclib.analysis.blocks import (RELATIONSHIP_SOURCES, conditions_block, nonlinear_block, persona_block,
+from synclib.analysis.blocks import (AGGREGATION, PERSONA_SPLIT_RULE, RELATIONSHIP_SOURCES, SHUFFLE_RULE,
+                                     SPLIT_RULE, conditions_block, nonlinear_block, persona_block,
                                      relationship_block, sample_size_block, tom_block)
 from synclib.analysis.context import Context
 from synclib.analysis.samples import DIRECTIONS, AnalysisError, HiddenCache, parse_condition
@@ -32,6 +33,8 @@ def _conditions(conditions, lags) -> list:
 def _check(cube, conditions, split_seeds, directions, needs_genuine: bool) -> None:
     if not split_seeds:
         raise AnalysisError("split_seeds: at least one split seed is needed")
+    if any(not 0 <= s < 2**32 for s in split_seeds):  # numpy.random.RandomState(seed), as the reference
+        raise AnalysisError(f"split_seeds: seeds must be integers in 0 .. 2**32-1, got {list(split_seeds)}")
     for d in directions:
         if d not in DIRECTIONS:
             raise AnalysisError(f"directions: unknown direction {d!r}")
@@ -52,10 +55,22 @@ def _skip_missing(cube, conditions: list, log) -> list:
     return []
 
 
+def _label_aggregation(out: xr.Dataset) -> str:
+    """Set each SyncR^2-type variable's ``aggregation`` attribute; returns them joined,
+    one ``name: rule`` per line, for the Dataset's attribute of the same name."""
+    lines = []
+    for name in out.data_vars:
+        if name in AGGREGATION:
+            out[name].attrs["aggregation"] = AGGREGATION[name]
+            lines.append(f"{name}: {AGGREGATION[name]}")
+    return "\n".join(lines)
+
+
 def _attrs(ctx: Context, skipped: list, relationship: bool) -> dict:
     """The result's global attributes (all str or int)."""
     cube = ctx.cube
     return {
+        "split_rule": SPLIT_RULE, "persona_split_rule": PERSONA_SPLIT_RULE, "shuffle_rule": SHUFFLE_RULE,
         "title": "synclib SyncR^2 analysis",
         "conventions": "synclib analysis v1 (see book/architecture.md)",
         "alpha": str(ctx.alpha), "n_samples": -1 if ctx.n_samples is None else int(ctx.n_samples),
@@ -68,7 +83,7 @@ def _attrs(ctx: Context, skipped: list, relationship: bool) -> dict:
     }
 
 
-def analyze(cube, conditions=("genuine", "passive", "lag1", "lag2"), *, alpha=0.1,
+def analyze(cube, conditions=("genuine", "passive", "shuffled", "lag1", "lag2"), *, alpha=0.1,
             n_samples: int | None = 6500, split_seeds=(0, 1, 2), lags=None, device=None,
             precision: str = "float32", directions=DIRECTIONS, persona_disjoint: bool = False,
             relationship: bool = False, relationship_seeds=(0, 1, 2), relationship_min: int = 10,
@@ -81,10 +96,14 @@ def analyze(cube, conditions=("genuine", "passive", "lag1", "lag2"), *, alpha=0.
     ----------
     cube : xarray.Dataset (cube schema), in memory or dask-backed.
     conditions : among ``genuine``, ``passive`` (needs the passive variables),
-        ``lagJ``.  Conditions whose variables are missing are skipped with a note.
+        ``shuffled`` (the reference's shuffled control: genuine samples, training
+        targets permuted within each dialog), ``lagJ``.  Conditions whose variables
+        are missing are skipped with a note.
     alpha : ridge penalty (float) or ``"cv"`` (episode-grouped CV on each
         training set; the chosen alphas are in ``alpha``).
-    n_samples : fixed sample size per dataset (protocol: 6,500); ``None`` = all.
+    n_samples : fixed sample size ``N`` per dataset (protocol: 6,500), split by the
+        reference's rule (:func:`synclib.ridge.episode_split`; fewer available: the test
+        set takes ``>= N - int(0.8 N)`` and training all the rest); ``None`` = all.
     split_seeds : split seeds (protocol: 0, 1, 2).
     lags : convenience: adds ``lagJ`` for each J to ``conditions`` (replacing lag
         conditions given there).
@@ -138,4 +157,5 @@ def analyze(cube, conditions=("genuine", "passive", "lag1", "lag2"), *, alpha=0.
         blocks.append(tom_block(ctx, tom_options))
     out = xr.merge(blocks, join="exact", combine_attrs="drop_conflicts")
     out.attrs.update(_attrs(ctx, skipped, relationship))
+    out.attrs["aggregation"] = _label_aggregation(out)
     return out

@@ -8,9 +8,14 @@ condition    A->B                                      B->A
 genuine      ``(hidden_a[k], hidden_b[k])``            ``(hidden_b[k], hidden_a[k+1])``
 lag ``j``    ``(hidden_a[k], hidden_b[k+j])``          ``(hidden_b[k], hidden_a[k+1+j])``
 passive      ``(hidden_a_passive[k], hidden_b[k])``    ``(hidden_b_passive[k], hidden_a[k+1])``
+shuffled     as genuine; training targets permuted     as genuine
+             per split (:func:`shuffle_training_targets`)
 ===========  ========================================  ========================================
 
-Samples whose source or target is not finite (unreached rounds) are dropped.
+Samples whose source or target is not finite (unreached rounds) are dropped.  Samples are
+ordered episode-major, then simulation seed (cube order), then round: within a dialog in
+round order, as the reference's datasets (``affine_transformation.py`` 209-278; protocol
+"Datasets for the affine maps").
 """
 from __future__ import annotations
 
@@ -21,7 +26,7 @@ import numpy as np
 from synclib.cube import CubeError, HiddenRows, var_name
 
 __all__ = ["AnalysisError", "DIRECTIONS", "PairedSamples", "HiddenCache", "build_dataset",
-           "parse_condition", "persona_keys"]
+           "parse_condition", "persona_keys", "shuffle_training_targets", "sim_seed_rank"]
 
 DIRECTIONS = ("A->B", "B->A")
 
@@ -32,12 +37,14 @@ class AnalysisError(ValueError):
 
 def parse_condition(condition: str) -> tuple[str, int]:
     """The kind and lag of a condition: ``'genuine'`` -> ``('genuine', 0)``,
-    ``'passive'`` -> ``('passive', 0)``, ``'lag2'`` -> ``('lag', 2)``."""
-    if condition in ("genuine", "passive"):
+    ``'passive'`` -> ``('passive', 0)``, ``'shuffled'`` -> ``('shuffled', 0)``,
+    ``'lag2'`` -> ``('lag', 2)``."""
+    if condition in ("genuine", "passive", "shuffled"):
         return condition, 0
     if condition.startswith("lag") and condition[3:].isdigit() and int(condition[3:]) >= 1:
         return "lag", int(condition[3:])
-    raise AnalysisError(f"unknown condition {condition!r}: use 'genuine', 'passive' or 'lagK' (K >= 1)")
+    raise AnalysisError(f"unknown condition {condition!r}: use 'genuine', 'passive', 'shuffled' or "
+                        "'lagK' (K >= 1)")
 
 
 @dataclass
@@ -117,7 +124,8 @@ def build_dataset(cube, direction: str, condition: str = "genuine",
         In the cube schema (in memory or dask-backed).
     direction : {"A->B", "B->A"}
     condition : str
-        ``"genuine"``, ``"passive"`` or ``"lagJ"`` (J >= 1).
+        ``"genuine"``, ``"passive"``, ``"shuffled"`` (the genuine samples; the targets
+        are shuffled per split by :func:`shuffle_training_targets`) or ``"lagJ"`` (J >= 1).
     arrays : HiddenCache, optional
         A shared loader (re-uses variables already opened).
 
@@ -150,3 +158,55 @@ def persona_keys(cube) -> np.ndarray:
     a1 = np.asarray(cube["agent1_id"].values).astype(str)
     a2 = np.asarray(cube["agent2_id"].values).astype(str)
     return np.array(["|".join(sorted(p)) for p in zip(a1, a2)])
+
+
+def sim_seed_rank(cube) -> np.ndarray:
+    """Rank of each position along the cube's ``sim_seed`` dim by its seed value, shape (S,):
+    the order in which the reference reads a dialog's seeds (``seed_list`` 0 .. 4)."""
+    S = cube.sizes["sim_seed"]
+    if "sim_seed" not in cube.coords:
+        return np.arange(S)
+    return np.argsort(np.argsort(np.asarray(cube["sim_seed"].values), kind="stable"), kind="stable")
+
+
+def shuffle_training_targets(samples: PairedSamples, train_groups, rs: np.random.RandomState,
+                             seed_rank=None) -> np.ndarray:
+    """The shuffled control's targets: training targets permuted within each dialog.
+
+    The reference (``affine_transformation.py`` 356-372, ``shuffle=True``; protocol
+    correction 13): after the split, the *same* ``RandomState`` goes on; for each
+    training episode in the order the split took it (episodes without samples draw
+    nothing), for each simulation seed in ascending seed order, a dialog with ``m > 1``
+    samples gets ``perm = rs.permutation(m)`` and its targets (in round order) become
+    ``targets[perm]``.  Test samples and sources are untouched.
+
+    Parameters
+    ----------
+    samples : PairedSamples
+        The genuine samples of one direction.
+    train_groups : sequence of int
+        Episode positions of the training set, in the order the split took them
+        (``info["train_groups"]`` of :func:`synclib.ridge.episode_split`).
+    rs : numpy.random.RandomState
+        The state the split left (advanced in place).
+    seed_rank : array, shape (S,), optional
+        :func:`sim_seed_rank` of the cube (default: cube order).
+
+    Returns
+    -------
+    int array, shape (n,)
+        ``y_rows`` with the training samples' target rows permuted within each dialog.
+    """
+    seed_rank = np.arange(int(samples.sim_seed.max(initial=0)) + 1) if seed_rank is None else np.asarray(seed_rank)
+    rank = seed_rank[samples.sim_seed]
+    order = np.lexsort((samples.round, rank, samples.episode))  # episode, seed rank, round
+    ep_sorted = samples.episode[order]
+    y = samples.y_rows.copy()
+    for g in train_groups:
+        lo, hi = np.searchsorted(ep_sorted, g, "left"), np.searchsorted(ep_sorted, g, "right")
+        idx = order[lo:hi]
+        for r in np.unique(rank[idx]):  # ascending seed order
+            seg = idx[rank[idx] == r]   # this dialog's samples, in round order
+            if len(seg) > 1:
+                y[seg] = samples.y_rows[seg[rs.permutation(len(seg))]]
+    return y

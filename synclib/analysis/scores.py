@@ -1,49 +1,161 @@
-"""SyncR^2 and its variants from one R^2 grid (paper eq. in section 3.3, appendix C).
+"""SyncR^2 and its variants from R^2 grids, aggregated over split seeds as the reference does.
 
-Every function takes a grid of test R^2, shape (L_src, L_tgt): rows are source
-layers, columns target layers.  All-NaN rows and columns (the padding of a grid
-stored in a square of the larger depth) are ignored.
+A grid is the test R^2 of every (source layer, target layer) pair, shape (L_src, L_tgt):
+rows are source layers, columns target layers.  All-NaN rows and columns (the padding of a
+grid stored in a square of the larger depth) are ignored everywhere.
+
+Aggregation over split seeds (the reference's ``playground/data_analysis.py``
+``get_r2_scores_setting`` with ``compute_avg_metric_row`` / ``compute_avg_and_se_metric_row``;
+protocol correction 10): the per-seed grids ``G_s`` (S, L_src, L_tgt) are averaged first,
+``M = mean_s G_s``, ``V = var_s G_s`` (ddof 0); every score is then computed on ``M``:
+
+* SyncR^2 = ``mean_l max(0, max_j M[l, j])``  (:func:`sync_r2`)
+* its standard error = ``sqrt(sum_l v_l) / L_src`` with ``v_l = V[l, j*(l)]``, ``j*(l)`` the
+  first argmax of ``M[l]``, and ``v_l = 0`` where ``max_j M[l, j] < 0``  (:func:`sync_r2_se`)
+* unclipped (figure 8; no reference code) = ``mean_l max_j M[l, j]`` (:func:`sync_r2_noclip`),
+  its SE the same formula without the ``0 if negative`` rule (ours)
+* top-k (appendix C; no reference code; protocol correction 15: k = 1 is the original, so
+  the clipping stays) = ``mean_l max(0, mean of the k largest M[l, j])`` (:func:`sync_r2_topk`).
+  Of the two readings in the reference notes (10.6) we take this one: the clip applies to a
+  source layer's score, as SyncR^2 clips its per-layer maximum, not to each cell before the
+  top-k mean; both equal SyncR^2 at k = 1.
+
+:func:`seed_aggregate` computes all of them from the per-seed grids.  Each function also
+works on a single grid (one split seed), which is how the per-seed scores are made.
 """
 from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
 from synclib.analysis.samples import AnalysisError
 
-__all__ = ["sync_r2", "sync_r2_noclip", "sync_r2_topk"]
+__all__ = ["sync_r2", "sync_r2_noclip", "sync_r2_topk", "sync_r2_se", "seed_aggregate", "SeedAggregate"]
 
 
-def _valid_rows(grid) -> np.ndarray:
-    """The grid (L_src, L_tgt) as float64 without its all-NaN rows."""
+def _valid(grid) -> np.ndarray:
+    """The grid (L_src, L_tgt) as float64 without its all-NaN rows and columns."""
     g = np.asarray(grid, dtype=np.float64)
-    return g[~np.all(np.isnan(g), axis=1)]
+    if g.ndim != 2:
+        raise AnalysisError(f"grid must have shape (L_src, L_tgt), got {g.shape}")
+    g = g[~np.all(np.isnan(g), axis=1)]
+    return g[:, ~np.all(np.isnan(g), axis=0)]
 
 
 def sync_r2(grid) -> float:
-    """Paper eq.: mean over source layers of max(0, max over target layers of R^2).
+    """Paper eq.: mean over source layers of ``max(0, max over target layers of R^2)``.
 
-    ``grid`` is (L_src, L_tgt); all-NaN rows/columns (padding) are ignored.
+    ``grid`` is (L_src, L_tgt): the seed-mean grid (the reference) or one seed's grid.
+    NaN for an all-NaN grid.
     """
-    g = _valid_rows(grid)
+    g = _valid(grid)
+    if g.size == 0:
+        return float("nan")
     return float(np.mean(np.maximum(0.0, np.nanmax(g, axis=1))))
 
 
 def sync_r2_noclip(grid) -> float:
-    """As :func:`sync_r2` without clipping negative values at 0 (appendix C.2); grid (L_src, L_tgt)."""
-    g = _valid_rows(grid)
+    """As :func:`sync_r2` without clipping negative values at 0 (figure 8); grid (L_src, L_tgt)."""
+    g = _valid(grid)
+    if g.size == 0:
+        return float("nan")
     return float(np.mean(np.nanmax(g, axis=1)))
 
 
 def sync_r2_topk(grid, k: int) -> float:
-    """Mean over source layers of the mean of the top-k target R^2, no clipping (appendix C.1).
+    """Mean over source layers of ``max(0, mean of the top-k target R^2)`` (appendix C, clipped).
 
     ``grid`` is (L_src, L_tgt); NaN if ``k`` exceeds the number of target layers.
+    Equal to :func:`sync_r2` at ``k = 1``.
     """
-    g = _valid_rows(grid)
-    g = g[:, ~np.all(np.isnan(g), axis=0)]
     if k < 1:
         raise AnalysisError(f"k must be >= 1, got {k}")
-    if k > g.shape[1]:
+    g = _valid(grid)
+    if g.size == 0 or k > g.shape[1]:
         return float("nan")
     top = -np.sort(-g, axis=1)[:, :k]
-    return float(top.mean())
+    return float(np.mean(np.maximum(0.0, top.mean(axis=1))))
+
+
+def sync_r2_se(grids, clip: bool = True) -> float:
+    """The reference's standard error of SyncR^2 from the per-seed grids.
+
+    Parameters
+    ----------
+    grids : array, shape (S, L_src, L_tgt)
+        One test-R^2 grid per split seed (all-NaN grids, i.e. failed splits, are left out).
+    clip : bool
+        True: ``v_l = 0`` for a source layer whose best mean R^2 is negative (the
+        reference, for the clipped SyncR^2); False: no such rule (the unclipped variant).
+
+    Returns
+    -------
+    float
+        ``sqrt(sum_l v_l) / L_src`` with ``v_l`` the ddof-0 variance over split seeds at
+        ``(l, j*(l))``, ``j*(l)`` the first argmax of the seed-mean row.  NaN with fewer
+        than two seeds: a standard error of one value is undefined in this package
+        (:func:`synclib.stats.mean_se`), where the reference's ``np.std`` would give 0.
+    """
+    agg = seed_aggregate(grids, max_k=0)
+    return agg.sync_r2_se if clip else agg.noclip_se
+
+
+@dataclass
+class SeedAggregate:
+    """The scores of :func:`seed_aggregate`; grids keep the input's (padded) shape."""
+    mean: np.ndarray       # (L_src, L_tgt) mean over split seeds
+    var: np.ndarray        # (L_src, L_tgt) ddof-0 variance over split seeds
+    n_seeds: int           # seeds with a grid
+    sync_r2: float
+    sync_r2_se: float      # NaN for fewer than two seeds
+    noclip: float
+    noclip_se: float
+    topk: np.ndarray       # (max_k,) k = 1 .. max_k, NaN for k > L_tgt
+
+
+def _se(M: np.ndarray, V: np.ndarray, n_seeds: int, clip: bool) -> float:
+    """``sqrt(sum_l v_l) / L`` on the valid part of the mean grid M and variance grid V
+    (NaN for fewer than two seeds)."""
+    rows = ~np.all(np.isnan(M), axis=1)
+    cols = ~np.all(np.isnan(M), axis=0)
+    M, V = M[rows][:, cols], V[rows][:, cols]
+    if M.size == 0 or n_seeds < 2:
+        return float("nan")
+    best = np.nanargmax(M, axis=1)  # first maximum, as np.argmax
+    v = V[np.arange(len(M)), best]
+    if clip:
+        v = np.where(M[np.arange(len(M)), best] >= 0, v, 0.0)
+    return float(np.sqrt(v.sum()) / len(M))
+
+
+def seed_aggregate(grids, max_k: int | None = None) -> SeedAggregate:
+    """Average the per-seed grids, then every score on the mean grid (module doc).
+
+    Parameters
+    ----------
+    grids : array, shape (S, L_src, L_tgt)
+        One grid per split seed; an all-NaN grid (a split that could not be fitted)
+        is left out of the mean and variance.
+    max_k : int, optional
+        Top-k scores for k = 1 .. max_k (default: L_tgt of the padded grid).
+
+    Returns
+    -------
+    SeedAggregate
+    """
+    g = np.asarray(grids, dtype=np.float64)
+    if g.ndim != 3:
+        raise AnalysisError(f"grids must have shape (split_seed, L_src, L_tgt), got {g.shape}")
+    g = g[~np.all(np.isnan(g), axis=(1, 2))]
+    max_k = g.shape[2] if max_k is None else max_k
+    if len(g) == 0:
+        nan = np.full(g.shape[1:], np.nan)
+        return SeedAggregate(nan, nan.copy(), 0, *(4 * [float("nan")]), np.full(max_k, np.nan))
+    with warnings.catch_warnings():  # padding: all-NaN cells stay NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        M, V = np.mean(g, axis=0), np.var(g, axis=0)
+    return SeedAggregate(M, V, len(g), sync_r2(M), _se(M, V, len(g), True), sync_r2_noclip(M),
+                         _se(M, V, len(g), False),
+                         np.array([sync_r2_topk(M, k) for k in range(1, max_k + 1)]))

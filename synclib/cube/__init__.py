@@ -21,10 +21,12 @@ variable                               dims
 ``n_utterances`` (``_tom``)            episode, sim_seed
 ``emotion_a``, ``emotion_b``           episode, sim_seed, round, emotion
 ``action_a``, ``action_b``             episode, sim_seed, round, action
+``passive_reader``                     episode, sim_seed   (persona id; ``""`` where not read)
 =====================================  ==============================================
 
 (``prompt_len_a_tom``, ``prompt_len_b_tom``, ``n_utterances_tom`` and
-``tom_format_a``, ``tom_format_b`` are additions for the ToM run.)  Rounds an episode never reached are NaN.
+``tom_format_a``, ``tom_format_b`` are additions for the ToM run.)  Rounds an episode never reached are NaN.  The attribute ``passive_seeds`` names the seeds
+the passive reader read (cube v2; in v1 cubes it read every seed).
 
 Crash safety
 ------------
@@ -49,12 +51,12 @@ away.  The relative error of every value is at most 2**-11 (2**-8), and there
 is no overflow for large activations, unlike a cast to IEEE float16.
 """
 from synclib.cube.reader import DEFAULT_RESIDENT_BYTES, READ_BATCH_BYTES, HiddenRows, open_cube
-from synclib.cube.schema import (EPISODE_COORDS, STORE_DTYPES, VIEWS, CubeError, CubeSpec, IncompleteCubeError,
-                                 Unit, is_complete, parts_dir, var_name)
+from synclib.cube.schema import (CUBE_VERSION, EPISODE_COORDS, STORE_DTYPES, VIEWS, CubeError, CubeSpec,
+                                 IncompleteCubeError, Unit, cube_version, is_complete, parts_dir, var_name)
 from synclib.cube.writer import CubeWriter, bitround
 
 __all__ = [
     "CubeError", "IncompleteCubeError", "CubeSpec", "Unit", "CubeWriter", "EPISODE_COORDS", "STORE_DTYPES",
     "VIEWS", "var_name", "bitround", "open_cube", "is_complete", "parts_dir", "HiddenRows",
-    "DEFAULT_RESIDENT_BYTES", "READ_BATCH_BYTES",
+    "DEFAULT_RESIDENT_BYTES", "READ_BATCH_BYTES", "CUBE_VERSION", "cube_version",
 ]

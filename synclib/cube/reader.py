@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from synclib.cube.schema import CubeError, IncompleteCubeError, is_complete, parts_dir
+from synclib.cube.schema import CUBE_VERSION, CubeError, IncompleteCubeError, cube_version, is_complete, parts_dir
 
 __all__ = ["open_cube", "HiddenRows", "DEFAULT_RESIDENT_BYTES", "READ_BATCH_BYTES"]
 
@@ -48,9 +48,20 @@ def open_cube(path: str | os.PathLike, chunks: dict | str | None = "native", **k
         raise IncompleteCubeError(
             f"{path} is not a finished cube (no complete=1 attribute); it is a partial or foreign "
             "file; re-run the simulation that writes it")
+    try:
+        if chunks is None:
+            ds = xr.open_dataset(path, engine="netcdf4", **kwargs).load()
+        else:
+            ds = xr.open_dataset(path, engine="netcdf4", chunks={} if chunks == "native" else chunks, **kwargs)
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise CubeError(f"{path}: cannot be read as a cube ({exc}); re-run the simulation that writes it") from exc
+    version = cube_version(ds.attrs.get("conventions", ""))
+    if version > CUBE_VERSION:
+        ds.close()
+        raise CubeError(f"{path} is a synclib cube v{version}, written by a newer synclib; this one reads "
+                        f"cubes up to v{CUBE_VERSION}: upgrade synclib")
     if chunks is None:
-        return xr.open_dataset(path, engine="netcdf4", **kwargs).load()
-    ds = xr.open_dataset(path, engine="netcdf4", chunks={} if chunks == "native" else chunks, **kwargs)
+        return ds
     # coordinates, texts, lengths and distributions are small: load them now
     small = [n for n in ds.variables if not {"dim_a", "dim_b"} & set(ds[n].dims)]
     for n in small:

@@ -14,7 +14,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 __all__ = ["CubeError", "IncompleteCubeError", "CubeSpec", "Unit", "EPISODE_COORDS", "STORE_DTYPES",
-           "VIEWS", "var_name", "parts_dir", "is_complete"]
+           "VIEWS", "CUBE_VERSION", "var_name", "parts_dir", "is_complete", "cube_version"]
 
 #: per-episode coordinates (besides the ``episode`` dimension coordinate itself)
 EPISODE_COORDS = (
@@ -27,6 +27,12 @@ _INT_COORDS = {"task_index", "relationship"}
 STORE_DTYPES = {"float32": None, "float16": 10, "bfloat16": 7}
 
 _ZLIB_LEVEL = 4
+
+#: the cube layout this synclib writes (global attribute ``conventions``).  v2 added
+#: ``passive_reader`` and ``passive_seeds``; v1 cubes (every seed read by a passive
+#: reader told it is the replaced agent) are read as they are.
+CUBE_VERSION = 2
+_CONVENTIONS = "synclib cube v{} (see book/architecture.md)"
 
 
 class CubeError(ValueError):
@@ -54,9 +60,10 @@ def var_name(kind: str, side: str | None = None, view: str = "active") -> str:
 
     Parameters
     ----------
-    kind : {"hidden", "text", "prompt_len", "n_utterances", "emotion", "action", "tom_format"}
+    kind : {"hidden", "text", "prompt_len", "n_utterances", "reader", "emotion", "action", "tom_format"}
+        ``reader`` is the passive reader's persona id (``view="passive"``, no side).
     side : {"a", "b"}
-        The agent (``a`` = agent 1, model A); ``None`` for ``n_utterances``.
+        The agent (``a`` = agent 1, model A); ``None`` for ``n_utterances`` and ``reader``.
     view : {"active", "passive", "tom"}
         Which run the variable comes from; ``passive`` exists for ``hidden`` only, and
         ``emotion``, ``action`` and ``tom_format`` exist for ``tom`` only (their names
@@ -66,7 +73,8 @@ def var_name(kind: str, side: str | None = None, view: str = "active") -> str:
     -------
     str, e.g. ``var_name("hidden", "a", "passive") == "hidden_a_passive"``,
     ``var_name("n_utterances", view="tom") == "n_utterances_tom"``,
-    ``var_name("emotion", "b", "tom") == "emotion_b"``.
+    ``var_name("emotion", "b", "tom") == "emotion_b"``,
+    ``var_name("reader", view="passive") == "passive_reader"``.
 
     Raises
     ------
@@ -80,6 +88,11 @@ def var_name(kind: str, side: str | None = None, view: str = "active") -> str:
         if side is not None or view == "passive":
             raise CubeError(f"n_utterances has no side and no passive view (got side={side!r}, view={view!r})")
         return kind + suffix
+    if kind == "reader":
+        if side is not None or view != "passive":
+            raise CubeError(f"reader exists for the passive view only, without a side (got side={side!r}, "
+                            f"view={view!r})")
+        return "passive_reader"
     if side not in ("a", "b"):
         raise CubeError(f"side must be 'a' or 'b', got {side!r}")
     if kind in _TOM_ONLY:
@@ -91,12 +104,6 @@ def var_name(kind: str, side: str | None = None, view: str = "active") -> str:
     if view == "passive" and kind != "hidden":
         raise CubeError(f"the passive reader records hidden states only, not {kind!r}")
     return f"{kind}_{side}{suffix}"
-
-
-def parts_dir(path: str | os.PathLike) -> Path:
-    """The folder that holds the finished batches of an unfinished cube."""
-    path = Path(path)
-    return path.with_name(path.name + ".parts")
 
 
 @dataclasses.dataclass
@@ -116,6 +123,9 @@ class CubeSpec:
         Shapes of the recorded states of model A (agent 1) and B (agent 2).
     passive, tom : bool
         Whether the passive-reader and ToM variables exist.
+    passive_seeds : list of int, optional
+        The seeds the passive reader read (None: all); elsewhere ``hidden_*_passive`` stays
+        NaN and ``passive_reader`` empty.
     emotions, actions : sequence of str
         Candidate words of the ToM distributions (used only when ``tom``).
     store_dtype : {"float32", "float16", "bfloat16"}
@@ -137,6 +147,7 @@ class CubeSpec:
     actions: Sequence[str] = ()
     store_dtype: str = "float32"
     attrs: dict = dataclasses.field(default_factory=dict)
+    passive_seeds: list | None = None
 
     def __post_init__(self):
         if self.store_dtype not in STORE_DTYPES:
@@ -152,12 +163,23 @@ class CubeSpec:
         self.seeds = [int(s) for s in self.seeds]
         if len(set(self.seeds)) != len(self.seeds):
             raise CubeError(f"seeds are not unique: {self.seeds}")
+        if self.passive_seeds is not None:
+            self.passive_seeds = [int(x) for x in self.passive_seeds]
+            extra = sorted(set(self.passive_seeds) - set(self.seeds))
+            if extra:
+                raise CubeError(f"passive_seeds {extra} are not among the seeds {self.seeds}")
         self.emotions = list(self.emotions)
         self.actions = list(self.actions)
         if self.tom and (not self.emotions or not self.actions):
             raise CubeError("a ToM cube needs the emotion and action words")
 
     # ------------------------------------------------------------------ layout
+    def read_passive_seeds(self) -> list[int]:
+        """The seeds the passive reader reads (none without ``passive``)."""
+        if not self.passive:
+            return []
+        return list(self.seeds if self.passive_seeds is None else self.passive_seeds)
+
     @property
     def keepbits(self) -> int | None:
         return STORE_DTYPES[self.store_dtype]
@@ -195,6 +217,7 @@ class CubeSpec:
             if view == "active" and self.passive:
                 for s in "ab":
                     v[var_name("hidden", s, "passive")] = (h[s], "hidden")
+                v[var_name("reader", view="passive")] = ((), "text")
         if self.tom:
             for s in "ab":
                 v[var_name("tom_format", s, "tom")] = (r, "int")
@@ -265,6 +288,14 @@ class Unit:
         return cls(int(episode), int(seed), vals)
 
 
+def cube_version(conventions: str) -> int:
+    """The layout version of a cube's ``conventions`` attribute (1 when it names none)."""
+    import re
+
+    m = re.search(r"synclib cube v(\d+)", str(conventions))
+    return int(m[1]) if m else 1
+
+
 def is_complete(path: str | os.PathLike) -> bool:
     """True if ``path`` is a netCDF file carrying ``complete = 1``."""
     import netCDF4
@@ -292,6 +323,9 @@ def _describe(spec: CubeSpec) -> dict[str, str]:
     if spec.passive:
         d["hidden_a_passive"] = "model A as passive reader in agent 1's slot on the genuine dialog"
         d["hidden_b_passive"] = "model B as passive reader in agent 2's slot on the genuine dialog"
+        d[var_name("reader", view="passive")] = ("persona id the passive reader was told it is ('' where the seed was not "
+                               "read, or the reader was the replaced agent); rule in attribute "
+                               "passive_persona_rule")
     if spec.tom:
         d.update({
             "hidden_a_tom": "as hidden_a, in the Theory-of-Mind run",

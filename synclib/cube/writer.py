@@ -12,8 +12,8 @@ from typing import Iterable
 
 import numpy as np
 
-from synclib.cube.schema import (EPISODE_COORDS, _INT_COORDS, CubeError, CubeSpec, Unit, _attr_value,
-                                 _describe, is_complete, parts_dir)
+from synclib.cube.schema import (_CONVENTIONS, _INT_COORDS, CUBE_VERSION, EPISODE_COORDS, CubeError, CubeSpec,
+                                 Unit, _attr_value, _describe, is_complete, parts_dir)
 
 __all__ = ["CubeWriter", "bitround"]
 
@@ -181,8 +181,8 @@ class CubeWriter:
                 shape = tuple(sizes[d] for d in dims)
                 if kind == "text":
                     var = ds.createVariable(name, str, ("unit",) + dims)
-                    for i, u in enumerate(units):
-                        var[i] = np.asarray(u.values[name], dtype=object).reshape(shape)
+                    for i, u in enumerate(units):  # a slice: netCDF4 refuses a bare str per element
+                        var[i:i + 1] = np.asarray(u.values[name], dtype=object).reshape((1,) + shape)
                     continue
                 dtype = "i4" if kind == "int" else "f4"
                 var = ds.createVariable(name, dtype, ("unit",) + dims)
@@ -266,12 +266,14 @@ class CubeWriter:
                     for i, (e, s) in enumerate(zip(eps, seeds)):
                         a, b = ep_pos[int(e)], seed_pos[int(s)]
                         for name, (var, kind) in out.items():
-                            var[a, b] = part[name][i]
+                            var[a:a + 1, b:b + 1] = np.asarray(part[name][i:i + 1])[None]
             attrs = {
                 "title": "synclib activation cube",
-                "conventions": "synclib cube v1 (see book/architecture.md)",
+                "conventions": _CONVENTIONS.format(CUBE_VERSION),
                 "store_dtype": spec.store_dtype,
                 "passive": int(spec.passive),
+                # the seeds the passive reader read (space-separated; all seeds unless passive_seeds)
+                "passive_seeds": " ".join(str(x) for x in spec.read_passive_seeds()),
                 "tom": int(spec.tom),
                 **{k: _attr_value(v) for k, v in spec.attrs.items()},
             }

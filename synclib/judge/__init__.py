@@ -8,13 +8,13 @@ the cube (``PAIR.judge.csv``); :func:`overall_scores` and
 Modules
 -------
 rubric    the seven dimensions, their score ranges and descriptions, the embedded
-          instructions (with their JSON schema)
+          instructions (with their JSON schema), the strict schema of structured output
 items     what is judged: :class:`JudgeItem`, and the dialogs of a cube
 prompt    the judge's messages: JSON-mode prompt and repair, constrained questions
 parse     strict parsing and field-by-field validation of a JSON answer
 cache     the append-only JSON-lines answer cache
-backends  the OpenAI-compatible HTTP judge and the local judge (constrained scoring
-          on :class:`synclib.engine.Engine`)
+backends  the OpenAI-compatible HTTP judge (structured output where the server offers
+          it) and the local judge (constrained scoring on :class:`synclib.engine.Engine`)
 evaluate  judging items and whole cubes, the two modes (``json``, ``constrained``)
 table     the score table: columns, reading, writing, overall scores, social performance
 cli       ``synclib evaluate``
@@ -30,7 +30,8 @@ from __future__ import annotations
 import importlib
 
 from synclib.judge.errors import JudgeError, JudgeRequestError
-from synclib.judge.rubric import DIMENSION_DESCRIPTIONS, DIMENSIONS, EMBEDDED_INSTRUCTIONS, SCORE_RANGES
+from synclib.judge.rubric import (DIMENSION_DESCRIPTIONS, DIMENSIONS, EMBEDDED_INSTRUCTIONS,
+                                  REASONING_MAX_CHARS, SCORE_RANGES, structured_schema)
 from synclib.judge.table import TABLE_COLUMNS, overall_scores, read_table, save_table, social_performance
 
 #: the judging names, loaded from their module on first access (PEP 562)
@@ -42,11 +43,13 @@ _LAZY = {
     "JudgeCache": "cache",
     "OpenAIBackend": "backends", "LocalBackend": "backends", "score_candidates": "backends",
     "MODES": "evaluate", "judge_items": "evaluate", "evaluate_cube": "evaluate",
+    "request_key": "evaluate",
 }
 
 __all__ = [
     "JudgeError", "JudgeRequestError",
     "DIMENSIONS", "SCORE_RANGES", "DIMENSION_DESCRIPTIONS", "EMBEDDED_INSTRUCTIONS",
+    "REASONING_MAX_CHARS", "structured_schema",
     "TABLE_COLUMNS", "read_table", "save_table", "overall_scores", "social_performance",
     *_LAZY,
 ]

@@ -9,11 +9,18 @@ Both use temperature 0 and a fixed seed.  Only a local backend can ``score``
 The API key is read from an environment variable at call time and kept only in the
 HTTP client's headers: it is never written to a file, log, table or error message
 (error texts are redacted).
+
+Structured output: by default :class:`OpenAIBackend` asks the server to hold its answer
+to the evaluation's JSON schema (OpenAI's ``response_format`` of type ``json_schema``,
+which vLLM and llama.cpp's ``llama-server`` enforce with a grammar), and falls back
+to plain JSON mode, for the rest of the run, when the server refuses it.
 """
 from __future__ import annotations
 
+import copy
 import logging
 import os
+import re
 import threading
 import time
 from typing import Any, Callable, Sequence
@@ -22,13 +29,27 @@ import numpy as np
 
 from synclib.engine import Engine
 from synclib.judge.errors import JudgeError, JudgeRequestError
+from synclib.judge.rubric import REASONING_MAX_CHARS, structured_schema
 
-__all__ = ["OpenAIBackend", "LocalBackend", "score_candidates"]
+__all__ = ["OpenAIBackend", "LocalBackend", "score_candidates", "RESPONSE_FORMAT_NAME"]
 
 log = logging.getLogger(__name__)
 
 #: the engine session holding the prompts' shared prefix during :func:`score_candidates`
 _PREFIX_SESSION = ("synclib.judge", "shared prompt prefix")
+
+#: ``response_format.json_schema.name`` of the structured requests
+RESPONSE_FORMAT_NAME = "sotopia_evaluation"
+
+#: What a server's refusal of ``response_format`` says (HTTP 400/422): llama.cpp's "JSON
+#: schema conversion failed" / "failed to parse grammar", vLLM's "JSON schema ... not
+#: supported", a validation error naming ``response_format``...
+_REFUSAL_STATUS = frozenset({400, 422})
+_REFUSAL_TEXT = re.compile(r"response_format|json_schema|schema|grammar", re.IGNORECASE)
+
+
+class _StructuredRefused(Exception):
+    """The server refused the request's ``response_format`` (internal to the backend)."""
 
 
 class OpenAIBackend:
@@ -53,6 +74,38 @@ class OpenAIBackend:
         Wait ``min(backoff * 2**attempt, max_backoff)`` seconds before retry
         ``attempt + 1`` (a 429's ``Retry-After`` is honoured up to ``max_backoff``).
     temperature, seed, max_tokens : sampling settings sent with every request.
+    structured : bool
+        Ask for structured output (default): every request carries
+        ``response_format = {"type": "json_schema", "json_schema": {"name":
+        "sotopia_evaluation", "schema": ..., "strict": true}}`` with the schema of
+        :func:`synclib.judge.rubric.structured_schema`: one **object**
+        ``{"reasoning", "score"}`` per dimension, the reasoning at most
+        ``reasoning_max_chars`` characters, the score an integer within the
+        dimension's range.  Servers that enforce it (vLLM, llama.cpp) can then only
+        answer with a complete, valid evaluation.  False: plain JSON mode (the
+        instructions alone ask for JSON), as before.
+    reasoning_max_chars : int
+        ``maxLength`` of every reasoning string under structured output (1 to 1999).
+
+    Notes
+    -----
+    *Structured output and the instructions.*  The instructions in the prompt are sent
+    unchanged.  The paper's (``judge_instructions.txt``, the ``reference`` layout)
+    describe Sotopia's schema, in which each dimension is a ``[reasoning, score]``
+    tuple; with structured output the server forces the object form instead.  That is
+    intended: :func:`synclib.judge.parse.parse_evaluation` reads both forms into the
+    same (reasoning, score) pairs, and the tuple form cannot be sent as a schema
+    (llama.cpp refuses ``prefixItems``).
+
+    *Refusal.*  When a request with ``response_format`` gets HTTP 400 or 422 whose text
+    mentions ``response_format``, ``json_schema``, ``schema`` or ``grammar``, the same
+    request is sent once more without it (plain JSON mode), and the refusal is
+    remembered: later requests of this backend (the rest of the run) go without it.
+    The refusal is logged once (a warning).  :attr:`structured_refused` tells whether
+    it happened.  (llama.cpp refuses schemas it cannot turn into a grammar, e.g.
+    Sotopia's tuples or a ``maxLength`` of 2000 or more; a hosted API whose strict
+    mode lacks a keyword used here may refuse too: both end in plain JSON mode.)  Cache keys (:mod:`synclib.judge.evaluate`) record what was
+    *requested* (:meth:`response_format`), not whether the server accepted it.
     """
 
     RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -60,7 +113,8 @@ class OpenAIBackend:
     def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
                  timeout: float = 120.0, max_retries: int = 5, backoff: float = 1.0,
                  max_backoff: float = 60.0, temperature: float = 0.0, seed: int = 0,
-                 max_tokens: int | None = None, sleep: Callable[[float], None] = time.sleep):
+                 max_tokens: int | None = None, sleep: Callable[[float], None] = time.sleep,
+                 structured: bool = True, reasoning_max_chars: int = REASONING_MAX_CHARS):
         import httpx
 
         if not base_url or not base_url.startswith(("http://", "https://")):
@@ -75,6 +129,14 @@ class OpenAIBackend:
         self.temperature, self.seed, self.max_tokens = temperature, seed, max_tokens
         self.max_retries, self.backoff, self.max_backoff = max_retries, backoff, max_backoff
         self._sleep = sleep
+        self.structured = bool(structured)
+        self.reasoning_max_chars = reasoning_max_chars
+        self._response_format = {
+            "type": "json_schema",
+            "json_schema": {"name": RESPONSE_FORMAT_NAME,
+                            "schema": structured_schema(reasoning_max_chars), "strict": True},
+        }
+        self.structured_refused = False
         key = os.environ.get(api_key_env) or ""
         if not key:
             log.warning("environment variable %s is not set: sending requests without an "
@@ -105,20 +167,61 @@ class OpenAIBackend:
     def close(self) -> None:
         self._client.close()
 
-    def complete(self, messages: list[dict]) -> str:
+    def response_format(self, structured: bool | None = None) -> dict | None:
+        """The ``response_format`` a request asks for: a fresh copy of the
+        ``json_schema`` format when structured output is requested (``structured``, or
+        this backend's setting when None), else None.  Whether the server refused it
+        does not matter here (see :meth:`complete`)."""
+        use = self.structured if structured is None else bool(structured)
+        if not use:
+            return None
+        return copy.deepcopy(self._response_format)
+
+    def complete(self, messages: list[dict], structured: bool | None = None) -> str:
         """The assistant's answer to ``messages`` (retrying as documented).
+
+        Parameters
+        ----------
+        messages : list of dict
+        structured : bool, optional
+            Ask for structured output; None: this backend's ``structured`` setting.
+            Not sent once the server has refused it (the answer then comes from one
+            more request without it; see the class notes).
 
         Raises
         ------
         JudgeRequestError
             With a redacted reason, when the request failed for good.
         """
-        import httpx
-
         body: dict = {"model": self.model, "messages": messages,
                       "temperature": self.temperature, "seed": self.seed}
         if self.max_tokens is not None:
             body["max_tokens"] = self.max_tokens
+        fmt = self.response_format(structured)
+        if fmt is not None and not self.structured_refused:
+            try:
+                return self._post(dict(body, response_format=fmt), refusable=True)
+            except _StructuredRefused as e:
+                self._note_refusal(str(e))
+        return self._post(body)
+
+    def _note_refusal(self, reason: str) -> None:
+        """Remember that the server refused ``response_format``; log it once."""
+        with self._count_lock:
+            first, self.structured_refused = not self.structured_refused, True
+        if first:
+            log.warning("%s refused structured output (response_format json_schema): %s; "
+                        "falling back to plain JSON mode for the rest of this run",
+                        self.url, self.redact(reason))
+
+    def _post(self, body: dict, refusable: bool = False) -> str:
+        """POST ``body``, retrying as documented; the answer's content.
+
+        With ``refusable``, an HTTP 400/422 about the response format raises
+        :class:`_StructuredRefused` instead of :class:`JudgeRequestError`.
+        """
+        import httpx
+
         last = ""
         for attempt in range(self.max_retries + 1):
             wait = min(self.backoff * 2 ** attempt, self.max_backoff)
@@ -138,6 +241,9 @@ class OpenAIBackend:
                             f"{r.text[:300]!r}")) from None
                     return content or ""
                 last = f"HTTP {r.status_code}: {r.text[:300]}"
+                if (refusable and r.status_code in _REFUSAL_STATUS
+                        and _REFUSAL_TEXT.search(r.text)):
+                    raise _StructuredRefused(last)
                 if r.status_code not in self.RETRY_STATUS:
                     raise JudgeRequestError(self.redact(f"{self.url}: {last}")) from None
                 ra = r.headers.get("retry-after")
@@ -188,6 +294,12 @@ class LocalBackend:
     def redact(self, text: str) -> str:
         return text
 
+    def response_format(self, structured: bool | None = None) -> None:
+        """None: a local judge generates freely (no structured output; its answers are
+        parsed as JSON as they come, and constrained mode is the local way to valid
+        scores), so ``structured`` changes neither its requests nor their cache keys."""
+        return None
+
     def close(self) -> None:
         self.engine.clear()
 
@@ -201,8 +313,9 @@ class LocalBackend:
         text = "\n\n".join(f"{m['role'].upper()}: {m['content']}" for m in messages[1:])
         return self.loaded.chat_prompt(text, system=messages[0]["content"])
 
-    def complete(self, messages: list[dict]) -> str:
-        """Greedy free generation of the answer to ``messages``."""
+    def complete(self, messages: list[dict], structured: bool | None = None) -> str:
+        """Greedy free generation of the answer to ``messages`` (``structured`` is
+        ignored: see :meth:`response_format`)."""
         import torch
 
         self.requests_sent += 1

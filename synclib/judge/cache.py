@@ -13,6 +13,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from synclib.judge.errors import JudgeError
+
 __all__ = ["JudgeCache", "cache_key"]
 
 log = logging.getLogger(__name__)
@@ -29,7 +31,10 @@ class JudgeCache:
 
     Each line is ``{"key": sha256, "judge": id, "value": ...}``; a line is
     written and flushed (and fsynced) as soon as its answer arrives.  A torn last
-    line (a crash mid-write) is ignored on load.  Thread-safe.
+    line (a crash mid-write: no final newline) is cut off on load, with a warning, so
+    that the next answer starts a line of its own; every complete line is kept.  Any
+    other unreadable line raises :class:`JudgeError` naming the file and line (the file is
+    left as it is).  Thread-safe.
 
     Parameters
     ----------
@@ -42,13 +47,23 @@ class JudgeCache:
         self._data: dict[str, Any] = {}
         self._lock = threading.Lock()
         if self.path is not None and self.path.exists():
-            with open(self.path, encoding="utf-8") as f:
-                for n, line in enumerate(f, 1):
-                    try:
-                        rec = json.loads(line)
-                        self._data[rec["key"]] = rec["value"]
-                    except (json.JSONDecodeError, KeyError, TypeError):
-                        log.warning("%s:%d: unreadable cache line skipped", self.path, n)
+            self._load()
+
+    def _load(self) -> None:
+        raw = self.path.read_bytes()
+        complete, _, torn = raw.rpartition(b"\n")
+        if torn:  # the last line never got its newline: the write was cut off
+            with open(self.path, "r+b") as f:
+                f.truncate(len(complete) + 1 if complete else 0)
+            log.warning("%s: cut off a torn last line (%d bytes) left by an interrupted write; "
+                        "its answer will be asked again", self.path, len(torn))
+        for n, line in enumerate(complete.decode("utf-8", errors="replace").split("\n") if complete else [], 1):
+            try:
+                rec = json.loads(line)
+                self._data[rec["key"]] = rec["value"]
+            except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                raise JudgeError(f"{self.path}:{n}: damaged judge cache line ({type(exc).__name__}); "
+                                 "fix or delete that line, or move the file away to start over") from None
 
     def __len__(self) -> int:
         return len(self._data)

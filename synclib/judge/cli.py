@@ -4,9 +4,19 @@ from __future__ import annotations
 import argparse
 
 from synclib.judge.errors import JudgeError
+from synclib import argtypes as at
+from synclib.config import default
 from synclib.judge.evaluate import MODES, evaluate_cube
+from synclib.judge.items import LAYOUTS
 
 __all__ = ["configure_parser", "run"]
+
+
+def _reasoning_chars(text):
+    v = at.positive_int(text)
+    if v > 1999:  # llama.cpp refuses grammar repetitions of 2000 and more
+        raise ValueError(f"must be <= 1999, got {v}")
+    return v
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -23,15 +33,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--judge-url", default=None,
                         help="base URL of an OpenAI-compatible API, e.g. "
                              "http://localhost:8000/v1 (requests go to URL/chat/completions)")
-    parser.add_argument("--api-key-env", default="OPENAI_API_KEY",
+    parser.add_argument("--api-key-env", default=default("judge.api_key_env"),
                         help="environment variable holding the API key (default "
                              "OPENAI_API_KEY; unset means no key is sent). The key itself is "
                              "never written anywhere")
-    parser.add_argument("--concurrency", type=int, default=8,
-                        help="requests in flight at once (HTTP judge; default 8)")
-    parser.add_argument("--timeout", type=float, default=300.0,
+    parser.add_argument("--concurrency", type=at.arg_type(at.positive_int, "concurrency"),
+                        default=default("judge.concurrency"),
+                        help="requests in flight at once (HTTP judge; default %(default)s)")
+    parser.add_argument("--timeout", type=at.arg_type(at.positive_float, "seconds"), default=300.0,
                         help="seconds to wait to connect and for each read (default 300)")
-    parser.add_argument("--max-retries", type=int, default=5,
+    parser.add_argument("--max-retries", type=at.arg_type(at.nonneg_int, "retries"), default=5,
                         help="retries on 429/5xx/timeouts/dropped connections, with "
                              "exponential backoff (default 5)")
     parser.add_argument("--mode", choices=MODES, default=None,
@@ -39,13 +50,29 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "--judge-url); constrained: one agent and dimension at a time, "
                              "score read from the judge's distribution over the allowed "
                              "integers (local judges only; their default)")
-    parser.add_argument("--seed", type=int, default=0, help="judge seed (default 0)")
-    parser.add_argument("--max-tokens", type=int, default=None,
+    parser.add_argument("--layout", choices=LAYOUTS, default=default("judge.layout"),
+                        help="the judge message: sotopia (Sotopia's quoted turn lines, default) or "
+                             "reference (as the paper's code laid it out: its complete intro, the "
+                             "agents' own dialog lines, the instructions, no separators)")
+    parser.add_argument("--structured", dest="structured",
+                        action=argparse.BooleanOptionalAction,
+                        default=default("judge.structured"),
+                        help="HTTP judge, json mode: ask the server for structured output "
+                             "(response_format json_schema: one {reasoning, score} object per "
+                             "dimension, bounded reasoning, scores within range; default), "
+                             "falling back to plain JSON mode for the rest of the run when the "
+                             "server refuses it. --no-structured: plain JSON mode throughout")
+    parser.add_argument("--reasoning-max-chars", type=at.arg_type(_reasoning_chars, "characters"),
+                        default=default("judge.reasoning_max_chars"),
+                        help="with structured output, the longest reasoning per dimension, in "
+                             "characters (1-1999; default %(default)s)")
+    parser.add_argument("--seed", type=at.arg_type(at.nonneg_int, "seed"), default=0, help="judge seed (default 0)")
+    parser.add_argument("--max-tokens", type=at.arg_type(at.positive_int, "token count"), default=None,
                         help="answer length limit (HTTP default: the server's; local: 1024)")
-    parser.add_argument("--batch-size", type=int, default=16,
+    parser.add_argument("--batch-size", type=at.arg_type(at.positive_int, "batch size"), default=16,
                         help="rows per forward pass in constrained scoring (default 16)")
     parser.add_argument("--device", default=None, help="device of a local judge (default: auto)")
-    parser.add_argument("--limit", type=int, default=None,
+    parser.add_argument("--limit", type=at.arg_type(at.positive_int, "dialog count"), default=None,
                         help="judge only the first N dialogs (episode x sim seed)")
     parser.add_argument("--out", default=None,
                         help="output CSV (default: CUBE with .judge.csv instead of .nc)")
@@ -62,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
                       concurrency=args.concurrency, out=args.out, cache=args.cache,
                       device=args.device, limit=args.limit, timeout=args.timeout,
                       max_retries=args.max_retries, seed=args.seed, max_tokens=args.max_tokens,
-                      batch_size=args.batch_size, progress=not args.no_progress)
+                      batch_size=args.batch_size, progress=not args.no_progress, layout=args.layout,
+                      structured=args.structured, reasoning_max_chars=args.reasoning_max_chars)
     except JudgeError as exc:
         raise SystemExit(f"synclib evaluate: {exc}") from None
     return 0

@@ -15,8 +15,17 @@ Two modes
     construction, prefill only, batched.  ``score`` is the most probable integer
     and ``expected`` the probability-weighted mean.
 
+In JSON mode an HTTP judge asks, by default, for structured output: the server is
+held to the evaluation's schema (one ``{"reasoning", "score"}`` object per dimension,
+bounded reasoning, scores within range; see
+:class:`~synclib.judge.backends.OpenAIBackend`), with a fallback to plain JSON
+mode when the server refuses it.  ``structured=False`` (``--no-structured``) asks for
+plain JSON mode throughout.
+
 Which mode produced a score is recorded in the ``mode`` column.  Every answer is
-cached (:class:`~synclib.judge.cache.JudgeCache`).
+cached (:class:`~synclib.judge.cache.JudgeCache`); the key holds the judge, its
+sampling settings, the messages and, when structured output was requested, the
+requested ``response_format`` (so structured and plain answers never mix).
 """
 from __future__ import annotations
 
@@ -27,6 +36,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+import netCDF4
 import numpy as np
 import pandas as pd
 from tqdm.auto import tqdm
@@ -34,16 +44,17 @@ from tqdm.auto import tqdm
 from synclib.judge.backends import LocalBackend, OpenAIBackend
 from synclib.judge.cache import JudgeCache, cache_key
 from synclib.judge.errors import JudgeError, JudgeRequestError
-from synclib.judge.items import JudgeItem, items_from_cube
+from synclib.judge.items import LAYOUTS, JudgeItem, items_from_cube
 from synclib.judge.parse import parse_evaluation
 from synclib.judge.prompt import (SYSTEM_MESSAGE, constrained_question, judge_messages,
                                   load_instructions, repair_messages)
-from synclib.judge.rubric import EMBEDDED_INSTRUCTIONS, FIELDS, SCORE_RANGES
+from synclib.judge.rubric import EMBEDDED_INSTRUCTIONS, FIELDS, REASONING_MAX_CHARS, SCORE_RANGES
 from synclib.judge.table import make_row, make_table, save_table, social_performance
 from synclib.models import load_model
 from synclib.scenarios import load_tasks
 
-__all__ = ["MODES", "judge_items", "judge_item_json", "judge_item_constrained", "evaluate_cube"]
+__all__ = ["MODES", "judge_items", "judge_item_json", "judge_item_constrained", "evaluate_cube",
+           "request_key"]
 
 log = logging.getLogger(__name__)
 
@@ -56,31 +67,52 @@ def _failed(item: JudgeItem, judge: str, mode: str, error: str) -> list[dict]:
     return [make_row(item, a, d, judge, mode, error=error) for a, d in FIELDS]
 
 
-def _cached_complete(backend, cache: JudgeCache, messages: list[dict]) -> str:
-    key = cache_key(backend.judge_id, {"settings": backend.settings, "messages": messages})
+def request_key(backend, messages: list[dict], structured: bool | None = None) -> str:
+    """The cache key of a JSON-mode request: judge id, sampling settings, messages and,
+    when structured output is requested, the requested ``response_format``.
+
+    Without structured output the key is what it was before structured output
+    existed, so such caches stay valid.  The key records what was *requested*: when a
+    server refused the format, the answer of the fallback request is cached under the
+    structured key (a later run asks nothing again).
+    """
+    request: dict = {"settings": backend.settings, "messages": messages}
+    fmt = backend.response_format(structured) if hasattr(backend, "response_format") else None
+    if fmt is not None:
+        request["response_format"] = fmt
+    return cache_key(backend.judge_id, request)
+
+
+def _cached_complete(backend, cache: JudgeCache, messages: list[dict],
+                     structured: bool | None = None) -> str:
+    key = request_key(backend, messages, structured)
     hit = cache.get(key)
     if hit is not None:
         return hit
-    text = backend.complete(messages)
+    text = (backend.complete(messages) if structured is None
+            else backend.complete(messages, structured=structured))
     cache.put(key, backend.judge_id, text)
     return text
 
 
-def judge_item_json(item: JudgeItem, backend, cache: JudgeCache, instructions: str) -> list[dict]:
-    """The 14 rows of one dialog judged in JSON mode (one repair at most)."""
+def judge_item_json(item: JudgeItem, backend, cache: JudgeCache, instructions: str,
+                    structured: bool | None = None) -> list[dict]:
+    """The 14 rows of one dialog judged in JSON mode (one repair at most); ``structured``
+    as in :func:`judge_items`."""
     judge = backend.judge_id
     if not item.utterances:
         return _failed(item, judge, "json", "episode has no utterances")
     messages = judge_messages(item, instructions)
     try:
-        raw = _cached_complete(backend, cache, messages)
+        raw = _cached_complete(backend, cache, messages, structured)
     except JudgeRequestError as e:
         return _failed(item, judge, "json", backend.redact(f"request failed: {e}"))
     valid, errors = parse_evaluation(raw)
     raw_all = raw
     if errors:
         try:
-            raw2 = _cached_complete(backend, cache, repair_messages(messages, raw, errors))
+            raw2 = _cached_complete(backend, cache, repair_messages(messages, raw, errors),
+                                    structured)
         except JudgeRequestError as e:
             raw2, note = None, backend.redact(f"; repair request failed: {e}")
         else:
@@ -120,7 +152,10 @@ def judge_item_constrained(item: JudgeItem, backend: LocalBackend, cache: JudgeC
         cands.append([str(v) for v in range(lo, hi + 1)])
         ckeys.append(cache_key(judge, {"mode": "constrained", "prompt": prompts[-1],
                                        "candidates": cands[-1]}))
-    todo = [i for i, k in enumerate(ckeys) if k not in cache]
+    # all 14 questions are scored together or not at all: a run killed between two of the
+    # cache's writes re-scores the whole item, so the questions share a batch exactly as in an
+    # uninterrupted run and the scores are bitwise the same (a near-tie cannot flip)
+    todo = list(range(len(ckeys))) if any(k not in cache for k in ckeys) else []
     try:
         if todo:
             scored = backend.score([prompts[i] for i in todo], [cands[i] for i in todo])
@@ -143,7 +178,8 @@ def judge_item_constrained(item: JudgeItem, backend: LocalBackend, cache: JudgeC
 
 def judge_items(items: Sequence[JudgeItem], backend, mode: str = "json",
                 cache: JudgeCache | None = None, instructions: str = EMBEDDED_INSTRUCTIONS,
-                concurrency: int = 8, progress: bool = True) -> pd.DataFrame:
+                concurrency: int = 8, progress: bool = True,
+                structured: bool | None = None) -> pd.DataFrame:
     """Judge every item; never stops on a failed item.
 
     Parameters
@@ -159,6 +195,11 @@ def judge_items(items: Sequence[JudgeItem], backend, mode: str = "json",
         run one item at a time.
     progress : bool
         Show a tqdm bar on stderr.
+    structured : bool, optional
+        JSON mode with an HTTP judge: ask for structured output (a ``json_schema``
+        ``response_format``; plain JSON mode when the server refuses it) or not.
+        None: the backend's own setting (``OpenAIBackend(structured=True)`` by
+        default).  A local judge generates freely either way.
 
     Returns
     -------
@@ -178,7 +219,7 @@ def judge_items(items: Sequence[JudgeItem], backend, mode: str = "json",
     def one(item: JudgeItem) -> list[dict]:
         try:
             if mode == "json":
-                return judge_item_json(item, backend, cache, instructions)
+                return judge_item_json(item, backend, cache, instructions, structured)
             return judge_item_constrained(item, backend, cache)
         except Exception as e:  # a bug or an unforeseen failure: record, go on
             log.exception("judging episode %s seed %s failed", item.episode, item.sim_seed)
@@ -209,39 +250,59 @@ def evaluate_cube(cube: str | os.PathLike, *, scenarios: str | os.PathLike = "em
                   cache: str | os.PathLike | None = None, device: str | None = None,
                   limit: int | None = None, timeout: float = 300.0, max_retries: int = 5,
                   seed: int = 0, max_tokens: int | None = None, batch_size: int = 16,
-                  progress: bool = True, log=None) -> pd.DataFrame:
+                  progress: bool = True, log=None, layout: str = "sotopia",
+                  structured: bool = True,
+                  reasoning_max_chars: int = REASONING_MAX_CHARS) -> pd.DataFrame:
     """Judge every dialog of a cube and write the tidy table (``CUBE.judge.csv``).
 
     The library form of ``synclib evaluate`` (same parameters as its options).
     ``mode`` defaults to ``json`` with ``judge_url`` and ``constrained`` for a
     local judge.  Answers are cached in ``cache`` (default
     ``CUBE.judge-cache.jsonl``), so an interrupted call loses nothing paid for.
-    Returns the table that was written.
+    ``layout`` lays the message out as Sotopia does or as the paper's code did
+    (:data:`synclib.judge.items.LAYOUTS`).  ``structured`` (HTTP judge, JSON mode) asks
+    the server for structured output, each reasoning at most ``reasoning_max_chars``
+    characters, falling back to plain JSON mode when the server refuses it
+    (:class:`~synclib.judge.backends.OpenAIBackend`); ``structured=False`` is plain
+    JSON mode throughout.  Returns the table that was written.
     """
     log = log or (lambda msg: print(msg, file=sys.stderr))
     cube = Path(cube)
     if not cube.is_file():
         raise JudgeError(f"cube {cube} does not exist")
+    try:
+        with netCDF4.Dataset(cube, "r"):
+            pass
+    except OSError as exc:
+        raise JudgeError(f"{cube} is not a finished cube: it cannot be read as netCDF ({exc}); a truncated "
+                         "or foreign file? Re-run the simulation that writes it") from None
     mode = mode or ("json" if judge_url else "constrained")
     if mode not in MODES:
         raise JudgeError(f"mode must be one of {MODES}, got {mode!r}")
     if mode == "constrained" and judge_url:
         raise JudgeError("mode 'constrained' needs a local judge (no judge_url): an HTTP "
                          "endpoint gives no score distributions")
+    if layout not in LAYOUTS:
+        raise JudgeError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     tasks = load_tasks(scenarios)
     instructions, source = load_instructions(scenarios)
-    items = items_from_cube(cube, tasks)
+    items = items_from_cube(cube, tasks, layout=layout)
     if limit is not None:
         items = items[:limit]
     if judge_url:
         backend: Any = OpenAIBackend(judge_url, judge_model, api_key_env, timeout=timeout,
-                                     max_retries=max_retries, seed=seed, max_tokens=max_tokens)
+                                     max_retries=max_retries, seed=seed, max_tokens=max_tokens,
+                                     structured=structured,
+                                     reasoning_max_chars=reasoning_max_chars)
     else:
         backend = LocalBackend(load_model(judge_model, device=device),
                                max_new_tokens=max_tokens or 1024, batch_size=batch_size, seed=seed)
     out = Path(out) if out else cube.with_suffix(".judge.csv")
     cache_ = JudgeCache(cache if cache else cube.with_suffix(".judge-cache.jsonl"))
     what = f"instructions: {source}" if mode == "json" else "one question per agent and dimension"
+    if mode == "json" and judge_url:
+        what += ("; structured output, reasoning at most "
+                 f"{reasoning_max_chars} characters" if structured else "; no structured output")
     log(f"judging {len(items)} dialogs with {backend.judge_id} ({mode} mode, {what}); "
         f"cache {cache_.path} holds {len(cache_)} answers")
     try:
@@ -251,6 +312,9 @@ def evaluate_cube(cube: str | os.PathLike, *, scenarios: str | os.PathLike = "em
         backend.close()
     save_table(table, out)
     missing = int(table["score"].isna().sum())
+    refused = ("; the server refused structured output (plain JSON mode was used)"
+               if getattr(backend, "structured_refused", False) else "")
     log(f"wrote {out}: {len(table) - missing} scores, {missing} missing; "
-        f"social performance {social_performance(table):.3f}; {backend.requests_sent} judge calls")
+        f"social performance {social_performance(table):.3f}; {backend.requests_sent} judge calls"
+        f"{refused}")
     return table

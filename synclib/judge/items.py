@@ -9,9 +9,15 @@ import numpy as np
 import xarray as xr
 
 from synclib.judge.errors import JudgeError
-from synclib.scenarios import judge_intro
+from synclib.scenarios import complete_intro, judge_intro
 
-__all__ = ["JudgeItem", "items_from_cube"]
+__all__ = ["JudgeItem", "items_from_cube", "LAYOUTS"]
+
+#: how the judge's message is laid out: ``sotopia`` (our normalised intro, Sotopia's
+#: quoted ``Turn #t`` lines, newline-separated parts) or ``reference`` (the paper's code,
+#: protocol correction 14: its complete intro, the agents' own dialog lines, the
+#: instructions, concatenated without separators)
+LAYOUTS = ("sotopia", "reference")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +34,8 @@ class JudgeItem:
         Agent 1's and agent 2's full names.
     utterances : tuple of str
         The utterances in order; utterance ``t`` is agent ``t % 2 + 1``'s.
+    layout : {"sotopia", "reference"}
+        See :data:`LAYOUTS`.
     """
 
     episode: int
@@ -36,10 +44,11 @@ class JudgeItem:
     intro: str
     agent_names: tuple[str, str]
     utterances: tuple[str, ...]
+    layout: str = "sotopia"
 
 
 def items_from_cube(cube: str | os.PathLike | xr.Dataset, tasks: Any,
-                    intro: Callable[[Any], str] = judge_intro) -> list[JudgeItem]:
+                    intro: Callable[[Any], str] | None = None, layout: str = "sotopia") -> list[JudgeItem]:
     """The dialogs of a cube as :class:`JudgeItem` objects.
 
     Parameters
@@ -52,12 +61,18 @@ def items_from_cube(cube: str | os.PathLike | xr.Dataset, tasks: Any,
         The task set the cube was simulated from (``.tasks``, each with
         ``.index``, ``.names``).
     intro : callable, optional
-        ``task -> str``; default :func:`synclib.scenarios.judge_intro`.
+        ``task -> str``; default :func:`synclib.scenarios.judge_intro` (``sotopia``
+        layout) or :func:`synclib.scenarios.complete_intro` (``reference``).
+    layout : {"sotopia", "reference"}
 
     Returns
     -------
     list of JudgeItem, ordered by episode then sim seed.
     """
+    if layout not in LAYOUTS:
+        raise JudgeError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if intro is None:
+        intro = complete_intro if layout == "reference" else judge_intro
     ds = cube if isinstance(cube, xr.Dataset) else xr.open_dataset(cube)
     where = cube if not isinstance(cube, xr.Dataset) else "cube"
     for v in ("text_a", "text_b", "n_utterances", "task_index"):
@@ -77,13 +92,13 @@ def items_from_cube(cube: str | os.PathLike | xr.Dataset, tasks: Any,
             raise JudgeError(f"{where}: episode {ep} has task_index {ti}, which is not in the "
                              f"task set ({len(by_index)} tasks)")
         task = by_index[ti]
-        names = tuple(name.strip() for name in task.names)
+        names = tuple(task.names) if layout == "reference" else tuple(name.strip() for name in task.names)
         text = intro(task)
         for s, seed in enumerate(seeds):
             n = n_utt[e, s]
             n = 0 if not np.isfinite(n) or n < 0 else int(n)
             utts = tuple(str((text_a if t % 2 == 0 else text_b)[e, s, t // 2]) for t in range(n))
-            items.append(JudgeItem(int(ep), ti, int(seed), text, names, utts))
+            items.append(JudgeItem(int(ep), ti, int(seed), text, names, utts, layout))
     if not isinstance(cube, xr.Dataset):
         ds.close()
     return items

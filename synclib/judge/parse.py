@@ -2,7 +2,9 @@
 
 The JSON is found even inside prose or a code fence, and every one of the 14
 (agent, dimension) fields is validated: a reasoning string and an integer score
-within range.  What fails is reported per field (the orchestration asks the judge
+within range.  A field may be Sotopia's ``[reasoning, score]`` tuple (what the paper's
+instructions ask for) or a ``{"reasoning": ..., "score": ...}`` object (what
+structured output forces: :func:`synclib.judge.rubric.structured_schema`).  What fails is reported per field (the orchestration asks the judge
 once to repair it: :func:`synclib.judge.prompt.repair_messages`).
 """
 from __future__ import annotations
@@ -98,11 +100,16 @@ def parse_evaluation(text: str | None) -> tuple[dict, dict]:
                 continue
             v = block[d]
             if isinstance(v, dict):
-                reasoning, score = v.get("reasoning"), v.get("score")
+                lacking = [k for k in ("reasoning", "score") if k not in v]
+                if lacking:
+                    errors[(a, d)] = f"{where} object lacks {' and '.join(map(repr, lacking))}"
+                    continue
+                reasoning, score = v["reasoning"], v["score"]
             elif isinstance(v, (list, tuple)) and len(v) == 2:
                 reasoning, score = v
             else:
-                errors[(a, d)] = f"{where} is not a [reasoning, score] pair"
+                errors[(a, d)] = (f"{where} is neither a [reasoning, score] pair nor a "
+                                  '{"reasoning": ..., "score": ...} object')
                 continue
             lo, hi = SCORE_RANGES[d]
             s = _as_int(score)

@@ -9,6 +9,10 @@ The JSON-mode prompt (protocol, "Social performance") is one user message after 
     ...
     {instructions}
 
+With ``layout="reference"`` (:data:`~synclib.judge.items.LAYOUTS`) the message is the
+paper's code's instead: ``complete_intro + "\n".join(lines) + instructions`` with the
+agents' own ``Turn t: {name} said:{utterance}`` lines and no separators.
+
 The transcript lines follow Sotopia's own evaluator history (``Turn #n: `` from its
 ``Observation`` followed by ``{name} said: "{argument}"`` from its ``AgentAction``);
 they differ from the agents' own history lines (``synclib.scenarios.render_history``:
@@ -26,6 +30,7 @@ from typing import Mapping, Sequence
 from synclib.judge.errors import JudgeError
 from synclib.judge.items import JudgeItem
 from synclib.judge.rubric import DIMENSIONS, EMBEDDED_INSTRUCTIONS, SCORE_RANGES, rubric_lines
+from synclib.scenarios import speaker_line
 
 __all__ = ["SYSTEM_MESSAGE", "render_transcript", "judge_prompt", "judge_messages",
            "repair_messages", "constrained_question", "load_instructions"]
@@ -41,19 +46,25 @@ REPAIR_TEMPLATE = (
 )
 
 
-def render_transcript(agent_names: Sequence[str], utterances: Sequence[str]) -> str:
-    """``Turn #t: {name} said: "{utterance}"`` lines, agent 1 at even ``t``.
+def render_transcript(agent_names: Sequence[str], utterances: Sequence[str],
+                      layout: str = "sotopia") -> str:
+    """The dialog lines, agent 1 at even ``t``: ``Turn #t: {name} said: "{utterance}"``
+    (``sotopia``) or the agents' own ``Turn t: {name} said:{utterance}`` (``reference``,
+    :func:`synclib.scenarios.speaker_line`).
 
     Parameters
     ----------
     agent_names : sequence of 2 str
     utterances : sequence of T str
+    layout : {"sotopia", "reference"}
 
     Returns
     -------
     str
         T lines joined by ``"\\n"``.
     """
+    if layout == "reference":
+        return "\n".join(speaker_line(agent_names, t, u) for t, u in enumerate(utterances))
     return "\n".join(
         TURN_TEMPLATE.format(turn=t, name=agent_names[t % 2], utterance=u)
         for t, u in enumerate(utterances)
@@ -61,11 +72,12 @@ def render_transcript(agent_names: Sequence[str], utterances: Sequence[str]) -> 
 
 
 def judge_prompt(item: JudgeItem, instructions: str) -> str:
-    """The user message of the JSON-mode judge: intro, dialog, instructions."""
-    return "\n".join(
-        [item.intro.rstrip("\n"), render_transcript(item.agent_names, item.utterances),
-         instructions.strip("\n")]
-    )
+    """The user message of the JSON-mode judge: intro, dialog, instructions, laid out as
+    ``item.layout`` says."""
+    lines = render_transcript(item.agent_names, item.utterances, item.layout)
+    if item.layout == "reference":
+        return item.intro + lines + instructions
+    return "\n".join([item.intro.rstrip("\n"), lines, instructions.strip("\n")])
 
 
 def judge_messages(item: JudgeItem, instructions: str) -> list[dict]:
@@ -123,7 +135,7 @@ def constrained_question(item: JudgeItem, agent: int, dimension: str) -> str:
     """
     lo, hi = SCORE_RANGES[dimension]
     return (
-        f"{item.intro.rstrip()}\n{render_transcript(item.agent_names, item.utterances)}\n\n"
+        f"{item.intro.rstrip()}\n{render_transcript(item.agent_names, item.utterances, item.layout)}\n\n"
         "Evaluate the participants of this conversation on Sotopia-eval's social "
         f"dimensions:\n{rubric_lines()}\n"
         f"Rate {item.agent_names[agent - 1]} on {dimension} with an integer from {lo} to "

@@ -1,14 +1,18 @@
 """Sotopia-eval's rubric: the seven dimensions, their score ranges and descriptions.
 
 Also the instructions appended to the judge prompt when a task set ships none
-(:data:`EMBEDDED_INSTRUCTIONS`, with the JSON schema of a complete evaluation).
+(:data:`EMBEDDED_INSTRUCTIONS`, with the JSON schema of a complete evaluation), and the
+strict schema a served judge is held to with structured output
+(:func:`structured_schema`).
 """
 from __future__ import annotations
 
 import json
 
+from synclib.judge.errors import JudgeError
+
 __all__ = ["DIMENSIONS", "SCORE_RANGES", "DIMENSION_DESCRIPTIONS", "AGENT_KEYS", "FIELDS",
-           "EMBEDDED_INSTRUCTIONS", "rubric_lines"]
+           "EMBEDDED_INSTRUCTIONS", "rubric_lines", "REASONING_MAX_CHARS", "structured_schema"]
 
 #: Sotopia-eval's seven dimensions, in Sotopia's order.
 DIMENSIONS: tuple[str, ...] = (
@@ -114,3 +118,71 @@ EMBEDDED_INSTRUCTIONS = (
     'For example: {"agent_1_evaluation": {"believability": {"reasoning": "...", "score": 8}, '
     '...}, "agent_2_evaluation": {...}} with all seven dimensions for both agents.'
 )
+
+
+#: Default bound on the length (characters) of each reasoning string under structured
+#: output: keeps small judges from rambling until they run out of tokens.
+REASONING_MAX_CHARS = 600
+
+#: llama.cpp compiles ``maxLength`` into a grammar repetition and refuses repetitions
+#: of 2000 or more, so the bound stays below that.
+_GRAMMAR_REPETITION_LIMIT = 2000
+
+
+def structured_schema(reasoning_max_chars: int = REASONING_MAX_CHARS) -> dict:
+    """The strict JSON schema of a complete evaluation, for structured output.
+
+    Unlike Sotopia's schema, which writes each dimension as a ``[reasoning, score]``
+    tuple (``prefixItems``/array ``items``, which llama.cpp refuses and which strict
+    OpenAI-style schemas cannot express), every dimension is an **object**
+    ``{"reasoning": string, "score": integer}``, reasoning first so that the judge
+    reasons before it scores.  The string is bounded by ``maxLength`` and the score
+    by the dimension's ``minimum``/``maximum`` (:data:`SCORE_RANGES`); every object
+    requires all its properties and allows no others (``additionalProperties:
+    false``), as strict mode needs and so that a grammar-constrained server
+    (llama.cpp, vLLM) cannot emit anything else.  No ``$ref``: each dimension is
+    spelled out.
+
+    Parameters
+    ----------
+    reasoning_max_chars : int
+        ``maxLength`` of every reasoning string, 1 to 1999 (llama.cpp refuses
+        grammar repetitions of 2000 or more).
+
+    Returns
+    -------
+    dict
+        ``{"type": "object", "properties": {"agent_1_evaluation": ...,
+        "agent_2_evaluation": ...}, ...}``.
+    """
+    n = reasoning_max_chars
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n < _GRAMMAR_REPETITION_LIMIT:
+        raise JudgeError(f"reasoning_max_chars must be an integer from 1 to "
+                         f"{_GRAMMAR_REPETITION_LIMIT - 1} (llama.cpp refuses longer grammar "
+                         f"repetitions), got {n!r}")
+
+    def dimension(lo: int, hi: int) -> dict:
+        return {
+            "type": "object",
+            "properties": {
+                "reasoning": {"type": "string", "maxLength": n},
+                "score": {"type": "integer", "minimum": lo, "maximum": hi},
+            },
+            "required": ["reasoning", "score"],
+            "additionalProperties": False,
+        }
+
+    def agent() -> dict:
+        return {
+            "type": "object",
+            "properties": {d: dimension(lo, hi) for d, (lo, hi) in SCORE_RANGES.items()},
+            "required": list(DIMENSIONS),
+            "additionalProperties": False,
+        }
+
+    return {
+        "type": "object",
+        "properties": {k: agent() for k in AGENT_KEYS},
+        "required": list(AGENT_KEYS),
+        "additionalProperties": False,
+    }

@@ -97,17 +97,22 @@ def overall_scores(table: pd.DataFrame, column: str = "score") -> pd.DataFrame:
 
 
 def social_performance(table: pd.DataFrame, column: str = "score",
-                       by_seed: bool = False) -> float | pd.Series:
-    """The pair's social performance (protocol, "Social performance").
+                       by_agent: bool = False) -> float | pd.Series:
+    """An ordered run's social performance, aggregated as the paper's code does
+    (protocol correction 14; ``data_analysis.py`` ``get_performance_separate``).
 
-    The mean of the agents' overall scores over agents and episodes within each
-    simulation seed, then averaged over seeds.  Agents with a missing dimension
-    are left out (they have no overall score).
+    A dialog (episode, sim seed) counts only when both agents have an overall score; each
+    agent's overall scores are averaged over the valid seeds of an episode, then over the
+    episodes with at least one valid seed; the run's score is the mean of its two agents.
+    (The mean over both speaking orders is the caller's: :meth:`synclib.results.Results.social_table`.)
 
     Returns
     -------
-    float, or a Series indexed by sim_seed when ``by_seed``.
+    float, or a Series indexed by agent (1, 2) when ``by_agent``.
     """
     ov = overall_scores(table, column)
-    per_seed = ov.groupby("sim_seed")["overall"].mean()
-    return per_seed if by_seed else float(per_seed.mean())
+    wide = ov.pivot_table(index=["episode", "sim_seed"], columns="agent", values="overall",
+                          dropna=False).reindex(columns=[1, 2])
+    valid = wide[wide.notna().all(axis=1)]
+    per_agent = valid.groupby(level="episode").mean().mean()
+    return per_agent if by_agent else float(per_agent.mean())

@@ -1,0 +1,134 @@
+"""Option types for the command line: each parses one value or refuses it with a message
+naming what was expected, so that ``argparse`` stops before any work with
+``synclib SUBCOMMAND: error: argument --name: ...`` and exit status 2.
+
+The range rules are those of the configuration schema (:mod:`synclib.config`); the
+sub-commands' defaults come from :func:`synclib.config.default`.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+
+__all__ = ["arg_type", "positive_int", "nonneg_int", "nonneg_float", "positive_float", "index_list",
+           "seed_list", "int_list", "ridge_alpha", "top_k", "top_p"]
+
+
+def arg_type(fn, what: str):
+    """``fn`` as an argparse ``type``: its ValueError becomes ``"{what}: {message}"``."""
+    def parse(text):
+        try:
+            return fn(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{what}: {exc}") from None
+    parse.__name__ = what
+    return parse
+
+
+def _int(text) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an integer") from None
+
+
+def _float(text) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a number") from None
+    if v != v:
+        raise ValueError("NaN is not allowed")
+    return v
+
+
+def positive_int(text) -> int:
+    v = _int(text)
+    if v < 1:
+        raise ValueError(f"must be >= 1, got {v}")
+    return v
+
+
+def nonneg_int(text) -> int:
+    v = _int(text)
+    if v < 0:
+        raise ValueError(f"must be >= 0, got {v}")
+    return v
+
+
+def nonneg_float(text) -> float:
+    v = _float(text)
+    if v < 0:
+        raise ValueError(f"must be >= 0, got {text}")
+    return v
+
+
+def positive_float(text) -> float:
+    v = _float(text)
+    if v <= 0:
+        raise ValueError(f"must be > 0, got {text}")
+    return v
+
+
+def index_list(text: str) -> list[int]:
+    """``"0-39,45"`` -> ``[0, 1, ..., 39, 45]`` (order kept, duplicates rejected)."""
+    out: list[int] = []
+    for piece in str(text).split(","):
+        piece = piece.strip()
+        if not piece:
+            raise ValueError(f"empty item in {text!r}")
+        m = re.fullmatch(r"(\d+)\s*-\s*(\d+)", piece)
+        if m:
+            lo, hi = int(m[1]), int(m[2])
+            if hi < lo:
+                raise ValueError(f"range {piece!r} runs backwards")
+            out.extend(range(lo, hi + 1))
+        elif re.fullmatch(r"\d+", piece):
+            out.append(int(piece))
+        else:
+            raise ValueError(f"{piece!r} is neither an index nor a range like 0-39")
+    if len(set(out)) != len(out):
+        raise ValueError(f"duplicate indices in {text!r}")
+    return out
+
+
+def seed_list(text: str) -> list[int]:
+    """A non-empty :func:`index_list`."""
+    seeds = index_list(text)
+    if not seeds:
+        raise ValueError("no seeds")
+    return seeds
+
+
+def int_list(text: str, lo: int = 0) -> list[int]:
+    """``"1000,3000"`` -> ``[1000, 3000]``; empty text gives ``[]``; each value >= ``lo``."""
+    out = [_int(x) for x in str(text).split(",") if x.strip()]
+    bad = [v for v in out if v < lo]
+    if bad:
+        raise ValueError(f"values must be >= {lo}, got {bad[0]}")
+    return out
+
+
+def ridge_alpha(text):
+    """A ridge penalty > 0, or ``"cv"``."""
+    return "cv" if text == "cv" else positive_float(text)
+
+
+def top_k(text):
+    """``"model"``, ``"none"`` (None) or an integer >= 0."""
+    if text in ("model", "none"):
+        return None if text == "none" else text
+    v = _int(text)
+    if v < 0:
+        raise ValueError(f"must be >= 0, 'model' or 'none', got {text}")
+    return v
+
+
+def top_p(text):
+    """``"model"``, ``"none"`` (None) or a number in (0, 1]."""
+    if text in ("model", "none"):
+        return None if text == "none" else text
+    v = _float(text)
+    if not 0 < v <= 1:
+        raise ValueError(f"must be in (0, 1], 'model' or 'none', got {text}")
+    return v

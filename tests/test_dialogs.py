@@ -1,0 +1,297 @@
+"""The dialogs page (synclib.dialogs): what is collected from the cubes and judge tables,
+and the offline HTML widget that shows it.
+
+Data: a synthetic results directory (two ordered runs, minimal analysis), a real cube
+simulated by two tiny random Llamas on embedded tasks (gibberish texts, so escaping is
+exercised) wrapped in a results directory with a crafted judge table, and cubes crafted in
+memory for the end-of-dialog rules and the ToM read-out.
+"""
+from __future__ import annotations
+
+import html
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from synclib import dialogs
+from synclib.judge import DIMENSIONS, TABLE_COLUMNS, save_table
+from synclib.scenarios import is_leave, load_tasks, render_text
+from synclib.synthetic import SYNTHETIC_PAIRS, build_synthetic_results, make_synthetic_cube
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+# --------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="module")
+def synthetic_dir(tmp_path_factory):
+    """Both orders of the cross pair, analysis kept minimal (the dialogs need none of it)."""
+    pairs = [p for p in SYNTHETIC_PAIRS if p[1] == "S-G"]
+    return build_synthetic_results(
+        tmp_path_factory.mktemp("dlg-synth"), pairs=pairs, n_episodes=8,
+        analyze_kwargs=dict(persona_disjoint=False, relationship=False, sample_sizes=None,
+                            nonlinear=False, tom=False, split_seeds=(0,), lags=(1,)))
+
+
+@pytest.fixture(scope="module")
+def synthetic_html(synthetic_dir):
+    found = dialogs.collect_dialogs(synthetic_dir, max_dialogs_per_run=None)
+    return found, dialogs.render_html(found)
+
+
+REASONING = 'Agent 1 <b>kept</b> the "deal" & said: it\'s fine'
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny_model_dir, tmp_path_factory):
+    """A results directory around a real cube of the tiny random model (two embedded tasks,
+    one seed, passive and ToM runs) and a judge table for the first dialog."""
+    from synclib.cube import open_cube
+    from synclib.simulate import simulate
+
+    root = tmp_path_factory.mktemp("dlg-tiny")
+    for sub in ("cubes", "judge"):
+        (root / sub).mkdir()
+    tasks = load_tasks("embedded")
+    cube_path = simulate(tiny_model_dir, tiny_model_dir, [tasks[0], tasks[3]], [0], root / "cubes" / "T-T.nc",
+                         max_utterances=4, max_new_tokens=6, passive=True, tom=True, progress=False,
+                         taskset=tasks)
+    cube = open_cube(cube_path, chunks=None)
+    ti = int(cube["task_index"].values[0])
+    rows = [{"episode": ti, "task_index": ti, "sim_seed": 0, "agent": a, "agent_name": tasks[ti].names[a - 1],
+             "dimension": d, "score": 3 if d != "secret" else -2, "expected": np.nan,
+             "reasoning": f"{REASONING} ({d}, agent {a})" if d == "goal" else "", "judge": "handmade",
+             "mode": "json", "error": "", "raw": ""} for a in (1, 2) for d in DIMENSIONS]
+    save_table(pd.DataFrame(rows, columns=TABLE_COLUMNS), root / "judge" / "T-T.judge.csv")
+    manifest = {"name": "tiny", "embedded": False, "config": {"scenarios": "embedded",
+                                                              "judge": {"limit": 1}},
+                "pairs": [{"name": "T-T", "pair": "T-T", "order": 1, "model_a": "tiny", "model_b": "tiny",
+                           "family": "Tiny", "cube": "cubes/T-T.nc", "analysis": "analysis/T-T.nc",
+                           "judge": "judge/T-T.judge.csv"}]}
+    (root / "manifest.json").write_text(json.dumps(manifest))
+    return root, cube, tasks
+
+
+def _stored_utterances(cube, suffix=""):
+    """Every stored utterance of a cube: ``(episode, seed, t, text)``."""
+    out = []
+    n = cube[f"n_utterances{suffix}"].transpose("episode", "sim_seed").values
+    ta = cube[f"text_a{suffix}"].transpose("episode", "sim_seed", "round").values
+    tb = cube[f"text_b{suffix}"].transpose("episode", "sim_seed", "round").values
+    for e, ep in enumerate(cube["episode"].values):
+        for s, seed in enumerate(cube["sim_seed"].values):
+            for t in range(int(n[e, s])):
+                out.append((int(ep), int(seed), t, str((ta if t % 2 == 0 else tb)[e, s, t // 2])))
+    return out
+
+
+def _crafted_cube(texts, max_utterances=6, tom=False):
+    """A synthetic cube with one episode per entry of ``texts`` (one seed), its stored
+    utterances replaced by ``texts[e]``."""
+    E, R = len(texts), max_utterances // 2
+    cube = make_synthetic_cube(n_episodes=E, n_seeds=1, n_rounds=R, layers_a=2, dim_a=4, layers_b=2, dim_b=4,
+                               passive=False, tom=tom, min_utterances=1)
+    ta = np.full((E, 1, R), "", dtype=object)
+    tb = np.full((E, 1, R), "", dtype=object)
+    for e, utts in enumerate(texts):
+        for t, u in enumerate(utts):
+            (ta if t % 2 == 0 else tb)[e, 0, t // 2] = u
+    cube["text_a"] = (("episode", "sim_seed", "round"), ta)
+    cube["text_b"] = (("episode", "sim_seed", "round"), tb)
+    cube["n_utterances"] = (("episode", "sim_seed"), np.array([[len(u)] for u in texts], dtype=np.int32))
+    return cube
+
+
+# --------------------------------------------------------------------------- the rules
+def test_end_reason_leave_limit_other():
+    long_reply = "Leave it to me, I will explain the whole plan to you right now"
+    assert not is_leave(long_reply)  # LEAVE only counts within the line's last 10 characters
+    cube = _crafted_cube([
+        ["Hello there.", "I have to go now, I left."],           # LEAVE at utterance 1
+        ["a", "b", "c", "d", "e", "f"],                         # the limit (6)
+        ['<i>"Hi" & bye</i>', long_reply, "Fine."],             # neither
+        ["x", "y", "z", "w", "v", "Bye, I will leave"],         # LEAVE at the limit: LEAVE
+    ])
+    found, notes = dialogs.dialogs_from_cube(cube, run="X-Y")
+    assert [d.genuine.end for d in found] == ["leave", "limit", "other", "leave"]
+    assert "utterance 1" in found[0].genuine.end_detail
+    assert "also the last allowed" in found[3].genuine.end_detail
+    assert [d.genuine.n_utterances for d in found] == [2, 6, 3, 6]
+    assert found[0].genuine.turns[1].speaker == str(cube["agent2_name"].values[0])
+    html_text = dialogs.render_html(dialogs.DialogSet(dialogs=found, runs=[], counts={}))
+    ends = re.findall(r'<p class="sdlg-end" data-end="(\w+)">', html_text)
+    assert ends == ["leave", "limit", "other", "leave"]
+    assert html.escape('<i>"Hi" & bye</i>') in html_text and "<i>" not in html_text
+    # with the task, the rule is is_leave(utterance, task, turn) on the complete dialog line
+    task = load_tasks("embedded")[0]
+    assert dialogs.end_reason(["Hi", "ok, I leave"], 16, task=task)[0] == "leave"
+    assert dialogs.end_reason(["Hi", "ok"], 2, task=task)[0] == "limit"
+    assert dialogs.end_reason([], 16)[0] == "other"
+
+
+def test_tom_readout_is_the_argmax_of_the_stored_distributions():
+    cube = _crafted_cube([["Joy. Assertive. Hello.", "Fear. Directive. Go away, I left."]], tom=True)
+    emo = cube["emotion_a"].values.copy()
+    emo[0, 0, 0] = [0.05, 0.7, 0.05, 0.05, 0.05, 0.04, 0.03, 0.03]
+    cube["emotion_a"] = (cube["emotion_a"].dims, emo)
+    act = cube["action_b"].values.copy()
+    act[0, 0, 0] = np.nan  # no '.' generated in time: no action read-out
+    cube["action_b"] = (cube["action_b"].dims, act)
+    cube["text_a_tom"] = cube["text_a"]
+    cube["text_b_tom"] = cube["text_b"]
+    cube["n_utterances_tom"] = cube["n_utterances"]
+    cube["tom_format_a"] = (("episode", "sim_seed", "round"), np.array([[[1, -1, -1]]], dtype=np.int32))
+    (d,), _ = dialogs.dialogs_from_cube(cube, run="X-Y")
+    first, second = d.tom.turns
+    assert (first.emotion, round(first.emotion_p, 2), first.tom_format) == ("Trust", 0.7, 1)
+    assert second.action is None and second.emotion is not None and second.tom_format is None
+    assert d.tom.end == "leave"
+    page = dialogs.render_html(dialogs.DialogSet(dialogs=[d], runs=[], counts={}))
+    assert "emotion Trust 0.70" in page
+    assert "action – · format ✓" not in page and "emotion Trust 0.70 · action " in page
+    assert html.escape("Joy. Assertive. Hello.") in page
+
+
+# --------------------------------------------------------------------------- synthetic results
+def test_synthetic_every_utterance_verbatim_and_runs_listed(synthetic_dir, synthetic_html):
+    from synclib.results import load_results
+
+    found, page = synthetic_html
+    res = load_results(synthetic_dir)
+    for r in res.runs:
+        assert f'<option value="run:{html.escape(r.name)}">' in page
+        import xarray as xr
+
+        with xr.open_dataset(r.cube) as cube:
+            for suffix in ("", "_tom"):
+                for ep, seed, t, text in _stored_utterances(cube, suffix):
+                    assert f'<span class="sd-x">{html.escape(text)}</span>' in page, (r.name, ep, seed, t)
+            n = cube.sizes["episode"] * cube.sizes["sim_seed"]
+        assert page.count(f'data-run="{r.name}"') == n
+    assert '<option value="pair:S-G">' in page
+    assert found.counts["dialogs"] == len(found.dialogs) == sum(r.total for r in found.runs)
+    assert sum(found.counts[k] for k in dialogs.END_REASONS) == found.counts["dialogs"]
+
+
+def test_synthetic_judge_reasoning_scores_and_no_network(synthetic_dir, synthetic_html):
+    from synclib.results import load_results
+
+    found, page = synthetic_html
+    assert "synthetic test data" in page  # the judge's reasoning column
+    res = load_results(synthetic_dir)
+    table = res.judge(res.run_names[0])
+    row = table.iloc[0]
+    d = next(x for x in found.dialogs if x.run == res.run_names[0] and x.task_index == row["task_index"]
+             and x.sim_seed == row["sim_seed"])
+    score = next(s for s in d.scores if s.agent == row["agent"] and s.dimension == row["dimension"])
+    assert score.score == int(row["score"]) and score.reasoning == row["reasoning"]
+    assert len(d.scores) == 2 * len(DIMENSIONS)
+    assert not re.search(r"https?://", page)
+    assert not re.search(r"\b(src|href)\s*=", page, re.I)
+    assert "<script>" in page and "max-width:100%" in page
+    widths = re.findall(r"width:\s*([^;}\"]+)", page)
+    assert widths and all(w.endswith("%") or w == "0" for w in widths), widths  # no fixed widths
+
+
+def test_cap_states_what_was_left_out(synthetic_dir):
+    found = dialogs.collect_dialogs(synthetic_dir, max_dialogs_per_run=3)
+    page = dialogs.render_html(found)
+    assert len(found.dialogs) == 3 * len(found.runs)
+    assert page.count('<details class="sdlg-dialog"') == len(found.dialogs)
+    assert all(r.shown == 3 and len(r.left_out) == r.total - 3 for r in found.runs)
+    assert "at most 3 dialogs per run" in page
+    sentence = dialogs.summary_sentence(found)
+    assert f"hold {found.counts['dialogs']} dialogs" in sentence and "left out" in sentence
+    assert f"{found.counts['leave']} ended with LEAVE" in sentence
+    assert dialogs.collect_dialogs(synthetic_dir, max_dialogs_per_run="None").max_dialogs_per_run is None
+    assert dialogs.collect_dialogs(synthetic_dir, max_dialogs_per_run="2").max_dialogs_per_run == 2
+    with pytest.raises(ValueError):
+        dialogs.collect_dialogs(synthetic_dir, max_dialogs_per_run=-1)
+    assert "not dialogs" in dialogs.source_note(synthetic_dir)
+
+
+# --------------------------------------------------------------------------- a real cube
+def test_real_cube_texts_goals_judge_and_tom(tiny_run):
+    root, cube, tasks = tiny_run
+    found = dialogs.collect_dialogs(root, max_dialogs_per_run=None)
+    page = dialogs.render_html(found)
+    assert len(found.dialogs) == 2 and not found.notes
+    for suffix in ("", "_tom"):
+        stored = _stored_utterances(cube, suffix)
+        assert stored
+        for ep, seed, t, text in stored:
+            assert f'<span class="sd-x">{html.escape(text)}</span>' in page or text == "", (suffix, ep, t)
+    for d in found.dialogs:
+        task = tasks[d.task_index]
+        assert d.names == task.names
+        for a in (0, 1):
+            goal = render_text(task.env.agent_goals[a])
+            assert d.goals[a] == goal and "<" not in goal
+            assert html.escape(goal) in page
+        assert html.escape(render_text(task.env.scenario)) in page
+        utts = [tr.text for tr in d.genuine.turns]
+        left = is_leave(utts[-1], task, len(utts) - 1)
+        assert d.genuine.end == ("leave" if left else "limit" if len(utts) == 4 else "other")
+        assert d.genuine.end != "other"  # a real simulation ends by LEAVE or the limit
+        assert d.tom is not None and len(d.tom.turns) == int(cube["n_utterances_tom"].sel(
+            episode=d.episode, sim_seed=d.sim_seed))
+        assert all(t.emotion is not None and 0 < t.emotion_p <= 1 for t in d.tom.turns)
+        assert d.passive_reader  # the persona drawn for the passive reader, by name
+    judged, unjudged = found.dialogs
+    assert html.escape(f"{REASONING} (goal, agent 2)") in page
+    assert [s.score for s in judged.scores if s.dimension == "secret"] == [-2, -2]
+    assert not unjudged.scores and "judges only the first 1 dialog of each run" in page
+    assert found.counts["judged"] == 1
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no headless chromium at /usr/bin/chromium")
+def test_widget_script_runs_in_chromium(synthetic_dir, tmp_path):
+    found = dialogs.collect_dialogs(synthetic_dir, max_dialogs_per_run=4)
+    widget = dialogs.render_html(found)
+    n = len(found.dialogs)
+    harness = """<script>
+(function(){
+var out=document.body, root=document.querySelector(".sdlg");
+function visible(){return Array.prototype.filter.call(root.querySelectorAll("details.sdlg-dialog"),
+  function(d){return d.style.display!=="none";});}
+try{
+out.setAttribute("data-ready", root.getAttribute("data-sdlg-ready"));
+out.setAttribute("data-error", root.getAttribute("data-sdlg-error")||"");
+var v=visible(); out.setAttribute("data-first", v.length+":"+(v[0]&&v[0].open));
+out.setAttribute("data-controls", root.querySelector(".sdlg-controls").hidden?"hidden":"shown");
+root.querySelector("button[data-step='1']").click();
+v=visible(); out.setAttribute("data-next", v.length+":"+v[0].getAttribute("data-run")+"/"+
+  v[0].getAttribute("data-episode")+"/"+v[0].getAttribute("data-seed"));
+["run","episode","seed"].forEach(function(k){var s=root.querySelector("select[data-f="+k+"]");s.value="";
+  s.dispatchEvent(new Event("change"));});
+out.setAttribute("data-all", String(visible().length));
+var r=root.querySelector("select[data-f=run]"); r.value="pair:S-G"; r.dispatchEvent(new Event("change"));
+out.setAttribute("data-pair", String(visible().length));
+out.setAttribute("data-count", root.querySelector(".sdlg-count").textContent);
+}catch(e){out.setAttribute("data-harness-error", String(e));}
+})();
+</script>"""
+    page = tmp_path / "dialogs.html"
+    page.write_text(f"<!DOCTYPE html><html><head><meta charset='utf-8'></head><body>{widget}{harness}"
+                    "</body></html>")
+    proc = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
+                           f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page.as_uri()],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    body = re.search(r"<body([^>]*)>", proc.stdout)
+    assert body, proc.stdout[:2000]
+    attrs = dict(re.findall(r'(data-[\w-]+)="([^"]*)"', body.group(1)))
+    assert "data-harness-error" not in attrs, attrs
+    assert attrs["data-ready"] == "1" and attrs["data-error"] == "", attrs
+    assert attrs["data-controls"] == "shown"
+    assert attrs["data-first"] == "1:true"  # one dialog shown, opened
+    first = found.dialogs[1]
+    assert attrs["data-next"] == f"1:{first.run}/{first.episode}/{first.sim_seed}"
+    assert attrs["data-all"] == str(n) and attrs["data-pair"] == str(n)  # both runs are the pair S-G
+    assert attrs["data-count"] == f"{n} of {n} dialogs"
+    shutil.rmtree(tmp_path / "profile", ignore_errors=True)

@@ -1,0 +1,247 @@
+"""synclib.power: paired control tests, minimum detectable differences, synthetic recovery."""
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats as sps
+
+from synclib import power, results
+from synclib.synthetic import SYNTHETIC_PAIRS, build_synthetic_results
+
+
+def brute_force_sign_flip(d) -> float:
+    """Every sign vector, one at a time."""
+    d = np.asarray(d, dtype=float)
+    obs = abs(d.mean())
+    hits = total = 0
+    for signs in itertools.product((1.0, -1.0), repeat=len(d)):
+        total += 1
+        hits += abs(np.mean(np.array(signs) * d)) >= obs - 1e-12
+    return hits / total
+
+
+# --------------------------------------------------------------------------- sign flips
+@pytest.mark.parametrize("d", [
+    [0.3, -0.1, 0.25, 0.4, 0.05],
+    [0.02, 0.01, 0.03, 0.015, -0.005, 0.04, 0.0, 0.022],  # a zero difference and a negative one
+    [1.0, 1.0, 1.0, -1.0],  # ties in |d|
+    [0.5],
+])
+def test_sign_flip_equals_brute_force(d):
+    assert power.sign_flip_pvalue(d) == pytest.approx(brute_force_sign_flip(d), abs=1e-15)
+
+
+def test_sign_flip_exact_values_and_edges():
+    # all 5 positive: only the observed and the all-flipped vectors reach |mean|
+    assert power.sign_flip_pvalue([1, 2, 3, 4, 5]) == pytest.approx(2 / 32)
+    assert power.sign_flip_pvalue([0.0, 0.0, 0.0]) == 1.0
+    assert math.isnan(power.sign_flip_pvalue([]))
+    assert power.sign_flip_pvalue([1.0, np.nan, 2.0]) == power.sign_flip_pvalue([1.0, 2.0])
+
+
+def test_sign_flip_random_mode_is_seeded_and_close_to_exact():
+    rng = np.random.default_rng(3)
+    d = rng.normal(0.1, 0.3, size=17)
+    exact = power.sign_flip_pvalue(d, exact_max_n=17)
+    approx = power.sign_flip_pvalue(d)  # 17 > 16: 10,000 random sign vectors
+    assert approx == power.sign_flip_pvalue(d)  # fixed seed: deterministic
+    assert abs(approx - exact) < 0.02
+    assert power.sign_flip_pvalue(np.full(30, 0.1)) == pytest.approx(1 / 10_001)  # never 0
+
+
+# --------------------------------------------------------------------------- paired t
+def test_paired_test_agrees_with_scipy():
+    rng = np.random.default_rng(0)
+    a = rng.normal(0.3, 0.1, 12)
+    b = a - rng.normal(0.05, 0.05, 12)
+    out = power.paired_test(a, b)
+    ref = sps.ttest_rel(a, b)
+    assert out["t"] == pytest.approx(ref.statistic, rel=1e-12)
+    assert out["p_t"] == pytest.approx(ref.pvalue, rel=1e-12)
+    assert out["n_pairs"] == 12
+    assert out["mean_diff"] == pytest.approx(np.mean(a - b))
+    assert out["sd_diff"] == pytest.approx(np.std(a - b, ddof=1))
+    assert out["p_perm"] == pytest.approx(power.sign_flip_pvalue(a - b))
+    assert out["mde"] == pytest.approx(power.mde_paired(out["sd_diff"], 12))
+
+
+def test_paired_test_drops_nonfinite_pairs_and_degenerate_cases():
+    out = power.paired_test([1.0, 2.0, np.nan, 4.0], [0.5, 1.0, 1.0, np.inf])
+    assert out["n_pairs"] == 2
+    flat = power.paired_test([1.0, 1.0, 1.0], [0.0, 0.0, 0.0])  # no variance: no t, no mde
+    assert math.isnan(flat["t"]) and math.isnan(flat["p_t"]) and math.isnan(flat["mde"])
+    with pytest.raises(ValueError):
+        power.paired_test([1, 2], [1, 2, 3])
+
+
+# --------------------------------------------------------------------------- minimum detectable difference
+def test_mde_shrinks_with_n_and_scales_with_sd():
+    ns = [3, 5, 8, 12, 24, 50, 200]
+    m = [power.mde_paired(1.0, n) for n in ns]
+    assert all(x > y for x, y in itertools.pairwise(m))
+    for n in (4, 24):
+        assert power.mde_paired(0.3, n) == pytest.approx(0.3 * power.mde_paired(1.0, n), rel=1e-8)
+        # the normal approximation is (z_.975 + z_.8) sd / sqrt(n), below the t-test's
+        z = sps.norm.ppf(0.975) + sps.norm.ppf(0.8)
+        assert power.mde_paired(0.3, n, method="normal") == pytest.approx(z * 0.3 / math.sqrt(n))
+        assert power.mde_paired(0.3, n, method="normal") < power.mde_paired(0.3, n)
+    assert math.isnan(power.mde_paired(1.0, 1)) and math.isnan(power.mde_paired(np.nan, 10))
+
+
+@pytest.mark.parametrize("n", [2, 5, 24])
+def test_mde_has_the_asked_power(n):
+    """At the mde, the t-test's power (noncentral t, both tails) is 0.8; checked by simulation too."""
+    sd = 0.04
+    delta = power.mde_paired(sd, n)
+    df, tc = n - 1, sps.t.ppf(0.975, n - 1)
+    ncp = delta * math.sqrt(n) / sd
+    assert sps.nct.sf(tc, df, ncp) + sps.nct.cdf(-tc, df, ncp) == pytest.approx(0.8, abs=1e-6)
+    rng = np.random.default_rng(n)
+    d = rng.normal(delta, sd, size=(20_000, n))
+    t = d.mean(1) / (d.std(1, ddof=1) / math.sqrt(n))
+    assert np.mean(np.abs(t) > tc) == pytest.approx(0.8, abs=0.015)
+
+
+def test_mde_matches_statsmodels():
+    sm = pytest.importorskip("statsmodels.stats.power")
+    for n in (6, 24, 100):
+        es = sm.TTestPower().solve_power(nobs=n, alpha=0.05, power=0.8, alternative="two-sided")
+        assert power.mde_paired(0.02, n) == pytest.approx(es * 0.02, rel=1e-4)
+
+
+def test_n_pairs_needed_is_the_first_n_that_reaches_the_difference():
+    for diff, sd in ((0.1, 0.03), (0.1, 0.5), (0.02, 0.05)):
+        n = power.n_pairs_needed(diff, sd)
+        assert power.mde_paired(sd, n) <= diff
+        assert n == 2 or power.mde_paired(sd, n - 1) > diff
+    assert power.n_pairs_needed(0.0, 0.1) is None and power.n_pairs_needed(0.1, np.nan) is None
+
+
+# --------------------------------------------------------------------------- a results directory
+@pytest.fixture(scope="module")
+def small_results(tmp_path_factory):
+    """Two ordered runs (the cross pair in both orders), 12 episodes, only the conditions
+    block (genuine, passive, shuffled, lag1, lag2): a few seconds, not minutes."""
+    with power._one_torch_thread():
+        root = build_synthetic_results(
+            tmp_path_factory.mktemp("power") / "results", pairs=SYNTHETIC_PAIRS[1:3], n_episodes=12,
+            cube_kwargs={"tom": False},
+            analyze_kwargs={"persona_disjoint": False, "relationship": False, "sample_sizes": None,
+                            "nonlinear": False, "tom": False})
+    return results.load_results(root)
+
+
+def test_control_table_has_one_row_per_control(small_results):
+    res = small_results
+    table = power.paired_control_tests(res)
+    assert list(table.columns) == power.TABLE_COLUMNS
+    assert list(table["control"]) == ["passive", "shuffled", "lag1", "lag2"]
+    assert list(table["comparison"]) == [f"genuine - {c}" for c in table["control"]]
+    ds = res.analysis(res.run_names[0])
+    n_expected = len(res.runs) * ds.sizes["direction"] * ds.sizes["split_seed"]
+    assert (table["n_pairs"] == n_expected).all() and (table["n_runs"] == len(res.runs)).all()
+    for col in ("mean_genuine", "mean_control", "mean_diff", "sd_diff", "p_perm"):
+        assert np.isfinite(table[col].to_numpy(float)).all(), col
+    ok = table["sd_diff"] > 0
+    assert ok.any()
+    for col in ("t", "p_t", "mde", "mde_normal"):
+        assert np.isfinite(table.loc[ok, col].to_numpy(float)).all(), col
+    assert ((table["p_t"].dropna() >= 0) & (table["p_t"].dropna() <= 1)).all()
+    assert ((table["p_perm"] > 0) & (table["p_perm"] <= 1)).all()
+
+
+def test_control_table_pairs_by_run_direction_and_seed(small_results):
+    res = small_results
+    pv = power.paired_values(res, "passive")
+    row = pv.iloc[0]
+    per = res.analysis(row["run"])["sync_r2_per_seed"]
+    sel = {"direction": row["direction"], "split_seed": row["split_seed"]}
+    assert row["genuine"] == pytest.approx(float(per.sel(condition="genuine", **sel)))
+    assert row["control"] == pytest.approx(float(per.sel(condition="passive", **sel)))
+    t = power.paired_control_tests(res, ["passive"]).iloc[0]
+    ref = sps.ttest_rel(pv["genuine"], pv["control"])
+    assert t["p_t"] == pytest.approx(ref.pvalue) and t["mean_diff"] == pytest.approx((pv["genuine"] - pv["control"]).mean())
+    # seeds averaged: one value per run and direction, the seed means
+    cons = power.paired_values(res, "passive", unit="direction")
+    assert len(cons) == len(res.runs) * 2
+    first = cons.iloc[0]
+    m = pv[(pv["run"] == first["run"]) & (pv["direction"] == first["direction"])]
+    assert first["genuine"] == pytest.approx(m["genuine"].mean())
+    with pytest.raises(ValueError):
+        power.paired_values(res, "passive", unit="episode")
+
+
+def test_sample_sizes_and_sentences(small_results):
+    res = small_results
+    sizes = power.run_sample_sizes(res)
+    assert 0 < sizes["n_train"] < sizes["n_samples"]
+    assert sizes["n_runs"] == 2 and sizes["split_seeds"] == 3 and sizes["directions"] == 2
+    table = power.paired_control_tests(res)
+    text = power.claims_text(table, None, sizes, results.load_published(), 0.1,
+                             conservative=power.paired_control_tests(res, unit="direction"))
+    passive = table.set_index("control").loc["passive"]
+    assert f"{passive['mean_diff']:.3f}" in text and "stated assumption" in text
+    assert f"{sizes['n_samples']:.0f}" in text  # "this run has about K"
+    shown = power.format_table(table)
+    assert len(shown) == len(table) and "min. detectable difference" in shown.columns
+
+
+def test_sentences_follow_the_numbers():
+    base = {"comparison": "genuine - passive", "control": "passive", "unit": "split_seed", "n_runs": 4,
+                "mean_genuine": 0.05, "mean_control": 0.04, "t": 1.0, "mde_normal": np.nan}
+    published = {"fig3_4": {"claim_passive": "P.", "claim_lag": "L."}, "fig9": {"n_samples": 6500, "claim": "C."}}
+    sizes = {"n_samples": 72.0, "n_train": 57.0, "n_runs": 4}
+    noisy = pd.DataFrame([{**base, "n_pairs": 24, "mean_diff": 0.01, "sd_diff": 0.3, "p_t": 0.6, "p_perm": 0.6,
+                           "mde": power.mde_paired(0.3, 24)}])
+    text = power.claims_text(noisy, None, sizes, published, 0.1)
+    assert "**cannot**" in text and f"{power.mde_paired(0.3, 24):.3f}" in text
+    assert f"about {power.n_pairs_needed(0.1, 0.3)} paired values" in text
+    assert "6,500" in text and "about 72" in text
+    precise = noisy.assign(sd_diff=0.01, mde=power.mde_paired(0.01, 24), p_t=1e-5, p_perm=1e-4, mean_diff=0.08)
+    text = power.claims_text(precise, None, sizes, published, 0.1)
+    assert "**can**" in text and "finds genuine above passive" in text
+    # a run without controls
+    assert "no control" in power.claims_text(noisy.iloc[:0], None, sizes, published, 0.1)
+
+
+# --------------------------------------------------------------------------- synthetic recovery
+def test_recovery_rises_with_sample_size():
+    curve = power.recovery_curve([24, 320], None, n_reps=4, n_runs=2, split_seeds=(0, 1), coupling=0.5)
+    assert list(curve.columns) == power.RECOVERY_COLUMNS
+    assert list(curve["n_samples"]) == [24, 320]
+    assert (curve["n_pairs"] == 2 * 2 * 2).all()
+    small, large = curve.iloc[0], curve.iloc[1]
+    assert large["rate"] > small["rate"] and large["rate"] == 1.0
+    assert large["mean_diff"] > small["mean_diff"] >= 0  # the measured difference, not the knob
+    assert small["n_train"] < large["n_train"] <= 0.85 * 320
+    assert power.detection_size(curve) == 320
+    # deterministic
+    again = power.recovery_curve([24, 320], None, n_reps=4, n_runs=2, split_seeds=(0, 1), coupling=0.5)
+    pd.testing.assert_frame_equal(curve, again)
+    rate, diff = power.curve_frames(curve)
+    assert set(rate.columns) == {"n_samples", "series", "mean", "se"} and len(diff) == 2 * len(curve)
+
+
+def test_planting_a_difference_calibrates_the_coupling():
+    c1, d1 = power.coupling_for_difference(0.05, calibration_samples=400)
+    c2, d2 = power.coupling_for_difference(0.1, calibration_samples=400)
+    assert 0 < c1 < c2 < 0.7 and d1 == pytest.approx(0.05) and d2 == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="cannot be planted"):
+        power.coupling_for_difference(0.9, calibration_samples=400)
+    curve = power.recovery_curve([320], 0.1, n_reps=2, n_runs=2, split_seeds=(0,), calibration_samples=400)
+    assert curve["coupling"].iloc[0] == pytest.approx(c2)
+    assert curve["calibrated_diff"].iloc[0] == pytest.approx(0.1)
+    # measured at 320 samples per dataset, near (a little below) the planted difference
+    assert 0.03 < curve["mean_diff"].iloc[0] < 0.2
+
+
+def test_detection_size_and_simulation_sizes():
+    c = pd.DataFrame({"n_samples": [10, 20, 40, 80], "rate": [0.9, 0.5, 0.85, 1.0]})
+    assert power.detection_size(c) == 40  # stays above 0.8 from 40 on
+    assert power.detection_size(c.assign(rate=[0.1, 0.2, 0.3, 0.5])) is None
+    assert power.simulation_sizes(72) == [36, 72, 144, 288]
+    assert power.simulation_sizes(np.nan) == [20, 40, 80, 160]
