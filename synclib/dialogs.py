@@ -343,6 +343,9 @@ def _transcript(view, texts_a, texts_b, n, names, max_utt, task, tom=None) -> Tr
     return Transcript(view=view, turns=tuple(turns), end=end, end_detail=detail)
 
 
+# Longer than most functions here (about 95 lines of code): it reads every small variable of a
+# cube once and assembles each dialog from them in one pass; split up, the pieces would pass a
+# dozen arrays between them.
 def dialogs_from_cube(cube, *, run: str = "run", pair: str | None = None, order: int = 1,
                       model_a: str = "", model_b: str = "", family: str = "", tasks=None,
                       judge=None, max_utterances: int | None = None) -> tuple[list, list]:

@@ -73,6 +73,8 @@ def _softmax(z):
     return e / e.sum(-1, keepdims=True)
 
 
+# Long (about 125 lines of code): the generative model of the module docstring, read top to
+# bottom; its inner helpers share the latent paths and layer maps drawn at the start.
 def make_synthetic_cube(n_episodes: int = 40, n_seeds: int = 3, n_rounds: int = 8,
                         layers_a: int = 6, dim_a: int = 32, layers_b: int = 6, dim_b: int = 32,
                         coupling: float = 0.8, seed: int = 0, *, latent_dim: int = 8,
