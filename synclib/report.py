@@ -317,7 +317,7 @@ def _judge_line(judge: dict) -> str:
                           "the allowed integers, one agent and dimension at a time)",
            "json": "JSON mode (the judge writes the whole evaluation)"}.get(mode, mode)
     limit = judge.get("limit")
-    scope = f"first {limit} dialogs per pair" if limit else "every dialog"
+    scope = f"first {limit} dialogs per ordered run" if limit else "every dialog"
     return f"`{judge['model']}` ({where}), {how}; {scope}"
 
 
