@@ -192,12 +192,6 @@ def _taskset(cfg: dict):
     return load_tasks(cfg["scenarios"])
 
 
-def _tasks(cfg: dict):
-    from synclib.scenarios import select_tasks
-
-    return select_tasks(_taskset(cfg), cfg["simulate"]["episodes"])
-
-
 def step_simulate(cfg: dict, run: Run, out: Path) -> None:
     from synclib.scenarios import select_tasks
     from synclib.simulate import simulate

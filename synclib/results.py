@@ -426,7 +426,7 @@ class Results:
         SyncR² of both runs (agent 1 -> agent 2 in each order), and ``ifeval``, ``musr``
         (mean of the two models; matched by manifest label, then spec)."""
         rows = []
-        for pair, runs in self.units():
+        for _, runs in self.units():
             rows.append({**self._info(runs), "social": self.run_social(runs[0].name),
                          "sync": self._unit_value(runs, directions=["A->B"], condition="genuine")["mean"]})
         t = pd.DataFrame(rows)
