@@ -196,11 +196,19 @@ def r2_heatmap(frame: pd.DataFrame, title: str, src_title: str = "source layer",
 
 
 def _ticks(layers: pd.Series, most: int = 8) -> list[int]:
-    """Layer ticks: every layer up to ``most`` layers, else every few (first and last kept)."""
+    """Layer ticks: every layer up to ``most`` layers, else every few, first and last kept.
+
+    The last layer replaces the regular tick before it when the two would sit less than a
+    step apart (31 layers: 0, 4, ..., 24, 30, not ..., 24, 28, 30 with 28 and 30 crowded)."""
     vals = sorted({int(v) for v in layers})
     step = max(1, -(-len(vals) // most))
-    out = vals[::step]
-    return out if out[-1] == vals[-1] else out + [vals[-1]]
+    idx = list(range(0, len(vals), step))
+    if idx[-1] != len(vals) - 1:
+        if len(idx) > 1 and len(vals) - 1 - idx[-1] < step:
+            idx[-1] = len(vals) - 1
+        else:
+            idx.append(len(vals) - 1)
+    return [vals[i] for i in idx]
 
 
 def heatmap_grid(frames: dict[str, pd.DataFrame], columns: int = 2, size: int | None = None,

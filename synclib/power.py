@@ -701,19 +701,25 @@ def curve_frames(curve: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def format_table(table: pd.DataFrame) -> pd.DataFrame:
-    """:func:`paired_control_tests` for display: readable column names, unit names, numbers
-    to three decimals and p-values as :func:`synclib.stats.format_p` writes them."""
+    """:func:`paired_control_tests` for display, narrow enough for a book's text column.
+
+    Indexed by the control and the kind of paired value (rows of one control together),
+    numbers to three decimals, p-values as :func:`synclib.stats.format_p` writes them and
+    the minimum detectable difference in the last column.  t and the spread of the
+    differences are left out to keep it narrow (the sentences of :func:`claims_text` give
+    the spread)."""
     from synclib.stats import format_p
 
-    units = {"split_seed": "run x direction x split seed", "direction": "run x direction (seeds averaged)"}
+    units = {"split_seed": "per split seed", "direction": "seeds averaged"}
+    order = {c: i for i, c in enumerate(dict.fromkeys(table["control"]))}
+    t = table.assign(_c=table["control"].map(order), _u=table["unit"].map({"split_seed": 0}).fillna(1))
+    t = t.sort_values(["_c", "_u"], kind="stable")
     out = pd.DataFrame({
-        "comparison": table["comparison"], "paired values": table["unit"].map(units).fillna(table["unit"]),
-        "n": table["n_pairs"], "mean genuine": table["mean_genuine"].map(_f),
-        "mean control": table["mean_control"].map(_f), "mean difference": table["mean_diff"].map(_f),
-        "sd of differences": table["sd_diff"].map(_f), "t": table["t"].map(lambda x: _f(x, 2)),
-        "p (paired t)": table["p_t"].map(format_p), "p (sign flips)": table["p_perm"].map(format_p),
-        "min. detectable difference": table["mde"].map(_f)})
-    return out.reset_index(drop=True)
+        "genuine vs": t["control"], "paired values": t["unit"].map(units).fillna(t["unit"]),
+        "n": t["n_pairs"], "genuine": t["mean_genuine"].map(_f), "control": t["mean_control"].map(_f),
+        "difference": t["mean_diff"].map(_f), "p (paired t)": t["p_t"].map(format_p),
+        "p (sign flips)": t["p_perm"].map(format_p), "min. detectable difference": t["mde"].map(_f)})
+    return out.set_index(["genuine vs", "paired values"])
 
 
 # --------------------------------------------------------------------------- sentences

@@ -112,6 +112,24 @@ def sentence_relationship(table: pd.DataFrame, published: dict) -> str:
 
 
 # --------------------------------------------------------------------------- figure 6
+def readable(table: pd.DataFrame, digits: int = 3):
+    """``table`` for a page: no row numbers, numbers to ``digits`` decimals, columns named
+    ``p`` or ending in `` p`` as :func:`synclib.stats.format_p` writes p-values, missing
+    values as a dash, text cells whole (pandas would cut them at 50 characters)."""
+    import html
+
+    from synclib.stats import format_p
+
+    def num(x):
+        return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{digits}f}"
+
+    fmt = {c: (lambda x: "–" if x is None or not np.isfinite(x) else html.escape(format_p(x)))
+           if c == "p" or str(c).endswith(" p") else num
+           for c in table.columns if pd.api.types.is_float_dtype(table[c])}
+    return table.style.hide(axis="index").format(fmt, na_rep="–", escape="html").set_table_attributes(
+        'class="dataframe"')
+
+
 def published_correlations(published: dict) -> pd.DataFrame:
     """Figure 6's published Pearson r per family as a table."""
     return pd.DataFrame(published["fig6"]["pearson"]).rename(columns={"r": "paper r",

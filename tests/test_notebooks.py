@@ -277,6 +277,35 @@ def test_offline_renderer_bundle_has_no_cdn_and_a_drawn_png():
     assert plots.NEGATIVE_GREY in spec and '"stroke": "black"' in spec
 
 
+@pytest.mark.parametrize("n_layers", [5, 9, 17, 25, 29, 31, 32, 33, 65])
+def test_heatmap_layer_ticks_are_evenly_spaced(n_layers):
+    """Ticks every few layers, the first and the last layer labelled, and no two labels crowded
+    (31 layers used to end ..., 24, 28, 30)."""
+    grid = np.arange(n_layers)
+    frame = pd.DataFrame({"src_layer": np.repeat(grid, n_layers), "tgt_layer": np.tile(grid, n_layers),
+                          "r2": 0.1, "best": False})
+    spec = plots.r2_heatmap(frame, title="t").to_dict()
+    encoding = spec["layer"][0]["encoding"] if "layer" in spec else spec["encoding"]
+    for axis in ("x", "y"):
+        ticks = encoding[axis]["axis"]["values"]
+        assert ticks[0] == 0 and ticks[-1] == n_layers - 1 and len(ticks) <= 9
+        gaps = np.diff(ticks)
+        step = gaps[0]
+        assert (gaps[:-1] == step).all() and step <= gaps[-1] < 2 * step, ticks
+
+
+def test_readable_tables_show_whole_text_and_formatted_numbers():
+    """Tables on the pages: no row numbers, three decimals, p-values as format_p writes them,
+    a dash for missing values, long notes whole (pandas cuts them at 50 characters)."""
+    note = "no r (only 1 point; a correlation needs at least 3 points, here 1)" * 2
+    frame = pd.DataFrame({"group": ["a", "b"], "n": [1, 3], "r": [np.nan, 0.999176],
+                          "p": [np.nan, 0.0002], "musr p": [0.02584, np.nan], "note": [note, "y"]})
+    html = report.readable(frame).to_html()
+    assert note in html and ">0.999<" in html and "&lt; 0.001" in html and ">0.026<" in html
+    assert html.count(">–<") == 3 and 'class="dataframe"' in html and "0.999176" not in html
+    assert ">0<" not in html and ">1<" in html  # n stays an integer; no row numbers
+
+
 def test_empty_frames_give_a_placeholder_chart():
     chart = plots.lines_with_se(pd.DataFrame(), x="k", series="pair", title="none")
     spec = chart.to_dict()

@@ -186,8 +186,12 @@ def test_sample_sizes_and_sentences(small_results):
     passive = table.set_index("control").loc["passive"]
     assert f"{passive['mean_diff']:.3f}" in text and "stated assumption" in text
     assert f"{sizes['n_samples']:.0f}" in text  # "this run has about K"
-    shown = power.format_table(table)
-    assert len(shown) == len(table) and "min. detectable difference" in shown.columns
+    both = pd.concat([table, power.paired_control_tests(res, unit="direction")], ignore_index=True)
+    shown = power.format_table(both)
+    assert len(shown) == len(both) and "min. detectable difference" in shown.columns
+    # one control's rows together, per split seed first
+    assert list(shown.index[:2]) == [("passive", "per split seed"), ("passive", "seeds averaged")]
+    assert shown.loc[("passive", "per split seed"), "difference"] == f"{passive['mean_diff']:.3f}"
 
 
 def test_sentences_follow_the_numbers():

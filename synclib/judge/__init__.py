@@ -31,7 +31,8 @@ import importlib
 
 from synclib.judge.errors import JudgeError, JudgeRequestError
 from synclib.judge.rubric import (DIMENSION_DESCRIPTIONS, DIMENSIONS, EMBEDDED_INSTRUCTIONS,
-                                  REASONING_MAX_CHARS, SCORE_RANGES, structured_schema)
+                                  REASONING_MAX_CHARS, SCORE_RANGES, structured_schema,
+                                  structured_token_budget)
 from synclib.judge.table import TABLE_COLUMNS, overall_scores, read_table, save_table, social_performance
 
 #: the judging names, loaded from their module on first access (PEP 562)
@@ -49,7 +50,7 @@ _LAZY = {
 __all__ = [
     "JudgeError", "JudgeRequestError",
     "DIMENSIONS", "SCORE_RANGES", "DIMENSION_DESCRIPTIONS", "EMBEDDED_INSTRUCTIONS",
-    "REASONING_MAX_CHARS", "structured_schema",
+    "REASONING_MAX_CHARS", "structured_schema", "structured_token_budget",
     "TABLE_COLUMNS", "read_table", "save_table", "overall_scores", "social_performance",
     *_LAZY,
 ]

@@ -29,7 +29,7 @@ import numpy as np
 
 from synclib.engine import Engine
 from synclib.judge.errors import JudgeError, JudgeRequestError
-from synclib.judge.rubric import REASONING_MAX_CHARS, structured_schema
+from synclib.judge.rubric import REASONING_MAX_CHARS, structured_schema, structured_token_budget
 
 __all__ = ["OpenAIBackend", "LocalBackend", "score_candidates", "RESPONSE_FORMAT_NAME"]
 
@@ -74,6 +74,10 @@ class OpenAIBackend:
         Wait ``min(backoff * 2**attempt, max_backoff)`` seconds before retry
         ``attempt + 1`` (a 429's ``Retry-After`` is honoured up to ``max_backoff``).
     temperature, seed, max_tokens : sampling settings sent with every request.
+        ``max_tokens=None`` (default) sends none: the server's own limit applies, and a
+        server enforcing the schema stops where the schema ends.  Under structured output
+        a ``max_tokens`` below :func:`synclib.judge.rubric.structured_token_budget` is
+        warned about, since it can cut a valid answer short.
     structured : bool
         Ask for structured output (default): every request carries
         ``response_format = {"type": "json_schema", "json_schema": {"name":
@@ -137,6 +141,12 @@ class OpenAIBackend:
                             "schema": structured_schema(reasoning_max_chars), "strict": True},
         }
         self.structured_refused = False
+        budget = structured_token_budget(reasoning_max_chars)
+        if self.structured and max_tokens is not None and max_tokens < budget:
+            log.warning("max_tokens=%d is below the %d tokens the longest structured evaluation "
+                        "(reasoning_max_chars=%d) may need: a long answer can be cut short; "
+                        "leave max_tokens unset or lower reasoning_max_chars",
+                        max_tokens, budget, reasoning_max_chars)
         key = os.environ.get(api_key_env) or ""
         if not key:
             log.warning("environment variable %s is not set: sending requests without an "

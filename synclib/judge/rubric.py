@@ -186,3 +186,21 @@ def structured_schema(reasoning_max_chars: int = REASONING_MAX_CHARS) -> dict:
         "required": list(AGENT_KEYS),
         "additionalProperties": False,
     }
+
+
+def structured_token_budget(reasoning_max_chars: int = REASONING_MAX_CHARS) -> int:
+    """Tokens enough for the longest evaluation :func:`structured_schema` allows.
+
+    The length in characters of the longest valid answer (every reasoning at its
+    ``maxLength``, every score with the most digits its range allows), written with
+    two-space indentation: at one token per character no tokenizer needs more for
+    ASCII text.  A ``max_tokens`` below it may cut a valid answer short (a small
+    judge that runs out inside a reasoning string leaves nothing to parse); with no
+    ``max_tokens`` a schema-enforcing server stops where the schema ends.
+    """
+    structured_schema(reasoning_max_chars)  # validates the bound
+    longest = {k: {d: {"reasoning": "x" * reasoning_max_chars,
+                       "score": max((lo, hi), key=lambda v: len(str(v)))}
+                   for d, (lo, hi) in SCORE_RANGES.items()} for k in AGENT_KEYS}
+    return len(json.dumps(longest, indent=2))
+
