@@ -43,11 +43,13 @@ from scipy import optimize
 from scipy import stats as sps
 
 __all__ = [
+    "ASSUMED_PAPER_DIFFERENCE",
     "EXACT_MAX_N",
     "N_RANDOM_FLIPS",
     "RECOVERY_COLUMNS",
     "TABLE_COLUMNS",
     "UNITS",
+    "claims_summary",
     "claims_text",
     "coupling_for_difference",
     "curve_frames",
@@ -847,6 +849,62 @@ def claims_text(table: pd.DataFrame, curve: pd.DataFrame | None, sizes: dict, pu
                      f"per dataset; this run has about {K:.0f} ({Ktr:.0f} for training), so it cannot speak to what "
                      f"happens near {f9['n_samples']:,}.")
     return "\n\n".join(paras)
+
+
+#: The genuine-passive SyncR² difference taken as the paper's where a run is judged against
+#: it.  The paper prints no number for it (figure 4a is a bar chart without values): a stated
+#: assumption, said so wherever it is used.
+ASSUMED_PAPER_DIFFERENCE = 0.1
+
+
+def claims_summary(results, published: dict, paper_difference: float = ASSUMED_PAPER_DIFFERENCE) -> list[str]:
+    """One plain Markdown line per claim of the paper: can this run speak to it?
+
+    For the book's first page (the power page gives the full argument).  Uses the
+    conservative paired tests (split seeds averaged first, :func:`paired_control_tests`
+    with ``unit="direction"``); no simulation.
+
+    Returns
+    -------
+    list of str
+        Passive reader, lags, the correlation with social performance, the sample size.
+    """
+    from synclib.stats import MIN_N_CORR
+
+    table = paired_control_tests(results, unit="direction")
+    sizes = run_sample_sizes(results)
+    lines = []
+    pas = table[table["control"] == "passive"] if len(table) else table
+    if len(pas) and np.isfinite(pas.iloc[0]["mde"]):
+        r = pas.iloc[0]
+        verdict = "can" if r["mde"] <= paper_difference else "cannot"
+        lines.append(f"Passive reader below genuine (section 4.2): **{verdict}** speak to a difference of "
+                     f"{_f(paper_difference, 2)} SyncR² (assumed; the paper prints no number): with the split "
+                     f"seeds averaged it detects differences above about {_f(r['mde'])} "
+                     f"({int(r['n_pairs'])} paired values); found {_f(r['mean_diff'])}, {_p(r['p_t'])}.")
+    else:
+        lines.append("Passive reader below genuine (section 4.2): **cannot** speak to it (no passive "
+                     "condition, or too few paired values).")
+    lags = table[table["control"].str.startswith("lag")] if len(table) else table
+    if len(lags):
+        parts = [f"{r['control']}: detectable from about {_f(r['mde'])}, found {_f(r['mean_diff'])} ({_p(r['p_t'])})"
+                 for _, r in lags.iterrows()]
+        lines.append("Synchrony collapses at lags (section 4.2): " + "; ".join(parts) + ".")
+    n_pairs, paper_pairs = len(results.pair_names), 21
+    # a correlation over fewer than five points keeps at most two degrees of freedom
+    verdict = ("cannot" if n_pairs < MIN_N_CORR + 2 else "can only weakly" if n_pairs < paper_pairs else "can")
+    lines.append(f"SyncR² tracks social performance (figure 6, table 1): **{verdict}** speak to it: "
+                 f"{n_pairs} model pair{'s' if n_pairs != 1 else ''} here, {paper_pairs} in the paper"
+                 f"{' (a correlation over so few points is not evidence)' if verdict == 'cannot' else ''}."
+                 + (" The embedded tiny models are not the paper's models." if getattr(results, "embedded", False)
+                    else ""))
+    f9 = published.get("fig9", {})
+    K = sizes.get("n_samples", math.nan)
+    if f9.get("n_samples") and np.isfinite(K):
+        verdict = "can" if K >= f9["n_samples"] else "cannot"
+        lines.append(f"The paper's sample size (appendix D): **{verdict}** speak to it: about {K:.0f} "
+                     f"samples per dataset here, {f9['n_samples']:,} in the paper.")
+    return lines
 
 
 def _curve_sentence(curve: pd.DataFrame, sizes: dict, passive_row) -> str:

@@ -398,6 +398,12 @@ def run_summary_markdown(res) -> str:
             extra = f"; passive reader {_f(pr['mean'])} ± {_f(pr['se'])}"
         lines.append(f"- {r['pair']} ({r['model_a']} & {r['model_b']}): SyncR² "
                      f"{_f(r['mean'])} ± {_f(r['se'])}{extra}")
+    from synclib import power
+    from synclib.results import load_published
+
+    lines += ["", "**Which of the paper's claims this run can speak to** (the argument, with paired tests "
+              "and a simulation, is on the page *Statistical power*):", ""]
+    lines += [f"- {s}" for s in power.claims_summary(res, load_published())]
     return "\n".join(lines) + "\n"
 
 

@@ -194,6 +194,27 @@ def test_sample_sizes_and_sentences(small_results):
     assert shown.loc[("passive", "per split seed"), "difference"] == f"{passive['mean_diff']:.3f}"
 
 
+def test_claims_summary_for_the_first_page(small_results):
+    """The first page's verdicts follow the conservative paired tests and the run's size."""
+    from synclib import report
+
+    res = small_results
+    published = results.load_published()
+    lines = power.claims_summary(res, published)
+    cons = power.paired_control_tests(res, unit="direction").set_index("control")
+    pas = cons.loc["passive"]
+    assert len(lines) == 4 and lines[0].startswith("Passive reader")
+    assert f"about {pas['mde']:.3f}" in lines[0] and f"({int(pas['n_pairs'])} paired values)" in lines[0]
+    assert ("**can**" if pas["mde"] <= power.ASSUMED_PAPER_DIFFERENCE else "**cannot**") in lines[0]
+    # a difference far below this run's detectable size cannot be spoken to
+    assert "**cannot**" in power.claims_summary(res, published, paper_difference=pas["mde"] / 10)[0]
+    assert "lag1" in lines[1] and "lag2" in lines[1]
+    assert "**cannot**" in lines[2] and f"{len(res.pair_names)} model pair" in lines[2]
+    assert "**cannot**" in lines[3] and "6,500" in lines[3]
+    summary = report.run_summary_markdown(res)
+    assert all(f"- {line}" in summary for line in lines)
+
+
 def test_sentences_follow_the_numbers():
     base = {"comparison": "genuine - passive", "control": "passive", "unit": "split_seed", "n_runs": 4,
                 "mean_genuine": 0.05, "mean_control": 0.04, "t": 1.0, "mde_normal": np.nan}
