@@ -874,20 +874,34 @@ def claims_summary(results, published: dict, paper_difference: float = ASSUMED_P
     table = paired_control_tests(results, unit="direction")
     sizes = run_sample_sizes(results)
     lines = []
+    def no_test(r) -> str | None:
+        """Why ``r`` allows no test, or None."""
+        if int(r["n_pairs"]) < 2:
+            return f"{int(r['n_pairs'])} paired value(s), too few for a test"
+        if not np.isfinite(r["mde"]):
+            same = (f"are equal in all {int(r['n_pairs'])} paired values (both {_f(r['mean_genuine'])})"
+                    if r["mean_diff"] == 0 else
+                    f"differ by the same {_f(r['mean_diff'])} in all {int(r['n_pairs'])} paired values")
+            return f"genuine and {r['control']} {same}, so no test or detectable size is defined"
+        return None
+
     pas = table[table["control"] == "passive"] if len(table) else table
-    if len(pas) and np.isfinite(pas.iloc[0]["mde"]):
+    head = "Passive reader below genuine (section 4.2): "
+    if not len(pas):
+        lines.append(head + "**cannot** speak to it: this run has no passive condition.")
+    elif no_test(pas.iloc[0]):
+        lines.append(head + f"**cannot** speak to it: {no_test(pas.iloc[0])}.")
+    else:
         r = pas.iloc[0]
         verdict = "can" if r["mde"] <= paper_difference else "cannot"
-        lines.append(f"Passive reader below genuine (section 4.2): **{verdict}** speak to a difference of "
+        lines.append(head + f"**{verdict}** speak to a difference of "
                      f"{_f(paper_difference, 2)} SyncR² (assumed; the paper prints no number): with the split "
                      f"seeds averaged it detects differences above about {_f(r['mde'])} "
                      f"({int(r['n_pairs'])} paired values); found {_f(r['mean_diff'])}, {_p(r['p_t'])}.")
-    else:
-        lines.append("Passive reader below genuine (section 4.2): **cannot** speak to it (no passive "
-                     "condition, or too few paired values).")
     lags = table[table["control"].str.startswith("lag")] if len(table) else table
     if len(lags):
-        parts = [f"{r['control']}: detectable from about {_f(r['mde'])}, found {_f(r['mean_diff'])} ({_p(r['p_t'])})"
+        parts = [f"{r['control']}: {no_test(r)}" if no_test(r) else
+                 f"{r['control']}: detectable from about {_f(r['mde'])}, found {_f(r['mean_diff'])} ({_p(r['p_t'])})"
                  for _, r in lags.iterrows()]
         lines.append("Synchrony collapses at lags (section 4.2): " + "; ".join(parts) + ".")
     n_pairs, paper_pairs = len(results.pair_names), 21

@@ -215,6 +215,22 @@ def test_claims_summary_for_the_first_page(small_results):
     assert all(f"- {line}" in summary for line in lines)
 
 
+def test_claims_summary_when_nothing_varies(small_results, monkeypatch):
+    """The default embedded run clips every R² to 0: genuine equals each control in every
+    paired value, and the first page says so instead of printing n/a."""
+    table = power.paired_control_tests(small_results, unit="direction")
+    flat = table.assign(mean_genuine=0.0, mean_control=0.0, mean_diff=0.0, sd_diff=0.0, mde=np.nan,
+                        p_t=np.nan, p_perm=1.0)
+    monkeypatch.setattr(power, "paired_control_tests", lambda res, unit="direction": flat)
+    lines = power.claims_summary(small_results, results.load_published())
+    assert lines[0].startswith("Passive reader") and "**cannot**" in lines[0]
+    assert "equal in all" in lines[0] and "no test or detectable size" in lines[0]
+    assert "n/a" not in " ".join(lines) and lines[1].count("equal in all") == 2
+    monkeypatch.setattr(power, "paired_control_tests",
+                        lambda res, unit="direction": flat[flat["control"] != "passive"])
+    assert "no passive condition" in power.claims_summary(small_results, results.load_published())[0]
+
+
 def test_sentences_follow_the_numbers():
     base = {"comparison": "genuine - passive", "control": "passive", "unit": "split_seed", "n_runs": 4,
                 "mean_genuine": 0.05, "mean_control": 0.04, "t": 1.0, "mde_normal": np.nan}

@@ -203,4 +203,3 @@ def structured_token_budget(reasoning_max_chars: int = REASONING_MAX_CHARS) -> i
                        "score": max((lo, hi), key=lambda v: len(str(v)))}
                    for d, (lo, hi) in SCORE_RANGES.items()} for k in AGENT_KEYS}
     return len(json.dumps(longest, indent=2))
-
