@@ -741,6 +741,24 @@ def _significant(row, level: float = 0.05) -> bool:
     return bool(np.isfinite(row["p_t"]) and row["p_t"] < level)
 
 
+def _can_detect(row, difference: float) -> bool:
+    """Can the comparison ``row`` speak to a true ``difference`` (its minimum detectable
+    difference is defined and no larger)?"""
+    return bool(np.isfinite(row["mde"]) and row["mde"] <= difference)
+
+
+def _why_untestable(row) -> str | None:
+    """Why the comparison ``row`` allows no test, in a clause for the first page; None if it does."""
+    n = int(row["n_pairs"])
+    if n < 2:
+        return f"{n} paired value(s), too few for a test"
+    if not np.isfinite(row["mde"]):
+        same = (f"are equal in all {n} paired values (both {_f(row['mean_genuine'])})" if row["mean_diff"] == 0
+                else f"differ by the same {_f(row['mean_diff'])} in all {n} paired values")
+        return f"genuine and {row['control']} {same}, so no test or detectable size is defined"
+    return None
+
+
 def _row_sentence(row) -> str:
     what = row["control"]
     n, mde = int(row["n_pairs"]), row["mde"]
@@ -810,7 +828,7 @@ def claims_text(table: pd.DataFrame, curve: pd.DataFrame | None, sizes: dict, pu
     if len(pas):
         r = pas.iloc[0]
         need = n_pairs_needed(paper_difference, r["sd_diff"])
-        can = bool(np.isfinite(r["mde"]) and r["mde"] <= paper_difference)
+        can = _can_detect(r, paper_difference)
         s = (f"Paper claim (section 4.2): \"{claim.get('claim_passive', 'passive SyncR² is below genuine')}\" "
              f"{src} With {int(r['n_pairs'])} paired values whose differences have sd {_f(r['sd_diff'])}, this run ")
         if can:
@@ -874,34 +892,22 @@ def claims_summary(results, published: dict, paper_difference: float = ASSUMED_P
     table = paired_control_tests(results, unit="direction")
     sizes = run_sample_sizes(results)
     lines = []
-    def no_test(r) -> str | None:
-        """Why ``r`` allows no test, or None."""
-        if int(r["n_pairs"]) < 2:
-            return f"{int(r['n_pairs'])} paired value(s), too few for a test"
-        if not np.isfinite(r["mde"]):
-            same = (f"are equal in all {int(r['n_pairs'])} paired values (both {_f(r['mean_genuine'])})"
-                    if r["mean_diff"] == 0 else
-                    f"differ by the same {_f(r['mean_diff'])} in all {int(r['n_pairs'])} paired values")
-            return f"genuine and {r['control']} {same}, so no test or detectable size is defined"
-        return None
-
     pas = table[table["control"] == "passive"] if len(table) else table
     head = "Passive reader below genuine (section 4.2): "
     if not len(pas):
         lines.append(head + "**cannot** speak to it: this run has no passive condition.")
-    elif no_test(pas.iloc[0]):
-        lines.append(head + f"**cannot** speak to it: {no_test(pas.iloc[0])}.")
+    elif why := _why_untestable(r := pas.iloc[0]):
+        lines.append(head + f"**cannot** speak to it: {why}.")
     else:
-        r = pas.iloc[0]
-        verdict = "can" if r["mde"] <= paper_difference else "cannot"
+        verdict = "can" if _can_detect(r, paper_difference) else "cannot"
         lines.append(head + f"**{verdict}** speak to a difference of "
                      f"{_f(paper_difference, 2)} SyncR² (assumed; the paper prints no number): with the split "
                      f"seeds averaged it detects differences above about {_f(r['mde'])} "
                      f"({int(r['n_pairs'])} paired values); found {_f(r['mean_diff'])}, {_p(r['p_t'])}.")
     lags = table[table["control"].str.startswith("lag")] if len(table) else table
     if len(lags):
-        parts = [f"{r['control']}: {no_test(r)}" if no_test(r) else
-                 f"{r['control']}: detectable from about {_f(r['mde'])}, found {_f(r['mean_diff'])} ({_p(r['p_t'])})"
+        parts = [f"{r['control']}: " + (_why_untestable(r) or f"detectable from about {_f(r['mde'])}, "
+                                        f"found {_f(r['mean_diff'])} ({_p(r['p_t'])})")
                  for _, r in lags.iterrows()]
         lines.append("Synchrony collapses at lags (section 4.2): " + "; ".join(parts) + ".")
     n_pairs, paper_pairs = len(results.pair_names), 21

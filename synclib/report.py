@@ -120,11 +120,11 @@ def readable(table: pd.DataFrame, digits: int = 3):
 
     from synclib.stats import format_p
 
-    def num(x):
-        return "–" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.{digits}f}"
+    def cell(write):
+        return lambda x: "–" if x is None or not np.isfinite(x) else write(x)
 
-    fmt = {c: (lambda x: "–" if x is None or not np.isfinite(x) else html.escape(format_p(x)))
-           if c == "p" or str(c).endswith(" p") else num
+    fmt = {c: cell(lambda x: html.escape(format_p(x))) if c == "p" or str(c).endswith(" p")
+           else cell(lambda x: f"{x:.{digits}f}")
            for c in table.columns if pd.api.types.is_float_dtype(table[c])}
     return table.style.hide(axis="index").format(fmt, na_rep="–", escape="html").set_table_attributes(
         'class="dataframe"')

@@ -141,8 +141,8 @@ class OpenAIBackend:
                             "schema": structured_schema(reasoning_max_chars), "strict": True},
         }
         self.structured_refused = False
-        budget = structured_token_budget(reasoning_max_chars)
-        if self.structured and max_tokens is not None and max_tokens < budget:
+        if (self.structured and max_tokens is not None
+                and max_tokens < (budget := structured_token_budget(reasoning_max_chars))):
             log.warning("max_tokens=%d is below the %d tokens the longest structured evaluation "
                         "(reasoning_max_chars=%d) may need: a long answer can be cut short; "
                         "leave max_tokens unset or lower reasoning_max_chars",
