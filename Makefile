@@ -44,6 +44,7 @@ book: venv
 bench: venv
 	$(PY) bench/bench_ridge.py
 	$(PY) bench/bench_engine.py
+	$(PY) bench/bench_candidates.py
 	$(PY) bench/bench_simulate.py --device cpu --preset smollm2 --storage 52
 	$(PY) bench/bench_analysis.py
 

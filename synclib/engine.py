@@ -179,9 +179,17 @@ def continuation_logprobs(model, cache, mask, next_pos, items, pad_token_id: int
 
     ``items`` are ``(row, seq)`` pairs; for each, ``log P(seq[1:] | row's prompt, seq[0])``
     (the first token's own probability is read from the prefill's logits by the
-    caller; 0.0 for a one-token ``seq``).  Each distinct ``(row, seq[:-1])`` is fed
-    once, ``batch_size`` feeds per forward pass (right-padded), over the row's
-    key/value cache.
+    caller; 0.0 for a one-token ``seq``).
+
+    The tokens to feed are, per row, the distinct proper prefixes of its sequences, laid
+    out as a prefix tree: each prefix is one input token (its last), at the position after
+    its parent's, attending to the row's prompt and to its own ancestors only (one
+    ``(batch, 1, nodes, columns)`` mask per attention type, sliding windows applied as the
+    model applies them).  One forward pass over the row's key/value cache thus scores all
+    of its candidates, ``batch_size`` rows per pass, instead of one cache copy per distinct
+    prefix (:func:`_per_prefix_logprobs`, used for attention implementations that take no
+    explicit mask).  Both give the log-probabilities of running each ``prompt + seq`` alone,
+    up to float rounding.
 
     Parameters
     ----------
@@ -199,6 +207,94 @@ def continuation_logprobs(model, cache, mask, next_pos, items, pad_token_id: int
     logps : list of float, one per item
     forward_calls : int
     """
+    windows = _attention_windows(model.config)
+    if windows is None:
+        return _per_prefix_logprobs(model, cache, mask, next_pos, items, pad_token_id, batch_size)
+    import torch
+    from transformers import DynamicCache
+
+    trees: dict = {}  # row -> {prefix: node index}, parents before children
+    for b, seq in items:
+        nodes = trees.setdefault(int(b), {})
+        for d in range(1, len(seq)):
+            nodes.setdefault(tuple(seq[:d]), len(nodes))
+    out = [0.0] * len(items)
+    rows = sorted(b for b, nodes in trees.items() if nodes)
+    if not rows:
+        return out, 0
+    dev, T = mask.device, mask.shape[1]
+    float_mask = getattr(model.config, "_attn_implementation", "sdpa") == "eager"
+    bs = max(1, int(batch_size))
+    calls = 0
+    by_row: dict = {}
+    for i, (b, seq) in enumerate(items):
+        by_row.setdefault(int(b), []).append(i)
+    for c0 in range(0, len(rows), bs):
+        chunk = rows[c0:c0 + bs]
+        n, L = len(chunk), max(len(trees[b]) for b in chunk)
+        inp = torch.full((n, L), pad_token_id, dtype=torch.long)
+        depth = torch.zeros((n, L), dtype=torch.long)
+        tree = torch.eye(L, dtype=torch.bool).repeat(n, 1, 1)  # (n, query node, key node): ancestor or self
+        for j, b in enumerate(chunk):
+            for pre, v in trees[b].items():
+                inp[j, v], depth[j, v] = pre[-1], len(pre) - 1
+                for d in range(1, len(pre)):
+                    tree[j, v, trees[b][pre[:d]]] = True
+        sel = torch.tensor(chunk, device=dev)
+        depth, tree = depth.to(dev), tree.to(dev)
+        # query node at column T + depth, prompt key at column k: visible if unpadded and,
+        # under a sliding window w, (T + depth) - k < w; tree keys: depth difference < w
+        q_col = T + depth[:, :, None]
+        k_col = torch.arange(T, device=dev)[None, None, :]
+        masks = {}
+        for kind, w in windows.items():
+            prompt = mask[sel].bool()[:, None, :].expand(n, L, T)
+            own = tree
+            if w is not None:
+                prompt = prompt & (q_col - k_col < w)
+                own = tree & (depth[:, :, None] - depth[:, None, :] < w)
+            allowed = torch.cat([prompt, own], dim=2)[:, None]  # (n, 1, L, T + L)
+            if float_mask:
+                dtype = next(model.parameters()).dtype
+                allowed = torch.zeros(allowed.shape, dtype=dtype, device=dev).masked_fill(
+                    ~allowed, torch.finfo(dtype).min)
+            masks[kind] = allowed
+        layers = [(layer.keys.index_select(0, sel), layer.values.index_select(0, sel))
+                  if n < mask.shape[0] else (layer.keys, layer.values) for layer in cache.layers]
+        with torch.inference_mode():
+            logits = model(input_ids=inp.to(dev), attention_mask=masks if len(masks) > 1 else masks.popitem()[1],
+                           position_ids=next_pos[sel][:, None] + depth,
+                           past_key_values=DynamicCache(ddp_cache_data=layers), use_cache=True).logits
+            lse = torch.logsumexp(logits.float(), dim=-1)  # (n, L)
+        calls += 1
+        # log P(seq[d] | prompt, seq[:d]) for every item of these rows and every d >= 1
+        terms = [(i, j, trees[b][tuple(items[i][1][:d])], items[i][1][d])
+                 for j, b in enumerate(chunk) for i in by_row[b] for d in range(1, len(items[i][1]))]
+        j_idx, v_idx, t_idx = (torch.tensor([t[k] for t in terms], device=dev) for k in (1, 2, 3))
+        vals = (logits[j_idx, v_idx, t_idx].float() - lse[j_idx, v_idx]).double().cpu().tolist()
+        for (i, *_), val in zip(terms, vals):
+            out[i] += val
+    return out, calls
+
+
+def _attention_windows(config) -> dict | None:
+    """``{layer type: sliding window or None}`` of a model whose attention takes an explicit
+    4-D mask (``sdpa``, ``eager``), as transformers names the layer types; None otherwise."""
+    if getattr(config, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
+        return None
+    window = getattr(config, "sliding_window", None)
+    types = set(getattr(config, "layer_types", None) or
+                ["sliding_attention" if window is not None else "full_attention"])
+    if not types <= {"full_attention", "sliding_attention"}:
+        return None
+    return {t: (window if t == "sliding_attention" else None) for t in sorted(types)}
+
+
+def _per_prefix_logprobs(model, cache, mask, next_pos, items, pad_token_id: int,
+                         batch_size: int = 16) -> tuple[list[float], int]:
+    """:func:`continuation_logprobs` without explicit masks: each distinct ``(row, seq[:-1])``
+    is fed once, right-padded, ``batch_size`` per forward pass, over its own copy of the
+    row's cache."""
     import torch
     from transformers import DynamicCache
 

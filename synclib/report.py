@@ -544,6 +544,7 @@ def benchmarks_markdown(bench_dir) -> str:
                 f"(plus {_num(e.get('import_torch_transformers_s'))} s to import torch and transformers).", ""]
     else:
         out += ["*No result yet: run `python bench/bench_engine.py`.*", ""]
+    out += _candidate_lines(load("candidates_cpu.json"))
     out += _gpu_engine_lines(load("simulate_cuda_mistral7b.json"), load("engine_cuda_decode_loop.json"))
     out += _gpu_e2e_lines(load("e2e_cuda_mistral7b.json"))
     c = load("cube_storage_smollm2.json")
@@ -578,6 +579,30 @@ def benchmarks_markdown(bench_dir) -> str:
         out += ["*No result yet: run `python bench/bench_analysis.py`.*", ""]
     out += _dtype_lines(load("simulate_cpu_dtypes.json"))
     return "\n".join(out) + "\n"
+
+
+def _candidate_lines(c) -> list[str]:
+    """Candidate scoring, prefix tree against per-prefix cache copies (``bench/bench_candidates.py``)."""
+    out = ["## Scoring candidate words and answers (`bench/bench_candidates.py`)", ""]
+    if not c:
+        return out + ["*No result yet: run `python bench/bench_candidates.py`.*", ""]
+    m, j = c["machine"], c["constrained_judge"]
+    out += [f"CPU ({m['cpu_count']} cores, torch {m['torch']}, measured {c['date']}). The ToM read-out and the "
+            "constrained judge score given token sequences after a prompt. synclib feeds each row's candidates "
+            "as one prefix tree in one forward pass per batch of rows; the fallback (for attention "
+            "implementations that take no explicit mask) feeds each distinct prefix over its own copy of the "
+            "row's key/value cache. Same prompts, same run:", "",
+            "| workload | prefix tree, s | per prefix, s | speed-up | largest difference |",
+            "| --- | --- | --- | --- | --- |"]
+    for t in c["tom_emotions"]:
+        out.append(f"| ToM emotion words, {t['model']}, {t['prompts']} prompts of {t['mean_prompt_tokens']:.0f} "
+                   f"tokens | {_num(t['paths']['prefix_tree']['seconds'])} | {_num(t['paths']['per_prefix']['seconds'])} "
+                   f"| {_num(t['speedup'])}x | {_num(t['max_abs_difference'])} (probability) |")
+    out += [f"| constrained judge, {j['judge']}, {j['dialogs']} dialogs ({j['scores']} scores) | "
+            f"{_num(j['paths']['prefix_tree']['seconds'])} | {_num(j['paths']['per_prefix']['seconds'])} | "
+            f"{_num(j['speedup'])}x | {_num(j['max_abs_difference_expected_score'])} (expected score; "
+            f"{'same' if j['same_scores'] else 'different'} scores) |", ""]
+    return out
 
 
 def _dtype_lines(d) -> list[str]:

@@ -230,6 +230,69 @@ def test_sequence_logprobs_are_teacher_forced_and_share_a_session(lm):
         eng.sequence_logprobs(prompts, [[(1,)]])
 
 
+def _tiny(lm, kind: str, attn: str):
+    """``lm`` with its weights replaced by a tiny random model of ``kind`` (sliding windows of
+    16 tokens for mistral and gemma3), attention implementation ``attn``."""
+    from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM,
+                              MistralConfig, MistralForCausalLM)
+
+    from synclib.models import find_decoder_layers
+
+    common = dict(vocab_size=len(lm.tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, pad_token_id=lm.pad_token_id)
+    cfg, cls = {
+        "llama": (LlamaConfig(**common), LlamaForCausalLM),
+        "mistral": (MistralConfig(**common, sliding_window=16), MistralForCausalLM),
+        "gemma3": (Gemma3TextConfig(**common, head_dim=16, sliding_window=16,
+                                    layer_types=["sliding_attention", "full_attention"]), Gemma3ForCausalLM),
+    }[kind]
+    torch.manual_seed(0)
+    model = cls(cfg).eval()
+    model.set_attn_implementation(attn)
+    layers = find_decoder_layers(model)
+    return dataclasses.replace(lm, model=model, decoder_layers=layers, n_layers=len(layers), d_model=64)
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral", "gemma3"])
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_candidates_share_one_pass_per_batch_as_a_prefix_tree(lm, kind, attn, monkeypatch):
+    """Candidates sharing prefixes (a three-level prefix tree), rows of different lengths
+    (left padding), prompts far longer than the sliding window: one forward pass per batch of
+    rows scores every candidate, and each score equals running ``prompt + seq`` alone."""
+    import synclib.engine as E
+
+    tiny = _tiny(lm, kind, attn)
+    prompts = [dialog(tiny, 4, filler=f) for f in (0, 3, 1)]
+    assert min(len(tiny.encode(p)) for p in prompts) > 6 * 16
+    seqs = [[(11, 12, 13), (11, 12), (11, 14), (11,), (40, 41)], [(7,)], [(7, 8), (9, 8, 7, 6)]]
+    eng = Engine(tiny, batch_size=2)
+    got = eng.sequence_logprobs(prompts, seqs)
+    # two batches of rows, each: one prefill and one pass over its candidates' prefix tree
+    assert eng.stats["forward_calls"] == 4
+    for p, row, lp in zip(prompts, seqs, got):
+        want = []
+        for seq in row:
+            total, ctx = 0.0, tiny.encode(p)
+            for t in seq:
+                total += float(torch.log_softmax(solo(tiny, ctx)[1], -1)[t])
+                ctx.append(t)
+            want.append(total)
+        np.testing.assert_allclose(lp, want, rtol=1e-4, atol=1e-4)
+    # attention implementations that take no explicit mask get the per-prefix path: it agrees
+    windows = E._attention_windows(tiny.model.config)
+    assert windows == ({"full_attention": None} if kind == "llama" else
+                       {"sliding_attention": 16} if kind == "mistral" else
+                       {"full_attention": None, "sliding_attention": 16})
+    monkeypatch.setattr(tiny.model.config, "_attn_implementation", "flash_attention_2")
+    assert E._attention_windows(tiny.model.config) is None
+    monkeypatch.undo()
+    monkeypatch.setattr(E, "_attention_windows", lambda config: None)
+    per_prefix = Engine(tiny, batch_size=2)
+    for a, b in zip(per_prefix.sequence_logprobs(prompts, seqs), got):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+    assert per_prefix.stats["forward_calls"] > eng.stats["forward_calls"]
+
+
 def test_bad_arguments(lm):
     with pytest.raises(ValueError, match="batch_size"):
         Engine(lm, batch_size=0)

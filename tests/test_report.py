@@ -12,7 +12,7 @@ RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
 
 def test_missing_results_are_said_to_be_missing(tmp_path):
     md = benchmarks_markdown(tmp_path)
-    for script in ("bench_ridge.py", "bench_engine.py", "bench_analysis.py"):
+    for script in ("bench_ridge.py", "bench_engine.py", "bench_candidates.py", "bench_analysis.py"):
         assert f"*No result yet: run `python bench/{script}`.*" in md
     assert "not measured yet" in md  # the GPU benchmarks
 
@@ -33,5 +33,9 @@ def test_numbers_come_from_the_json(tmp_path):
     engine = json.loads((RESULTS / "engine_cpu.json").read_text())
     for m in engine["modes"].values():
         assert f"| {m['utterances_per_s']:.3g} | {m['prefill_tokens']} |" in md
+    cand = json.loads((RESULTS / "candidates_cpu.json").read_text())
+    for t in cand["tom_emotions"]:
+        assert (f"| {t['paths']['prefix_tree']['seconds']:.3g} | {t['paths']['per_prefix']['seconds']:.3g} "
+                f"| {t['speedup']:.3g}x |") in md
     assert "Peak resident memory: 9.75 GiB" in md and "the two variables alone would take 10.5 GiB" in md
     assert "5,200 training and 1,300 test samples" in md and "No result yet" not in md
