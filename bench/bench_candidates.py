@@ -35,6 +35,7 @@ import platform
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,22 +44,18 @@ sys.path.insert(0, str(ROOT))
 PATHS = ("prefix_tree", "per_prefix")
 
 
+@contextmanager
 def _path(name):
-    """Context manager selecting the candidate-scoring path of :mod:`synclib.engine`."""
-    from contextlib import contextmanager
-
+    """Select the candidate-scoring path of :mod:`synclib.engine` for the ``with`` block."""
     import synclib.engine as E
 
-    @contextmanager
-    def cm():
-        real = E._attention_windows
-        if name == "per_prefix":
-            E._attention_windows = lambda config: None
-        try:
-            yield
-        finally:
-            E._attention_windows = real
-    return cm()
+    real = E._attention_windows
+    if name == "per_prefix":
+        E._attention_windows = lambda config: None
+    try:
+        yield
+    finally:
+        E._attention_windows = real
 
 
 def tom_prompts(lm, cube, tasks):

@@ -223,7 +223,9 @@ def continuation_logprobs(model, cache, mask, next_pos, items, pad_token_id: int
     if not rows:
         return out, 0
     dev, T = mask.device, mask.shape[1]
-    float_mask = getattr(model.config, "_attn_implementation", "sdpa") == "eager"
+    # eager attention adds its mask to the scores; sdpa takes booleans
+    float_dtype = (next(model.parameters()).dtype
+                   if getattr(model.config, "_attn_implementation", "sdpa") == "eager" else None)
     bs = max(1, int(batch_size))
     calls = 0
     by_row: dict = {}
@@ -246,18 +248,17 @@ def continuation_logprobs(model, cache, mask, next_pos, items, pad_token_id: int
         # under a sliding window w, (T + depth) - k < w; tree keys: depth difference < w
         q_col = T + depth[:, :, None]
         k_col = torch.arange(T, device=dev)[None, None, :]
+        unpadded = mask[sel].bool()[:, None, :].expand(n, L, T)
         masks = {}
         for kind, w in windows.items():
-            prompt = mask[sel].bool()[:, None, :].expand(n, L, T)
-            own = tree
+            prompt, own = unpadded, tree
             if w is not None:
-                prompt = prompt & (q_col - k_col < w)
+                prompt = unpadded & (q_col - k_col < w)
                 own = tree & (depth[:, :, None] - depth[:, None, :] < w)
             allowed = torch.cat([prompt, own], dim=2)[:, None]  # (n, 1, L, T + L)
-            if float_mask:
-                dtype = next(model.parameters()).dtype
-                allowed = torch.zeros(allowed.shape, dtype=dtype, device=dev).masked_fill(
-                    ~allowed, torch.finfo(dtype).min)
+            if float_dtype is not None:
+                allowed = torch.zeros(allowed.shape, dtype=float_dtype, device=dev).masked_fill(
+                    ~allowed, torch.finfo(float_dtype).min)
             masks[kind] = allowed
         layers = [(layer.keys.index_select(0, sel), layer.values.index_select(0, sel))
                   if n < mask.shape[0] else (layer.keys, layer.values) for layer in cache.layers]
