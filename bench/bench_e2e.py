@@ -4,10 +4,10 @@ Two random-init models of one shape (``--preset``; ``mistral7b``: the
 Mistral-7B shape, 32 layers x 4096, bfloat16 on CUDA; ``tiny``: 4 layers x 256,
 to check the script on a CPU) are built from a config, saved as Hugging Face
 directories (weights and the random tokenizer of ``bench_simulate.py``) and
-played against each other in both speaking orders (pairs ``M-N`` and ``N-M``)
+played against each other in both speaking orders (pair ``M-N``, ``orders: both``)
 on ``--tasks`` embedded Sotopia-format tasks, with the paper's limits (16
 utterances, 300 new tokens), the passive and ToM passes, a local judge (model
-``M``, constrained scoring, ``--judge-limit`` dialogs per run), the analyses on
+``M``, constrained scoring, ``--judge-sample`` dialogs per run), the analyses on
 the same device, and, with ``--book``, every notebook and the book.
 
 Replies of random weights: the tokenizer places a line break on one filler
@@ -84,12 +84,12 @@ def write_config(path: Path, models: Path, results: Path, args) -> dict:
         "dtype": "auto",
         "models": {k: {"spec": str(models / k), "family": "Random",
                        "label": f"random {label} (seed {i})"} for i, k in enumerate("MN")},
-        "pairs": ["M-N", "N-M"],
+        "pairs": ["M-N"], "orders": "both",
         "simulate": {"episodes": args.tasks, "seeds": [0], "max_utterances": args.max_utterances,
                      "max_new_tokens": args.max_new_tokens, "temperature": 0.7, "batch_size": args.tasks,
                      "passive": True, "tom": True, "store_dtype": "float32"},
         "judge": {"model": str(models / "M"), "url": None, "mode": "constrained", "concurrency": 8,
-                  "limit": args.judge_limit},
+                  "sample": args.judge_sample},
         "analysis": {"alpha": 0.1, "n_samples": 6500, "split_seeds": [0, 1, 2], "lags": [1, 2],
                      "sample_sizes": args.sample_sizes, "persona_disjoint": True, "relationship": True,
                      "nonlinear": True, "tom": True, "max_resident_gib": 8},
@@ -101,14 +101,19 @@ def write_config(path: Path, models: Path, results: Path, args) -> dict:
 
 
 def collect_stamps(results: Path) -> dict:
-    """Every job's ``*.done.json`` (seconds, peak GPU memory) by output name."""
+    """Every job's ``*.done.json`` (seconds, peak GPU memory, a simulate job's engine counters
+    with its prefix reuse: reused / (reused + prefilled) prompt tokens) by output name."""
     out = {}
     roots = [results, REPO / "book" / "executed", REPO / "_build" / "html"]
     for root in roots:
         for f in sorted(root.rglob("*.done.json")) if root.exists() else []:
             d = json.loads(f.read_text())
-            out[str(f.relative_to(root.parent if root != results else results))[:-len(".done.json")]] = {
-                k: d[k] for k in ("seconds", "peak_gpu_gib") if k in d}
+            row = {k: d[k] for k in ("seconds", "peak_gpu_gib", "engine") if k in d}
+            if "engine" in row:
+                e = row["engine"]
+                row["prefix_reuse"] = round(e.get("reused_tokens", 0) / max(1, e.get("reused_tokens", 0)
+                                                                            + e.get("prefill_tokens", 0)), 3)
+            out[str(f.relative_to(root.parent if root != results else results))[:-len(".done.json")]] = row
     return out
 
 
@@ -159,7 +164,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=300)
     ap.add_argument("--newline-every", type=int, default=64,
                     help="one filler token in N ends a line (sets the random replies' mean length)")
-    ap.add_argument("--judge-limit", type=int, default=4, help="dialogs judged per run")
+    ap.add_argument("--judge-sample", type=int, default=4, help="dialogs judged per run (a random sample)")
     ap.add_argument("--sample-sizes", default="60,120", help="appendix D sizes (comma list)")
     ap.add_argument("--book", action="store_true", help="also execute the notebooks and build the book")
     ap.add_argument("--work", default=None, help="working folder (default: a folder in /tmp)")
@@ -177,7 +182,9 @@ def main(argv=None) -> int:
     cfg_path = work / "config.yaml"
     write_config(cfg_path, work / "models", results, args)
     steps = "simulate,judge,analyze" + (",notebooks,book" if args.book else "")
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # the notebooks' kernels import synclib: put this checkout on their path (an uninstalled copy works)
+    env = dict(os.environ, PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p))
     env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     cmd = [sys.executable, "-c", "import sys; from synclib.cli import main; sys.exit(main())",
            "run", "--config", str(cfg_path), "--steps", steps]

@@ -195,18 +195,20 @@ def machine_info(device) -> dict:
 
 # ----------------------------------------------------------------------------- benchmarks
 
-def bench_engine(lm, batch_sizes, prompt_tokens, new_tokens, one_at_a_time_rows, device) -> list[dict]:
-    """Utterances/s of Engine.generate at each batch size (fresh engine, no reuse)."""
+def bench_engine(lm, batch_sizes, prompt_tokens, new_tokens, one_at_a_time_rows, device,
+                 decode: str = "auto") -> list[dict]:
+    """Utterances/s of Engine.generate at each batch size (fresh engine, no reuse, decoding
+    mode ``decode``)."""
     from synclib.engine import Engine, Request
 
     results = []
-    warm = Engine(lm, batch_size=2, kv_reuse=False)
+    warm = Engine(lm, batch_size=2, kv_reuse=False, decode=decode)
     warm.generate([Request(p, seed=i) for i, p in enumerate(fixed_length_prompts(lm, 2, prompt_tokens))],
                   max_new_tokens=4)
     for bs in batch_sizes:
         rows = one_at_a_time_rows if bs == 1 else bs
         prompts = fixed_length_prompts(lm, rows, prompt_tokens)
-        eng = Engine(lm, batch_size=bs, kv_reuse=False)
+        eng = Engine(lm, batch_size=bs, kv_reuse=False, decode=decode)
         reqs = [Request(p, seed=i) for i, p in enumerate(prompts)]
         # the prefill alone, on the same rows: (seconds - prefill) / new_tokens is a decoding step
         sync(device)
@@ -229,7 +231,8 @@ def bench_engine(lm, batch_sizes, prompt_tokens, new_tokens, one_at_a_time_rows,
             res, err = None, f"{type(exc).__name__}: {str(exc)[:200]}"
         sync(device)
         dt = time.perf_counter() - t0
-        r = {"batch_size": bs, "rows": rows, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens,
+        r = {"decode": eng.decode, "graph_fallbacks": int(eng.stats["graph_fallbacks"]),
+             "batch_size": bs, "rows": rows, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens,
              "seconds": round(dt, 3), "error": err, "oom_retries": int(eng.stats["oom_retries"]),
              "final_batch_size": eng.batch_size}
         if res is not None:
@@ -326,8 +329,12 @@ def state_difference(ref: np.ndarray, other: np.ndarray) -> dict:
             "cosine_min": float(cos.min()), "cosine_mean": float(cos.mean()), "rows": int(ref.shape[0])}
 
 
-def bench_simulate(lm, episodes, seeds, batch_size, max_utterances, new_tokens, device, write_cube) -> dict:
-    """The real dialog loop (and cube) over embedded tasks; utterances/s and estimate."""
+def bench_simulate(lm, episodes, seeds, batch_size, max_utterances, new_tokens, device, write_cube,
+                   decode: str = "auto") -> dict:
+    """The real dialog loop (and cube) over embedded tasks; utterances/s and estimate.
+
+    ``decode`` other than ``"auto"`` runs the loop without a cube, its engine set to that
+    decoding mode (the comparison of modes)."""
     from synclib import simulate as S
     from synclib.scenarios import load_tasks
 
@@ -341,7 +348,7 @@ def bench_simulate(lm, episodes, seeds, batch_size, max_utterances, new_tokens, 
         have_nc = True
     except ImportError:
         have_nc = False
-    write_cube = write_cube and have_nc
+    write_cube = write_cube and have_nc and decode == "auto"
     stats = S._Stats()
     sync(device)
     t0 = time.perf_counter()
@@ -363,6 +370,10 @@ def bench_simulate(lm, episodes, seeds, batch_size, max_utterances, new_tokens, 
         runner = S._Runner((lm, lm), spec, {t.index: t for t in sel}, max_utterances=max_utterances,
                            temperature=0.7, max_new_tokens=new_tokens, batch_size=batch_size,
                            progress_bar=None, stats=stats)
+        if decode != "auto":
+            for eng in set(runner.engines):
+                eng.decode = decode
+        decode = runner.engines[0].decode
         units = spec.units()
         n_utt, lens = 0, []
         for i in range(0, len(units), batch_size):
@@ -376,7 +387,7 @@ def bench_simulate(lm, episodes, seeds, batch_size, max_utterances, new_tokens, 
     dt = time.perf_counter() - t0
     rate = n_utt / dt
     reached = plen[plen >= 0]
-    out = {"episodes": episodes, "seeds": list(seeds), "batch_size": batch_size, "max_utterances": max_utterances,
+    out = {"decode": decode, "episodes": episodes, "seeds": list(seeds), "batch_size": batch_size, "max_utterances": max_utterances,
            "new_tokens": new_tokens, "cube_written": write_cube, "netcdf4_available": have_nc,
            "utterances": n_utt, "seconds": round(dt, 2), "utterances_per_s": round(rate, 3),
            "prompt_tokens_agent1": {"min": int(reached.min()), "mean": round(float(reached.mean()), 1),
@@ -465,6 +476,8 @@ def main(argv=None) -> int:
                     help="random models: one filler token in N ends a line, so that a dialog reply (whose "
                          "first line is kept) runs about N tokens; 0: never")
     ap.add_argument("--no-cube", action="store_true", help="run the loop without writing a cube")
+    ap.add_argument("--decode-modes", default="auto",
+                    help="engine decoding modes to compare (comma list of auto, graph, static, dynamic)")
     ap.add_argument("--storage", type=int, default=0, metavar="N_TASKS",
                     help="instead: measure bytes/value and error of each --store-dtype on N tasks' real states "
                          "(use with --preset smollm2)")
@@ -479,6 +492,7 @@ def main(argv=None) -> int:
     names = args.dtype.split(",") if args.dtype else (["bfloat16"] if cuda else ["float32"])
     dtypes = [getattr(torch, n.strip()) for n in names]
     dtype = dtypes[0]
+    modes = [m.strip() for m in args.decode_modes.split(",")]
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = True
     t0 = time.perf_counter()
@@ -521,17 +535,21 @@ def main(argv=None) -> int:
         last = i == len(dtypes) - 1
         # the first (reference) precision: batch 1 and the first larger size only
         sizes = batch_sizes if last else batch_sizes[:2]
-        result["engine"][name] = bench_engine(lm, sizes, args.prompt_tokens, args.new_tokens,
-                                              args.one_at_a_time_rows, dev)
+        result["engine"][name] = [row for mode in modes for row in bench_engine(
+            lm, sizes, args.prompt_tokens, args.new_tokens, args.one_at_a_time_rows, dev, decode=mode)]
         if hf_sizes:
             result["hf_generate"][name] = bench_hf_generate(lm, hf_sizes if last else hf_sizes[:1],
                                                             args.prompt_tokens, args.new_tokens,
                                                             args.one_at_a_time_rows, dev)
     if args.sim_episodes > 0:
         seeds = [int(s) for s in args.sim_seeds.split(",")]
-        result["simulate"] = bench_simulate(lm, args.sim_episodes, seeds, args.sim_batch, args.max_utterances,
-                                            args.sim_new_tokens, dev, not args.no_cube)
-        result["simulate"]["dtype"] = str(lm.dtype).replace("torch.", "")
+        result["simulate_by_decode"] = {}
+        for mode in modes:
+            sim = bench_simulate(lm, args.sim_episodes, seeds, args.sim_batch, args.max_utterances,
+                                 args.sim_new_tokens, dev, not args.no_cube, decode=mode)
+            sim["dtype"] = str(lm.dtype).replace("torch.", "")
+            result["simulate_by_decode"][sim["decode"]] = sim
+        result["simulate"] = sim  # the last mode's (list the default last)
     out = Path(args.out) if args.out else HERE / "results" / f"simulate_{dev.split(':')[0]}_{preset}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")

@@ -5,13 +5,14 @@
 #   BENCH_OUT     folder for the JSON results (default: bench/results)
 #   PY            the Python to run (default: .venv/bin/python if present, else python3)
 #
-# profile profile_decode.py: one decoding step of synclib's engine, a bare forward loop and
-#         transformers generate, per attention backend (about 3 minutes)
+# profile profile_decode.py: one decoding step of synclib's engine (dynamic cache, and the
+#         CUDA-graph step), a bare forward loop and transformers generate, per attention
+#         backend (about 4 minutes)
 # ridge   bench_ridge.py --paper-scale: 6,500 x 32 x 32 x 4096 grids, 3 split seeds, float32 /
 #         TF32 / bf16 against the per-pair solve (about 3 minutes on an H100)
-# engine  bench_simulate.py: a Mistral-7B-shaped model, float32 then bf16 on the same weights
-#         (hidden-state difference), synclib's engine against plain transformers generate,
-#         and the dialog loop (about 6 minutes)
+# engine  bench_simulate.py: a Mistral-7B-shaped model in bf16, synclib's engine with the
+#         dynamic decoding loop and with CUDA-graph steps (the default on CUDA), and the
+#         dialog loop in both modes, 16 tasks (about 6 minutes)
 # e2e     bench_e2e.py --book: `synclib run` on two 7B-shaped models in both orders, 24 tasks,
 #         the paper's limits, passive and ToM passes, analyses, notebooks and book
 set -uo pipefail
@@ -24,10 +25,12 @@ export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-exp
 "$PY" -c "import torch; assert torch.cuda.is_available(), 'bench-gpu needs a CUDA device'; print(torch.cuda.get_device_name())" || exit 2
 status=0
 run() { echo "== $(date +%T) $*"; "$@" || { echo "== FAILED ($?): $*"; status=1; }; }
-[[ $PARTS == *,profile,* ]] && run "$PY" bench/profile_decode.py --device cuda --torch-profile --out "$OUT/profile_decode_cuda.json"
+[[ $PARTS == *,profile,* ]] && run "$PY" bench/profile_decode.py --device cuda --backends default,no-cudnn \
+    --torch-profile --out "$OUT/profile_decode_cuda.json"
 [[ $PARTS == *,ridge,* ]] && run "$PY" bench/bench_ridge.py --paper-scale --device cuda --out "$OUT/ridge_paper_cuda.json"
-[[ $PARTS == *,engine,* ]] && run "$PY" bench/bench_simulate.py --device cuda --dtype float32,bfloat16 \
-    --batch-sizes 1,16,64,128,256 --out "$OUT/simulate_cuda_mistral7b.json"
+[[ $PARTS == *,engine,* ]] && run "$PY" bench/bench_simulate.py --device cuda --dtype bfloat16 \
+    --batch-sizes 1,16,64,128,256 --hf-batch-sizes "" --decode-modes dynamic,auto --sim-episodes 16 \
+    --sim-seeds 0 --no-cube --out "$OUT/simulate_cuda_mistral7b.json"
 [[ $PARTS == *,e2e,* ]] && run "$PY" bench/bench_e2e.py --device cuda --book --out "$OUT/e2e_cuda_mistral7b.json"
 echo "== $(date +%T) done"
 exit $status

@@ -6,7 +6,9 @@ loop on the same cache at 30-36 ms, and ``transformers`` ``generate`` at about 2
 64), with the GPU 8-15 % busy: host-bound, and not by the forward alone.  This script times,
 for batch sizes ``--batch-sizes`` and each scaled-dot-product-attention backend choice:
 
-``engine``   :meth:`synclib.engine.Engine.generate` (prefill subtracted: two lengths)
+``engine``   :meth:`synclib.engine.Engine.generate` (prefill subtracted: two lengths), once per
+           decoding mode of ``--decode-modes`` (``dynamic``: the growing cache; ``graph``:
+           preallocated cache, each step one CUDA-graph replay; ``engine_step_ms_<mode>``)
 ``forward``  the model's forward on the prefilled cache, mask and positions as the engine passes them
 ``generate`` ``transformers`` ``generate`` on the same prompts
 
@@ -57,6 +59,7 @@ def main(argv=None) -> int:
     ap.add_argument("--prompt-tokens", type=int, default=900)
     ap.add_argument("--steps", type=int, default=32, help="decoding steps timed")
     ap.add_argument("--backends", default="default,no-cudnn,efficient")
+    ap.add_argument("--decode-modes", default="dynamic,graph")
     ap.add_argument("--torch-profile", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -83,14 +86,36 @@ def main(argv=None) -> int:
         for B in (int(b) for b in args.batch_sizes.split(",")):
             prompts = fixed_length_prompts(lm, B, args.prompt_tokens)
             ids = torch.tensor(prompts, device=dev)
-            eng = Engine(lm, batch_size=B, kv_reuse=False)
             reqs = [Request(p, seed=i) for i, p in enumerate(prompts)]
             r = {"backend": backend, "batch": B}
             with backends(backend):
-                eng.generate(reqs, max_new_tokens=4)  # warm-up
-                short = timed(lambda: eng.generate(reqs, max_new_tokens=2))
-                long = timed(lambda: eng.generate(reqs, max_new_tokens=2 + args.steps))
-                r["engine_step_ms"] = round(1000 * (long - short) / args.steps, 2)
+                # transformers generate first: it samples with the CUDA generator, which a
+                # failed graph capture (reported in graph_error) would leave unusable
+                def hf(n):
+                    with torch.inference_mode():
+                        lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
+                                          temperature=0.7, max_new_tokens=n, min_new_tokens=n,
+                                          pad_token_id=lm.pad_token_id)
+
+                try:
+                    hf(2)
+                    r["generate_step_ms"] = round(1000 * (timed(lambda: hf(2 + args.steps))
+                                                          - timed(lambda: hf(2))) / args.steps, 2)
+                except RuntimeError as exc:
+                    r["generate_error"] = f"{type(exc).__name__}: {exc}"
+                for mode in args.decode_modes.split(","):
+                    if mode == "graph" and not cuda:
+                        continue
+                    eng = Engine(lm, batch_size=B, kv_reuse=False, decode=mode)
+                    eng.generate(reqs, max_new_tokens=4)  # warm-up
+                    short = timed(lambda: eng.generate(reqs, max_new_tokens=2))
+                    long = timed(lambda: eng.generate(reqs, max_new_tokens=2 + args.steps))
+                    r[f"engine_step_ms_{mode}"] = round(1000 * (long - short) / args.steps, 2)
+                    if mode == "graph":
+                        r["graph_fallbacks"] = int(eng.stats["graph_fallbacks"])
+                        r["graph_error"] = eng.graph_error
+                    eng = None
+                eng = Engine(lm, batch_size=B, kv_reuse=False, decode="dynamic")
                 pre = eng._prefill([(p, None) for p in prompts])
                 state = {"cache": pre.cache, "mask": pre.mask, "pos": pre.next_pos}
                 tok = torch.zeros(B, dtype=torch.long, device=dev)
@@ -107,15 +132,6 @@ def main(argv=None) -> int:
                 r["forward_step_ms"] = round(1000 * timed(loop) / args.steps, 2)
                 pre = state = None  # free the cache before the next backend
 
-                def hf(n):
-                    with torch.inference_mode():
-                        lm.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=True,
-                                          temperature=0.7, max_new_tokens=n, min_new_tokens=n,
-                                          pad_token_id=lm.pad_token_id)
-
-                hf(2)
-                r["generate_step_ms"] = round(1000 * (timed(lambda: hf(2 + args.steps)) - timed(lambda: hf(2)))
-                                              / args.steps, 2)
             print(json.dumps(r), flush=True)
             rows.append(r)
             if cuda:
@@ -126,7 +142,7 @@ def main(argv=None) -> int:
 
         B = int(args.batch_sizes.split(",")[-1])
         prompts = fixed_length_prompts(lm, B, args.prompt_tokens)
-        eng = Engine(lm, batch_size=B, kv_reuse=False)
+        eng = Engine(lm, batch_size=B, kv_reuse=False, decode="dynamic")
         pre = eng._prefill([(p, None) for p in prompts])  # noqa: F841 - warm
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         with profile(activities=acts) as prof:

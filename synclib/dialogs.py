@@ -17,8 +17,8 @@
   ``"limit"`` when it reached ``max_utterances`` (the cube's attribute), ``"other"``
   otherwise (the stored texts do not explain the end, e.g. synthetic test data);
 * the judge's scores per agent and dimension, with its reasoning where it gave one (the
-  run's judge table, matched on task index and seed; dialogs beyond the config's
-  ``judge.limit`` have none);
+  run's judge table, matched on task index and seed; dialogs outside the config's
+  ``judge.sample`` have none);
 * when the cube has the Theory-of-Mind run (a *separate* dialog on the same task and seed,
   with the emotion / action instruction): its turns as stored (``text_*_tom``) and, per
   turn, the most probable emotion word and action type with their probabilities
@@ -177,7 +177,7 @@ class DialogSet:
     embedded: bool = False
     synthetic: bool = False
     max_dialogs_per_run: int | None = None
-    judge_limit: int | None = None
+    judge_sample: int | None = None
 
 
 # --------------------------------------------------------------------------- rules
@@ -440,8 +440,8 @@ def dialogs_from_cube(cube, *, run: str = "run", pair: str | None = None, order:
             n = _int_or_none(n_utt[e, s]) or 0
             genuine = _transcript("genuine", text["a"][e, s], text["b"][e, s], max(n, 0), names, max_utt, task)
             tom = None
-            if has_tom:
-                nt = _int_or_none(n_tom[e, s]) or 0
+            nt = _int_or_none(n_tom[e, s]) if has_tom else None
+            if nt is not None and nt >= 0:  # -1: no ToM dialog for this unit (simulate.tom_episodes)
                 info = {"emotion": [None if x is None else x[e, s] for x in emo],
                         "action": [None if x is None else x[e, s] for x in act],
                         "format": [None if x is None else x[e, s] for x in fmt],
@@ -521,7 +521,7 @@ def collect_dialogs(results, max_dialogs_per_run: int | None = 12, runs=None) ->
         note = ("Synthetic test data: the 'utterances' are placeholder strings written by the test "
                 "generator, the scores random numbers; there are no task texts.")
     notes = [note] if note else []
-    judge_limit = _int_or_none((cfg.get("judge") or {}).get("limit"))
+    judge_sample = _int_or_none((cfg.get("judge") or {}).get("sample"))
     sim_max = _int_or_none((cfg.get("simulate") or {}).get("max_utterances"))
     wanted = list(runs) if runs is not None else res.run_names
     kept, all_dialogs, run_infos = [], [], []
@@ -554,7 +554,7 @@ def collect_dialogs(results, max_dialogs_per_run: int | None = 12, runs=None) ->
         all_dialogs.extend(dialogs)
     return DialogSet(dialogs=kept, runs=run_infos, counts=_count(all_dialogs), notes=notes,
                      name=str(res.manifest.get("name", "")), embedded=res.embedded, synthetic=res.synthetic,
-                     max_dialogs_per_run=cap, judge_limit=judge_limit)
+                     max_dialogs_per_run=cap, judge_sample=judge_sample)
 
 
 # --------------------------------------------------------------------------- sentences
@@ -621,8 +621,8 @@ def summary_sentence(ds: DialogSet) -> str:
     no_table = [r.name for r in ds.runs if "no judge table" in r.notes]
     if c["dialogs"] and len(no_table) < n_runs:
         s += f" The judge scored {c['judged']} of them"
-        s += (f" (the run's config judges the first {_n(ds.judge_limit, 'dialog')} of each run)"
-              if ds.judge_limit is not None else "")
+        s += (f" (the run's config judges a random sample of {_n(ds.judge_sample, 'dialog')} per run)"
+              if ds.judge_sample is not None else "")
         s += f"; {', '.join(no_table)} {'has' if len(no_table) == 1 else 'have'} no judge table." if no_table else "."
     elif c["dialogs"]:
         s += " No run has a judge table."
@@ -736,12 +736,12 @@ def _turns_html(tr: Transcript) -> str:
     return "".join(out)
 
 
-def _scores_html(d: Dialog, judge_limit: int | None) -> str:
+def _scores_html(d: Dialog, judge_sample: int | None) -> str:
     if not d.has_judge_table:
         return '<p class="sdlg-note">This run has no judge table.</p>'
     if not d.scores:
-        why = (f" (the run's config judges only the first {_n(judge_limit, 'dialog')} of each run)"
-               if judge_limit is not None else "")
+        why = (f" (the run's config judges a random sample of {_n(judge_sample, 'dialog')} per run)"
+               if judge_sample is not None else "")
         return f'<p class="sdlg-note">No judge scores for this dialog{why}.</p>'
     from synclib.judge import SCORE_RANGES
 
@@ -776,7 +776,7 @@ def _scores_html(d: Dialog, judge_limit: int | None) -> str:
     return "".join(parts)
 
 
-def _dialog_html(d: Dialog, judge_limit: int | None) -> str:
+def _dialog_html(d: Dialog, judge_sample: int | None) -> str:
     models = (d.model_a, d.model_b)
     g = d.genuine
     summary = (f"{_e(d.run)} · episode {d.episode}{' (' + _e(d.codename) + ')' if d.codename else ''} · "
@@ -798,7 +798,7 @@ def _dialog_html(d: Dialog, judge_limit: int | None) -> str:
     if d.passive_reader:
         body.append(f'<p class="sdlg-note">Passive reader (control 1) of this dialog: {_e(d.passive_reader)}.</p>')
     body.append("<p class=\"sdlg-meta\"><b>The judge</b> (on this dialog):</p>")
-    body.append(_scores_html(d, judge_limit))
+    body.append(_scores_html(d, judge_sample))
     if d.tom is not None:
         body.append(f"<details><summary>Theory-of-Mind run: a separate dialog on the same task and seed, "
                     f"{_n(d.tom.n_utterances, 'utterance')}, {_END_LABEL[d.tom.end]}</summary>"
@@ -878,6 +878,6 @@ def render_html(ds: DialogSet, element_id: str | None = None) -> str:
             parts.append(f'<p class="sdlg-note">Run {_e(r.name)}: {_e("; ".join(r.notes))}.</p>')
     parts.append('<p class="sdlg-none sdlg-note" hidden>No dialog matches this selection (it may be one '
                  'left out above).</p>')
-    parts.extend(_dialog_html(d, ds.judge_limit) for d in dialogs)
+    parts.extend(_dialog_html(d, ds.judge_sample) for d in dialogs)
     parts.append(f"<script>{_JS.replace('{id_js}', json.dumps(element_id))}</script></div>")
     return "\n".join(parts)

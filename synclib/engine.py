@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import warnings
 from collections import Counter, OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -64,7 +65,10 @@ from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
-__all__ = ["sampling_distribution", "Engine", "Request", "Result", "generate", "read_states", "word_distributions",
+#: how :class:`Engine` runs decoding steps (its ``decode`` parameter)
+DECODE_MODES = ("auto", "graph", "static", "dynamic")
+
+__all__ = ["DECODE_MODES", "sampling_distribution", "Engine", "Request", "Result", "generate", "read_states", "word_distributions",
            "row_seed", "candidate_sequences", "continuation_logprobs"]
 
 
@@ -155,6 +159,76 @@ class _Prefill:
     mask: object            # (B, P + S) long
     next_pos: object        # (B,) long, position id of the next token
     reused: list = field(default_factory=list)
+
+
+def _prefill_groups(new: Sequence[int], max_groups: int = 4, min_saving: float = 0.3) -> list[list[int]]:
+    """Split a batch's rows into prefill groups by their new-token counts.
+
+    A padded prefill computes ``rows x max(new)`` tokens.  Rows sorted by ``new`` (most
+    first) are cut where the cut saves at least ``min_saving`` of that cost, at most
+    ``max_groups`` groups.
+
+    Parameters
+    ----------
+    new : sequence of B int
+        Tokens each row must run (its prompt minus the cached prefix).
+
+    Returns
+    -------
+    list of lists of row indices, covering ``range(B)``.
+    """
+    order = sorted(range(len(new)), key=lambda i: -new[i])
+    groups, rest = [], order
+    while len(groups) < max_groups - 1 and len(rest) > 1:
+        n = [new[i] for i in rest]
+        cost, k = min((j * n[0] + (len(n) - j) * n[j], j) for j in range(1, len(n)))
+        if cost > (1 - min_saving) * len(n) * n[0]:
+            break
+        groups.append(rest[:k])
+        rest = rest[k:]
+    return groups + [rest]
+
+
+def _merge_prefills(parts: list[_Prefill], groups: list[list[int]]) -> _Prefill:
+    """One batch from prefills of row groups: caches and masks left-padded to the longest.
+
+    ``groups[g]`` lists the batch rows of ``parts[g]`` (in its row order).  Each part's
+    cache is released layer by layer as it is copied.
+    """
+    import torch
+    from transformers import DynamicCache
+
+    B = sum(len(g) for g in groups)
+    T = max(p.mask.shape[1] for p in parts)
+    first = parts[0]
+    dev = first.mask.device
+    index = [torch.tensor(g, device=dev) for g in groups]
+    layers = [[(layer.keys, layer.values) for layer in p.cache.layers] for p in parts]
+    for p in parts:
+        p.cache = None
+    merged = []
+    for li in range(len(layers[0])):
+        k0, v0 = layers[0][li]
+        k = k0.new_zeros((B, k0.shape[1], T, k0.shape[3]))
+        v = v0.new_zeros((B, v0.shape[1], T, v0.shape[3]))
+        for g, idx in enumerate(index):
+            gk, gv = layers[g][li]
+            layers[g][li] = None
+            k[idx, :, T - gk.shape[2]:] = gk
+            v[idx, :, T - gv.shape[2]:] = gv
+        merged.append((k, v))
+    mask = first.mask.new_zeros((B, T))
+    logits = first.logits.new_empty((B, first.logits.shape[1]))
+    next_pos = first.next_pos.new_empty(B)
+    states = np.empty((B,) + first.states.shape[1:], dtype=first.states.dtype)
+    reused = [0] * B
+    for p, g, idx in zip(parts, groups, index):
+        mask[idx, T - p.mask.shape[1]:] = p.mask
+        logits[idx], next_pos[idx], states[g] = p.logits, p.next_pos, p.states
+        for i, r in zip(g, p.reused):
+            reused[i] = r
+    return _Prefill(logits=logits, states=states, cache=DynamicCache(ddp_cache_data=merged), mask=mask,
+                    next_pos=next_pos, reused=reused)
 
 
 def _is_oom(exc: BaseException) -> bool:
@@ -404,6 +478,155 @@ def sampling_distribution(logits, temperature: float, top_k: int | None = None, 
     return torch.softmax(scores, dim=-1)
 
 
+class _StaticDecoder:
+    """Decoding steps of one batch over preallocated keys/values, as one CUDA graph on GPUs.
+
+    The dynamic path (:meth:`Engine._generate_batch` without this) grows the attention mask
+    and the key/value cache by one column per step and lets ``transformers`` rebuild the
+    4-D mask: about a thousand kernel launches and allocations per step, which on a GPU
+    cost more host time than the step's arithmetic (``bench/gpu_notes.md``).  Here the
+    whole reply's room is allocated once: per layer ``(B, H, T0 + steps, Dh)`` keys and
+    values holding the prefill's ``T0`` columns, a boolean ``(B, 1, 1, T0 + steps)`` mask
+    with the unwritten columns closed, and one step is
+
+    1. open the next column of the mask;
+    2. run the model on the fed token at each row's position; every layer writes its key
+       and value into that column (:meth:`update`, the cache interface the model calls);
+    3. copy the next-token logits into a fixed float32 buffer; advance column and positions.
+
+    All of it is in place on fixed tensors, so on CUDA it is captured once per batch as a
+    CUDA graph and each step is one replay (``graph=True``); on the CPU, or when capture
+    fails, the same step runs eagerly.  Rows never leave the batch (a finished row's
+    tokens are discarded by the caller), so the shapes stay fixed.  Attention reads the
+    closed columns with zero weight, so a row's logits equal the dynamic path's up to
+    float rounding.  Only for models whose every layer attends to the full context through
+    an explicit mask (``sdpa`` or ``eager``): see :meth:`supports`.
+
+    Parameters
+    ----------
+    model : transformers causal LM
+    pre : _Prefill
+        The batch's prefill (its cache, mask and next positions); its cache is copied.
+    steps : int
+        Most tokens that will be fed (``max_new_tokens - 1``).
+    graph : bool
+        Capture the step as a CUDA graph (CUDA only).
+    logits_kw : dict
+        Extra model arguments (``logits_to_keep``).
+    """
+
+    def __init__(self, model, pre, steps: int, graph: bool, logits_kw: dict):
+        import torch
+
+        self.model, self.kw = model, logits_kw
+        B, T0 = pre.mask.shape
+        T = T0 + max(1, int(steps))
+        self.keys, self.values = [], []
+        for layer in pre.cache.layers:
+            for src, dst in ((layer.keys, self.keys), (layer.values, self.values)):
+                buf = src.new_zeros((B, src.shape[1], T, src.shape[3]))
+                buf[:, :, :T0] = src
+                dst.append(buf)
+        dev = pre.mask.device
+        self.start = T0
+        self.col = torch.full((1,), T0, dtype=torch.long, device=dev)
+        self.allowed = torch.zeros((B, 1, 1, T), dtype=torch.bool, device=dev)
+        self.allowed[:, 0, 0, :T0] = pre.mask.bool()
+        self.pos0 = pre.next_pos.clone()
+        self.pos = pre.next_pos.clone()
+        self.tok = torch.zeros(B, dtype=torch.long, device=dev)
+        self.logits = torch.zeros_like(pre.logits, dtype=torch.float32)
+        eager = getattr(model.config, "_attn_implementation", "sdpa") == "eager"
+        self.neg = torch.finfo(next(model.parameters()).dtype).min if eager else None
+        self.graph = None
+        self.captured = False
+        #: why the capture failed (``"TypeName: message"``), None when it did not
+        self.error: str | None = None
+        if graph and dev.type == "cuda":
+            self._capture()
+
+    @staticmethod
+    def supports(model) -> bool:
+        """Whether the model attends with an explicit mask and no sliding window."""
+        windows = _attention_windows(model.config)
+        return windows is not None and all(w is None for w in windows.values())
+
+    # the one cache method a decoder layer calls
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        self.keys[layer_idx].index_copy_(2, self.col, key_states)
+        self.values[layer_idx].index_copy_(2, self.col, value_states)
+        return self.keys[layer_idx], self.values[layer_idx]
+
+    def _forward(self) -> None:
+        import torch
+
+        self.allowed.index_fill_(3, self.col, True)
+        mask = self.allowed
+        if self.neg is not None:  # eager attention adds its mask to the scores
+            mask = torch.zeros(mask.shape, dtype=self.keys[0].dtype, device=mask.device).masked_fill(~mask, self.neg)
+        out = self.model(input_ids=self.tok[:, None], attention_mask=mask, position_ids=self.pos[:, None],
+                         past_key_values=self, use_cache=True, **self.kw)
+        self.logits.copy_(out.logits[:, -1, :])
+        self.col.add_(1)
+        self.pos.add_(1)
+
+    def _capture(self) -> None:
+        """Warm up on a side stream, undo the warm-up's step, capture one step."""
+        import torch
+
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        try:
+            with torch.inference_mode(), _decode_attention(), torch.cuda.stream(side):
+                self._forward()
+                self._reset()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, stream=side):
+                    self._forward()
+            torch.cuda.current_stream().wait_stream(side)
+            self._reset()
+            self.graph = graph
+        except Exception as exc:  # noqa: BLE001 - any capture failure: run the same step eagerly
+            torch.cuda.current_stream().wait_stream(side)
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.graph = None
+            self._reset()
+        self.captured = self.graph is not None
+
+    def _reset(self) -> None:
+        self.col.fill_(self.start)
+        self.pos.copy_(self.pos0)
+        self.allowed[:, :, :, self.start:] = False
+
+    def step(self, tok):
+        """Feed ``tok`` ``(B,)`` (one token per row); return the next logits ``(B, V)`` float32
+        (a buffer overwritten by the next step)."""
+        import torch
+
+        self.tok.copy_(tok)
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            with torch.inference_mode(), _decode_attention():
+                self._forward()
+        return self.logits
+
+
+@contextmanager
+def _decode_attention():
+    """On CUDA, the attention kernels a decoding step may use: memory-efficient (which takes
+    the boolean mask), else math; never cuDNN, whose plan depends on the key length."""
+    import torch
+
+    if not torch.cuda.is_available():
+        yield
+        return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel([SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+        yield
+
+
 class Engine:
     """Batched, hooked prefill and sampling over a loaded model, with per-session KV reuse.
 
@@ -417,25 +640,51 @@ class Engine:
     kv_reuse : bool, default True
         Keep each session's prompt keys/values and prefill only the new suffix.
     max_cache_bytes : int, optional
-        Budget of the session caches; least recently used sessions are dropped beyond it.
+        Budget of the session caches.  A session that does not fit is not stored; the
+        resident ones stay until forgotten or replaced.  (Dialog turns visit their sessions
+        in a cycle, and dropping the least recently used one would drop exactly the one the
+        next turn needs: over budget, LRU reuses nothing while this keeps the share that
+        fits.)
         Default: 4 GiB on CPU; on CUDA a quarter of the device memory that is free when the
         engine is created (after its model is loaded), so that two engines of a model pair
         and their live batches fit beside each other.
+    decode : {"auto", "graph", "static", "dynamic"}, default "auto"
+        How the decoding steps run.  ``"dynamic"``: the cache and mask grow by a column per
+        step and finished rows leave the batch every ``sync_every`` steps (best on the CPU,
+        where a step's cost follows the rows).  ``"static"``: preallocated keys/values and
+        mask, fixed shapes, steps run eagerly (:class:`_StaticDecoder`).  ``"graph"``: as
+        ``"static"``, each step one CUDA-graph replay (falls back to eager steps where the
+        capture fails, counted in ``stats["graph_fallbacks"]``).  ``"auto"``: ``"graph"`` on
+        CUDA for models it supports (every layer full attention through ``sdpa`` or
+        ``eager``), else ``"dynamic"``.  All give the same tokens up to float rounding.
 
     Attributes
     ----------
     stats : collections.Counter
         ``prefill_tokens`` (tokens run through prefill, padding excluded),
         ``reused_tokens`` (prompt tokens taken from session caches), ``generated_tokens``,
-        ``forward_calls``, ``oom_retries``.
+        ``forward_calls``, ``oom_retries``, ``cache_skips`` (sessions not stored: the
+        budget was full), ``graph_steps`` (decoding steps replayed as a
+        CUDA graph), ``graph_fallbacks`` (batches whose capture failed).
     """
 
     def __init__(self, lm, batch_size: int = 16, kv_reuse: bool = True,
-                 max_cache_bytes: int | None = None):
+                 max_cache_bytes: int | None = None, decode: str = "auto"):
         import torch
 
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if decode not in DECODE_MODES:
+            raise ValueError(f"decode must be one of {', '.join(DECODE_MODES)}, got {decode!r}")
+        if decode in ("graph", "static") and not _StaticDecoder.supports(lm.model):
+            raise ValueError(f"decode={decode!r} needs a model whose every layer attends to the full context "
+                             f"through sdpa or eager attention; {lm.name} does not (use 'dynamic' or 'auto')")
+        if decode == "auto":
+            decode = "graph" if lm.device.type == "cuda" and _StaticDecoder.supports(lm.model) else "dynamic"
+        #: the decoding mode in use ("graph", "static" or "dynamic"; see the ``decode`` parameter)
+        self.decode = decode
+        #: the last CUDA graph capture failure (``"TypeName: message"``), None if none failed
+        self.graph_error: str | None = None
         self.lm = lm
         self.batch_size = int(batch_size)
         self.kv_reuse = bool(kv_reuse)
@@ -474,13 +723,11 @@ class Engine:
     def _store(self, session, ids, kv) -> None:
         self.forget(session)
         nbytes = sum(k.numel() * k.element_size() * 2 for k, _ in kv)
-        if nbytes > self.max_cache_bytes:
+        if self._cache_bytes + nbytes > self.max_cache_bytes:
+            self.stats["cache_skips"] += 1
             return
         self._sessions[session] = _Session(list(ids), kv, nbytes)
         self._cache_bytes += nbytes
-        while self._cache_bytes > self.max_cache_bytes and self._sessions:
-            _, old = self._sessions.popitem(last=False)
-            self._cache_bytes -= old.nbytes
 
     # -- core: one batched prefill with hooks ----------------------------------------
     def _ids(self, prompt) -> list[int]:
@@ -505,7 +752,28 @@ class Engine:
             for h in handles:
                 h.remove()
 
+    def _cached(self, ids: list, session) -> tuple[_Session | None, int]:
+        """The session's cache entry and how many of ``ids`` it holds (at most all but one)."""
+        s = self._sessions.get(session) if (self.kv_reuse and session is not None) else None
+        return s, (min(_common_prefix(ids, s.ids), len(ids) - 1) if s is not None else 0)
+
     def _prefill(self, rows: list[tuple[list, Hashable]]) -> _Prefill:
+        """Prefill ``rows`` (token ids, session); update their sessions.
+
+        Rows whose new-token counts differ a lot (a session cache missed beside rows that
+        hit theirs) are prefilled in separate padded groups (:func:`_prefill_groups`) and
+        merged, left-padded, into one batch for decoding: in one group every row would
+        compute as many tokens as the longest new segment, so a single miss would undo the
+        batch's prefix reuse.
+        """
+        new = [len(ids) - self._cached(ids, session)[1] for ids, session in rows]
+        groups = _prefill_groups(new)
+        if len(groups) == 1:
+            return self._prefill_group(rows)
+        self.stats["prefill_splits"] += len(groups) - 1
+        return _merge_prefills([self._prefill_group([rows[i] for i in g]) for g in groups], groups)
+
+    def _prefill_group(self, rows: list[tuple[list, Hashable]]) -> _Prefill:
         """Prefill ``rows`` (token ids, session) in one padded batch; update their sessions."""
         import torch
         from transformers import DynamicCache
@@ -514,10 +782,10 @@ class Engine:
         B = len(rows)
         cached, avail = [], []
         for ids, session in rows:
-            s = self._sessions.get(session) if (self.kv_reuse and session is not None) else None
+            s, a = self._cached(ids, session)
             if s is not None:
                 self._sessions.move_to_end(session)
-            avail.append(min(_common_prefix(ids, s.ids), len(ids) - 1) if s is not None else 0)
+            avail.append(a)
             cached.append(s)
         # Gap-free layout: every row's new tokens end at the last column and its cached
         # prefix ends where the new segment starts; a row re-reads cached tokens rather
@@ -760,6 +1028,20 @@ class Engine:
         seen = torch.zeros(B, dtype=torch.bool, device=dev)       # some text generated so far
         rows = torch.arange(B, device=dev)                         # original row of each batch row
         sync_every = self.sync_every or (1 if dev.type == "cpu" else 8)
+        static = None
+        if self.decode != "dynamic" and max_new_tokens > 1:
+            # each capture gets its own memory pool: a pool shared through a bare handle is
+            # released with its last graph and trips the allocator's assert when reused
+            static = _StaticDecoder(self.lm.model, pre, max_new_tokens - 1, graph=self.decode == "graph",
+                                    logits_kw=self._logits_kw)
+            if self.decode == "graph" and not static.captured:
+                self.stats["graph_fallbacks"] += 1
+                if self.graph_error is None:
+                    warnings.warn(f"CUDA graph capture failed for a batch of {B} rows; its decoding steps "
+                                  f"run eagerly (same numbers, slower): {static.error}", RuntimeWarning,
+                                  stacklevel=3)
+                self.graph_error = static.error
+            cache = pre.cache = None  # the decoder holds its own copy
         for step in range(max_new_tokens):
             if temperature == 0:
                 tok = logits.argmax(-1)
@@ -788,15 +1070,19 @@ class Engine:
                 still = (~done[rows]).nonzero().flatten()  # the host waits for the device here
                 if still.numel() == 0:
                     break
-                if still.numel() < rows.numel():
+                if static is None and still.numel() < rows.numel():
                     cache.batch_select_indices(still)
                     mask, pos, tok, rows = mask[still], pos[still], tok[still], rows[still]
+            self.stats["forward_calls"] += 1
+            if static is not None:
+                logits = static.step(tok)
+                self.stats["graph_steps"] += static.captured
+                continue
             mask = torch.cat([mask, mask.new_ones((rows.numel(), 1))], dim=1)
             with torch.inference_mode():
                 out = self.lm.model(input_ids=tok.unsqueeze(-1), attention_mask=mask,
                                     position_ids=pos.unsqueeze(-1), past_key_values=cache,
                                     use_cache=True, **self._logits_kw)
-            self.stats["forward_calls"] += 1
             cache, logits, pos = out.past_key_values, out.logits[:, -1, :].float(), pos + 1
         toks, why = out_tok.cpu().tolist(), reason.cpu().tolist()
         names = ("length", "stop", "line")

@@ -145,9 +145,9 @@ class Job:
         log_event(self.log, self.key, "started")
         self.output.parent.mkdir(parents=True, exist_ok=True)
         _reset_gpu_peak()
-        self.func(*dep_outputs)
+        extra = self.func(*dep_outputs)  # a dict of facts for the stamp (e.g. engine counters), or None
         dt = time.perf_counter() - t0
-        info = {"seconds": round(dt, 1)}
+        info = {"seconds": round(dt, 1), **(extra if isinstance(extra, dict) else {})}
         peak = _gpu_peak_gib()
         if peak is not None:
             info["peak_gpu_gib"] = peak
@@ -192,7 +192,8 @@ def _taskset(cfg: dict):
     return load_tasks(cfg["scenarios"])
 
 
-def step_simulate(cfg: dict, run: Run, out: Path) -> None:
+def step_simulate(cfg: dict, run: Run, out: Path) -> dict:
+    """Simulate one ordered run; returns the engine counters for the job's stamp."""
     from synclib.scenarios import select_tasks
     from synclib.simulate import simulate
 
@@ -212,7 +213,9 @@ def step_simulate(cfg: dict, run: Run, out: Path) -> None:
         store_dtype=sim["store_dtype"], top_k=sim["top_k"], top_p=sim["top_p"],
         stop_at_first_line=sim["stop_at_first_line"], passive_seeds=sim["passive_seeds"],
         taskset=taskset, prompt_formats=(models[run.a]["prompt_format"], models[run.b]["prompt_format"]),
+        tom_episodes=sim["tom_episodes"], engine_stats=(stats := {}),
     )
+    return {"engine": stats}
 
 
 def step_judge(cfg: dict, run: Run, out: Path, cube: str) -> None:
@@ -222,7 +225,7 @@ def step_judge(cfg: dict, run: Run, out: Path, cube: str) -> None:
     evaluate_cube(
         cube, scenarios=cfg["scenarios"], judge_model=j["model"], judge_url=j["url"],
         api_key_env=j["api_key_env"], mode=j["mode"], concurrency=j["concurrency"],
-        out=out, device=_device(cfg), limit=j["limit"], layout=j["layout"],
+        out=out, device=_device(cfg), sample=j["sample"], sample_seed=j["sample_seed"], layout=j["layout"],
         structured=j["structured"], reasoning_max_chars=j["reasoning_max_chars"],
     )
 
@@ -239,7 +242,8 @@ def step_analyze(cfg: dict, run: Run, out: Path, cube: str) -> None:
         persona_disjoint=ana["persona_disjoint"], relationship=ana["relationship"],
         sample_sizes=ana["sample_sizes"] or None, nonlinear=ana["nonlinear"],
         nonlinear_options={"epochs": ana["nonlinear_epochs"], "batch_size": ana["nonlinear_batch_size"]},
-        precision=ana["precision"], tom=ana["tom"] and sim["tom"],
+        nonlinear_seeds=ana["nonlinear_seeds"], precision=ana["precision"], tom=ana["tom"] and sim["tom"],
+        tom_options={"format_filter": ana["tom_format_filter"]},
         max_resident_bytes=int(ana["max_resident_gib"] * 2**30),
     )
     tmp = out.with_name(out.name + ".tmp")
@@ -506,6 +510,17 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                         "not, why; disk and time estimates), running nothing")
 
 
+def _dataset_sizes(cfg: dict, steps) -> str:
+    """The training samples per dataset of each ordered run, and a warning where the
+    measured sample-size curves say SyncR² would stay at 0 (:mod:`synclib.sizing`);
+    empty when the run analyses nothing."""
+    from synclib.sizing import format_sizes, run_sizes
+
+    if "analyze" not in steps:
+        return ""
+    return format_sizes(run_sizes(cfg, runs(cfg)))
+
+
 def _scheduler_ok(text: str) -> bool:
     import re
 
@@ -528,11 +543,14 @@ def run(args: argparse.Namespace) -> int:
         print(f"synclib run: {exc}", file=sys.stderr)
         return 2
     jobs = build_jobs(cfg, steps)
+    sizes = _dataset_sizes(cfg, steps)
     if args.dry_run:
         from synclib.plan import format_plan, plan
 
         print(f"run {cfg['name']!r}, results in {display(cfg['results_dir'])} (dry run: nothing is started)")
         print(format_plan(plan(jobs, cfg)))
+        if sizes:
+            print(sizes)
         return 0
     if args.force:
         for job in jobs.values():
@@ -542,6 +560,8 @@ def run(args: argparse.Namespace) -> int:
     cluster_spec = {k: v for k, v in cluster.items() if k != "scheduler"} or None
     t0 = time.perf_counter()
     print(f"[synclib] run {cfg['name']!r}: {len(jobs)} jobs, results in {display(cfg['results_dir'])}", flush=True)
+    if sizes:
+        print("\n".join("[synclib] " + line for line in sizes.splitlines()), flush=True)
     execute(jobs, scheduler=scheduler, cluster=cluster_spec if not args.scheduler else None)
     print(f"[synclib] finished in {time.perf_counter() - t0:.0f} s", flush=True)
     if "book" in jobs:

@@ -13,14 +13,15 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from synclib.paths import BENCH_RESULTS, display
+from synclib.sizing import EMBEDDED_SHAPES
 
 __all__ = ["JobPlan", "plan", "format_plan"]
 
 #: input names that hold an upstream job's fingerprint (a change there is "upstream changed")
 _UPSTREAM = {"cube", "manifest", "upstream", "notebooks", "pages"}
-#: (layers, width) of the embedded models' recorded states
-_EMBEDDED_SHAPES = {"smollm2-135m": (30, 576), "gemma3-270m": (18, 640)}
 
 
 @dataclass
@@ -70,17 +71,30 @@ def _simulate_estimate(cfg: dict, job) -> tuple[float | None, float | None, str]
     from synclib.scenarios import load_tasks, select_tasks
 
     sim = cfg["simulate"]
-    units = len(select_tasks(load_tasks(cfg["scenarios"]), sim["episodes"])) * len(sim["seeds"])
+    n_tasks = len(select_tasks(load_tasks(cfg["scenarios"]), sim["episodes"]))
+    units = n_tasks * len(sim["seeds"])
+    tom_units = min(n_tasks, sim["tom_episodes"] or n_tasks) * len(sim["seeds"]) if sim["tom"] else 0
     rounds = math.ceil(sim["max_utterances"] / 2)
     specs = (job.inputs["model_a"], job.inputs["model_b"])
-    shapes = [_EMBEDDED_SHAPES.get(s) for s in specs]
+    shapes = [EMBEDDED_SHAPES.get(s) for s in specs]
     disk = None
     if all(shapes):
         views = 1 + int(sim["passive"]) + int(sim["tom"])
         disk = units * rounds * views * sum(L * D for L, D in shapes) * 4.0
-    utterances = units * sim["max_utterances"] * (1 + int(sim["tom"]))
+    utterances = (units + tom_units) * sim["max_utterances"]
     gpu = str(cfg["device"]).startswith("cuda")
-    if not gpu and all(s in _EMBEDDED_SHAPES for s in specs):
+    if not gpu and all(s in EMBEDDED_SHAPES for s in specs):
+        # the measured sample-curve runs: this pair's, else the mean rate of its two models' own
+        curves = {(c["models"]["a"], c["models"]["b"]): (c, f.name) for f in sorted(BENCH_RESULTS.glob(
+            "sample_curve_*.json")) for c in [json.loads(f.read_text())] if c.get("wall_s", {}).get("simulate")}
+        found = [curves[k] for k in ([specs] if specs in curves else [(s, s) for s in specs]) if k in curves]
+        if found and (specs in curves or len(found) == 2):
+            rate = float(np.mean([c["dialogs"]["utterances"] / c["wall_s"]["simulate"] for c, _ in found]))
+            c, st = found[0][0], found[0][0]["settings"]
+            return disk, utterances / rate, (
+                f"at most {utterances:,} utterances at {rate:.2g}/s ({', '.join(n for _, n in found)}: "
+                f"{st['dtype']}, batch {st['batch_size']}, {st['max_new_tokens']} new tokens, with the passive "
+                f"reader, {c['machine'].get('cpu_count', '?')} cores)")
         e = _bench("engine_cpu.json")
         if e and "batched_kv" in e.get("modes", {}):
             rate = e["modes"]["batched_kv"]["utterances_per_s"]

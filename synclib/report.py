@@ -334,8 +334,9 @@ def _judge_line(judge: dict) -> str:
     how = {"constrained": "constrained scoring (score read from the judge's distribution over "
                           "the allowed integers, one agent and dimension at a time)",
            "json": "JSON mode (the judge writes the whole evaluation)"}.get(mode, mode)
-    limit = judge.get("limit")
-    scope = f"first {limit} dialogs per ordered run" if limit else "every dialog"
+    n = judge.get("sample")
+    scope = (f"a random sample of {n} dialogs per ordered run (sample seed {judge.get('sample_seed', 0)})"
+             if n else "every dialog")
     return f"`{judge['model']}` ({where}), {how}; {scope}"
 
 
@@ -434,7 +435,7 @@ def _gpu_ridge_lines(g) -> list[str]:
     return out
 
 
-def _gpu_engine_lines(s, loop) -> list[str]:
+def _gpu_engine_lines(s, loop, modes=None, dialog=None) -> list[str]:
     out = ["**A Mistral-7B-shaped model on a GPU** (random weights built from the config, "
            "`python bench/bench_simulate.py --device cuda`):", ""]
     if not s:
@@ -442,13 +443,13 @@ def _gpu_engine_lines(s, loop) -> list[str]:
     rows = []
     for dt, runs in s["engine"].items():
         for r in runs:
-            rows.append((dt, "synclib engine", r))
+            rows.append((dt, "synclib engine" + (f", {r['decode']} decoding" if "decode" in r else ""), r))
     for dt, runs in s.get("hf_generate", {}).items():
         for r in runs:
             rows.append((dt, "transformers generate + hooks", r))
     first = next(iter(s["engine"].values()))[0]
     out += [f"{_gpu_name(s)}; prompts of {first['prompt_tokens']} tokens, {first['new_tokens']} new tokens, "
-            "no KV reuse.", "",
+            f"no KV reuse (measured {s.get('date', s['machine'].get('date', 'in the first GPU session'))}).", "",
             "| dtype | method | batch | utterances/s | decoding step (ms) |", "| --- | --- | --- | --- | --- |"]
     for dt, what, r in rows:
         out.append(f"| {dt} | {what} | {r['batch_size']} | {_num(r.get('utterances_per_s'))} | "
@@ -457,14 +458,38 @@ def _gpu_engine_lines(s, loop) -> list[str]:
     if loop:
         steps = ", ".join(f"{_num(r.get('decode_step_ms'))} ms at batch {r['batch_size']}" for r in loop["engine"]["bfloat16"])
         out += [f"After the decoding loop moved sampling and stop checks onto the device: {steps} "
-                "(`engine_cuda_decode_loop.json`): no gain; the step is host-bound for another reason "
+                "(`engine_cuda_decode_loop.json`): no gain; the step was host-bound for another reason "
                 "(see `bench/gpu_notes.md`).", ""]
+    if modes:
+        out += ["The decoding step as CUDA graphs over a preallocated cache (`Engine(decode=\"graph\")`, "
+                "the default on CUDA), against the growing cache, same run (`engine_cuda_decode_modes.json`):", "",
+                "| batch | decoding | utterances/s | decoding step (ms) | prefill tokens/s |",
+                "| --- | --- | --- | --- | --- |"]
+        for r in next(iter(modes["engine"].values())):
+            out.append(f"| {r['batch_size']} | {r['decode']} | {_num(r['utterances_per_s'])} | "
+                       f"{_num(r['decode_step_ms'])} | {_num(r['prefill_tokens_per_s'])} |")
+        out.append("")
     d = s.get("simulate")
-    if d:
+    if d and not dialog:
         out += [f"The dialog loop ({d['episodes']} tasks x {len(d['seeds'])} seeds, batch {d['batch_size']}, "
                 f"{d['max_utterances']} utterances, replies ending at their first line break, at most "
                 f"{d['new_tokens']} tokens): **{_num(d['utterances_per_s'])} utterances/s** in {d.get('dtype', 'bf16')} "
                 "(the goal is 40).", ""]
+    if dialog:
+        d0 = dialog["steps"][0]["simulate"]
+        out += [f"The dialog loop ({d0['episodes']} tasks x {len(d0['seeds'])} seeds, batch {d0['batch_size']}, "
+                f"{d0['max_utterances']} utterances, replies ending at their first line break, at most "
+                f"{d0['new_tokens']} tokens; `dialog_loop_cuda_mistral7b.json`), one engine change per row; "
+                f"the first GPU session's dynamic decoding gave {_num(d['utterances_per_s']) if d else '?'} "
+                "utterances/s:", "",
+                "| engine | utterances/s | prompt tokens reused | decoding steps |", "| --- | --- | --- | --- |"]
+        for st in dialog["steps"]:
+            m = st["simulate"]
+            out.append(f"| {st['label']} | {_num(m['utterances_per_s'])} | {st['prefix_reuse']:.0%} | "
+                       f"{m['engine_stats'].get('graph_steps', '?')} |")
+        out += ["", "The goal is 40 utterances/s. What bounds the loop now is the turn: every row of a batch "
+                "decodes until the batch's longest reply ends (about 275 steps a turn against replies of "
+                "about 64 tokens), which continuous batching of dialogs removes.", ""]
     diff = s.get("state_difference_vs_first_dtype", {}).get("bfloat16")
     if diff:
         out += [f"bf16 against float32 on the same random weights: mean relative L2 difference of the hidden "
@@ -483,10 +508,15 @@ def _gpu_e2e_lines(e) -> list[str]:
             f"{st['max_utterances']} utterances, {st['max_new_tokens']} new tokens, passive and ToM passes."]
     if e.get("status"):
         out += [f"*{e['status']}.*"]
+    if e.get("engine_note"):
+        out += [f"*Engine: {e['engine_note']}.*"]
     jobs = e.get("jobs_finished") or e.get("jobs") or {}
-    out += ["", "| job | seconds | peak GPU memory (GiB) |", "| --- | --- | --- |"]
+    out += ["", "| job | seconds | peak GPU memory (GiB) | prompt tokens reused |", "| --- | --- | --- | --- |"]
     for k, v in jobs.items():
-        out.append(f"| {k} | {_num(v.get('seconds'))} | {_num(v.get('peak_gpu_gib'))} |")
+        reuse = f"{v['prefix_reuse']:.0%}" if "prefix_reuse" in v else "—"
+        out.append(f"| {k} | {_num(v.get('seconds'))} | {_num(v.get('peak_gpu_gib'))} | {reuse} |")
+    if e.get("followup", {}).get("notebooks_and_book_s"):
+        out.append(f"| notebooks and book (re-run) | {_num(e['followup']['notebooks_and_book_s'])} | — | — |")
     p = e.get("projection_from_finished_order") or e.get("projection") or {}
     if p:
         out += ["", f"Projected simulation time of the paper's grid ({p['paper_grid_episodes']:,} episodes) at this "
@@ -545,7 +575,8 @@ def benchmarks_markdown(bench_dir) -> str:
     else:
         out += ["*No result yet: run `python bench/bench_engine.py`.*", ""]
     out += _candidate_lines(load("candidates_cpu.json"))
-    out += _gpu_engine_lines(load("simulate_cuda_mistral7b.json"), load("engine_cuda_decode_loop.json"))
+    out += _gpu_engine_lines(load("simulate_cuda_mistral7b.json"), load("engine_cuda_decode_loop.json"),
+                             load("engine_cuda_decode_modes.json"), load("dialog_loop_cuda_mistral7b.json"))
     out += _gpu_e2e_lines(load("e2e_cuda_mistral7b.json"))
     c = load("cube_storage_smollm2.json")
     out += ["## Cube storage (`bench/bench_simulate.py`)", ""]

@@ -29,7 +29,9 @@ Optional passes, run per batch after the genuine dialogs:
   is the persona drawn for (task, seed) as the paper's code draws it
   (:func:`synclib.scenarios.passive_persona`, recorded in ``passive_reader``).
 * Theory of Mind (``tom=True``): a separate dialog run with the ToM view
-  (emotion/action instruction; the partner's history without those words),
+  (emotion/action instruction; the partner's history without those words), for every
+  unit or, with ``tom_episodes``, only for the units of the first that many tasks (the
+  others keep the cube's "unreached" values: ``n_utterances_tom`` is -1),
   storing ``hidden_*_tom``, ``text_*_tom`` and the distributions over the 8
   emotion and 5 action words where the agent generates them (``emotion_*``,
   ``action_*``).  This module owns the ToM reply format (:func:`_tom_readout`,
@@ -165,7 +167,7 @@ class _Runner:
 
     def __init__(self, lms, spec: CubeSpec, tasks: dict, *, max_utterances, temperature,
                  max_new_tokens, batch_size, progress_bar, stats, sampling=({}, {}),
-                 first_line_only=True, readers=None):
+                 first_line_only=True, readers=None, tom_tasks=None):
         from synclib.engine import Engine
 
         self.lms = lms
@@ -179,6 +181,7 @@ class _Runner:
         self.sampling = sampling
         self.first_line_only = first_line_only
         self.readers = readers or {}
+        self.tom_tasks = tom_tasks  # task indices that get the ToM dialogs (None: all)
         self.bar = progress_bar
         self.stats = stats
 
@@ -191,7 +194,9 @@ class _Runner:
             if self.spec.passive:
                 self._passive(units, out, histories)
             if self.spec.tom:
-                self._dialog(units, out, view="tom")
+                tom = [i for i, (e, _) in enumerate(units) if self.tom_tasks is None or e in self.tom_tasks]
+                if tom:
+                    self._dialog([units[i] for i in tom], [out[i] for i in tom], view="tom")
         finally:
             for eng in self.engines:
                 eng.clear()
@@ -250,6 +255,8 @@ class _Runner:
             self._tick(0)
         for i, h in enumerate(histories):
             out[i].values[var_name("n_utterances", view=view)][...] = len(h)
+        for eng in self.engines:  # this view's sessions are done: free the budget for the next
+            eng.clear()
         return histories
 
     def _passive(self, units, out: list[Unit], histories: list[list[str]]) -> None:
@@ -346,7 +353,8 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
              store_dtype: str = "float32", overwrite: bool = False, progress: bool = True,
              top_k="model", top_p="model", stop_at_first_line: bool = True,
              passive_seeds=None, taskset: TaskSet | None = None,
-             prompt_formats: tuple[str, str] = ("chat_template", "chat_template")) -> Path:
+             prompt_formats: tuple[str, str] = ("chat_template", "chat_template"),
+             tom_episodes: int | None = None, engine_stats: dict | None = None) -> Path:
     """Run model A (agent 1) against model B (agent 2) and write a cube.
 
     Parameters
@@ -366,6 +374,10 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
         Also re-read the genuine dialogs as a passive reader (``hidden_*_passive``).
     tom : bool
         Also run the Theory-of-Mind dialogs (``*_tom``, ``emotion_*``, ``action_*``).
+    tom_episodes : int, optional
+        With ``tom``: play the ToM dialogs for the first this many of ``tasks`` only (all
+        their seeds); the other units' ToM variables stay unreached (``n_utterances_tom``
+        -1).  Default: every task.
     batch_size : int, optional
         Rows per batch (also the unit of crash-safe writing); default
         :func:`default_batch_size`, or the unfinished run's value when resuming.
@@ -386,6 +398,10 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
         The set the passive reader's persona is drawn from (:func:`passive_persona`);
         default ``tasks`` when it is a TaskSet.  Without one the reader is told it is the
         agent it replaces.
+    engine_stats : dict, optional
+        Filled with this call's engine counters, both models summed (``prefill_tokens``,
+        ``reused_tokens``, ``generated_tokens``, ``graph_steps``, ...; see
+        :class:`synclib.engine.Engine`), for throughput and prefix-reuse reports.
     prompt_formats : (str, str)
         Prompt formats of A and B when they are given as specs
         (:data:`synclib.models.PROMPT_FORMATS`).
@@ -403,6 +419,10 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
     tasks = list(tasks)
     if not tasks:
         raise ValueError("no tasks to simulate")
+    if tom_episodes is not None and (isinstance(tom_episodes, bool) or int(tom_episodes) != tom_episodes
+                                     or tom_episodes < 1):
+        raise ValueError(f"tom_episodes must be None or an integer >= 1, got {tom_episodes!r}")
+    tom_tasks = None if not tom or tom_episodes is None else {t.index for t in tasks[:int(tom_episodes)]}
     if is_complete(out) and not overwrite:
         return out
 
@@ -423,6 +443,7 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
                           temperature=float(temperature), max_new_tokens=int(max_new_tokens),
                           max_utterances=int(max_utterances), batch_size=int(batch_size),
                           stop_at_first_line=bool(stop_at_first_line),
+                          tom_episodes=len(tom_tasks) if tom_tasks is not None else (len(tasks) if tom else 0),
                           passive_persona_rule=PASSIVE_PERSONA_RULE if taskset is not None
                           else "the reader is told it is the agent it replaces"))
     writer = CubeWriter(out, spec, overwrite=overwrite)
@@ -442,7 +463,7 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
     runner = _Runner((lm_a, lm_b), spec, {t.index: t for t in tasks}, max_utterances=max_utterances,
                      temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size,
                      progress_bar=bar, stats=_Stats(), sampling=sampling,
-                     first_line_only=stop_at_first_line, readers=readers)
+                     first_line_only=stop_at_first_line, readers=readers, tom_tasks=tom_tasks)
     try:
         for b, batch in todo:
             done = runner.run_batch(batch)
@@ -451,6 +472,10 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
     finally:
         if bar is not None:
             bar.close()
+        if engine_stats is not None:
+            for eng in {id(e): e for e in runner.engines}.values():
+                for k, v in eng.stats.items():
+                    engine_stats[k] = engine_stats.get(k, 0) + int(v)
     return writer.finalize()
 
 
@@ -505,6 +530,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="also record the passive reader on the genuine dialogs (control 1)")
     parser.add_argument("--tom", action="store_true",
                         help="also run the Theory-of-Mind dialogs with emotion/action distributions")
+    parser.add_argument("--tom-episodes", type=at.arg_type(at.positive_int, "episode count"), metavar="N",
+                        help="with --tom: the ToM dialogs for the first N of the simulated tasks only "
+                             "(default: all)")
     parser.add_argument("--max-new-tokens", type=at.arg_type(at.positive_int, "token count"),
                         default=default("simulate.max_new_tokens"), metavar="N",
                         help="maximum new tokens per utterance (default %(default)s)")
@@ -601,7 +629,7 @@ def run(args: argparse.Namespace) -> int:
                         store_dtype=args.store_dtype, overwrite=args.overwrite,
                         progress=not args.no_progress, top_k=args.top_k, top_p=args.top_p,
                         stop_at_first_line=not args.no_first_line_stop, passive_seeds=args.passive_seeds,
-                        taskset=taskset,
+                        taskset=taskset, tom_episodes=args.tom_episodes,
                         prompt_formats=(args.prompt_format_a, args.prompt_format_b or args.prompt_format_a))
     except CubeError as exc:
         return _fail(str(exc))

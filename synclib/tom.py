@@ -23,7 +23,10 @@ instructed (the cube's ``tom_format_a``/``tom_format_b`` = 1).  The reader's own
 utterance need not follow it: its hidden state is read before it generates anything.
 The numbers kept and dropped are recorded per reader, relation and target
 (``tom_n_kept``, ``tom_n_dropped``); a cube without ``tom_format_*`` variables is used
-whole (attribute ``tom_format_filter`` says so).
+whole (attribute ``tom_format_filter`` says so).  ``format_filter=False`` uses every sample
+(models that never follow the format, such as the tiny embedded ones, would otherwise
+leave nothing to decode); the two counts then still say how many did and did not follow
+it.
 
 Probe (our choice; the paper does not give one): ridge regression
 (:func:`synclib.ridge.ridge_solve`) from one layer's hidden state to the centred
@@ -112,7 +115,7 @@ def _hidden(cube, agent: str, max_resident_bytes: int | None = None) -> HiddenRo
     return HiddenRows(cube[var_name("hidden", _sides(agent)[0], "tom")], max_resident_bytes)
 
 
-def _tom_samples(cube, agent: str, relation: str, target: str, hidden: HiddenRows):
+def _tom_samples(cube, agent: str, relation: str, target: str, hidden: HiddenRows, format_filter: bool = True):
     """The samples of one probe (index arithmetic in the module doc).
 
     Returns
@@ -124,8 +127,9 @@ def _tom_samples(cube, agent: str, relation: str, target: str, hidden: HiddenRow
     episode : int array, shape (n,)
         Episode position of each sample.
     counts : dict
-        ``kept`` and ``dropped`` (samples whose target utterance did not follow the
-        format; module doc) and ``filtered`` (False: the cube has no ``tom_format_*``).
+        ``kept`` and ``dropped`` (samples whose target utterance did / did not follow the
+        format; module doc) and ``filtered`` (False: the cube has no ``tom_format_*`` or
+        ``format_filter`` is off, and every sample is used).
     """
     me, other = _check_vars(cube, agent, relation, target)
     E, S, R = hidden.grid
@@ -144,10 +148,12 @@ def _tom_samples(cube, agent: str, relation: str, target: str, hidden: HiddenRow
     Pt = P[e, s, kt]
     keep = hidden.ok[rows] & np.isfinite(Pt).all(1)
     fmt = var_name("tom_format", side, "tom")
-    filtered = fmt in cube.variables
-    followed = np.asarray(cube[fmt].values)[e, s, kt] == 1 if filtered else np.ones(len(e), dtype=bool)
+    has_format = fmt in cube.variables
+    filtered = has_format and format_filter
+    followed = np.asarray(cube[fmt].values)[e, s, kt] == 1 if has_format else np.ones(len(e), dtype=bool)
     counts = {"kept": int((keep & followed).sum()), "dropped": int((keep & ~followed).sum()), "filtered": filtered}
-    keep &= followed
+    if filtered:
+        keep &= followed
     return rows[keep], Pt[keep], e[keep], counts
 
 
@@ -196,7 +202,8 @@ class _Results:
     n_test: np.ndarray      # (R, A, S) int
     n_kept: np.ndarray      # (T, R, A) int: samples whose target utterance followed the format
     n_dropped: np.ndarray   # (T, R, A) int: samples dropped because it did not
-    filtered: bool = True   # False: the cube has no tom_format_* (nothing dropped)
+    filtered: bool = True   # False: no tom_format_* in the cube, or the filter is off (nothing dropped)
+    has_format: bool = True  # the cube has tom_format_*
 
     @classmethod
     def empty(cls, n_layers: int, n_seeds: int, n_alphas: int) -> "_Results":
@@ -237,6 +244,8 @@ class _Results:
         ds.attrs["tom_format_filter"] = (
             "applied: samples whose target utterance did not open with 'Emotion. Action type.' "
             "(tom_format_* != 1) are dropped" if self.filtered else
+            "not applied (format_filter=False): all samples used; tom_n_kept / tom_n_dropped count the "
+            "samples whose target utterance did / did not follow the format" if self.has_format else
             "not applied: the cube has no tom_format_a/tom_format_b variables; all samples used")
         return ds
 
@@ -255,14 +264,15 @@ def _probe_split(ep: np.ndarray, seed: int, val_frac: float, test_frac: float):
 
 
 def _reader_probes(cube, ai: int, hidden: HiddenRows, seeds, val_frac: float, test_frac: float,
-                   res: _Results, bar) -> list[_Probe]:
+                   res: _Results, bar, format_filter: bool = True) -> list[_Probe]:
     """Every probe of reader ``AGENTS[ai]`` with enough samples; records their sample
     counts and baselines in ``res`` (a probe without enough samples stays NaN)."""
     agent = AGENTS[ai]
     probes = []
     for ti, target in enumerate(TOM_TARGETS):
         for ri, rel in enumerate(TOM_RELATIONS):
-            rows, P, ep, counts = _tom_samples(cube, agent, rel, target, hidden)
+            rows, P, ep, counts = _tom_samples(cube, agent, rel, target, hidden, format_filter)
+            res.has_format = res.has_format and var_name("tom_format", _sides(agent)[0], "tom") in cube.variables
             res.n_kept[ti, ri, ai], res.n_dropped[ti, ri, ai] = counts["kept"], counts["dropped"]
             res.filtered = res.filtered and counts["filtered"]
             T = np.log(np.clip(P, _EPS, None))
@@ -319,7 +329,7 @@ def _fit_probes(hidden: HiddenRows, probes: list[_Probe], alphas, dev, res: _Res
 
 def tom_decode(cube, split_seeds=(0, 1, 2), *, alphas=DEFAULT_TOM_ALPHAS, val_frac: float = 0.2,
                test_frac: float = 0.2, device=None, max_resident_bytes: int | None = None,
-               progress: bool = False) -> xr.Dataset:
+               progress: bool = False, format_filter: bool = True) -> xr.Dataset:
     """ToM decoding for both readers, three relations, emotions and actions.
 
     Parameters
@@ -341,6 +351,9 @@ def tom_decode(cube, split_seeds=(0, 1, 2), *, alphas=DEFAULT_TOM_ALPHAS, val_fr
         :class:`synclib.cube.HiddenRows`).
     progress : bool
         Show a tqdm bar on stderr.
+    format_filter : bool
+        Drop samples whose target utterance did not follow the instructed format (the
+        paper's restriction, module doc); False uses every sample.
 
     Returns
     -------
@@ -371,7 +384,7 @@ def tom_decode(cube, split_seeds=(0, 1, 2), *, alphas=DEFAULT_TOM_ALPHAS, val_fr
         for target in TOM_TARGETS:  # before reading anything
             _check_vars(cube, agent, TOM_RELATIONS[0], target)
         hidden = _hidden(cube, agent, max_resident_bytes)
-        probes = _reader_probes(cube, ai, hidden, seeds, val_frac, test_frac, res, bar)
+        probes = _reader_probes(cube, ai, hidden, seeds, val_frac, test_frac, res, bar, format_filter)
         if probes:
             _fit_probes(hidden, probes, alphas, dev, res, bar)
     bar.close()

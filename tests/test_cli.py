@@ -30,7 +30,7 @@ CASES = [
     ("evaluate", ["{tmp}/c.nc", "--judge-model", "j", "--concurrency", "0"], "--concurrency", ">= 1"),
     ("evaluate", ["{tmp}/c.nc", "--judge-model", "j", "--reasoning-max-chars", "5000"], "--reasoning-max-chars",
      "<= 1999"),
-    ("evaluate", ["{tmp}/c.nc", "--judge-model", "j", "--limit", "-1"], "--limit", ">= 1"),
+    ("evaluate", ["{tmp}/c.nc", "--judge-model", "j", "--sample", "-1"], "--sample", ">= 1"),
     ("evaluate", ["{tmp}/c.nc", "--judge-model", "j", "--mode", "fancy"], "--mode", "invalid choice"),
     ("run", ["--set", "simulate.episods=3"], "simulate.episods", "did you mean 'simulate.episodes'"),
     ("run", ["--set", "simulate.temperature=-1"], "simulate.temperature", ">= 0"),

@@ -37,7 +37,7 @@ def test_every_key_has_a_valid_default():
     (GOOD, ["simulate.temperature=-1"], ["--set simulate.temperature=-1", "simulate.temperature = -1",
                                          "a number >= 0"]),
     (GOOD, ["simulate.episodes=ten"], ["simulate.episodes = 'ten'", "positive integer"]),
-    (GOOD, ["simulate.episodes=500"], ["simulate.episodes", "embedded has 52 tasks"]),
+    (GOOD, ["simulate.episodes=500"], ["simulate.episodes", "embedded has 64 tasks"]),
     (GOOD, ["analysis.split_seeds=[0, 0]"], ["analysis.split_seeds", "distinct"]),
     (GOOD + "judge: {model: x, url: localhost:8000/v1}\n", (), ["judge.url", "http(s) URL"]),
     (GOOD, ["scenarios=/no/such/folder"], ["scenarios = '/no/such/folder' does not exist"]),
@@ -75,7 +75,7 @@ def test_defaults_filled_and_mode_follows_url(tmp_path):
 
 
 def test_steps_partition_the_keys():
-    assert "judge.concurrency" not in keys_of_step("judge") and "judge.limit" in keys_of_step("judge")
+    assert "judge.concurrency" not in keys_of_step("judge") and "judge.sample" in keys_of_step("judge")
     assert "analysis.max_resident_gib" not in keys_of_step("analyze")
     table = invalidation_table()
     assert "| `simulate.temperature` | simulate |" in table and "`judge.concurrency` | nothing" in table

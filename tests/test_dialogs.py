@@ -69,7 +69,7 @@ def tiny_run(tiny_model_dir, tmp_path_factory):
              "mode": "json", "error": "", "raw": ""} for a in (1, 2) for d in DIMENSIONS]
     save_table(pd.DataFrame(rows, columns=TABLE_COLUMNS), root / "judge" / "T-T.judge.csv")
     manifest = {"name": "tiny", "embedded": False, "config": {"scenarios": "embedded",
-                                                              "judge": {"limit": 1}},
+                                                              "judge": {"sample": 1}},
                 "pairs": [{"name": "T-T", "pair": "T-T", "order": 1, "model_a": "tiny", "model_b": "tiny",
                            "family": "Tiny", "cube": "cubes/T-T.nc", "analysis": "analysis/T-T.nc",
                            "judge": "judge/T-T.judge.csv"}]}
@@ -245,7 +245,7 @@ def test_real_cube_texts_goals_judge_and_tom(tiny_run):
     judged, unjudged = found.dialogs
     assert html.escape(f"{REASONING} (goal, agent 2)") in page
     assert [s.score for s in judged.scores if s.dimension == "secret"] == [-2, -2]
-    assert not unjudged.scores and "judges only the first 1 dialog of each run" in page
+    assert not unjudged.scores and "judges a random sample of 1 dialog per run" in page
     assert found.counts["judged"] == 1
 
 

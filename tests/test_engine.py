@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -88,7 +89,10 @@ def test_kv_reuse_with_mixed_cached_and_fresh_rows(lm):
         np.testing.assert_allclose(states[i], solo(lm, p)[0], atol=TOL, rtol=0)
 
 
-def test_session_cache_budget_evicts_least_recently_used(lm):
+def test_session_cache_budget_keeps_the_resident_sessions(lm):
+    """Over budget a newcomer is not stored and the resident sessions stay: in the dialog
+    loop's cycle (x, y, z, x, y, z, ...) two of three sessions keep being reused, where
+    dropping the least recently used one would reuse none."""
     eng = Engine(lm, max_cache_bytes=1)  # nothing fits: every read is fresh, still correct
     p = dialog(lm, 2)
     eng.read_states([p], sessions=["x"])
@@ -96,9 +100,14 @@ def test_session_cache_budget_evicts_least_recently_used(lm):
     one = lm.n_layers * 2 * 2 * 16 * len(lm.encode(p)) * 4  # layers * (k, v) * heads * head_dim * tokens
     eng = Engine(lm, max_cache_bytes=int(2.5 * one))
     eng.read_states([p, p, p], sessions=["x", "y", "z"])
-    assert eng.cached_sessions == 2
-    np.testing.assert_allclose(eng.read_states([dialog(lm, 3)], sessions=["x"])[0],
-                               solo(lm, dialog(lm, 3))[0], atol=TOL, rtol=0)
+    assert eng.cached_sessions == 2 and eng.stats["cache_skips"] == 1
+    reused = eng.stats["reused_tokens"]
+    for name in ("x", "y", "z"):  # the next round, one turn longer (the cache stays in budget)
+        np.testing.assert_allclose(eng.read_states([p + " ok"], sessions=[name])[0], solo(lm, p + " ok")[0],
+                                   atol=TOL, rtol=0)
+        eng.forget(name)
+    shared = len(os.path.commonprefix([lm.encode(p), lm.encode(p + " ok")]))
+    assert eng.stats["reused_tokens"] - reused == 2 * shared
 
 
 def test_generation_is_seeded_per_row_not_per_batch(lm):
@@ -456,3 +465,78 @@ def test_generation_config_sets_what_is_sampled(lm):
         assert sampling_settings(m) == {"top_k": 50, "top_p": 1.0}
     finally:
         m.generation_config = old
+
+
+@pytest.mark.parametrize("attn", ["sdpa", "eager"])
+def test_static_decoding_equals_the_dynamic_loop(lm, attn):
+    """Preallocated keys/values and mask (the layout the CUDA graph replays) give the dynamic
+    loop's logits to float rounding, hence its tokens, stops and line ends, with rows of
+    different lengths, a session cache and stop tokens; finished rows stay in the batch."""
+    prompts = [dialog(lm, n, filler=f) for n, f in ((1, 0), (5, 2), (2, 7), (0, 0), (3, 1))]
+    first = [int(solo(lm, p)[1].argmax()) for p in prompts]
+    stopper = dataclasses.replace(lm, stop_token_ids=frozenset(first[:2]))
+    old = lm.model.config._attn_implementation
+    lm.model.config._attn_implementation = attn
+    try:
+        for model, temperature in ((lm, 0.0), (lm, 0.7), (stopper, 0.7)):
+            out = {}
+            for mode in ("dynamic", "static"):
+                eng = Engine(model, batch_size=5, decode=mode)
+                assert eng.decode == mode
+                reqs = [Request(p, seed=i, session=i) for i, p in enumerate(prompts)]
+                eng.generate(reqs, max_new_tokens=3, temperature=temperature)  # fills the sessions
+                out[mode] = eng.generate(reqs, max_new_tokens=20, temperature=temperature, first_line_only=True)
+                assert sum(r.reused_tokens for r in out[mode]) > 0
+            for a, b in zip(out["dynamic"], out["static"]):
+                assert (a.token_ids, a.finish_reason, a.text) == (b.token_ids, b.finish_reason, b.text)
+                np.testing.assert_array_equal(a.states, b.states)
+    finally:
+        lm.model.config._attn_implementation = old
+
+
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_a_missed_session_does_not_undo_the_batch_prefix_reuse(lm, mode):
+    """A batch of rows that hit their session caches and one long row that missed its is
+    prefilled in groups and merged for decoding: the hit rows reuse their prefixes, and
+    tokens and states equal generation without any cache (float rounding of the padded
+    batch aside: the same tokens, states to 1e-5)."""
+    from synclib.engine import _prefill_groups
+
+    assert _prefill_groups([1000] + [100] * 7) == [[0], list(range(1, 8))]
+    assert _prefill_groups([100, 90, 80]) == [[0, 1, 2]]
+    short = [dialog(lm, 6, filler=f) for f in range(4)]
+    miss = dialog(lm, 9, filler=12)
+    eng = Engine(lm, batch_size=5, decode=mode)
+    eng.read_states([dialog(lm, 5, filler=f) for f in range(4)], sessions=list(range(4)))
+    reqs = [Request(p, seed=i, session=i) for i, p in enumerate(short)] + [Request(miss, seed=9, session="new")]
+    got = eng.generate(reqs, max_new_tokens=12, temperature=0.7)
+    ref = Engine(lm, batch_size=5, kv_reuse=False, decode=mode).generate(reqs, max_new_tokens=12, temperature=0.7)
+    assert eng.stats["prefill_splits"] >= 1
+    assert all(r.reused_tokens > 0 for r in got[:4]) and got[4].reused_tokens == 0
+    for a, b in zip(got, ref):
+        assert a.token_ids == b.token_ids
+        np.testing.assert_allclose(a.states, b.states, atol=TOL, rtol=0)
+
+
+def test_static_decoder_logits_match_a_solo_run(lm):
+    """Each static step's logits are those of the prompt plus the fed tokens run alone."""
+    from synclib.engine import _StaticDecoder
+
+    prompts = [dialog(lm, 4, filler=3), dialog(lm, 0)]
+    eng = Engine(lm, batch_size=2, kv_reuse=False, decode="static")
+    pre = eng._prefill([(lm.encode(p), None) for p in prompts])
+    dec = _StaticDecoder(lm.model, pre, steps=4, graph=False, logits_kw={})
+    fed = [[], []]
+    for step in range(4):
+        tok = torch.tensor([7 + step, 11 + 2 * step])
+        logits = dec.step(tok).clone()
+        for i, p in enumerate(prompts):
+            fed[i].append(int(tok[i]))
+            ref = solo(lm, lm.encode(p) + fed[i])[1]
+            torch.testing.assert_close(logits[i], ref, atol=TOL, rtol=TOL)
+
+
+def test_decode_mode_is_checked(lm):
+    with pytest.raises(ValueError, match="decode must be one of"):
+        Engine(lm, decode="fast")
+    assert Engine(lm).decode == "dynamic"  # auto on the CPU

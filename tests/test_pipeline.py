@@ -161,7 +161,7 @@ def test_a_setting_reruns_exactly_its_step_and_dry_run_says_why(tmp_path):
     _finish(jobs, jobs)
     assert all(p.status == "up to date" for p in plan(jobs, cfg))
     # a judge setting re-runs judging only; a speed setting nothing; a simulate setting all three
-    for setting, expect in (("judge.limit=2", {"judge:S-G"}), ("judge.concurrency=3", set()),
+    for setting, expect in (("judge.sample=2", {"judge:S-G"}), ("judge.concurrency=3", set()),
                             ("analysis.max_resident_gib=9", set()), ("analysis.alpha=0.5", {"analyze:S-G"}),
                             ("simulate.temperature=0.9", {"simulate:S-G", "judge:S-G", "analyze:S-G"})):
         cfg2 = load_config(None, over + [setting])
@@ -179,8 +179,28 @@ def test_dry_run_cli_starts_nothing(tmp_path, capsys):
     out = tmp_path / "r"
     assert cli.main(["run", "--dry-run", "--set", f"results_dir={out}"]) == 0
     text = capsys.readouterr().out
-    assert "simulate:S-G" in text and "simulate:G-S" in text and "because output missing" in text
+    assert "simulate:S-S" in text and "simulate:G-G" in text and "because output missing" in text
+    assert "training samples per dataset" in text and "WARNING" not in text
     assert not out.exists()
+
+
+def test_the_default_run_has_250_training_samples_per_dataset_by_construction():
+    """Issue 22: every ordered run of config/default.yaml, every condition, lag and direction,
+    has at least 250 training samples (the dry run's plan, nothing run), above where the
+    measured curves say SyncR² leaves 0; a run cut to a few tasks is warned about, naming the
+    settings to change."""
+    from synclib.sizing import format_sizes, run_sizes
+
+    cfg = load_config(None)
+    sizes = run_sizes(cfg, pipeline.runs(cfg))
+    assert {s.run for s in sizes} == {"S-S", "G-G"}
+    for s in sizes:
+        trains = [v["train"] for cond in s.samples.values() for v in cond.values()]
+        assert min(trains) >= 250, (s.run, s.samples)
+        assert s.needed is not None and s.train > s.needed and not s.warning
+    small = load_config(None, ["simulate.episodes=6", "simulate.max_utterances=8"])
+    text = format_sizes(run_sizes(small, pipeline.runs(small)))
+    assert "WARNING: S-S: at most" in text and "simulate.episodes" in text
 
 
 def test_changed_simulation_settings_replace_a_finished_cube(tmp_path, monkeypatch):

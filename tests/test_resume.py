@@ -42,7 +42,7 @@ pairs: [A-B]
 orders: both
 simulate: {{episodes: 3, seeds: [0, 1], passive_seeds: [0], max_utterances: 4, max_new_tokens: 6,
             batch_size: 2, passive: true, tom: true}}
-judge: {{model: {a}, mode: constrained, limit: 3}}
+judge: {{model: {a}, mode: constrained, sample: 3}}
 analysis: {{alpha: 0.1, n_samples: null, split_seeds: [0, 1], lags: [1], sample_sizes: null,
             persona_disjoint: false, relationship: false, nonlinear: false, tom: true}}
 notebooks: {{ability_scores: null}}

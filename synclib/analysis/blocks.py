@@ -28,7 +28,7 @@ import xarray as xr
 from tqdm.auto import tqdm
 
 from synclib.analysis.context import Context, GenuineFits, SplitFit
-from synclib.analysis.mlp import mlp_defaults, mlp_r2
+from synclib.analysis.mlp import mlp_defaults, mlp_r2_batch
 from synclib.analysis.samples import (PairedSamples, build_dataset, persona_keys, shuffle_training_targets,
                                       sim_seed_rank)
 from synclib.analysis.scores import seed_aggregate, sync_r2, sync_r2_noclip, sync_r2_topk
@@ -435,7 +435,8 @@ def _layer_pairs(genuine: GenuineFits, direction: str, seed: int, pairs) -> list
     return [(int(l), int(np.nanargmax(g[l]))) for l in sources if np.isfinite(g[l]).any()]
 
 
-def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: dict | None = None) -> xr.Dataset:
+def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: dict | None = None,
+                    n_seeds: int | None = None) -> xr.Dataset:
     """Appendix I: a 2-layer MLP against the affine map, on the genuine splits, for a
     few layer pairs.
 
@@ -448,6 +449,9 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: dic
         (source, target) layer pairs; None: see :func:`_layer_pairs`.
     options : dict, optional
         Keywords of :func:`~synclib.analysis.mlp.mlp_r2`.
+    n_seeds : int, optional
+        Fit on the first ``n_seeds`` split seeds only (the MLPs cost far more than the
+        affine grids); the other seeds' values are NaN.  None: all.
 
     Returns
     -------
@@ -462,18 +466,27 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: dic
     nl = np.full((nd, ns, npair), np.nan)
     af = np.full((nd, ns, npair), np.nan)
     layers = np.full((2, nd, npair), -1, dtype=np.int64)  # source, target
-    bar = tqdm(total=nd * ns * npair, desc="nonlinear maps", disable=not ctx.progress, file=sys.stderr)
+    fitted = ctx.split_seeds[:n_seeds] if n_seeds is not None else ctx.split_seeds
+    bar = tqdm(total=nd * len(fitted) * npair, desc="nonlinear maps", disable=not ctx.progress, file=sys.stderr)
     for di, d in enumerate(ctx.directions):
-        for si, seed in enumerate(ctx.split_seeds):
+        for si, seed in enumerate(fitted):
             fit = genuine.fits.get((d, seed))
-            for pi, (ls, lt) in enumerate(by_dir[di] if fit is not None else []):
+            lp = by_dir[di] if fit is not None else []
+            if not lp:
+                continue
+            s = fit.samples
+            xtr, ytr = s.X[s.x_rows[fit.train]], s.Y[s.y_rows[fit.train]]
+            xte, yte = s.X[s.x_rows[fit.test]], s.Y[s.y_rows[fit.test]]
+            # the split's layer pairs side by side (each exactly as alone, mlp_r2_batch)
+            src, tgt = [p[0] for p in lp], [p[1] for p in lp]
+            nl[di, si, :len(lp)] = mlp_r2_batch(
+                np.moveaxis(xtr[:, src], 1, 0), np.moveaxis(ytr[:, tgt], 1, 0),
+                np.moveaxis(xte[:, src], 1, 0), np.moveaxis(yte[:, tgt], 1, 0),
+                seed=seed, device=ctx.device, **opts)
+            for pi, (ls, lt) in enumerate(lp):
                 layers[:, di, pi] = ls, lt
-                s = fit.samples
-                nl[di, si, pi] = mlp_r2(s.X[s.x_rows[fit.train], ls], s.Y[s.y_rows[fit.train], lt],
-                                        s.X[s.x_rows[fit.test], ls], s.Y[s.y_rows[fit.test], lt],
-                                        seed=seed, device=ctx.device, **opts)
                 af[di, si, pi] = fit.r2[ls, lt]
-                bar.update(1)
+            bar.update(len(lp))
     bar.close()
     ds = xr.Dataset(
         {"nonlinear_src_layer": (("direction", "layer_pair"), layers[0]),

@@ -88,7 +88,7 @@ def analyze(cube, conditions=("genuine", "passive", "shuffled", "lag1", "lag2"),
             precision: str = "float32", directions=DIRECTIONS, persona_disjoint: bool = False,
             relationship: bool = False, relationship_seeds=(0, 1, 2), relationship_min: int = 10,
             sample_sizes=None, nonlinear: bool = False, nonlinear_pairs=None,
-            nonlinear_options: dict | None = None, tom: bool = False, tom_options: dict | None = None,
+            nonlinear_options: dict | None = None, nonlinear_seeds: int | None = None, tom: bool = False, tom_options: dict | None = None,
             max_resident_bytes: int | None = None, progress: bool = True, log=None) -> xr.Dataset:
     """All SyncR^2 analyses of one cube (one model pair).
 
@@ -117,6 +117,8 @@ def analyze(cube, conditions=("genuine", "passive", "shuffled", "lag1", "lag2"),
         pairs per direction; default: each of 4 evenly spaced source layers with
         its best affine target layer on split seed 0), options for
         :func:`synclib.analysis.mlp_r2`.
+    nonlinear_seeds : fit the MLPs on the first this many split seeds only (the others'
+        ``nonlinear_r2`` and ``affine_r2`` are NaN); None: all.
     tom, tom_options : also appendix J (see :func:`synclib.tom.tom_decode`).
     max_resident_bytes : hidden-state variables up to this size (default
         ``synclib.cube.DEFAULT_RESIDENT_BYTES``, 2 GiB) are loaded whole; larger
@@ -152,7 +154,8 @@ def analyze(cube, conditions=("genuine", "passive", "shuffled", "lag1", "lag2"),
     if relationship:
         blocks.append(relationship_block(ctx, main.genuine, relationship_seeds, relationship_min))
     if nonlinear:
-        blocks.append(nonlinear_block(ctx, main.genuine, nonlinear_pairs, nonlinear_options))
+        blocks.append(nonlinear_block(ctx, main.genuine, nonlinear_pairs, nonlinear_options,
+                                      n_seeds=nonlinear_seeds))
     if tom:
         blocks.append(tom_block(ctx, tom_options))
     out = xr.merge(blocks, join="exact", combine_attrs="drop_conflicts")

@@ -72,8 +72,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=at.arg_type(at.positive_int, "batch size"), default=16,
                         help="rows per forward pass in constrained scoring (default 16)")
     parser.add_argument("--device", default=None, help="device of a local judge (default: auto)")
-    parser.add_argument("--limit", type=at.arg_type(at.positive_int, "dialog count"), default=None,
-                        help="judge only the first N dialogs (episode x sim seed)")
+    parser.add_argument("--sample", type=at.arg_type(at.positive_int, "dialog count"), default=None,
+                        help="judge a random sample of N dialogs (episode x sim seed; default: all)")
+    parser.add_argument("--sample-seed", type=at.arg_type(at.nonneg_int, "seed"), default=0,
+                        help="seed of the --sample draw (default 0)")
     parser.add_argument("--out", default=None,
                         help="output CSV (default: CUBE with .judge.csv instead of .nc)")
     parser.add_argument("--cache", default=None,
@@ -87,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         evaluate_cube(args.cube, scenarios=args.scenarios, judge_model=args.judge_model,
                       judge_url=args.judge_url, api_key_env=args.api_key_env, mode=args.mode,
                       concurrency=args.concurrency, out=args.out, cache=args.cache,
-                      device=args.device, limit=args.limit, timeout=args.timeout,
+                      device=args.device, sample=args.sample, sample_seed=args.sample_seed, timeout=args.timeout,
                       max_retries=args.max_retries, seed=args.seed, max_tokens=args.max_tokens,
                       batch_size=args.batch_size, progress=not args.no_progress, layout=args.layout,
                       structured=args.structured, reasoning_max_chars=args.reasoning_max_chars)

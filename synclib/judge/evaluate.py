@@ -44,7 +44,7 @@ from tqdm.auto import tqdm
 from synclib.judge.backends import LocalBackend, OpenAIBackend
 from synclib.judge.cache import JudgeCache, cache_key
 from synclib.judge.errors import JudgeError, JudgeRequestError
-from synclib.judge.items import LAYOUTS, JudgeItem, items_from_cube
+from synclib.judge.items import LAYOUTS, JudgeItem, items_from_cube, sample_items
 from synclib.judge.parse import parse_evaluation
 from synclib.judge.prompt import (SYSTEM_MESSAGE, constrained_question, judge_messages,
                                   load_instructions, repair_messages)
@@ -248,7 +248,7 @@ def evaluate_cube(cube: str | os.PathLike, *, scenarios: str | os.PathLike = "em
                   api_key_env: str = "OPENAI_API_KEY", mode: str | None = None,
                   concurrency: int = 8, out: str | os.PathLike | None = None,
                   cache: str | os.PathLike | None = None, device: str | None = None,
-                  limit: int | None = None, timeout: float = 300.0, max_retries: int = 5,
+                  sample: int | None = None, sample_seed: int = 0, timeout: float = 300.0, max_retries: int = 5,
                   seed: int = 0, max_tokens: int | None = None, batch_size: int = 16,
                   progress: bool = True, log=None, layout: str = "sotopia",
                   structured: bool = True,
@@ -257,7 +257,8 @@ def evaluate_cube(cube: str | os.PathLike, *, scenarios: str | os.PathLike = "em
 
     The library form of ``synclib evaluate`` (same parameters as its options).
     ``mode`` defaults to ``json`` with ``judge_url`` and ``constrained`` for a
-    local judge.  Answers are cached in ``cache`` (default
+    local judge.  ``sample``: judge a random sample of that many dialogs, drawn with
+    ``sample_seed`` (:func:`~synclib.judge.items.sample_items`); default every dialog.  Answers are cached in ``cache`` (default
     ``CUBE.judge-cache.jsonl``), so an interrupted call loses nothing paid for.
     ``layout`` lays the message out as Sotopia does or as the paper's code did
     (:data:`synclib.judge.items.LAYOUTS`).  ``structured`` (HTTP judge, JSON mode) asks
@@ -286,9 +287,8 @@ def evaluate_cube(cube: str | os.PathLike, *, scenarios: str | os.PathLike = "em
         raise JudgeError(f"layout must be one of {LAYOUTS}, got {layout!r}")
     tasks = load_tasks(scenarios)
     instructions, source = load_instructions(scenarios)
-    items = items_from_cube(cube, tasks, layout=layout)
-    if limit is not None:
-        items = items[:limit]
+    n_dialogs = len(items := items_from_cube(cube, tasks, layout=layout))
+    items = sample_items(items, sample, sample_seed)
     if judge_url:
         backend: Any = OpenAIBackend(judge_url, judge_model, api_key_env, timeout=timeout,
                                      max_retries=max_retries, seed=seed, max_tokens=max_tokens,
@@ -303,7 +303,7 @@ def evaluate_cube(cube: str | os.PathLike, *, scenarios: str | os.PathLike = "em
     if mode == "json" and judge_url:
         what += ("; structured output, reasoning at most "
                  f"{reasoning_max_chars} characters" if structured else "; no structured output")
-    log(f"judging {len(items)} dialogs with {backend.judge_id} ({mode} mode, {what}); "
+    log(f"judging {len(items)} {'of ' + str(n_dialogs) + ' ' if len(items) < n_dialogs else ''}dialogs with {backend.judge_id} ({mode} mode, {what}); "
         f"cache {cache_.path} holds {len(cache_)} answers")
     try:
         table = judge_items(items, backend, mode=mode, cache=cache_, instructions=instructions,

@@ -11,7 +11,7 @@ import xarray as xr
 from synclib.judge.errors import JudgeError
 from synclib.scenarios import complete_intro, judge_intro
 
-__all__ = ["JudgeItem", "items_from_cube", "LAYOUTS"]
+__all__ = ["JudgeItem", "items_from_cube", "sample_items", "LAYOUTS"]
 
 #: how the judge's message is laid out: ``sotopia`` (our normalised intro, Sotopia's
 #: quoted ``Turn #t`` lines, newline-separated parts) or ``reference`` (the paper's code,
@@ -102,3 +102,25 @@ def items_from_cube(cube: str | os.PathLike | xr.Dataset, tasks: Any,
     if not isinstance(cube, xr.Dataset):
         ds.close()
     return items
+
+
+def sample_items(items: list[JudgeItem], n: int | None, seed: int = 0) -> list[JudgeItem]:
+    """A random sample of ``n`` dialogs, in the order of ``items`` (the cube's).
+
+    Drawn without replacement with ``numpy.random.default_rng(seed)``, so the same cube,
+    ``n`` and ``seed`` give the same dialogs on every machine.  ``n=None`` or ``n >=
+    len(items)`` returns every item.
+
+    Raises
+    ------
+    JudgeError
+        When ``n`` is not a positive integer.
+    """
+    if n is None:
+        return list(items)
+    if isinstance(n, bool) or int(n) != n or n < 1:
+        raise JudgeError(f"sample must be a positive number of dialogs, got {n!r}")
+    if n >= len(items):
+        return list(items)
+    keep = np.sort(np.random.default_rng(int(seed)).choice(len(items), size=int(n), replace=False))
+    return [items[i] for i in keep]
