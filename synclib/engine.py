@@ -662,7 +662,8 @@ class Engine:
     ----------
     stats : collections.Counter
         ``prefill_tokens`` (tokens run through prefill, padding excluded),
-        ``reused_tokens`` (prompt tokens taken from session caches), ``generated_tokens``,
+        ``prefill_computed`` (token positions computed in prefill, left padding included:
+        ``prefill_tokens / prefill_computed`` is the useful share), ``reused_tokens`` (prompt tokens taken from session caches), ``generated_tokens``,
         ``forward_calls``, ``oom_retries``, ``cache_skips`` (sessions not stored: the
         budget was full), ``graph_steps`` (decoding steps replayed as a
         CUDA graph), ``graph_fallbacks`` (batches whose capture failed).

@@ -53,8 +53,9 @@ Regenerate (from the repository root; about 15 s on one core)::
 
     git clone https://github.com/zzn-nzz/LM_neural_synchrony /tmp/ref
     git -C /tmp/ref checkout 49fe97e1e22b18061cae49aec14aba69a9ec0e8c
+    .venv/bin/synclib fetch sotopia        # prints the folder holding the paper's task files
     .venv/bin/python tools/reference_prompt_digests.py --reference /tmp/ref \\
-        --tasks ../shared/sotopia --out tests/data/reference_prompt_digests.json
+        --tasks ~/.cache/synclib/sotopia --out tests/data/reference_prompt_digests.json
 
 The reference needs Python >= 3.10, torch, transformers, numpy, pandas and pydantic (all in
 synclib's environment). ``tests/test_scenarios.py`` compares synclib's rendering with the

@@ -1,6 +1,6 @@
 """SyncR^2 from an activation cube: datasets, splits, controls, sensitivity.
 
-Protocol (``../shared/protocol.md``; paper sections 3.2-3.3, appendices B-E, G, I, J):
+Protocol (the paper's sections 3.2-3.3, appendices B-E, G, I, J):
 
 * datasets, with rounds ``k`` (see book/architecture.md): A->B pairs
   ``(hidden_a[k], hidden_b[k])``; B->A ``(hidden_b[k], hidden_a[k+1])``; lag ``j``:
