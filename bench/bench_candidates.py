@@ -112,7 +112,7 @@ def time_judge(cube, dialogs, tmp):
     for name in PATHS:
         with _path(name):
             t0 = time.perf_counter()
-            tables[name] = evaluate_cube(cube, judge_model="smollm2-135m", mode="constrained", limit=dialogs,
+            tables[name] = evaluate_cube(cube, judge_model="smollm2-135m", mode="constrained", sample=dialogs,
                                          out=Path(tmp) / f"{name}.judge.csv", cache=Path(tmp) / f"{name}.jsonl",
                                          progress=False, log=lambda msg: None)
             secs = time.perf_counter() - t0

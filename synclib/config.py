@@ -252,6 +252,11 @@ KEYS: tuple[Key, ...] = (
     _k("notebooks.ability_scores", "data/ability_scores.csv", optional(TEXT),
        "CSV of per-model IFEval / MuSR scores (table 1); the default holds the paper's code's scores of its six models",
        "notebooks"),
+    _k("notebooks.human_ratings", None, optional(TEXT),
+       "CSV of human Sotopia-eval ratings (episode_id,agent,dimension,score[,rater]) for table 4 and "
+       "fig 10; needs notebooks.human_judge_scores", "notebooks"),
+    _k("notebooks.human_judge_scores", None, optional(TEXT),
+       "the judge's table of the rated episodes (synclib evaluate EPISODES.jsonl writes it)", "notebooks"),
     _k("cluster", None, optional(Check("a mapping", _mapping)),
        "a Dask cluster: {scheduler: tcp://HOST:8786} or a dask-jobqueue spec", None),
 )
@@ -364,7 +369,7 @@ def _apply_override(cfg: dict, origin: dict, item: str) -> None:
 def load_config(path: str | os.PathLike | None = None, overrides=()) -> dict:
     """Read a YAML run config, apply ``KEY=VALUE`` overrides and validate it (nothing runs).
 
-    Relative paths (``results_dir``, ``scenarios``, ``notebooks.ability_scores``) are
+    Relative paths (``results_dir``, ``scenarios``, the ``notebooks.*`` files) are
     resolved against the repository root when the file lies in the repository, else
     against the file's folder.
 
@@ -489,6 +494,7 @@ def _cross_check(cfg: dict, flat: dict, source: str, base: Path) -> None:
         nb["ability_scores"] = str(REPO_ROOT / nb["ability_scores"])
     if nb["ability_scores"] is not None:
         _check_ability_csv(nb["ability_scores"], _src(flat, "notebooks.ability_scores", source))
+    _check_human(nb, flat, source, resolve)
     j = cfg["judge"]
     if j["mode"] is None:
         j["mode"] = "constrained" if j["url"] is None else "json"
@@ -514,6 +520,33 @@ def _check_episodes(cfg: dict, src: str) -> None:
         raise ConfigError(f"{src}: scenarios: {exc}") from None
     except ValueError as exc:
         raise ConfigError(f"{src}: simulate.episodes: {exc}") from None
+
+
+def _check_human(nb: dict, flat: dict, source, resolve) -> None:
+    """``notebooks.human_ratings`` and ``notebooks.human_judge_scores``: both or neither,
+    the judge table readable with an ``episode_id`` column, the ratings checked line by
+    line against its episodes (:func:`synclib.judge.human.read_ratings`)."""
+    from synclib.judge import JudgeError, read_ratings, read_table
+
+    keys = ("human_ratings", "human_judge_scores")
+    for k in keys:
+        if nb[k] is not None:
+            nb[k] = resolve(nb[k])
+    given = [k for k in keys if nb[k] is not None]
+    if len(given) == 1:
+        other = next(k for k in keys if k not in given)
+        raise ConfigError(f"{_src(flat, 'notebooks.' + given[0], source)}: notebooks.{given[0]} needs "
+                          f"notebooks.{other} too")
+    if not given:
+        return
+    try:
+        table = read_table(nb["human_judge_scores"])
+        if "episode_id" not in table.columns:
+            raise JudgeError(f"{nb['human_judge_scores']}: no episode_id column; judge the rated episodes "
+                             "file (synclib evaluate EPISODES.jsonl)")
+        read_ratings(nb["human_ratings"], episode_ids=set(table["episode_id"].astype(str)))
+    except (JudgeError, OSError) as exc:
+        raise ConfigError(f"{_src(flat, 'notebooks.human_ratings', source)}: {exc}") from None
 
 
 def _check_ability_csv(path: str, src: str) -> None:

@@ -271,13 +271,19 @@ def step_pages(cfg: dict, out: Path, manifest: str) -> None:
     _write_generated("run_summary.md", report.run_summary_markdown(results.load_results(Path(manifest).parent)))
 
 
+#: config keys ``notebooks.KEY`` naming input files -> the notebook parameter each feeds
+NOTEBOOK_FILES = {"ability_scores": "ability_scores", "human_ratings": "ratings",
+                  "human_judge_scores": "judge_scores"}
+
+
 def step_notebook(cfg: dict, nb: Path, out: Path, manifest: str) -> None:
     from synclib.notebook import execute
     from synclib.paths import display
 
     params = {"results_dir": display(Path(manifest).parent)}
-    ab = cfg["notebooks"].get("ability_scores")  # execute() drops it where a notebook has no such parameter
-    params["ability_scores"] = display(ab) if ab else None
+    for key, param in NOTEBOOK_FILES.items():  # execute() drops those a notebook has no parameter for
+        path = cfg["notebooks"].get(key)
+        params[param] = display(path) if path else None
     tmp = out.with_name(out.stem + ".tmp.ipynb")
     execute(nb, tmp, params)
     os.replace(tmp, out)
@@ -369,7 +375,8 @@ def build_jobs(cfg: dict, steps=STEPS) -> dict[str, Job]:
         out = EXECUTED_DIR / f"{nb.stem}.ipynb"
         nb_keys.append(add(f"notebook:{nb.stem}", out,
                            {"manifest": manifest.fp, "notebook": _file_hash(nb), "code": code,
-                            "ability_scores_file": _file_hash(Path(cfg["notebooks"]["ability_scores"] or ""))},
+                            **{f"{key}_file": _file_hash(Path(cfg["notebooks"][key] or ""))
+                               for key in NOTEBOOK_FILES}},
                            partial(step_notebook, cfg, nb, out), [manifest.key]).key)
     if "book" in steps:
         # the generated pages: the run summary (from the manifest), the benchmarks and the

@@ -436,3 +436,22 @@ def comparison_bars(frame: pd.DataFrame, title: str, setting_title: str = "setti
     err = alt.Chart().mark_errorbar(ticks=True).encode(y=ys, yOffset=yo,
                                                        x=alt.X("lo:Q", title=x_title), x2="hi:Q")
     return alt.layer(bars, err, data=d).properties(title=title, width=380)
+
+
+# --------------------------------------------------------------------------- figure 10
+@_placeholder_if_empty
+def difference_histogram(frame: pd.DataFrame, title: str) -> alt.LayerChart:
+    """Figure 10: histogram of judge minus human scores (``difference``, bins of 1), bars
+    coloured by whether the difference lies within one standard deviation of the human
+    ratings (``within``); a dashed rule marks 0.  ``frame`` is
+    :func:`synclib.judge.human.differences`'s table."""
+    _need(frame, ["difference", "within", "dimension"], "difference_histogram")
+    data = frame.assign(within=np.where(frame["within"], "within 1 SD", "beyond 1 SD"))
+    bars = alt.Chart(data).mark_bar(opacity=0.85).encode(
+        x=alt.X("difference:Q", bin=alt.Bin(step=1), title="judge − human score"),
+        y=alt.Y("count():Q", title="agent × dimension scores", stack=True),
+        color=alt.Color("within:N", title=None,
+                        scale=alt.Scale(domain=["within 1 SD", "beyond 1 SD"], range=["#4c78a8", NEGATIVE_GREY])),
+        tooltip=[alt.Tooltip("within:N"), alt.Tooltip("count():Q", title="scores")])
+    zero = alt.Chart(pd.DataFrame({"x": [0]})).mark_rule(color="black", strokeDash=[4, 3]).encode(x="x:Q")
+    return alt.layer(bars, zero).properties(title=title, width=420, height=220)

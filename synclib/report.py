@@ -738,3 +738,38 @@ def _dtype_lines(d) -> list[str]:
         f"**{_num(diff['relative_l2_mean'])}** (largest layer {_num(diff['relative_l2_max_layer'])}; cosine "
         f"at least {_num(diff['cosine_min'], 6)}). The paper's code ran float32 (`config/paper.yaml`); bf16 "
         "is the faster option. The 7B-shaped figure measured on a GPU is in this page's GPU section.", ""]
+
+
+# --------------------------------------------------------------------------- table 4, figure 10
+def judge_human_table(agree: pd.DataFrame | None, published: dict) -> pd.DataFrame:
+    """Table 4 beside the paper's: per dimension our judge's r, p and n (when ``agree``,
+    from :func:`synclib.judge.human.agreement`, is given) and the paper's two columns."""
+    paper = pd.DataFrame(published["table4"]["rows"]).rename(
+        columns={"gpt-4": "paper GPT-4 r", "gpt-oss-120b": "paper gpt-oss-120b r"})
+    if agree is None:
+        return paper
+    return agree[["dimension", "r", "p", "n"]].merge(paper, on="dimension", how="left")
+
+
+def sentence_judge_human(agree: pd.DataFrame | None, share: float | None, n_scores: int,
+                         judge: str, published: dict) -> str:
+    """What table 4 and figure 10 show for this judge, or what the page needs."""
+    fig10 = published["fig10"]
+    paper = _paper(published["table4"], "r from 0.22 to 0.71 (GPT-4) and 0.22 to 0.60 "
+                   f"(gpt-oss-120b) across dimensions; {fig10['text']} ({fig10['source']}).")
+    if agree is None:
+        return ("No human ratings were given to this run, so the judge cannot be held against "
+                "humans here; the table shows the paper's numbers. To fill it, judge the rated "
+                "episodes (`synclib evaluate EPISODES.jsonl`) and set `notebooks.human_ratings` and "
+                "`notebooks.human_judge_scores` (or the notebook's `ratings` and `judge_scores` "
+                "parameters).") + paper
+    ok = agree[np.isfinite(agree["r"])]
+    rs = "; ".join(f"{r.dimension} r = {r.r:.2f} (p = {stats.format_p(r.p)}, n = {r.n})" for r in ok.itertuples())
+    missing = [f"{r.dimension} ({r.reason})" for r in agree.itertuples() if not np.isfinite(r.r)]
+    s = f"{judge} against the human raters' mean: {rs or 'no dimension has a correlation'}."
+    if missing:
+        s += " No r for " + _join(missing) + "."
+    if share is not None and np.isfinite(share):
+        s += (f" {100 * share:.1f} % of its {n_scores} scores lie within one standard deviation "
+              f"of the human ratings (paper, {fig10['judge']}: {100 * fig10['within_one_sd']:.1f} %).")
+    return s + paper

@@ -106,7 +106,7 @@ __all__ = [
     "embedded_dir", "speaker_line", "load_tasks", "bio", "tagged_bio", "format_docstring", "render_text",
     "agent_intro", "complete_intro", "dialog_line", "dialog_lines", "render_history",
     "render_prompt", "passive_from_active", "passive_persona", "reference_leaks",
-    "masking_notes", "judge_intro", "strip_tom_words", "postprocess_reply", "is_leave",
+    "masking_notes", "judge_intro", "context_lines", "strip_tom_words", "postprocess_reply", "is_leave",
     "is_leave_line",
 ]
 #: Sotopia's relationship codes.
@@ -628,17 +628,25 @@ def _context_lines(task: Task, viewer: int | None) -> list[str]:
     """The "Here is the context of this interaction" block as agent ``viewer`` sees it
     under our masking (None: the judge, everything unmasked), fields normalised."""
     tag_viewer = "environment" if viewer is None else f"agent_{viewer}"
-    env, names = task.env, task.names
+    env = task.env
+    bios = [render_text(bio(persona, "full" if viewer in (None, i) else OTHER_BIO_VISIBILITY[env.relationship]),
+                        tag_viewer) for i, persona in enumerate(task.agents)]
+    goals = [render_text(goal, tag_viewer) if viewer in (None, i) else "Unknown"
+             for i, goal in enumerate(env.agent_goals)]
+    return context_lines(render_text(env.scenario, tag_viewer), task.names, bios, goals)
+
+
+def context_lines(scenario: str, names: Sequence[str], backgrounds: Sequence[str],
+                  goals: Sequence[str]) -> list[str]:
+    """The "Here is the context of this interaction" block from plain texts: scenario,
+    participants, each agent's background (``Unknown`` when empty) and goal, one line each.
+    :func:`judge_intro` is these lines of a task, unmasked; episodes read from a file
+    (:mod:`synclib.judge.episodes`) get the same block."""
     lines = ["Here is the context of this interaction:",
-             f"Scenario: {render_text(env.scenario, tag_viewer)}",
+             f"Scenario: {scenario}",
              f"Participants: {names[0]} and {names[1]}"]
-    for i, persona in enumerate(task.agents):
-        vis = "full" if viewer in (None, i) else OTHER_BIO_VISIBILITY[env.relationship]
-        text = render_text(bio(persona, vis), tag_viewer)
-        lines.append(f"{names[i]}'s background: {text or 'Unknown'}")
-    for i, goal in enumerate(env.agent_goals):
-        text = render_text(goal, tag_viewer) if viewer in (None, i) else "Unknown"
-        lines.append(f"{names[i]}'s goal: {text}")
+    lines += [f"{name}'s background: {text or 'Unknown'}" for name, text in zip(names, backgrounds)]
+    lines += [f"{name}'s goal: {text}" for name, text in zip(names, goals)]
     return lines
 
 

@@ -23,6 +23,8 @@ drop           closes the connection without answering on the first attempt,
                then valid
 always500      HTTP 500 every time
 echo_key       HTTP 400 whose body echoes the Authorization header
+shifted        valid, every score moved by ``SHIFT=<k>`` found in the request
+               (:func:`shifted_score`): judge scores that differ between episodes
 structured     with a ``response_format``: the JSON in the object form
                (``{"reasoning", "score"}``), as a grammar-constrained server
                writes it; without: Sotopia-style pairs
@@ -130,6 +132,13 @@ def served_score(agent: int, dim_index: int) -> int:
     """The score the fake judge gives (deterministic, within range)."""
     lo, hi = SCORE_RANGES[DIMENSIONS[dim_index]]
     return lo + (3 * dim_index + 5 * agent) % (hi - lo + 1)
+
+
+def shifted_score(agent: int, dim_index: int, shift: int) -> int:
+    """The score of case ``shifted`` with ``SHIFT=<shift>``: :func:`served_score` moved by
+    ``shift`` and wrapped into the dimension's range."""
+    lo, hi = SCORE_RANGES[DIMENSIONS[dim_index]]
+    return lo + (served_score(agent, dim_index) - lo + shift) % (hi - lo + 1)
 
 
 def evaluation(style: str = "pairs", drop: tuple[int, str] | None = None,
@@ -272,6 +281,10 @@ class FakeJudgeServer:
             return self._answer(h, json.dumps(evaluation("objects" if fmt else "pairs")))
         if case == "valid":
             return self._answer(h, valid)
+        if case == "shifted":
+            shift = int(re.search(r"SHIFT=(\d+)", text).group(1))
+            return self._answer(h, json.dumps(evaluation(override={
+                (a, d): shifted_score(a, i, shift) for a in (1, 2) for i, d in enumerate(DIMENSIONS)})))
         if case == "prose":
             return self._answer(h, f"Sure! Here is my evaluation: {valid} I hope it helps {{:)}}.")
         if case == "fenced":

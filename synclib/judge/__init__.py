@@ -1,7 +1,7 @@
 """Sotopia-eval judging: social performance of simulated episodes.
 
-Every episode of a cube is shown to a judge model, which scores both agents on
-Sotopia-eval's seven dimensions.  The scores land in a tidy table saved next to
+Every episode of a cube (or of a file of finished episodes) is shown to a judge model,
+which scores both agents on Sotopia-eval's seven dimensions.  The scores land in a tidy table saved next to
 the cube (``PAIR.judge.csv``); :func:`overall_scores` and
 :func:`social_performance` reduce it as the protocol defines.
 
@@ -10,12 +10,16 @@ Modules
 rubric    the seven dimensions, their score ranges and descriptions, the embedded
           instructions (with their JSON schema), the strict schema of structured output
 items     what is judged: :class:`JudgeItem`, and the dialogs of a cube
+episodes  finished episodes from a JSON-lines file (Sotopia's export or synclib's own)
 prompt    the judge's messages: JSON-mode prompt and repair, constrained questions
 parse     strict parsing and field-by-field validation of a JSON answer
 cache     the append-only JSON-lines answer cache
 backends  the OpenAI-compatible HTTP judge (structured output where the server offers
           it) and the local judge (constrained scoring on :class:`synclib.engine.Engine`)
-evaluate  judging items and whole cubes, the two modes (``json``, ``constrained``)
+evaluate  judging items, whole cubes and episode files, the two modes (``json``,
+          ``constrained``)
+human     human ratings: reading, checking, averaging raters; agreement with a judge
+          (table 4: r per dimension; figure 10: differences within one SD)
 table     the score table: columns, reading, writing, overall scores, social performance
 cli       ``synclib evaluate``
 errors    :class:`JudgeError`, :class:`JudgeRequestError`
@@ -44,7 +48,10 @@ _LAZY = {
     "JudgeCache": "cache",
     "OpenAIBackend": "backends", "LocalBackend": "backends", "score_candidates": "backends",
     "MODES": "evaluate", "judge_items": "evaluate", "evaluate_cube": "evaluate",
-    "request_key": "evaluate",
+    "evaluate_episodes": "evaluate", "judge_to_file": "evaluate", "request_key": "evaluate",
+    "read_episodes": "episodes",
+    "read_ratings": "human", "mean_ratings": "human", "paired_scores": "human",
+    "agreement": "human", "differences": "human", "within_share": "human",
 }
 
 __all__ = [

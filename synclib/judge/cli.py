@@ -1,4 +1,5 @@
-"""``synclib evaluate``: judge a cube's dialogs and write ``CUBE.judge.csv``."""
+"""``synclib evaluate``: judge a cube's dialogs, or a file of finished episodes, and write
+``SOURCE.judge.csv``."""
 from __future__ import annotations
 
 import argparse
@@ -6,7 +7,7 @@ import argparse
 from synclib.judge.errors import JudgeError
 from synclib import argtypes as at
 from synclib.config import default
-from synclib.judge.evaluate import MODES, evaluate_cube
+from synclib.judge.evaluate import MODES, evaluate_cube, evaluate_episodes
 from synclib.judge.items import LAYOUTS
 
 __all__ = ["configure_parser", "run"]
@@ -21,13 +22,19 @@ def _reasoning_chars(text):
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """Options of ``synclib evaluate``."""
-    parser.add_argument("cube", help="the activation cube (.nc) whose dialogs are judged")
+    parser.add_argument("source", metavar="CUBE_OR_EPISODES",
+                        help="an activation cube (.nc) whose dialogs are judged, or a JSON-lines "
+                             "file of finished episodes (.jsonl): Sotopia's episode export "
+                             "(episodes_to_jsonl) or synclib's own {episode_id, scenario, agents: "
+                             "[{name, background, goal}] x 2, utterances} (see the book's "
+                             "'Judge and human ratings' page)")
     parser.add_argument("--scenarios", default="embedded",
                         help="the task set the cube was simulated from: a Sotopia-format "
                              "directory, 'sotopia' (the paper's tasks, fetched on first use) or "
                              "'embedded' (default). A judge_instructions.txt "
                              "in the directory is appended to the prompt; otherwise "
-                             "synclib's own instructions are")
+                             "synclib's own instructions are. For an episodes file it only "
+                             "chooses these instructions")
     parser.add_argument("--judge-model", required=True,
                         help="served model name at --judge-url, or, without --judge-url, a "
                              "local judge for synclib.models.load_model (e.g. smollm2-135m)")
@@ -78,22 +85,26 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sample-seed", type=at.arg_type(at.nonneg_int, "seed"), default=0,
                         help="seed of the --sample draw (default 0)")
     parser.add_argument("--out", default=None,
-                        help="output CSV (default: CUBE with .judge.csv instead of .nc)")
+                        help="output CSV (default: the source with .judge.csv instead of .nc/.jsonl)")
     parser.add_argument("--cache", default=None,
-                        help="answer cache, JSON lines (default: CUBE with .judge-cache.jsonl)")
+                        help="answer cache, JSON lines (default: the source with .judge-cache.jsonl)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
-    """``synclib evaluate``: judge a cube and write ``CUBE.judge.csv``."""
+    """``synclib evaluate``: judge a cube or an episodes file and write ``SOURCE.judge.csv``."""
+    judge = dict(scenarios=args.scenarios, judge_model=args.judge_model,
+                 judge_url=args.judge_url, api_key_env=args.api_key_env, mode=args.mode,
+                 concurrency=args.concurrency, out=args.out, cache=args.cache,
+                 device=args.device, sample=args.sample, sample_seed=args.sample_seed, timeout=args.timeout,
+                 max_retries=args.max_retries, seed=args.seed, max_tokens=args.max_tokens,
+                 batch_size=args.batch_size, progress=not args.no_progress,
+                 structured=args.structured, reasoning_max_chars=args.reasoning_max_chars)
     try:
-        evaluate_cube(args.cube, scenarios=args.scenarios, judge_model=args.judge_model,
-                      judge_url=args.judge_url, api_key_env=args.api_key_env, mode=args.mode,
-                      concurrency=args.concurrency, out=args.out, cache=args.cache,
-                      device=args.device, sample=args.sample, sample_seed=args.sample_seed, timeout=args.timeout,
-                      max_retries=args.max_retries, seed=args.seed, max_tokens=args.max_tokens,
-                      batch_size=args.batch_size, progress=not args.no_progress, layout=args.layout,
-                      structured=args.structured, reasoning_max_chars=args.reasoning_max_chars)
+        if str(args.source).endswith((".jsonl", ".json")):
+            evaluate_episodes(args.source, **judge)
+        else:
+            evaluate_cube(args.source, layout=args.layout, **judge)
     except JudgeError as exc:
         raise SystemExit(f"synclib evaluate: {exc}") from None
     return 0

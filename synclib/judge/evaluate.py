@@ -54,7 +54,7 @@ from synclib.models import load_model
 from synclib.scenarios import load_tasks
 
 __all__ = ["MODES", "judge_items", "judge_item_json", "judge_item_constrained", "evaluate_cube",
-           "request_key"]
+           "evaluate_episodes", "judge_to_file", "request_key"]
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def judge_item_json(item: JudgeItem, backend, cache: JudgeCache, instructions: s
     """The 14 rows of one dialog judged in JSON mode (one repair at most); ``structured``
     as in :func:`judge_items`."""
     judge = backend.judge_id
-    if not item.utterances:
+    if item.empty:
         return _failed(item, judge, "json", "episode has no utterances")
     messages = judge_messages(item, instructions)
     try:
@@ -142,7 +142,7 @@ def judge_item_json(item: JudgeItem, backend, cache: JudgeCache, instructions: s
 def judge_item_constrained(item: JudgeItem, backend: LocalBackend, cache: JudgeCache) -> list[dict]:
     """The 14 rows of one dialog judged in constrained mode."""
     judge = backend.judge_id
-    if not item.utterances:
+    if item.empty:
         return _failed(item, judge, "constrained", "episode has no utterances")
     prompts, cands, ckeys = [], [], []
     for a, d in FIELDS:
@@ -244,30 +244,15 @@ def judge_items(items: Sequence[JudgeItem], backend, mode: str = "json",
 
 
 def evaluate_cube(cube: str | os.PathLike, *, scenarios: str | os.PathLike = "embedded",
-                  judge_model: str, judge_url: str | None = None,
-                  api_key_env: str = "OPENAI_API_KEY", mode: str | None = None,
-                  concurrency: int = 8, out: str | os.PathLike | None = None,
-                  cache: str | os.PathLike | None = None, device: str | None = None,
-                  sample: int | None = None, sample_seed: int = 0, timeout: float = 300.0, max_retries: int = 5,
-                  seed: int = 0, max_tokens: int | None = None, batch_size: int = 16,
-                  progress: bool = True, log=None, layout: str = "sotopia",
-                  structured: bool = True,
-                  reasoning_max_chars: int = REASONING_MAX_CHARS) -> pd.DataFrame:
+                  layout: str = "sotopia", **judge) -> pd.DataFrame:
     """Judge every dialog of a cube and write the tidy table (``CUBE.judge.csv``).
 
-    The library form of ``synclib evaluate`` (same parameters as its options).
-    ``mode`` defaults to ``json`` with ``judge_url`` and ``constrained`` for a
-    local judge.  ``sample``: judge a random sample of that many dialogs, drawn with
-    ``sample_seed`` (:func:`~synclib.judge.items.sample_items`); default every dialog.  Answers are cached in ``cache`` (default
-    ``CUBE.judge-cache.jsonl``), so an interrupted call loses nothing paid for.
-    ``layout`` lays the message out as Sotopia does or as the paper's code did
-    (:data:`synclib.judge.items.LAYOUTS`).  ``structured`` (HTTP judge, JSON mode) asks
-    the server for structured output, each reasoning at most ``reasoning_max_chars``
-    characters, falling back to plain JSON mode when the server refuses it
-    (:class:`~synclib.judge.backends.OpenAIBackend`); ``structured=False`` is plain
-    JSON mode throughout.  Returns the table that was written.
+    The library form of ``synclib evaluate CUBE`` (same parameters as its options).
+    ``scenarios`` is the task set the cube was simulated from (its judge instructions are
+    used when it ships them); ``layout`` lays the message out as Sotopia does or as the
+    paper's code did (:data:`synclib.judge.items.LAYOUTS`).  The other keyword arguments
+    are :func:`judge_to_file`'s.  Returns the table that was written.
     """
-    log = log or (lambda msg: print(msg, file=sys.stderr))
     cube = Path(cube)
     if not cube.is_file():
         raise JudgeError(f"cube {cube} does not exist")
@@ -277,17 +262,68 @@ def evaluate_cube(cube: str | os.PathLike, *, scenarios: str | os.PathLike = "em
     except OSError as exc:
         raise JudgeError(f"{cube} is not a finished cube: it cannot be read as netCDF ({exc}); a truncated "
                          "or foreign file? Re-run the simulation that writes it") from None
-    mode = mode or ("json" if judge_url else "constrained")
-    if mode not in MODES:
+    if layout not in LAYOUTS:
+        raise JudgeError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    _check_mode(judge.get("mode"), judge.get("judge_url"))
+    tasks = load_tasks(scenarios)
+    items = items_from_cube(cube, tasks, layout=layout)
+    return judge_to_file(items, cube, scenarios=scenarios, **judge)
+
+
+def evaluate_episodes(path: str | os.PathLike, *, scenarios: str | os.PathLike = "embedded",
+                      **judge) -> pd.DataFrame:
+    """Judge the finished episodes of a JSON-lines file and write ``FILE.judge.csv``.
+
+    The library form of ``synclib evaluate EPISODES.jsonl``: Sotopia's episode export or
+    synclib's own format (:mod:`synclib.judge.episodes`; every line is checked before
+    anything is judged).  ``scenarios`` only chooses the judge instructions (a task
+    directory's ``judge_instructions.txt``, e.g. ``sotopia`` for the paper's).  The
+    table gets an ``episode_id`` column beside ``episode`` (the line's position).  The
+    other keyword arguments are :func:`judge_to_file`'s.
+    """
+    from synclib.judge.episodes import read_episodes
+
+    _check_mode(judge.get("mode"), judge.get("judge_url"))
+    items = read_episodes(path)
+    return judge_to_file(items, Path(path), scenarios=scenarios, **judge)
+
+
+def _check_mode(mode: str | None, judge_url: str | None) -> None:
+    if mode is not None and mode not in MODES:
         raise JudgeError(f"mode must be one of {MODES}, got {mode!r}")
     if mode == "constrained" and judge_url:
         raise JudgeError("mode 'constrained' needs a local judge (no judge_url): an HTTP "
                          "endpoint gives no score distributions")
-    if layout not in LAYOUTS:
-        raise JudgeError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    tasks = load_tasks(scenarios)
-    instructions, source = load_instructions(scenarios)
-    n_dialogs = len(items := items_from_cube(cube, tasks, layout=layout))
+
+
+def judge_to_file(items: list[JudgeItem], source: Path, *, scenarios: str | os.PathLike = "embedded",
+                  judge_model: str, judge_url: str | None = None,
+                  api_key_env: str = "OPENAI_API_KEY", mode: str | None = None,
+                  concurrency: int = 8, out: str | os.PathLike | None = None,
+                  cache: str | os.PathLike | None = None, device: str | None = None,
+                  sample: int | None = None, sample_seed: int = 0, timeout: float = 300.0, max_retries: int = 5,
+                  seed: int = 0, max_tokens: int | None = None, batch_size: int = 16,
+                  progress: bool = True, log=None, structured: bool = True,
+                  reasoning_max_chars: int = REASONING_MAX_CHARS) -> pd.DataFrame:
+    """Judge ``items`` (a cube's dialogs or a file's episodes) and write the tidy table.
+
+    ``mode`` defaults to ``json`` with ``judge_url`` and ``constrained`` for a local
+    judge.  ``sample``: judge a random sample of that many dialogs, drawn with
+    ``sample_seed`` (:func:`~synclib.judge.items.sample_items`); default every dialog.
+    Answers are cached in ``cache`` (default ``SOURCE.judge-cache.jsonl``), so an
+    interrupted call loses nothing paid for and a second call asks nothing again.
+    ``structured`` (HTTP judge, JSON mode) asks the server for structured output, each
+    reasoning at most ``reasoning_max_chars`` characters, falling back to plain JSON mode
+    when the server refuses it (:class:`~synclib.judge.backends.OpenAIBackend`);
+    ``structured=False`` is plain JSON mode throughout.  The table goes to ``out``
+    (default ``SOURCE.judge.csv``); items that carry an ``episode_id`` add that column.
+    Returns the table that was written.
+    """
+    log = log or (lambda msg: print(msg, file=sys.stderr))
+    mode = mode or ("json" if judge_url else "constrained")
+    _check_mode(mode, judge_url)
+    instructions, instr_source = load_instructions(scenarios)
+    n_dialogs = len(items)
     items = sample_items(items, sample, sample_seed)
     if judge_url:
         backend: Any = OpenAIBackend(judge_url, judge_model, api_key_env, timeout=timeout,
@@ -297,9 +333,9 @@ def evaluate_cube(cube: str | os.PathLike, *, scenarios: str | os.PathLike = "em
     else:
         backend = LocalBackend(load_model(judge_model, device=device),
                                max_new_tokens=max_tokens or 1024, batch_size=batch_size, seed=seed)
-    out = Path(out) if out else cube.with_suffix(".judge.csv")
-    cache_ = JudgeCache(cache if cache else cube.with_suffix(".judge-cache.jsonl"))
-    what = f"instructions: {source}" if mode == "json" else "one question per agent and dimension"
+    out = Path(out) if out else source.with_suffix(".judge.csv")
+    cache_ = JudgeCache(cache if cache else source.with_suffix(".judge-cache.jsonl"))
+    what = f"instructions: {instr_source}" if mode == "json" else "one question per agent and dimension"
     if mode == "json" and judge_url:
         what += ("; structured output, reasoning at most "
                  f"{reasoning_max_chars} characters" if structured else "; no structured output")
@@ -310,6 +346,9 @@ def evaluate_cube(cube: str | os.PathLike, *, scenarios: str | os.PathLike = "em
                             concurrency=concurrency, progress=progress)
     finally:
         backend.close()
+    if any(it.episode_id for it in items):
+        ids = {it.episode: it.episode_id for it in items}
+        table.insert(1, "episode_id", table["episode"].map(ids))
     save_table(table, out)
     missing = int(table["score"].isna().sum())
     refused = ("; the server refused structured output (plain JSON mode was used)"

@@ -36,6 +36,12 @@ class JudgeItem:
         The utterances in order; utterance ``t`` is agent ``t % 2 + 1``'s.
     layout : {"sotopia", "reference"}
         See :data:`LAYOUTS`.
+    transcript : str, optional
+        The dialog as already rendered elsewhere (a Sotopia episode export's
+        ``social_interactions``), shown to the judge instead of rendering ``utterances``.
+    episode_id : str
+        The episode's own id when it came from a file (:mod:`synclib.judge.episodes`);
+        empty for cube dialogs.
     """
 
     episode: int
@@ -45,6 +51,13 @@ class JudgeItem:
     agent_names: tuple[str, str]
     utterances: tuple[str, ...]
     layout: str = "sotopia"
+    transcript: str | None = None
+    episode_id: str = ""
+
+    @property
+    def empty(self) -> bool:
+        """True when there is no dialog to judge (no utterances and no transcript)."""
+        return not (self.utterances or (self.transcript or "").strip())
 
 
 def items_from_cube(cube: str | os.PathLike | xr.Dataset, tasks: Any,

@@ -32,7 +32,7 @@ from synclib.judge.items import JudgeItem
 from synclib.judge.rubric import DIMENSIONS, EMBEDDED_INSTRUCTIONS, SCORE_RANGES, rubric_lines
 from synclib.scenarios import speaker_line
 
-__all__ = ["SYSTEM_MESSAGE", "render_transcript", "judge_prompt", "judge_messages",
+__all__ = ["SYSTEM_MESSAGE", "render_transcript", "item_transcript", "judge_prompt", "judge_messages",
            "repair_messages", "constrained_question", "load_instructions"]
 
 SYSTEM_MESSAGE = "You are a helpful assistant."
@@ -71,10 +71,18 @@ def render_transcript(agent_names: Sequence[str], utterances: Sequence[str],
     )
 
 
+def item_transcript(item: JudgeItem) -> str:
+    """The dialog lines the judge reads: ``item.transcript`` when the item carries one
+    (an episode rendered elsewhere), else :func:`render_transcript` of its utterances."""
+    if item.transcript is not None:
+        return item.transcript
+    return render_transcript(item.agent_names, item.utterances, item.layout)
+
+
 def judge_prompt(item: JudgeItem, instructions: str) -> str:
     """The user message of the JSON-mode judge: intro, dialog, instructions, laid out as
     ``item.layout`` says."""
-    lines = render_transcript(item.agent_names, item.utterances, item.layout)
+    lines = item_transcript(item)
     if item.layout == "reference":
         return item.intro + lines + instructions
     return "\n".join([item.intro.rstrip("\n"), lines, instructions.strip("\n")])
@@ -135,7 +143,7 @@ def constrained_question(item: JudgeItem, agent: int, dimension: str) -> str:
     """
     lo, hi = SCORE_RANGES[dimension]
     return (
-        f"{item.intro.rstrip()}\n{render_transcript(item.agent_names, item.utterances, item.layout)}\n\n"
+        f"{item.intro.rstrip()}\n{item_transcript(item)}\n\n"
         "Evaluate the participants of this conversation on Sotopia-eval's social "
         f"dimensions:\n{rubric_lines()}\n"
         f"Rate {item.agent_names[agent - 1]} on {dimension} with an integer from {lo} to "

@@ -1,0 +1,200 @@
+"""Human ratings of Sotopia-eval, and a judge held against them (the paper's appendix H:
+table 4 and figure 10).
+
+The ratings file
+----------------
+A CSV with one row per episode, agent, dimension and rater::
+
+    episode_id,agent,dimension,score,rater
+    e1,1,believability,8,r1
+    e1,1,believability,7,r2
+    ...
+
+``episode_id``
+    The episode's id in the episodes file the judge scored (``synclib evaluate
+    EPISODES.jsonl`` writes it into its table).
+``agent``
+    1 or 2 (agent 1 speaks first).
+``dimension``
+    One of :data:`~synclib.judge.rubric.DIMENSIONS`.
+``score``
+    A number within the dimension's range (:data:`~synclib.judge.rubric.SCORE_RANGES`).
+``rater`` (optional)
+    Any label.  Rows repeating an episode, agent and dimension are several raters; they
+    are averaged, as the Sotopia authors and the paper averaged their raters per episode.
+
+Every rated episode and agent carries all seven dimensions.  :func:`read_ratings` checks
+all of it before anything is computed and names the line of the first problem.
+
+Agreement
+---------
+:func:`agreement`: per dimension, Pearson r between the judge's score and the raters'
+mean over every rated agent of every episode, with its two-sided p-value and n (table 4).
+:func:`differences`: judge minus raters' mean for every agent and dimension, and whether it
+lies within one standard deviation of the human ratings (figure 10).  The paper reports
+"75.8 % of the scores ... fall within one standard deviation of human ratings" without
+saying which standard deviation; we take, per dimension, the standard deviation of the
+human (rater-mean) scores over all rated agents and episodes, the spread that makes a
+difference comparable across dimensions of different ranges.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from synclib.judge.errors import JudgeError
+from synclib.judge.rubric import DIMENSIONS, SCORE_RANGES
+
+__all__ = ["RATING_COLUMNS", "read_ratings", "mean_ratings", "paired_scores", "agreement",
+           "differences", "within_share"]
+
+#: the columns a ratings file must have (``rater`` is optional)
+RATING_COLUMNS = ("episode_id", "agent", "dimension", "score")
+
+
+def read_ratings(path: str | os.PathLike, episode_ids=None) -> pd.DataFrame:
+    """Read and check a human-ratings CSV (format in the module docstring).
+
+    Parameters
+    ----------
+    path : path of the CSV
+    episode_ids : collection of str, optional
+        The episodes the judge scored; a rating of any other episode is refused.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``episode_id`` (str), ``agent`` (int), ``dimension``, ``score`` (float),
+        ``rater`` (str, empty when the file has none) and ``line`` (the row's line in the
+        file, the header being line 1).
+
+    Raises
+    ------
+    JudgeError
+        Naming the file and line: a missing column, an agent other than 1 or 2, an
+        unknown dimension, a score that is not a number or lies outside its range, an
+        unknown episode id, or an episode and agent missing a dimension.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise JudgeError(f"ratings file {path} does not exist")
+    table = pd.read_csv(path, dtype=str, keep_default_na=False)
+    missing = [c for c in RATING_COLUMNS if c not in table.columns]
+    if missing:
+        raise JudgeError(f"{path}: missing column {missing[0]!r} (a ratings file has columns "
+                         f"{', '.join(RATING_COLUMNS)} and optionally rater)")
+    if table.empty:
+        raise JudgeError(f"{path}: no ratings")
+    known = None if episode_ids is None else {str(e) for e in episode_ids}
+    rows = []
+    for i, rec in enumerate(table.to_dict("records")):
+        where = f"{path}, line {i + 2}"
+        eid = rec["episode_id"].strip()
+        if not eid:
+            raise JudgeError(f"{where}: empty episode_id")
+        if known is not None and eid not in known:
+            raise JudgeError(f"{where}: episode_id {eid!r} is not among the judged episodes")
+        if rec["agent"].strip() not in ("1", "2"):
+            raise JudgeError(f"{where}: agent must be 1 or 2, got {rec['agent']!r}")
+        dim = rec["dimension"].strip()
+        if dim not in SCORE_RANGES:
+            raise JudgeError(f"{where}: unknown dimension {dim!r} (one of {', '.join(DIMENSIONS)})")
+        try:
+            score = float(rec["score"])
+        except ValueError:
+            raise JudgeError(f"{where}: score {rec['score']!r} is not a number") from None
+        lo, hi = SCORE_RANGES[dim]
+        if not lo <= score <= hi:
+            raise JudgeError(f"{where}: score {rec['score']} of {dim} is outside its range {lo} to {hi}")
+        rows.append({"episode_id": eid, "agent": int(rec["agent"]), "dimension": dim, "score": score,
+                     "rater": str(rec.get("rater", "")).strip(), "line": i + 2})
+    ratings = pd.DataFrame(rows)
+    for (eid, agent), group in ratings.groupby(["episode_id", "agent"], sort=False):
+        absent = [d for d in DIMENSIONS if d not in set(group["dimension"])]
+        if absent:
+            raise JudgeError(f"{path}, line {group['line'].iloc[0]}: episode {eid!r}, agent {agent} "
+                             f"has no {absent[0]} rating (every rated agent needs all seven dimensions)")
+    return ratings
+
+
+def mean_ratings(ratings: pd.DataFrame) -> pd.DataFrame:
+    """The raters' mean per episode, agent and dimension.
+
+    Returns
+    -------
+    pandas.DataFrame
+        Columns ``episode_id``, ``agent``, ``dimension``, ``human`` (mean), ``rater_sd``
+        (standard deviation over raters, ddof 1; NaN with one rater), ``n_raters``.
+    """
+    g = ratings.groupby(["episode_id", "agent", "dimension"], sort=False)["score"]
+    return g.agg(human="mean", rater_sd="std", n_raters="size").reset_index()
+
+
+def paired_scores(judge_table: pd.DataFrame, ratings: pd.DataFrame) -> pd.DataFrame:
+    """The judge's score beside the raters' mean, for every rated agent and dimension that
+    the judge scored.
+
+    Parameters
+    ----------
+    judge_table : the table of ``synclib evaluate EPISODES.jsonl`` (needs ``episode_id``)
+    ratings : from :func:`read_ratings`
+
+    Returns
+    -------
+    pandas.DataFrame
+        :func:`mean_ratings`'s columns plus ``judge`` (float).  Agents and dimensions the
+        judge left without a score are dropped.
+    """
+    if "episode_id" not in judge_table.columns:
+        raise JudgeError("the judge table has no episode_id column: judge the episodes file the "
+                         "ratings refer to (synclib evaluate EPISODES.jsonl)")
+    judged = judge_table.assign(episode_id=judge_table["episode_id"].astype(str),
+                                judge=pd.to_numeric(judge_table["score"], errors="coerce").astype(float))
+    judged = judged[["episode_id", "agent", "dimension", "judge"]].dropna(subset=["judge"])
+    return mean_ratings(ratings).merge(judged, on=["episode_id", "agent", "dimension"], how="inner")
+
+
+def agreement(paired: pd.DataFrame) -> pd.DataFrame:
+    """Table 4: per dimension, Pearson r between judge and raters' mean, its p and n.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per dimension in Sotopia's order: ``dimension``, ``r``, ``p``, ``n``,
+        ``reason`` (why r is missing, else empty).
+    """
+    from synclib.stats import pearson
+
+    rows = []
+    for dim in DIMENSIONS:
+        sub = paired[paired["dimension"] == dim]
+        c = pearson(sub["judge"], sub["human"])
+        rows.append({"dimension": dim, "r": c.r, "p": c.p, "n": c.n, "reason": c.reason or ""})
+    return pd.DataFrame(rows)
+
+
+def differences(paired: pd.DataFrame) -> pd.DataFrame:
+    """Figure 10: judge minus raters' mean for every agent and dimension.
+
+    Returns
+    -------
+    pandas.DataFrame
+        ``paired`` plus ``difference``, ``human_sd`` (the dimension's standard deviation
+        of the human scores over all rated agents and episodes, ddof 1) and ``within``
+        (``|difference| <= human_sd``; False where the spread is undefined).
+    """
+    sd = paired.groupby("dimension")["human"].std()
+    out = paired.assign(difference=paired["judge"] - paired["human"],
+                        human_sd=paired["dimension"].map(sd))
+    out["within"] = out["difference"].abs() <= out["human_sd"]  # NaN spread compares False
+    return out
+
+
+def within_share(diffs: pd.DataFrame) -> float:
+    """The share of judge scores within one standard deviation of the human ratings, over
+    every agent and dimension with a defined spread (the paper: 75.8 % for gpt-oss-120b)."""
+    ok = np.isfinite(diffs["human_sd"].to_numpy(dtype=float))
+    return float(diffs.loc[ok, "within"].mean()) if ok.any() else float("nan")

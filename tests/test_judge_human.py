@@ -1,0 +1,222 @@
+"""Judging episode files and holding the judge against human ratings (table 4, figure 10).
+
+Real parts: episodes and ratings files of our own text, the fake judge server on
+127.0.0.1 (``tests/judge_server.py``, case ``shifted``: known scores that differ between
+episodes), ``synclib evaluate`` through the CLI, and the page run by papermill.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from synclib import judge as J
+from synclib.judge import DIMENSIONS, JudgeError, SCORE_RANGES
+from synclib.judge.human import agreement, differences, paired_scores, read_ratings, within_share
+
+from judge_server import FakeJudgeServer, shifted_score
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIFTS = {"e-lunch": 0, "e-rent": 1, "e-bike": 3, "e-garden": 6}
+
+
+def synclib_episode(eid: str, shift: int) -> dict:
+    return {"episode_id": eid,
+            "scenario": f"Two neighbours talk over the fence about {eid[2:]}. CASE=shifted SHIFT={shift}",
+            "agents": [{"name": "Mara Quill", "background": "A retired cartographer.", "goal": "Keep the peace."},
+                       {"name": "Tobin Reyes", "background": "", "goal": "Borrow a ladder."}],
+            "utterances": ["Morning, Tobin.", "Morning! Could I ask a favour?", "Of course, what is it?"]}
+
+
+def sotopia_episode(eid: str, shift: int) -> dict:
+    """Sotopia's export format (sotopia.database.episodes_to_jsonl), our own text."""
+    return {"episode_id": eid, "scenario": f"A chat in a community garden. CASE=shifted SHIFT={shift}",
+            "codename": "garden_chat",
+            "agents_background": {"Ida Fenn": "Ida Fenn is a 40-year-old gardener.",
+                                  "Olek Brandt": "Olek Brandt is a 35-year-old baker."},
+            "social_goals": {"Ida Fenn": "Share the harvest.", "Olek Brandt": "Ask for tomatoes."},
+            "social_interactions": 'Turn #0: Ida Fenn said: "Look at these tomatoes!"\n\n'
+                                   'Turn #1: Olek Brandt said: "Could I have a few?"',
+            "reasoning": "", "rewards": [{"goal": 5.0}, {"goal": 6.0}]}
+
+
+@pytest.fixture()
+def episodes_file(tmp_path) -> Path:
+    path = tmp_path / "rated.jsonl"
+    lines = [synclib_episode(e, s) for e, s in SHIFTS.items() if e != "e-garden"]
+    lines.append(sotopia_episode("e-garden", SHIFTS["e-garden"]))
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines), encoding="utf-8")
+    return path
+
+
+def human_score(eid: str, agent: int, dim: str, rater: int) -> float:
+    """Our hand-made ratings: two raters, 1 point apart, following the episode order."""
+    lo, hi = SCORE_RANGES[dim]
+    base = lo + (list(SHIFTS).index(eid) * 2 + agent) % (hi - lo)
+    return float(base + rater)  # rater 0 or 1: within range because base < hi
+
+
+def write_ratings(path: Path, rows=None) -> Path:
+    rows = rows if rows is not None else [
+        (e, a, d, human_score(e, a, d, r), f"r{r}") for e in SHIFTS for a in (1, 2) for d in DIMENSIONS
+        for r in (0, 1)]
+    path.write_text("episode_id,agent,dimension,score,rater\n"
+                    + "".join(f"{e},{a},{d},{s:g},{r}\n" for e, a, d, s, r in rows), encoding="utf-8")
+    return path
+
+
+def judge_file(episodes_file: Path, capsys=None) -> "tuple":
+    from synclib.cli import main
+
+    with FakeJudgeServer(default_case="valid") as server:
+        rc = main(["evaluate", str(episodes_file), "--judge-url", server.url, "--judge-model", "fake-judge",
+                   "--api-key-env", "SYNCLIB_UNSET_VAR", "--timeout", "5", "--no-progress"])
+        assert rc == 0
+        return J.read_table(episodes_file.with_suffix(".judge.csv")), server
+
+
+# ------------------------------------------------------------------------------ episodes files
+def test_evaluate_episodes_file_both_formats_and_resume(episodes_file):
+    table, server = judge_file(episodes_file)
+    assert server.total_requests == 4 and server.requests["shifted"] == 4
+    assert list(table.columns[:2]) == ["episode", "episode_id"]
+    assert len(table) == 4 * 14 and (table.error == "").all()
+    for row in table.itertuples():
+        assert row.score == shifted_score(row.agent, DIMENSIONS.index(row.dimension), SHIFTS[row.episode_id])
+    first = table[table.agent == 1].groupby("episode_id").agent_name.first()
+    assert first["e-garden"] == "Ida Fenn" and first["e-lunch"] == "Mara Quill"
+    prompts = [b["messages"][1]["content"] for b in server.bodies]
+    ours = next(p for p in prompts if "SHIFT=0" in p)
+    assert ours.startswith("Here is the context of this interaction:\nScenario: Two neighbours")
+    assert "Tobin Reyes's background: Unknown" in ours
+    assert 'Turn #1: Tobin Reyes said: "Morning! Could I ask a favour?"' in ours
+    sotopia = next(p for p in prompts if "SHIFT=6" in p)
+    assert "Olek Brandt's goal: Ask for tomatoes." in sotopia
+    assert 'Turn #1: Olek Brandt said: "Could I have a few?"' in sotopia  # shown as Sotopia rendered it
+    # a second run asks nothing: every answer is in the cache
+    again, server2 = judge_file(episodes_file)
+    assert server2.total_requests == 0 and again.equals(table)
+
+
+@pytest.mark.parametrize("line, message", [
+    ("not json", "line 2: not JSON"),
+    (json.dumps({"episode_id": "x", "scenario": "s"}), "line 2: neither episode format"),
+    (json.dumps({**synclib_episode("e-lunch", 0)}), "line 2: episode_id 'e-lunch' repeats line 1"),
+    (json.dumps({**synclib_episode("e-x", 0), "agents": [{"name": "A", "goal": "g"}]}),
+     "line 2: field 'agents' must be a list of two"),
+    (json.dumps({**synclib_episode("e-x", 0), "utterances": "hello"}), "line 2: field 'utterances'"),
+    (json.dumps({**sotopia_episode("e-y", 0), "agents_background": {"Ida Fenn": "x"}}),
+     "line 2: 'agents_background' has no entry for 'Olek Brandt'"),
+])
+def test_bad_episodes_file_is_refused_naming_the_line(tmp_path, line, message):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(synclib_episode("e-lunch", 0)) + "\n" + line + "\n", encoding="utf-8")
+    with pytest.raises(JudgeError, match=message.replace("(", r"\(").replace("?", r"\?")):
+        J.read_episodes(path)
+    from synclib.cli import main
+
+    with pytest.raises(SystemExit, match="synclib evaluate: .*bad.jsonl, line 2"):
+        main(["evaluate", str(path), "--judge-url", "http://127.0.0.1:9/v1", "--judge-model", "x",
+              "--no-progress"])
+
+
+# ------------------------------------------------------------------------------ human ratings
+def test_agreement_and_within_share_match_hand_computation(episodes_file, tmp_path):
+    from scipy import stats as sps
+
+    table, _ = judge_file(episodes_file)
+    ratings = read_ratings(write_ratings(tmp_path / "ratings.csv"), set(table.episode_id))
+    paired = paired_scores(table, ratings)
+    assert len(paired) == 4 * 14 and (paired.n_raters == 2).all()
+    agree = agreement(paired)
+    diffs = differences(paired)
+    shares = []
+    for dim in DIMENSIONS:
+        j, h = [], []
+        for e, shift in SHIFTS.items():
+            for a in (1, 2):
+                j.append(shifted_score(a, DIMENSIONS.index(dim), shift))
+                h.append((human_score(e, a, dim, 0) + human_score(e, a, dim, 1)) / 2)
+        j, h = np.array(j, float), np.array(h, float)
+        n = len(j)
+        r = ((j - j.mean()) * (h - h.mean())).sum() / math.sqrt(((j - j.mean()) ** 2).sum() * ((h - h.mean()) ** 2).sum())
+        t = r * math.sqrt((n - 2) / (1 - r * r))
+        p = 2 * sps.t.sf(abs(t), n - 2)
+        row = agree.set_index("dimension").loc[dim]
+        assert row.n == n and row.r == pytest.approx(r, abs=1e-12) and row.p == pytest.approx(p, rel=1e-9)
+        sd = h.std(ddof=1)
+        shares += list(np.abs(j - h) <= sd)
+        got = diffs[diffs.dimension == dim]
+        assert np.allclose(got.human_sd, sd)
+    assert within_share(diffs) == pytest.approx(np.mean(shares))
+    assert 0 < within_share(diffs) < 1
+
+
+@pytest.mark.parametrize("mutate, message", [
+    (lambda rows: [r for r in rows if not (r[0] == "e-rent" and r[1] == 2 and r[2] == "goal")],
+     r"line \d+: episode 'e-rent', agent 2 has no goal rating"),
+    (lambda rows: rows[:5] + [("e-unknown", 1, "goal", 5.0, "r0")] + rows[5:],
+     r"line 7: episode_id 'e-unknown' is not among the judged episodes"),
+    (lambda rows: rows[:2] + [("e-lunch", 1, "secret", 3.0, "r0")] + rows[2:],
+     r"line 4: score 3 of secret is outside its range -10 to 0"),
+    (lambda rows: rows[:1] + [("e-lunch", 3, "goal", 3.0, "r0")] + rows[1:],
+     r"line 3: agent must be 1 or 2"),
+    (lambda rows: rows[:1] + [("e-lunch", 1, "charm", 3.0, "r0")] + rows[1:],
+     r"line 3: unknown dimension 'charm'"),
+])
+def test_bad_ratings_are_refused_naming_the_line(tmp_path, mutate, message):
+    rows = [(e, a, d, human_score(e, a, d, r), f"r{r}") for e in SHIFTS for a in (1, 2) for d in DIMENSIONS
+            for r in (0, 1)]
+    path = write_ratings(tmp_path / "ratings.csv", mutate(rows))
+    with pytest.raises(JudgeError, match=message):
+        read_ratings(path, set(SHIFTS))
+
+
+def test_ratings_missing_column(tmp_path):
+    path = tmp_path / "r.csv"
+    path.write_text("episode_id,agent,score\ne-lunch,1,3\n", encoding="utf-8")
+    with pytest.raises(JudgeError, match="missing column 'dimension'"):
+        read_ratings(path)
+
+
+def test_config_checks_the_ratings_before_any_work(episodes_file, tmp_path):
+    from synclib.config import ConfigError, load_config
+
+    table, _ = judge_file(episodes_file)
+    judged = episodes_file.with_suffix(".judge.csv")
+    good = write_ratings(tmp_path / "ratings.csv")
+    cfg = load_config(None, [f"notebooks.human_ratings={good}", f"notebooks.human_judge_scores={judged}"])
+    assert cfg["notebooks"]["human_ratings"] == str(good)
+    bad = write_ratings(tmp_path / "bad.csv", [("e-lunch", 1, "goal", 99.0, "r0")])
+    with pytest.raises(ConfigError, match=r"notebooks.human_ratings.*bad.csv, line 2: score 99 of goal"):
+        load_config(None, [f"notebooks.human_ratings={bad}", f"notebooks.human_judge_scores={judged}"])
+    with pytest.raises(ConfigError, match="notebooks.human_ratings needs notebooks.human_judge_scores"):
+        load_config(None, [f"notebooks.human_ratings={good}"])
+
+
+# ------------------------------------------------------------------------------ the page
+def test_page_renders_without_and_with_ratings(episodes_file, tmp_path):
+    """The page for the default run (no ratings: the paper's table and what it needs) and for
+    the fixture (our table 4 and figure 10), executed by papermill as the main job does."""
+    from book_fixtures import execute_notebook
+
+    nb = ROOT / "notebooks" / "table4_fig10_judge_human.md"
+    plain = tmp_path / "plain.ipynb"
+    proc = execute_notebook(nb, plain, {"results_dir": tmp_path})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = plain.read_text()
+    assert "No human ratings were given to this run" in text and "0.71" in text
+
+    judge_file(episodes_file)
+    full = tmp_path / "full.ipynb"
+    proc = execute_notebook(nb, full, {"results_dir": tmp_path, "ratings": write_ratings(tmp_path / "ratings.csv"),
+                                       "judge_scores": episodes_file.with_suffix(".judge.csv")})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = full.read_text()
+    assert "4 rated episodes, 112 ratings from 2 rater label(s); 56 agent" in text
+    assert "fake-judge against the human raters' mean: believability r = " in text
+    assert "within one standard deviation of the human ratings (paper, gpt-oss-120b: 75.8 %)" in text
+    assert "application/vnd.vegalite" in text
