@@ -13,13 +13,15 @@
 # engine  bench_simulate.py: a Mistral-7B-shaped model in bf16, synclib's engine with the
 #         dynamic decoding loop and with CUDA-graph steps (the default on CUDA), and the
 #         dialog loop in both modes, 16 tasks (about 6 minutes)
+# stream  bench_scheduling.py: the dialog loop turn by turn against continuous batching
+#         (simulate.scheduling), a Mistral-7B-shaped model, 32 tasks, replies up to 300 tokens
 # e2e     bench_e2e.py --book: `synclib run` on two 7B-shaped models in both orders, 24 tasks,
 #         the paper's limits, passive and ToM passes, analyses, notebooks and book
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-$(test -x .venv/bin/python && echo .venv/bin/python || echo python3)}
 OUT=${BENCH_OUT:-bench/results}
-PARTS=,${BENCH_PARTS:-profile,ridge,engine,e2e},
+PARTS=,${BENCH_PARTS:-profile,ridge,engine,stream,e2e},
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
 "$PY" -c "import torch; assert torch.cuda.is_available(), 'bench-gpu needs a CUDA device'; print(torch.cuda.get_device_name())" || exit 2
@@ -31,6 +33,8 @@ run() { echo "== $(date +%T) $*"; "$@" || { echo "== FAILED ($?): $*"; status=1;
 [[ $PARTS == *,engine,* ]] && run "$PY" bench/bench_simulate.py --device cuda --dtype bfloat16 \
     --batch-sizes 1,16,64,128,256 --hf-batch-sizes "" --decode-modes dynamic,auto --sim-episodes 16 \
     --sim-seeds 0 --no-cube --out "$OUT/simulate_cuda_mistral7b.json"
+[[ $PARTS == *,stream,* ]] && run "$PY" bench/bench_scheduling.py --device cuda --presets mistral7b \
+    --tasks 32 --batch-size 64 --max-new-tokens 300 --newline-every 64 --out "$OUT/scheduling_cuda.json"
 [[ $PARTS == *,e2e,* ]] && run "$PY" bench/bench_e2e.py --device cuda --book --out "$OUT/e2e_cuda_mistral7b.json"
 echo "== $(date +%T) done"
 exit $status

@@ -25,6 +25,7 @@ from urllib.parse import urlparse
 
 import yaml
 
+from synclib.engine import SCHEDULING
 from synclib.models import PROMPT_FORMATS
 from synclib.paths import DEFAULT_CONFIG, REPO_ROOT
 
@@ -208,6 +209,10 @@ KEYS: tuple[Key, ...] = (
     _k("simulate.tom", True, BOOL, "also run the Theory-of-Mind dialogs (appendix J)", "simulate"),
     _k("simulate.tom_episodes", None, optional(integer(1)),
        "the Theory-of-Mind dialogs for the first N of the simulated tasks only (null: all)", "simulate"),
+    _k("simulate.scheduling", "turns", choice(*SCHEDULING),
+       "turns: a batch's dialogs advance utterance by utterance; continuous: a dialog's next "
+       "utterance joins the running batch as soon as its reply ends (same dialogs up to float rounding)",
+       "simulate"),
     _k("simulate.store_dtype", "float32", choice("float32", "float16", "bfloat16"),
        "precision of the stored states", "simulate"),
     _k("judge.model", _REQUIRED, TEXT, "local model spec, or the model name served at judge.url", "judge"),
@@ -469,9 +474,9 @@ def _cross_check(cfg: dict, flat: dict, source: str, base: Path) -> None:
         return str((base / p).resolve()) if p is not None and not Path(p).is_absolute() else p
 
     cfg["results_dir"] = resolve(cfg["results_dir"])
-    from synclib.datasets import DATASETS
+    from synclib.datasets import TASK_SETS
 
-    if cfg["scenarios"] in DATASETS:
+    if cfg["scenarios"] in TASK_SETS:
         pass  # fetched into the user's cache (synclib.datasets); checked where it is used
     elif cfg["scenarios"] != "embedded":
         cfg["scenarios"] = resolve(cfg["scenarios"])
@@ -512,7 +517,7 @@ def _check_episodes(cfg: dict, src: str) -> None:
     from synclib import datasets
     from synclib.scenarios import ScenarioError, load_tasks, select_tasks
 
-    if cfg["scenarios"] in datasets.DATASETS and not datasets.is_cached(datasets.DATASETS[cfg["scenarios"]]):
+    if cfg["scenarios"] in datasets.TASK_SETS and not datasets.is_cached(datasets.TASK_SETS[cfg["scenarios"]]):
         return
     try:
         select_tasks(load_tasks(cfg["scenarios"]), cfg["simulate"]["episodes"])

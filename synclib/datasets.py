@@ -1,4 +1,5 @@
-"""Datasets fetched on first use, never shipped: the paper's Sotopia tasks.
+"""Datasets fetched on first use, never shipped: the paper's Sotopia tasks and published
+human ratings of Sotopia-eval.
 
 The way scientific Python fetches example data (scikit-image, xarray's tutorial data, MNE):
 a pinned source, a SHA-256 recorded here for every file, and a per-user cache, filled by
@@ -7,9 +8,19 @@ the cached folder; ``synclib fetch sotopia`` fills it ahead of a run (what a clu
 does before the nodes go offline), from the pinned URL or, on a machine without internet,
 from a folder or an archive the user brought (``--from``), checked against the same hashes.
 
-The files are Sotopia's (Zhou et al., 2023), as the paper's reference repository
-distributes them; their licence is Sotopia's, not synclib's, and they are never copied
-into this repository.
+Two datasets (:data:`DATASETS`):
+
+``sotopia`` (:data:`SOTOPIA`, a task set: ``scenarios: sotopia``)
+    Sotopia's tasks (Zhou et al., 2023) as the paper's reference repository distributes
+    them; their licence is Sotopia's, not synclib's.
+``sotopia-human`` (:data:`SOTOPIA_HUMAN`, for table 4 and figure 10)
+    The human Sotopia-eval ratings published with Sotopia-π (Wang et al., 2024;
+    Apache-2.0), and GPT-4's Sotopia-eval scores of the same GPT-4 episodes from Sotopia's
+    repository (MIT).  After the files are checked, :func:`synclib.judge.sotopia_human.prepare`
+    writes them in synclib's formats beside them (``episodes.jsonl``, ``ratings.csv``,
+    ``gpt-4.judge.csv``).
+
+Neither is ever copied into this repository.
 
 Environment variables:
 
@@ -50,8 +61,14 @@ class Dataset:
     base_url : the pinned source; ``remote`` paths below are relative to it.
     files : ``{local name: (remote path, sha256 hex digest)}``.
     url_env : environment variable naming a mirror of ``base_url``.
+        A remote path may be a whole URL instead (a file from another pinned source); a
+        mirror serves every file under its local name.
+    url_env : environment variable naming a mirror of ``base_url``.
     about : what the files are, where they come from and under which licence (printed on
         first use and by ``synclib fetch``).
+    kind : ``"tasks"`` (a task set, ``scenarios: NAME``) or ``"ratings"``.
+    prepare : ``"module:function"`` called with the cache folder once every file is
+        checked, to derive files from them (optional).
     """
 
     name: str
@@ -59,11 +76,22 @@ class Dataset:
     files: Mapping[str, tuple[str, str]]
     url_env: str
     about: str
+    kind: str = "tasks"
+    prepare: str | None = None
 
     def url(self, override: str | None = None) -> str:
         """The base URL in use: ``override``, else the mirror variable, else the pinned one."""
         base = override or os.environ.get(self.url_env) or self.base_url
         return base if base.endswith("/") else base + "/"
+
+    def file_url(self, name: str, override: str | None = None) -> str:
+        """Where file ``name`` is downloaded from: a mirror's ``BASE/remote`` (``BASE/name``
+        for a file pinned by a whole URL), else the pinned source."""
+        remote = self.files[name][0]
+        mirror = override or os.environ.get(self.url_env)
+        if "://" in remote:
+            return self.url(mirror) + name if mirror else remote
+        return self.url(mirror) + remote
 
 
 #: the paper's reference repository at the commit whose tasks the paper used
@@ -91,8 +119,43 @@ SOTOPIA = Dataset(
            "synclib keeps them in your cache and never copies them into its repository."),
 )
 
-#: every dataset by name (``scenarios: NAME``, ``synclib fetch NAME``)
-DATASETS = {SOTOPIA.name: SOTOPIA}
+#: Sotopia-π's repository at its last commit holding the human ratings (they were removed after it)
+SOTOPIA_PI_COMMIT = "47d3e140d0bd4ab33d7a480c22f718a67cc477f8"
+#: Sotopia's repository at the commit (of its pull request 31) holding GPT-4's scores of the rated episodes
+SOTOPIA_SCORES_COMMIT = "b72bd754cfda8546bc64fb3be4b882a95966312c"
+SOTOPIA_HUMAN = Dataset(
+    name="sotopia-human",
+    base_url=f"https://raw.githubusercontent.com/sotopia-lab/sotopia-pi/{SOTOPIA_PI_COMMIT}/human_eval/",
+    files={
+        "gpt4_final.csv": ("gpt4_final.csv", "687f1ff461882272104e69a9263f3b4ded27d2caf939914210232ea8a00bdce2"),
+        "gpt3.5_final.csv": ("gpt3.5_final.csv",
+                             "74b352b55339c4a84dc573d95fc51c8aac82eaeb57509a98d8fa821b766f7a90"),
+        "mistral-instruct_final.csv": ("mistral-instruct_final.csv",
+                                       "88e8499a5abcd7b3ca71b2fe2c0788261eb704178639a7e463afd4eb90e76f8b"),
+        "BC_final.csv": ("BC_final.csv", "8d332ef23d49828790e5d1b4eed4f05a1ffff1f0c87d5a9a95322481b0cbd26f"),
+        "SR_final.csv": ("SR_final.csv", "634ba7b556c851ae47ac3ac5c69c9a11556cf5b9e3baae3aee9f75fe6f727f92"),
+        "BC+SR_final.csv": ("BC%2BSR_final.csv", "9aac94387ccc68a5172a63842aa6688840eee4bcb76e6ea41c7dc5c5da7c411c"),
+        "complete_gpt_score.json": (
+            f"https://raw.githubusercontent.com/sotopia-lab/sotopia/{SOTOPIA_SCORES_COMMIT}/human_eval/"
+            "complete_gpt_score.json", "7bc64629963d38ca322c2e96884e5efc63fdcafc48977228d9e66891d5a899eb"),
+    },
+    url_env="SYNCLIB_SOTOPIA_HUMAN_URL",
+    about=("Human Sotopia-eval ratings published with Sotopia-π (Wang et al., 2024, 'SOTOPIA-π: Interactive "
+           "Learning of Socially Intelligent Language Agents'): 154 episodes of the SOTOPIA-hard tasks played "
+           "by six kinds of agents, each rated by two annotators on Prolific, from github.com/sotopia-lab/"
+           f"sotopia-pi at commit {SOTOPIA_PI_COMMIT[:7]} (Apache-2.0); and GPT-4's Sotopia-eval scores of "
+           "the GPT-4 episodes among them, from github.com/sotopia-lab/sotopia at commit "
+           f"{SOTOPIA_SCORES_COMMIT[:7]} (MIT). These are not the annotations of the Sotopia paper (Zhou et "
+           "al., 2023) that the paper's appendix H used: those were never published as files. synclib keeps "
+           "them in your cache, never in its repository, and stores the annotators' ids only as hashes."),
+    kind="ratings",
+    prepare="synclib.judge.sotopia_human:prepare",
+)
+
+#: every dataset by name (``synclib fetch NAME``)
+DATASETS = {SOTOPIA.name: SOTOPIA, SOTOPIA_HUMAN.name: SOTOPIA_HUMAN}
+#: the datasets that are task sets (``scenarios: NAME``)
+TASK_SETS = {n: d for n, d in DATASETS.items() if d.kind == "tasks"}
 
 
 def cache_dir(dataset: Dataset = SOTOPIA, cache: str | os.PathLike | None = None) -> Path:
@@ -159,6 +222,7 @@ def path(dataset: Dataset = SOTOPIA, download: bool = True, cache: str | os.Path
     root = cache_dir(dataset, cache)
     todo = [f for f, s in status(dataset, cache).items() if s != "ok"]
     if not todo:
+        _prepare(dataset, root, log)
         return root
     if not download:
         raise DatasetError(f"the {dataset.name} files are not in {root} (missing or changed: {', '.join(todo)}); "
@@ -167,21 +231,29 @@ def path(dataset: Dataset = SOTOPIA, download: bool = True, cache: str | os.Path
     import requests
 
     say = log or (lambda m: print(m, file=sys.stderr, flush=True))
-    base = dataset.url(url)
     say(f"[synclib] fetching {dataset.name} into {root}. {dataset.about}")
     root.mkdir(parents=True, exist_ok=True)
     for name in todo:
-        remote, digest = dataset.files[name]
+        digest, where = dataset.files[name][1], dataset.file_url(name, url)
         try:
-            pooch.retrieve(base + remote, known_hash=f"sha256:{digest}", fname=name, path=root,
-                           progressbar=False)
+            pooch.retrieve(where, known_hash=f"sha256:{digest}", fname=name, path=root, progressbar=False)
         except requests.exceptions.RequestException as exc:
-            raise DatasetError(f"{name}: could not download {base + remote} ({type(exc).__name__}: {exc}); "
+            raise DatasetError(f"{name}: could not download {where} ({type(exc).__name__}: {exc}); "
                                + how_to_fetch(dataset) + ".") from None
         except ValueError as exc:  # pooch: the download's hash differs from the recorded one
-            raise DatasetError(f"{name}: the file downloaded from {base + remote} is not the recorded one "
+            raise DatasetError(f"{name}: the file downloaded from {where} is not the recorded one "
                                f"(SHA-256 expected {digest}); it was not kept. {exc}") from None
+    _prepare(dataset, root, say)
     return root
+
+
+def _prepare(dataset: Dataset, root: Path, log=None) -> None:
+    """Run the dataset's ``prepare`` step on its checked cache folder (it skips work already done)."""
+    if dataset.prepare:
+        import importlib
+
+        module, func = dataset.prepare.split(":")
+        getattr(importlib.import_module(module), func)(root, log=log or (lambda m: print(m, file=sys.stderr)))
 
 
 def _members(source: Path, names) -> dict[str, bytes | Path]:
@@ -249,6 +321,7 @@ def fetch(dataset: Dataset = SOTOPIA, source: str | os.PathLike | None = None,
         tmp = root / f".{name}.part"
         tmp.write_bytes(blob)
         os.replace(tmp, root / name)
+    _prepare(dataset, root, log)
     (log or (lambda m: print(m, file=sys.stderr, flush=True)))(
         f"[synclib] {dataset.name}: {len(data)} files from {src} checked and cached in {root}. {dataset.about}")
     return root
@@ -257,7 +330,9 @@ def fetch(dataset: Dataset = SOTOPIA, source: str | os.PathLike | None = None,
 # ---------------------------------------------------------------------- CLI
 def configure_parser(parser: argparse.ArgumentParser) -> None:
     """``synclib fetch NAME [--from DIR_OR_ARCHIVE]``."""
-    parser.add_argument("name", choices=sorted(DATASETS), help="the dataset (the paper's Sotopia tasks)")
+    parser.add_argument("name", choices=sorted(DATASETS),
+                        help="the dataset: sotopia (the paper's Sotopia tasks) or sotopia-human (published "
+                             "human Sotopia-eval ratings, for table 4 and figure 10)")
     parser.add_argument("--from", dest="source", default=None, metavar="DIR_OR_ARCHIVE",
                         help="copy the files from a folder or a zip/tar archive you brought instead of downloading "
                              "(checked against the same hashes)")
@@ -273,5 +348,10 @@ def run(args: argparse.Namespace) -> int:
     except DatasetError as exc:
         print(f"synclib fetch: {exc}", file=sys.stderr)
         return 2
-    print(f"{ds.name}: {len(ds.files)} files ready in {root} (use `scenarios: {ds.name}`)")
+    if ds.kind == "tasks":
+        print(f"{ds.name}: {len(ds.files)} files ready in {root} (use `scenarios: {ds.name}`)")
+    else:
+        from synclib.judge.sotopia_human import usage
+
+        print(f"{ds.name}: {len(ds.files)} files ready in {root}\n{usage(root)}")
     return 0

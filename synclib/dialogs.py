@@ -246,7 +246,7 @@ def load_run_tasks(scenarios):
 
     if not scenarios:
         return None, "The results manifest names no scenario set, so the goals cannot be shown."
-    if scenarios in datasets.DATASETS and not datasets.is_cached(datasets.DATASETS[scenarios]):
+    if scenarios in datasets.TASK_SETS and not datasets.is_cached(datasets.TASK_SETS[scenarios]):
         return None, (f"The `{scenarios}` tasks are not fetched on this machine (`synclib fetch {scenarios}`), "
                       "so names come from the cubes and goals are not shown.")
     try:

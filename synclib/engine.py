@@ -67,8 +67,12 @@ import numpy as np
 
 #: how :class:`Engine` runs decoding steps (its ``decode`` parameter)
 DECODE_MODES = ("auto", "graph", "static", "dynamic")
+#: how a dialog loop puts its rows on an engine: ``turns``, one :meth:`Engine.generate` call per
+#: utterance index (every row waits for the call's longest reply); ``continuous``, a
+#: :class:`DecodeStream` that each dialog's next utterance joins as soon as its reply ends
+SCHEDULING = ("turns", "continuous")
 
-__all__ = ["DECODE_MODES", "sampling_distribution", "Engine", "Request", "Result", "generate", "read_states", "word_distributions",
+__all__ = ["DECODE_MODES", "SCHEDULING", "sampling_distribution", "Engine", "DecodeStream", "Request", "Result", "generate", "read_states", "word_distributions",
            "row_seed", "candidate_sequences", "continuation_logprobs"]
 
 
@@ -612,6 +616,68 @@ class _StaticDecoder:
         return self.logits
 
 
+def _check_sampling(max_new_tokens, temperature, top_k, top_p) -> None:
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if temperature < 0:
+        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    if top_k is not None and int(top_k) < 0:
+        raise ValueError(f"top_k must be >= 0 or None, got {top_k}")
+    if top_p is not None and not 0 < float(top_p) <= 1:
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
+
+
+def _sample(logits, u, sampling):
+    """One decoding step's token per row.
+
+    Parameters
+    ----------
+    logits : (R, V) float32 next-token logits
+    u : (R,) float64, each row's own uniform for this step
+    sampling : (temperature, top_k, top_p)
+
+    Returns
+    -------
+    (R,) long: the argmax at temperature 0, else the inverse of the sampling distribution's
+    CDF (:func:`sampling_distribution`) at ``u``.
+    """
+    import torch
+
+    temperature, top_k, top_p = sampling
+    if temperature == 0:
+        return logits.argmax(-1)
+    cdf = sampling_distribution(logits, temperature, top_k, top_p).cumsum(-1)
+    return torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1)).squeeze(-1).clamp(max=logits.shape[-1] - 1)
+
+
+def _row_ends(tok, live, seen, stop, lines):
+    """What one step's tokens do to their rows.
+
+    Parameters
+    ----------
+    tok : (R,) long, the sampled tokens
+    live : (R,) bool, rows still generating
+    seen : (R,) bool, rows that have generated some text
+    stop : (S,) long, the stop token ids
+    lines : the :meth:`Engine._line_flags` triple, or None (no first-line stop)
+
+    Returns
+    -------
+    keep : (R,) bool, the token is part of the reply
+    is_stop : (R,) bool, a stop token ended the row (the token is not kept)
+    at_line : (R,) bool, the token completed the first line and ends the row (kept)
+    seen : (R,) bool, updated
+    """
+    import torch
+
+    is_stop = torch.isin(tok, stop) & live
+    keep = live & ~is_stop
+    if lines is None:
+        return keep, is_stop, torch.zeros_like(keep), seen
+    at_line = keep & lines[0][tok] & (seen | lines[1][tok])
+    return keep, is_stop, at_line, seen | (keep & lines[2][tok])
+
+
 @contextmanager
 def _decode_attention():
     """On CUDA, the attention kernels a decoding step may use: memory-efficient (which takes
@@ -758,7 +824,7 @@ class Engine:
         s = self._sessions.get(session) if (self.kv_reuse and session is not None) else None
         return s, (min(_common_prefix(ids, s.ids), len(ids) - 1) if s is not None else 0)
 
-    def _prefill(self, rows: list[tuple[list, Hashable]]) -> _Prefill:
+    def _prefill(self, rows: list[tuple[list, Hashable]], store: bool = True) -> _Prefill:
         """Prefill ``rows`` (token ids, session); update their sessions.
 
         Rows whose new-token counts differ a lot (a session cache missed beside rows that
@@ -770,12 +836,13 @@ class Engine:
         new = [len(ids) - self._cached(ids, session)[1] for ids, session in rows]
         groups = _prefill_groups(new)
         if len(groups) == 1:
-            return self._prefill_group(rows)
+            return self._prefill_group(rows, store)
         self.stats["prefill_splits"] += len(groups) - 1
-        return _merge_prefills([self._prefill_group([rows[i] for i in g]) for g in groups], groups)
+        return _merge_prefills([self._prefill_group([rows[i] for i in g], store) for g in groups], groups)
 
-    def _prefill_group(self, rows: list[tuple[list, Hashable]]) -> _Prefill:
-        """Prefill ``rows`` (token ids, session) in one padded batch; update their sessions."""
+    def _prefill_group(self, rows: list[tuple[list, Hashable]], store: bool = True) -> _Prefill:
+        """Prefill ``rows`` (token ids, session) in one padded batch; update their sessions
+        (with ``store``; else the sessions are only read)."""
         import torch
         from transformers import DynamicCache
 
@@ -832,7 +899,7 @@ class Engine:
         self.stats["reused_tokens"] += sum(reused)
         states = torch.stack(sink, dim=1).cpu().numpy()  # (B, L, D)
 
-        if self.kv_reuse:
+        if self.kv_reuse and store:
             for i, (ids, session) in enumerate(rows):
                 if session is None:
                     continue
@@ -967,20 +1034,25 @@ class Engine:
         list of Result
             In the order of ``requests``.
         """
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
-        if top_k is not None and int(top_k) < 0:
-            raise ValueError(f"top_k must be >= 0 or None, got {top_k}")
-        if top_p is not None and not 0 < float(top_p) <= 1:
-            raise ValueError(f"top_p must be in (0, 1] or None, got {top_p}")
+        _check_sampling(max_new_tokens, temperature, top_k, top_p)
         sampling = (temperature, top_k, top_p)
         reqs = list(requests)
         return self._run_rows([r.prompt for r in reqs], [r.session for r in reqs],
                               lambda chunk, rows: self._generate_batch(
                                   [ids for ids, _ in rows], [reqs[i] for i in chunk], max_new_tokens,
                                   sampling, on_step, first_line_only))
+
+    def stream(self, max_new_tokens: int = 300, temperature: float = 0.7, first_line_only: bool = False,
+               top_k: int | None = None, top_p: float | None = None, capacity: int | None = None,
+               join_min: int | None = None, on_step: Callable[[int], None] | None = None) -> "DecodeStream":
+        """A :class:`DecodeStream` over this engine: continuous batching of generation rows.
+
+        The arguments are :meth:`generate`'s; ``capacity`` (default ``batch_size``) and
+        ``join_min`` are :class:`DecodeStream`'s.
+        """
+        _check_sampling(max_new_tokens, temperature, top_k, top_p)
+        return DecodeStream(self, max_new_tokens, (temperature, top_k, top_p), first_line_only,
+                            capacity or self.batch_size, join_min, on_step)
 
     def _line_flags(self, vocab: int):
         """Per token id, as bool tensors of length ``vocab`` on the model's device: holds a
@@ -1012,7 +1084,6 @@ class Engine:
         """
         import torch
 
-        temperature, top_k, top_p = sampling
         dev = self.lm.device
         B = len(reqs)
         # each row's uniforms for the whole reply, drawn up front from its own generator
@@ -1022,8 +1093,7 @@ class Engine:
         pre = self._prefill([(x, r.session) for x, r in zip(ids, reqs)])
         stop = torch.tensor(sorted(self.lm.stop_token_ids), dtype=torch.long, device=dev)
         cache, mask, pos, logits = pre.cache, pre.mask, pre.next_pos, pre.logits
-        V = logits.shape[-1]
-        lines = self._line_flags(V) if first_line_only else None
+        lines = self._line_flags(logits.shape[-1]) if first_line_only else None
         out_tok = torch.full((B, max_new_tokens), -1, dtype=torch.long, device=dev)
         reason = torch.zeros(B, dtype=torch.long, device=dev)     # 0 length, 1 stop, 2 line
         done = torch.zeros(B, dtype=torch.bool, device=dev)
@@ -1045,25 +1115,13 @@ class Engine:
                 self.graph_error = static.error
             cache = pre.cache = None  # the decoder holds its own copy
         for step in range(max_new_tokens):
-            if temperature == 0:
-                tok = logits.argmax(-1)
-            else:
-                cdf = sampling_distribution(logits, temperature, top_k, top_p).cumsum(-1)
-                u = (U[rows, step] * cdf[:, -1]).unsqueeze(-1)
-                tok = torch.searchsorted(cdf, u).squeeze(-1).clamp(max=V - 1)
-            live = ~done[rows]
-            is_stop = torch.isin(tok, stop) & live
-            keep = live & ~is_stop
+            tok = _sample(logits, U[rows, step], sampling)
+            keep, is_stop, at_line, seen[rows] = _row_ends(tok, ~done[rows], seen[rows], stop, lines)
             out_tok[rows, step] = torch.where(keep, tok, -1)
-            ended = is_stop
-            if lines is not None:
-                at_line = keep & lines[0][tok] & (seen[rows] | lines[1][tok])
-                seen[rows] = seen[rows] | (keep & lines[2][tok])
-                reason[rows] = torch.where(at_line, 2, reason[rows])
-                ended = ended | at_line
-            reason[rows] = torch.where(is_stop, 1, reason[rows])
-            done[rows] = done[rows] | ended
+            reason[rows] = torch.where(is_stop, 1, torch.where(at_line, 2, reason[rows]))
+            done[rows] = done[rows] | is_stop | at_line
             self.stats["generated_tokens"] += rows.numel()
+            self.stats["decode_steps"] += 1
             if on_step is not None:
                 on_step(rows.numel())
             if step == max_new_tokens - 1:
@@ -1096,7 +1154,7 @@ class Engine:
         return results
 
     def sequence_logprobs(self, prompts: Sequence, sequences: Sequence[Sequence[Sequence[int]]],
-                          sessions: Sequence | None = None) -> list[np.ndarray]:
+                          sessions: Sequence | None = None, store: bool = True) -> list[np.ndarray]:
         """Log-probability of each candidate token sequence right after each prompt.
 
         ``log P(seq | prompt)`` by teacher forcing: the first token's probability is read
@@ -1120,6 +1178,9 @@ class Engine:
             e.g. one prefilled beforehand (:meth:`read_states`) with the prompts' shared
             prefix, so that the prefix is computed once (as in every method, each row then
             stores its own prompt there: the last one stays).
+        store : bool, default True
+            Store each row's prompt in its session; False only reads the sessions (a
+            caller that scores an older prompt of a session whose newer prompt is cached).
 
         Returns
         -------
@@ -1136,13 +1197,13 @@ class Engine:
                 if not seq:
                     raise ValueError(f"sequences[{i}][{j}] is empty (no tokens)")
         return self._run_rows(prompts, sessions,
-                              lambda chunk, rows: self._logprob_batch(rows, [seqs[i] for i in chunk]))
+                              lambda chunk, rows: self._logprob_batch(rows, [seqs[i] for i in chunk], store))
 
-    def _logprob_batch(self, rows, seqs) -> list[np.ndarray]:
+    def _logprob_batch(self, rows, seqs, store: bool = True) -> list[np.ndarray]:
         """:meth:`sequence_logprobs` of one batch: ``rows`` (token ids, session), ``seqs`` per row."""
         import torch
 
-        pre = self._prefill(rows)
+        pre = self._prefill(rows, store)
         logp_first = torch.log_softmax(pre.logits, dim=-1)  # (B, V)
         items = [(b, s) for b, row in enumerate(seqs) for s in row]
         rest, calls = continuation_logprobs(self.lm.model, pre.cache, pre.mask, pre.next_pos, items,
@@ -1160,7 +1221,7 @@ class Engine:
         return out
 
     def word_distributions(self, prompts: Sequence, candidates: Sequence[str],
-                           sessions: Sequence | None = None, return_mass: bool = False):
+                           sessions: Sequence | None = None, return_mass: bool = False, store: bool = True):
         """Probabilities over candidate words at the next position of each prompt.
 
         Each candidate is scored by the probability that the model's continuation spells
@@ -1184,6 +1245,8 @@ class Engine:
         return_mass : bool, default False
             Also return the unnormalised total probability of the candidates (how much of
             the model's next-token distribution they cover).
+        store : bool, default True
+            As :meth:`sequence_logprobs`.
 
         Returns
         -------
@@ -1194,13 +1257,198 @@ class Engine:
         seqs = candidate_sequences(self.lm.tokenizer, candidates)
         all_seqs = sorted({s for variants in seqs for s in variants})
         prompts = list(prompts)
-        logps = self.sequence_logprobs(prompts, [all_seqs] * len(prompts), sessions)
+        logps = self.sequence_logprobs(prompts, [all_seqs] * len(prompts), sessions, store)
         longer = _immediate_extensions(all_seqs)
         probs = np.empty((len(prompts), len(candidates)))
         mass = np.empty(len(prompts))
         for i, logp in enumerate(logps):
             probs[i], mass[i] = _exclusive_probabilities(logp, all_seqs, longer, seqs)
         return (probs, mass) if return_mass else probs
+
+
+@dataclass
+class _StreamRow:
+    """One row of a :class:`DecodeStream` (host side)."""
+
+    tag: Hashable
+    request: Request
+    ids: list
+    states: np.ndarray
+    reused: int
+    tokens: list = field(default_factory=list)
+
+
+class DecodeStream:
+    """Continuous batching: generation rows that join and leave a decoding batch at any step.
+
+    :meth:`Engine.generate` decodes a batch until its slowest row ends, so every row waits
+    for the longest reply.  Here each row leaves the batch at the step it ends and queued
+    rows join it: they are prefilled (with their sessions' keys/values reused, as in
+    :meth:`Engine.generate`) and merged, left-padded, into the running batch.  A caller
+    that turns a finished reply into the next request (a dialog's next turn) submits it at
+    once, so the batch stays full.  What a row generates does not depend on the batch: it
+    samples with its own seeded uniforms, one per token of its own reply, exactly as in
+    :meth:`Engine.generate`; its logits and states equal a solo run's up to float rounding.
+
+    Parameters
+    ----------
+    engine : Engine
+    max_new_tokens, sampling, first_line_only
+        As :meth:`Engine.generate` (``sampling`` is ``(temperature, top_k, top_p)``).
+    capacity : int
+        Most rows decoding at once.
+    join_min : int, optional
+        Queued rows join only when at least this many wait (or the batch is empty): one
+        prefill for several rows costs less than one per row.  Default: a quarter of
+        ``capacity``.
+    on_step : callable, optional
+        Called after every decoding step with the number of rows it advanced.
+
+    Decoding is the engine's dynamic path on every device (the batch changes shape at
+    every step; ``Engine(decode="graph")`` does not apply).  The host reads each step's
+    tokens, as the dynamic path does on the CPU.  Counters go to ``engine.stats``
+    (``decode_steps``, ``generated_tokens``, ``stream_joins``) as well as :attr:`stats`.
+    """
+
+    def __init__(self, engine: "Engine", max_new_tokens: int, sampling: tuple, first_line_only: bool,
+                 capacity: int, join_min: int | None = None, on_step=None):
+        import torch
+
+        if int(capacity) < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        self.engine, self.lm = engine, engine.lm
+        self.max_new_tokens, self.sampling, self.first_line_only = int(max_new_tokens), sampling, first_line_only
+        self.capacity = int(capacity)
+        self.join_min = max(1, int(join_min) if join_min is not None else self.capacity // 4)
+        self.on_step = on_step
+        self.stats: Counter = Counter()
+        self._queue: list = []          # (tag, Request)
+        self._rows: list[_StreamRow] = []
+        self._pre = None                # _Prefill of the running batch (cache, mask, next_pos, logits)
+        dev = self.lm.device
+        self._U = torch.zeros((0, self.max_new_tokens), dtype=torch.float64, device=dev)
+        self._step = torch.zeros(0, dtype=torch.long, device=dev)
+        self._seen = torch.zeros(0, dtype=torch.bool, device=dev)
+        self._stop = torch.tensor(sorted(self.lm.stop_token_ids), dtype=torch.long, device=dev)
+        self._lines = None
+
+    def submit(self, tag: Hashable, request: Request) -> None:
+        """Queue a row; :meth:`step` returns its :class:`Result` with ``tag`` when it ends."""
+        self._queue.append((tag, request))
+
+    def __len__(self) -> int:
+        """Rows queued or decoding."""
+        return len(self._queue) + len(self._rows)
+
+    def _admit(self) -> None:
+        """Prefill queued rows and merge them into the batch (see ``join_min``)."""
+        import torch
+
+        room = self.capacity - len(self._rows)
+        if not self._queue or room <= 0 or (self._rows and len(self._queue) < min(self.join_min, room)):
+            return
+        take, self._queue = self._queue[:room], self._queue[room:]
+        eng = self.engine
+        ids = [eng._ids(r.prompt) for _, r in take]
+        pre = eng._prefill([(x, r.session) for x, (_, r) in zip(ids, take)])
+        dev = self.lm.device
+        gens = [torch.Generator(device="cpu").manual_seed(int(r.seed) & ((1 << 63) - 1)) for _, r in take]
+        U = torch.stack([torch.rand(self.max_new_tokens, generator=g, dtype=torch.float64) for g in gens]).to(dev)
+        new = [_StreamRow(tag, r, x, pre.states[i], pre.reused[i]) for i, ((tag, r), x) in enumerate(zip(take, ids))]
+        if self._pre is None:
+            self._pre = pre
+        else:
+            B0 = len(self._rows)
+            self._pre.states = np.zeros((B0,) + pre.states.shape[1:], dtype=pre.states.dtype)  # kept per row
+            self._pre = _merge_prefills([self._pre, pre], [list(range(B0)), list(range(B0, B0 + len(take)))])
+        self._rows += new
+        self._U = torch.cat([self._U, U])
+        self._step = torch.cat([self._step, self._step.new_zeros(len(take))])
+        self._seen = torch.cat([self._seen, self._seen.new_zeros(len(take))])
+        self.stats["joins"] += 1
+        eng.stats["stream_joins"] += 1
+
+    def step(self) -> list[tuple[Hashable, Result]]:
+        """Admit queued rows, then sample one token for every row and advance the rows that
+        go on by one forward pass.
+
+        Returns
+        -------
+        list of (tag, Result)
+            The rows that ended at this step (a stop token, a complete first line with
+            ``first_line_only``, or ``max_new_tokens``), in batch order.
+        """
+        import torch
+
+        self._admit()
+        if not self._rows:
+            return []
+        pre, B = self._pre, len(self._rows)
+        if self.first_line_only and self._lines is None:
+            self._lines = self.engine._line_flags(pre.logits.shape[-1])
+        u = self._U[torch.arange(B, device=self._U.device), self._step]
+        tok = _sample(pre.logits, u, self.sampling)
+        live = torch.ones(B, dtype=torch.bool, device=tok.device)
+        keep, is_stop, at_line, self._seen = _row_ends(tok, live, self._seen, self._stop, self._lines)
+        self._step += 1
+        ended = is_stop | at_line | (self._step >= self.max_new_tokens)
+        toks, kept, why, gone = (tok.tolist(), keep.tolist(),
+                                 torch.where(is_stop, 1, torch.where(at_line, 2, 0)).tolist(), ended.tolist())
+        self.stats["decode_steps"] += 1
+        self.stats["generated_tokens"] += B
+        self.engine.stats["decode_steps"] += 1
+        self.engine.stats["generated_tokens"] += B
+        if self.on_step is not None:
+            self.on_step(B)
+        finished, stay = [], []
+        for i, row in enumerate(self._rows):
+            if kept[i]:
+                row.tokens.append(toks[i])
+            if gone[i]:
+                finished.append((row.tag, Result(text=self.lm.decode(row.tokens), token_ids=row.tokens,
+                                                 prompt_ids=row.ids, states=row.states,
+                                                 finish_reason=("length", "stop", "line")[why[i]],
+                                                 reused_tokens=row.reused)))
+            else:
+                stay.append(i)
+        if not stay:
+            self._rows, self._pre = [], None
+            self._U, self._step, self._seen = self._U[:0], self._step[:0], self._seen[:0]
+            return finished
+        if len(stay) < B:
+            idx = torch.tensor(stay, device=tok.device)
+            pre.cache.batch_select_indices(idx)
+            pre.mask, pre.next_pos, tok = pre.mask[idx], pre.next_pos[idx], tok[idx]
+            self._U, self._step, self._seen = self._U[idx], self._step[idx], self._seen[idx]
+            self._rows = [self._rows[i] for i in stay]
+            self._trim()
+        pre.mask = torch.cat([pre.mask, pre.mask.new_ones((len(stay), 1))], dim=1)
+        with torch.inference_mode():
+            out = self.lm.model(input_ids=tok.unsqueeze(-1), attention_mask=pre.mask,
+                                position_ids=pre.next_pos.unsqueeze(-1), past_key_values=pre.cache,
+                                use_cache=True, **self.engine._logits_kw)
+        pre.cache, pre.logits, pre.next_pos = out.past_key_values, out.logits[:, -1, :].float(), pre.next_pos + 1
+        self.engine.stats["forward_calls"] += 1
+        return finished
+
+    def _trim(self) -> None:
+        """Drop the leading columns no remaining row attends to (left by rows that left)."""
+        pre = self._pre
+        used = pre.mask.any(0).nonzero()
+        first = int(used[0]) if used.numel() else 0
+        if first == 0 or first < pre.mask.shape[1] // 4:  # not worth a copy yet
+            return
+        for layer in pre.cache.layers:
+            layer.keys, layer.values = layer.keys[:, :, first:].contiguous(), layer.values[:, :, first:].contiguous()
+        pre.mask = pre.mask[:, first:]
+        self.stats["trims"] += 1
+
+    def run(self) -> list[tuple[Hashable, Result]]:
+        """Step until every queued and decoding row has ended; all their results."""
+        out = []
+        while len(self):
+            out += self.step()
+        return out
 
 
 def _immediate_extensions(seqs: list[tuple]) -> dict:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from synclib.config import STEPS, ConfigError, keys_of_step, load_config
-from synclib.datasets import DATASETS, DatasetError, how_to_fetch, is_cached
+from synclib.datasets import TASK_SETS, DatasetError, how_to_fetch, is_cached
 from synclib.datasets import fetch as fetch_dataset
 from synclib.paths import (BENCH_RESULTS, BUILD_DIR, DEFAULT_CONFIG, EXECUTED_DIR, GENERATED_DIR,
                            REPO_ROOT, display)
@@ -190,7 +190,7 @@ def step_simulate(cfg: dict, run: Run, out: Path) -> dict:
         store_dtype=sim["store_dtype"], top_k=sim["top_k"], top_p=sim["top_p"],
         stop_at_first_line=sim["stop_at_first_line"], passive_seeds=sim["passive_seeds"],
         taskset=taskset, prompt_formats=(models[run.a]["prompt_format"], models[run.b]["prompt_format"]),
-        tom_episodes=sim["tom_episodes"], engine_stats=(stats := {}),
+        tom_episodes=sim["tom_episodes"], scheduling=sim["scheduling"], engine_stats=(stats := {}),
     )
     return {"engine": stats}
 
@@ -340,8 +340,8 @@ def build_jobs(cfg: dict, steps=STEPS) -> dict[str, Job]:
 
     if cfg["scenarios"] == "embedded":
         scen = "embedded"
-    elif cfg["scenarios"] in DATASETS:  # fetched files are checked against these hashes
-        scen = f"{cfg['scenarios']}:{fingerprint(sorted(DATASETS[cfg['scenarios']].files.items()))}"
+    elif cfg["scenarios"] in TASK_SETS:  # fetched files are checked against these hashes
+        scen = f"{cfg['scenarios']}:{fingerprint(sorted(TASK_SETS[cfg['scenarios']].files.items()))}"
     else:
         scen = _file_hash(*(Path(cfg["scenarios"]) / f for f in ("envs.json", "agents.json", "env_agent_combos.json")))
     code = _file_hash(*sorted((REPO_ROOT / "synclib").rglob("*.py")))
@@ -525,7 +525,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"synclib run: {exc}", file=sys.stderr)
         return 2
-    ds = DATASETS.get(cfg["scenarios"])
+    ds = TASK_SETS.get(cfg["scenarios"])
     if ds is not None and not is_cached(ds):
         if args.dry_run:
             print(f"synclib run: scenarios: {ds.name}: not fetched yet; {how_to_fetch(ds)} "

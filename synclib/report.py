@@ -662,6 +662,7 @@ def benchmarks_markdown(bench_dir) -> str:
     else:
         out += ["*No result yet: run `python bench/bench_engine.py`.*", ""]
     out += _candidate_lines(load("candidates_cpu.json"))
+    out += _scheduling_lines(load("scheduling_cpu.json"))
     out += _gpu_engine_lines(load("simulate_cuda_mistral7b.json"), load("engine_cuda_decode_loop.json"),
                              load("engine_cuda_decode_modes.json"), load("dialog_loop_cuda_mistral7b.json"))
     out += _gpu_e2e_lines(load("e2e_cuda_mistral7b.json"))
@@ -723,6 +724,56 @@ def _candidate_lines(c) -> list[str]:
     return out
 
 
+def _scheduling_lines(c) -> list[str]:
+    """The dialog loop turn by turn against continuous batching (``bench/bench_scheduling.py``)."""
+    out = ["## Continuous batching of dialogs (`bench/bench_scheduling.py`)", ""]
+    if not c:
+        return out + ["*No result yet: run `python bench/bench_scheduling.py`.*", ""]
+    s, m = c["settings"], c["machine"]
+    out += [f"CPU ({m.get('cpu_count', '?')} cores, torch {m.get('torch', '?')}, measured {c['date']}). The same "
+            f"simulation ({s['tasks']} embedded tasks x 1 seed, {s['max_utterances']} utterances, "
+            f"{s['max_new_tokens']} new tokens, batch {s['batch_size']}, passive reader and ToM dialogs) with "
+            "`scheduling: turns` (each utterance index is one generate call: every dialog waits for the "
+            "batch's longest reply) and `scheduling: continuous` (a dialog's next utterance joins the running "
+            "batch as soon as its reply ends). Rows per step is the decoding batch's occupancy; useful prefill "
+            "is prefilled tokens over the token positions computed with left padding; reused is the share of "
+            "prompt tokens taken from session caches.", "",
+            "| model | scheduling | seconds | utterances/s | decoding steps | rows per step | useful prefill "
+            "| reused prompt tokens |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for preset, r in c["results"].items():
+        label = f"{preset} ({r['model'].get('dtype', '?').replace('torch.', '')})"
+        for mode, v in r["modes"].items():
+            out.append(f"| {label} | {mode} | {_num(v['wall_s'])} | {_num(v['utterances_per_s'])} | "
+                       f"{v['decode_steps']} | {_num(v['rows_per_step'])} | {100 * v['prefill_useful_share']:.1f} % | "
+                       f"{100 * v['reused_share_of_prompt_tokens']:.1f} % |")
+    out.append("")
+    for preset, r in c["results"].items():
+        a, h = r["agreement"], r.get("agreement_turns_half_batch")
+        t, k = r["modes"]["turns"], r["modes"]["continuous"]
+        def more_or_less(ratio):
+            return f"{abs(100 * (ratio - 1)):.0f} % {'more' if ratio > 1 else 'less'}"
+
+        line = (f"- **{preset}**: continuous batching took {more_or_less(1 / r['speedup'])} time with "
+                f"{abs(100 * (k['decode_steps'] / t['decode_steps'] - 1)):.0f} % "
+                f"{'more' if k['decode_steps'] > t['decode_steps'] else 'fewer'} decoding steps; identical texts "
+                f"{100 * a['identical_text_share']:.1f} %, largest state difference {_num(a['max_abs_diff_hidden'])}")
+        if h:
+            line += (f". For reference, turn by turn at half the batch size against the full batch: identical "
+                     f"texts {100 * h['identical_text_share']:.1f} %, largest state difference "
+                     f"{_num(h['max_abs_diff_hidden'])}")
+        out.append(line + ".")
+    out += ["", "On the CPU a decoding step costs about as much per row whatever the batch, so fewer steps "
+            "with more rows in each save little, and each join's prefill and cache merge cost something: "
+            "`scheduling: turns` stays the default. On a GPU a step costs about the same for 1 or 128 rows, "
+            "which is where fewer steps count; measuring that, and CUDA graphs for a batch whose rows change "
+            "at every step, is the device part of issue 25. Where texts differ, a sampled token moved at float "
+            "rounding and the dialog went its own way from there: in bfloat16 the rows that share a batch "
+            "already change the rounding (the reference line above), and a random model's nearly flat "
+            "distribution over 32,000 tokens turns the smallest difference into another token. In float32 "
+            "`tests/test_simulate.py` finds the two schedulings' cubes equal to float rounding.", ""]
+    return out
+
+
 def _dtype_lines(d) -> list[str]:
     """bf16 against float32 hidden states on the CPU (``bench/bench_simulate.py --dtype float32,bfloat16``)."""
     out = ["## bf16 against float32 hidden states on the CPU (`bench/bench_simulate.py`)", ""]
@@ -751,6 +802,49 @@ def judge_human_table(agree: pd.DataFrame | None, published: dict) -> pd.DataFra
     return agree[["dimension", "r", "p", "n"]].merge(paper, on="dimension", how="left")
 
 
+def _judge_label(judge: str) -> str:
+    from synclib.judge.sotopia_human import GPT4_JUDGE
+
+    return "GPT-4 (published scores)" if judge == GPT4_JUDGE else judge
+
+
+def measured_judge_table(measured: dict | None, published: dict) -> pd.DataFrame | None:
+    """The judges measured on Sotopia-π's published ratings (``bench/bench_judge_human.py``'s
+    JSON, :func:`synclib.judge.human.load_measured`): per dimension each judge's r, beside the
+    paper's two columns (measured on other ratings).  None when nothing was measured."""
+    if not measured:
+        return None
+    table = judge_human_table(None, published)
+    for j in measured["judges"]:
+        r = {d["dimension"]: d["r"] for d in j["dimensions"]}
+        table[f"{_judge_label(j['judge'])} r"] = table["dimension"].map(r)
+    return table
+
+
+def sentence_measured_judges(measured: dict | None) -> str:
+    """What the measured judges show, with where the numbers come from."""
+    if not measured:
+        return ("*Nothing measured on published ratings yet: `synclib fetch sotopia-human`, then "
+                "`python bench/bench_judge_human.py [--local-judge smollm2-135m]`.*")
+    parts = []
+    for j in measured["judges"]:
+        ok = [d for d in j["dimensions"] if d["r"] is not None and np.isfinite(d["r"])]
+        best = max(ok, key=lambda d: d["r"]) if ok else None
+        sig = [d["dimension"] for d in ok if d["p"] <= 0.01]
+        parts.append(f"**{_judge_label(j['judge'])}**: {j['episodes']} episodes, {j['scores']} agent × dimension "
+                     f"scores; r from {min(d['r'] for d in ok):.2f} to {best['r']:.2f} ({best['dimension']}), "
+                     f"p ≤ 0.01 on {len(sig)} of 7 dimensions ({_join(sig) or 'none'}); "
+                     f"{100 * j['within_one_sd']:.1f} % of its scores within one standard deviation of the "
+                     "human ratings." if ok else f"**{_judge_label(j['judge'])}**: no dimension has a correlation.")
+    tiny = [j for j in measured["judges"] if j["judge"] in ("smollm2-135m", "gemma3-270m")]
+    note = (" The embedded judges are tiny models (135M / 270M parameters), measured here to show how far "
+            "a judge that small is from people; the paper's judge is gpt-oss-120b." if tiny else "")
+    return (f"Measured on {measured['ratings']['source']} ({measured['date']}, "
+            "`bench/results/judge_human_sotopia_pi.json`): " + " ".join(parts) + note +
+            " These are other episodes and other annotators than the paper's, so they test the judges "
+            "the way appendix H does without being its numbers.")
+
+
 def sentence_judge_human(agree: pd.DataFrame | None, share: float | None, n_scores: int,
                          judge: str, published: dict) -> str:
     """What table 4 and figure 10 show for this judge, or what the page needs."""
@@ -758,15 +852,15 @@ def sentence_judge_human(agree: pd.DataFrame | None, share: float | None, n_scor
     paper = _paper(published["table4"], "r from 0.22 to 0.71 (GPT-4) and 0.22 to 0.60 "
                    f"(gpt-oss-120b) across dimensions; {fig10['text']} ({fig10['source']}).")
     if agree is None:
-        return ("No human ratings were given to this run, so the judge cannot be held against "
-                "humans here; the table shows the paper's numbers. To fill it, judge the rated "
-                "episodes (`synclib evaluate EPISODES.jsonl`) and set `notebooks.human_ratings` and "
-                "`notebooks.human_judge_scores` (or the notebook's `ratings` and `judge_scores` "
-                "parameters).") + paper
+        return ("No human ratings were given to this run, so its judge is not held against people "
+                "here; the table shows the paper's numbers. To fill it, judge rated episodes (`synclib "
+                "fetch sotopia-human` gets published ones) with `synclib evaluate EPISODES.jsonl` and set "
+                "`notebooks.human_ratings` and `notebooks.human_judge_scores` (or the notebook's `ratings` "
+                "and `judge_scores` parameters).") + paper
     ok = agree[np.isfinite(agree["r"])]
     rs = "; ".join(f"{r.dimension} r = {r.r:.2f} (p = {stats.format_p(r.p)}, n = {r.n})" for r in ok.itertuples())
     missing = [f"{r.dimension} ({r.reason})" for r in agree.itertuples() if not np.isfinite(r.r)]
-    s = f"{judge} against the human raters' mean: {rs or 'no dimension has a correlation'}."
+    s = f"{_judge_label(judge)} against the human raters' mean: {rs or 'no dimension has a correlation'}."
     if missing:
         s += " No r for " + _join(missing) + "."
     if share is not None and np.isfinite(share):

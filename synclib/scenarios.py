@@ -314,7 +314,7 @@ def task_dir(path: str | Path = "embedded", download: bool = True) -> Path:
     """The folder of a task set named as configs and the CLI name it.
 
     ``"embedded"`` is our own set (:func:`embedded_dir`); a dataset name of
-    :data:`synclib.datasets.DATASETS` (``"sotopia"``: the paper's 450 tasks) is its cache
+    :data:`synclib.datasets.TASK_SETS` (``"sotopia"``: the paper's 450 tasks) is its cache
     folder, fetched on first use unless ``download`` is False (then a missing file raises
     :class:`synclib.datasets.DatasetError`, saying how to fetch it); anything else is a folder.
     """
@@ -322,8 +322,8 @@ def task_dir(path: str | Path = "embedded", download: bool = True) -> Path:
 
     if str(path) == "embedded":
         return embedded_dir()
-    if str(path) in datasets.DATASETS:
-        return datasets.path(datasets.DATASETS[str(path)], download=download)
+    if str(path) in datasets.TASK_SETS:
+        return datasets.path(datasets.TASK_SETS[str(path)], download=download)
     return Path(path).expanduser()
 
 

@@ -63,6 +63,7 @@ from synclib import __version__
 from synclib import argtypes as at
 from synclib.config import default
 from synclib.cube import STORE_DTYPES, CubeError, CubeSpec, CubeWriter, Unit, is_complete, var_name
+from synclib.engine import SCHEDULING
 from synclib.models import PROMPT_FORMATS
 from synclib.scenarios import (
     ACTIONS, EMOTIONS, PASSIVE_PERSONA_RULE, Task, TaskSet, is_leave, load_tasks, passive_persona,
@@ -81,7 +82,8 @@ _TOM_FORMAT = re.compile(r"^\W*(?:" + "|".join(EMOTIONS) + r")\W+(?:" + "|".join
 _TOM_SEARCH_TOKENS = 16
 
 
-def _tom_readout(eng, requests: Sequence, results: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _tom_readout(eng, requests: Sequence, results: Sequence, store: bool = True
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Read the ToM replies: emotion and action distributions, and whether each followed the format.
 
     The ToM instruction asks for ``Emotion. Action type. Response.``  The emotion
@@ -99,6 +101,10 @@ def _tom_readout(eng, requests: Sequence, results: Sequence) -> tuple[np.ndarray
         The engine that generated ``results`` (its sessions are re-used).
     requests, results : sequences of R ``Request`` / ``Result``
         What was passed to and returned by ``eng.generate``.
+    store : bool, default True
+        Store the read-outs' prompts in the sessions; the continuous loop reads older
+        replies after a session has moved on and passes False, so that the newer prompt
+        stays cached.
 
     Returns
     -------
@@ -113,7 +119,7 @@ def _tom_readout(eng, requests: Sequence, results: Sequence) -> tuple[np.ndarray
     if len(requests) != len(results):
         raise ValueError(f"{len(requests)} requests but {len(results)} results")
     sessions = [r.session for r in requests]
-    emotion = eng.word_distributions([r.prompt_ids for r in results], EMOTIONS, sessions)
+    emotion = eng.word_distributions([r.prompt_ids for r in results], EMOTIONS, sessions, store=store)
     action = np.full((len(results), len(ACTIONS)), np.nan)
     prefixes, where, sess = [], [], []
     for i, (req, res) in enumerate(zip(requests, results)):
@@ -124,7 +130,7 @@ def _tom_readout(eng, requests: Sequence, results: Sequence) -> tuple[np.ndarray
                 sess.append(req.session)
                 break
     if prefixes:
-        action[where] = eng.word_distributions(prefixes, ACTIONS, sess)
+        action[where] = eng.word_distributions(prefixes, ACTIONS, sess, store=store)
     formatted = np.array([int(bool(_TOM_FORMAT.match(r.text))) for r in results], dtype=int)
     return emotion, action, formatted
 
@@ -167,9 +173,10 @@ class _Runner:
 
     def __init__(self, lms, spec: CubeSpec, tasks: dict, *, max_utterances, temperature,
                  max_new_tokens, batch_size, progress_bar, stats, sampling=({}, {}),
-                 first_line_only=True, readers=None, tom_tasks=None):
+                 first_line_only=True, readers=None, tom_tasks=None, scheduling="turns"):
         from synclib.engine import Engine
 
+        self.scheduling = scheduling
         self.lms = lms
         engine_a = Engine(lms[0], batch_size=batch_size)
         self.engines = (engine_a, engine_a if lms[1] is lms[0] else Engine(lms[1], batch_size=batch_size))
@@ -207,56 +214,148 @@ class _Runner:
         if self.bar is not None and time.perf_counter() - self.stats.shown > 0.5:
             self._tick(0)
 
+    def _request(self, unit, t: int, history: list[str], view: str):
+        """The request of utterance ``t`` of ``unit`` (episode, seed) in ``view``."""
+        from synclib.engine import Request, row_seed
+
+        agent = t % 2
+        return Request(prompt=self.lms[agent].chat_prompt(render_prompt(self.tasks[unit[0]], agent, history, view)),
+                       seed=row_seed(unit[1], unit[0], t, _TOM if view == "tom" else _GENUINE),
+                       session=(unit[0], unit[1], agent, view))
+
+    def _record(self, unit, value: Unit, t: int, res, view: str, history: list[str]) -> bool:
+        """Store utterance ``t``'s reply ``res`` in ``value`` and ``history``; True when the
+        episode goes on (no LEAVE, limit not reached)."""
+        side, k = "ab"[t % 2], t // 2
+        reply = postprocess_reply(res.text)
+        v = value.values
+        v[var_name("hidden", side, view)][k] = res.states
+        v[var_name("text", side, view)][k] = reply
+        v[var_name("prompt_len", side, view)][k] = res.prompt_len
+        history.append(reply)
+        return not (is_leave(reply, self.tasks[unit[0]], t) or t + 1 >= self.max_utterances)
+
+    def _forget(self, unit, view: str) -> None:
+        """Drop an ended episode's sessions (both agents)."""
+        for a in (0, 1):
+            self.engines[a].forget((unit[0], unit[1], a, view))
+
+    def _record_tom(self, value: Unit, t: int, emo, act, formatted) -> None:
+        side, k = "ab"[t % 2], t // 2
+        v = value.values
+        v[var_name("emotion", side, "tom")][k] = emo
+        v[var_name("action", side, "tom")][k] = act
+        v[var_name("tom_format", side, "tom")][k] = formatted
+
     def _dialog(self, units, out: list[Unit], view: str) -> list[list[str]]:
         """Play the dialogs of ``units`` in the given view; fill ``out``.
+
+        Turn by turn (``scheduling="turns"``): at utterance ``t`` every live dialog asks
+        agent ``t % 2``'s model in one :meth:`~synclib.engine.Engine.generate` call, and
+        the next utterance waits for the call's longest reply.  ``"continuous"``:
+        :meth:`_dialog_stream`.
 
         Returns
         -------
         list of list of str: the post-processed utterances of every unit.
         """
-        from synclib.engine import Request, row_seed
+        if self.scheduling == "continuous":
+            histories = self._dialog_stream(units, out, view)
+        else:
+            histories = self._dialog_turns(units, out, view)
+        for i, h in enumerate(histories):
+            out[i].values[var_name("n_utterances", view=view)][...] = len(h)
+        for eng in self.engines:  # this view's sessions are done: free the budget for the next
+            eng.clear()
+        return histories
 
-        kind = _TOM if view == "tom" else _GENUINE
+    def _dialog_turns(self, units, out: list[Unit], view: str) -> list[list[str]]:
         histories: list[list[str]] = [[] for _ in units]
         live = list(range(len(units)))
         for t in range(self.max_utterances):
             if not live:
                 break
-            agent, k = t % 2, t // 2
-            lm, eng, side = self.lms[agent], self.engines[agent], "ab"[agent]
-            reqs = [Request(prompt=lm.chat_prompt(render_prompt(self.tasks[units[i][0]], agent, histories[i], view)),
-                            seed=row_seed(units[i][1], units[i][0], t, kind),
-                            session=(units[i][0], units[i][1], agent, view)) for i in live]
+            agent = t % 2
+            eng = self.engines[agent]
+            reqs = [self._request(units[i], t, histories[i], view) for i in live]
             # only the first line of a reply is kept (postprocess_reply): generation may stop there
             res = eng.generate(reqs, max_new_tokens=self.max_new_tokens, temperature=self.temperature,
                                on_step=self._on_step, first_line_only=self.first_line_only,
                                **self.sampling[agent])
             if view == "tom":
-                emo, act, formatted = _tom_readout(eng, reqs, res)
+                for j, row in enumerate(zip(*_tom_readout(eng, reqs, res))):
+                    self._record_tom(out[live[j]], t, *row)
             still = []
             for j, i in enumerate(live):
-                reply = postprocess_reply(res[j].text)
-                v = out[i].values
-                v[var_name("hidden", side, view)][k] = res[j].states
-                v[var_name("text", side, view)][k] = reply
-                v[var_name("prompt_len", side, view)][k] = res[j].prompt_len
-                if view == "tom":
-                    v[var_name("emotion", side, view)][k] = emo[j]
-                    v[var_name("action", side, view)][k] = act[j]
-                    v[var_name("tom_format", side, view)][k] = formatted[j]
-                histories[i].append(reply)
-                if is_leave(reply, self.tasks[units[i][0]], t):
-                    for a in (0, 1):
-                        self.engines[a].forget((units[i][0], units[i][1], a, view))
-                else:
+                if self._record(units[i], out[i], t, res[j], view, histories[i]):
                     still.append(i)
+                else:
+                    self._forget(units[i], view)
             live = still
             self.stats.utterances += len(reqs)
             self._tick(0)
-        for i, h in enumerate(histories):
-            out[i].values[var_name("n_utterances", view=view)][...] = len(h)
-        for eng in self.engines:  # this view's sessions are done: free the budget for the next
-            eng.clear()
+        return histories
+
+    def _dialog_stream(self, units, out: list[Unit], view: str) -> list[list[str]]:
+        """Continuous batching (:class:`synclib.engine.DecodeStream`): a dialog's next
+        utterance is submitted as soon as its reply ends, to the stream of the model that
+        speaks next, so no dialog waits for another's longer reply.  With two models the two
+        streams take turns stepping.  Every utterance's request, seed and session are the
+        turn-by-turn loop's, so the dialogs are the same up to float rounding.  ToM
+        read-outs wait until a stream has ``batch_size`` replies to read (or the dialogs end)
+        and are read in one batch (:func:`_tom_readout`)."""
+        engines = list({id(e): e for e in self.engines}.values())
+        streams = {id(e): e.stream(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
+                                   first_line_only=self.first_line_only, capacity=len(units),
+                                   on_step=self._on_step, **self.sampling[self.engines.index(e)])
+                   for e in engines}
+        histories: list[list[str]] = [[] for _ in units]
+        turn = [0] * len(units)
+        asked = [None] * len(units)  # each dialog's request in flight
+        tom_wait = {id(e): [] for e in engines}  # (unit index, t, request, result) per engine
+        ended = []  # ToM dialogs whose sessions wait for their last read-outs
+
+        def submit(i):
+            asked[i] = self._request(units[i], turn[i], histories[i], view)
+            streams[id(self.engines[turn[i] % 2])].submit(i, asked[i])
+
+        def read_tom(eng, final=False):
+            wait = tom_wait[id(eng)]
+            if wait and (final or len(wait) >= self.engines[0].batch_size):
+                rows = _tom_readout(eng, [w[2] for w in wait], [w[3] for w in wait], store=False)
+                for (i, t, _, _), row in zip(wait, zip(*rows)):
+                    self._record_tom(out[i], t, *row)
+                wait.clear()
+                pending = {i for w in tom_wait.values() for i, *_ in w}
+                for i in [i for i in ended if i not in pending]:
+                    self._forget(units[i], view)
+                    ended.remove(i)
+
+        for i in range(len(units)):
+            submit(i)
+        while any(len(st) for st in streams.values()):
+            for eng in engines:
+                st = streams[id(eng)]
+                if not len(st):
+                    continue
+                for i, res in st.step():
+                    t = turn[i]
+                    if view == "tom":
+                        tom_wait[id(eng)].append((i, t, asked[i], res))
+                    self.stats.utterances += 1
+                    if self._record(units[i], out[i], t, res, view, histories[i]):
+                        turn[i] += 1
+                        submit(i)
+                    elif view == "tom":
+                        ended.append(i)  # forgotten once its replies are read out
+                    else:
+                        self._forget(units[i], view)
+                if view == "tom":
+                    read_tom(eng)
+            self._tick(0)
+        if view == "tom":
+            for eng in engines:
+                read_tom(eng, final=True)
         return histories
 
     def _passive(self, units, out: list[Unit], histories: list[list[str]]) -> None:
@@ -354,7 +453,8 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
              top_k="model", top_p="model", stop_at_first_line: bool = True,
              passive_seeds=None, taskset: TaskSet | None = None,
              prompt_formats: tuple[str, str] = ("chat_template", "chat_template"),
-             tom_episodes: int | None = None, engine_stats: dict | None = None) -> Path:
+             tom_episodes: int | None = None, engine_stats: dict | None = None,
+             scheduling: str = "turns") -> Path:
     """Run model A (agent 1) against model B (agent 2) and write a cube.
 
     Parameters
@@ -398,6 +498,12 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
         The set the passive reader's persona is drawn from (:func:`passive_persona`);
         default ``tasks`` when it is a TaskSet.  Without one the reader is told it is the
         agent it replaces.
+    scheduling : {"turns", "continuous"}, default "turns"
+        How a batch's dialogs share the models (:data:`synclib.engine.SCHEDULING`): ``"turns"``, utterance
+        by utterance, each waiting for the batch's longest reply; ``"continuous"``, each
+        dialog's next utterance joins the running batch as soon as its reply ends
+        (:class:`synclib.engine.DecodeStream`).  The same requests, seeds and sessions:
+        texts and states agree up to float rounding.
     engine_stats : dict, optional
         Filled with this call's engine counters, both models summed (``prefill_tokens``,
         ``reused_tokens``, ``generated_tokens``, ``graph_steps``, ...; see
@@ -423,6 +529,8 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
                                      or tom_episodes < 1):
         raise ValueError(f"tom_episodes must be None or an integer >= 1, got {tom_episodes!r}")
     tom_tasks = None if not tom or tom_episodes is None else {t.index for t in tasks[:int(tom_episodes)]}
+    if scheduling not in SCHEDULING:
+        raise ValueError(f"scheduling must be one of {', '.join(SCHEDULING)}, got {scheduling!r}")
     if is_complete(out) and not overwrite:
         return out
 
@@ -441,7 +549,7 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
     spec = _cube_spec(lm_a, lm_b, tasks, seeds, passive=passive, tom=tom, passive_seeds=passive_seeds,
                       store_dtype=store_dtype, sampling=sampling, attrs=dict(
                           temperature=float(temperature), max_new_tokens=int(max_new_tokens),
-                          max_utterances=int(max_utterances), batch_size=int(batch_size),
+                          max_utterances=int(max_utterances), batch_size=int(batch_size), scheduling=scheduling,
                           stop_at_first_line=bool(stop_at_first_line),
                           tom_episodes=len(tom_tasks) if tom_tasks is not None else (len(tasks) if tom else 0),
                           passive_persona_rule=PASSIVE_PERSONA_RULE if taskset is not None
@@ -463,7 +571,8 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
     runner = _Runner((lm_a, lm_b), spec, {t.index: t for t in tasks}, max_utterances=max_utterances,
                      temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size,
                      progress_bar=bar, stats=_Stats(), sampling=sampling,
-                     first_line_only=stop_at_first_line, readers=readers, tom_tasks=tom_tasks)
+                     first_line_only=stop_at_first_line, readers=readers, tom_tasks=tom_tasks,
+                     scheduling=scheduling)
     try:
         for b, batch in todo:
             done = runner.run_batch(batch)
@@ -534,6 +643,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tom-episodes", type=at.arg_type(at.positive_int, "episode count"), metavar="N",
                         help="with --tom: the ToM dialogs for the first N of the simulated tasks only "
                              "(default: all)")
+    parser.add_argument("--scheduling", choices=SCHEDULING, default="turns",
+                        help="turns: every dialog of a batch waits for the batch's longest reply; "
+                             "continuous: a dialog's next utterance joins the running batch as soon as "
+                             "its reply ends (same dialogs up to float rounding; default turns)")
     parser.add_argument("--max-new-tokens", type=at.arg_type(at.positive_int, "token count"),
                         default=default("simulate.max_new_tokens"), metavar="N",
                         help="maximum new tokens per utterance (default %(default)s)")
@@ -630,7 +743,7 @@ def run(args: argparse.Namespace) -> int:
                         store_dtype=args.store_dtype, overwrite=args.overwrite,
                         progress=not args.no_progress, top_k=args.top_k, top_p=args.top_p,
                         stop_at_first_line=not args.no_first_line_stop, passive_seeds=args.passive_seeds,
-                        taskset=taskset, tom_episodes=args.tom_episodes,
+                        taskset=taskset, tom_episodes=args.tom_episodes, scheduling=args.scheduling,
                         prompt_formats=(args.prompt_format_a, args.prompt_format_b or args.prompt_format_a))
     except CubeError as exc:
         return _fail(str(exc))

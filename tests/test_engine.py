@@ -540,3 +540,58 @@ def test_decode_mode_is_checked(lm):
     with pytest.raises(ValueError, match="decode must be one of"):
         Engine(lm, decode="fast")
     assert Engine(lm).decode == "dynamic"  # auto on the CPU
+
+
+def _stopper(lm, share: int = 12, seed: int = 0):
+    """``lm`` with a random twelfth of its vocabulary as stop tokens: replies of a random
+    model then end after a few tokens, at different steps for different rows."""
+    vocab = lm.model.config.vocab_size
+    pick = np.random.default_rng(seed).choice(vocab, vocab // share, replace=False)
+    return dataclasses.replace(lm, stop_token_ids=frozenset(int(t) for t in pick) | frozenset(lm.stop_token_ids))
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_stream_rows_join_and_leave_and_generate_what_generate_does(lm, temperature):
+    """Continuous batching: rows submitted at different steps join the running batch and
+    leave it as they end; each row's tokens, finish reason and states are generate's."""
+    model = _stopper(lm)
+    prompts = [dialog(lm, n, filler=f) for n, f in ((1, 0), (5, 2), (2, 7), (0, 0), (3, 1), (6, 4), (4, 0))]
+    reqs = [Request(p, seed=row_seed(0, i, 0), session=f"s{i}") for i, p in enumerate(prompts)]
+    want = Engine(model, batch_size=7).generate(reqs, max_new_tokens=16, temperature=temperature,
+                                                first_line_only=True)
+    assert len({len(r.token_ids) for r in want}) > 1  # the rows end at different steps
+    eng = Engine(model, batch_size=3)
+    stream = eng.stream(max_new_tokens=16, temperature=temperature, first_line_only=True, join_min=1)
+    for i in range(3):
+        stream.submit(i, reqs[i])
+    got, steps, occupancy = {}, 0, []
+    while len(stream):
+        occupancy.append(min(len(stream), 3))
+        for tag, res in stream.step():
+            assert tag not in got
+            got[tag] = res
+        steps += 1
+        if steps == 2:  # four more rows arrive while the first three decode
+            for i in range(3, 7):
+                stream.submit(i, reqs[i])
+    assert sorted(got) == list(range(7))
+    for i, w in enumerate(want):
+        g = got[i]
+        assert (g.token_ids, g.finish_reason, g.text, g.prompt_ids) == (w.token_ids, w.finish_reason, w.text,
+                                                                       w.prompt_ids)
+        np.testing.assert_allclose(g.states, w.states, atol=TOL, rtol=0)
+    assert stream.stats["joins"] >= 3 and stream.stats["decode_steps"] == steps
+    assert stream.stats["generated_tokens"] == sum(len(r.token_ids) + (r.finish_reason == "stop") for r in want)
+    # the sessions were stored: the next turn of the same dialogs re-uses their prompts
+    again = eng.stream(max_new_tokens=4, temperature=temperature, join_min=1)
+    for i, r in enumerate(reqs):
+        again.submit(i, dataclasses.replace(r, prompt=r.prompt + " ok"))
+    res = dict(again.run())
+    assert all(res[i].reused_tokens > 0.8 * len(lm.encode(reqs[i].prompt)) for i in range(7))
+
+
+def test_stream_checks_its_arguments(lm):
+    with pytest.raises(ValueError, match="capacity must be >= 1"):
+        Engine(lm).stream(capacity=-1)
+    with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
+        Engine(lm).stream(max_new_tokens=0)

@@ -220,3 +220,137 @@ def test_page_renders_without_and_with_ratings(episodes_file, tmp_path):
     assert "fake-judge against the human raters' mean: believability r = " in text
     assert "within one standard deviation of the human ratings (paper, gpt-oss-120b: 75.8 %)" in text
     assert "application/vnd.vegalite" in text
+
+
+# ------------------------------------------------------------------------------ published ratings
+STUDY_NAMES = (("Wren Okafor", "Jules Marlow"), ("Pia Sandoval", "Dario Kent"), ("Lena Voss", "Omar Haddad"))
+
+
+def study_row(pk: str, names, rater: str, scores: dict, dialog=True, shift=0) -> dict:
+    """One row of Sotopia-π's rating files (their columns), our own text."""
+    data = {"scenario": f"Two housemates split the chores. CASE=shifted SHIFT={shift}"}
+    if dialog:
+        data.update({
+            "names": list(names),
+            "personal_info": {n: {"name": n, "age": "31", "profession": "nurse", "pronouns": "They/them",
+                                  "interests": f"{n} keeps bees", "personality": f"{n} is calm",
+                                  "secrets": f"{n} once lost a hive"} for n in names},
+            "social_goal": {names[0]: "Skip the dishes.", names[1]: "Share the dishes fairly."},
+            "parsed_conversation": [
+                {"speaker": names[0], "dialogue": '"Could you do the dishes tonight?"'},
+                {"speaker": names[1], "dialogue": '"Only if you take them tomorrow."'},
+                {"speaker": names[0], "dialogue": f"{names[0]} left the conversation"}]})
+    row = {"ID": "1", "model": "toy", "pk": pk, "data": json.dumps(data), "prolific_id": rater}
+    for a in (1, 2):
+        for d in DIMENSIONS:
+            row[f"{d}_{a}"] = str(scores[(a, d)])
+            row[f"{d}_reasoning_{a}"] = "because,\nreasons"  # commas and newlines inside a field
+    return row
+
+
+def study_files(tmp_path: Path) -> dict:
+    """The seven files of the sotopia-human dataset, in the study's layout, our own text:
+    three episodes rated by two annotators in gpt4_final.csv (the third without its dialog),
+    the other rating files empty but for their header; GPT-4 scores of the first two."""
+    import csv
+    import io
+
+    from synclib.judge.sotopia_human import RATING_FILES, SCORES_FILE
+
+    header = ["ID", "model", "pk", "data", "prolific_id"] + [
+        f"{d}{s}_{a}" for a in (1, 2) for d in DIMENSIONS for s in ("", "_reasoning")]
+    rows = []
+    for e, names in enumerate(STUDY_NAMES):
+        for r, rater in enumerate(("PROLIFIC-AAA", "PROLIFIC-BBB")):
+            rows.append(study_row(f"ep{e}", names, rater, {(a, d): human_score(list(SHIFTS)[e], a, d, r)
+                                                            for a in (1, 2) for d in DIMENSIONS},
+                                  dialog=e < 2, shift=e))
+    files = {}
+    for name in RATING_FILES:
+        buf = io.StringIO(newline="")
+        w = csv.DictWriter(buf, fieldnames=header, lineterminator="\r\n")
+        w.writeheader()
+        if name == "gpt4_final.csv":
+            w.writerows(rows)
+        files[name] = buf.getvalue().encode()
+    gpt = {f"ep{e}": {"env_pk": "x", **{f"agent{a}": {d: float(shifted_score(a, i, e + 2)) for i, d in enumerate(DIMENSIONS)}
+                                         for a in (1, 2)}} for e in range(2)}
+    files[SCORES_FILE] = json.dumps(gpt).encode()
+    return files
+
+
+def test_published_ratings_fetched_prepared_and_held_against_a_judge(tmp_path):
+    """``synclib fetch sotopia-human`` on a toy copy served on 127.0.0.1: files checked, the
+    study written as episodes, ratings (annotators hashed) and GPT-4's judge table; judged
+    by the fake server; table 4 from both judges equals the hand computation."""
+    import hashlib
+
+    from scipy import stats as sps
+
+    from synclib import datasets
+    from synclib.judge import evaluate_episodes, read_table
+    from test_datasets import Server
+
+    files = study_files(tmp_path)
+    www = tmp_path / "www"
+    www.mkdir()
+    for n, b in files.items():
+        (www / n).write_bytes(b)
+    ds = datasets.Dataset(name="toy-human", base_url="http://127.0.0.1:9/",
+                          files={n: (n, hashlib.sha256(b).hexdigest()) for n, b in files.items()},
+                          url_env="SYNCLIB_TOY_HUMAN_URL", about="toy", kind="ratings",
+                          prepare=datasets.SOTOPIA_HUMAN.prepare)
+    notes = []
+    with Server(www) as srv:
+        root = datasets.path(ds, cache=tmp_path / "cache", url=srv.url, log=notes.append)
+    assert any("1 rated episodes have no dialog" in n and "ep2" in n for n in notes)
+    episodes = root / "episodes.jsonl"
+    recs = [json.loads(x) for x in episodes.read_text().splitlines()]
+    assert [r["episode_id"] for r in recs] == ["ep0", "ep1"]
+    assert recs[0]["social_interactions"].split("\n\n") == [
+        'Turn #0: Wren Okafor said: "Could you do the dishes tonight?"',
+        'Turn #1: Jules Marlow said: "Only if you take them tomorrow."',
+        "Turn #2: Wren Okafor left the conversation"]
+    assert list(recs[0]["social_goals"]) == ["Wren Okafor", "Jules Marlow"]
+    ratings_text = (root / "ratings.csv").read_text()
+    assert "PROLIFIC" not in ratings_text and "ep2" not in ratings_text
+    ratings = read_ratings(root / "ratings.csv", {"ep0", "ep1"})
+    assert len(ratings) == 2 * 2 * 2 * 7 and ratings["rater"].nunique() == 2
+
+    gpt4 = read_table(root / "gpt-4.judge.csv")
+    with FakeJudgeServer(default_case="valid") as server:
+        ours = evaluate_episodes(episodes, judge_model="fake-judge", judge_url=server.url,
+                                 api_key_env="SYNCLIB_UNSET_VAR", timeout=5, progress=False)
+    for table, shift_of in ((gpt4, {"ep0": 2, "ep1": 3}), (ours, {"ep0": 0, "ep1": 1})):
+        paired = paired_scores(table, ratings)
+        agree = agreement(paired).set_index("dimension")
+        for i, dim in enumerate(DIMENSIONS):
+            j = [shifted_score(a, i, shift_of[e]) for e in ("ep0", "ep1") for a in (1, 2)]
+            h = [(human_score(list(SHIFTS)[int(e[2])], a, dim, 0) + human_score(list(SHIFTS)[int(e[2])], a, dim, 1)) / 2
+                 for e in ("ep0", "ep1") for a in (1, 2)]
+            if np.std(j) == 0 or np.std(h) == 0:
+                assert not np.isfinite(agree.loc[dim, "r"])
+                continue
+            r, p = sps.pearsonr(j, h)
+            assert agree.loc[dim, "r"] == pytest.approx(r, abs=1e-12) and agree.loc[dim, "p"] == pytest.approx(p, rel=1e-9)
+
+
+def test_measured_judges_page_agrees_with_the_benchmark_json(tmp_path):
+    """The page quotes bench/results/judge_human_sotopia_pi.json: every judge's r per
+    dimension and its within-1-SD share, and draws figure 10 from its differences."""
+    from book_fixtures import execute_notebook
+
+    from synclib.judge import load_measured
+
+    measured = load_measured()
+    assert measured is not None, "bench/results/judge_human_sotopia_pi.json is missing"
+    out = tmp_path / "page.ipynb"
+    proc = execute_notebook(ROOT / "notebooks" / "table4_fig10_judge_human.md", out, {"results_dir": tmp_path})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = out.read_text()
+    assert "GPT-4 (published scores) r" in text
+    for judge in measured["judges"]:
+        assert f"{100 * judge['within_one_sd']:.1f} %" in text
+        for d in judge["dimensions"]:
+            assert f"{d['r']:.2f}" in text
+    assert "minus Sotopia-π" in text and "application/vnd.vegalite" in text

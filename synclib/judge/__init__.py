@@ -20,6 +20,8 @@ evaluate  judging items, whole cubes and episode files, the two modes (``json``,
           ``constrained``)
 human     human ratings: reading, checking, averaging raters; agreement with a judge
           (table 4: r per dimension; figure 10: differences within one SD)
+sotopia_human  the published human ratings (Sotopia-π's study, ``synclib fetch
+          sotopia-human``) written as episodes, ratings and GPT-4 judge files
 table     the score table: columns, reading, writing, overall scores, social performance
 cli       ``synclib evaluate``
 errors    :class:`JudgeError`, :class:`JudgeRequestError`
@@ -51,7 +53,8 @@ _LAZY = {
     "evaluate_episodes": "evaluate", "judge_to_file": "evaluate", "request_key": "evaluate",
     "read_episodes": "episodes",
     "read_ratings": "human", "mean_ratings": "human", "paired_scores": "human",
-    "agreement": "human", "differences": "human", "within_share": "human",
+    "agreement": "human", "differences": "human", "within_share": "human", "load_measured": "human",
+    "measured_differences": "human",
 }
 
 __all__ = [

@@ -26,8 +26,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         help="an activation cube (.nc) whose dialogs are judged, or a JSON-lines "
                              "file of finished episodes (.jsonl): Sotopia's episode export "
                              "(episodes_to_jsonl) or synclib's own {episode_id, scenario, agents: "
-                             "[{name, background, goal}] x 2, utterances} (see the book's "
-                             "'Judge and human ratings' page)")
+                             "[{name, background, goal}] x 2, utterances} (formats: the book's "
+                             "page on table 4 and figure 10)")
     parser.add_argument("--scenarios", default="embedded",
                         help="the task set the cube was simulated from: a Sotopia-format "
                              "directory, 'sotopia' (the paper's tasks, fetched on first use) or "

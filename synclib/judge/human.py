@@ -48,9 +48,11 @@ import pandas as pd
 from synclib.judge.errors import JudgeError
 from synclib.judge.rubric import DIMENSIONS, SCORE_RANGES
 
-__all__ = ["RATING_COLUMNS", "read_ratings", "mean_ratings", "paired_scores", "agreement",
-           "differences", "within_share"]
+__all__ = ["RATING_COLUMNS", "MEASURED_FILE", "read_ratings", "mean_ratings", "paired_scores", "agreement",
+           "differences", "within_share", "load_measured", "measured_differences"]
 
+#: the judges measured on Sotopia-π's published ratings (``bench/bench_judge_human.py``)
+MEASURED_FILE = "judge_human_sotopia_pi.json"
 #: the columns a ratings file must have (``rater`` is optional)
 RATING_COLUMNS = ("episode_id", "agent", "dimension", "score")
 
@@ -198,3 +200,21 @@ def within_share(diffs: pd.DataFrame) -> float:
     every agent and dimension with a defined spread (the paper: 75.8 % for gpt-oss-120b)."""
     ok = np.isfinite(diffs["human_sd"].to_numpy(dtype=float))
     return float(diffs.loc[ok, "within"].mean()) if ok.any() else float("nan")
+
+
+def load_measured(bench_dir=None) -> dict | None:
+    """``bench/results/judge_human_sotopia_pi.json`` (judges measured on the published human
+    ratings by ``bench/bench_judge_human.py``), or None where it was not measured."""
+    import json
+
+    from synclib.paths import BENCH_RESULTS
+
+    path = Path(bench_dir or BENCH_RESULTS) / MEASURED_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def measured_differences(measured: dict, index: int = 0) -> pd.DataFrame:
+    """Figure 10's frame (``dimension``, ``difference``, ``within``) of the ``index``-th judge
+    of :func:`load_measured`'s record."""
+    rows = measured["judges"][index]["differences"]
+    return pd.DataFrame(rows, columns=["dimension", "difference", "within"])

@@ -1,0 +1,186 @@
+"""The published human Sotopia-eval ratings (Sotopia-π's study) in synclib's formats.
+
+``synclib fetch sotopia-human`` (:data:`synclib.datasets.SOTOPIA_HUMAN`) checks the study's
+files against their hashes and then calls :func:`prepare`, which writes beside them:
+
+``episodes.jsonl``
+    Every rated episode whose dialog the files hold, in Sotopia's episode export format
+    (:mod:`synclib.judge.episodes`): scenario, both agents' backgrounds (rendered from the
+    study's ``personal_info``) and goals, and the dialog as ``Turn #i: NAME said: "..."``
+    lines, as Sotopia renders it for its judge.  Extra fields: ``condition`` (the study's
+    ``model`` column: which agents played) and ``source`` (the file).
+``ratings.csv``
+    :mod:`synclib.judge.human`'s format: one row per episode, agent, dimension and
+    annotator; ``rater`` is a hash of the annotator's Prolific id, never the id.
+``gpt-4.judge.csv``
+    A judge table (:mod:`synclib.judge.table`, with ``episode_id``) of GPT-4's Sotopia-eval
+    scores as Sotopia's authors computed them (``complete_gpt_score.json``; judge
+    ``gpt-4 (Sotopia's scores)``): they exist for the GPT-4 episodes only, the other
+    episodes' rows have no score and say so in ``error``.
+
+The study's files: one CSV per kind of agent (``gpt4_final.csv``, ...), one row per
+episode and annotator, columns ``pk`` (the episode id), ``model``, ``data`` (JSON:
+``scenario``, ``names`` (agent 1 first), ``personal_info``, ``social_goal``,
+``parsed_conversation``), ``prolific_id`` and ``<dimension>_<agent>`` scores (with
+``<dimension>_reasoning_<agent>`` texts).  Three episodes hold only their scenario in
+``data`` (no dialog): they are left out of all three outputs, and :func:`prepare` says so.
+
+These are the ratings of Sotopia-π (Wang et al., 2024), collected on Prolific on the
+SOTOPIA-hard tasks, not the Mechanical Turk annotations of the Sotopia paper (Zhou et al.,
+2023) that the neural-synchrony paper's appendix H used; those were never published as
+files (only inside Sotopia's Redis database dump).
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pandas as pd
+
+from synclib.judge.errors import JudgeError
+from synclib.judge.rubric import DIMENSIONS, SCORE_RANGES
+
+__all__ = ["RATING_FILES", "SCORES_FILE", "OUTPUTS", "GPT4_JUDGE", "prepare", "usage"]
+
+#: the study's rating files, one per kind of agent (in :data:`synclib.datasets.SOTOPIA_HUMAN`)
+RATING_FILES = ("gpt4_final.csv", "gpt3.5_final.csv", "mistral-instruct_final.csv", "BC_final.csv",
+                "SR_final.csv", "BC+SR_final.csv")
+#: GPT-4's scores of the GPT-4 episodes
+SCORES_FILE = "complete_gpt_score.json"
+#: what :func:`prepare` writes: episodes, ratings, the GPT-4 judge table
+OUTPUTS = ("episodes.jsonl", "ratings.csv", "gpt-4.judge.csv")
+#: the judge name of ``gpt-4.judge.csv``
+GPT4_JUDGE = "gpt-4 (Sotopia's scores)"
+_VERSION = "2"  # bump when the outputs' format changes: prepare() then rewrites them
+
+
+def _rater(prolific_id: str) -> str:
+    return "r" + hashlib.sha256(prolific_id.strip().encode()).hexdigest()[:10]
+
+
+def _background(name: str, info: dict) -> str:
+    """One paragraph from the study's ``personal_info`` of an agent (our own wording)."""
+    parts = [f"{name} is {info.get('age', '?')} years old, {str(info.get('profession', '')).strip()}."
+             if info.get("age") else f"{name}: {str(info.get('profession', '')).strip()}."]
+    if info.get("pronouns"):
+        parts.append(f"Pronouns: {info['pronouns']}.")
+    for key, label in (("interests", None), ("personality", "Personality and values"), ("secrets", "Secret")):
+        text = str(info.get(key) or "").strip().rstrip(".")
+        if text:
+            parts.append(f"{label}: {text}." if label else f"{text}.")
+    return " ".join(parts)
+
+
+def _transcript(turns: list, names: list[str]) -> str:
+    """The study's ``parsed_conversation`` as Sotopia's judge reads a dialog."""
+    lines = []
+    for i, turn in enumerate(turns):
+        speaker, text = str(turn.get("speaker", "")).strip(), str(turn.get("dialogue", "")).strip()
+        if any(text.startswith(n) for n in names):  # "NAME left the conversation", "NAME [action] ..."
+            lines.append(f"Turn #{i}: {text}")
+        else:
+            lines.append(f"Turn #{i}: {speaker} said: {text}")
+    return "\n\n".join(lines)
+
+
+def _read_study(root: Path) -> tuple[dict, list[dict], list[str]]:
+    """Episodes (pk -> export record), rating rows and the pks left out (no dialog)."""
+    episodes: dict[str, dict] = {}
+    ratings: list[dict] = []
+    no_dialog: set[str] = set()
+    for fname in RATING_FILES:
+        with open(root / fname, newline="", encoding="utf-8") as fh:
+            for lineno, row in enumerate(csv.DictReader(fh), 2):
+                where = f"{root / fname}, record at line {lineno}"
+                pk = (row.get("pk") or "").strip()
+                if not pk:
+                    raise JudgeError(f"{where}: no pk")
+                data = json.loads(row["data"])
+                if "parsed_conversation" not in data:
+                    no_dialog.add(pk)
+                    continue
+                names = [str(n).strip() for n in data["names"]]
+                if pk not in episodes:
+                    info = data.get("personal_info", {})
+                    episodes[pk] = {
+                        "episode_id": pk, "scenario": str(data["scenario"]).strip(), "codename": "",
+                        "agents_background": {n: _background(n, info.get(n, {})) for n in names},
+                        "social_goals": {n: str(data["social_goal"][n]).strip() for n in names},
+                        "social_interactions": _transcript(data["parsed_conversation"], names),
+                        "condition": row["model"], "source": fname}
+                for agent in (1, 2):
+                    for dim in DIMENSIONS:
+                        score = float(row[f"{dim}_{agent}"])
+                        lo, hi = SCORE_RANGES[dim]
+                        if not lo <= score <= hi:
+                            raise JudgeError(f"{where}: {dim}_{agent} = {score} outside {lo} to {hi}")
+                        ratings.append({"episode_id": pk, "agent": agent, "dimension": dim, "score": score,
+                                        "rater": _rater(row["prolific_id"]), "condition": row["model"]})
+    return episodes, ratings, sorted(no_dialog - set(episodes))
+
+
+def _gpt4_table(root: Path, episodes: dict) -> pd.DataFrame:
+    """GPT-4's scores of the episodes in ``episodes`` as a judge table with ``episode_id``."""
+    from synclib.judge.table import make_table
+
+    scores = json.loads((root / SCORES_FILE).read_text(encoding="utf-8"))
+    order = {pk: i for i, pk in enumerate(episodes)}
+    rows = []
+    for pk, i in order.items():
+        entry = scores.get(pk)
+        names = list(episodes[pk]["social_goals"])
+        for agent in (1, 2):
+            for dim in DIMENSIONS:
+                score = None if entry is None else int(round(float(entry[f"agent{agent}"][dim])))
+                rows.append({"episode": i, "task_index": -1, "sim_seed": 0, "agent": agent,
+                             "agent_name": names[agent - 1], "dimension": dim, "score": score, "expected": None,
+                             "reasoning": "", "judge": GPT4_JUDGE, "mode": "published",
+                             "error": "" if entry else "no published GPT-4 score (only the GPT-4 episodes have one)",
+                             "raw": ""})
+    table = make_table(rows)
+    table.insert(1, "episode_id", table["episode"].map({i: pk for pk, i in order.items()}))
+    return table
+
+
+def prepare(root: str | os.PathLike, log=None) -> dict[str, Path]:
+    """Write :data:`OUTPUTS` into ``root`` from the study's checked files (see the module
+    docstring); does nothing when they are already there for this format version.
+
+    Returns
+    -------
+    dict
+        ``{"episodes", "ratings", "gpt4"}`` -> the written paths.
+    """
+    root = Path(root)
+    out = {k: root / f for k, f in zip(("episodes", "ratings", "gpt4"), OUTPUTS)}
+    stamp = root / ".prepared"
+    if stamp.is_file() and stamp.read_text() == _VERSION and all(p.is_file() for p in out.values()):
+        return out
+    episodes, ratings, no_dialog = _read_study(root)
+    tmp = out["episodes"].with_name(".episodes.jsonl.part")
+    tmp.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in episodes.values()), encoding="utf-8")
+    os.replace(tmp, out["episodes"])
+    frame = pd.DataFrame(ratings, columns=["episode_id", "agent", "dimension", "score", "rater", "condition"])
+    frame.to_csv(out["ratings"].with_name(".ratings.csv.part"), index=False)
+    os.replace(out["ratings"].with_name(".ratings.csv.part"), out["ratings"])
+    _gpt4_table(root, episodes).to_csv(out["gpt4"].with_name(".gpt4.part"), index=False)
+    os.replace(out["gpt4"].with_name(".gpt4.part"), out["gpt4"])
+    stamp.write_text(_VERSION)
+    if no_dialog:
+        (log or (lambda m: None))(f"[synclib] sotopia-human: {len(no_dialog)} rated episodes have no dialog in "
+                                  f"the study's files and are left out: {', '.join(no_dialog)}")
+    return out
+
+
+def usage(root: str | os.PathLike) -> str:
+    """What to do with the prepared files (printed by ``synclib fetch sotopia-human``)."""
+    out = {k: Path(root) / f for k, f in zip(("episodes", "ratings", "gpt4"), OUTPUTS)}
+    return (f"  episodes: {out['episodes']}\n  ratings:  {out['ratings']}\n  GPT-4's published scores: {out['gpt4']}\n"
+            "Judge the episodes with your judge, then give the page both tables:\n"
+            f"  synclib evaluate {out['episodes']} --scenarios sotopia --judge-url URL --judge-model MODEL\n"
+            f"  make book ARGS=\"--set notebooks.human_ratings={out['ratings']} "
+            f"--set notebooks.human_judge_scores={out['episodes'].with_suffix('.judge.csv')}\"\n"
+            f"(or --set notebooks.human_judge_scores={out['gpt4']} for GPT-4's published scores, no judge needed)")
