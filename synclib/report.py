@@ -816,7 +816,7 @@ def measured_judge_table(measured: dict | None, published: dict) -> pd.DataFrame
         return None
     table = judge_human_table(None, published)
     for j in measured["judges"]:
-        r = {d["dimension"]: d["r"] for d in j["dimensions"]}
+        r = {d["dimension"]: np.nan if d["r"] is None else d["r"] for d in j["dimensions"]}
         table[f"{_judge_label(j['judge'])} r"] = table["dimension"].map(r)
     return table
 
@@ -831,9 +831,12 @@ def sentence_measured_judges(measured: dict | None) -> str:
         ok = [d for d in j["dimensions"] if d["r"] is not None and np.isfinite(d["r"])]
         best = max(ok, key=lambda d: d["r"]) if ok else None
         sig = [d["dimension"] for d in ok if d["p"] <= 0.01]
+        none = [d for d in j["dimensions"] if d not in ok]
+        gap = (f"; no r on {_join([d['dimension'] for d in none])} ({none[0].get('reason') or 'undefined'})"
+               if none else "")
         parts.append(f"**{_judge_label(j['judge'])}**: {j['episodes']} episodes, {j['scores']} agent × dimension "
                      f"scores; r from {min(d['r'] for d in ok):.2f} to {best['r']:.2f} ({best['dimension']}), "
-                     f"p ≤ 0.01 on {len(sig)} of 7 dimensions ({_join(sig) or 'none'}); "
+                     f"p ≤ 0.01 on {len(sig)} of 7 dimensions ({_join(sig) or 'none'}){gap}; "
                      f"{100 * j['within_one_sd']:.1f} % of its scores within one standard deviation of the "
                      "human ratings." if ok else f"**{_judge_label(j['judge'])}**: no dimension has a correlation.")
     tiny = [j for j in measured["judges"] if j["judge"] in ("smollm2-135m", "gemma3-270m")]
