@@ -735,16 +735,16 @@ def _scheduling_lines(c) -> list[str]:
             f"{s['max_new_tokens']} new tokens, batch {s['batch_size']}, passive reader and ToM dialogs) with "
             "`scheduling: turns` (each utterance index is one generate call: every dialog waits for the "
             "batch's longest reply) and `scheduling: continuous` (a dialog's next utterance joins the running "
-            "batch as soon as its reply ends). Rows per step is the decoding batch's occupancy; useful prefill "
-            "is prefilled tokens over the token positions computed with left padding; reused is the share of "
-            "prompt tokens taken from session caches.", "",
-            "| model | scheduling | seconds | utterances/s | decoding steps | rows per step | useful prefill "
-            "| reused prompt tokens |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+            "batch as soon as its reply ends). Steps are decoding steps; rows / step is the decoding batch's "
+            "occupancy; useful prefill is prefilled tokens over the token positions computed with left "
+            "padding; reused is the share of prompt tokens taken from session caches.", "",
+            "| model, scheduling | s | steps | rows / step | useful prefill | reused |",
+            "| --- | --- | --- | --- | --- | --- |"]
     for preset, r in c["results"].items():
         label = f"{preset} ({r['model'].get('dtype', '?').replace('torch.', '')})"
         for mode, v in r["modes"].items():
-            out.append(f"| {label} | {mode} | {_num(v['wall_s'])} | {_num(v['utterances_per_s'])} | "
-                       f"{v['decode_steps']} | {_num(v['rows_per_step'])} | {100 * v['prefill_useful_share']:.1f} % | "
+            out.append(f"| {label}, {mode} | {_num(v['wall_s'])} | {v['decode_steps']} | "
+                       f"{_num(v['rows_per_step'])} | {100 * v['prefill_useful_share']:.1f} % | "
                        f"{100 * v['reused_share_of_prompt_tokens']:.1f} % |")
     out.append("")
     for preset, r in c["results"].items():
