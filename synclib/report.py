@@ -804,8 +804,11 @@ def judge_human_table(agree: pd.DataFrame | None, published: dict) -> pd.DataFra
 
 def _judge_label(judge: str) -> str:
     from synclib.judge.sotopia_human import GPT4_JUDGE
+    from synclib.models import EMBEDDED
 
-    return "GPT-4 (published scores)" if judge == GPT4_JUDGE else judge
+    if judge == GPT4_JUDGE:
+        return "GPT-4 (published scores)"
+    return f"{judge} (tiny, embedded)" if judge in EMBEDDED else judge
 
 
 def measured_judge_table(measured: dict | None, published: dict) -> pd.DataFrame | None:
@@ -839,7 +842,9 @@ def sentence_measured_judges(measured: dict | None) -> str:
                      f"p ≤ 0.01 on {len(sig)} of 7 dimensions ({_join(sig) or 'none'}){gap}; "
                      f"{100 * j['within_one_sd']:.1f} % of its scores within one standard deviation of the "
                      "human ratings." if ok else f"**{_judge_label(j['judge'])}**: no dimension has a correlation.")
-    tiny = [j for j in measured["judges"] if j["judge"] in ("smollm2-135m", "gemma3-270m")]
+    from synclib.models import EMBEDDED
+
+    tiny = [j for j in measured["judges"] if j["judge"] in EMBEDDED]
     note = (" The embedded judges are tiny models (135M / 270M parameters), measured here to show how far "
             "a judge that small is from people; the paper's judge is gpt-oss-120b." if tiny else "")
     return (f"Measured on {measured['ratings']['source']} ({measured['date']}, "
