@@ -18,6 +18,10 @@ Entry points
     log-probability of given token sequences after each prompt (the constrained judge's
     scores); ``word_distributions`` builds normalised distributions over candidate words
     on it (the ToM read-out of :mod:`synclib.simulate`).
+:class:`DecodeStream` (:meth:`Engine.stream`)
+    Continuous batching: rows join a running decoding batch at any step and leave it at
+    the step they end, so a dialog's next utterance need not wait for other rows' longer
+    replies; the same per-row sampling and sessions as ``generate``.
 :func:`generate`, :func:`read_states`, :func:`word_distributions`
     One-shot wrappers around a fresh :class:`Engine` (no cache kept between calls).
 :func:`row_seed`
