@@ -736,7 +736,8 @@ class Engine:
         ``prefill_tokens / prefill_computed`` is the useful share), ``reused_tokens`` (prompt tokens taken from session caches), ``generated_tokens``,
         ``forward_calls``, ``oom_retries``, ``cache_skips`` (sessions not stored: the
         budget was full), ``graph_steps`` (decoding steps replayed as a
-        CUDA graph), ``graph_fallbacks`` (batches whose capture failed).
+        CUDA graph), ``graph_fallbacks`` (batches whose capture failed); with a
+        :class:`DecodeStream`, ``decode_steps``, ``stream_joins`` and ``slot_allocations``.
     """
 
     def __init__(self, lm, batch_size: int = 16, kv_reuse: bool = True,
@@ -1048,15 +1049,19 @@ class Engine:
 
     def stream(self, max_new_tokens: int = 300, temperature: float = 0.7, first_line_only: bool = False,
                top_k: int | None = None, top_p: float | None = None, capacity: int | None = None,
-               join_min: int | None = None, on_step: Callable[[int], None] | None = None) -> "DecodeStream":
+               join_min: int | None = None, on_step: Callable[[int], None] | None = None,
+               decode: str | None = None) -> "DecodeStream":
         """A :class:`DecodeStream` over this engine: continuous batching of generation rows.
 
-        The arguments are :meth:`generate`'s; ``capacity`` (default ``batch_size``) and
-        ``join_min`` are :class:`DecodeStream`'s.
+        The arguments are :meth:`generate`'s; ``capacity`` (default ``batch_size``),
+        ``join_min`` and ``decode`` (default: the engine's own mode, so ``"dynamic"`` on
+        the CPU and ``"graph"`` on CUDA for the models that allow it) are
+        :class:`DecodeStream`'s.  The slot modes are tested against the dynamic one on the
+        CPU; their speed on a GPU is still to be measured (``bench/gpu_notes.md``).
         """
         _check_sampling(max_new_tokens, temperature, top_k, top_p)
         return DecodeStream(self, max_new_tokens, (temperature, top_k, top_p), first_line_only,
-                            capacity or self.batch_size, join_min, on_step)
+                            capacity or self.batch_size, join_min, on_step, decode or self.decode)
 
     def _line_flags(self, vocab: int):
         """Per token id, as bool tensors of length ``vocab`` on the model's device: holds a
@@ -1272,14 +1277,240 @@ class Engine:
 
 @dataclass
 class _StreamRow:
-    """One row of a :class:`DecodeStream` (host side)."""
+    """One row of a :class:`DecodeStream` (host side); ``pos`` is where its batch keeps it."""
 
     tag: Hashable
     request: Request
     ids: list
     states: np.ndarray
     reused: int
+    pos: int = -1
     tokens: list = field(default_factory=list)
+
+
+class _DynamicRows:
+    """A stream's rows as one growing batch: a join merges the new rows' prefill, left
+    padded, after the others (:func:`_merge_prefills`); a leave selects the rows that stay
+    and drops the leading columns nobody attends to any more.  Positions are the rows'
+    order in the batch."""
+
+    def __init__(self, engine: "Engine"):
+        self.engine, self.pre, self.trims = engine, None, 0
+
+    def add(self, pre: _Prefill) -> list[int]:
+        B0 = 0 if self.pre is None else self.pre.mask.shape[0]
+        if self.pre is None:
+            self.pre = pre
+        else:
+            self.pre.states = np.zeros((B0,) + pre.states.shape[1:], dtype=pre.states.dtype)  # kept per row
+            self.pre = _merge_prefills([self.pre, pre], [list(range(B0)), list(range(B0, B0 + len(pre.reused)))])
+        return list(range(B0, B0 + pre.mask.shape[0]))
+
+    def logits_of(self, pos: list[int]):
+        """The next-token logits ``(len(pos), V)`` of the rows at ``pos``."""
+        return self.pre.logits if pos == list(range(self.pre.mask.shape[0])) else self.pre.logits[pos]
+
+    def keep(self, pos: list[int]) -> list[int]:
+        import torch
+
+        if not pos:
+            self.pre = None
+            return []
+        if len(pos) < self.pre.mask.shape[0]:
+            pre = self.pre
+            idx = torch.tensor(pos, device=pre.mask.device)
+            pre.cache.batch_select_indices(idx)
+            pre.mask, pre.next_pos, pre.logits = pre.mask[idx], pre.next_pos[idx], pre.logits[idx]
+            self._trim()
+        return list(range(len(pos)))
+
+    def _trim(self) -> None:
+        """Drop the leading columns no remaining row attends to (left by rows that left)."""
+        pre = self.pre
+        used = pre.mask.any(0).nonzero()
+        first = int(used[0]) if used.numel() else 0
+        if first == 0 or first < pre.mask.shape[1] // 4:  # not worth a copy yet
+            return
+        for layer in pre.cache.layers:
+            layer.keys, layer.values = layer.keys[:, :, first:].contiguous(), layer.values[:, :, first:].contiguous()
+        pre.mask = pre.mask[:, first:]
+        self.trims += 1
+
+    def feed(self, pos: list[int], tok) -> None:
+        """One forward pass over every row (``pos`` is all of them, in order) fed ``tok``."""
+        import torch
+
+        pre = self.pre
+        pre.mask = torch.cat([pre.mask, pre.mask.new_ones((len(pos), 1))], dim=1)
+        with torch.inference_mode():
+            out = self.engine.lm.model(input_ids=tok.unsqueeze(-1), attention_mask=pre.mask,
+                                       position_ids=pre.next_pos.unsqueeze(-1), past_key_values=pre.cache,
+                                       use_cache=True, **self.engine._logits_kw)
+        pre.cache, pre.logits, pre.next_pos = out.past_key_values, out.logits[:, -1, :].float(), pre.next_pos + 1
+        self.engine.stats["forward_calls"] += 1
+
+
+class _SlotRows:
+    """A stream's rows in fixed slots, so that every decoding step has the same shapes (and,
+    on CUDA, can be one CUDA-graph replay, as :class:`_StaticDecoder` does for a batch).
+
+    Per layer ``(capacity, H, T, Dh)`` keys and values and a boolean ``(capacity, 1, 1, T)``
+    mask.  A joining row's prefill (left padded, ``W`` columns) is copied into a free slot's
+    first ``W`` columns; every step writes each slot's new key and value at that slot's own
+    next column (``col``) and opens it in the mask; a leaving row only frees its slot.  Free
+    slots run too (fixed shapes): they attend to their column 0 only and never advance.
+    ``T`` is the longest prefill so far plus ``max_new_tokens``, rounded up to 256; a longer
+    prefill re-allocates (and re-captures).  Only for models that :class:`_StaticDecoder`
+    supports (every layer full attention through ``sdpa`` or ``eager``).  Positions are
+    slot numbers.
+    """
+
+    ROUND = 256
+
+    def __init__(self, engine: "Engine", capacity: int, max_new_tokens: int, graph: bool):
+        self.engine, self.capacity, self.max_new_tokens = engine, capacity, max_new_tokens
+        self.graph_wanted = graph
+        self.T = 0
+        self.free = list(range(capacity))
+        self.keys = self.values = None
+        self.graph = None
+        self.captured = False
+        self.error: str | None = None
+
+    # -- the cache interface the model calls ----------------------------------------
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        self.keys[layer_idx][self._slots, :, self.col] = key_states[:, :, 0]
+        self.values[layer_idx][self._slots, :, self.col] = value_states[:, :, 0]
+        return self.keys[layer_idx], self.values[layer_idx]
+
+    # -- buffers ----------------------------------------------------------------------
+    def _allocate(self, T: int, like: _Prefill) -> None:
+        """Buffers of ``T`` columns (the old contents copied over), then the step's capture."""
+        import torch
+
+        old = None if self.keys is None else (self.keys, self.values, self.allowed, self.col, self.pos,
+                                              self.active, self.tok, self.logits)
+        dev, C = like.mask.device, self.capacity
+        self.keys = [layer.keys.new_zeros((C, layer.keys.shape[1], T, layer.keys.shape[3])) for layer in like.cache.layers]
+        self.values = [layer.values.new_zeros((C, layer.values.shape[1], T, layer.values.shape[3]))
+                       for layer in like.cache.layers]
+        self.allowed = torch.zeros((C, 1, 1, T), dtype=torch.bool, device=dev)
+        self.allowed[:, 0, 0, 0] = True  # a free slot attends to its column 0: no empty softmax
+        self.col = torch.zeros(C, dtype=torch.long, device=dev)
+        self.pos = torch.zeros(C, dtype=torch.long, device=dev)
+        self.active = torch.zeros(C, dtype=torch.bool, device=dev)
+        self.tok = torch.zeros(C, dtype=torch.long, device=dev)
+        self.logits = torch.zeros((C, like.logits.shape[1]), dtype=torch.float32, device=dev)
+        self._slots = torch.arange(C, device=dev)
+        if old is not None:
+            keys, values, allowed, col, pos, active, tok, logits = old
+            T0 = allowed.shape[-1]
+            for dst, src in zip(self.keys + self.values, keys + values):
+                dst[:, :, :T0] = src
+            self.allowed[..., :T0] = allowed
+            for dst, src in ((self.col, col), (self.pos, pos), (self.active, active), (self.tok, tok),
+                             (self.logits, logits)):
+                dst.copy_(src)
+        self.T = T
+        self.engine.stats["slot_allocations"] += 1
+        model = self.engine.lm.model
+        eager = getattr(model.config, "_attn_implementation", "sdpa") == "eager"
+        self.neg = torch.finfo(next(model.parameters()).dtype).min if eager else None
+        self.graph, self.captured = None, False
+        if self.graph_wanted and dev.type == "cuda":
+            self._capture()
+
+    def _forward(self) -> None:
+        import torch
+
+        self.allowed[self._slots, 0, 0, self.col] = True
+        mask = self.allowed
+        if self.neg is not None:  # eager attention adds its mask to the scores
+            mask = torch.zeros(mask.shape, dtype=self.keys[0].dtype, device=mask.device).masked_fill(~mask, self.neg)
+        out = self.engine.lm.model(input_ids=self.tok[:, None], attention_mask=mask, position_ids=self.pos[:, None],
+                                   past_key_values=self, use_cache=True, **self.engine._logits_kw)
+        self.logits.copy_(out.logits[:, -1, :])
+        step = self.active.long()
+        self.col.add_(step)
+        self.pos.add_(step)
+
+    def _capture(self) -> None:
+        """Warm up on a side stream, undo the warm-up, capture one step (as :class:`_StaticDecoder`)."""
+        import torch
+
+        saved = [t.clone() for t in (self.allowed, self.col, self.pos, self.logits)]
+
+        def restore():
+            for dst, src in zip((self.allowed, self.col, self.pos, self.logits), saved):
+                dst.copy_(src)
+
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        try:
+            with torch.inference_mode(), _decode_attention(), torch.cuda.stream(side):
+                self._forward()
+                restore()
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, stream=side):
+                    self._forward()
+            torch.cuda.current_stream().wait_stream(side)
+            restore()
+            self.graph = graph
+        except Exception as exc:  # noqa: BLE001 - any capture failure: run the same step eagerly
+            torch.cuda.current_stream().wait_stream(side)
+            self.error = f"{type(exc).__name__}: {exc}"
+            self.graph = None
+            restore()
+        self.captured = self.graph is not None
+        if not self.captured:
+            self.engine.stats["graph_fallbacks"] += 1
+
+    # -- the rows ---------------------------------------------------------------------
+    def add(self, pre: _Prefill) -> list[int]:
+        W = pre.mask.shape[1]
+        need = W + self.max_new_tokens
+        if need > self.T:
+            self._allocate(-(-need // self.ROUND) * self.ROUND, pre)
+        slots, self.free = self.free[:pre.mask.shape[0]], self.free[pre.mask.shape[0]:]
+        for r, s in enumerate(slots):
+            for dst, layer in zip(self.keys, pre.cache.layers):
+                dst[s, :, :W] = layer.keys[r]
+            for dst, layer in zip(self.values, pre.cache.layers):
+                dst[s, :, :W] = layer.values[r]
+            self.allowed[s, 0, 0, :] = False
+            self.allowed[s, 0, 0, :W] = pre.mask[r].bool()
+        idx = slots
+        self.col[idx] = W
+        self.pos[idx] = pre.next_pos
+        self.active[idx] = True
+        self.logits[idx] = pre.logits
+        return slots
+
+    def logits_of(self, pos: list[int]):
+        """The next-token logits ``(len(pos), V)`` of the slots ``pos``."""
+        return self.logits[pos]
+
+    def keep(self, pos: list[int]) -> list[int]:
+        gone = sorted(set(range(self.capacity)) - set(self.free) - set(pos))
+        if gone:
+            self.active[gone] = False
+            self.col[gone] = 0
+            self.allowed[gone] = False
+            self.allowed[gone, 0, 0, 0] = True
+            self.free = sorted(self.free + gone)
+        return pos
+
+    def feed(self, pos: list[int], tok) -> None:
+        import torch
+
+        self.tok[pos] = tok
+        self.engine.stats["forward_calls"] += 1
+        if self.graph is not None:
+            self.graph.replay()
+            self.engine.stats["graph_steps"] += 1
+            return
+        with torch.inference_mode(), _decode_attention():
+            self._forward()
 
 
 class DecodeStream:
@@ -1288,10 +1519,10 @@ class DecodeStream:
     :meth:`Engine.generate` decodes a batch until its slowest row ends, so every row waits
     for the longest reply.  Here each row leaves the batch at the step it ends and queued
     rows join it: they are prefilled (with their sessions' keys/values reused, as in
-    :meth:`Engine.generate`) and merged, left-padded, into the running batch.  A caller
-    that turns a finished reply into the next request (a dialog's next turn) submits it at
-    once, so the batch stays full.  What a row generates does not depend on the batch: it
-    samples with its own seeded uniforms, one per token of its own reply, exactly as in
+    :meth:`Engine.generate`) and added to the running batch.  A caller that turns a
+    finished reply into the next request (a dialog's next turn) submits it at once, so the
+    batch stays full.  What a row generates does not depend on the batch: it samples with
+    its own seeded uniforms, one per token of its own reply, exactly as in
     :meth:`Engine.generate`; its logits and states equal a solo run's up to float rounding.
 
     Parameters
@@ -1307,28 +1538,41 @@ class DecodeStream:
         ``capacity``.
     on_step : callable, optional
         Called after every decoding step with the number of rows it advanced.
+    decode : {"dynamic", "static", "graph"}, default "dynamic"
+        How the rows are held.  ``"dynamic"``: one growing batch, joins merged left padded
+        and leaves selected out (:class:`_DynamicRows`; best on the CPU).  ``"static"``:
+        fixed slots, every step the same shapes (:class:`_SlotRows`), run eagerly;
+        ``"graph"``: the same, each step one CUDA-graph replay (CUDA only; a failed capture
+        runs eagerly, counted in ``engine.stats["graph_fallbacks"]``).  The slot modes need
+        a model :class:`_StaticDecoder` supports.  All give the same tokens up to float
+        rounding.
 
-    Decoding is the engine's dynamic path on every device (the batch changes shape at
-    every step; ``Engine(decode="graph")`` does not apply).  The host reads each step's
-    tokens, as the dynamic path does on the CPU.  Counters go to ``engine.stats``
+    The host reads each step's tokens.  Counters go to ``engine.stats``
     (``decode_steps``, ``generated_tokens``, ``stream_joins``) as well as :attr:`stats`.
     """
 
     def __init__(self, engine: "Engine", max_new_tokens: int, sampling: tuple, first_line_only: bool,
-                 capacity: int, join_min: int | None = None, on_step=None):
+                 capacity: int, join_min: int | None = None, on_step=None, decode: str = "dynamic"):
         import torch
 
         if int(capacity) < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if decode not in ("dynamic", "static", "graph"):
+            raise ValueError(f"decode must be 'dynamic', 'static' or 'graph', got {decode!r}")
+        if decode != "dynamic" and not _StaticDecoder.supports(engine.lm.model):
+            raise ValueError(f"decode={decode!r} needs a model whose every layer attends to the full context "
+                             f"through sdpa or eager attention; {engine.lm.name} does not (use 'dynamic')")
         self.engine, self.lm = engine, engine.lm
         self.max_new_tokens, self.sampling, self.first_line_only = int(max_new_tokens), sampling, first_line_only
         self.capacity = int(capacity)
         self.join_min = max(1, int(join_min) if join_min is not None else self.capacity // 4)
         self.on_step = on_step
+        self.decode = decode
         self.stats: Counter = Counter()
         self._queue: list = []          # (tag, Request)
         self._rows: list[_StreamRow] = []
-        self._pre = None                # _Prefill of the running batch (cache, mask, next_pos, logits)
+        self._batch = _DynamicRows(engine) if decode == "dynamic" else \
+            _SlotRows(engine, self.capacity, self.max_new_tokens, graph=decode == "graph")
         dev = self.lm.device
         self._U = torch.zeros((0, self.max_new_tokens), dtype=torch.float64, device=dev)
         self._step = torch.zeros(0, dtype=torch.long, device=dev)
@@ -1345,7 +1589,7 @@ class DecodeStream:
         return len(self._queue) + len(self._rows)
 
     def _admit(self) -> None:
-        """Prefill queued rows and merge them into the batch (see ``join_min``)."""
+        """Prefill queued rows and add them to the batch (see ``join_min``)."""
         import torch
 
         room = self.capacity - len(self._rows)
@@ -1355,18 +1599,13 @@ class DecodeStream:
         eng = self.engine
         ids = [eng._ids(r.prompt) for _, r in take]
         pre = eng._prefill([(x, r.session) for x, (_, r) in zip(ids, take)])
-        dev = self.lm.device
         gens = [torch.Generator(device="cpu").manual_seed(int(r.seed) & ((1 << 63) - 1)) for _, r in take]
-        U = torch.stack([torch.rand(self.max_new_tokens, generator=g, dtype=torch.float64) for g in gens]).to(dev)
-        new = [_StreamRow(tag, r, x, pre.states[i], pre.reused[i]) for i, ((tag, r), x) in enumerate(zip(take, ids))]
-        if self._pre is None:
-            self._pre = pre
-        else:
-            B0 = len(self._rows)
-            self._pre.states = np.zeros((B0,) + pre.states.shape[1:], dtype=pre.states.dtype)  # kept per row
-            self._pre = _merge_prefills([self._pre, pre], [list(range(B0)), list(range(B0, B0 + len(take)))])
-        self._rows += new
-        self._U = torch.cat([self._U, U])
+        U = torch.stack([torch.rand(self.max_new_tokens, generator=g, dtype=torch.float64) for g in gens])
+        states, reused = pre.states, pre.reused
+        pos = self._batch.add(pre)
+        self._rows += [_StreamRow(tag, r, x, states[i], reused[i], pos[i])
+                       for i, ((tag, r), x) in enumerate(zip(take, ids))]
+        self._U = torch.cat([self._U, U.to(self._U.device)])
         self._step = torch.cat([self._step, self._step.new_zeros(len(take))])
         self._seen = torch.cat([self._seen, self._seen.new_zeros(len(take))])
         self.stats["joins"] += 1
@@ -1387,21 +1626,21 @@ class DecodeStream:
         self._admit()
         if not self._rows:
             return []
-        pre, B = self._pre, len(self._rows)
+        B = len(self._rows)
+        logits = self._batch.logits_of([r.pos for r in self._rows])
         if self.first_line_only and self._lines is None:
-            self._lines = self.engine._line_flags(pre.logits.shape[-1])
+            self._lines = self.engine._line_flags(logits.shape[-1])
         u = self._U[torch.arange(B, device=self._U.device), self._step]
-        tok = _sample(pre.logits, u, self.sampling)
+        tok = _sample(logits, u, self.sampling)
         live = torch.ones(B, dtype=torch.bool, device=tok.device)
         keep, is_stop, at_line, self._seen = _row_ends(tok, live, self._seen, self._stop, self._lines)
         self._step += 1
         ended = is_stop | at_line | (self._step >= self.max_new_tokens)
         toks, kept, why, gone = (tok.tolist(), keep.tolist(),
                                  torch.where(is_stop, 1, torch.where(at_line, 2, 0)).tolist(), ended.tolist())
-        self.stats["decode_steps"] += 1
-        self.stats["generated_tokens"] += B
-        self.engine.stats["decode_steps"] += 1
-        self.engine.stats["generated_tokens"] += B
+        for counter in (self.stats, self.engine.stats):
+            counter["decode_steps"] += 1
+            counter["generated_tokens"] += B
         if self.on_step is not None:
             self.on_step(B)
         finished, stay = [], []
@@ -1415,37 +1654,17 @@ class DecodeStream:
                                                  reused_tokens=row.reused)))
             else:
                 stay.append(i)
-        if not stay:
-            self._rows, self._pre = [], None
-            self._U, self._step, self._seen = self._U[:0], self._step[:0], self._seen[:0]
-            return finished
         if len(stay) < B:
-            idx = torch.tensor(stay, device=tok.device)
-            pre.cache.batch_select_indices(idx)
-            pre.mask, pre.next_pos, tok = pre.mask[idx], pre.next_pos[idx], tok[idx]
-            self._U, self._step, self._seen = self._U[idx], self._step[idx], self._seen[idx]
+            new_pos = self._batch.keep([self._rows[i].pos for i in stay])
             self._rows = [self._rows[i] for i in stay]
-            self._trim()
-        pre.mask = torch.cat([pre.mask, pre.mask.new_ones((len(stay), 1))], dim=1)
-        with torch.inference_mode():
-            out = self.lm.model(input_ids=tok.unsqueeze(-1), attention_mask=pre.mask,
-                                position_ids=pre.next_pos.unsqueeze(-1), past_key_values=pre.cache,
-                                use_cache=True, **self.engine._logits_kw)
-        pre.cache, pre.logits, pre.next_pos = out.past_key_values, out.logits[:, -1, :].float(), pre.next_pos + 1
-        self.engine.stats["forward_calls"] += 1
+            for row, p in zip(self._rows, new_pos):
+                row.pos = p
+            idx = torch.tensor(stay, dtype=torch.long, device=self._U.device)
+            self._U, self._step, self._seen = self._U[idx], self._step[idx], self._seen[idx]
+            tok = tok[torch.tensor(stay, dtype=torch.long, device=tok.device)]
+        if self._rows:
+            self._batch.feed([r.pos for r in self._rows], tok)
         return finished
-
-    def _trim(self) -> None:
-        """Drop the leading columns no remaining row attends to (left by rows that left)."""
-        pre = self._pre
-        used = pre.mask.any(0).nonzero()
-        first = int(used[0]) if used.numel() else 0
-        if first == 0 or first < pre.mask.shape[1] // 4:  # not worth a copy yet
-            return
-        for layer in pre.cache.layers:
-            layer.keys, layer.values = layer.keys[:, :, first:].contiguous(), layer.values[:, :, first:].contiguous()
-        pre.mask = pre.mask[:, first:]
-        self.stats["trims"] += 1
 
     def run(self) -> list[tuple[Hashable, Result]]:
         """Step until every queued and decoding row has ended; all their results."""

@@ -550,10 +550,18 @@ def _stopper(lm, share: int = 12, seed: int = 0):
     return dataclasses.replace(lm, stop_token_ids=frozenset(int(t) for t in pick) | frozenset(lm.stop_token_ids))
 
 
-@pytest.mark.parametrize("temperature", [0.0, 0.7])
-def test_stream_rows_join_and_leave_and_generate_what_generate_does(lm, temperature):
+@pytest.mark.parametrize("temperature, decode, attn", [(0.0, "dynamic", "sdpa"), (0.7, "dynamic", "sdpa"),
+                                                       (0.7, "static", "sdpa"), (0.7, "static", "eager")])
+def test_stream_rows_join_and_leave_and_generate_what_generate_does(lm, temperature, decode, attn, monkeypatch):
     """Continuous batching: rows submitted at different steps join the running batch and
-    leave it as they end; each row's tokens, finish reason and states are generate's."""
+    leave it as they end; each row's tokens, finish reason and states are generate's.
+    ``decode="static"`` holds the rows in fixed slots (the layout a CUDA graph replays);
+    its column room is rounded to 16 here, so a longer prompt re-allocates the slots
+    mid-stream."""
+    from synclib import engine as E
+
+    monkeypatch.setattr(E._SlotRows, "ROUND", 16)
+    monkeypatch.setattr(lm.model.config, "_attn_implementation", attn)
     model = _stopper(lm)
     prompts = [dialog(lm, n, filler=f) for n, f in ((1, 0), (5, 2), (2, 7), (0, 0), (3, 1), (6, 4), (4, 0))]
     reqs = [Request(p, seed=row_seed(0, i, 0), session=f"s{i}") for i, p in enumerate(prompts)]
@@ -561,7 +569,9 @@ def test_stream_rows_join_and_leave_and_generate_what_generate_does(lm, temperat
                                                 first_line_only=True)
     assert len({len(r.token_ids) for r in want}) > 1  # the rows end at different steps
     eng = Engine(model, batch_size=3)
-    stream = eng.stream(max_new_tokens=16, temperature=temperature, first_line_only=True, join_min=1)
+    stream = eng.stream(max_new_tokens=16, temperature=temperature, first_line_only=True, join_min=1,
+                        decode=decode)
+    assert stream.decode == decode
     for i in range(3):
         stream.submit(i, reqs[i])
     got, steps, occupancy = {}, 0, []
@@ -581,9 +591,11 @@ def test_stream_rows_join_and_leave_and_generate_what_generate_does(lm, temperat
                                                                        w.prompt_ids)
         np.testing.assert_allclose(g.states, w.states, atol=TOL, rtol=0)
     assert stream.stats["joins"] >= 3 and stream.stats["decode_steps"] == steps
+    if decode == "static":  # the second wave's longer prompts outgrew the first slots' room
+        assert eng.stats["slot_allocations"] >= 2
     assert stream.stats["generated_tokens"] == sum(len(r.token_ids) + (r.finish_reason == "stop") for r in want)
     # the sessions were stored: the next turn of the same dialogs re-uses their prompts
-    again = eng.stream(max_new_tokens=4, temperature=temperature, join_min=1)
+    again = eng.stream(max_new_tokens=4, temperature=temperature, join_min=1, decode=decode)
     for i, r in enumerate(reqs):
         again.submit(i, dataclasses.replace(r, prompt=r.prompt + " ok"))
     res = dict(again.run())
@@ -595,3 +607,6 @@ def test_stream_checks_its_arguments(lm):
         Engine(lm).stream(capacity=-1)
     with pytest.raises(ValueError, match="max_new_tokens must be >= 1"):
         Engine(lm).stream(max_new_tokens=0)
+    with pytest.raises(ValueError, match="decode must be 'dynamic', 'static' or 'graph'"):
+        Engine(lm).stream(decode="fast")
+    assert Engine(lm).stream().decode == "dynamic"  # the engine's own mode on the CPU

@@ -88,3 +88,44 @@ def test_graph_step_logits_equal_eager_steps(cuda_lm):
         tok = torch.arange(4, device="cuda") * 17 + 5 + step
         a, b = (d.step(tok).clone() for d in decs)
         torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float32"])
+def test_stream_graph_slots_equal_generate_on_cuda(cuda_lm, dtype):
+    """Continuous batching in fixed slots, each step a CUDA-graph replay: rows joining in two
+    waves and leaving as they end give generate's tokens, finish reasons and states (float32),
+    with no capture fallback; the slots' column room re-allocates (and re-captures) once a
+    longer prompt arrives."""
+    from synclib import engine as E
+    from synclib.engine import Engine, Request
+
+    lm = cuda_lm
+    lm.model.to(getattr(torch, dtype))
+    ps = prompts(lm, 8)
+    reqs = [Request(p, seed=i, session=i) for i, p in enumerate(ps)]
+    want = Engine(lm, batch_size=8, decode="dynamic").generate(reqs, max_new_tokens=48, temperature=0.7,
+                                                               first_line_only=True)
+    old = E._SlotRows.ROUND
+    E._SlotRows.ROUND = 64
+    try:
+        eng = Engine(lm, batch_size=4)
+        stream = eng.stream(max_new_tokens=48, temperature=0.7, first_line_only=True, join_min=1)
+        assert stream.decode == "graph"
+        for i in range(4):
+            stream.submit(i, reqs[i])
+        got, steps = {}, 0
+        while len(stream):
+            got.update(dict(stream.step()))
+            steps += 1
+            if steps == 3:
+                for i in range(4, 8):
+                    stream.submit(i, reqs[i])
+    finally:
+        E._SlotRows.ROUND = old
+    assert eng.stats["graph_fallbacks"] == 0 and eng.stats["graph_steps"] > 0
+    assert eng.stats["slot_allocations"] >= 2
+    for i, w in enumerate(want):
+        g = got[i]
+        assert (g.token_ids, g.finish_reason, g.text) == (w.token_ids, w.finish_reason, w.text)
+        np.testing.assert_allclose(g.states, w.states, atol=1e-4, rtol=0)
+
