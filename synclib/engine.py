@@ -305,9 +305,7 @@ def continuation_logprobs(model, cache, mask, next_pos, items, pad_token_id: int
     if not rows:
         return out, 0
     dev, T = mask.device, mask.shape[1]
-    # eager attention adds its mask to the scores; sdpa takes booleans
-    float_dtype = (next(model.parameters()).dtype
-                   if getattr(model.config, "_attn_implementation", "sdpa") == "eager" else None)
+    float_dtype = _eager_dtype(model)  # eager attention adds its mask to the scores; sdpa takes booleans
     bs = max(1, int(batch_size))
     calls = 0
     by_row: dict = {}
@@ -339,8 +337,7 @@ def continuation_logprobs(model, cache, mask, next_pos, items, pad_token_id: int
                 own = tree & (depth[:, :, None] - depth[:, None, :] < w)
             allowed = torch.cat([prompt, own], dim=2)[:, None]  # (n, 1, L, T + L)
             if float_dtype is not None:
-                allowed = torch.zeros(allowed.shape, dtype=float_dtype, device=dev).masked_fill(
-                    ~allowed, torch.finfo(float_dtype).min)
+                allowed = _additive_mask(allowed, float_dtype)
             masks[kind] = allowed
         layers = [(layer.keys.index_select(0, sel), layer.values.index_select(0, sel))
                   if n < mask.shape[0] else (layer.keys, layer.values) for layer in cache.layers]
@@ -544,8 +541,7 @@ class _StaticDecoder:
         self.pos = pre.next_pos.clone()
         self.tok = torch.zeros(B, dtype=torch.long, device=dev)
         self.logits = torch.zeros_like(pre.logits, dtype=torch.float32)
-        eager = getattr(model.config, "_attn_implementation", "sdpa") == "eager"
-        self.neg = torch.finfo(next(model.parameters()).dtype).min if eager else None
+        self.eager_dtype = _eager_dtype(model)
         self.graph = None
         self.captured = False
         #: why the capture failed (``"TypeName: message"``), None when it did not
@@ -566,12 +562,10 @@ class _StaticDecoder:
         return self.keys[layer_idx], self.values[layer_idx]
 
     def _forward(self) -> None:
-        import torch
-
         self.allowed.index_fill_(3, self.col, True)
         mask = self.allowed
-        if self.neg is not None:  # eager attention adds its mask to the scores
-            mask = torch.zeros(mask.shape, dtype=self.keys[0].dtype, device=mask.device).masked_fill(~mask, self.neg)
+        if self.eager_dtype is not None:  # eager attention adds its mask to the scores
+            mask = _additive_mask(mask, self.keys[0].dtype, self.eager_dtype)
         out = self.model(input_ids=self.tok[:, None], attention_mask=mask, position_ids=self.pos[:, None],
                          past_key_values=self, use_cache=True, **self.kw)
         self.logits.copy_(out.logits[:, -1, :])
@@ -579,26 +573,8 @@ class _StaticDecoder:
         self.pos.add_(1)
 
     def _capture(self) -> None:
-        """Warm up on a side stream, undo the warm-up's step, capture one step."""
-        import torch
-
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        try:
-            with torch.inference_mode(), _decode_attention(), torch.cuda.stream(side):
-                self._forward()
-                self._reset()
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, stream=side):
-                    self._forward()
-            torch.cuda.current_stream().wait_stream(side)
-            self._reset()
-            self.graph = graph
-        except Exception as exc:  # noqa: BLE001 - any capture failure: run the same step eagerly
-            torch.cuda.current_stream().wait_stream(side)
-            self.error = f"{type(exc).__name__}: {exc}"
-            self.graph = None
-            self._reset()
+        """Capture one step (:func:`_capture_step`), the warm-up undone by :meth:`_reset`."""
+        self.graph, self.error = _capture_step(self._forward, self._reset)
         self.captured = self.graph is not None
 
     def _reset(self) -> None:
@@ -680,6 +656,50 @@ def _row_ends(tok, live, seen, stop, lines):
         return keep, is_stop, torch.zeros_like(keep), seen
     at_line = keep & lines[0][tok] & (seen | lines[1][tok])
     return keep, is_stop, at_line, seen | (keep & lines[2][tok])
+
+
+def _eager_dtype(model):
+    """The model's parameter dtype when its attention is ``eager`` (which adds a float mask to
+    the scores), else None (``sdpa`` takes a boolean mask)."""
+    if getattr(model.config, "_attn_implementation", "sdpa") != "eager":
+        return None
+    return next(model.parameters()).dtype
+
+
+def _additive_mask(allowed, dtype, fill_dtype=None):
+    """The boolean mask ``allowed`` as eager attention adds it to the scores: a ``dtype``
+    tensor of the same shape, 0 where allowed and the most negative value of ``fill_dtype``
+    (default ``dtype``) elsewhere."""
+    import torch
+
+    return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+        ~allowed, torch.finfo(fill_dtype or dtype).min)
+
+
+def _capture_step(forward, reset):
+    """One decoding step captured as a CUDA graph: ``forward()`` is warmed up on a side
+    stream, ``reset()`` undoes the warm-up's writes, the step is captured, and ``reset()``
+    undoes the capture's.  Returns ``(graph, None)``, or ``(None, "TypeName: message")``
+    when capture failed (the caller then runs ``forward`` eagerly; the buffers are reset
+    either way)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    try:
+        with torch.inference_mode(), _decode_attention(), torch.cuda.stream(side):
+            forward()
+            reset()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=side):
+                forward()
+        torch.cuda.current_stream().wait_stream(side)
+        reset()
+        return graph, None
+    except Exception as exc:  # noqa: BLE001 - any capture failure: run the same step eagerly
+        torch.cuda.current_stream().wait_stream(side)
+        reset()
+        return None, f"{type(exc).__name__}: {exc}"
 
 
 @contextmanager
@@ -1291,11 +1311,11 @@ class _StreamRow:
 class _DynamicRows:
     """A stream's rows as one growing batch: a join merges the new rows' prefill, left
     padded, after the others (:func:`_merge_prefills`); a leave selects the rows that stay
-    and drops the leading columns nobody attends to any more.  Positions are the rows'
-    order in the batch."""
+    and drops the leading columns nobody attends to any more (counted in the stream's
+    ``stats["trims"]``).  Positions are the rows' order in the batch."""
 
-    def __init__(self, engine: "Engine"):
-        self.engine, self.pre, self.trims = engine, None, 0
+    def __init__(self, engine: "Engine", stats: Counter):
+        self.engine, self.stats, self.pre = engine, stats, None
 
     def add(self, pre: _Prefill) -> list[int]:
         B0 = 0 if self.pre is None else self.pre.mask.shape[0]
@@ -1334,7 +1354,7 @@ class _DynamicRows:
         for layer in pre.cache.layers:
             layer.keys, layer.values = layer.keys[:, :, first:].contiguous(), layer.values[:, :, first:].contiguous()
         pre.mask = pre.mask[:, first:]
-        self.trims += 1
+        self.stats["trims"] += 1
 
     def feed(self, pos: list[int], tok) -> None:
         """One forward pass over every row (``pos`` is all of them, in order) fed ``tok``."""
@@ -1413,20 +1433,16 @@ class _SlotRows:
                 dst.copy_(src)
         self.T = T
         self.engine.stats["slot_allocations"] += 1
-        model = self.engine.lm.model
-        eager = getattr(model.config, "_attn_implementation", "sdpa") == "eager"
-        self.neg = torch.finfo(next(model.parameters()).dtype).min if eager else None
+        self.eager_dtype = _eager_dtype(self.engine.lm.model)
         self.graph, self.captured = None, False
         if self.graph_wanted and dev.type == "cuda":
             self._capture()
 
     def _forward(self) -> None:
-        import torch
-
         self.allowed[self._slots, 0, 0, self.col] = True
         mask = self.allowed
-        if self.neg is not None:  # eager attention adds its mask to the scores
-            mask = torch.zeros(mask.shape, dtype=self.keys[0].dtype, device=mask.device).masked_fill(~mask, self.neg)
+        if self.eager_dtype is not None:  # eager attention adds its mask to the scores
+            mask = _additive_mask(mask, self.keys[0].dtype, self.eager_dtype)
         out = self.engine.lm.model(input_ids=self.tok[:, None], attention_mask=mask, position_ids=self.pos[:, None],
                                    past_key_values=self, use_cache=True, **self.engine._logits_kw)
         self.logits.copy_(out.logits[:, -1, :])
@@ -1435,32 +1451,15 @@ class _SlotRows:
         self.pos.add_(step)
 
     def _capture(self) -> None:
-        """Warm up on a side stream, undo the warm-up, capture one step (as :class:`_StaticDecoder`)."""
-        import torch
-
+        """Capture one step (:func:`_capture_step`), the warm-up undone from a copy of the
+        buffers the step writes besides the cache."""
         saved = [t.clone() for t in (self.allowed, self.col, self.pos, self.logits)]
 
         def restore():
             for dst, src in zip((self.allowed, self.col, self.pos, self.logits), saved):
                 dst.copy_(src)
 
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        try:
-            with torch.inference_mode(), _decode_attention(), torch.cuda.stream(side):
-                self._forward()
-                restore()
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, stream=side):
-                    self._forward()
-            torch.cuda.current_stream().wait_stream(side)
-            restore()
-            self.graph = graph
-        except Exception as exc:  # noqa: BLE001 - any capture failure: run the same step eagerly
-            torch.cuda.current_stream().wait_stream(side)
-            self.error = f"{type(exc).__name__}: {exc}"
-            self.graph = None
-            restore()
+        self.graph, self.error = _capture_step(self._forward, restore)
         self.captured = self.graph is not None
         if not self.captured:
             self.engine.stats["graph_fallbacks"] += 1
@@ -1571,7 +1570,7 @@ class DecodeStream:
         self.stats: Counter = Counter()
         self._queue: list = []          # (tag, Request)
         self._rows: list[_StreamRow] = []
-        self._batch = _DynamicRows(engine) if decode == "dynamic" else \
+        self._batch = _DynamicRows(engine, self.stats) if decode == "dynamic" else \
             _SlotRows(engine, self.capacity, self.max_new_tokens, graph=decode == "graph")
         dev = self.lm.device
         self._U = torch.zeros((0, self.max_new_tokens), dtype=torch.float64, device=dev)

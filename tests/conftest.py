@@ -18,7 +18,7 @@ sotopia_dir (session)
     ``$SYNCLIB_TEST_SOTOPIA`` (an explicit opt-in: a folder that lacks the files fails) or
     else the user's fetched cache (``synclib fetch sotopia``); skipped, with the reason,
     where neither has them.  No test reads a fixed path of ours: our ``.ci/run`` sets the
-    variable to ``../shared/sotopia``.
+    variable where its machine keeps a copy of the tasks.
 
 Helpers (importable as ``from conftest import build_tiny_llama``)
 -----------------------------------------------------------------
