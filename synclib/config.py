@@ -234,6 +234,7 @@ KEYS: tuple[Key, ...] = (
        "judge a random sample of N dialogs per ordered run, drawn with judge.sample_seed (null: every dialog)",
        "judge"),
     _k("judge.sample_seed", 0, integer(0), "seed of the judged sample (judge.sample)", "judge"),
+    # the paper's penalty, synclib.ridge.PAPER_ALPHA (not imported: it would load torch with the config)
     _k("analysis.alpha", 0.1, Check("a number > 0 or 'cv'", _alpha), "ridge penalty, or 'cv'", "analyze"),
     _k("analysis.n_samples", 6500, optional(integer(2)), "samples per dataset (null: all)", "analyze"),
     _k("analysis.split_seeds", [0, 1, 2], int_list(0), "train/test split seeds", "analyze"),
@@ -246,6 +247,8 @@ KEYS: tuple[Key, ...] = (
     _k("analysis.nonlinear_batch_size", 64, optional(integer(1)), "MLP minibatch (null: full batch)", "analyze"),
     _k("analysis.nonlinear_seeds", None, optional(integer(1)),
        "fit the MLPs on the first N split seeds only (null: all)", "analyze"),
+    _k("analysis.n_boot", 2000, integer(0),
+       "resamples of whole episodes for the dialog-level tests of the controls (0: none)", "analyze"),
     _k("analysis.tom", True, BOOL, "fig 11 (appendix J)", "analyze"),
     _k("analysis.tom_format_filter", True, BOOL,
        "fig 11: drop samples whose target reply did not follow the 'Emotion. Action type.' format "

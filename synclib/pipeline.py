@@ -219,7 +219,8 @@ def step_analyze(cfg: dict, run: Run, out: Path, cube: str) -> None:
         persona_disjoint=ana["persona_disjoint"], relationship=ana["relationship"],
         sample_sizes=ana["sample_sizes"] or None, nonlinear=ana["nonlinear"],
         nonlinear_options={"epochs": ana["nonlinear_epochs"], "batch_size": ana["nonlinear_batch_size"]},
-        nonlinear_seeds=ana["nonlinear_seeds"], precision=ana["precision"], tom=ana["tom"] and sim["tom"],
+        nonlinear_seeds=ana["nonlinear_seeds"], n_boot=ana["n_boot"], precision=ana["precision"],
+        tom=ana["tom"] and sim["tom"],
         tom_options={"format_filter": ana["tom_format_filter"]},
         max_resident_bytes=int(ana["max_resident_gib"] * 2**30),
     )
@@ -261,14 +262,17 @@ def _write_generated(name: str, text: str) -> Path:
 
 
 def step_pages(cfg: dict, out: Path, manifest: str) -> None:
-    """The book's generated pages (``book/_generated/``): the intro's run summary, the
-    benchmarks quoted from ``bench/results`` and the settings table of the reproduce page."""
+    """The book's generated pages (``book/_generated/``): the intro's run summary, the embedded
+    models page's account of the run, the benchmarks quoted from ``bench/results`` and the
+    settings table of the reproduce page."""
     from synclib import config, report, results
 
     _write_generated("benchmarks.md", report.benchmarks_markdown(BENCH_RESULTS))
     _write_generated("settings.md", config.invalidation_table() + "\n")
+    res = results.load_results(Path(manifest).parent)
+    _write_generated("embedded_run.md", report.embedded_run_markdown(res))
     # the run summary last: its file is this job's output (its stamp marks the whole step done)
-    _write_generated("run_summary.md", report.run_summary_markdown(results.load_results(Path(manifest).parent)))
+    _write_generated("run_summary.md", report.run_summary_markdown(res))
 
 
 #: config keys ``notebooks.KEY`` naming input files -> the notebook parameter each feeds

@@ -115,6 +115,11 @@ def enable(png: bool = True) -> None:
 
 
 # --------------------------------------------------------------------------- helpers
+#: a category axis label broken onto lines at spaces and underscores ("romantic_relationship",
+#: "partner previous"): narrow panels side by side never overlap their labels
+WRAPPED_LABEL = "split(replace(datum.label, regexp('_', 'g'), ' '), ' ')"
+
+
 def placeholder(title: str, message: str) -> alt.Chart:
     """A chart that only says why there is nothing to draw (e.g. an analysis not run),
     the message wrapped to the chart's width."""
@@ -123,7 +128,7 @@ def placeholder(title: str, message: str) -> alt.Chart:
     lines = textwrap.wrap(message, 64) or [""]
     return alt.Chart(pd.DataFrame({"message": ["\n".join(lines)]})).mark_text(
         align="left", baseline="top", fontSize=13, color="#555", lineBreak="\n", x=0, y=0).encode(
-        text="message:N").properties(title=alt.TitleParams(title, limit=460), width=460,
+        text="message:N").properties(title=alt.TitleParams(wrap_title(title, 460, 13)), width=460,
                                      height=18 * len(lines))
 
 
@@ -190,9 +195,23 @@ def r2_heatmap(frame: pd.DataFrame, title: str, src_title: str = "source layer",
     )
     boxes = base.mark_rect(fill=None, stroke="black", strokeWidth=1.5).transform_filter(
         alt.datum.best)
-    # a title longer than the panel would widen it: cut to the panel's width (full text on hover)
+    # a title longer than the panel would widen it: wrapped onto lines of the panel's width
     return alt.layer(cells, boxes).properties(
-        title=alt.TitleParams(title, limit=size, fontSize=12), width=size, height=size)
+        title=alt.TitleParams(wrap_title(title, size, 12), fontSize=12), width=size, height=size)
+
+
+def wrap_title(text: str, width: int, font_size: int = 12) -> list[str]:
+    """``text`` broken at spaces into lines that fit ``width`` pixels at ``font_size`` (a
+    character taken as 0.6 of the font size, wide for Vega's default sans-serif), so that no
+    title is cut; a single word longer than a line stays whole."""
+    most = max(8, int(width / (0.6 * font_size)))
+    lines: list[str] = []
+    for word in str(text).split():
+        if lines and len(lines[-1]) + 1 + len(word) <= most:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines or [""]
 
 
 def _ticks(layers: pd.Series, most: int = 8) -> list[int]:
@@ -253,7 +272,7 @@ def grouped_bars(frame: pd.DataFrame, x: str, group: str, title: str, y_title: s
     tips = [alt.Tooltip(f"{x}:N"), alt.Tooltip(f"{group}:N"),
             alt.Tooltip("mean:Q", format=".3f"), alt.Tooltip("se:Q", format=".3f")]
     tips += [alt.Tooltip(f"{c}:N") for c in extra if d[c].dtype == object]
-    xs = alt.X(f"{x}:N", title=x_title or x, sort=sort, axis=alt.Axis(labelAngle=0))
+    xs = alt.X(f"{x}:N", title=x_title or x, sort=sort, axis=alt.Axis(labelAngle=0, labelExpr=WRAPPED_LABEL))
     bars = alt.Chart().mark_bar().encode(
         x=xs, xOffset=alt.XOffset(f"{group}:N", sort=None),
         y=alt.Y("mean:Q", title=y_title),
@@ -318,7 +337,7 @@ def distribution_by_category(frame: pd.DataFrame, category: str, value: str, tit
           "distribution_by_category")
     order = (list(frame.sort_values(order_by)[category].drop_duplicates()) if order_by
              else None)
-    xs = alt.X(f"{category}:N", sort=order, title=category, axis=alt.Axis(labelAngle=0))
+    xs = alt.X(f"{category}:N", sort=order, title=category, axis=alt.Axis(labelAngle=0, labelExpr=WRAPPED_LABEL))
     box = alt.Chart().mark_boxplot(extent="min-max", opacity=0.5).encode(
         x=xs, y=alt.Y(f"{value}:Q", title=y_title))
     tips = [alt.Tooltip(f"{c}:N") for c in frame.columns if frame[c].dtype == object]
@@ -387,16 +406,17 @@ def correlation_vs_k(frame: pd.DataFrame, title: str) -> alt.Chart:
 
 # --------------------------------------------------------------------------- figure 8
 @_placeholder_if_empty
-def clipping_panels(frame: pd.DataFrame, title: str) -> alt.VConcatChart:
+def clipping_panels(frame: pd.DataFrame, title: str, x: str = "pair", x_title: str = "model pair") -> alt.VConcatChart:
     """Upper panel: SyncR² with and without clipping; lower: its SE on a log scale.
 
-    ``frame`` columns: ``pair, family, method, mean, se``.
+    ``frame`` columns: ``pair, family, method, mean, se`` and ``x`` (the bars' groups, e.g. a
+    pair and a ridge penalty).
     """
-    _need(frame, ["pair", "family", "method", "mean", "se"], "clipping_panels")
+    _need(frame, ["pair", "family", "method", "mean", "se", x], "clipping_panels")
     d = _with_bounds(frame)
-    tips = [alt.Tooltip("pair:N"), alt.Tooltip("family:N"), alt.Tooltip("method:N"),
+    tips = [alt.Tooltip(f"{x}:N"), alt.Tooltip("family:N"), alt.Tooltip("method:N"),
             alt.Tooltip("mean:Q", format=".3f"), alt.Tooltip("se:Q", format=".3g")]
-    xs = alt.X("pair:N", title="model pair", sort=None, axis=alt.Axis(labelAngle=0))
+    xs = alt.X(f"{x}:N", title=x_title, sort=None, axis=alt.Axis(labelAngle=0, labelLimit=160))
     xo = alt.XOffset("method:N")
     color = alt.Color("method:N", title="negative R²")
     upper = alt.layer(
@@ -412,6 +432,42 @@ def clipping_panels(frame: pd.DataFrame, title: str) -> alt.VConcatChart:
         color=color, tooltip=tips).properties(width=420, height=160,
                                               title="standard error of SyncR²")
     return alt.vconcat(upper, lower).properties(title=title)
+
+
+# --------------------------------------------------------------------------- figure 1
+@_placeholder_if_empty
+def state_heatmaps(frame: pd.DataFrame, title: str, width: int = 250) -> alt.Chart:
+    """Figure 1 (2): each agent's states over one dialog, layer by layer.
+
+    ``frame`` columns: ``agent``, ``layer`` (1-based), ``utterance``, ``value`` (the state
+    projected on the layer's first principal component, standardised per layer).
+    """
+    _need(frame, ["agent", "layer", "utterance", "value"], "state_heatmaps")
+    lim = float(np.nanmax(np.abs(frame["value"]))) or 1.0
+    return alt.Chart(frame).mark_rect().encode(
+        x=alt.X("utterance:O", title="utterance", axis=alt.Axis(labelAngle=0)),
+        y=alt.Y("layer:O", title="layer", sort="descending", axis=alt.Axis(values=_ticks(frame["layer"]))),
+        color=alt.Color("value:Q", title="first PC (sd)", scale=alt.Scale(scheme="redblue", domain=[-lim, lim])),
+        column=alt.Column("agent:N", title=None, sort=None),
+        tooltip=[alt.Tooltip("agent:N"), alt.Tooltip("layer:O"), alt.Tooltip("utterance:O"),
+                 alt.Tooltip("value:Q", format=".2f")],
+    ).properties(width=width, height=200, title=title)
+
+
+@_placeholder_if_empty
+def prediction_scatter(frame: pd.DataFrame, title: str, x_title: str, y_title: str, size: int = 300) -> alt.LayerChart:
+    """Figure 1 (3): a map's test predictions against the actual states (``actual``,
+    ``predicted``; ``episode`` on hover), with the identity line."""
+    _need(frame, ["actual", "predicted"], "prediction_scatter")
+    lo = float(min(frame["actual"].min(), frame["predicted"].min()))
+    hi = float(max(frame["actual"].max(), frame["predicted"].max()))
+    points = alt.Chart(frame).mark_circle(size=28, opacity=0.6).encode(
+        x=alt.X("actual:Q", title=x_title, scale=alt.Scale(domain=[lo, hi])),
+        y=alt.Y("predicted:Q", title=y_title, scale=alt.Scale(domain=[lo, hi])),
+        tooltip=[alt.Tooltip(c) for c in frame.columns])
+    line = alt.Chart(pd.DataFrame({"x": [lo, hi], "y": [lo, hi]})).mark_line(color="grey", strokeDash=[4, 3]).encode(
+        x="x:Q", y="y:Q")
+    return alt.layer(points, line).properties(title=wrap_title(title, size + 60), width=size, height=size)
 
 
 # --------------------------------------------------------------------------- tables 2, 5

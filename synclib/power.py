@@ -19,8 +19,12 @@ numbers that can:
   dataset.  :func:`coupling_for_difference` finds the generator's ``coupling`` that plants
   a given difference (measured with many samples); the curve reports the difference
   actually measured at each size, not the nominal knob.
-* :func:`claims_text`: plain sentences, generated from those numbers, on which of the
-  paper's claims the run can and cannot speak to.
+* :func:`claims_text`: the power page's argument, generated from those numbers, on what the
+  controls' comparisons can and cannot show (:mod:`synclib.claims` gives every claim of the
+  paper its line).
+* :func:`episode_test`, :func:`episode_interval`: the same comparisons with the episode (the
+  dialog) as the unit, from the analyses' resamples of whole episodes; :func:`setting_test`
+  and :func:`tom_tests` for tables 2 and 5 and figure 11.
 
 Independence caveat
 -------------------
@@ -47,15 +51,19 @@ __all__ = [
     "EXACT_MAX_N",
     "N_RANDOM_FLIPS",
     "RECOVERY_COLUMNS",
+    "SETTINGS",
     "TABLE_COLUMNS",
+    "TWO_TESTS",
     "UNITS",
-    "claims_summary",
     "by_run_sentence",
     "claims_text",
     "corrected_resampled_test",
+    "conservative_p",
     "coupling_for_difference",
     "curve_frames",
     "detection_size",
+    "episode_interval",
+    "episode_test",
     "format_by_run",
     "format_table",
     "mde_paired",
@@ -64,10 +72,15 @@ __all__ = [
     "paired_test",
     "paired_tests_by_run",
     "paired_values",
+    "reported_difference",
     "recovery_curve",
     "run_sample_sizes",
+    "setting_test",
+    "significantly_above",
     "sign_flip_pvalue",
     "simulation_sizes",
+    "tom_tests",
+    "why_untestable",
 ]
 
 #: the pairable units of :func:`paired_values`
@@ -366,7 +379,184 @@ def paired_values(results, control: str, unit: str = "split_seed") -> pd.DataFra
 
 TABLE_COLUMNS = ["comparison", "control", "unit", "n_runs", "n_pairs", "mean_genuine", "mean_control",
                  "mean_diff", "sd_diff", "t", "p_t", "p_perm", "mde", "mde_normal", "test_train_ratio",
-                 "t_corrected", "p_corrected", "mde_corrected"]
+                 "t_corrected", "p_corrected", "mde_corrected", "n_episodes", "n_boot", "sync_genuine",
+                 "sync_control", "sync_diff", "se_episodes", "ci_lo", "ci_hi", "p_episodes", "p"]
+
+#: the two tests of a control's difference, named in every sentence that quotes :func:`conservative_p`
+TWO_TESTS = ("the corrected resampled t-test over re-splits and the bootstrap over whole episodes; "
+             "the larger p of the two")
+
+
+def _pooled_resamples(results, conditions, quantity, runs=None) -> tuple[float, np.ndarray, int]:
+    """``quantity`` of the reported SyncR² (``sync_r2``) and of its resamples of whole episodes
+    (``sync_r2_boot``), each averaged over the ordered runs (or those in ``runs``) and directions,
+    over the runs whose analyses have the resamples and ``conditions``.
+
+    ``quantity`` maps a DataArray with a ``condition`` dim to one without (e.g. genuine minus
+    passive).  Returns ``(value, draws (B,) finite, n_episodes of the first run)``; NaN and no
+    draws where no run qualifies."""
+    vals, boots, n_ep = [], [], 0
+    for r in results.runs:
+        if runs is not None and r.name not in runs:
+            continue
+        ds = results.analysis(r.name)
+        if "sync_r2_boot" not in ds or not set(conditions) <= set(ds["condition"].values):
+            continue
+        vals.append(quantity(ds["sync_r2"]).to_numpy().astype(float))                          # (direction,)
+        boots.append(quantity(ds["sync_r2_boot"]).transpose("direction", "boot").to_numpy().astype(float))
+        n_ep = n_ep or int(ds.attrs.get("n_episodes", 0))
+    if not boots:
+        return math.nan, np.array([]), n_ep
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        b = np.nanmean(np.concatenate(boots), axis=0)                                          # (B,)
+    return float(np.nanmean(np.concatenate(vals))), b[np.isfinite(b)], n_ep
+
+
+def episode_test(results, control: str, runs=None) -> dict:
+    """Genuine against ``control`` with the episode (dialog) as the unit: a bootstrap of whole
+    episodes, the maps held fixed (``sync_r2_boot`` of the analyses; the rule is their
+    ``boot_rule`` attribute).
+
+    The statistic is the difference of the reported SyncR² (reference aggregation over split
+    seeds), genuine minus control, averaged over the ordered runs and directions; each
+    resample gives it again on the drawn episodes.  Where the runs play the same tasks the
+    same draws serve all of them (the analyses use one seed), so a task drawn counts in every
+    run at once.
+
+    Returns
+    -------
+    dict
+        ``n_episodes`` (episodes of the first run's cube), ``n_boot``, ``sync_genuine`` and
+        ``sync_control`` (the reported SyncR², mean over runs and directions), ``sync_diff``
+        (their difference), ``se_episodes`` (sd of the resampled differences), ``ci_lo``/``ci_hi``
+        (2.5 and 97.5 percentiles), ``p_episodes`` (two-sided:
+        ``2 min(1 + #{d_b <= 0}, 1 + #{d_b >= 0}) / (1 + B)``, at most 1); NaN where no run
+        has ``sync_r2_boot`` for both conditions.
+    """
+    conds = ("genuine", control)
+    d, db, n_ep = _pooled_resamples(results, conds, lambda v: v.sel(condition="genuine") - v.sel(condition=control),
+                                    runs)
+    out = {"n_episodes": n_ep, "n_boot": 0, "sync_genuine": math.nan, "sync_control": math.nan,
+           "sync_diff": math.nan, "se_episodes": math.nan, "ci_lo": math.nan, "ci_hi": math.nan,
+           "p_episodes": math.nan}
+    if not db.size or not np.isfinite(d):
+        return out
+    B = db.size
+    out.update(sync_genuine=_pooled_resamples(results, conds, lambda v: v.sel(condition="genuine"), runs)[0],
+               sync_control=_pooled_resamples(results, conds, lambda v: v.sel(condition=control), runs)[0],
+               n_boot=B, sync_diff=d, se_episodes=float(np.std(db, ddof=1)) if B > 1 else math.nan,
+               ci_lo=float(np.percentile(db, 2.5)), ci_hi=float(np.percentile(db, 97.5)),
+               p_episodes=float(min(1.0, 2 * min(1 + np.sum(db <= 0), 1 + np.sum(db >= 0)) / (1 + B))))
+    return out
+
+
+def episode_interval(results, condition: str = "genuine") -> dict:
+    """The reported SyncR² of ``condition`` (mean over runs and directions) with its interval over
+    resamples of whole episodes (``sync_r2_boot``; :func:`episode_test` for the rule).
+
+    Returns
+    -------
+    dict
+        ``value``, ``ci_lo``, ``ci_hi`` (2.5 and 97.5 percentiles), ``p_zero`` (one-sided,
+        ``(1 + #{s_b <= 0}) / (1 + B)``: that SyncR² is 0, no synchrony), ``n_boot``,
+        ``n_episodes``; NaN where no run has the resamples.
+    """
+    v, b, n_ep = _pooled_resamples(results, (condition,), lambda x: x.sel(condition=condition))
+    out = {"value": math.nan, "ci_lo": math.nan, "ci_hi": math.nan, "p_zero": math.nan, "n_boot": 0,
+           "n_episodes": n_ep}
+    if b.size:
+        out.update(value=v, ci_lo=float(np.percentile(b, 2.5)), ci_hi=float(np.percentile(b, 97.5)),
+                   p_zero=float((1 + np.sum(b <= 0)) / (1 + b.size)), n_boot=int(b.size))
+    return out
+
+
+#: the settings :func:`setting_test` compares with the genuine condition: (variable, reduced dims, label)
+SETTINGS = {"persona": ("persona_disjoint_sync_r2_per_seed", (), "persona-disjoint minus original SyncR²"),
+            "nonlinear": ("nonlinear_r2", ("layer_pair",), "the MLP's minus the affine map's test R²")}
+
+
+def setting_test(results, setting: str) -> dict:
+    """Table 2 or 5: a setting against the original, paired by run, direction and split seed, with
+    the corrected resampled t-test (:func:`corrected_resampled_test`; the split seeds re-split the
+    same samples).
+
+    ``"persona"``: ``persona_disjoint_sync_r2_per_seed`` minus the genuine ``sync_r2_per_seed``
+    (n_test / n_train of the persona-disjoint splits).  ``"nonlinear"``: ``nonlinear_r2`` minus
+    ``affine_r2``, averaged over the layer pairs (the genuine splits' ratio).
+
+    Returns
+    -------
+    dict
+        :func:`corrected_resampled_test`'s ``n``, ``mean``, ``t``, ``p``, ``mde``, and
+        ``n_layer_pairs`` (nonlinear; 0 otherwise).
+    """
+    if setting not in SETTINGS:
+        raise ValueError(f"setting must be one of {sorted(SETTINGS)}, got {setting!r}")
+    var, reduce, _ = SETTINGS[setting]
+    diffs, ratios, n_lp = [], [], 0
+    for r in results.runs:
+        ds = results.analysis(r.name)
+        if var not in ds:
+            continue
+        if setting == "persona":
+            a, b = ds[var], ds["sync_r2_per_seed"].sel(condition="genuine")
+            ntr, nte = ds["persona_disjoint_n_train"], ds["persona_disjoint_n_test"]
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                a, b = ds[var].mean(list(reduce)), ds["affine_r2"].mean(list(reduce))
+            ntr, nte = (ds[f"n_{k}"].sel(condition="genuine") for k in ("train", "test"))
+            n_lp = max(n_lp, int((ds["nonlinear_src_layer"] >= 0).sum("layer_pair").max()))
+        diffs.append((a - b).transpose("direction", "split_seed").to_numpy().astype(float).ravel())
+        ok = ntr.to_numpy().ravel() > 0
+        ratios += list(nte.to_numpy().ravel()[ok] / ntr.to_numpy().ravel()[ok])
+    d = np.concatenate(diffs) if diffs else np.array([])
+    out = corrected_resampled_test(d, float(np.mean(ratios)) if ratios else math.nan)
+    out["n_layer_pairs"] = n_lp
+    return out
+
+
+def tom_tests(results) -> pd.DataFrame:
+    """Figure 11: each decoder against the train-mean baseline, paired by run, reading agent and
+    split seed (baseline minus decoder test KL: positive when the decoder is better), with the
+    corrected resampled t-test (n_test / n_train of its own probes).
+
+    Returns
+    -------
+    DataFrame
+        ``target, relation, n, mean, p, mde, format_followed`` (whether the decoded replies
+        followed the instructed format: the format filter was on); empty without ToM results.
+    """
+    cols = ["target", "relation", "n", "mean", "p", "mde", "format_followed"]
+    names = results.runs_with("tom_kl_best")
+    if not names:
+        return pd.DataFrame(columns=cols)
+    first = results.analysis(names[0])
+    rows = []
+    for target in first["tom_target"].values:
+        for rel in first["tom_relation"].values:
+            diffs, ratios, followed = [], [], True
+            for name in names:
+                ds = results.analysis(name)
+                at = {"tom_target": target, "tom_relation": rel}
+                diffs.append((ds["tom_kl_baseline"] - ds["tom_kl_best"]).sel(**at).to_numpy().astype(float).ravel())
+                sel = {k: v for k, v in at.items() if k in ds["tom_n_train"].dims}
+                ntr = ds["tom_n_train"].sel(**sel).to_numpy().ravel()
+                nte = ds["tom_n_test"].sel(**sel).to_numpy().ravel()
+                ratios += list(nte[ntr > 0] / ntr[ntr > 0])
+                followed &= str(ds.attrs.get("tom_format_filter", "applied")).startswith("applied")
+            res = corrected_resampled_test(np.concatenate(diffs), float(np.mean(ratios)) if ratios else math.nan)
+            rows.append({"target": str(target), "relation": str(rel).replace("_", " "), "n": res["n"],
+                         "mean": res["mean"], "p": res["p"], "mde": res["mde"], "format_followed": followed})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def conservative_p(row) -> float:
+    """The larger p of a comparison's two tests (:data:`TWO_TESTS`), or the one there is."""
+    ps = [row.get("p_corrected", math.nan), row.get("p_episodes", math.nan)]
+    ps = [float(p) for p in ps if p is not None and np.isfinite(p)]
+    return max(ps) if ps else math.nan
 
 
 def _test_train_ratio(results, runs, condition: str) -> float:
@@ -415,7 +605,11 @@ def paired_control_tests(results, controls=None, unit: str = "split_seed", seed:
         ``mde_normal`` (the normal approximation ``(z_0.975 + z_0.8) sd / sqrt(n)``);
         with ``unit="split_seed"`` also ``test_train_ratio`` and the corrected resampled
         t-test of :func:`corrected_resampled_test` (``t_corrected``, ``p_corrected``,
-        ``mde_corrected``), the test to read for re-split values (NaN for ``"direction"``).
+        ``mde_corrected``), the test to read for re-split values, and the bootstrap over whole
+        episodes of :func:`episode_test` (``n_episodes``, ``n_boot``, ``sync_genuine``,
+        ``sync_control``, ``sync_diff``,
+        ``se_episodes``, ``ci_lo``, ``ci_hi``, ``p_episodes``); ``p``: the larger p of the two
+        (:func:`conservative_p`), the one every claim is worded from (NaN for ``"direction"``).
     """
     controls = _controls(results) if controls is None else list(controls)
     rows = []
@@ -426,14 +620,18 @@ def paired_control_tests(results, controls=None, unit: str = "split_seed", seed:
         res = paired_test(pv["genuine"], pv["control"], seed=seed)
         ratio = _test_train_ratio(results, pv["run"].unique(), c) if unit == "split_seed" else math.nan
         cor = corrected_resampled_test(pv["genuine"] - pv["control"], ratio)
-        rows.append({"comparison": f"genuine - {c}", "control": c, "unit": unit,
-                     "n_runs": int(pv["run"].nunique()), "n_pairs": res["n_pairs"],
-                     "mean_genuine": res["mean_a"], "mean_control": res["mean_b"],
-                     "mean_diff": res["mean_diff"], "sd_diff": res["sd_diff"], "t": res["t"],
-                     "p_t": res["p_t"], "p_perm": res["p_perm"], "mde": res["mde"],
-                     "mde_normal": mde_paired(res["sd_diff"], res["n_pairs"], method="normal"),
-                     "test_train_ratio": ratio, "t_corrected": cor["t"], "p_corrected": cor["p"],
-                     "mde_corrected": cor["mde"]})
+        row = {"comparison": f"genuine - {c}", "control": c, "unit": unit,
+               "n_runs": int(pv["run"].nunique()), "n_pairs": res["n_pairs"],
+               "mean_genuine": res["mean_a"], "mean_control": res["mean_b"],
+               "mean_diff": res["mean_diff"], "sd_diff": res["sd_diff"], "t": res["t"],
+               "p_t": res["p_t"], "p_perm": res["p_perm"], "mde": res["mde"],
+               "mde_normal": mde_paired(res["sd_diff"], res["n_pairs"], method="normal"),
+               "test_train_ratio": ratio, "t_corrected": cor["t"], "p_corrected": cor["p"],
+               "mde_corrected": cor["mde"]}
+        if unit == "split_seed":
+            row.update(episode_test(results, c, runs))
+        row["p"] = conservative_p(row)
+        rows.append(row)
     return pd.DataFrame(rows, columns=TABLE_COLUMNS)
 
 
@@ -451,43 +649,66 @@ def paired_tests_by_run(results, controls=None) -> pd.DataFrame:
     return out[["run"] + TABLE_COLUMNS]
 
 
+def reported_difference(row) -> float:
+    """The difference a sentence quotes: of the reported SyncR² (:func:`episode_test`), else the
+    mean of the per-split-seed differences."""
+    return row["sync_diff"] if np.isfinite(row.get("sync_diff", math.nan)) else row["mean_diff"]
+
+
+def _interval(row) -> str:
+    return (f"{_f(row['ci_lo'])} to {_f(row['ci_hi'])}" if np.isfinite(row.get("ci_lo", math.nan)) else "—")
+
+
 def format_by_run(table: pd.DataFrame) -> pd.DataFrame:
-    """:func:`paired_tests_by_run` for display: one row per run and control."""
+    """:func:`paired_tests_by_run` for display: one row per run and control, the reported
+    SyncR² (reference aggregation, directions averaged) and both tests (:data:`TWO_TESTS`)."""
     from synclib.stats import format_p
 
+    def fp(p):
+        return format_p(p) if np.isfinite(p) else "—"
+
+    boot = table["sync_diff"].notna()
     out = pd.DataFrame({
-        "run": table["run"], "genuine vs": table["control"], "n": table["n_pairs"],
-        "genuine": table["mean_genuine"].map(_f), "control": table["mean_control"].map(_f),
-        "difference": table["mean_diff"].map(_f),
-        "p (corrected t)": table["p_corrected"].map(lambda p: format_p(p) if np.isfinite(p) else "—"),
-        "p (sign flips)": table["p_perm"].map(format_p),
+        "run": table["run"], "genuine vs": table["control"],
+        "genuine": table["sync_genuine"].where(boot, table["mean_genuine"]).map(_f),
+        "control": table["sync_control"].where(boot, table["mean_control"]).map(_f),
+        "difference": table.apply(reported_difference, axis=1).map(_f),
+        "95 % interval (episodes)": table.apply(_interval, axis=1),
+        "p (re-splits)": table["p_corrected"].map(fp), "p (episodes)": table["p_episodes"].map(fp),
         "min. detectable difference": table["mde_corrected"].map(_f)})
     return out.set_index(["run", "genuine vs"])
 
 
+def significantly_above(row, level: float = 0.05) -> bool:
+    """Genuine significantly above the control, by the larger p of the two tests."""
+    return bool(np.isfinite(row["p"]) and row["p"] < level and reported_difference(row) > 0)
+
+
 def by_run_sentence(table: pd.DataFrame, embedded: bool) -> str:
     """One sentence per ordered run of :func:`paired_tests_by_run`: which controls its
-    genuine SyncR² is significantly above (corrected resampled t-test, p < 0.01 and
-    p < 0.05 marked), and which not."""
+    genuine SyncR² is significantly above (p < 0.05 by the larger p of the two tests,
+    :data:`TWO_TESTS`), and which not."""
     who = "the embedded models show" if embedded else "this run shows"
     out = []
     for run, t in table.groupby("run", sort=False):
         if run == "all runs":
             continue
-        above = [f"{r['control']} (by {_f(r['mean_diff'])}, {_p(r['p_corrected'])})" for _, r in t.iterrows()
-                 if np.isfinite(r["p_corrected"]) and r["p_corrected"] < 0.05 and r["mean_diff"] > 0]
-        rest = [f"{r['control']} ({_p(r['p_corrected'])})" for _, r in t.iterrows()
-                if not (np.isfinite(r["p_corrected"]) and r["p_corrected"] < 0.05 and r["mean_diff"] > 0)]
-        g = t["mean_genuine"].iloc[0] if len(t) else math.nan
+        above = [f"{r['control']} (by {_f(reported_difference(r))}, {_p(r['p'])})" for _, r in t.iterrows()
+                 if significantly_above(r)]
+        rest = [f"{r['control']} ({_p(r['p'])})" for _, r in t.iterrows() if not significantly_above(r)]
+        first = t.iloc[0] if len(t) else None
+        g = (first["sync_genuine"] if first is not None and np.isfinite(first["sync_genuine"])
+             else first["mean_genuine"] if first is not None else math.nan)
         s = f"In {run}, {who} genuine SyncR² {_f(g)}"
         s += (f", significantly above {', '.join(above)}" if above else ", above no control significantly")
         s += (f"; not significantly above {', '.join(rest)}." if rest else ".")
         out.append(s)
-    return " ".join(out)
+    return " ".join(out) + (f" Each p is the larger of two tests: {TWO_TESTS.split(';')[0]}." if out else "")
 
 
 def run_sample_sizes(results, condition: str = "genuine") -> dict:
-    """How many samples the run's datasets have (from the analyses' ``n_train``, ``n_test``).
+    """How many samples the run's datasets of ``condition`` have
+    (:meth:`synclib.results.Results.sample_counts`, the one count every page quotes).
 
     Returns
     -------
@@ -500,21 +721,12 @@ def run_sample_sizes(results, condition: str = "genuine") -> dict:
         attributes where the cube files are there; empty otherwise); ``alpha`` (the ridge
         penalty of the first run's analysis: a float, ``"cv"``, or None).
     """
-    ntr, nte, dims = [], [], set()
-    n_seeds = n_dirs = 0
-    alpha = None
-    for i, r in enumerate(results.runs):
-        ds = results.analysis(r.name)
-        if "n_train" not in ds or condition not in ds["n_train"]["condition"].values:
-            continue
-        a = ds["n_train"].sel(condition=condition).to_numpy().astype(float).ravel()
-        b = ds["n_test"].sel(condition=condition).to_numpy().astype(float).ravel()
-        keep = a > 0
-        ntr += list(a[keep])
-        nte += list(b[keep])
-        if not n_seeds:
-            n_seeds, n_dirs = int(ds.sizes.get("split_seed", 0)), int(ds.sizes.get("direction", 0))
-            alpha = _ridge_alpha(ds.attrs.get("alpha"))
+    counts = results.sample_counts()
+    c = counts[counts["condition"] == condition]
+    ntr, nte = c["n_train"].to_numpy(float), c["n_test"].to_numpy(float)
+    first = results.analysis(results.runs[0].name)
+    dims = set()
+    for r in results.runs:
         if r.cube is not None and r.cube.is_file():
             import xarray as xr
 
@@ -523,12 +735,12 @@ def run_sample_sizes(results, condition: str = "genuine") -> dict:
                     dims |= {int(cube.attrs[k]) for k in ("d_model_a", "d_model_b") if k in cube.attrs}
             except (OSError, ValueError):
                 pass
-    ntr, nte = np.asarray(ntr), np.asarray(nte)
     return {"n_train": float(ntr.mean()) if ntr.size else math.nan,
             "n_samples": float((ntr + nte).mean()) if ntr.size else math.nan,
             "n_train_min": int(ntr.min()) if ntr.size else 0, "n_train_max": int(ntr.max()) if ntr.size else 0,
-            "split_seeds": n_seeds, "n_runs": len(results.runs), "directions": n_dirs, "dims": sorted(dims),
-            "alpha": alpha}
+            "split_seeds": int(first.sizes.get("split_seed", 0)), "n_runs": len(results.runs),
+            "directions": int(first.sizes.get("direction", 0)), "dims": sorted(dims),
+            "alpha": _ridge_alpha(first.attrs.get("alpha"))}
 
 
 def _ridge_alpha(value):
@@ -565,9 +777,7 @@ def _synthetic_pairs(n_samples: int, coupling: float, cube_seed: int, *, layers:
     samples per dataset, analysed on genuine and passive; its paired values.
 
     Returns ``{"genuine": (m,), "passive": (m,), "n_train": mean training samples}``."""
-    with warnings.catch_warnings():  # tqdm.auto warns about ipywidgets inside a notebook
-        warnings.simplefilter("ignore")
-        from synclib.analysis import analyze
+    from synclib.analysis import analyze
     from synclib.synthetic import make_synthetic_cube
 
     # B->A has n_rounds - 1 samples per full episode, A->B n_rounds
@@ -577,7 +787,7 @@ def _synthetic_pairs(n_samples: int, coupling: float, cube_seed: int, *, layers:
                                latent_dim=min(8, dim), signal=signal, relationship_effect=0.0,
                                min_utterances=2 * n_rounds, passive=True, tom=False)
     ds = analyze(cube, conditions=("genuine", "passive"), alpha=ridge_alpha, n_samples=int(n_samples),
-                 split_seeds=tuple(split_seeds), progress=False, log=lambda m: None)
+                 split_seeds=tuple(split_seeds), n_boot=0, progress=False, log=lambda m: None)
     per = ds["sync_r2_per_seed"].transpose("condition", "direction", "split_seed")
     g = per.sel(condition="genuine").to_numpy().astype(float)
     p = per.sel(condition="passive").to_numpy().astype(float)
@@ -840,8 +1050,8 @@ def format_table(table: pd.DataFrame) -> pd.DataFrame:
         "genuine vs": t["control"], "paired values": t["unit"].map(units).fillna(t["unit"]),
         "n": t["n_pairs"], "genuine": t["mean_genuine"].map(_f), "control": t["mean_control"].map(_f),
         "difference": t["mean_diff"].map(_f), "p (paired t)": t["p_t"].map(format_p),
-        "p (sign flips)": t["p_perm"].map(format_p),
-        "p (corrected for re-splits)": t["p_corrected"].map(lambda p: format_p(p) if np.isfinite(p) else "—"),
+        "p (re-splits)": t["p_corrected"].map(lambda p: format_p(p) if np.isfinite(p) else "—"),
+        "p (episodes)": t["p_episodes"].map(lambda p: format_p(p) if np.isfinite(p) else "—"),
         "min. detectable difference": t["mde"].map(_f)})
     return out.set_index(["genuine vs", "paired values"])
 
@@ -853,14 +1063,19 @@ def _f(x, digits: int = 3) -> str:
 
 def _p(p) -> str:
     """``"p = 0.012"`` or ``"p < 0.001"``."""
-    from synclib.stats import format_p
+    from synclib.stats import p_clause
 
-    s = format_p(p)
-    return f"p {s}" if s.startswith("<") else f"p = {s}"
+    return p_clause(p)
+
+
+def _pval(row) -> float:
+    """The row's ``p`` (the larger of :data:`TWO_TESTS`) where it has one, else its paired t's."""
+    return row["p"] if np.isfinite(row.get("p", math.nan)) else row["p_t"]
 
 
 def _significant(row, level: float = 0.05) -> bool:
-    return bool(np.isfinite(row["p_t"]) and row["p_t"] < level)
+    p = _pval(row)
+    return bool(np.isfinite(p) and p < level)
 
 
 def _can_detect(row, difference: float) -> bool:
@@ -869,7 +1084,7 @@ def _can_detect(row, difference: float) -> bool:
     return bool(np.isfinite(row["mde"]) and row["mde"] <= difference)
 
 
-def _why_untestable(row) -> str | None:
+def why_untestable(row) -> str | None:
     """Why the comparison ``row`` allows no test, in a clause for the first page; None if it does."""
     n = int(row["n_pairs"])
     if n < 2:
@@ -887,12 +1102,18 @@ def _row_sentence(row) -> str:
     if n < 2:
         return f"*Genuine vs {what}*: fewer than two paired values; nothing can be tested."
     head = (f"*Genuine vs {what}*: mean difference {_f(row['mean_diff'])} (sd {_f(row['sd_diff'])}, "
-            f"{n} paired values), paired t {_p(row['p_t'])}, sign flips {_p(row['p_perm'])}.")
+            f"{n} paired values), paired t {_p(row['p_t'])}, sign flips {_p(row['p_perm'])}")
+    if np.isfinite(row.get("p", math.nan)):
+        head += (f"; corrected for re-splits {_p(row['p_corrected'])}, bootstrap over {int(row['n_episodes'])} "
+                 f"episodes {_p(row['p_episodes'])} (difference of the reported SyncR² {_f(row['sync_diff'])}, 95 % "
+                 f"interval {_interval(row)})")
+    head += "."
     if _significant(row):
         word = "above" if row["mean_diff"] > 0 else "below"
         agree = ("" if np.isfinite(row["p_perm"]) and row["p_perm"] < 0.05
                  else " (the sign-flip test does not agree at 0.05)")
-        return head + f" Genuine SyncR² is {word} {what}{agree}."
+        by = " by the larger p of the corrected and the episode test" if np.isfinite(row.get("p", math.nan)) else ""
+        return head + f" Genuine SyncR² is {word} {what}{by}{agree}."
     if np.isfinite(mde):
         return head + (f" Not significant: with {n} paired values this noisy, only a true difference above "
                        f"about {_f(mde)} is detected with 80 % power, so this is no evidence either way about "
@@ -957,7 +1178,7 @@ def claims_text(table: pd.DataFrame, curve: pd.DataFrame | None, sizes: dict, pu
             s += (f"**can** speak to a difference of that size (it detects differences above about {_f(r['mde'])} "
                   f"with 80 % power)")
             s += (", and it finds genuine above passive." if _significant(r) and r["mean_diff"] > 0 else
-                  f", yet it does not find genuine above passive ({_p(r['p_t'])}): evidence against a difference "
+                  f", yet it does not find genuine above passive ({_p(_pval(r))}): evidence against a difference "
                   f"of the paper's size in this run.")
         else:
             s += (f"**cannot** speak to a difference of that size: it detects only differences above about "
@@ -975,9 +1196,9 @@ def claims_text(table: pd.DataFrame, curve: pd.DataFrame | None, sizes: dict, pu
         parts = []
         for _, r in lags.iterrows():
             if _significant(r) and r["mean_diff"] > 0:
-                parts.append(f"{r['control']}: genuine is above it ({_p(r['p_t'])})")
+                parts.append(f"{r['control']}: genuine is above it ({_p(_pval(r))})")
             else:
-                parts.append(f"{r['control']}: not detected ({_p(r['p_t'])}; detectable from about {_f(r['mde'])})")
+                parts.append(f"{r['control']}: not detected ({_p(_pval(r))}; detectable from about {_f(r['mde'])})")
         paras.append(s + "In this run, " + "; ".join(parts) + ".")
 
     if curve is not None and len(curve):
@@ -995,74 +1216,6 @@ def claims_text(table: pd.DataFrame, curve: pd.DataFrame | None, sizes: dict, pu
 #: it.  The paper prints no number for it (figure 4a is a bar chart without values): a stated
 #: assumption, said so wherever it is used.
 ASSUMED_PAPER_DIFFERENCE = 0.1
-
-
-def claims_summary(results, published: dict, paper_difference: float = ASSUMED_PAPER_DIFFERENCE) -> list[str]:
-    """One plain Markdown line per claim of the paper: can this run speak to it?
-
-    For the book's first page (the power page gives the full argument).  Uses the paired
-    per-split-seed values with the corrected resampled t-test (:func:`corrected_resampled_test`:
-    the split seeds re-split the same samples); no simulation.
-
-    Returns
-    -------
-    list of str
-        Passive reader, lags, the correlation with social performance, the sample size.
-    """
-    from synclib.stats import MIN_N_CORR
-
-    table = paired_control_tests(results)
-    sizes = run_sample_sizes(results)
-    who = "the embedded models show" if getattr(results, "embedded", False) else "this run shows"
-    lines = []
-
-    def found(r) -> str:
-        return (f"{_f(r['mean_diff'])} SyncR² (corrected resampled t-test over {int(r['n_pairs'])} paired "
-                f"split-seed values, {_p(r['p_corrected'])})")
-
-    pas = table[table["control"] == "passive"] if len(table) else table
-    head = "Passive reader below genuine (section 4.2): "
-    if not len(pas):
-        lines.append(head + "**cannot** speak to it: this run has no passive condition.")
-    elif why := _why_untestable(r := pas.iloc[0]):
-        lines.append(head + f"**cannot** speak to it: {why}.")
-    elif r["p_corrected"] < 0.05 and r["mean_diff"] > 0:
-        lines.append(head + f"**can** speak to it: {who} genuine above passive by {found(r)}.")
-    else:
-        verdict = "can" if np.isfinite(r["mde_corrected"]) and r["mde_corrected"] <= paper_difference else "cannot"
-        lines.append(head + f"**{verdict}** speak to a difference of {_f(paper_difference, 2)} SyncR² (assumed; "
-                     f"the paper prints no number): it detects differences above about {_f(r['mde_corrected'])}; "
-                     f"found {found(r)}.")
-    lags = table[table["control"].str.startswith("lag")] if len(table) else table
-    if len(lags):
-        parts = []
-        for _, r in lags.iterrows():
-            if why := _why_untestable(r):
-                parts.append(f"{r['control']}: {why}")
-            elif r["p_corrected"] < 0.05 and r["mean_diff"] > 0:
-                parts.append(f"{r['control']}: {who} genuine above it by {found(r)}")
-            else:
-                parts.append(f"{r['control']}: not detected, {found(r)}; detectable from about "
-                             f"{_f(r['mde_corrected'])}")
-        ok = all(_why_untestable(r) is None and r["p_corrected"] < 0.05 and r["mean_diff"] > 0
-                 for _, r in lags.iterrows())
-        lines.append(f"Synchrony collapses at lags (section 4.2): **{'can' if ok else 'partly'}** speak to it: "
-                     + "; ".join(parts) + ".")
-    n_pairs, paper_pairs = len(results.pair_names), 21
-    # a correlation over fewer than five points keeps at most two degrees of freedom
-    verdict = ("cannot" if n_pairs < MIN_N_CORR + 2 else "can only weakly" if n_pairs < paper_pairs else "can")
-    lines.append(f"SyncR² tracks social performance (figure 6, table 1): **{verdict}** speak to it: "
-                 f"{n_pairs} model pair{'s' if n_pairs != 1 else ''} here, {paper_pairs} in the paper"
-                 f"{' (a correlation over so few points is not evidence)' if verdict == 'cannot' else ''}."
-                 + (" The embedded tiny models are not the paper's models." if getattr(results, "embedded", False)
-                    else ""))
-    f9 = published.get("fig9", {})
-    K = sizes.get("n_samples", math.nan)
-    if f9.get("n_samples") and np.isfinite(K):
-        verdict = "can" if K >= f9["n_samples"] else "cannot"
-        lines.append(f"The paper's sample size (appendix D): **{verdict}** speak to it: about {K:.0f} "
-                     f"samples per dataset here, {f9['n_samples']:,} in the paper.")
-    return lines
 
 
 def _curve_sentence(curve: pd.DataFrame, sizes: dict, passive_row) -> str:

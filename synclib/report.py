@@ -47,6 +47,25 @@ def _empty(what: str, var: str) -> str:
             "to compare; enable it in the run configuration and re-run `make book`.")
 
 
+# --------------------------------------------------------------------------- figure 1
+def sentence_fig1(fig, published: dict, embedded: bool) -> str:
+    """What figure 1's map is (:func:`synclib.illustrate.figure1`), with the paper's caption."""
+    i = fig.info
+    same = ("the analysis' own value for this layer pair and split" if i["rounded_equal"]
+            else "which differs from the analysis' value for this layer pair and split")
+    s = (f"The ridge map from agent 1's layer {i['src_layer']} to agent 2's layer {i['tgt_layer']} (the A→B layer "
+         f"pair with the highest mean test R² in this run, {_f(i['r2_mean'])} over split seeds), refitted on split seed "
+         f"{i['split_seed']} with the analysis' split ({i['n_train']} training and {i['n_test']} test samples) and "
+         f"penalty (λ = {i['alpha']:.2g}). Each point is one test sample: agent 2's actual state at the next utterance "
+         "against the map's prediction from agent 1's current state, both on the target layer's first principal "
+         f"component. Its test R² over all {i['n_test']} samples and every dimension is {i['r2']:.3f}, {same} "
+         f"({i['analysis_r2']:.3f}). SyncR² (figure 2) takes each source layer's best target like this one, clips at "
+         "0 and averages over layers, directions and speaking orders."
+         + (" These are the embedded tiny models, not the paper's." if embedded else ""))
+    p = published["fig1"]
+    return s + _paper(p, p["caption"])
+
+
 # --------------------------------------------------------------------------- figure 2
 def sentence_fig2(frames: dict[str, pd.DataFrame], published: dict, direction: str) -> str:
     """Mean best-target R² per pair and the share of negative cells."""
@@ -58,8 +77,9 @@ def sentence_fig2(frames: dict[str, pd.DataFrame], published: dict, direction: s
         total += len(f)
     share = 100.0 * neg / total if total else math.nan
     s = (f"Averaged over source layers and split seeds, the best target layer explains "
-         f"{_join(parts)} of the test variance of the partner's next state ({direction}); "
-         f"{_f(share, 0)}% of the {total} layer pairs shown have negative R² (grey).")
+         f"{_join(parts)} of the test variance of the partner's next state ({direction}: one direction of one "
+         f"ordered run, before clipping; a pair's SyncR² on the first page averages both directions of every "
+         f"order played); {_f(share, 0)}% of the {total} layer pairs shown have negative R² (grey).")
     return s + _paper(published["fig2"], published["fig2"]["claim"])
 
 
@@ -68,7 +88,8 @@ def _versus(sync: pd.DataFrame, other: pd.DataFrame, what: str) -> str:
     m = sync[["pair", "mean"]].merge(other[["pair", "mean"]], on="pair", suffixes=("_g", "_c"))
     lower = int((m["mean_c"] < m["mean_g"]).sum())
     return (f"With {what} SyncR² is lower than in the genuine interaction for {lower} of {len(m)} "
-            f"pairs (mean {_f(m['mean_g'].mean())} genuine vs {_f(m['mean_c'].mean())}).")
+            f"pairs (the mean over pairs of each pair's SyncR²: {_f(m['mean_g'].mean())} genuine vs "
+            f"{_f(m['mean_c'].mean())}; the tests are in the table above and the claims below).")
 
 
 def sentence_controls(control: pd.DataFrame, lag: pd.DataFrame, sync: pd.DataFrame,
@@ -96,18 +117,34 @@ def sentence_controls(control: pd.DataFrame, lag: pd.DataFrame, sync: pd.DataFra
 
 
 # --------------------------------------------------------------------------- figure 5
-def sentence_relationship(table: pd.DataFrame, published: dict) -> str:
-    """Mean SyncR² per relationship and its correlation with closeness (the Sotopia code)."""
+def sentence_relationship(table: pd.DataFrame, published: dict, res=None) -> str:
+    """Mean SyncR² per relationship, the test of closeness over the paper's five categories
+    (:meth:`synclib.results.Results.relationship_closeness`), how family_member is treated,
+    and how many scenarios each category comes from."""
+    from synclib.scenarios import CLOSENESS_CODES, RELATIONSHIPS
+
     p = published["fig5"]
     if table.empty:
         return _empty("relationship analysis", "relationship_sync_r2") + _paper(p, p["claim"])
     means = table.groupby(["code", "relationship"])["sync"].agg(["mean", "count"]).reset_index()
     means = means.sort_values("code")
     parts = [f"{r.relationship} {_f(r['mean'])} (n = {r['count']})" for _, r in means.iterrows()]
-    coded = table[table["code"] >= 0]
-    c = stats.pearson(coded["code"], coded["sync"])
-    s = (f"Mean SyncR² by relationship: {_join(parts)}; across all samples, the correlation of "
-         f"closeness (relationship code) with SyncR² is {c.describe()}.")
+    s = f"Mean SyncR² by relationship: {_join(parts)}."
+    if res is not None:
+        c = res.relationship_closeness(table)
+        s += (f" Over the paper's five categories (appendix G names {', '.join(RELATIONSHIPS[k] for k in CLOSENESS_CODES)},"
+              f" codes {CLOSENESS_CODES[0]}-{CLOSENESS_CODES[-1]}), closeness and the categories' mean SyncR² correlate "
+              f"with {c.describe()}, one point per category.")
+    if (table["code"] == 5).any():
+        s += (" family_member (code 5) is Sotopia's sixth category: none of the paper's 450 tasks uses it and the paper "
+              "never places it on its closeness scale, so it is drawn last and left out of the correlation.")
+    if res is not None and (absent := sorted(set(res.relationship_scenarios(with_values=False)) - set(table["relationship"]))):
+        s += (f" {_join(absent)} {'is' if len(absent) == 1 else 'are'} in this run's tasks but left out: too few of "
+              "its test samples in every split.")
+    if res is not None and (scen := res.relationship_scenarios()):
+        s += (" Scenarios per category in this run's tasks: " + ", ".join(f"{k} {v}" for k, v in scen.items())
+              + (". Where a category comes from one or two scenarios, relationship cannot be told apart from the "
+                 "scenario itself." if min(scen.values()) < 3 else "."))
     if "n_test" in table and np.isfinite(table["n_test"]).any():
         per = table.groupby("pair")["n_test"].first()
         s += (f" Each value is SyncR² on a test subset of {_join([f'{v:.0f} ({k})' for k, v in per.items()])} "
@@ -150,10 +187,8 @@ def sentence_fig6(pairs: pd.DataFrame, cors: pd.DataFrame, published: dict) -> s
              "performance.")
     else:
         parts = [f"{r.group}: {r.text}" for r in cors.itertuples()]
-        best = pairs.loc[pairs["social"].idxmax()]
         s = (f"Pearson correlation of SyncR² with social performance over {n_social} pairs - "
-             f"{'; '.join(parts)}. The best-rated pair is {best['pair']} (social "
-             f"{_f(best['social'])}, SyncR² {_f(best['sync'])}).")
+             f"{'; '.join(parts)}.")
     pub = "; ".join(f"{d['family']} r = {d['r']} (p {d['p']})" for d in published["fig6"]["pearson"])
     return s + _paper(published["fig6"], pub + ".")
 
@@ -204,11 +239,13 @@ def sentence_topk(topk: pd.DataFrame, cors: pd.DataFrame, published: dict) -> st
     p = published["fig7"]
     if topk.empty:
         return _empty("top-k sensitivity analysis", "sync_r2_topk") + _paper(p, p["claim"])
-    kmin, kmax = int(topk["k"].min()), int(topk["k"].max())
-    a = topk[topk["k"] == kmin]["mean"].mean()
-    b = topk[topk["k"] == kmax]["mean"].mean()
-    s = (f"Averaging the top k target layers instead of the best one changes the mean SyncR² "
-         f"over pairs from {_f(a)} (k = {kmin}) to {_f(b)} (k = {kmax}).")
+    parts = []
+    for pair, t in topk.groupby("pair", sort=False):
+        t = t.sort_values("k")
+        parts.append(f"{pair} from {_f(t['mean'].iloc[0])} (k = {int(t['k'].iloc[0])}) to {_f(t['mean'].iloc[-1])} "
+                     f"(k = {int(t['k'].iloc[-1])}, all its partner's layers)")
+    s = ("Averaging the top k target layers instead of the best one changes each pair's SyncR²: "
+         + "; ".join(parts) + ".")
     ok = cors.dropna(subset=["r"])
     if ok.empty:
         reasons = sorted(set(cors["reason"].dropna()))
@@ -224,20 +261,29 @@ def sentence_topk(topk: pd.DataFrame, cors: pd.DataFrame, published: dict) -> st
 
 
 # --------------------------------------------------------------------------- figure 8
-def sentence_clipping(table: pd.DataFrame, published: dict) -> str:
-    """Effect of keeping negative R² on SyncR² and its standard error."""
+def sentence_clipping(table: pd.DataFrame, published: dict, res=None) -> str:
+    """Effect of keeping negative R² on SyncR² and its standard error, at each penalty of
+    ``table`` (:meth:`synclib.results.Results.clipping_table`): the paper's and the run's own."""
     p = published["fig8"]
-    c = table[table["method"] == "clipped at 0"].set_index("pair")
-    k = table[table["method"] == "kept"].set_index("pair")
-    both = c.join(k, lsuffix="_c", rsuffix="_k").dropna(subset=["mean_c", "mean_k"])
-    if both.empty:
+    if table.empty:
         return _empty("unclipped SyncR²", "sync_r2_noclip") + _paper(p, p["claim"])
-    ratio = (both["se_k"] / both["se_c"]).replace([np.inf, -np.inf], np.nan)
-    s = (f"Keeping negative R² changes the mean SyncR² over {len(both)} pairs from "
-         f"{_f(both['mean_c'].mean())} to {_f(both['mean_k'].mean())}, and its standard error by "
-         f"a factor of {_f(np.nanmedian(ratio) if ratio.notna().any() else math.nan, 1)} "
-         f"(median over pairs).")
-    return s + _paper(p, p["claim"])
+    from synclib.results import Results
+
+    names = {"paper": "At the paper's penalty λ = 0.1 (the paper's setting)",
+             "run": f"At this run's own penalty ({res.penalty_label() if res is not None else 'its own'})"}
+    parts = []
+    for penalty, t in table.groupby("penalty", sort=False):
+        s = Results.clipping_summary(t)
+        if not np.isfinite(s["clipped"]):
+            continue
+        parts.append(f"{names.get(penalty, penalty)}, keeping negative R² changes the mean SyncR² over "
+                     f"{s['n_pairs']} pairs from {_f(s['clipped'])} to {_f(s['kept'])} and its standard error by a "
+                     f"factor of {_f(s['se_ratio'], 1)} (median over pairs)"
+                     + (": no source layer's best mean R² is negative there, so clipping changes nothing by "
+                        "construction" if penalty == "run" and abs(s["kept"] - s["clipped"]) < 5e-4 else "") + ".")
+    if not parts:
+        return _empty("unclipped SyncR²", "sync_r2_noclip") + _paper(p, p["claim"])
+    return " ".join(parts) + _paper(p, p["claim"])
 
 
 # --------------------------------------------------------------------------- figure 9
@@ -250,7 +296,7 @@ def sentence_sample_size(table: pd.DataFrame, published: dict) -> str:
     for pair, t in table.groupby("pair", sort=False):
         t = t.sort_values("n_samples")
         first, last = t.iloc[0], t.iloc[-1]
-        full = " (the run's full size)" if last.get("point") == "full run" else ""
+        full = " (the run's full size: the mean over its genuine datasets)" if last.get("point") == "full run" else ""
         part = (f"{pair} from {_f(first['mean'])} with {int(first['n_samples'])} samples per dataset to "
                 f"{_f(last['mean'])} with {int(last['n_samples'])}{full}")
         if len(t) > 1:
@@ -363,10 +409,15 @@ def sentence_tom(table: pd.DataFrame, published: dict) -> str:
          f"{_f(both['base'].mean(), 3)}; by target and source: {'; '.join(parts)}).")
     dec_rows = table[table["decoder_or_baseline"] == "decoder"]
     if {"n_train", "n_test"} <= set(table.columns) and np.isfinite(dec_rows["n_test"]).any():
-        s += (f" Each decoder is fitted on about {dec_rows['n_train'].mean():.0f} samples and tested on about "
-              f"{dec_rows['n_test'].mean():.0f} (per probe: reading agent, split seed and run). Chance is the "
-              "baseline: the training set's mean distribution, what a decoder that reads nothing from the "
-              "hidden state achieves.")
+        def span(v):
+            lo, hi = np.nanmin(v), np.nanmax(v)
+            return f"{lo:.0f}" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}"
+
+        per = [f"{target} decoders on {span(t['n_train'])} training and {span(t['n_test'])} test samples"
+               for target, t in dec_rows.groupby("target", sort=False) if np.isfinite(t["n_test"]).any()]
+        s += (f" Samples per decoder (the mean over reading agents, split seeds and runs, for each pair and "
+              f"relation): {_join(per)}. Chance is the baseline: the training set's mean distribution, what a "
+              "decoder that reads nothing from the hidden state achieves.")
     if {"n_kept", "n_dropped"} <= set(table.columns):
         kept, dropped = int(dec_rows["n_kept"].sum()), int(dec_rows["n_dropped"].sum())
         filtered = bool(dec_rows["filtered"].all()) if "filtered" in dec_rows else True
@@ -382,14 +433,22 @@ def sentence_tom(table: pd.DataFrame, published: dict) -> str:
     return s + _paper(p, p["claim"])
 
 
-def sentence_judged(table: pd.DataFrame) -> str:
-    """How many dialogs of each ordered run were judged and what that says about its mean."""
+def sentence_judged(table: pd.DataFrame, scores: pd.DataFrame | None = None) -> str:
+    """How many dialogs of each ordered run were judged, what that says about its mean and, with
+    the per-dialog ``scores`` (:meth:`synclib.results.Results.dialog_scores`), whether the runs
+    differ (:func:`synclib.stats.compare_groups`): no ranking without a test."""
     if table.empty:
         return "This run has no judge scores."
     parts = [f"{r['run']}: {r['judged']} of {r['dialogs'] if np.isfinite(r['dialogs']) else '?'} dialogs, "
              f"{_f(r['mean'])} (95 % interval {_f(r['lo'])} to {_f(r['hi'])})" for _, r in table.iterrows()]
-    return ("Social performance per ordered run, over its judged dialogs: " + "; ".join(parts) + ". A run "
-            "judged on a random sample estimates its mean over all its dialogs within that interval.")
+    s = ("Social performance per ordered run, over its judged dialogs: " + "; ".join(parts) + ". A run "
+         "judged on a random sample estimates its mean over all its dialogs within that interval.")
+    if scores is not None and scores["run"].nunique() > 1:
+        test = stats.compare_groups(scores, "score", "run")
+        s += (f" Do the runs differ? {test['name']} over the judged dialogs: {stats.p_clause(test['p'])}; "
+              + ("the runs' social performance differs." if test["p"] < 0.05 else
+                 "no run is rated differently from the others at this sample size, so the runs are not ranked."))
+    return s
 
 
 # --------------------------------------------------------------------------- the run summary
@@ -408,22 +467,94 @@ def _judge_line(judge: dict) -> str:
     return f"`{judge['model']}` ({where}), {how}; {scope}"
 
 
-def _size_lines(res, n_train: list[int]) -> list[str]:
+def sample_counts_text(res) -> str:
+    """The run's dataset sizes from :meth:`synclib.results.Results.sample_counts` (the one count):
+    training and test samples per dataset for each condition, as ranges over ordered runs,
+    directions and split seeds; conditions with the same ranges are named together."""
+    c = res.sample_counts()
+    if c.empty:
+        return ""
+
+    def span(v) -> str:
+        lo, hi = int(v.min()), int(v.max())
+        return f"{lo}" if lo == hi else f"{lo}-{hi}"
+
+    groups: dict = {}
+    for cond, t in c.groupby("condition", sort=False):
+        groups.setdefault((span(t["n_train"]), span(t["n_test"])), []).append(str(cond))
+    parts = [f"{_join(conds)} {tr} for training and {te} for testing" for (tr, te), conds in groups.items()]
+    return ("Samples per dataset, as the analysis split them (the range over ordered runs, directions and "
+            "split seeds): " + "; ".join(parts) + ".")
+
+
+def _size_lines(res) -> list[str]:
     """Why the run has the size it has: its training samples against the measured curves."""
     from synclib import power
-    from synclib.sizing import clip_size, load_curves
+    from synclib.sizing import clip_size, leaves_zero_text, load_curves
 
+    counts = res.sample_counts()
+    gen = counts[counts["condition"] == "genuine"]["n_train"]
     dims = power.run_sample_sizes(res).get("dims") or []
-    got = clip_size(max(dims), load_curves()) if n_train and dims else None
+    got = clip_size(max(dims), load_curves()) if len(gen) and dims else None
     if got is None:
-        return []
+        return ["", sample_counts_text(res)] if len(gen) else []
     n, how = got
-    verdict = ("above" if min(n_train) > n else "below")
+    verdict = "above" if gen.min() > n else "below"
     return ["", f"**The run's size.** SyncR² clips each layer's test R² at 0, so with too few training samples "
-            f"it is 0 whatever the models do. The measured sample-size curves (figure 9; {how}) put that "
-            f"point at about {n:.0f} training samples for models {max(dims)} wide; this run's genuine "
-            f"datasets have {min(n_train)}-{max(n_train)}, {verdict} it. `synclib run --dry-run` prints "
-            "every dataset's count before a run and warns below the curve."]
+            f"it is 0 whatever the models do. {leaves_zero_text()} For models {max(dims)} wide that point is about "
+            f"{n:.0f} ({how}); every genuine dataset of this run has {int(gen.min())} or more, {verdict} it. "
+            f"{sample_counts_text(res)} `synclib run --dry-run` prints every dataset's count before a run (an upper "
+            "bound: dialogs that end early give fewer) and warns below the curve."]
+
+
+def embedded_run_markdown(res) -> str:
+    """Markdown for ``book/_generated/embedded_run.md``: what the run being read has, for the
+    *embedded models* page (everything there that depends on the run comes from here)."""
+    from synclib.sizing import leaves_zero_text
+
+    cfg = res.config
+    sim = cfg.get("simulate") or {}
+    counts = res.sample_counts()
+    lines = [f"**This run** (`{res.manifest.get('name', 'unnamed')}`"
+             + (", the embedded tiny models" if res.embedded else ", not the embedded models") + f"): "
+             f"{len(res.pair_names)} model pair{'s' if len(res.pair_names) != 1 else ''} "
+             f"({', '.join(res.pair_names)}; ordered runs {', '.join(res.run_names)}), "
+             f"{sim.get('episodes', '?')} tasks x {len(sim.get('seeds') or [0])} simulation seed(s), at most "
+             f"{sim.get('max_utterances', '?')} utterances per dialog.", ""]
+    if len(counts):
+        lines += [sample_counts_text(res) + " " + leaves_zero_text(), ""]
+    n_pairs = len(res.pair_names)
+    lines += [f"- **Social performance (figure 6, table 1, figure 7).** {n_pairs} model pair"
+              f"{'s' if n_pairs != 1 else ''}: a correlation across pairs needs at least {stats.MIN_N_CORR} "
+              "(and many more to be evidence); the pages say so instead of printing an r."]
+    judged = res.judged_table()
+    if len(judged):
+        lines += [f"- **The judge.** {_join([f'{r.judged} of {int(r.dialogs) if np.isfinite(r.dialogs) else chr(63)} dialogs of {r.run}' for r in judged.itertuples()])} "
+                  "were judged (figure 6 gives each run's interval)."]
+    scen = res.relationship_scenarios() if res.runs_with("relationship_sync_r2") else {}
+    if scen:
+        lines += ["- **Relationships (figure 5).** Scenarios per category among the everyday-encounter sources: "
+                  + ", ".join(f"{k} {v}" for k, v in scen.items())
+                  + (": a category from one or two scenarios cannot be told apart from its scenario."
+                     if min(scen.values()) < 3 else ".")]
+    tom = res.tom_table()
+    if len(tom):
+        dec = tom[tom["decoder_or_baseline"] == "decoder"]
+        kept, dropped = int(dec["n_kept"].sum()), int(dec["n_dropped"].sum())
+        if kept + dropped:
+            lines += [f"- **Theory of Mind (figure 11).** {kept} of {kept + dropped} decoded samples' replies followed "
+                      "the instructed \"Emotion. Action type.\" format; the format filter was "
+                      + ("on: only those are decoded." if bool(dec["filtered"].all()) else
+                         "off (`analysis.tom_format_filter: false`): every reply is decoded, which the paper does not do.")]
+    return "\n".join(lines) + "\n"
+
+
+def _penalty_cell(alpha) -> str:
+    """The run summary's ridge penalty, with the paper's beside it."""
+    if alpha == "cv":
+        return ("chosen per source layer by cross-validation over whole episodes (the paper: 0.1; figure 8 also "
+                "refits at 0.1)")
+    return "n/a" if alpha is None else f"{alpha}" + (" (the paper's)" if alpha == 0.1 else " (the paper: 0.1)")
 
 
 def run_summary_markdown(res) -> str:
@@ -459,23 +590,27 @@ def run_summary_markdown(res) -> str:
         f"| max utterances | {sim.get('max_utterances', 'n/a')} |",
         f"| max new tokens | {sim.get('max_new_tokens', 'n/a')} |",
         f"| judge | {_judge_line(cfg.get('judge') or {})} |",
-        f"| ridge λ | {ana.get('alpha', 'n/a')} |",
+        f"| ridge λ | {_penalty_cell(ana.get('alpha'))} |",
         f"| split seeds | {ana.get('split_seeds', 'n/a')} |",
     ]
     sync = res.sync_table()
     conds = res.conditions()
     passive = res.sync_table("passive") if "passive" in conds else None
-    n_train = []
-    for name in res.run_names:
-        ds = res.analysis(name)
-        if "n_train" in ds:
-            n_train.append(int(ds["n_train"].sel(condition="genuine").max())
-                           if "condition" in ds["n_train"].dims else int(ds["n_train"].max()))
-    if n_train:
-        lines.append(f"| train samples per dataset | {min(n_train)}-{max(n_train)} |"
-                     if min(n_train) != max(n_train) else
-                     f"| train samples per dataset | {n_train[0]} |")
-    lines += _size_lines(res, n_train)
+    counts = res.sample_counts()
+    gen = counts[counts["condition"] == "genuine"]["n_train"]
+    if len(gen):
+        lo, hi = int(gen.min()), int(gen.max())
+        lines.append(f"| training samples per genuine dataset | {lo}-{hi} |" if lo != hi else
+                     f"| training samples per genuine dataset | {lo} |")
+    lines += _size_lines(res)
+    models = res.model_table()
+    if len(models):
+        lines += ["", "**Table 3** (the paper's appendix F: abbreviations and full model names), for this run's "
+                  "models; layers and width as the cubes record them:", "",
+                  "| abbreviation | model | spec | family | layers | width |", "| --- | --- | --- | --- | --- | --- |"]
+        lines += [f"| {r.abbreviation} | {r.model} | `{r.spec}` | {r.family} | "
+                  f"{'—' if not np.isfinite(r.layers) else int(r.layers)} | "
+                  f"{'—' if not np.isfinite(r.width) else int(r.width)} |" for r in models.itertuples()]
     lines += ["", "**Headline numbers of this run** (per model pair: the mean of its directional SyncR² "
               "values, both directions of every speaking order played, ± the mean of their standard "
               "errors over split seeds, as the paper's code computes them):", ""]
@@ -486,12 +621,12 @@ def run_summary_markdown(res) -> str:
             extra = f"; passive reader {_f(pr['mean'])} ± {_f(pr['se'])}"
         lines.append(f"- {r['pair']} ({r['model_a']} & {r['model_b']}): SyncR² "
                      f"{_f(r['mean'])} ± {_f(r['se'])}{extra}")
-    from synclib import power
+    from synclib.claims import claims_summary
     from synclib.results import load_published
 
-    lines += ["", "**Which of the paper's claims this run can speak to** (the argument, with paired tests "
-              "and a simulation, is on the page *Statistical power*):", ""]
-    lines += [f"- {s}" for s in power.claims_summary(res, load_published())]
+    lines += ["", "**Every claim of the paper, and whether this run can speak to it** (each figure's page "
+              "repeats its line; the argument behind the controls' tests is on the page *Statistical power*):", ""]
+    lines += [f"- {s}" for s in claims_summary(res, load_published())]
     return "\n".join(lines) + "\n"
 
 
@@ -811,6 +946,23 @@ def _judge_label(judge: str) -> str:
     return f"{judge} (tiny, embedded)" if judge in EMBEDDED else judge
 
 
+def _episode_set_text(es: dict, rule: str | None = None) -> str:
+    """Which rated episodes a judge's numbers rest on (an ``episode_set``, i.e.
+    :func:`synclib.judge.human.episode_coverage`'s record, with its ``rule``), and why the
+    others are left out; ids are named where a reason covers five or fewer.  Whole
+    sentences, the first one open to the caller's start ("GPT-4 on ")."""
+    def ids(x):
+        return f": {', '.join(x)}" if len(x) <= 5 else ""
+
+    rule = rule or es.get("rule")
+    s = f"{es['episodes']} of the {es['rated_episodes']} rated episodes"
+    if es.get("without_dialog"):
+        s += f" ({len(es['without_dialog'])} of them without a dialog{ids(es['without_dialog'])})"
+    s += "." + (f" Which and why: {rule}." if rule else "")
+    left = [f"{x['n']}, reason: {x['reason']}{ids(x['episode_ids'])}" for x in es.get("left_out", [])]
+    return s + (" Left out: " + "; ".join(left) + "." if left else " None left out.")
+
+
 def measured_judge_table(measured: dict | None, published: dict) -> pd.DataFrame | None:
     """The judges measured on Sotopia-π's published ratings (``bench/bench_judge_human.py``'s
     JSON, :func:`synclib.judge.human.load_measured`): per dimension each judge's r, beside the
@@ -820,7 +972,7 @@ def measured_judge_table(measured: dict | None, published: dict) -> pd.DataFrame
     table = judge_human_table(None, published)
     for j in measured["judges"]:
         r = {d["dimension"]: np.nan if d["r"] is None else d["r"] for d in j["dimensions"]}
-        table[f"{_judge_label(j['judge'])} r"] = table["dimension"].map(r)
+        table[f"{_judge_label(j['judge'])} r ({j['episodes']} episodes)"] = table["dimension"].map(r)
     return table
 
 
@@ -837,11 +989,13 @@ def sentence_measured_judges(measured: dict | None) -> str:
         none = [d for d in j["dimensions"] if d not in ok]
         gap = (f"; no r on {_join([d['dimension'] for d in none])} ({none[0].get('reason') or 'undefined'})"
                if none else "")
-        parts.append(f"**{_judge_label(j['judge'])}**: {j['episodes']} episodes, {j['scores']} agent × dimension "
-                     f"scores; r from {min(d['r'] for d in ok):.2f} to {best['r']:.2f} ({best['dimension']}), "
+        on = _episode_set_text(j["episode_set"]) if j.get("episode_set") else f"{j['episodes']} episodes."
+        parts.append(f"**{_judge_label(j['judge'])}** on {on} Over these {j['episodes']} episodes, {j['scores']} "
+                     f"agent × dimension scores: r from {min(d['r'] for d in ok):.2f} to {best['r']:.2f} ({best['dimension']}), "
                      f"p ≤ 0.01 on {len(sig)} of 7 dimensions ({_join(sig) or 'none'}){gap}; "
                      f"{100 * j['within_one_sd']:.1f} % of its scores within one standard deviation of the "
-                     "human ratings." if ok else f"**{_judge_label(j['judge'])}**: no dimension has a correlation.")
+                     "human ratings." if ok else
+                     f"**{_judge_label(j['judge'])}** on {on} No dimension has a correlation.")
     from synclib.models import EMBEDDED
 
     tiny = [j for j in measured["judges"] if j["judge"] in EMBEDDED]
@@ -854,8 +1008,9 @@ def sentence_measured_judges(measured: dict | None) -> str:
 
 
 def sentence_judge_human(agree: pd.DataFrame | None, share: float | None, n_scores: int,
-                         judge: str, published: dict) -> str:
-    """What table 4 and figure 10 show for this judge, or what the page needs."""
+                         judge: str, published: dict, coverage: dict | None = None) -> str:
+    """What table 4 and figure 10 show for this judge, or what the page needs; ``coverage``
+    (:func:`synclib.judge.human.episode_coverage`) says which rated episodes they rest on."""
     fig10 = published["fig10"]
     paper = _paper(published["table4"], "r from 0.22 to 0.71 (GPT-4) and 0.22 to 0.60 "
                    f"(gpt-oss-120b) across dimensions; {fig10['text']} ({fig10['source']}).")
@@ -871,6 +1026,8 @@ def sentence_judge_human(agree: pd.DataFrame | None, share: float | None, n_scor
     s = f"{_judge_label(judge)} against the human raters' mean: {rs or 'no dimension has a correlation'}."
     if missing:
         s += " No r for " + _join(missing) + "."
+    if coverage is not None:
+        s += " They rest on " + _episode_set_text(coverage, "those the judge's table scores")
     if share is not None and np.isfinite(share):
         s += (f" {100 * share:.1f} % of its {n_scores} scores lie within one standard deviation "
               f"of the human ratings (paper, {fig10['judge']}: {100 * fig10['within_one_sd']:.1f} %).")

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -237,6 +238,32 @@ class Results:
         n = {len(self.runs_of(p)) for p in mixed}
         return "both" if n == {2} else "first" if n <= {1} else "mixed"
 
+    def model_table(self) -> pd.DataFrame:
+        """Table 3 (appendix F) for this run: each model's abbreviation (its key in the config),
+        its label, spec and family, and its layers and width as the cubes record them.
+
+        Returns
+        -------
+        DataFrame
+            ``abbreviation, model, spec, family, layers, width`` (layers and width NaN where no
+            cube of the model is there).
+        """
+        shapes: dict = {}
+        for r in self.runs:
+            if r.cube is None or not r.cube.is_file():
+                continue
+            with xr.open_dataset(r.cube) as c:
+                for side, label in (("a", r.model_a), ("b", r.model_b)):
+                    shapes.setdefault(label, (c.attrs.get(f"n_layers_{side}"), c.attrs.get(f"d_model_{side}")))
+        rows = []
+        for key, m in (self.config.get("models") or {}).items():
+            label = m.get("label", key)
+            layers, width = shapes.get(label, (None, None))
+            rows.append({"abbreviation": key, "model": label, "spec": m.get("spec", ""), "family": m.get("family", ""),
+                         "layers": math.nan if layers is None else int(layers),
+                         "width": math.nan if width is None else int(width)})
+        return pd.DataFrame(rows, columns=["abbreviation", "model", "spec", "family", "layers", "width"])
+
     def describe(self) -> str:
         """One line naming the run, e.g. for a notebook's first output (no machine paths)."""
         kind = ("SYNTHETIC TEST DATA (not results)" if self.synthetic else
@@ -353,6 +380,31 @@ class Results:
         sets = [list(self.analysis(n)["sync_r2"]["condition"].values) for n in self.run_names]
         return [c for c in sets[0] if all(c in s for s in sets)]
 
+    def sample_counts(self) -> pd.DataFrame:
+        """Samples of every dataset of the run, as the analyses record them: the one count
+        every page, the claims list and the run summary quote.
+
+        Returns
+        -------
+        DataFrame
+            One row per (run, condition, direction, split seed) that was split: ``run``,
+            ``condition``, ``direction``, ``split_seed``, ``n_train``, ``n_test``,
+            ``n_available`` (the dataset's samples before the split).
+        """
+        rows = []
+        for r in self.runs:
+            ds = self.analysis(r.name)
+            if "n_train" not in ds:
+                continue
+            t = ds[["n_train", "n_test"]].to_dataframe().reset_index()
+            if "n_available" in ds:
+                t = t.merge(ds["n_available"].to_dataframe().reset_index(), on=["condition", "direction"])
+            rows.append(t[t["n_train"] > 0].assign(run=r.name))
+        cols = ["run", "condition", "direction", "split_seed", "n_train", "n_test", "n_available"]
+        if not rows:
+            return pd.DataFrame(columns=cols)
+        return pd.concat(rows, ignore_index=True).reindex(columns=cols)
+
     def control_table(self, conditions=None) -> pd.DataFrame:
         """Figure 4a: per family and condition, the mean of the pairs' SyncR² and the
         reference's error bar (:func:`synclib.stats.reference_family_se`).
@@ -409,6 +461,29 @@ class Results:
                          "judged_episodes": n_ep})
         return pd.DataFrame(rows)
 
+    def dialog_scores(self) -> pd.DataFrame:
+        """Every judged dialog's social performance: the mean of both agents' overall scores
+        (a dialog counts when both were scored, as :func:`synclib.judge.social_performance`).
+
+        Returns
+        -------
+        DataFrame
+            ``run, pair, episode, sim_seed, score``.
+        """
+        from synclib.judge.table import overall_scores
+
+        parts = []
+        for r in self.runs:
+            t = self.judge(r.name)
+            if t is None:
+                continue
+            wide = overall_scores(t).pivot_table(index=["episode", "sim_seed"], columns="agent",
+                                                 values="overall", dropna=False).reindex(columns=[1, 2])
+            both = wide[wide.notna().all(axis=1)]
+            parts.append(both.mean(axis=1).rename("score").reset_index().assign(run=r.name, pair=r.pair))
+        cols = ["run", "pair", "episode", "sim_seed", "score"]
+        return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
+
     def judged_table(self) -> pd.DataFrame:
         """Per ordered run: the dialogs the judge scored (``judged``, of ``dialogs`` in the
         cube) and the run's social performance with a 95 % t interval over its judged
@@ -417,16 +492,12 @@ class Results:
         can say about the run's mean."""
         from scipy import stats as sps
 
-        from synclib.judge.table import overall_scores
-
+        scores = self.dialog_scores()
         rows = []
         for r in self.runs:
-            t = self.judge(r.name)
-            if t is None:
+            if self.judge(r.name) is None:
                 continue
-            wide = overall_scores(t).pivot_table(index=["episode", "sim_seed"], columns="agent",
-                                                 values="overall", dropna=False).reindex(columns=[1, 2])
-            per = wide[wide.notna().all(axis=1)].mean(axis=1).to_numpy(float)
+            per = scores.loc[scores["run"] == r.name, "score"].to_numpy(float)
             m, se = stats.mean_se(per)
             half = float(sps.t.ppf(0.975, len(per) - 1) * se) if len(per) > 1 else math.nan
             n_dialogs = math.nan
@@ -472,13 +543,15 @@ class Results:
     # ------------------------------------------------------------------ fig 7, 8
     def topk_table(self) -> pd.DataFrame:
         """Figure 7: per pair and k, SyncR² with the top-k target layers (clipped, as the
-        reference; protocol correction 15)."""
+        reference; protocol correction 15), for every k that all the pair's directional values
+        have (up to the shallower target model's depth)."""
         rows = []
         for _, runs in self.units():
             ks = self.analysis(runs[0].name)["sync_r2_topk"]["k"].values
+            n_dir = sum(self.analysis(r.name).sizes["direction"] for r in runs)
             for k in ks:
                 v = self._unit_value(runs, "sync_r2_topk", condition="genuine", k=k)
-                if np.isfinite(v["mean"]):  # k beyond the target model's depth is NaN
+                if v["n_values"] == n_dir:  # k beyond a target model's depth is NaN: no mixed means
                     rows.append({**self._info(runs), "k": int(k), "mean": v["mean"], "se": v["se"]})
         return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders", "k", "mean", "se"])
 
@@ -496,15 +569,51 @@ class Results:
                              "reason": c["reason"]})
         return pd.DataFrame(rows)
 
+    def penalty_label(self) -> str:
+        """The run's ridge penalty in words: ``"λ = 0.1"`` or ``"λ chosen by cross-validation"``."""
+        alpha = str(self.analysis(self.runs[0].name).attrs.get("alpha", ""))
+        return "λ chosen by cross-validation" if alpha == "cv" else f"λ = {alpha}"
+
     def clipping_table(self) -> pd.DataFrame:
-        """Figure 8: per pair, SyncR² with negatives clipped (``sync_r2``) and kept
-        (``sync_r2_noclip``)."""
+        """Figure 8: per pair, SyncR² with negatives clipped and kept, at the paper's penalty
+        (``penalty`` ``"paper"``: ``paper_alpha_sync_r2[_noclip]``, or the run's own variables
+        when its penalty is the paper's) and at the run's own (``"run"``: ``sync_r2[_noclip]``).
+
+        Columns ``pair, family, model_a, model_b, orders, penalty, method, mean, se``.
+        """
+        from synclib.ridge import PAPER_ALPHA
+
         rows = []
+        own_is_paper = self.penalty_label() == f"λ = {PAPER_ALPHA}"
         for _, runs in self.units():
-            for method, var in (("clipped at 0", "sync_r2"), ("kept", "sync_r2_noclip")):
-                v = self._unit_value(runs, var, condition="genuine")
-                rows.append({**self._info(runs), "method": method, "mean": v["mean"], "se": v["se"]})
-        return pd.DataFrame(rows)
+            have = all("paper_alpha_sync_r2" in self.analysis(r.name) for r in runs)
+            kinds = ([("paper", "sync_r2")] if own_is_paper else
+                     [("paper", "paper_alpha_sync_r2")] * have + [("run", "sync_r2")])
+            for penalty, prefix in kinds:
+                for method, suffix in (("clipped at 0", ""), ("kept", "_noclip")):
+                    v = self._unit_value(runs, prefix + suffix, condition="genuine")
+                    rows.append({**self._info(runs), "penalty": penalty, "method": method, "mean": v["mean"],
+                                 "se": v["se"]})
+        return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders", "penalty", "method",
+                                           "mean", "se"])
+
+    @staticmethod
+    def clipping_summary(table: pd.DataFrame) -> dict:
+        """Figure 8's numbers from the rows of one penalty of :meth:`clipping_table`: the mean
+        over pairs of the clipped and kept SyncR² (``clipped``, ``kept``), the median over pairs
+        of the ratio of their standard errors (``se_ratio``) and ``alpha`` (the penalty's value,
+        NaN for the run's own when it is not a number)."""
+        from synclib.ridge import PAPER_ALPHA
+
+        c = table[table["method"] == "clipped at 0"].set_index("pair")
+        k = table[table["method"] == "kept"].set_index("pair")
+        both = c.join(k, lsuffix="_c", rsuffix="_k").dropna(subset=["mean_c", "mean_k"])
+        ratio = (both["se_k"] / both["se_c"]).replace([np.inf, -np.inf], np.nan)
+        return {"clipped": float(both["mean_c"].mean()) if len(both) else math.nan,
+                "kept": float(both["mean_k"].mean()) if len(both) else math.nan,
+                "se_ratio": float(np.nanmedian(ratio)) if ratio.notna().any() else math.nan,
+                "n_pairs": len(both),
+                "alpha": PAPER_ALPHA if (table["penalty"] == "paper").all() else math.nan}
 
     # ------------------------------------------------------------------ optional blocks
     def _units_with(self, var: str) -> list[tuple[str, list[RunInfo]]]:
@@ -543,6 +652,32 @@ class Results:
                                      "code": codes.get(label, -1), "sync": float(v), "n_test": n_test})
         return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders",
                                            "relationship", "code", "sync", "n_test"])
+
+    def relationship_closeness(self, table: pd.DataFrame | None = None) -> stats.Correlation:
+        """Figure 5's test: Pearson r of closeness (the paper's five codes,
+        :data:`synclib.scenarios.CLOSENESS_CODES`) with each category's mean SyncR² over
+        :meth:`relationship_table`, one point per category (its subsets share its scenarios, so
+        the category is the unit).  ``family_member`` stays out: the paper never places it."""
+        from synclib.scenarios import CLOSENESS_CODES
+
+        t = self.relationship_table() if table is None else table
+        means = t[t["code"].isin(CLOSENESS_CODES)].groupby("code")["sync"].mean()
+        return stats.pearson(means.index.to_numpy(float), means.to_numpy(float))
+
+    def relationship_scenarios(self, with_values: bool = True) -> dict:
+        """Distinct scenarios per relationship category among the analysed sources
+        (``relationship_n_scenarios``; the fewest over the runs): for the categories with values
+        in :meth:`relationship_table`, or with ``with_values=False`` for every category the
+        tasks have."""
+        have = set(self.relationship_table()["relationship"])
+        out: dict = {}
+        for r in self.runs:
+            ds = self.analysis(r.name)
+            if "relationship_n_scenarios" in ds:
+                for rel, n in zip(ds["relationship"].values, ds["relationship_n_scenarios"].values):
+                    if (str(rel) in have if with_values else int(n) > 0):
+                        out[str(rel)] = min(int(n), out.get(str(rel), int(n)))
+        return out
 
     def sample_size_table(self) -> pd.DataFrame:
         """Figure 9: SyncR² per pair and dataset size (reference aggregation).
@@ -590,12 +725,14 @@ class Results:
     def _per_seed_pooled(self, runs, var: str, reduce=("layer_pair", "direction", "agent"), **sel) -> np.ndarray:
         """``var`` per split seed, averaged over ``reduce`` dims and over the runs."""
         per_run = []
-        for r in runs:
-            da = self.analysis(r.name)[var]
-            da = da.sel(**{k: v for k, v in sel.items() if k in da.dims})
-            da = da.mean([d for d in reduce if d in da.dims])
-            per_run.append(np.atleast_1d(da.to_numpy().astype(float)))
-        return np.nanmean(np.stack(per_run), axis=0)
+        with warnings.catch_warnings():  # split seeds without values (e.g. MLPs fitted on some seeds): NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            for r in runs:
+                da = self.analysis(r.name)[var]
+                da = da.sel(**{k: v for k, v in sel.items() if k in da.dims})
+                da = da.mean([d for d in reduce if d in da.dims])
+                per_run.append(np.atleast_1d(da.to_numpy().astype(float)))
+            return np.nanmean(np.stack(per_run), axis=0)
 
     def nonlinear_table(self, settings: tuple[str, str] = ("affine", "nonlinear")) -> pd.DataFrame:
         """Table 5: test R² of the affine and the MLP map on the same layer pairs.
@@ -646,9 +783,7 @@ class Results:
                         m, s = stats.mean_se(self._per_seed_pooled(runs, var, tom_target=target,
                                                                    tom_relation=rel))
                         counts = self._tom_counts(runs, tom_target=target, tom_relation=rel)
-                        sizes = {k: float(np.nanmean([self.analysis(r.name)[f"tom_{k}"].sel(tom_relation=rel)
-                                                      .to_numpy().astype(float).mean() for r in runs
-                                                      if f"tom_{k}" in self.analysis(r.name)] or [math.nan]))
+                        sizes = {k: self._tom_size(runs, f"tom_{k}", tom_target=target, tom_relation=rel)
                                  for k in ("n_train", "n_test")}
                         filtered = all(str(self.analysis(r.name).attrs.get("tom_format_filter", "applied"))
                                        .startswith("applied") for r in runs)
@@ -658,6 +793,18 @@ class Results:
                                      "mean": m, "se": s, "n_kept": counts["kept"],
                                      "n_dropped": counts["dropped"], **sizes, "filtered": filtered})
         return pd.DataFrame(rows, columns=cols)
+
+    def _tom_size(self, runs, var: str, **sel) -> float:
+        """Mean of ``var`` (``tom_n_train`` or ``tom_n_test``) over the reading agents, split
+        seeds and ``runs`` at ``sel`` (a dim the variable lacks, as in analyses written before
+        the counts had a target dim, is not selected); NaN without it."""
+        vals = []
+        for r in runs:
+            ds = self.analysis(r.name)
+            if var in ds:
+                da = ds[var]
+                vals.append(float(da.sel(**{k: v for k, v in sel.items() if k in da.dims}).to_numpy().mean()))
+        return float(np.mean(vals)) if vals else math.nan
 
     def _tom_counts(self, runs, **sel) -> dict:
         """Replies kept / dropped by the ToM format filter, summed over agents and runs."""

@@ -10,8 +10,10 @@ Contents
 :func:`ridge_solve`       the solver (primal or dual Cholesky, float64); every ridge fit
                           of the package (the grids below and the ToM probes) goes through it
 :func:`r2_grid`           test R^2 of every (source layer, target layer) pair
+:func:`resampled_r2`      the grid on test sets resampled by whole groups (episodes), maps fixed
 :func:`r2_grid_subsets`   one fit per layer pair, scored on several test subsets
 :func:`episode_split`     the reference's train/test split by whole groups (episodes)
+:func:`validation_split`  a training set's fitting and validation parts, by whole groups
 :func:`episode_folds`     CV folds by whole groups, for ``alpha="cv"``
 
 Algebra
@@ -52,9 +54,11 @@ from typing import Callable
 import numpy as np
 import torch
 
-__all__ = ["ridge_solve", "r2_grid", "r2_grid_subsets", "episode_split", "episode_folds",
-           "RidgeInputError", "DEFAULT_CV_ALPHAS"]
+__all__ = ["ridge_solve", "r2_grid", "resampled_r2", "r2_grid_subsets", "episode_split", "validation_split", "episode_folds",
+           "RidgeInputError", "PAPER_ALPHA", "DEFAULT_CV_ALPHAS", "VALIDATION_SEED_OFFSET"]
 
+#: the paper's ridge penalty (``Ridge(alpha=0.1)``, ``affine_transformation.py``)
+PAPER_ALPHA = 0.1
 #: the log grid searched by ``alpha="cv"``: 1e-2 ... 1e6, half decades
 DEFAULT_CV_ALPHAS = tuple(float(a) for a in np.logspace(-2, 6, 17))
 
@@ -425,6 +429,43 @@ def episode_split(groups, n_samples: int | None = 6500, seed=0, *, n_groups: int
                     "n_test": len(te), "train_groups": labels[train_g], "test_groups": labels[test_g]}
 
 
+#: added to a split seed for the validation split inside its training set (:func:`validation_split`),
+#: so that the inner permutation is not the outer one's
+VALIDATION_SEED_OFFSET = 10_000
+
+
+def validation_split(groups, seed: int, val_frac: float = 0.2):
+    """A training set's fitting and validation parts, by whole groups (episodes).
+
+    The rule of :func:`episode_split` on the training samples alone, with all of them
+    (``n_samples=None``): the validation part takes whole groups, in the order of
+    ``RandomState(seed + VALIDATION_SEED_OFFSET).permutation``, until it holds at least
+    ``val_frac`` of the samples; the fitting part takes the rest.  Whatever is chosen on the
+    validation part (a layer, a penalty) never sees the test set of the outer split.
+
+    Parameters
+    ----------
+    groups : array, shape (n_train,)
+        Group (episode) of each training sample.
+    seed : int
+        The outer split's seed.
+    val_frac : float
+        Fraction of the training samples for validation (0.2).
+
+    Returns
+    -------
+    fit, val : int arrays
+        Indices into ``groups``.
+
+    Raises
+    ------
+    RidgeInputError
+        Too few samples, or the validation part leaves nothing to fit.
+    """
+    fit, val, _ = episode_split(groups, None, int(seed) + VALIDATION_SEED_OFFSET, train_frac=1 - val_frac)
+    return fit, val
+
+
 def episode_folds(groups, n_folds: int, seed: int = 0) -> list[np.ndarray]:
     """Assign whole groups (episodes) to ``n_folds`` folds of similar sample count.
 
@@ -636,9 +677,23 @@ def _source_side(X, xtr, xte, alpha_of: Callable, cdtype, use_left: bool, train:
     return src
 
 
-def _score_gram(H, Y, ytr, yte, cdtype, max_chunk_bytes: int, check_constant: bool = True) -> torch.Tensor:
+def _group_rows(groups, device) -> list[torch.Tensor]:
+    """Test-row positions of each group: ``groups`` (n_test,) integer codes 0 .. G-1."""
+    return [torch.as_tensor(np.flatnonzero(groups == g), device=device) for g in range(int(groups.max()) + 1)]
+
+
+def _group_base(blk: _TargetBlock, rows: list) -> torch.Tensor:
+    """(G, c) float64: ``sum_j w_j |e_ij|^2`` summed over each group's test rows."""
+    per_row = (blk.w[None] * blk.E.double() ** 2).sum(-1)  # (n_te, c)
+    return torch.stack([per_row[r].sum(0) for r in rows])
+
+
+def _score_gram(H, Y, ytr, yte, cdtype, max_chunk_bytes: int, check_constant: bool = True,
+                groups=None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """R^2 (L_src, L_tgt) float64 from the hat matrices H (L_src, n_test, n_train), gram form.
-    ``yte`` may be the training rows (train R^2, ``check_constant=False``)."""
+    ``yte`` may be the training rows (train R^2, ``check_constant=False``).  With ``groups``
+    ((n_test,) codes) also the group losses of :func:`r2_grid` (G, L_src, L_tgt), else None:
+    a group's weighted residual sum is ``base_g - 2 sum_(i in g) <H_i, C_i> + <H_g'H_g, S_t>``."""
     Ls, n_te, n_tr = H.shape
     Lt, Dt = Y.shape[1], Y.shape[2]
     out = torch.empty(Ls, Lt, dtype=torch.float64, device=H.device)
@@ -648,6 +703,9 @@ def _score_gram(H, Y, ytr, yte, cdtype, max_chunk_bytes: int, check_constant: bo
     Hf = H.flatten(1)
     Gf = G.flatten(1)
     Hf64 = Hf.double() if Hf.numel() * 8 < max_chunk_bytes else None  # once, not per chunk
+    rows = _group_rows(groups, H.device) if groups is not None else None
+    loss = torch.empty(len(rows), Ls, Lt, dtype=torch.float64, device=H.device) if rows else None
+    lchunk = max(1, min(Ls, max_chunk_bytes // max(1, 4 * n_tr * n_tr)))  # source layers per group gram
     for s, e in _chunks(Lt, c):
         blk = _target_block(Y, ytr, yte, slice(s, e), cdtype, s, check_constant)
         Yw = blk.Yc * blk.w.to(cdtype)[None]                       # (n_tr, c, Dt)
@@ -658,18 +716,30 @@ def _score_gram(H, Y, ytr, yte, cdtype, max_chunk_bytes: int, check_constant: bo
         gs = _dot64(Gf, S.flatten(1))
         ssw = blk.base[None] - 2 * hc + gs                         # (Ls, c)
         out[:, s:e] = (blk.n_var[None] - ssw + blk.const_ok[None]) / Dt
+        if rows:
+            hc_rows = torch.bmm(H.transpose(0, 1), C.permute(1, 2, 0)).double()  # (n_te, Ls, c)
+            base_g = _group_base(blk, rows)                                        # (G, c)
+            Sf = S.flatten(1)
+            for g, r in enumerate(rows):
+                for l0, l1 in _chunks(Ls, lchunk):
+                    Hg = H[l0:l1, r]                                               # (l, n_g, n_tr)
+                    gs_g = _dot64(torch.bmm(Hg.transpose(1, 2), Hg).flatten(1), Sf)  # (l, c)
+                    loss[g, l0:l1, s:e] = (base_g[g][None] - 2 * hc_rows[r, l0:l1].sum(0) + gs_g) / Dt
         del S, C, Yw, blk
-    return out
+    return out, loss
 
 
 def _score_direct(src: _SourceSide, Y, ytr, yte, cdtype, max_chunk_bytes: int,
-                  check_constant: bool = True) -> torch.Tensor:
+                  check_constant: bool = True, groups=None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """R^2 (L_src, L_tgt) float64 from the test predictions, residuals per column.
-    ``yte`` may be the training rows (train R^2, ``check_constant=False``)."""
+    ``yte`` may be the training rows (train R^2, ``check_constant=False``).  With ``groups``
+    also the group losses of :func:`r2_grid` (G, L_src, L_tgt), else None."""
     Ls = len(src.alphas)
     n_tr, n_te = ytr.numel(), yte.numel()
     Lt, Dt = Y.shape[1], Y.shape[2]
     out = torch.empty(Ls, Lt, dtype=torch.float64, device=Y.device)
+    rows = _group_rows(groups, Y.device) if groups is not None else None
+    loss = torch.empty(len(rows), Ls, Lt, dtype=torch.float64, device=Y.device) if rows else None
     per_layer = 4 * (n_tr + 2 * n_te) * Dt
     c = max(1, min(Lt, max_chunk_bytes // max(per_layer, 1)))
     for s, e in _chunks(Lt, c):
@@ -677,10 +747,13 @@ def _score_direct(src: _SourceSide, Y, ytr, yte, cdtype, max_chunk_bytes: int,
         Ycf, Ef = blk.Yc.flatten(1), blk.E.flatten(1)
         for l in range(Ls):
             P = src.H[l] @ Ycf if src.H is not None else src.left[l] @ (src.Xc[l].T @ Ycf)
-            ss = ((Ef - P).double() ** 2).sum(0).view(e - s, Dt)
-            out[l, s:e] = (blk.n_var - (blk.w * ss).sum(-1) + blk.const_ok) / Dt
+            res2 = ((Ef - P).double() ** 2).view(-1, e - s, Dt)
+            out[l, s:e] = (blk.n_var - (blk.w * res2.sum(0)).sum(-1) + blk.const_ok) / Dt
+            if rows:
+                per_row = (blk.w[None] * res2).sum(-1)  # (n_te, c)
+                loss[:, l, s:e] = torch.stack([per_row[r].sum(0) for r in rows]) / Dt
         del blk
-    return out
+    return out, loss
 
 
 def _alpha_chooser(alpha, cv: bool, Y, ytr, Ls: int, device, **cv_options) -> Callable:
@@ -695,17 +768,19 @@ def _alpha_chooser(alpha, cv: bool, Y, ytr, Ls: int, device, **cv_options) -> Ca
 
 
 def _score(src: _SourceSide, method: str, Y, ytr, yte, cdtype, max_chunk_bytes: int,
-           check_constant: bool = True) -> torch.Tensor:
-    """R^2 (L_src, L_tgt) of the maps ``src`` on the rows ``yte`` by ``method``."""
+           check_constant: bool = True, groups=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """R^2 (L_src, L_tgt) of the maps ``src`` on the rows ``yte`` by ``method``, and the
+    group losses (or None) of ``groups``."""
     if method == "gram":
-        return _score_gram(src.H, Y, ytr, yte, cdtype, max_chunk_bytes, check_constant)
-    return _score_direct(src, Y, ytr, yte, cdtype, max_chunk_bytes, check_constant)
+        return _score_gram(src.H, Y, ytr, yte, cdtype, max_chunk_bytes, check_constant, groups)
+    return _score_direct(src, Y, ytr, yte, cdtype, max_chunk_bytes, check_constant, groups)
 
 
-def r2_grid(X, Y, train, test, alpha=0.1, *, precision: str = "float32", device=None,
+def r2_grid(X, Y, train, test, alpha=PAPER_ALPHA, *, precision: str = "float32", device=None,
             method: str = "auto", groups=None, cv_alphas=DEFAULT_CV_ALPHAS, cv_folds: int = 3,
             cv_columns: int | None = 32, cv_seed: int = 0, max_chunk_bytes: int = 1 << 30,
-            max_memory_bytes: int = 8 << 30, return_alpha: bool = False, return_train: bool = False):
+            max_memory_bytes: int = 8 << 30, return_alpha: bool = False, return_train: bool = False,
+            test_groups=None):
     """Test R^2 of ridge maps from every source layer to every target layer.
 
     Each entry equals scikit-learn's ``Ridge(alpha, fit_intercept=True)`` fit on
@@ -735,12 +810,23 @@ def r2_grid(X, Y, train, test, alpha=0.1, *, precision: str = "float32", device=
         training rows, ``r2_score(y_train, pred_train)`` as the reference reports it).
         The same factorisation serves both; the scoring cost roughly doubles
         (``gram``: an extra (n_train x n_train) hat matrix per source layer).
+    test_groups : (n_test,) group label (e.g. episode) of each test sample: also return
+        each group's share of the test loss, for resampling whole groups with the maps held
+        fixed.  Group ``g``'s loss is ``l_g = sum_(i in g) sum_j w_j (y_ij - yhat_ij)^2 / D_tgt``
+        with ``w_j = 1 / SStot_j`` of the whole test set, so that
+        ``r2 = k - sum_g l_g`` (``k`` = 1 but for columns constant on the test set).  A
+        resample drawing group ``g`` ``c_g`` times, ``n = sum_g c_g n_g`` rows, has
+        ``r2_c = k - (n_test / n) sum_g c_g l_g``: its R^2 with each column's test variance held
+        at the whole test set's (:func:`resampled_r2`).
 
     Returns
     -------
     r2 : numpy float64 array (L_src, L_tgt)
     train_r2 : numpy float64 array (L_src, L_tgt), only with ``return_train``.
     alphas : numpy float64 array (L_src,), only with ``return_alpha``.
+    group_loss : ``(labels, loss, sizes)``, only with ``test_groups``: the distinct labels
+        (G,) in sorted order, the losses (G, L_src, L_tgt) float64 and the test samples of
+        each group (G,).
         Several outputs come as a tuple in this order.
 
     Raises
@@ -770,19 +856,58 @@ def r2_grid(X, Y, train, test, alpha=0.1, *, precision: str = "float32", device=
     method = _choose_method(method, Ls, D, Y.shape[1] * Y.shape[2], n_tr, n_te, max_memory_bytes, return_train)
     # (Xt A^-1)(Xc' Yc) instead of H Yc: cheaper when n_train >> D
     use_left = method == "direct" and D * (n_tr + n_te) < n_te * n_tr
+    labels = codes = None
+    if test_groups is not None:
+        tg = np.asarray(test_groups)
+        if tg.shape != (n_te,):
+            raise RidgeInputError(f"test_groups must have one label per test sample ({n_te}), got shape {tg.shape}")
+        labels, codes = np.unique(tg, return_inverse=True)
     alpha_of = _alpha_chooser(alpha, cv, Y, ytr, Ls, device, groups=groups, cv_alphas=cv_alphas,
                               cv_folds=cv_folds, cv_columns=cv_columns, cv_seed=cv_seed)
     with _matmul_precision(precision, device):
         src = _source_side(X, xtr, xte, alpha_of, cdtype, use_left, train=return_train)
         del alpha_of  # frees the CV folds
-        outs = [_score(src, method, Y, ytr, yte, cdtype, max_chunk_bytes).cpu().numpy()]
+        r2, loss = _score(src, method, Y, ytr, yte, cdtype, max_chunk_bytes, groups=codes)
+        outs = [r2.cpu().numpy()]
         if return_train:
             src.H = src.left = None  # the test side is done: free it before the training side
             outs.append(_score(src.training_side(), method, Y, ytr, ytr, cdtype, max_chunk_bytes,
-                               check_constant=False).cpu().numpy())
+                               check_constant=False)[0].cpu().numpy())
     if return_alpha:
         outs.append(src.alphas)
+    if labels is not None:
+        outs.append((labels, loss.cpu().numpy(), np.bincount(codes, minlength=len(labels))))
     return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def resampled_r2(r2, loss, sizes, counts) -> np.ndarray:
+    """R^2 grids of test sets resampled by whole groups, the maps held fixed.
+
+    Parameters
+    ----------
+    r2 : array (L_src, L_tgt)
+        The grid on the whole test set (:func:`r2_grid`).
+    loss : array (G, L_src, L_tgt)
+        Each group's loss (:func:`r2_grid` with ``test_groups``).
+    sizes : array (G,)
+        Test samples per group.
+    counts : array (B, G)
+        How often each resample draws each group.
+
+    Returns
+    -------
+    array (B, L_src, L_tgt)
+        ``k - (n_test / n_b) sum_g counts[b, g] loss[g]`` with ``k = r2 + sum_g loss[g]`` and
+        ``n_b = sum_g counts[b, g] sizes[g]`` (each column's test variance held at the whole
+        test set's); NaN where a resample draws no group.  ``counts`` of all ones gives ``r2``.
+    """
+    loss, sizes, counts = np.asarray(loss, float), np.asarray(sizes, float), np.asarray(counts, float)
+    k = np.asarray(r2, float) + loss.sum(0)
+    n_b = counts @ sizes
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.where(n_b > 0, sizes.sum() / n_b, np.nan)
+    drawn = np.tensordot(counts, loss, axes=(1, 0))  # (B, L_src, L_tgt)
+    return k[None] - scale[:, None, None] * drawn
 
 
 # --------------------------------------------------------------------------- r2_grid_subsets
@@ -806,7 +931,7 @@ def _subset_stats(i: int, pos, Yte, E, yc_zero) -> _Subset:
     return _Subset(pos, w, (~const).sum(-1).double(), exact.sum(-1).double())
 
 
-def r2_grid_subsets(X, Y, train, tests, alpha=0.1, *, device=None, max_chunk_bytes: int = 1 << 30):
+def r2_grid_subsets(X, Y, train, tests, alpha=PAPER_ALPHA, *, device=None, max_chunk_bytes: int = 1 << 30):
     """One fit per layer pair on ``train``, scored on several test subsets.
 
     Equivalent to ``[r2_grid(X, Y, train, t, alpha) for t in tests]`` but the maps

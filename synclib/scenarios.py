@@ -99,7 +99,7 @@ from typing import Any, Iterator, Literal, Mapping, Sequence
 from synclib.paths import EMBEDDED_SCENARIOS
 
 __all__ = [
-    "RELATIONSHIPS", "SOURCES", "GENDER_WORDS", "OTHER_BIO_VISIBILITY", "BIO_VISIBILITIES",
+    "RELATIONSHIPS", "CLOSENESS_CODES", "SOURCES", "GENDER_WORDS", "OTHER_BIO_VISIBILITY", "BIO_VISIBILITIES",
     "EMOTIONS", "ACTIONS", "TOM_INSTRUCTION", "LEAVE_INSTRUCTION", "PASSIVE_FIRST_LINE",
     "PASSIVE_PERSONA_RULE", "VIEWS", "select_tasks",
     "ScenarioError", "MaskingFallbackWarning", "Persona", "Scenario", "Task", "TaskSet",
@@ -118,6 +118,12 @@ RELATIONSHIPS: Mapping[int, str] = MappingProxyType({
     4: "romantic_relationship",
     5: "family_member",
 })
+
+#: The relationship codes appendix G names ("Strangers, Know-by-names, Acquaintances, Friends,
+#: Romantic Relationships"), in the order of closeness the paper reads them.  Sotopia's sixth
+#: code, family_member (5), occurs in none of the paper's 450 tasks, so the paper never places it
+#: on that scale; synclib keeps it as its own category outside the closeness order.
+CLOSENESS_CODES: tuple[int, ...] = (0, 1, 2, 3, 4)
 
 #: The eight scenario sources of Sotopia (``persuation_for_good`` sic).
 SOURCES: tuple[str, ...] = (

@@ -564,7 +564,7 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
 
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from tqdm import tqdm
 
         bar = tqdm(total=len(units), initial=len(units) - sum(len(b) for _, b in todo),
                    unit="ep", desc=f"simulate {out.name}", file=sys.stderr, dynamic_ncols=True)

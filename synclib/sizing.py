@@ -34,7 +34,8 @@ import numpy as np
 from synclib.paths import BENCH_RESULTS
 
 __all__ = ["EMBEDDED_SHAPES", "LEAVES_ZERO", "planned_samples", "model_shape", "Curve", "load_curves",
-           "curve_table", "clip_size", "RunSize", "run_sizes", "format_sizes"]
+           "curve_table", "leaves_zero_range", "leaves_zero_text", "clip_size", "RunSize", "run_sizes",
+           "format_sizes"]
 
 #: (layers, width) of the embedded models' recorded states
 EMBEDDED_SHAPES = {"smollm2-135m": (30, 576), "gemma3-270m": (18, 640)}
@@ -209,6 +210,29 @@ def curve_table(bench_dir=BENCH_RESULTS):
     return out
 
 
+def leaves_zero_range(curves: list[Curve] | None = None, step: int = 10) -> tuple[int, int] | None:
+    """The training samples at which the measured curves' genuine SyncR² first reaches
+    :data:`LEAVES_ZERO`, fewest and most over the pairs, rounded to ``step``: the "about 80-120"
+    that the README, the config and the book's static pages quote (a test holds them to it)."""
+    pts = [c.leaves_zero for c in (load_curves() if curves is None else curves) if c.leaves_zero is not None]
+    if not pts:
+        return None
+    return int(round(min(pts) / step) * step), int(round(max(pts) / step) * step)
+
+
+def leaves_zero_text(curves: list[Curve] | None = None) -> str:
+    """Where genuine SyncR² of the measured pairs leaves 0, in one sentence (every page that says
+    it takes it from here); empty without a curve."""
+    curves = [c for c in (load_curves() if curves is None else curves) if c.leaves_zero is not None]
+    if not curves:
+        return ""
+    per = [f"{c.pair} (width {c.width}) " + (f"is still about 0 at {c.last_zero:.0f} and " if c.last_zero else "")
+           + f"first reaches {LEAVES_ZERO} at {c.leaves_zero:.0f}" for c in sorted(curves, key=lambda c: c.leaves_zero)]
+    lo, hi = leaves_zero_range(curves)
+    return (f"In the measured sample-size curves (`bench/results/sample_curve_*.json`) genuine SyncR² of "
+            + " and ".join(per) + f" training samples per dataset: it leaves 0 at about {lo}-{hi}.")
+
+
 def clip_size(width: int, curves: list[Curve]) -> tuple[float, str] | None:
     """Training samples per dataset below which SyncR² is still about 0 at ``width``.
 
@@ -286,8 +310,9 @@ def run_sizes(cfg: dict, ordered_runs, curves: list[Curve] | None = None) -> lis
 
 def format_sizes(sizes: list[RunSize]) -> str:
     """The dry run's dataset-size block: a line per ordered run, then any warnings."""
-    lines = ["training samples per dataset (if every dialog reaches simulate.max_utterances; "
-             "A->B / B->A, training + test):"]
+    lines = ["training samples per dataset, an upper bound (every dialog reaching simulate.max_utterances; "
+             "dialogs that end early by LEAVE give fewer, and the book's first page gives the counts the analysis "
+             "used); A->B / B->A, training + test:"]
     for s in sizes:
         g = s.samples["genuine"]
         lags = "; ".join(f"{c} {v['A->B']['train']} / {v['B->A']['train']}"

@@ -69,6 +69,17 @@ def format_p(p: float) -> str:
     return "< 0.001" if p < 0.001 else f"{p:.2g}"
 
 
+def p_clause(p: float) -> str:
+    """``"p = 0.012"`` or ``"p < 0.001"`` (:func:`format_p` in a sentence)."""
+    s = format_p(p)
+    return f"p {s}" if s.startswith("<") else f"p = {s}"
+
+
+def fmt(x, digits: int = 2) -> str:
+    """A number in a sentence: ``digits`` decimals, ``"n/a"`` when missing or not finite."""
+    return "n/a" if x is None or not np.isfinite(x) else f"{x:.{digits}f}"
+
+
 def mean_se(values, axis=None):
     """Mean and standard error of the finite values, over all of them or along an axis.
 
@@ -214,6 +225,28 @@ def correlations_by_group(table: pd.DataFrame, x: str, y: str, by: str = "family
         rows.append({"group": name, "n": c.n, "r": c.r, "p": c.p, "reason": c.reason,
                      "text": c.describe()})
     return pd.DataFrame(rows)
+
+
+def compare_groups(table: pd.DataFrame, value: str, by: str) -> dict:
+    """Do the groups ``by`` of ``table`` differ in ``value``?  Welch's t-test for two groups,
+    one-way ANOVA for more (:mod:`scipy.stats`), over the rows (e.g. judged dialogs).
+
+    Returns
+    -------
+    dict
+        ``name`` (the test), ``p`` (NaN with fewer than two groups of at least two values),
+        ``n`` (rows per group).
+    """
+    from scipy import stats as sps
+
+    groups = {k: g[value].dropna().to_numpy(float) for k, g in table.groupby(by, sort=False)}
+    ok = [v for v in groups.values() if len(v) >= 2]
+    n = {k: len(v) for k, v in groups.items()}
+    if len(ok) < 2:
+        return {"name": "no test", "p": math.nan, "n": n}
+    if len(ok) == 2:
+        return {"name": "Welch's t-test", "p": float(sps.ttest_ind(*ok, equal_var=False).pvalue), "n": n}
+    return {"name": "one-way ANOVA", "p": float(sps.f_oneway(*ok).pvalue), "n": n}
 
 
 def pair_ability(pairs: pd.DataFrame, scores: pd.DataFrame, measures=("ifeval", "musr")) -> pd.DataFrame:

@@ -46,10 +46,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import xarray as xr
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from synclib.cube import HiddenRows, var_name
-from synclib.ridge import RidgeInputError, episode_split, ridge_solve
+from synclib.ridge import RidgeInputError, episode_split, ridge_solve, validation_split
 from synclib.stats import mean_se
 
 __all__ = ["tom_dataset", "tom_decode", "kl_divergence", "ToMError", "TOM_RELATIONS", "TOM_TARGETS"]
@@ -198,8 +198,8 @@ class _Results:
     base: np.ndarray        # (T, R, A, S) baseline KL
     best_layer: np.ndarray  # (T, R, A, S) int, -1 where not fitted
     best_alpha: np.ndarray  # (T, R, A, S)
-    n_train: np.ndarray     # (R, A, S) int
-    n_test: np.ndarray      # (R, A, S) int
+    n_train: np.ndarray     # (T, R, A, S) int
+    n_test: np.ndarray      # (T, R, A, S) int
     n_kept: np.ndarray      # (T, R, A) int: samples whose target utterance followed the format
     n_dropped: np.ndarray   # (T, R, A) int: samples dropped because it did not
     filtered: bool = True   # False: no tom_format_* in the cube, or the filter is off (nothing dropped)
@@ -211,7 +211,7 @@ class _Results:
         return cls(kl=np.full(shape + (n_layers,), np.nan), val_kl=np.full(shape + (n_layers, n_alphas), np.inf),
                    best=np.full(shape, np.nan), base=np.full(shape, np.nan),
                    best_layer=np.full(shape, -1, dtype=np.int64), best_alpha=np.full(shape, np.nan),
-                   n_train=np.zeros(shape[1:], dtype=np.int64), n_test=np.zeros(shape[1:], dtype=np.int64),
+                   n_train=np.zeros(shape, dtype=np.int64), n_test=np.zeros(shape, dtype=np.int64),
                    n_kept=np.zeros(shape[:3], dtype=np.int64), n_dropped=np.zeros(shape[:3], dtype=np.int64))
 
     def choose(self, key: tuple, alphas) -> None:
@@ -229,8 +229,8 @@ class _Results:
                 "tom_kl_baseline": (_DIMS, self.base),
                 "tom_best_layer": (_DIMS, self.best_layer),
                 "tom_best_alpha": (_DIMS, self.best_alpha),
-                "tom_n_train": (_DIMS[1:], self.n_train),
-                "tom_n_test": (_DIMS[1:], self.n_test),
+                "tom_n_train": (_DIMS, self.n_train),
+                "tom_n_test": (_DIMS, self.n_test),
                 "tom_n_kept": (_DIMS[:3], self.n_kept),
                 "tom_n_dropped": (_DIMS[:3], self.n_dropped),
             },
@@ -256,7 +256,7 @@ def _probe_split(ep: np.ndarray, seed: int, val_frac: float, test_frac: float):
     set into fit and validation parts; None where a part would hold fewer than 2."""
     try:
         tr, te, _ = episode_split(ep, None, seed, train_frac=1 - test_frac)
-        fit, val, _ = episode_split(ep[tr], None, seed + 10_000, train_frac=1 - val_frac)
+        fit, val = validation_split(ep[tr], seed, val_frac)
     except RidgeInputError:  # too few samples or episodes
         return None
     fit, val = tr[fit], tr[val]
@@ -283,7 +283,7 @@ def _reader_probes(cube, ai: int, hidden: HiddenRows, seeds, val_frac: float, te
                     bar.update(hidden.shape[1])
                     continue
                 fit, val, tr, te = split
-                res.n_train[ri, ai, si], res.n_test[ri, ai, si] = len(tr), len(te)
+                res.n_train[ti, ri, ai, si], res.n_test[ti, ri, ai, si] = len(tr), len(te)
                 res.base[ti, ri, ai, si] = kl_divergence(P[te], P[tr].mean(0)[None]).mean()
                 probes.append(_Probe((ti, ri, ai, si), rows, P, T, fit, val, tr, te))
     return probes
@@ -363,7 +363,9 @@ def tom_decode(cube, split_seeds=(0, 1, 2), *, alphas=DEFAULT_TOM_ALPHAS, val_fr
         (tom_target, tom_relation, agent, split_seed), summary
         ``tom_kl_best_mean``/``_se`` and ``tom_kl_baseline_mean``/``_se``
         (tom_target, tom_relation, agent; :func:`synclib.stats.mean_se` over split
-        seeds), ``tom_n_train``, ``tom_n_test`` (tom_relation, agent, split_seed),
+        seeds), ``tom_n_train``, ``tom_n_test`` (tom_target, tom_relation, agent, split_seed:
+        the emotion and action probes have their own samples: an action distribution exists
+        only where the reply generated a token holding a '.' after which to read it),
         ``tom_n_kept``, ``tom_n_dropped`` (tom_target, tom_relation, agent: the format
         filter of the module doc), attribute ``tom_format_filter``.
 

@@ -86,6 +86,7 @@ def built_book(base: Path) -> tuple[Path, subprocess.CompletedProcess]:
         gen.mkdir()
         res = results.load_results(tiny_results(base))
         (gen / "run_summary.md").write_text(report.run_summary_markdown(res))
+        (gen / "embedded_run.md").write_text(report.embedded_run_markdown(res))
         (gen / "benchmarks.md").write_text(report.benchmarks_markdown(ROOT / "bench" / "results"))
         (gen / "settings.md").write_text(invalidation_table())
         exe = Path(sys.executable).with_name("jupyter-book")

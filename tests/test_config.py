@@ -100,6 +100,20 @@ def test_judge_defaults_agree_with_the_judge_package():
     assert default("judge.layout") in LAYOUTS
 
 
+def test_analysis_defaults_agree_with_the_analysis_package():
+    """The paper's ridge penalty and the resample count live in the analysis package (which
+    loads torch); the schema's defaults, written out to keep the config light, match them."""
+    import inspect
+
+    from synclib.analysis import analyze
+    from synclib.analysis.blocks import N_BOOT
+    from synclib.config import default
+    from synclib.ridge import PAPER_ALPHA
+
+    assert default("analysis.alpha") == PAPER_ALPHA == inspect.signature(analyze).parameters["alpha"].default
+    assert default("analysis.n_boot") == N_BOOT == inspect.signature(analyze).parameters["n_boot"].default
+
+
 def test_environment_yml_lists_pyproject_dependencies():
     """environment.yml (the GPU route) installs exactly pyproject.toml's packages (the
     dependencies and the embedded, book, test and cluster extras) with the same version

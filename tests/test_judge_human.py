@@ -218,15 +218,21 @@ def test_page_renders_without_and_with_ratings(episodes_file, tmp_path):
     text = full.read_text()
     assert "4 rated episodes, 112 ratings from 2 rater label(s); 56 agent" in text
     assert "fake-judge against the human raters' mean: believability r = " in text
+    assert ("They rest on 4 of the 4 rated episodes. Which and why: those the judge's table scores. "
+            "None left out.") in text
+    assert "56 agent × dimension scores, of 4 episodes, have both" in text
     assert "within one standard deviation of the human ratings (paper, gpt-oss-120b: 75.8 %)" in text
     assert "application/vnd.vegalite" in text
 
 
 # ------------------------------------------------------------------------------ published ratings
-STUDY_NAMES = (("Wren Okafor", "Jules Marlow"), ("Pia Sandoval", "Dario Kent"), ("Lena Voss", "Omar Haddad"))
+#: the toy study's GPT-4 episodes and the shift of their published GPT-4 scores (``ep2`` has no dialog)
+GPT4_SHIFT = {"ep0": 2, "ep1": 3, "ep2": 4}
+STUDY_NAMES = (("Wren Okafor", "Jules Marlow"), ("Pia Sandoval", "Dario Kent"), ("Lena Voss", "Omar Haddad"),
+               ("Ansel Ruiz", "Mika Toivonen"))
 
 
-def study_row(pk: str, names, rater: str, scores: dict, dialog=True, shift=0) -> dict:
+def study_row(pk: str, names, rater: str, scores: dict, dialog=True, shift=0, model="toy") -> dict:
     """One row of Sotopia-π's rating files (their columns), our own text."""
     data = {"scenario": f"Two housemates split the chores. CASE=shifted SHIFT={shift}"}
     if dialog:
@@ -240,7 +246,7 @@ def study_row(pk: str, names, rater: str, scores: dict, dialog=True, shift=0) ->
                 {"speaker": names[0], "dialogue": '"Could you do the dishes tonight?"'},
                 {"speaker": names[1], "dialogue": '"Only if you take them tomorrow."'},
                 {"speaker": names[0], "dialogue": f"{names[0]} left the conversation"}]})
-    row = {"ID": "1", "model": "toy", "pk": pk, "data": json.dumps(data), "prolific_id": rater}
+    row = {"ID": "1", "model": model, "pk": pk, "data": json.dumps(data), "prolific_id": rater}
     for a in (1, 2):
         for d in DIMENSIONS:
             row[f"{d}_{a}"] = str(scores[(a, d)])
@@ -250,8 +256,10 @@ def study_row(pk: str, names, rater: str, scores: dict, dialog=True, shift=0) ->
 
 def study_files(tmp_path: Path) -> dict:
     """The seven files of the sotopia-human dataset, in the study's layout, our own text:
-    three episodes rated by two annotators in gpt4_final.csv (the third without its dialog),
-    the other rating files empty but for their header; GPT-4 scores of the first two."""
+    three GPT-4 episodes rated by two annotators in gpt4_final.csv (the third, ``ep2``,
+    without its dialog), one more (``ep3``) in BC_final.csv, the other rating files empty but
+    for their header; GPT-4's published scores of the three GPT-4 episodes (a published
+    score needs no dialog, so ``ep2`` has one too)."""
     import csv
     import io
 
@@ -259,33 +267,47 @@ def study_files(tmp_path: Path) -> dict:
 
     header = ["ID", "model", "pk", "data", "prolific_id"] + [
         f"{d}{s}_{a}" for a in (1, 2) for d in DIMENSIONS for s in ("", "_reasoning")]
-    rows = []
+    rows = {"gpt4_final.csv": [], "BC_final.csv": []}
     for e, names in enumerate(STUDY_NAMES):
         for r, rater in enumerate(("PROLIFIC-AAA", "PROLIFIC-BBB")):
-            rows.append(study_row(f"ep{e}", names, rater, {(a, d): human_score(list(SHIFTS)[e], a, d, r)
-                                                            for a in (1, 2) for d in DIMENSIONS},
-                                  dialog=e < 2, shift=e))
+            rows["gpt4_final.csv" if e < 3 else "BC_final.csv"].append(
+                study_row(f"ep{e}", names, rater, {(a, d): human_score(list(SHIFTS)[e], a, d, r)
+                                                    for a in (1, 2) for d in DIMENSIONS},
+                          dialog=e != 2, shift=e, model="gpt-4" if e < 3 else "BC"))
     files = {}
     for name in RATING_FILES:
         buf = io.StringIO(newline="")
         w = csv.DictWriter(buf, fieldnames=header, lineterminator="\r\n")
         w.writeheader()
-        if name == "gpt4_final.csv":
-            w.writerows(rows)
+        w.writerows(rows.get(name, []))
         files[name] = buf.getvalue().encode()
-    gpt = {f"ep{e}": {"env_pk": "x", **{f"agent{a}": {d: float(shifted_score(a, i, e + 2)) for i, d in enumerate(DIMENSIONS)}
-                                         for a in (1, 2)}} for e in range(2)}
+    gpt = {pk: {"env_pk": "x", **{f"agent{a}": {d: float(shifted_score(a, i, shift)) for i, d in enumerate(DIMENSIONS)}
+                                   for a in (1, 2)}} for pk, shift in GPT4_SHIFT.items()}
     files[SCORES_FILE] = json.dumps(gpt).encode()
     return files
+
+
+def hand_r(pairs: dict, dim_index: int):
+    """Pearson r and p, by scipy, of judge scores ``pairs`` (episode -> shift of the toy
+    score) against our hand-made raters' mean, over both agents of those episodes."""
+    from scipy import stats as sps
+
+    dim = DIMENSIONS[dim_index]
+    j = [shifted_score(a, dim_index, shift) for e, shift in pairs.items() for a in (1, 2)]
+    h = [(human_score(list(SHIFTS)[int(e[2])], a, dim, 0) + human_score(list(SHIFTS)[int(e[2])], a, dim, 1)) / 2
+         for e in pairs for a in (1, 2)]
+    if np.std(j) == 0 or np.std(h) == 0:
+        return None, None
+    return sps.pearsonr(j, h)
 
 
 def test_published_ratings_fetched_prepared_and_held_against_a_judge(tmp_path):
     """``synclib fetch sotopia-human`` on a toy copy served on 127.0.0.1: files checked, the
     study written as episodes, ratings (annotators hashed) and GPT-4's judge table; judged
-    by the fake server; table 4 from both judges equals the hand computation."""
+    by the fake server; table 4 from both judges equals the hand computation.  The episode
+    without a dialog is in the ratings and GPT-4's table (published scores need no dialog)
+    but not among the episodes a judge reads."""
     import hashlib
-
-    from scipy import stats as sps
 
     from synclib import datasets
     from synclib.judge import evaluate_episodes, read_table
@@ -303,36 +325,130 @@ def test_published_ratings_fetched_prepared_and_held_against_a_judge(tmp_path):
     notes = []
     with Server(www) as srv:
         root = datasets.path(ds, cache=tmp_path / "cache", url=srv.url, log=notes.append)
-    assert any("1 rated episodes have no dialog" in n and "ep2" in n for n in notes)
+    assert any("1 rated episodes have no dialog" in n and "(ep2)" in n and "kept in ratings.csv" in n
+               and "left out of episodes.jsonl" in n for n in notes)
     episodes = root / "episodes.jsonl"
     recs = [json.loads(x) for x in episodes.read_text().splitlines()]
-    assert [r["episode_id"] for r in recs] == ["ep0", "ep1"]
+    assert [r["episode_id"] for r in recs] == ["ep0", "ep1", "ep3"]
     assert recs[0]["social_interactions"].split("\n\n") == [
         'Turn #0: Wren Okafor said: "Could you do the dishes tonight?"',
         'Turn #1: Jules Marlow said: "Only if you take them tomorrow."',
         "Turn #2: Wren Okafor left the conversation"]
     assert list(recs[0]["social_goals"]) == ["Wren Okafor", "Jules Marlow"]
+    assert recs[2]["condition"] == "BC" and recs[2]["source"] == "BC_final.csv"
     ratings_text = (root / "ratings.csv").read_text()
-    assert "PROLIFIC" not in ratings_text and "ep2" not in ratings_text
-    ratings = read_ratings(root / "ratings.csv", {"ep0", "ep1"})
-    assert len(ratings) == 2 * 2 * 2 * 7 and ratings["rater"].nunique() == 2
-
+    assert "PROLIFIC" not in ratings_text
     gpt4 = read_table(root / "gpt-4.judge.csv")
+    assert list(dict.fromkeys(gpt4["episode_id"])) == ["ep0", "ep1", "ep2", "ep3"]
+    assert gpt4.loc[gpt4.episode_id == "ep2", "score"].notna().all()  # published, though ep2 has no dialog
+    assert gpt4.loc[gpt4.episode_id == "ep3", "score"].isna().all()
+    assert (gpt4.loc[gpt4.episode_id == "ep3", "error"].str.contains("no published GPT-4 score")).all()
+
     with FakeJudgeServer(default_case="valid") as server:
         ours = evaluate_episodes(episodes, judge_model="fake-judge", judge_url=server.url,
                                  api_key_env="SYNCLIB_UNSET_VAR", timeout=5, progress=False)
-    for table, shift_of in ((gpt4, {"ep0": 2, "ep1": 3}), (ours, {"ep0": 0, "ep1": 1})):
+    assert set(ours["episode_id"]) == {"ep0", "ep1", "ep3"}
+    # the ratings of ep2 are accepted beside the judge's table that lacks it: they say dialog = no
+    ratings = read_ratings(root / "ratings.csv", set(ours["episode_id"]))
+    assert len(ratings) == 4 * 2 * 2 * 7 and ratings["rater"].nunique() == 2
+    assert set(ratings.loc[~ratings["dialog"], "episode_id"]) == {"ep2"}
+    for table, shift_of in ((gpt4, GPT4_SHIFT), (ours, {"ep0": 0, "ep1": 1, "ep3": 3})):
         paired = paired_scores(table, ratings)
+        assert set(paired["episode_id"]) == set(shift_of)
         agree = agreement(paired).set_index("dimension")
         for i, dim in enumerate(DIMENSIONS):
-            j = [shifted_score(a, i, shift_of[e]) for e in ("ep0", "ep1") for a in (1, 2)]
-            h = [(human_score(list(SHIFTS)[int(e[2])], a, dim, 0) + human_score(list(SHIFTS)[int(e[2])], a, dim, 1)) / 2
-                 for e in ("ep0", "ep1") for a in (1, 2)]
-            if np.std(j) == 0 or np.std(h) == 0:
+            r, p = hand_r(shift_of, i)
+            if r is None:
                 assert not np.isfinite(agree.loc[dim, "r"])
                 continue
-            r, p = sps.pearsonr(j, h)
             assert agree.loc[dim, "r"] == pytest.approx(r, abs=1e-12) and agree.loc[dim, "p"] == pytest.approx(p, rel=1e-9)
+
+
+def test_ratings_of_an_unjudged_episode_need_dialog_no(tmp_path):
+    """A rating of an episode the judge did not score is refused unless its row says the
+    episode has no dialog; a dialog value other than yes, no or empty is refused."""
+    rows = [(e, a, d, human_score(e, a, d, r), f"r{r}") for e in SHIFTS for a in (1, 2) for d in DIMENSIONS
+            for r in (0, 1)]
+
+    def write(dialog_of):
+        path = tmp_path / "ratings.csv"
+        path.write_text("episode_id,agent,dimension,score,rater,dialog\n" + "".join(
+            f"{e},{a},{d},{s:g},{r},{dialog_of(e)}\n" for e, a, d, s, r in rows), encoding="utf-8")
+        return path
+
+    judged = {"e-lunch", "e-rent", "e-bike"}
+    got = read_ratings(write(lambda e: "no" if e == "e-garden" else ""), judged)
+    assert set(got.loc[~got["dialog"], "episode_id"]) == {"e-garden"} and got["dialog"].sum() == 3 * 2 * 7 * 2
+    with pytest.raises(JudgeError, match=r"line \d+: episode_id 'e-garden' is not among the judged episodes"):
+        read_ratings(write(lambda e: "yes"), judged)
+    with pytest.raises(JudgeError, match=r"line 2: dialog must be yes, no or empty, got 'maybe'"):
+        read_ratings(write(lambda e: "maybe"), judged)
+
+
+def load_bench():
+    """bench/bench_judge_human.py as a module (the benchmark itself, not a copy)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("bench_judge_human", ROOT / "bench" / "bench_judge_human.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_benchmark_uses_published_scores_on_every_episode_and_a_judge_on_those_with_a_dialog(tmp_path):
+    """The benchmark on the toy study (prepared by the real prepare): GPT-4's published
+    scores on all three GPT-4 episodes, the one without a dialog included; a judge (the fake
+    server) on the two GPT-4 episodes with a dialog; each judge's episode set (rule, count,
+    left-out ids and reasons) in its record and in the page's sentence; r as by hand."""
+    from synclib import report, results
+    from synclib.judge import evaluate_episodes
+    from synclib.judge.human import NO_DIALOG
+    from synclib.judge.sotopia_human import prepare
+
+    root = tmp_path / "study"
+    root.mkdir()
+    for n, b in study_files(tmp_path).items():
+        (root / n).write_bytes(b)
+    prepare(root)
+    bench = load_bench()
+    with FakeJudgeServer(default_case="valid") as server:
+        def judge(subset):
+            return evaluate_episodes(subset, judge_model="fake-judge", judge_url=server.url,
+                                     api_key_env="SYNCLIB_UNSET_VAR", timeout=5, progress=False)
+
+        res, judged = bench.measure_all(root, judge, work=tmp_path / "work")
+        assert server.total_requests == 2  # the two GPT-4 episodes with a dialog, nothing else
+    gpt4, ours = res
+    assert judged == {"fake-judge": 2}
+    assert gpt4["episodes"] == 3 and gpt4["scores"] == 3 * 2 * 7
+    assert gpt4["episode_set"] == {
+        "rule": bench.PUBLISHED_RULE, "episodes": 3, "rated_episodes": 4, "without_dialog": ["ep2"],
+        "left_out": [{"reason": "no published GPT-4 score (only the GPT-4 episodes have one)", "n": 1,
+                      "episode_ids": ["ep3"]}]}
+    assert ours["episodes"] == 2 and ours["scores"] == 2 * 2 * 7
+    assert ours["episode_set"] == {
+        "rule": bench.JUDGED_RULE, "episodes": 2, "rated_episodes": 4, "without_dialog": [],
+        "left_out": [{"reason": NO_DIALOG, "n": 1, "episode_ids": ["ep2"]},
+                     {"reason": bench.NOT_JUDGED, "n": 1, "episode_ids": ["ep3"]}]}
+    for rec, shift_of in ((gpt4, GPT4_SHIFT), (ours, {"ep0": 0, "ep1": 1})):
+        for i, d in enumerate(rec["dimensions"]):
+            r, p = hand_r(shift_of, i)
+            assert d["n"] == 2 * len(shift_of)
+            assert (d["r"] is None) if r is None else d["r"] == pytest.approx(r, abs=1e-12)
+    # only derived statistics: no rater id (hashed or not), no dialog text
+    text = json.dumps(res)
+    assert "PROLIFIC" not in text and "dishes" not in text and "Wren" not in text
+
+    measured = {"ratings": {"source": "a toy study"}, "date": "today", "judges": res}
+    sentence = report.sentence_measured_judges(measured)
+    assert (f"**GPT-4 (published scores)** on 3 of the 4 rated episodes (1 of them without a dialog: ep2). "
+            f"Which and why: {bench.PUBLISHED_RULE}. Left out: 1, reason: no published GPT-4 score (only the "
+            "GPT-4 episodes have one): ep3. Over these 3 episodes, 42 agent × dimension scores: r from") in sentence
+    assert (f"**fake-judge** on 2 of the 4 rated episodes. Which and why: {bench.JUDGED_RULE}. Left out: 1, "
+            f"reason: {NO_DIALOG}: ep2; 1, reason: {bench.NOT_JUDGED}: ep3. Over these 2 episodes, 28 agent × "
+            "dimension scores: r from") in sentence
+    table = report.measured_judge_table(measured, results.load_published())
+    assert {"GPT-4 (published scores) r (3 episodes)", "fake-judge r (2 episodes)"} <= set(table.columns)
 
 
 def test_measured_judges_page_agrees_with_the_benchmark_json(tmp_path):
@@ -348,8 +464,15 @@ def test_measured_judges_page_agrees_with_the_benchmark_json(tmp_path):
     proc = execute_notebook(ROOT / "notebooks" / "table4_fig10_judge_human.md", out, {"results_dir": tmp_path})
     assert proc.returncode == 0, proc.stderr[-3000:]
     text = out.read_text()
-    assert "GPT-4 (published scores) r" in text
+    assert f"GPT-4 (published scores) r ({measured['judges'][0]['episodes']} episodes)" in text
     for judge in measured["judges"]:
+        es = judge["episode_set"]  # which episodes, by which rule, and the left-out ones with reasons
+        assert es["episodes"] == judge["episodes"] and es["rule"] in text
+        assert f"{es['episodes']} of the {es['rated_episodes']} rated episodes" in text
+        assert es["episodes"] + sum(x["n"] for x in es["left_out"]) == es["rated_episodes"]
+        for x in es["left_out"]:
+            assert f"{x['n']}, reason: {x['reason']}" in text
+        assert f" r ({judge['episodes']} episodes)" in text
         assert f"{100 * judge['within_one_sd']:.1f} %" in text
         for d in judge["dimensions"]:  # a dimension without r (constant scores) is a dash
             assert (f"{d['r']:.2f}" if d["r"] is not None else "–") in text

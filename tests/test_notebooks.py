@@ -45,7 +45,7 @@ def _png_is_drawn(b64: str) -> bool:
 
 # --------------------------------------------------------------------------- notebooks
 def test_every_figure_and_table_has_a_notebook():
-    expected = {"fig02_heatmaps", "fig03_04_controls", "fig05_relationship", "fig06_table1_social",
+    expected = {"fig01_framework", "fig02_heatmaps", "fig03_04_controls", "fig05_relationship", "fig06_table1_social",
                 "fig07_topk", "fig08_clipping", "fig09_sample_size", "table2_persona_disjoint",
                 "table5_nonlinear", "fig11_tom", "dialogs", "power", "table4_fig10_judge_human"}
     assert expected == set(STEMS)
@@ -370,7 +370,7 @@ def test_synclib_notebooks_runs_chosen_notebooks(results_dir, tmp_path):
     assert "1 notebook(s) executed" in p.stdout
     for args, said in ((["--results", str(tmp_path)], "no manifest.json"),
                        (["--results", str(results_dir), "fig99"], "matches none; choose from"),
-                       (["--results", str(results_dir), "fig0"], "matches fig02_heatmaps"),
+                       (["--results", str(results_dir), "fig0"], "matches fig01_framework, fig02_heatmaps"),
                        (["--results", str(results_dir), "fig09", "-p", "colour", "red"],
                         "-p colour: no chosen notebook declares")):
         p = cli(*args, "--out", str(tmp_path / "never"))

@@ -192,7 +192,43 @@ def test_paired_tests_by_run_and_the_corrected_columns(small_results):
     text = power.by_run_sentence(by, embedded=True)
     assert text.count("the embedded models show") == len(res.run_names)
     shown = power.format_by_run(by)
-    assert "p (corrected t)" in shown.columns and len(shown) == len(by)
+    assert {"p (re-splits)", "p (episodes)"} <= set(shown.columns) and len(shown) == len(by)
+    # every verdict is worded from the larger p of the two tests
+    assert (by["p"] == by[["p_corrected", "p_episodes"]].max(axis=1)).all()
+    assert "the larger of two tests" in text
+
+
+def test_episode_bootstrap_test_by_hand(small_results):
+    """The dialog-level test: the difference of the reported SyncR² (reference aggregation) over
+    runs and directions, resampled by whole episodes with the same draws for both conditions."""
+    res = small_results
+    r = power.paired_control_tests(res, ["passive"]).iloc[0]
+    g = [res.analysis(n)["sync_r2"].sel(condition="genuine").values for n in res.run_names]
+    c = [res.analysis(n)["sync_r2"].sel(condition="passive").values for n in res.run_names]
+    assert r["sync_diff"] == pytest.approx(np.mean(np.concatenate(g) - np.concatenate(c)))
+    boots = np.concatenate([(res.analysis(n)["sync_r2_boot"].sel(condition="genuine")
+                             - res.analysis(n)["sync_r2_boot"].sel(condition="passive"))
+                            .transpose("direction", "boot").values for n in res.run_names])
+    db = boots.mean(axis=0)
+    p = min(1, 2 * min(1 + (db <= 0).sum(), 1 + (db >= 0).sum()) / (1 + db.size))
+    assert r["p_episodes"] == pytest.approx(p) and r["n_boot"] == db.size
+    assert r["ci_lo"] == pytest.approx(np.percentile(db, 2.5)) and r["ci_lo"] <= r["sync_diff"] <= r["ci_hi"]
+    assert r["n_episodes"] == 12  # the fixture's cubes
+    assert r["p"] == max(r["p_corrected"], r["p_episodes"])
+
+
+def test_episode_bootstrap_finds_no_difference_between_a_condition_and_itself(small_results):
+    """A control that is the genuine data itself: every resample's difference is 0, p = 1."""
+    res = small_results
+    for n in res.run_names:
+        ds = res.analysis(n)
+        ds["sync_r2_boot"].loc[{"condition": "shuffled"}] = ds["sync_r2_boot"].sel(condition="genuine").values
+        ds["sync_r2"].loc[{"condition": "shuffled"}] = ds["sync_r2"].sel(condition="genuine").values
+    try:
+        r = power.episode_test(res, "shuffled")
+        assert r["sync_diff"] == 0 and r["p_episodes"] == 1.0 and r["ci_lo"] == r["ci_hi"] == 0
+    finally:
+        res._analysis.clear()  # reload the files for the other tests
 
 
 def test_control_table_pairs_by_run_direction_and_seed(small_results):
@@ -233,49 +269,6 @@ def test_sample_sizes_and_sentences(small_results):
     # one control's rows together, per split seed first
     assert list(shown.index[:2]) == [("passive", "per split seed"), ("passive", "seeds averaged")]
     assert shown.loc[("passive", "per split seed"), "difference"] == f"{passive['mean_diff']:.3f}"
-
-
-def test_claims_summary_for_the_first_page(small_results):
-    """The first page's verdicts follow the conservative paired tests and the run's size."""
-    from synclib import report
-
-    res = small_results
-    published = results.load_published()
-    lines = power.claims_summary(res, published)
-    cons = power.paired_control_tests(res).set_index("control")
-    pas = cons.loc["passive"]
-    assert len(lines) == 4 and lines[0].startswith("Passive reader")
-    assert f"over {int(pas['n_pairs'])} paired split-seed values" in lines[0]
-    assert power._p(pas['p_corrected']) in lines[0]
-    if pas["p_corrected"] < 0.05 and pas["mean_diff"] > 0:
-        assert "**can**" in lines[0] and "genuine above passive" in lines[0]
-    else:  # not found: the verdict follows the corrected test's detectable size
-        assert f"about {pas['mde_corrected']:.3f}" in lines[0]
-        assert ("**can**" if pas["mde_corrected"] <= power.ASSUMED_PAPER_DIFFERENCE else "**cannot**") in lines[0]
-        # a difference far below this run's detectable size cannot be spoken to
-        small = power.claims_summary(res, published, paper_difference=pas["mde_corrected"] / 10)[0]
-        assert "**cannot**" in small
-    assert "lag1" in lines[1] and "lag2" in lines[1]
-    assert "**cannot**" in lines[2] and f"{len(res.pair_names)} model pair" in lines[2]
-    assert "**cannot**" in lines[3] and "6,500" in lines[3]
-    summary = report.run_summary_markdown(res)
-    assert all(f"- {line}" in summary for line in lines)
-
-
-def test_claims_summary_when_nothing_varies(small_results, monkeypatch):
-    """The default embedded run clips every R² to 0: genuine equals each control in every
-    paired value, and the first page says so instead of printing n/a."""
-    table = power.paired_control_tests(small_results, unit="direction")
-    flat = table.assign(mean_genuine=0.0, mean_control=0.0, mean_diff=0.0, sd_diff=0.0, mde=np.nan,
-                        p_t=np.nan, p_perm=1.0)
-    monkeypatch.setattr(power, "paired_control_tests", lambda res, unit="direction": flat)
-    lines = power.claims_summary(small_results, results.load_published())
-    assert lines[0].startswith("Passive reader") and "**cannot**" in lines[0]
-    assert "equal in all" in lines[0] and "no test or detectable size" in lines[0]
-    assert "n/a" not in " ".join(lines) and lines[1].count("equal in all") == 2
-    monkeypatch.setattr(power, "paired_control_tests",
-                        lambda res, unit="direction": flat[flat["control"] != "passive"])
-    assert "no passive condition" in power.claims_summary(small_results, results.load_published())[0]
 
 
 def test_sentences_follow_the_numbers():

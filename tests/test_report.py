@@ -69,3 +69,24 @@ def test_sample_curve_page_quotes_the_benchmark_json():
     # the size guard reads the same curves
     n, how = clip_size(576, load_curves())
     assert 50 < n < 250 and "sample_curve_S-S.json" in how
+
+
+def test_where_syncr2_leaves_zero_has_one_source():
+    """The point where SyncR² leaves 0 used to read "about 82", "100-200", "80-120" and "122" on
+    four pages. The measured curves are its one source (synclib.sizing.leaves_zero_range /
+    leaves_zero_text); the static pages quote the same rounded range."""
+    from synclib.paths import REPO_ROOT
+    from synclib.sizing import leaves_zero_range, leaves_zero_text, load_curves
+
+    lo, hi = leaves_zero_range()
+    curves = load_curves()
+    assert lo == round(min(c.leaves_zero for c in curves) / 10) * 10 and lo < hi
+    text = leaves_zero_text()
+    assert f"about {lo}-{hi}" in text
+    for c in curves:
+        assert f"first reaches 0.05 at {c.leaves_zero:.0f}" in text
+    for doc in ("README.md", "book/embedded_models.md", "config/default.yaml"):
+        body = " ".join((REPO_ROOT / doc).read_text().split())  # line breaks as spaces
+        assert f"about {lo}-{hi} training samples" in body, doc
+        for stale in ("100-200 training samples", "about 82 training", "has at least 250 training samples"):
+            assert stale not in body, (doc, stale)

@@ -292,3 +292,40 @@ def test_episode_split_errors_name_the_parameter():
         episode_split(np.arange(10), None, train_frac=1.0)
     with pytest.raises(RidgeInputError, match="n_samples"):  # one group: nothing left for training
         episode_split(np.zeros(10), None)
+
+
+def fixed_weight_r2(X, Y, tr, rows, te, alpha):
+    """Reference for resampled test sets: sklearn's maps fitted on ``tr``, scored on the rows
+    ``rows`` (repeats allowed) with each column's test variance held at the test set ``te``'s."""
+    X, Y = X.astype(np.float64), Y.astype(np.float64)
+    out = np.zeros((X.shape[1], Y.shape[1]))
+    for i in range(X.shape[1]):
+        for j in range(Y.shape[1]):
+            m = Ridge(alpha=alpha, fit_intercept=True).fit(X[tr, i], Y[tr, j])
+            var = Y[te, j].var(0)  # per column, ddof 0: SStot / n of the whole test set
+            mse = ((Y[rows, j] - m.predict(X[rows, i])) ** 2).mean(0)
+            out[i, j] = np.mean(1 - mse / var)
+    return out
+
+
+@pytest.mark.parametrize("shape", SHAPES[:3])
+@pytest.mark.parametrize("method", ["gram", "direct"])
+def test_group_losses_resample_whole_groups(shape, method):
+    """Each test group's share of the loss: all groups once gives the grid itself, and a resample
+    of whole groups (repeats allowed) gives sklearn's maps scored on those rows with the test set's
+    column variances, by the gram and the direct form alike."""
+    from synclib.ridge import resampled_r2
+
+    X, Y, tr, te = make(*shape, seed=4)
+    groups = (np.arange(len(te)) * 7) % 5 * 10 + 3  # five groups, labels 3, 13, ..., 43, interleaved
+    r2, (labels, loss, sizes) = r2_grid(X, Y, tr, te, 0.3, method=method, test_groups=groups)
+    assert list(labels) == [3, 13, 23, 33, 43] and sizes.sum() == len(te)
+    assert loss.shape == (5,) + r2.shape
+    np.testing.assert_allclose(resampled_r2(r2, loss, sizes, np.ones((1, 5)))[0], r2, atol=1e-10)
+    counts = np.array([[2, 0, 1, 0, 3], [0, 0, 0, 0, 0]])
+    got = resampled_r2(r2, loss, sizes, counts)
+    rows = np.concatenate([np.tile(te[groups == g], c) for g, c in zip(labels, counts[0])])
+    np.testing.assert_allclose(got[0], fixed_weight_r2(X, Y, tr, rows, te, 0.3), atol=2e-5)
+    assert np.isnan(got[1]).all()  # a resample that draws no group has no test set
+    with pytest.raises(RidgeInputError, match="test_groups"):
+        r2_grid(X, Y, tr, te, 0.3, test_groups=groups[:-1])

@@ -960,3 +960,13 @@ def test_cli_prints_prompt(capsys, embedded):
     assert out.rstrip("\n") == render_prompt(embedded[2], 1, ["Hello."])
     assert sc.run(parser.parse_args(["--task", "2", "--agent", "1"])) == 2
     assert "turn 0 belongs to agent 0" in capsys.readouterr().err
+
+
+def test_the_papers_tasks_use_only_the_five_relationships_it_names(sotopia, embedded):
+    """Figure 5: appendix G names five categories (strangers .. romantic), which are the codes
+    the paper's 450 tasks use; Sotopia's sixth, family_member, occurs in none of them, so the
+    closeness scale (CLOSENESS_CODES) leaves it out. The embedded tasks do use it (the figure 5
+    page says how it is treated)."""
+    assert {t.relationship for t in sotopia} == set(sc.CLOSENESS_CODES) == {0, 1, 2, 3, 4}
+    assert [sc.RELATIONSHIPS[c] for c in sc.CLOSENESS_CODES][::4] == ["stranger", "romantic_relationship"]
+    assert 5 in {t.relationship for t in embedded} and sc.RELATIONSHIPS[5] == "family_member"

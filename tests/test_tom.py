@@ -138,3 +138,22 @@ def test_format_filter_off_decodes_every_sample_and_still_counts(cube):
     # every sample enters: the same train/test counts as a cube without format variables
     assert (off.tom_n_train == whole.tom_n_train).all() and (off.tom_n_test == whole.tom_n_test).all()
     assert (on.tom_n_train < off.tom_n_train).any()
+
+
+def test_emotion_and_action_probes_keep_their_own_sample_counts(cube):
+    """An action distribution exists only where the reply generated a '.' to read it after, so
+    the action probes can rest on fewer samples than the emotion probes; each keeps its own
+    counts (they used to share one count, the action probes' overwriting the emotion ones')."""
+    c = cube.copy()
+    act = c.action_a.values.copy()
+    act[: c.sizes["episode"] // 2] = np.nan  # half the episodes: no action distribution for agent A
+    c["action_a"] = (c.action_a.dims, act)
+    ds = tom_decode(c, split_seeds=(0,), alphas=(1.0,))
+    assert ds.tom_n_train.dims == ("tom_target", "tom_relation", "agent", "split_seed")
+    at = dict(tom_relation="self_current", agent="A", split_seed=0)
+    n = {(k, t): int(ds[f"tom_n_{k}"].sel(tom_target=t, **at)) for k in ("train", "test")
+         for t in ("emotion", "action")}
+    # each count is its own probe's split of its own samples
+    assert n["train", "action"] + n["test", "action"] == len(tom_dataset(c, "A", "self_current", "action")[2])
+    assert n["train", "emotion"] + n["test", "emotion"] == len(tom_dataset(c, "A", "self_current", "emotion")[2])
+    assert n["train", "action"] < 0.7 * n["train", "emotion"]

@@ -5,7 +5,10 @@
 block                       what                                             paper
 ==========================  ===============================================  ==============
 :func:`conditions_block`    genuine and controls (passive, shuffled, lags):  3.3, figs 2-4,
-                            grids, SyncR^2, top-k, unclipped                 app. C, fig 8
+                            grids, SyncR^2, top-k, unclipped, and SyncR^2    app. C, fig 8
+                            on resamples of whole episodes (ours)
+:func:`paper_alpha_block`   genuine at the paper's penalty (runs with        fig 8
+                            another): clipped and not
 :func:`persona_block`       genuine, persona-disjoint split                  table 2
 :func:`sample_size_block`   genuine at smaller sample sizes                  app. D
 :func:`relationship_block`  genuine maps scored on test subsets by           app. G
@@ -21,23 +24,25 @@ are documented in book/architecture.md ("Analysis results").
 from __future__ import annotations
 
 import sys
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
 import xarray as xr
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from synclib.analysis.context import Context, GenuineFits, SplitFit
 from synclib.analysis.mlp import mlp_defaults, mlp_r2_batch
 from synclib.analysis.samples import (PairedSamples, build_dataset, persona_keys, shuffle_training_targets,
                                       sim_seed_rank)
-from synclib.analysis.scores import seed_aggregate, sync_r2, sync_r2_noclip, sync_r2_topk
-from synclib.ridge import RidgeInputError, r2_grid_subsets
+from synclib.analysis.scores import seed_aggregate, sync_r2, sync_r2_many, sync_r2_noclip, sync_r2_topk
+from synclib.ridge import PAPER_ALPHA, RidgeInputError, r2_grid, r2_grid_subsets, resampled_r2, validation_split
 from synclib.scenarios import RELATIONSHIPS
 from synclib.stats import mean_se
 from synclib.tom import tom_decode
 
-__all__ = ["conditions_block", "persona_block", "sample_size_block", "relationship_block",
+__all__ = ["conditions_block", "episode_draws", "episode_bootstrap", "N_BOOT", "BOOT_SEED", "BOOT_RULE",
+           "paper_alpha_block", "persona_block", "sample_size_block", "relationship_block",
            "nonlinear_block", "tom_block", "Conditions", "RELATIONSHIP_SOURCES", "AGGREGATION",
            "SPLIT_RULE", "PERSONA_SPLIT_RULE", "SHUFFLE_RULE"]
 
@@ -61,7 +66,8 @@ _REF = "reference: per-seed grids averaged over split seeds first, then "
 #: attribute of each variable and, joined, of the Dataset)
 AGGREGATION = {
     "r2": "per split seed: test R^2 of each layer pair",
-    "train_r2": "per split seed: training R^2 of each layer pair (the same maps on their training rows)",
+    "train_r2": "per split seed: training R^2 of each layer pair (the same maps on their training rows); "
+                "genuine condition only (NaN for the controls)",
     "r2_mean": "mean of r2 over split seeds (the reference's r2_mean)",
     "r2_var": "variance (ddof 0) of r2 over split seeds (the reference's r2_std**2)",
     "sync_r2": _REF + "mean over source layers of max(0, max over target layers) (data_analysis.py 406-427)",
@@ -72,8 +78,13 @@ AGGREGATION = {
     "sync_r2_topk": _REF + "mean over source layers of max(0, mean of the top-k target layers) "
                     "(appendix C; clipped, protocol correction 15)",
     "sync_r2_per_seed": "per split seed: sync_r2's formula on that seed's grid alone",
+    "sync_r2_boot": "per resample of whole episodes (boot_rule): sync_r2 on the resampled test sets, the maps fixed",
     "sync_r2_noclip_per_seed": "per split seed: sync_r2_noclip's formula on that seed's grid alone",
     "sync_r2_topk_per_seed": "per split seed: sync_r2_topk's formula on that seed's grid alone",
+    "paper_alpha_sync_r2": _REF + "as sync_r2, the genuine maps refitted at the paper's penalty 0.1",
+    "paper_alpha_sync_r2_se": "as sync_r2_se, at the paper's penalty 0.1",
+    "paper_alpha_sync_r2_noclip": _REF + "as sync_r2_noclip, at the paper's penalty 0.1 (figure 8)",
+    "paper_alpha_sync_r2_noclip_se": "as sync_r2_noclip_se, at the paper's penalty 0.1",
     "persona_disjoint_sync_r2": _REF + "as sync_r2 (persona-disjoint split)",
     "persona_disjoint_sync_r2_se": "as sync_r2_se (persona-disjoint split)",
     "persona_disjoint_sync_r2_per_seed": "per split seed (persona-disjoint split)",
@@ -110,14 +121,16 @@ class Conditions:
     genuine: GenuineFits
 
 
-def _score_vars(prefix: str, grids: np.ndarray, dims: tuple, variants: bool = False) -> dict:
+def _score_vars(prefix: str, grids: np.ndarray, dims: tuple, variants: bool = False, noclip: bool = False) -> dict:
     """The SyncR^2 variables of ``grids`` (*lead, S, L, L), whose leading dims are ``dims``.
 
     ``{prefix}``, ``{prefix}_se`` (reference aggregation over split seeds, dims ``dims``)
-    and ``{prefix}_per_seed`` (``dims`` + split_seed); with ``variants`` also ``r2_mean``,
-    ``r2_var``, ``sync_r2_noclip``, ``sync_r2_noclip_se``, ``sync_r2_topk`` (``dims`` + k)
-    and the per-seed ``sync_r2_noclip_per_seed``, ``sync_r2_topk_per_seed``.
+    and ``{prefix}_per_seed`` (``dims`` + split_seed); with ``noclip`` (or ``variants``) also
+    ``{prefix}_noclip``, ``{prefix}_noclip_se`` and ``{prefix}_noclip_per_seed``; with
+    ``variants`` also ``r2_mean``, ``r2_var`` (``dims`` + src_layer, tgt_layer),
+    ``sync_r2_topk`` (``dims`` + k) and ``sync_r2_topk_per_seed``.
     """
+    noclip = noclip or variants
     lead, (S, L) = grids.shape[:-3], grids.shape[-3::2]
     aggs = [seed_aggregate(grids[i]) for i in np.ndindex(*lead)]
 
@@ -130,18 +143,20 @@ def _score_vars(prefix: str, grids: np.ndarray, dims: tuple, variants: bool = Fa
     per_topk = np.full(lead + (S, L), np.nan)
     for i in np.ndindex(*lead + (S,)):
         per[i] = sync_r2(grids[i])
-        if variants:
+        if noclip:
             per_noclip[i] = sync_r2_noclip(grids[i])
+        if variants:
             per_topk[i] = [sync_r2_topk(grids[i], k) for k in range(1, L + 1)]
     sd = dims + ("split_seed",)
     out = {prefix: (dims, stack("sync_r2")), f"{prefix}_se": (dims, stack("sync_r2_se")),
            f"{prefix}_per_seed": (sd, per)}
+    if noclip:
+        out.update({f"{prefix}_noclip": (dims, stack("noclip")), f"{prefix}_noclip_se": (dims, stack("noclip_se")),
+                    f"{prefix}_noclip_per_seed": (sd, per_noclip)})
     if variants:
         out.update({"r2_mean": (dims + ("src_layer", "tgt_layer"), stack("mean")),
                     "r2_var": (dims + ("src_layer", "tgt_layer"), stack("var")),
-                    "sync_r2_noclip": (dims, stack("noclip")), "sync_r2_noclip_se": (dims, stack("noclip_se")),
-                    "sync_r2_topk": (dims + ("k",), stack("topk")),
-                    "sync_r2_noclip_per_seed": (sd, per_noclip), "sync_r2_topk_per_seed": (sd + ("k",), per_topk)})
+                    "sync_r2_topk": (dims + ("k",), stack("topk")), "sync_r2_topk_per_seed": (sd + ("k",), per_topk)})
     return out
 
 
@@ -167,7 +182,8 @@ class _ConditionArrays:
         """Store one fit at ``at = (condition, direction, split seed)`` positions."""
         Ls, Lt = fit.r2.shape
         self.r2[at + (slice(0, Ls), slice(0, Lt))] = fit.r2
-        self.train_r2[at + (slice(0, Ls), slice(0, Lt))] = fit.train_r2
+        if fit.train_r2 is not None:
+            self.train_r2[at + (slice(0, Ls), slice(0, Lt))] = fit.train_r2
         self.alpha[at + (slice(0, Ls),)] = fit.alpha
         self.n_train[at], self.n_test[at] = len(fit.train), len(fit.test)
         self.short[at] = fit.split["short"]
@@ -189,6 +205,55 @@ class _ConditionArrays:
             coords={"condition": conditions, **_coords(ctx), "src_layer": np.arange(L),
                     "tgt_layer": np.arange(L), "k": np.arange(1, L + 1)},
         )
+# --------------------------------------------------------------------------- the episode as the unit
+#: resamples of whole episodes for the dialog-level tests (:func:`episode_bootstrap`)
+N_BOOT = 2000
+#: seed of the episode draws (the same draws for every run of the same task set)
+BOOT_SEED = 0
+BOOT_RULE = ("ours: each resample draws the cube's episodes (tasks, each with all its simulation seeds) with "
+             "replacement, as many as there are, from numpy.random.default_rng(BOOT_SEED); the same draws serve "
+             "every condition, direction and split seed (and every run of the same task set). Each split's maps "
+             "are held fixed and its test R^2 grid is recomputed on the drawn test episodes "
+             "(synclib.ridge.resampled_r2: each column's test variance held at the whole test set's); the grids "
+             "are then aggregated over split seeds as sync_r2 (seed mean, max, clip, mean).")
+
+
+def episode_draws(n_episodes: int, n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> np.ndarray:
+    """How often each of ``n_episodes`` episodes is drawn in each of ``n_boot`` resamples with
+    replacement: counts (n_boot, n_episodes), each row summing to ``n_episodes``."""
+    idx = np.random.default_rng(seed).integers(0, n_episodes, size=(n_boot, n_episodes))
+    return np.stack([np.bincount(row, minlength=n_episodes) for row in idx])
+
+
+def episode_bootstrap(fits: list, counts: np.ndarray) -> np.ndarray:
+    """SyncR^2 of one (condition, direction) on each resample of whole episodes (:data:`BOOT_RULE`).
+
+    Parameters
+    ----------
+    fits : list of SplitFit or None
+        One per split seed, with ``test_loss`` (None: a split that was not fitted).
+    counts : array (B, E)
+        :func:`episode_draws`.
+
+    Returns
+    -------
+    array (B,)
+        NaN where no split seed has a drawn test episode (or none was fitted).
+    """
+    grids = []
+    for fit in fits:
+        if fit is None or fit.test_loss is None:
+            continue
+        episodes, loss, sizes = fit.test_loss
+        grids.append(resampled_r2(fit.r2, loss, sizes, counts[:, episodes]))  # (B, L_src, L_tgt)
+    if not grids:
+        return np.full(len(counts), np.nan)
+    with warnings.catch_warnings():  # padding and undrawn seeds are NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        mean = np.nanmean(np.stack(grids), axis=0)
+    return sync_r2_many(mean)
+
+
 def _fit_splits(ctx: Context, samples: PairedSamples, seed_rank: np.ndarray) -> list:
     """One fit per split seed of ``ctx`` (None where no split is possible), with the
     training R^2; the ``shuffled`` condition shuffles the training targets per split."""
@@ -207,7 +272,8 @@ def _fit_splits(ctx: Context, samples: PairedSamples, seed_rank: np.ndarray) -> 
             s = samples
             if samples.condition == "shuffled":
                 s = replace(samples, y_rows=shuffle_training_targets(samples, info["train_groups"], rs, seed_rank))
-            fits.append(ctx.fit(s, seed, tr, te, f"{label} split {seed}", train_r2=True, split=info))
+            fits.append(ctx.fit(s, seed, tr, te, f"{label} split {seed}", train_r2=samples.condition == "genuine",
+                                split=info, episode_loss=True))
         ctx.bar.update(1)
     return fits
 
@@ -227,19 +293,23 @@ def conditions_block(ctx: Context, conditions: list) -> Conditions:
     -------
     Conditions
         ``dataset``: ``r2``, ``train_r2`` (condition, direction, split_seed, src_layer,
-        tgt_layer), ``alpha`` (..., src_layer), ``n_train``, ``n_test``, ``split_short``
+        tgt_layer; ``train_r2`` for the genuine condition only, NaN for the controls),
+        ``alpha`` (..., src_layer), ``n_train``, ``n_test``, ``split_short``
         (condition, direction, split_seed), ``n_available`` (condition, direction);
         reference aggregation: ``r2_mean``, ``r2_var`` (condition, direction, src_layer,
         tgt_layer), ``sync_r2``, ``sync_r2_se``, ``sync_r2_noclip``,
         ``sync_r2_noclip_se`` (condition, direction), ``sync_r2_topk`` (..., k); per seed:
         ``sync_r2_per_seed``, ``sync_r2_noclip_per_seed`` (condition, direction,
-        split_seed), ``sync_r2_topk_per_seed`` (..., k).  ``genuine``: the genuine fits,
-        for the other blocks.
+        split_seed), ``sync_r2_topk_per_seed`` (..., k); with ``ctx.n_boot`` resamples,
+        ``sync_r2_boot`` (condition, direction, boot: :func:`episode_bootstrap`, attribute
+        ``boot_rule``).  ``genuine``: the genuine fits, for the other blocks.
     """
     shape = (len(conditions), len(ctx.directions), len(ctx.split_seeds))
     arrays = _ConditionArrays.empty(shape, max(ctx.cube.sizes["layer_a"], ctx.cube.sizes["layer_b"]))
     genuine = GenuineFits()
     rank = sim_seed_rank(ctx.cube)
+    counts = episode_draws(ctx.cube.sizes["episode"], ctx.n_boot) if ctx.n_boot else None
+    boot = np.full(shape[:2] + (ctx.n_boot,), np.nan)
     for di, d in enumerate(ctx.directions):
         for ci, c in enumerate(conditions):
             samples = build_dataset(ctx.cube, d, c, ctx.arrays)
@@ -248,12 +318,50 @@ def conditions_block(ctx: Context, conditions: list) -> Conditions:
             for si, fit in enumerate(fits):
                 if fit is not None:
                     arrays.record((ci, di, si), fit)
+            if counts is not None:
+                boot[ci, di] = episode_bootstrap(fits, counts)
             if c == "genuine":
                 genuine.samples[d] = samples
                 genuine.fits.update({(d, f.seed): f for f in fits if f is not None})
             if c.endswith("passive"):  # not needed again: free it
                 ctx.arrays.drop(samples.info["source_var"])
-    return Conditions(arrays.to_dataset(ctx, conditions), genuine)
+    ds = arrays.to_dataset(ctx, conditions)
+    if counts is not None:
+        ds["sync_r2_boot"] = (("condition", "direction", "boot"), boot)
+        ds.attrs["boot_rule"] = BOOT_RULE
+    return Conditions(ds, genuine)
+
+
+# --------------------------------------------------------------------------- the paper's penalty
+def paper_alpha_block(ctx: Context, genuine: GenuineFits) -> xr.Dataset:
+    """Genuine SyncR^2 with the paper's ridge penalty (:data:`synclib.ridge.PAPER_ALPHA`) on
+    the genuine splits, clipped and not, for a run whose own penalty is another (e.g.
+    ``alpha="cv"``): figure 8 (appendix C.2) shows what clipping does at the paper's setting,
+    where maps fitted on few samples predict worse than the mean and R^2 goes negative.
+
+    Returns
+    -------
+    xarray.Dataset
+        ``paper_alpha_r2`` (direction, split_seed, src_layer, tgt_layer: test R^2),
+        ``paper_alpha_sync_r2``, ``paper_alpha_sync_r2_se``, ``paper_alpha_sync_r2_noclip``,
+        ``paper_alpha_sync_r2_noclip_se`` (direction; aggregated as the main SyncR^2) and
+        their ``_per_seed`` (direction, split_seed); attribute ``paper_alpha``.
+    """
+    L = max(ctx.cube.sizes["layer_a"], ctx.cube.sizes["layer_b"])
+    grids = np.full((len(ctx.directions), len(ctx.split_seeds), L, L), np.nan)
+    for di, d in enumerate(ctx.directions):
+        for si, seed in enumerate(ctx.split_seeds):
+            fit = genuine.fits.get((d, seed))
+            if fit is not None:
+                r2 = ctx.fit(fit.samples, seed, fit.train, fit.test, f"genuine {d} split {seed} at alpha "
+                             f"{PAPER_ALPHA}", alpha=PAPER_ALPHA).r2
+                grids[di, si, :r2.shape[0], :r2.shape[1]] = r2
+            ctx.bar.update(1)
+    ds = xr.Dataset({"paper_alpha_r2": (("direction", "split_seed", "src_layer", "tgt_layer"), grids),
+                     **_score_vars("paper_alpha_sync_r2", grids, ("direction",), noclip=True)},
+                    coords=_coords(ctx, src_layer=np.arange(L), tgt_layer=np.arange(L)))
+    ds.attrs["paper_alpha"] = PAPER_ALPHA
+    return ds
 
 
 # --------------------------------------------------------------------------- table 2, appendix D
@@ -394,7 +502,10 @@ def relationship_block(ctx: Context, genuine: GenuineFits, seeds=(0, 1, 2), min_
         ``relationship_sync_r2`` (relationship, direction, split_seed,
         relationship_seed), ``relationship_subset_size`` (direction, split_seed),
         ``relationship_sync_r2_mean``/``_se`` (relationship, direction: mean over
-        the subsampling seeds, then mean and standard error over split seeds).
+        the subsampling seeds, then mean and standard error over split seeds),
+        ``relationship_n_episodes`` and ``relationship_n_scenarios`` (relationship: the
+        cube's episodes and distinct scenarios of each relationship among the kept sources;
+        a category from few scenarios confounds relationship with scenario).
     """
     codes = sorted(RELATIONSHIPS)
     v = np.full((len(codes), len(ctx.directions), len(ctx.split_seeds), len(seeds)), np.nan)
@@ -413,26 +524,45 @@ def relationship_block(ctx: Context, genuine: GenuineFits, seeds=(0, 1, 2), min_
             size[di, si] = min(len(by_rel[i]) for i in present)
             scores = _subset_scores(ctx, fit, [by_rel[i] for i in present], size[di, si], seeds)
             v[present, di, si, :] = scores.T
+    rels = np.asarray(ctx.cube["relationship"].values).astype(int)
+    keep = np.isin(np.asarray(ctx.cube["source"].values).astype(str), RELATIONSHIP_SOURCES)
+    names = np.asarray(ctx.cube["codename"].values).astype(str)
+    n_ep = [int((keep & (rels == c)).sum()) for c in codes]
+    n_sc = [len(set(names[keep & (rels == c)])) for c in codes]
     dims = ("relationship", "direction", "split_seed", "relationship_seed")
     return xr.Dataset(
         {"relationship_sync_r2": (dims, v), "relationship_subset_size": (dims[1:3], size),
+         "relationship_n_episodes": (dims[:1], np.array(n_ep)), "relationship_n_scenarios": (dims[:1], np.array(n_sc)),
          **_mean_se_vars("relationship_sync_r2", v.mean(axis=3), dims[:2])},
         coords=_coords(ctx, relationship=[RELATIONSHIPS[c] for c in codes], relationship_seed=list(seeds)))
 
 
 # --------------------------------------------------------------------------- appendix I
-def _layer_pairs(genuine: GenuineFits, direction: str, seed: int, pairs) -> list:
-    """The (source, target) layer pairs of the MLP comparison in ``direction``: ``pairs``
-    (a list, or a dict by direction), or each of 4 evenly spaced source layers with its
-    best affine target layer on split ``seed``."""
-    if pairs is not None:
-        return [tuple(map(int, p)) for p in (pairs[direction] if isinstance(pairs, dict) else pairs)]
-    fit = genuine.fits.get((direction, seed))
-    if fit is None:
-        return []
-    g = fit.r2
-    sources = np.unique(np.linspace(0, g.shape[0] - 1, min(4, g.shape[0])).round().astype(int))
-    return [(int(l), int(np.nanargmax(g[l]))) for l in sources if np.isfinite(g[l]).any()]
+#: source layers of the MLP comparison per direction: this many, evenly spaced
+NONLINEAR_SOURCES = 4
+NONLINEAR_SELECTION = (f"each of {NONLINEAR_SOURCES} evenly spaced source layers takes the target layer whose affine "
+                       "map (the split's penalty) fitted on the fitting part of the split's training set has the "
+                       "best R^2 on its validation part (synclib.ridge.validation_split: whole episodes, 20 %); "
+                       "both maps are then fitted on the whole training set and scored on the test set, which "
+                       "the choice never saw")
+
+
+def _sources(n_layers: int) -> list[int]:
+    """:data:`NONLINEAR_SOURCES` evenly spaced source layers of ``n_layers``."""
+    return [int(l) for l in np.unique(np.linspace(0, n_layers - 1, min(NONLINEAR_SOURCES, n_layers)).round())]
+
+
+def _validation_targets(fit: SplitFit, xtr: np.ndarray, ytr: np.ndarray, sources: list, device) -> tuple:
+    """Each source layer's target layer chosen on a validation part of the fit's training set
+    (:data:`NONLINEAR_SELECTION`).
+
+    ``xtr`` (n_train, L_src, D_src) and ``ytr`` (n_train, L_tgt, D_tgt) are the training
+    samples of ``fit``.  Returns ``(targets, val_r2)``: the target layer of each source and
+    the validation R^2 it was chosen by."""
+    part, val = validation_split(fit.samples.episode[fit.train], fit.seed)
+    grid = r2_grid(xtr[:, sources], ytr, part, val, fit.alpha[sources], device=device)
+    targets = [int(np.nanargmax(row)) for row in grid]
+    return targets, [float(grid[i, t]) for i, t in enumerate(targets)]
 
 
 def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: dict | None = None,
@@ -444,9 +574,10 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: dic
     ----------
     ctx : Context
     genuine : GenuineFits
-        Its fits (splits and affine R^2).
+        Its fits (splits, penalties and affine test R^2).
     pairs : list of (int, int), dict of them by direction, or None
-        (source, target) layer pairs; None: see :func:`_layer_pairs`.
+        (source, target) layer pairs, the same on every split; None: chosen per split
+        without its test set (:data:`NONLINEAR_SELECTION`).
     options : dict, optional
         Keywords of :func:`~synclib.analysis.mlp.mlp_r2`.
     n_seeds : int, optional
@@ -456,45 +587,60 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: dic
     Returns
     -------
     xarray.Dataset
-        ``nonlinear_r2`` and ``affine_r2`` (direction, split_seed, layer_pair),
-        ``nonlinear_src_layer`` and ``nonlinear_tgt_layer`` (direction, layer_pair;
-        -1 pads directions with fewer pairs), attribute ``nonlinear_options``.
+        ``nonlinear_r2`` and ``affine_r2`` (direction, split_seed, layer_pair: both maps'
+        test R^2), ``nonlinear_src_layer`` (direction, layer_pair), ``nonlinear_tgt_layer``
+        and ``nonlinear_val_r2`` (direction, split_seed, layer_pair: the target and the
+        validation R^2 it was chosen by; NaN for given ``pairs``); -1 pads directions with
+        fewer pairs and split seeds not fitted.  Attributes ``nonlinear_options`` and
+        ``nonlinear_selection``.
     """
     opts = dict(options or {})
-    by_dir = [_layer_pairs(genuine, d, ctx.split_seeds[0], pairs) for d in ctx.directions]
-    nd, ns, npair = len(ctx.directions), len(ctx.split_seeds), max([len(p) for p in by_dir] + [0])
-    nl = np.full((nd, ns, npair), np.nan)
-    af = np.full((nd, ns, npair), np.nan)
-    layers = np.full((2, nd, npair), -1, dtype=np.int64)  # source, target
+    fixed = None if pairs is None else {d: [tuple(map(int, p)) for p in (pairs[d] if isinstance(pairs, dict) else pairs)]
+                                        for d in ctx.directions}
+    L_src = {d: genuine.samples[d].X.shape[1] for d in ctx.directions if d in genuine.samples}
+    src_of = {d: [p[0] for p in fixed[d]] if fixed else _sources(L_src.get(d, 0)) for d in ctx.directions}
+    nd, ns, npair = len(ctx.directions), len(ctx.split_seeds), max([len(v) for v in src_of.values()] + [0])
+    nl, af, val_r2 = (np.full((nd, ns, npair), np.nan) for _ in range(3))
+    src_layer = np.full((nd, npair), -1, dtype=np.int64)
+    tgt_layer = np.full((nd, ns, npair), -1, dtype=np.int64)
     fitted = ctx.split_seeds[:n_seeds] if n_seeds is not None else ctx.split_seeds
     bar = tqdm(total=nd * len(fitted) * npair, desc="nonlinear maps", disable=not ctx.progress, file=sys.stderr)
     for di, d in enumerate(ctx.directions):
+        src = src_of[d]
+        src_layer[di, :len(src)] = src
         for si, seed in enumerate(fitted):
             fit = genuine.fits.get((d, seed))
-            lp = by_dir[di] if fit is not None else []
-            if not lp:
+            if fit is None or not src:
                 continue
             s = fit.samples
             xtr, ytr = s.X[s.x_rows[fit.train]], s.Y[s.y_rows[fit.train]]
             xte, yte = s.X[s.x_rows[fit.test]], s.Y[s.y_rows[fit.test]]
+            if fixed:
+                tgt = [p[1] for p in fixed[d]]
+            else:
+                try:
+                    tgt, chosen_by = _validation_targets(fit, xtr, ytr, src, ctx.device)
+                except RidgeInputError as exc:
+                    ctx.note(f"nonlinear {d} split {seed}: no validation part to choose targets on ({exc}); "
+                             "left NaN")
+                    continue
+                val_r2[di, si, :len(src)] = chosen_by
             # the split's layer pairs side by side (each exactly as alone, mlp_r2_batch)
-            src, tgt = [p[0] for p in lp], [p[1] for p in lp]
-            nl[di, si, :len(lp)] = mlp_r2_batch(
+            nl[di, si, :len(src)] = mlp_r2_batch(
                 np.moveaxis(xtr[:, src], 1, 0), np.moveaxis(ytr[:, tgt], 1, 0),
                 np.moveaxis(xte[:, src], 1, 0), np.moveaxis(yte[:, tgt], 1, 0),
                 seed=seed, device=ctx.device, **opts)
-            for pi, (ls, lt) in enumerate(lp):
-                layers[:, di, pi] = ls, lt
-                af[di, si, pi] = fit.r2[ls, lt]
-            bar.update(len(lp))
+            tgt_layer[di, si, :len(src)] = tgt
+            af[di, si, :len(src)] = fit.r2[src, tgt]
+            bar.update(len(src))
     bar.close()
+    dps, dp = ("direction", "split_seed", "layer_pair"), ("direction", "layer_pair")
     ds = xr.Dataset(
-        {"nonlinear_src_layer": (("direction", "layer_pair"), layers[0]),
-         "nonlinear_tgt_layer": (("direction", "layer_pair"), layers[1]),
-         "nonlinear_r2": (("direction", "split_seed", "layer_pair"), nl),
-         "affine_r2": (("direction", "split_seed", "layer_pair"), af)},
+        {"nonlinear_src_layer": (dp, src_layer), "nonlinear_tgt_layer": (dps, tgt_layer),
+         "nonlinear_val_r2": (dps, val_r2), "nonlinear_r2": (dps, nl), "affine_r2": (dps, af)},
         coords=_coords(ctx, layer_pair=np.arange(npair)))
     ds.attrs["nonlinear_options"] = repr({**mlp_defaults(), **opts})
+    ds.attrs["nonlinear_selection"] = "given layer pairs" if fixed else NONLINEAR_SELECTION
     return ds
 
 

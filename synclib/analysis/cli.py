@@ -57,6 +57,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nonlinear-batch-size", type=at.arg_type(at.nonneg_int, "batch size"),
                    default=default("analysis.nonlinear_batch_size"),
                    help="MLP minibatch size; 0 = full batch (default: %(default)s)")
+    p.add_argument("--n-boot", type=at.arg_type(at.nonneg_int, "resamples"), default=default("analysis.n_boot"),
+                   help="resamples of whole episodes for the dialog-level tests; 0 = none (default: %(default)s)")
     p.add_argument("--tom", action="store_true", help="also ToM decoding (appendix J; needs the ToM variables)")
     p.add_argument("--max-resident-gib", type=at.arg_type(at.nonneg_float, "GiB"),
                    default=float(default("analysis.max_resident_gib")),
@@ -81,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
             sample_sizes=args.sample_sizes or None, nonlinear=args.nonlinear,
             nonlinear_options={"epochs": args.nonlinear_epochs,
                                "batch_size": args.nonlinear_batch_size or None},
-            tom=args.tom, max_resident_bytes=int(args.max_resident_gib * 2**30),
+            n_boot=args.n_boot, tom=args.tom, max_resident_bytes=int(args.max_resident_gib * 2**30),
             progress=not args.no_progress)
     except (AnalysisError, RidgeInputError) as e:
         print(f"synclib analyze: {e}", file=sys.stderr)

@@ -24,6 +24,8 @@ class SplitFit:
     alpha: np.ndarray   # (L_src,) the penalty of each source layer
     train_r2: np.ndarray | None = None  # (L_src, L_tgt) training R^2, when asked for
     split: dict | None = None           # the ``info`` of :func:`synclib.ridge.episode_split`
+    test_loss: tuple | None = None      # (episodes (G,), losses (G, L_src, L_tgt), samples (G,)) per test
+                                        # episode, when asked for (:func:`synclib.ridge.r2_grid` test_groups)
 
 
 @dataclass
@@ -48,6 +50,7 @@ class Context:
     progress: bool
     log: Callable[[str], None]
     arrays: HiddenCache
+    n_boot: int = 0                     # resamples of whole episodes (0: no dialog-level resampling)
     notes: list = field(default_factory=list)
     bar: object = None                  # the tqdm bar of the SyncR^2 grids
 
@@ -73,19 +76,25 @@ class Context:
         return tr, te, info, rs
 
     def fit(self, samples: PairedSamples, seed: int, train, test, what: str, *,
-            train_r2: bool = False, split: dict | None = None) -> SplitFit:
+            train_r2: bool = False, split: dict | None = None, alpha: float | str | None = None,
+            episode_loss: bool = False) -> SplitFit:
         """The R^2 grid of ``samples`` fitted on ``train``, scored on ``test`` (sample
-        indices), and with ``train_r2`` also on ``train``; a split too small or
-        degenerate to fit gives NaN and a note.  ``split`` is kept on the result."""
+        indices), with ``train_r2`` also on ``train`` and with ``episode_loss`` each test
+        episode's share of the test loss (``test_loss``); a split too small or degenerate to
+        fit gives NaN and a note.  ``split`` is kept on the result; ``alpha`` replaces the
+        analysis' penalty."""
         Ls, Lt = samples.X.shape[1], samples.Y.shape[1]
+        alpha = self.alpha if alpha is None else alpha
         try:
             X, Y, tr, te = samples.ridge_inputs(train, test)
-            cv = isinstance(self.alpha, str)
-            out = r2_grid(X, Y, tr, te, self.alpha, groups=samples.episode[train] if cv else None,
-                          return_alpha=True, return_train=train_r2, device=self.device, precision=self.precision)
+            cv = isinstance(alpha, str)
+            out = r2_grid(X, Y, tr, te, alpha, groups=samples.episode[train] if cv else None,
+                          return_alpha=True, return_train=train_r2, device=self.device, precision=self.precision,
+                          test_groups=samples.episode[test] if episode_loss else None)
         except RidgeInputError as exc:
             self.note(f"{what}: not fitted ({exc}); left NaN")
-            out = (np.full((Ls, Lt), np.nan),) * (1 + train_r2) + (np.full(Ls, np.nan),)
-        r2, alpha = out[0], out[-1]
-        return SplitFit(samples, seed, np.asarray(train), np.asarray(test), r2, alpha,
-                        out[1] if train_r2 else None, split)
+            out = (np.full((Ls, Lt), np.nan),) * (1 + train_r2) + (np.full(Ls, np.nan),) + (None,) * episode_loss
+        loss = out[-1] if episode_loss else None
+        out = out[:-1] if episode_loss else out
+        return SplitFit(samples, seed, np.asarray(train), np.asarray(test), out[0], out[-1],
+                        out[1] if train_r2 else None, split, loss)

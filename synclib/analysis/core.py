@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 import xarray as xr
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from synclib import __version__
-from synclib.analysis.blocks import (AGGREGATION, PERSONA_SPLIT_RULE, RELATIONSHIP_SOURCES, SHUFFLE_RULE,
-                                     SPLIT_RULE, conditions_block, nonlinear_block, persona_block,
+from synclib.analysis.blocks import (AGGREGATION, N_BOOT, PERSONA_SPLIT_RULE, RELATIONSHIP_SOURCES, SHUFFLE_RULE,
+                                     SPLIT_RULE, conditions_block, nonlinear_block, paper_alpha_block, persona_block,
                                      relationship_block, sample_size_block, tom_block)
 from synclib.analysis.context import Context
 from synclib.analysis.samples import DIRECTIONS, AnalysisError, HiddenCache, parse_condition
 from synclib.cube import var_name
+from synclib.ridge import PAPER_ALPHA
 
 __all__ = ["analyze"]
 
@@ -77,19 +79,21 @@ def _attrs(ctx: Context, skipped: list, relationship: bool) -> dict:
         "precision": ctx.precision,
         "model_a": str(cube.attrs.get("model_a", "")), "model_b": str(cube.attrs.get("model_b", "")),
         "n_layers_a": int(cube.sizes["layer_a"]), "n_layers_b": int(cube.sizes["layer_b"]),
+        "n_episodes": int(cube.sizes["episode"]),
         "notes": "\n".join(ctx.notes), "skipped_conditions": " ".join(skipped),
         "relationship_sources": " ".join(RELATIONSHIP_SOURCES) if relationship else "",
         "synclib_version": __version__,
     }
 
 
-def analyze(cube, conditions=("genuine", "passive", "shuffled", "lag1", "lag2"), *, alpha=0.1,
+def analyze(cube, conditions=("genuine", "passive", "shuffled", "lag1", "lag2"), *, alpha=PAPER_ALPHA,
             n_samples: int | None = 6500, split_seeds=(0, 1, 2), lags=None, device=None,
             precision: str = "float32", directions=DIRECTIONS, persona_disjoint: bool = False,
             relationship: bool = False, relationship_seeds=(0, 1, 2), relationship_min: int = 10,
             sample_sizes=None, nonlinear: bool = False, nonlinear_pairs=None,
             nonlinear_options: dict | None = None, nonlinear_seeds: int | None = None, tom: bool = False, tom_options: dict | None = None,
-            max_resident_bytes: int | None = None, progress: bool = True, log=None) -> xr.Dataset:
+            n_boot: int = N_BOOT, max_resident_bytes: int | None = None, progress: bool = True,
+            log=None) -> xr.Dataset:
     """All SyncR^2 analyses of one cube (one model pair).
 
     Parameters
@@ -100,7 +104,9 @@ def analyze(cube, conditions=("genuine", "passive", "shuffled", "lag1", "lag2"),
         targets permuted within each dialog), ``lagJ``.  Conditions whose variables
         are missing are skipped with a note.
     alpha : ridge penalty (float) or ``"cv"`` (episode-grouped CV on each
-        training set; the chosen alphas are in ``alpha``).
+        training set; the chosen alphas are in ``alpha``).  With a penalty other than the
+        paper's (:data:`synclib.ridge.PAPER_ALPHA`) the genuine condition is also fitted at
+        the paper's (``paper_alpha_*``, figure 8).
     n_samples : fixed sample size ``N`` per dataset (protocol: 6,500), split by the
         reference's rule (:func:`synclib.ridge.episode_split`; fewer available: the test
         set takes ``>= N - int(0.8 N)`` and training all the rest); ``None`` = all.
@@ -114,12 +120,15 @@ def analyze(cube, conditions=("genuine", "passive", "shuffled", "lag1", "lag2"),
     relationship_min : relationships with fewer test samples are left out (NaN).
     sample_sizes : also appendix D: genuine SyncR^2 at these sample sizes.
     nonlinear : also appendix I (MLP) on ``nonlinear_pairs`` ((src, tgt) layer
-        pairs per direction; default: each of 4 evenly spaced source layers with
-        its best affine target layer on split seed 0), options for
+        pairs per direction; default: each of 4 evenly spaced source layers with the
+        target layer its affine map predicts best on a validation part of each split's
+        training set, :func:`synclib.analysis.blocks.nonlinear_block`), options for
         :func:`synclib.analysis.mlp_r2`.
     nonlinear_seeds : fit the MLPs on the first this many split seeds only (the others'
         ``nonlinear_r2`` and ``affine_r2`` are NaN); None: all.
     tom, tom_options : also appendix J (see :func:`synclib.tom.tom_decode`).
+    n_boot : resamples of whole episodes for the dialog-level tests (``sync_r2_boot``,
+        :func:`synclib.analysis.blocks.episode_bootstrap`); 0: none.
     max_resident_bytes : hidden-state variables up to this size (default
         ``synclib.cube.DEFAULT_RESIDENT_BYTES``, 2 GiB) are loaded whole; larger
         ones of a lazily opened cube stream from disk, each fit reading only the
@@ -138,14 +147,19 @@ def analyze(cube, conditions=("genuine", "passive", "shuffled", "lag1", "lag2"),
     _check(cube, conditions, split_seeds, directions,
            needs_genuine=bool(persona_disjoint or relationship or sample_sizes or nonlinear))
     skipped = _skip_missing(cube, conditions, log)
+    if int(n_boot) < 0:
+        raise AnalysisError(f"n_boot must be >= 0, got {n_boot}")
     ctx = Context(cube=cube, directions=tuple(directions), split_seeds=split_seeds, n_samples=n_samples,
                   alpha=alpha, device=device, precision=precision, max_resident_bytes=max_resident_bytes,
-                  progress=progress, log=log, arrays=HiddenCache(cube, max_resident_bytes))
+                  progress=progress, log=log, arrays=HiddenCache(cube, max_resident_bytes), n_boot=int(n_boot))
+    paper_alpha = "genuine" in conditions and (isinstance(alpha, str) or not np.allclose(alpha, PAPER_ALPHA))
     nd_ns = len(directions) * len(split_seeds)
-    steps = nd_ns * (len(conditions) + bool(persona_disjoint) + len(sample_sizes or ()))
+    steps = nd_ns * (len(conditions) + paper_alpha + bool(persona_disjoint) + len(sample_sizes or ()))
     ctx.bar = tqdm(total=steps, desc="SyncR^2 grids", disable=not progress, file=sys.stderr)
     main = conditions_block(ctx, conditions)
     blocks = [main.dataset]
+    if paper_alpha:
+        blocks.append(paper_alpha_block(ctx, main.genuine))
     if persona_disjoint:
         blocks.append(persona_block(ctx, main.genuine))
     if sample_sizes:

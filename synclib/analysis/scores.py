@@ -32,7 +32,7 @@ import numpy as np
 
 from synclib.analysis.samples import AnalysisError
 
-__all__ = ["sync_r2", "sync_r2_noclip", "sync_r2_topk", "sync_r2_se", "seed_aggregate", "SeedAggregate"]
+__all__ = ["sync_r2", "sync_r2_many", "sync_r2_noclip", "sync_r2_topk", "sync_r2_se", "seed_aggregate", "SeedAggregate"]
 
 
 def _valid(grid) -> np.ndarray:
@@ -54,6 +54,19 @@ def sync_r2(grid) -> float:
     if g.size == 0:
         return float("nan")
     return float(np.mean(np.maximum(0.0, np.nanmax(g, axis=1))))
+
+
+def sync_r2_many(grids) -> np.ndarray:
+    """:func:`sync_r2` of many grids at once: ``grids`` (..., L_src, L_tgt) -> (...).
+
+    All-NaN rows and columns (padding) are ignored as in :func:`sync_r2`; an all-NaN grid
+    gives NaN."""
+    g = np.asarray(grids, dtype=np.float64)
+    rows = ~np.all(np.isnan(g), axis=-1)                            # (..., L_src)
+    best = np.max(np.where(np.isnan(g), -np.inf, g), axis=-1)       # -inf on padding rows
+    n = rows.sum(-1)
+    total = np.where(rows, np.maximum(best, 0.0), 0.0).sum(-1)
+    return np.where(n > 0, total / np.maximum(n, 1), np.nan)
 
 
 def sync_r2_noclip(grid) -> float:

@@ -39,7 +39,7 @@ from typing import Any, Sequence
 import netCDF4
 import numpy as np
 import pandas as pd
-from tqdm.auto import tqdm
+from tqdm import tqdm
 
 from synclib.judge.backends import LocalBackend, OpenAIBackend
 from synclib.judge.cache import JudgeCache, cache_key

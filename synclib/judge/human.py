@@ -22,6 +22,12 @@ A CSV with one row per episode, agent, dimension and rater::
 ``rater`` (optional)
     Any label.  Rows repeating an episode, agent and dimension are several raters; they
     are averaged, as the Sotopia authors and the paper averaged their raters per episode.
+``dialog`` (optional)
+    ``no`` where the rated episode has no dialog a judge could read (three of Sotopia-π's
+    rated episodes, :mod:`synclib.judge.sotopia_human`); ``yes`` or empty otherwise.  Such
+    an episode can be held against published scores, which need no dialog, but not against
+    a judge run on the episodes: :func:`read_ratings` accepts its ratings even where the
+    judge's table lacks it, and :func:`episode_coverage` says why it is left out.
 
 Every rated episode and agent carries all seven dimensions.  :func:`read_ratings` checks
 all of it before anything is computed and names the line of the first problem.
@@ -36,6 +42,8 @@ lies within one standard deviation of the human ratings (figure 10).  The paper 
 saying which standard deviation; we take, per dimension, the standard deviation of the
 human (rater-mean) scores over all rated agents and episodes, the spread that makes a
 difference comparable across dimensions of different ranges.
+:func:`episode_coverage`: which rated episodes a judge's numbers rest on, and why each other
+rated episode is left out (a judge table without its score, no dialog to read, not judged).
 """
 from __future__ import annotations
 
@@ -49,7 +57,7 @@ from synclib.judge.errors import JudgeError
 from synclib.judge.rubric import DIMENSIONS, SCORE_RANGES
 
 __all__ = ["RATING_COLUMNS", "MEASURED_FILE", "read_ratings", "mean_ratings", "paired_scores", "agreement",
-           "differences", "within_share", "load_measured", "measured_differences"]
+           "differences", "within_share", "episode_coverage", "load_measured", "measured_differences"]
 
 #: the judges measured on Sotopia-π's published ratings (``bench/bench_judge_human.py``)
 MEASURED_FILE = "judge_human_sotopia_pi.json"
@@ -64,21 +72,23 @@ def read_ratings(path: str | os.PathLike, episode_ids=None) -> pd.DataFrame:
     ----------
     path : path of the CSV
     episode_ids : collection of str, optional
-        The episodes the judge scored; a rating of any other episode is refused.
+        The episodes the judge scored; a rating of any other episode is refused, unless
+        the file marks the episode ``dialog = no`` (no judge could have read it).
 
     Returns
     -------
     pandas.DataFrame
         Columns ``episode_id`` (str), ``agent`` (int), ``dimension``, ``score`` (float),
-        ``rater`` (str, empty when the file has none) and ``line`` (the row's line in the
-        file, the header being line 1).
+        ``rater`` (str, empty when the file has none), ``dialog`` (bool: False where the
+        file says ``no``) and ``line`` (the row's line in the file, the header being line 1).
 
     Raises
     ------
     JudgeError
         Naming the file and line: a missing column, an agent other than 1 or 2, an
-        unknown dimension, a score that is not a number or lies outside its range, an
-        unknown episode id, or an episode and agent missing a dimension.
+        unknown dimension, a score that is not a number or lies outside its range, a
+        ``dialog`` other than yes, no or empty, an unknown episode id (one with a dialog
+        that the judge did not score), or an episode and agent missing a dimension.
     """
     path = Path(path)
     if not path.is_file():
@@ -97,7 +107,10 @@ def read_ratings(path: str | os.PathLike, episode_ids=None) -> pd.DataFrame:
         eid = rec["episode_id"].strip()
         if not eid:
             raise JudgeError(f"{where}: empty episode_id")
-        if known is not None and eid not in known:
+        dialog = str(rec.get("dialog", "")).strip().lower()
+        if dialog not in ("", "yes", "no"):
+            raise JudgeError(f"{where}: dialog must be yes, no or empty, got {rec['dialog']!r}")
+        if known is not None and eid not in known and dialog != "no":
             raise JudgeError(f"{where}: episode_id {eid!r} is not among the judged episodes")
         if rec["agent"].strip() not in ("1", "2"):
             raise JudgeError(f"{where}: agent must be 1 or 2, got {rec['agent']!r}")
@@ -112,7 +125,7 @@ def read_ratings(path: str | os.PathLike, episode_ids=None) -> pd.DataFrame:
         if not lo <= score <= hi:
             raise JudgeError(f"{where}: score {rec['score']} of {dim} is outside its range {lo} to {hi}")
         rows.append({"episode_id": eid, "agent": int(rec["agent"]), "dimension": dim, "score": score,
-                     "rater": str(rec.get("rater", "")).strip(), "line": i + 2})
+                     "rater": str(rec.get("rater", "")).strip(), "dialog": dialog != "no", "line": i + 2})
     ratings = pd.DataFrame(rows)
     for (eid, agent), group in ratings.groupby(["episode_id", "agent"], sort=False):
         absent = [d for d in DIMENSIONS if d not in set(group["dimension"])]
@@ -200,6 +213,62 @@ def within_share(diffs: pd.DataFrame) -> float:
     every agent and dimension with a defined spread (the paper: 75.8 % for gpt-oss-120b)."""
     ok = np.isfinite(diffs["human_sd"].to_numpy(dtype=float))
     return float(diffs.loc[ok, "within"].mean()) if ok.any() else float("nan")
+
+
+#: why a rated episode without a dialog has no score from a judge that was not given it
+NO_DIALOG = "no dialog to read (the ratings file marks it dialog = no)"
+
+
+def episode_coverage(judge_table: pd.DataFrame, ratings: pd.DataFrame,
+                     not_judged: str = "not in the judge's table") -> dict:
+    """Which rated episodes a judge's agreement rests on, and why each other one is left out.
+
+    An episode is used when the judge scored at least one of its rated agents and
+    dimensions (:func:`paired_scores` pairs exactly those).  Each left-out episode gets the
+    first reason that applies: its rows in the judge's table have no score (the table's
+    ``error``, e.g. "no published GPT-4 score"); it is not in the table and has no dialog
+    (:data:`NO_DIALOG`); it is not in the table (``not_judged``, which the caller can make
+    say why the judge was not run on it).
+
+    Parameters
+    ----------
+    judge_table : a judge table with ``episode_id``
+    ratings : from :func:`read_ratings`
+
+    Returns
+    -------
+    dict
+        ``episodes`` (how many are used), ``rated_episodes`` (how many the ratings hold),
+        ``without_dialog`` (the used episodes that have no dialog: published scores need
+        none) and ``left_out``: one ``{"reason", "n", "episode_ids"}`` per reason, ids in the
+        ratings' order.
+    """
+    if "episode_id" not in judge_table.columns:
+        raise JudgeError("the judge table has no episode_id column: judge the episodes file the "
+                         "ratings refer to (synclib evaluate EPISODES.jsonl)")
+    table = judge_table.assign(episode_id=judge_table["episode_id"].astype(str))
+    rated = list(dict.fromkeys(ratings["episode_id"]))
+    dialog = ratings.groupby("episode_id")["dialog"].all() if "dialog" in ratings.columns else None
+    pairs = (mean_ratings(ratings)[["episode_id", "agent", "dimension"]]
+             .merge(table.loc[table["score"].notna(), ["episode_id", "agent", "dimension"]]))
+    used = set(pairs["episode_id"])
+    errors = table.groupby("episode_id")["error"].agg(
+        lambda e: next((str(x) for x in e if str(x).strip()), "")) if "error" in table.columns else {}
+    in_table = set(table["episode_id"])
+    reasons: dict[str, list[str]] = {}
+    for eid in rated:
+        if eid in used:
+            continue
+        if eid in in_table:
+            why = errors.get(eid, "") or "the judge gave it no score"
+        elif dialog is not None and not dialog[eid]:
+            why = NO_DIALOG
+        else:
+            why = not_judged
+        reasons.setdefault(why, []).append(eid)
+    return {"episodes": len(used), "rated_episodes": len(rated),
+            "without_dialog": [e for e in rated if e in used and dialog is not None and not dialog[e]],
+            "left_out": [{"reason": why, "n": len(ids), "episode_ids": ids} for why, ids in reasons.items()]}
 
 
 def load_measured(bench_dir=None) -> dict | None:

@@ -11,19 +11,25 @@ files against their hashes and then calls :func:`prepare`, which writes beside t
     ``model`` column: which agents played) and ``source`` (the file).
 ``ratings.csv``
     :mod:`synclib.judge.human`'s format: one row per episode, agent, dimension and
-    annotator; ``rater`` is a hash of the annotator's Prolific id, never the id.
+    annotator, for every rated episode; ``rater`` is a hash of the annotator's Prolific id,
+    never the id; ``dialog`` is ``no`` for an episode whose dialog the files lack (see below).
 ``gpt-4.judge.csv``
     A judge table (:mod:`synclib.judge.table`, with ``episode_id``) of GPT-4's Sotopia-eval
     scores as Sotopia's authors computed them (``complete_gpt_score.json``; judge
-    ``gpt-4 (Sotopia's scores)``): they exist for the GPT-4 episodes only, the other
-    episodes' rows have no score and say so in ``error``.
+    ``gpt-4 (Sotopia's scores)``), with rows for every rated episode: the scores exist for
+    the GPT-4 episodes only, the other episodes' rows have no score and say so in ``error``.
 
 The study's files: one CSV per kind of agent (``gpt4_final.csv``, ...), one row per
 episode and annotator, columns ``pk`` (the episode id), ``model``, ``data`` (JSON:
 ``scenario``, ``names`` (agent 1 first), ``personal_info``, ``social_goal``,
 ``parsed_conversation``), ``prolific_id`` and ``<dimension>_<agent>`` scores (with
-``<dimension>_reasoning_<agent>`` texts).  Three episodes hold only their scenario in
-``data`` (no dialog): they are left out of all three outputs, and :func:`prepare` says so.
+``<dimension>_reasoning_<agent>`` texts).  Three rated episodes hold only their scenario in
+``data`` (no dialog; one of them a GPT-4 episode with published GPT-4 scores).  Which
+outputs keep them follows from what needs the dialog: a judge must read it, so they are
+not in ``episodes.jsonl``; a comparison of two published score sets (GPT-4's scores against
+the ratings) needs none, so they are in ``ratings.csv`` (marked ``dialog = no``, which lets
+:func:`synclib.judge.human.read_ratings` accept them beside a judge's table that lacks
+them) and in ``gpt-4.judge.csv``.  :func:`prepare` names them.
 
 These are the ratings of Sotopia-π (Wang et al., 2024), collected on Prolific on the
 SOTOPIA-hard tasks, not the Mechanical Turk annotations of the Sotopia paper (Zhou et al.,
@@ -54,7 +60,7 @@ SCORES_FILE = "complete_gpt_score.json"
 OUTPUTS = ("episodes.jsonl", "ratings.csv", "gpt-4.judge.csv")
 #: the judge name of ``gpt-4.judge.csv``
 GPT4_JUDGE = "gpt-4 (Sotopia's scores)"
-_VERSION = "2"  # bump when the outputs' format changes: prepare() then rewrites them
+_VERSION = "3"  # bump when the outputs' format changes: prepare() then rewrites them
 
 
 def _rater(prolific_id: str) -> str:
@@ -86,11 +92,13 @@ def _transcript(turns: list, names: list[str]) -> str:
     return "\n\n".join(lines)
 
 
-def _read_study(root: Path) -> tuple[dict, list[dict], list[str]]:
-    """Episodes (pk -> export record), rating rows and the pks left out (no dialog)."""
+def _read_study(root: Path) -> tuple[dict, list[dict], dict]:
+    """Episodes with a dialog (pk -> export record), rating rows of every rated episode (with
+    ``dialog``), and every rated pk -> its agents' names (empty without a dialog), in the
+    files' order."""
     episodes: dict[str, dict] = {}
     ratings: list[dict] = []
-    no_dialog: set[str] = set()
+    rated: dict[str, list[str]] = {}
     for fname in RATING_FILES:
         with open(root / fname, newline="", encoding="utf-8") as fh:
             for lineno, row in enumerate(csv.DictReader(fh), 2):
@@ -99,12 +107,11 @@ def _read_study(root: Path) -> tuple[dict, list[dict], list[str]]:
                 if not pk:
                     raise JudgeError(f"{where}: no pk")
                 data = json.loads(row["data"])
-                if "parsed_conversation" not in data:
-                    no_dialog.add(pk)
-                    continue
-                names = [str(n).strip() for n in data["names"]]
-                if pk not in episodes:
+                rated.setdefault(pk, [])
+                if "parsed_conversation" in data and pk not in episodes:
+                    names = [str(n).strip() for n in data["names"]]
                     info = data.get("personal_info", {})
+                    rated[pk] = names
                     episodes[pk] = {
                         "episode_id": pk, "scenario": str(data["scenario"]).strip(), "codename": "",
                         "agents_background": {n: _background(n, info.get(n, {})) for n in names},
@@ -119,19 +126,23 @@ def _read_study(root: Path) -> tuple[dict, list[dict], list[str]]:
                             raise JudgeError(f"{where}: {dim}_{agent} = {score} outside {lo} to {hi}")
                         ratings.append({"episode_id": pk, "agent": agent, "dimension": dim, "score": score,
                                         "rater": _rater(row["prolific_id"]), "condition": row["model"]})
-    return episodes, ratings, sorted(no_dialog - set(episodes))
+    for rec in ratings:  # an episode has a dialog when any of its records holds one
+        rec["dialog"] = "yes" if rec["episode_id"] in episodes else "no"
+    return episodes, ratings, rated
 
 
-def _gpt4_table(root: Path, episodes: dict) -> pd.DataFrame:
-    """GPT-4's scores of the episodes in ``episodes`` as a judge table with ``episode_id``."""
+def _gpt4_table(root: Path, rated: dict) -> pd.DataFrame:
+    """GPT-4's scores as a judge table with ``episode_id``: rows for every rated episode
+    (``rated``: pk -> agent names, empty where the files hold no dialog), a score where
+    Sotopia published one; a published score needs no dialog."""
     from synclib.judge.table import make_table
 
     scores = json.loads((root / SCORES_FILE).read_text(encoding="utf-8"))
-    order = {pk: i for i, pk in enumerate(episodes)}
+    order = {pk: i for i, pk in enumerate(rated)}
     rows = []
     for pk, i in order.items():
         entry = scores.get(pk)
-        names = list(episodes[pk]["social_goals"])
+        names = rated[pk] or ["", ""]
         for agent in (1, 2):
             for dim in DIMENSIONS:
                 score = None if entry is None else int(round(float(entry[f"agent{agent}"][dim])))
@@ -159,19 +170,23 @@ def prepare(root: str | os.PathLike, log=None) -> dict[str, Path]:
     stamp = root / ".prepared"
     if stamp.is_file() and stamp.read_text() == _VERSION and all(p.is_file() for p in out.values()):
         return out
-    episodes, ratings, no_dialog = _read_study(root)
+    episodes, ratings, rated = _read_study(root)
     tmp = out["episodes"].with_name(".episodes.jsonl.part")
     tmp.write_text("".join(json.dumps(e, ensure_ascii=False) + "\n" for e in episodes.values()), encoding="utf-8")
     os.replace(tmp, out["episodes"])
-    frame = pd.DataFrame(ratings, columns=["episode_id", "agent", "dimension", "score", "rater", "condition"])
+    frame = pd.DataFrame(ratings, columns=["episode_id", "agent", "dimension", "score", "rater", "condition", "dialog"])
     frame.to_csv(out["ratings"].with_name(".ratings.csv.part"), index=False)
     os.replace(out["ratings"].with_name(".ratings.csv.part"), out["ratings"])
-    _gpt4_table(root, episodes).to_csv(out["gpt4"].with_name(".gpt4.part"), index=False)
+    _gpt4_table(root, rated).to_csv(out["gpt4"].with_name(".gpt4.part"), index=False)
     os.replace(out["gpt4"].with_name(".gpt4.part"), out["gpt4"])
     stamp.write_text(_VERSION)
+    no_dialog = [pk for pk in rated if pk not in episodes]
     if no_dialog:
-        (log or (lambda m: None))(f"[synclib] sotopia-human: {len(no_dialog)} rated episodes have no dialog in "
-                                  f"the study's files and are left out: {', '.join(no_dialog)}")
+        (log or (lambda m: None))(
+            f"[synclib] sotopia-human: {len(no_dialog)} rated episodes have no dialog in the study's files "
+            f"({', '.join(no_dialog)}): kept in ratings.csv (dialog = no) and gpt-4.judge.csv, since "
+            "comparing published scores with the ratings needs no dialog; left out of episodes.jsonl, "
+            "since a judge must read it")
     return out
 
 

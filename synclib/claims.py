@@ -1,0 +1,332 @@
+"""The paper's claims, one line each: can this run speak to it, the effect, the test, p.
+
+Every claim the paper makes about its figures and tables (``data/published.json``) has a
+function here that reads a results directory (:class:`synclib.results.Results`) and returns
+a :class:`Claim`.  :data:`CLAIMS` lists them in the paper's order; :func:`claims_summary`
+gives the book's first page its list, and each figure's page quotes its own line, so the
+two always agree.  A claim the run cannot test says why (too few pairs, too few samples,
+relationship confounded with scenario, a model that is not run).
+
+The tests, and the statistical unit of each:
+
+========================  ===============================================================
+claim                     test
+========================  ===============================================================
+synchrony (fig 2)         genuine SyncR² against 0: bootstrap over whole episodes
+controls (figs 3-4)       genuine against each control: the larger p of the corrected
+                          re-split t-test and the episode bootstrap
+                          (:func:`synclib.power.paired_control_tests`)
+relationships (fig 5)     Pearson r of closeness with the categories' mean SyncR², over the
+                          categories (the unit: a category's subsets share its scenarios)
+social (fig 6, table 1,   a correlation over model pairs: needs pairs
+fig 7)
+clipping (fig 8)          none: keeping negatives can only lower SyncR²; the size is the
+                          finding, at the paper's penalty
+sample size (fig 9)       none: the run's size against the paper's
+persona split (table 2)   corrected re-split t-test of the per-seed differences
+nonlinear (table 5)       corrected re-split t-test of the MLP's minus the affine map's
+                          test R² on the same layer pairs
+ToM (fig 11)              per decoder, corrected re-split t-test of baseline minus decoder
+                          test KL
+judge (table 4, fig 10)   the measured judges on published human ratings (benchmark)
+========================  ===============================================================
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from synclib import power
+from synclib.stats import MIN_N_CORR
+from synclib.stats import fmt as _f
+from synclib.stats import p_clause as _p
+
+__all__ = ["Claim", "CLAIMS", "claim", "page_lines", "claims_summary", "PAPER_PAIRS", "EQUIVALENCE_MARGIN"]
+
+#: model pairs in the paper's figure 6
+PAPER_PAIRS = 21
+#: a "largely unchanged" claim (tables 2, 5) can be spoken to when the test detects a change this
+#: large (SyncR² or R²) with 80 % power: the paper's own differences there are up to 0.05
+EQUIVALENCE_MARGIN = 0.05
+
+
+@dataclass
+class Claim:
+    """What a run says about one claim of the paper."""
+
+    key: str       # its entry in data/published.json
+    what: str      # the claim, short, with where the paper makes it
+    verdict: str   # "can", "partly" or "cannot" (speak to it)
+    text: str      # the effect, the test and p, or why the run cannot test it
+
+    def line(self) -> str:
+        """Markdown: ``what: **verdict** speak to it: text``."""
+        return f"{self.what}: **{self.verdict}** speak to it: {self.text}"
+
+
+def _who(res) -> str:
+    return "the embedded models show" if res.embedded else "this run shows"
+
+
+def _tiny(res) -> str:
+    return " (the embedded tiny models, not the paper's)" if res.embedded else ""
+
+
+# --------------------------------------------------------------------------- fig 2
+def synchrony(res, published: dict) -> Claim:
+    """Figure 2: the maps predict the partner's next state (genuine SyncR² above 0)."""
+    what = "Synchrony: the maps predict the partner's next state (section 3.2, figure 2)"
+    sync = res.sync_table()
+    pairs = "; ".join(f"{r.pair} {_f(r.mean)}" for r in sync.itertuples())
+    iv = power.episode_interval(res, "genuine")
+    text = f"{_who(res)} genuine SyncR² {pairs} (per pair, the mean of its directional values)"
+    if not np.isfinite(iv["ci_lo"]):
+        return Claim("fig2", what, "partly", text + "; no resamples of episodes in this run's analyses, so no test.")
+    verdict = "can" if iv["ci_lo"] > 0 else "cannot"
+    return Claim("fig2", what, verdict, text + (
+        f"; over all runs {_f(iv['value'])}, 95 % interval {_f(iv['ci_lo'])} to {_f(iv['ci_hi'])} over "
+        f"{iv['n_boot']:,} resamples of the {iv['n_episodes']} episodes ({_p(iv['p_zero'])} that it is 0)."))
+
+
+# --------------------------------------------------------------------------- figs 3-4
+def _found(r) -> str:
+    return (f"by {_f(power.reported_difference(r), 3)} SyncR² ({_p(r['p'])}: the larger of the corrected re-split "
+            f"t-test over {int(r['n_pairs'])} split-seed values, {_p(r['p_corrected'])}, and the bootstrap over "
+            f"{int(r['n_episodes'])} episodes, {_p(r['p_episodes'])})")
+
+
+def _control_line(res, table, control: str, key: str, what: str, paper_difference: float | None) -> Claim:
+    rows = table[table["control"] == control] if len(table) else table
+    if not len(rows):
+        return Claim(key, what, "cannot", f"this run has no {control} condition.")
+    r = rows.iloc[0]
+    if why := power.why_untestable(r):
+        return Claim(key, what, "cannot", why + ".")
+    if power.significantly_above(r):
+        return Claim(key, what, "can", f"{_who(res)} genuine above {control} {_found(r)}.")
+    mde = r["mde_corrected"]
+    if paper_difference is not None:
+        verdict = "can" if np.isfinite(mde) and mde <= paper_difference else "cannot"
+        return Claim(key, what, verdict, (
+            f"a difference of {_f(paper_difference)} SyncR² (assumed; the paper prints no number) is detected "
+            f"from about {_f(mde, 3)}; found {_found(r)}."))
+    return Claim(key, what, "partly", f"not detected: {_found(r)}; detectable from about {_f(mde, 3)}.")
+
+
+def passive(res, published: dict, paper_difference: float = power.ASSUMED_PAPER_DIFFERENCE, table=None) -> Claim:
+    """Figures 3-4a: the passive reader is below genuine."""
+    table = power.paired_control_tests(res) if table is None else table
+    return _control_line(res, table, "passive", "fig3_4", "Passive reader below genuine (section 4.2, figure 4a)",
+                         paper_difference)
+
+
+def lags(res, published: dict, table=None) -> Claim:
+    """Figures 3-4b: synchrony collapses at lags 1 and 2."""
+    table = power.paired_control_tests(res) if table is None else table
+    what = "Synchrony collapses at lags k = 1, 2 (section 4.2, figure 4b)"
+    rows = table[table["control"].str.startswith("lag")] if len(table) else table
+    if not len(rows):
+        return Claim("fig3_4", what, "cannot", "this run has no lagged condition.")
+    parts = [_control_line(res, table, c, "fig3_4", "", None) for c in rows["control"]]
+    verdict = "can" if all(p.verdict == "can" for p in parts) else "partly"
+    text = "; ".join(f"{c}: {p.text.rstrip('.')}" for c, p in zip(rows["control"], parts))
+    return Claim("fig3_4", what, verdict, text + ".")
+
+
+def shuffled(res, published: dict, table=None) -> Claim:
+    """The code's shuffled control (the paper does not report it)."""
+    table = power.paired_control_tests(res) if table is None else table
+    return _control_line(res, table, "shuffled", "fig3_4",
+                         "The paper's code's shuffled control below genuine (not reported in the paper)", None)
+
+
+# --------------------------------------------------------------------------- fig 5
+def relationships(res, published: dict) -> Claim:
+    """Figure 5: SyncR² rises with closeness (appendix G)."""
+    what = "SyncR² rises with relationship closeness (section 4.3, figure 5)"
+    t = res.relationship_table()
+    if t.empty:
+        return Claim("fig5", what, "cannot", "this run has no relationship analysis.")
+    c = res.relationship_closeness(t)
+    scen = res.relationship_scenarios()
+    few = {k: v for k, v in scen.items() if v < 3}
+    text = (f"{c.describe()} between closeness (the paper's five codes, strangers 0 to romantic 4) and the "
+            f"categories' mean SyncR², over the {c.n} categories this run has (the unit: a category's test "
+            f"subsets share its scenarios)")
+    if scen:
+        text += "; scenarios per category: " + ", ".join(f"{k} {v}" for k, v in scen.items())
+    if few:
+        return Claim("fig5", what, "cannot", text + (
+            f". Relationship is confounded with scenario: {', '.join(few)} come from fewer than 3 scenarios each."))
+    if c.n < MIN_N_CORR + 2:
+        return Claim("fig5", what, "cannot", text + f". {c.n} categories are too few for a correlation.")
+    return Claim("fig5", what, "can", text + ".")
+
+
+# --------------------------------------------------------------------------- fig 6, table 1, fig 7
+def _pairs_verdict(res) -> tuple[str, str]:
+    n = len(res.pair_names)
+    verdict = "cannot" if n < MIN_N_CORR + 2 else "can only weakly" if n < PAPER_PAIRS else "can"
+    note = " (a correlation over so few points is not evidence)" if verdict == "cannot" else ""
+    return verdict, f"{n} model pair{'s' if n != 1 else ''} here, {PAPER_PAIRS} in the paper{note}{_tiny(res)}"
+
+
+def social(res, published: dict) -> Claim:
+    """Figure 6 and table 1: SyncR² tracks social performance (also given ability)."""
+    verdict, text = _pairs_verdict(res)
+    return Claim("fig6", "SyncR² tracks social performance, also given IFEval and MuSR (section 5, figure 6, "
+                 "table 1)", verdict, text + ".")
+
+
+def topk(res, published: dict) -> Claim:
+    """Figure 7: the correlation with social performance holds for every top-k."""
+    verdict, text = _pairs_verdict(res)
+    return Claim("fig7", "The correlation holds for every top-k (appendix C.1, figure 7)", verdict,
+                 text + "; the top-k SyncR² itself is on the figure 7 page.")
+
+
+# --------------------------------------------------------------------------- fig 8
+def clipping(res, published: dict) -> Claim:
+    """Figure 8: keeping negative R² lowers SyncR² and inflates its standard error."""
+    what = "Keeping negative R² lowers SyncR² and inflates its standard error (appendix C.2, figure 8)"
+    t = res.clipping_table()
+    paper = t[t["penalty"] == "paper"] if len(t) else t
+    if paper.empty:
+        return Claim("fig8", what, "cannot", "this run's analyses have no unclipped SyncR².")
+    s = res.clipping_summary(paper)
+    text = (f"at the paper's λ = {s['alpha']:g}, keeping negatives takes the mean SyncR² over pairs from "
+            f"{_f(s['clipped'])} to {_f(s['kept'])} and its standard error by a factor of {_f(s['se_ratio'], 1)} "
+            "(median over pairs); no test: the unclipped value can never exceed the clipped one, so the size "
+            "is the finding")
+    own = t[t["penalty"] == "run"]
+    if len(own):
+        o = res.clipping_summary(own)
+        text += (f". At this run's own penalty ({res.penalty_label()}) the two are {_f(o['clipped'])} and "
+                 f"{_f(o['kept'])}")
+    verdict = "can" if s["kept"] < s["clipped"] else "partly"
+    return Claim("fig8", what, verdict, text + ".")
+
+
+# --------------------------------------------------------------------------- fig 9
+def sample_size(res, published: dict) -> Claim:
+    """Figure 9: little gain beyond 6,500 samples per dataset."""
+    f9 = published.get("fig9", {})
+    n = res.sample_counts()
+    gen = n[n["condition"] == "genuine"]
+    what = f"Little gain beyond {f9.get('n_samples', 6500):,} samples per dataset (appendix D, figure 9)"
+    if gen.empty:
+        return Claim("fig9", what, "cannot", "this run's analyses record no sample counts.")
+    total = int(round((gen["n_train"] + gen["n_test"]).max()))
+    verdict = "can" if total >= f9.get("n_samples", 6500) else "cannot"
+    return Claim("fig9", what, verdict, f"at most {total} samples per dataset here (training and test), "
+                 f"{f9.get('n_samples', 6500):,} in the paper; the curve up to this run's size is on the figure 9 page.")
+
+
+# --------------------------------------------------------------------------- tables 2, 5
+def _resplit_line(d: dict, quantity: str) -> str:
+    return (f"{quantity} {_f(d['mean'], 3)} ({_p(d['p'])}, corrected re-split t-test over {d['n']} paired values; "
+            f"detectable from about {_f(d['mde'], 3)})")
+
+
+def _setting_claim(res, key: str, setting: str, what: str, missing: str) -> Claim:
+    """Tables 2 and 5: a setting against the original (:func:`synclib.power.setting_test`). The
+    paper finds them about the same; a run speaks to that where it finds a difference, or where it
+    would detect one of :data:`EQUIVALENCE_MARGIN` and finds none."""
+    d = power.setting_test(res, setting)
+    if d["n"] < 2:
+        return Claim(key, what, "cannot", missing)
+    quantity = power.SETTINGS[setting][2]
+    if d["n_layer_pairs"]:
+        quantity += f" on {d['n_layer_pairs']} layer pairs per direction"
+    found = bool(np.isfinite(d["p"]) and d["p"] < 0.05)
+    can = found or bool(np.isfinite(d["mde"]) and d["mde"] <= EQUIVALENCE_MARGIN)
+    return Claim(key, what, "can" if can else "cannot", _resplit_line(d, quantity) + (
+        f"; {_who(res)} a difference at p < 0.05" if found else
+        f"; a change of {EQUIVALENCE_MARGIN} or more would be detected, and none is" if can else
+        f"; a change of {EQUIVALENCE_MARGIN} (the paper's largest) would not be detected with 80 % power") + ".")
+
+
+def persona(res, published: dict) -> Claim:
+    """Table 2: SyncR² is largely unchanged with a persona-disjoint split."""
+    return _setting_claim(res, "table2", "persona", "SyncR² unchanged with a persona-disjoint split (appendix E, "
+                          "table 2)", "this run has no persona-disjoint analysis.")
+
+
+def nonlinear(res, published: dict) -> Claim:
+    """Table 5: nonlinear maps do not capture systematically more than affine ones."""
+    return _setting_claim(res, "table5", "nonlinear", "Nonlinear maps no better overall than affine ones "
+                          "(appendix I, table 5)", "this run has no MLP comparison (or one split seed).")
+
+
+# --------------------------------------------------------------------------- fig 11
+def tom(res, published: dict) -> Claim:
+    """Figure 11: emotions and actions of self and partner decode above the baseline."""
+    what = "Emotions and actions decode above the baseline (appendix J, figure 11)"
+    t = power.tom_tests(res)
+    if t.empty:
+        return Claim("fig11", what, "cannot", "this run has no ToM decoding.")
+    ok = t[(t["p"] < 0.05) & (t["mean"] > 0)]
+    parts = [f"{r.target} from {r.relation} {_f(r.mean, 3)} ({_p(r.p)})" for r in t.itertuples()]
+    text = (f"{len(ok)} of {len(t)} decoders beat the train-mean baseline at p < 0.05 (baseline minus decoder test "
+            f"KL, corrected re-split t-test over reading agents x split seeds x runs): " + "; ".join(parts))
+    followed = bool(t["format_followed"].all())
+    if not followed:
+        return Claim("fig11", what, "partly", text + ". The replies decoded did not follow the instructed "
+                     "format, which the paper requires of its models.")
+    return Claim("fig11", what, "can" if len(ok) else "partly", text + ".")
+
+
+# --------------------------------------------------------------------------- table 4, fig 10
+def judge(res, published: dict) -> Claim:
+    """Table 4 and figure 10: the paper's judge agrees with people."""
+    from synclib.judge.human import load_measured
+    from synclib.models import EMBEDDED
+
+    what = "The paper's judge (gpt-oss-120b) agrees with human ratings (appendix H, table 4, figure 10)"
+    measured = load_measured()
+    text = "gpt-oss-120b is not run here"
+    if measured:
+        parts = []
+        for j in measured["judges"]:
+            rs = [d["r"] for d in j["dimensions"] if d["r"] is not None and np.isfinite(d["r"])]
+            tiny = " (tiny, embedded)" if j["judge"] in EMBEDDED else ""
+            parts.append(f"{j['judge']}{tiny}: r from {_f(min(rs))} to {_f(max(rs))} over {len(rs)} dimensions, "
+                         f"{j['episodes']} episodes" if rs else f"{j['judge']}{tiny}: no correlation")
+        text += ("; the benchmark measures other judges on Sotopia-π's published human ratings (the table 4 "
+                 "page): " + "; ".join(parts))
+    return Claim("table4", what, "cannot", text + ".")
+
+
+#: every claim, in the paper's order: (function, published.json key)
+CLAIMS: tuple[tuple[Callable, str], ...] = (
+    (synchrony, "fig2"), (passive, "fig3_4"), (lags, "fig3_4"), (shuffled, "fig3_4"), (relationships, "fig5"),
+    (social, "fig6"), (social, "table1"), (topk, "fig7"), (clipping, "fig8"), (sample_size, "fig9"),
+    (persona, "table2"), (judge, "table4"), (judge, "fig10"), (nonlinear, "table5"), (tom, "fig11"),
+)
+
+
+def claim(key: str, res, published: dict) -> list[Claim]:
+    """The claims of one ``data/published.json`` entry (e.g. ``"fig3_4"``: passive, lags, shuffled)."""
+    fns = list(dict.fromkeys(f for f, k in CLAIMS if k == key))
+    if not fns:
+        raise KeyError(f"no claim for {key!r}; keys: {sorted({k for _, k in CLAIMS})}")
+    return [f(res, published) for f in fns]
+
+
+def page_lines(key: str, res, published: dict) -> str:
+    """Markdown for a figure's page: its claims' lines as the first page lists them."""
+    lines = [c.line() for c in claim(key, res, published)]
+    return "**The paper's claim and this run** (as on the first page): " + " ".join(lines)
+
+
+def claims_summary(res, published: dict) -> list[str]:
+    """One Markdown line per claim of the paper (:data:`CLAIMS`, each function once)."""
+    table = power.paired_control_tests(res)
+    out = []
+    for fn in dict.fromkeys(f for f, _ in CLAIMS):
+        c = fn(res, published, table=table) if fn in (passive, lags, shuffled) else fn(res, published)
+        out.append(c.line())
+    return out
+

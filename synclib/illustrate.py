@@ -1,0 +1,152 @@
+"""Figure 1 from a run's own data: one dialog, the states it produced, one fitted map.
+
+The paper's figure 1 is a drawing of the framework: (1) two agents talk, (2) every layer's
+hidden state is read at every turn, (3) an affine map predicts one agent's next state from the
+other's current one.  :func:`figure1` returns the three parts from a results directory:
+
+``turns``
+    The first utterances of one dialog of the example run (the first dialog, in cube order,
+    that reached the utterance limit; else the longest): utterance, speaker, text.
+``states``
+    That dialog's states: for every layer of each agent, its state at each of the agent's
+    utterances projected on the layer's first principal component over all of the run's
+    states of that agent and layer, standardised per layer (so the colours show how the
+    representation moves from turn to turn, layer by layer).
+``scatter``
+    One map of the genuine A->B dataset, the one the analysis found best (the source layer
+    whose best target layer has the highest seed-mean test R²): refitted on split seed 0 with
+    the analysis' split and penalty, its test predictions against the partner's actual next
+    states, both projected on the target layer's first principal component over the training
+    targets.  ``info["r2"]`` is the refitted map's test R², which equals the analysis' own
+    value for that layer pair and split (a test checks it).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+import xarray as xr
+
+from synclib.analysis.samples import build_dataset
+from synclib.ridge import episode_split, ridge_solve
+
+__all__ = ["Figure1", "figure1"]
+
+
+@dataclass
+class Figure1:
+    """The three parts of figure 1 (module doc) and what they were drawn from."""
+
+    turns: pd.DataFrame     # utterance, speaker, text
+    states: pd.DataFrame    # agent, layer (1-based), utterance, value
+    scatter: pd.DataFrame   # actual, predicted (first principal component), episode
+    info: dict = field(default_factory=dict)  # run, episode, task, sim_seed, src_layer, tgt_layer (1-based), r2, ...
+
+
+def _first_pc(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean (D,) and unit first principal direction (D,) of the rows of M (n, D)."""
+    mu = M.mean(0)
+    _, _, vt = np.linalg.svd(M - mu, full_matrices=False)
+    return mu, vt[0]
+
+
+def _dialog(cube: xr.Dataset) -> tuple[int, int]:
+    """(episode, sim_seed) positions of the dialog to show: the first that reached the
+    utterance limit, else the longest."""
+    n = np.asarray(cube["n_utterances"].values)
+    limit = int(cube.attrs.get("max_utterances", n.max()))
+    full = np.argwhere(n >= limit)
+    e, s = (full[0] if len(full) else np.unravel_index(int(np.argmax(n)), n.shape))
+    return int(e), int(s)
+
+
+def _turns(cube: xr.Dataset, e: int, s: int, n_turns: int) -> pd.DataFrame:
+    names = (str(cube["agent1_name"].values[e]), str(cube["agent2_name"].values[e]))
+    n = int(cube["n_utterances"].values[e, s])
+    rows = []
+    for t in range(min(n, n_turns)):
+        side = "a" if t % 2 == 0 else "b"
+        rows.append({"utterance": t, "speaker": names[t % 2], "text": str(cube[f"text_{side}"].values[e, s, t // 2])})
+    return pd.DataFrame(rows, columns=["utterance", "speaker", "text"])
+
+
+def _states(cube: xr.Dataset, e: int, s: int) -> pd.DataFrame:
+    names = (str(cube["agent1_name"].values[e]), str(cube["agent2_name"].values[e]))
+    n = int(cube["n_utterances"].values[e, s])
+    rows = []
+    for i, side in enumerate(("a", "b")):
+        H = np.asarray(cube[f"hidden_{side}"].values, dtype=np.float64)  # (E, S, R, L, D)
+        E, S, R, L, D = H.shape
+        flat = H.reshape(E * S * R, L, D)
+        ok = np.isfinite(flat).all(axis=(1, 2))
+        for layer in range(L):
+            mu, v = _first_pc(flat[ok, layer])
+            proj = (flat[ok, layer] - mu) @ v
+            scale = proj.std() or 1.0
+            for k in range(R):
+                t = 2 * k + i
+                if t < n and np.isfinite(H[e, s, k, layer]).all():
+                    rows.append({"agent": f"{names[i]} ({'A' if i == 0 else 'B'})", "layer": layer + 1,
+                                 "utterance": t, "value": float((H[e, s, k, layer] - mu) @ v / scale)})
+    return pd.DataFrame(rows, columns=["agent", "layer", "utterance", "value"])
+
+
+def _best_map(res, run: str, cube: xr.Dataset) -> tuple[pd.DataFrame, dict]:
+    ana = res.analysis(run)
+    grid = ana["r2_mean"].sel(condition="genuine", direction="A->B").to_numpy()
+    best = np.nanmax(np.where(np.isnan(grid), -np.inf, grid), axis=1)
+    src = int(np.argmax(best))
+    tgt = int(np.nanargmax(grid[src]))
+    seed = int(ana["split_seed"].values[0])
+    samples = build_dataset(cube, "A->B")
+    n = int(ana.attrs.get("n_samples", -1))
+    train, test, _ = episode_split(samples.episode, None if n < 0 else n, seed, n_groups=cube.sizes["episode"])
+    alpha = float(ana["alpha"].sel(condition="genuine", direction="A->B", split_seed=seed).values[src])
+    X, Y = samples.take(np.concatenate([train, test]))
+    Xs = torch.as_tensor(X[:, src], dtype=torch.float64)
+    Ys = torch.as_tensor(Y[:, tgt], dtype=torch.float64)
+    ntr = len(train)
+    pred = ridge_solve(Xs[:ntr], Xs[ntr:], alpha, Ys[:ntr]).numpy()
+    actual = Ys[ntr:].numpy()
+    ss_res = ((actual - pred) ** 2).sum(0)
+    ss_tot = ((actual - actual.mean(0)) ** 2).sum(0)
+    r2 = float(np.mean(np.where(ss_tot > 0, 1 - ss_res / np.where(ss_tot > 0, ss_tot, 1), 0.0)))
+    mu, v = _first_pc(Ys[:ntr].numpy())
+    scatter = pd.DataFrame({"actual": (actual - mu) @ v, "predicted": (pred - mu) @ v,
+                            "episode": samples.episode[test]})
+    info = {"src_layer": src + 1, "tgt_layer": tgt + 1, "split_seed": seed, "alpha": alpha, "r2": r2,
+            "analysis_r2": float(ana["r2"].sel(condition="genuine", direction="A->B", split_seed=seed)
+                                 .values[src, tgt]),
+            "r2_mean": float(grid[src, tgt]), "n_train": ntr, "n_test": len(test)}
+    return scatter, info
+
+
+def figure1(res, run: str | None = None, n_turns: int = 4) -> Figure1:
+    """Figure 1's three parts from ``res`` (:class:`synclib.results.Results`; module doc).
+
+    Parameters
+    ----------
+    res : synclib.results.Results
+    run : str, optional
+        The ordered run (default :meth:`~synclib.results.Results.example_run`); its cube file
+        must be there.
+    n_turns : int
+        Utterances of the dialog shown as text.
+    """
+    run = run or res.example_run()
+    path = res.run(run).cube
+    if path is None or not path.is_file():
+        raise FileNotFoundError(f"figure 1 needs the cube of run {run!r}, which is not in the results directory")
+    with xr.open_dataset(path) as c:
+        cube = c.load()
+    e, s = _dialog(cube)
+    scatter, info = _best_map(res, run, cube)
+    info.update(run=run, episode=e, sim_seed=int(cube["sim_seed"].values[s]) if "sim_seed" in cube.coords else s,
+                task=str(cube["codename"].values[e]) if "codename" in cube.coords else "",
+                utterances=int(cube["n_utterances"].values[e, s]),
+                model_a=str(res.run(run).model_a), model_b=str(res.run(run).model_b))
+    info["rounded_equal"] = math.isclose(info["r2"], info["analysis_r2"], abs_tol=1e-3)
+    return Figure1(_turns(cube, e, s, n_turns), _states(cube, e, s), scatter, info)

@@ -1,0 +1,140 @@
+"""synclib.claims: every claim of the paper has its line, worded from the tests it names."""
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from book_fixtures import tiny_results
+from synclib import claims, power, report, results
+from synclib.paths import PUBLISHED_NUMBERS
+
+VERDICT = re.compile(r": \*\*(can|partly|cannot|can only weakly)\*\* speak to it: ")
+
+
+@pytest.fixture(scope="session")
+def res(tmp_path_factory):
+    """The book's tiny synthetic results (every analysis block), shared with the notebook tests."""
+    return results.load_results(tiny_results(tmp_path_factory.getbasetemp()))
+
+
+@pytest.fixture(scope="module")
+def published():
+    return results.load_published()
+
+
+def test_every_claim_of_the_paper_has_a_line():
+    """Each figure and table entry of data/published.json is covered by a claim function."""
+    entries = {k for k, v in json.loads(PUBLISHED_NUMBERS.read_text()).items()
+               if k not in ("_about", "paper", "models") and not v.get("illustration")}
+    assert entries == {key for _, key in claims.CLAIMS}
+    with pytest.raises(KeyError, match="no claim"):
+        claims.claim("fig1", None, {})
+
+
+def test_the_first_page_lists_every_claim_once(res, published):
+    lines = claims.claims_summary(res, published)
+    assert len(lines) == len(dict.fromkeys(f for f, _ in claims.CLAIMS)) == 13
+    for line in lines:
+        assert VERDICT.search(line), line
+        assert "n/a" not in line and "nan" not in line.lower(), line
+    summary = report.run_summary_markdown(res)
+    assert all(f"- {line}" in summary for line in lines)
+    # a figure's page repeats the first page's lines for its claims
+    for key in {k for _, k in claims.CLAIMS}:
+        text = claims.page_lines(key, res, published)
+        assert all(c.line() in text for c in claims.claim(key, res, published))
+
+
+def test_control_lines_are_worded_from_the_larger_p(res, published):
+    table = power.paired_control_tests(res)
+    for fn, control in ((claims.passive, "passive"), (claims.shuffled, "shuffled")):
+        r = table.set_index("control").loc[control]
+        line = fn(res, published, table=table).line()
+        assert r["p"] == max(r["p_corrected"], r["p_episodes"])
+        for p in (r["p"], r["p_corrected"], r["p_episodes"]):
+            assert power._p(p) in line
+        assert f"over {int(r['n_pairs'])} split-seed values" in line and f"{int(r['n_episodes'])} episodes" in line
+        if r["p"] < 0.05 and r["sync_diff"] > 0:
+            assert "**can**" in line and f"genuine above {control} by {r['sync_diff']:.3f}" in line
+        else:
+            assert f"about {r['mde_corrected']:.3f}" in line
+
+
+def test_a_control_equal_to_genuine_in_every_value_allows_no_test(res, published):
+    """The old default run clipped every R² to 0: genuine equals each control in every paired
+    value, and the line says so instead of printing n/a."""
+    table = power.paired_control_tests(res)
+    flat = table.assign(mean_genuine=0.0, mean_control=0.0, mean_diff=0.0, sd_diff=0.0, mde=np.nan,
+                        mde_corrected=np.nan, p_t=np.nan, p_perm=1.0, p_corrected=np.nan, p_episodes=1.0, p=1.0)
+    line = claims.passive(res, published, table=flat).line()
+    assert "**cannot**" in line and "equal in all" in line and "no test or detectable size" in line
+    assert claims.lags(res, published, table=flat).text.count("equal in all") == 2
+    none = claims.passive(res, published, table=flat[flat["control"] != "passive"])
+    assert none.verdict == "cannot" and "no passive condition" in none.text
+
+
+def test_relationships_confounded_with_scenario_cannot_be_spoken_to(res, published, monkeypatch):
+    cls = type(res)
+    monkeypatch.setattr(cls, "relationship_scenarios", lambda self: {"stranger": 2, "friend": 6, "acquaintance": 4})
+    c = claims.relationships(res, published)
+    assert c.verdict == "cannot" and "confounded with scenario: stranger come from fewer than 3" in c.text
+    corr = res.relationship_closeness()
+    assert corr.describe() in c.text and f"over the {corr.n} categories" in c.text
+    monkeypatch.setattr(cls, "relationship_scenarios", lambda self: {k: 5 for k in ("stranger", "friend")})
+    assert claims.relationships(res, published).verdict in ("can", "cannot")
+    assert "confounded" not in claims.relationships(res, published).text
+
+
+def test_relationship_closeness_is_over_the_papers_five_categories(res):
+    """One point per category, codes 0-4; family_member (5) stays out of the correlation."""
+    t = res.relationship_table()
+    means = t[t["code"].between(0, 4)].groupby("code")["sync"].mean()
+    c = res.relationship_closeness(t)
+    assert c.n == len(means)
+    if c.ok:
+        assert c.r == pytest.approx(np.corrcoef(means.index, means.to_numpy())[0, 1])
+    with_family = pd.concat([t, t.assign(code=5, relationship="family_member", sync=99.0)])
+    assert res.relationship_closeness(with_family).r == c.r or not c.ok
+
+
+def test_clipping_line_at_the_papers_penalty(res, published, monkeypatch):
+    rows = []
+    for penalty, kept in (("paper", -0.4), ("run", 0.3)):
+        for method, mean, se in (("clipped at 0", 0.3, 0.01), ("kept", kept, 0.05 if penalty == "paper" else 0.01)):
+            rows.append({"pair": "S-S", "family": "x", "model_a": "a", "model_b": "b", "orders": 1,
+                         "penalty": penalty, "method": method, "mean": mean, "se": se})
+    monkeypatch.setattr(type(res), "clipping_table", lambda self: pd.DataFrame(rows))
+    monkeypatch.setattr(type(res), "penalty_label", lambda self: "λ chosen by cross-validation")
+    c = claims.clipping(res, published)
+    assert c.verdict == "can" and "λ = 0.1" in c.text and "from 0.30 to -0.40" in c.text
+    assert "by a factor of 5.0" in c.text and "no test" in c.text
+    assert "At this run's own penalty (λ chosen by cross-validation) the two are 0.30 and 0.30" in c.text
+
+
+def test_setting_and_tom_tests_by_hand(res):
+    """Tables 2 and 5 and figure 11: the corrected re-split test on the paired differences."""
+    diffs, ratios = [], []
+    for name in res.run_names:
+        ds = res.analysis(name)
+        diffs.append((ds["persona_disjoint_sync_r2_per_seed"] - ds["sync_r2_per_seed"].sel(condition="genuine"))
+                     .transpose("direction", "split_seed").values.ravel())
+        a, b = ds["persona_disjoint_n_train"].values.ravel(), ds["persona_disjoint_n_test"].values.ravel()
+        ratios += list(b[a > 0] / a[a > 0])
+    ref = power.corrected_resampled_test(np.concatenate(diffs), np.mean(ratios))
+    got = power.setting_test(res, "persona")
+    assert got["p"] == pytest.approx(ref["p"], nan_ok=True) and got["n"] == ref["n"]
+    nl = power.setting_test(res, "nonlinear")
+    assert nl["n"] > 0 and nl["n_layer_pairs"] >= 1
+    t = power.tom_tests(res)
+    assert len(t) == 6 and set(t["target"]) == {"emotion", "action"}
+    row = t[(t["target"] == "emotion") & (t["relation"] == "self current")].iloc[0]
+    d = np.concatenate([(res.analysis(n)["tom_kl_baseline"] - res.analysis(n)["tom_kl_best"])
+                        .sel(tom_target="emotion", tom_relation="self_current").values.ravel()
+                        for n in res.runs_with("tom_kl_best")])
+    assert row["mean"] == pytest.approx(np.nanmean(d))
+    with pytest.raises(ValueError, match="setting"):
+        power.setting_test(res, "lag")
