@@ -135,9 +135,11 @@ def sentence_relationship(table: pd.DataFrame, published: dict, res=None) -> str
         s += (f" Over the paper's five categories (appendix G names {', '.join(RELATIONSHIPS[k] for k in CLOSENESS_CODES)},"
               f" codes {CLOSENESS_CODES[0]}-{CLOSENESS_CODES[-1]}), closeness and the categories' mean SyncR² correlate "
               f"with {c.describe()}, one point per category.")
-    if (table["code"] == 5).any():
-        s += (" family_member (code 5) is Sotopia's sixth category: none of the paper's 450 tasks uses it and the paper "
-              "never places it on its closeness scale, so it is drawn last and left out of the correlation.")
+    outside = sorted(set(table.loc[~table["code"].isin(CLOSENESS_CODES), "relationship"]))
+    if outside:
+        s += (f" {_join(outside)} (Sotopia's code {', '.join(str(k) for k in RELATIONSHIPS if RELATIONSHIPS[k] in outside)}) "
+              "is not among them: none of the paper's 450 tasks uses it and the paper never places it on its "
+              "closeness scale, so it is drawn last and left out of the correlation.")
     if res is not None and (absent := sorted(set(res.relationship_scenarios(with_values=False)) - set(table["relationship"]))):
         s += (f" {_join(absent)} {'is' if len(absent) == 1 else 'are'} in this run's tasks but left out: too few of "
               "its test samples in every split.")
@@ -500,9 +502,11 @@ def _size_lines(res) -> list[str]:
         return ["", sample_counts_text(res)] if len(gen) else []
     n, how = got
     verdict = "above" if gen.min() > n else "below"
+    measured = any(c.width == max(dims) for c in load_curves())  # else the point is scaled: say how
     return ["", f"**The run's size.** SyncR² clips each layer's test R² at 0, so with too few training samples "
             f"it is 0 whatever the models do. {leaves_zero_text()} For models {max(dims)} wide that point is about "
-            f"{n:.0f} ({how}); every genuine dataset of this run has {int(gen.min())} or more, {verdict} it. "
+            f"{n:.0f}{'' if measured else f' ({how})'}; every genuine dataset of this run has {int(gen.min())} or "
+            f"more, {verdict} it. "
             f"{sample_counts_text(res)} `synclib run --dry-run` prints every dataset's count before a run (an upper "
             "bound: dialogs that end early give fewer) and warns below the curve."]
 

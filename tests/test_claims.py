@@ -138,3 +138,24 @@ def test_setting_and_tom_tests_by_hand(res):
     assert row["mean"] == pytest.approx(np.nanmean(d))
     with pytest.raises(ValueError, match="setting"):
         power.setting_test(res, "lag")
+
+
+def test_one_count_of_dataset_sizes_on_every_page(res, published):
+    """The training samples per dataset used to read differently on five pages; every page now
+    quotes Results.sample_counts, the analyses' own n_train / n_test."""
+    counts = res.sample_counts()
+    for name in res.run_names:
+        ds = res.analysis(name)
+        mine = counts[counts["run"] == name]
+        assert len(mine) == int((ds["n_train"] > 0).sum())
+        assert sorted(mine["n_train"]) == sorted(int(v) for v in ds["n_train"].values.ravel() if v > 0)
+    text = report.sample_counts_text(res)
+    for cond, t in counts.groupby("condition"):
+        lo, hi = int(t["n_train"].min()), int(t["n_train"].max())
+        assert (f"{lo}-{hi} for training" if lo != hi else f"{lo} for training") in text, cond
+    gen = counts[counts["condition"] == "genuine"]
+    summary = report.run_summary_markdown(res)
+    assert f"| training samples per genuine dataset | {int(gen['n_train'].min())}-{int(gen['n_train'].max())} |" in summary
+    assert text in summary and text in report.embedded_run_markdown(res)
+    assert f"at most {int((gen['n_train'] + gen['n_test']).max())} samples per dataset" in claims.sample_size(
+        res, published).text
