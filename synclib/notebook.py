@@ -97,14 +97,23 @@ def execute(nb, out, params: dict | None = None, *, kernel: str = "python3", hid
     import nbformat
     import papermill as pm
 
+    from jupyter_client.manager import KernelManager
+
     nb, out = Path(nb), Path(out)
     declared = parameters(nb)
     params = {k: v for k, v in (params or {}).items() if k in declared}
     with tempfile.TemporaryDirectory() as d:
         src = Path(d) / (nb.stem + ".ipynb")
         _write_ipynb(nb, src)
-        pm.execute_notebook(str(src), str(out), parameters=params, cwd=str(nb.parent), progress_bar=False,
-                            kernel_name=kernel)
+        # the kernel talks over Unix sockets in this private folder, not unencrypted TCP on
+        # localhost (which the kernel warns about on every run)
+        km = KernelManager(kernel_name=kernel, transport="ipc", ip=str(Path(d) / "kernel"))
+        try:
+            pm.execute_notebook(str(src), str(out), parameters=params, cwd=str(nb.parent), progress_bar=False,
+                                kernel_name=kernel, km=km)
+        finally:  # a kernel manager handed in is not shut down by papermill
+            if km.has_kernel:
+                km.shutdown_kernel(now=True)
     if hide_parameters:
         doc = nbformat.read(str(out), as_version=4)
         for cell in doc.cells:

@@ -303,11 +303,14 @@ def step_book(cfg: dict, out: Path, *inputs: str) -> None:
 
 # --------------------------------------------------------------------------- graph
 def _settings(cfg: dict, step: str) -> dict:
-    """The values of the config keys that feed ``step`` (see :mod:`synclib.config`)."""
+    """The values of the config keys that feed ``step`` (see :mod:`synclib.config`); a path the
+    config resolved is kept relative to the repository when it lies there, so a checkout that
+    moved keeps its stamps (files a step reads are fingerprinted by their content as well)."""
     out = {}
     for path in keys_of_step(step):
         head, _, sub = path.partition(".")
-        out[path] = cfg[head][sub] if sub else cfg[head]
+        value = cfg[head][sub] if sub else cfg[head]
+        out[path] = display(value) if isinstance(value, str) and Path(value).is_absolute() else value
     if step == "simulate":  # the pair's specs are fingerprinted per pair; labels feed the notebooks
         out.pop("models", None)
         out.pop("pairs", None)
@@ -349,7 +352,7 @@ def build_jobs(cfg: dict, steps=STEPS) -> dict[str, Job]:
     else:
         scen = _file_hash(*(Path(cfg["scenarios"]) / f for f in ("envs.json", "agents.json", "env_agent_combos.json")))
     code = _file_hash(*sorted((REPO_ROOT / "synclib").rglob("*.py")))
-    final = []
+    final, upstream = [], []
     for run in runs(cfg):
         ma, mb = cfg["models"][run.a], cfg["models"][run.b]
         models = {"model_a": ma["spec"], "model_b": mb["spec"],
@@ -357,21 +360,26 @@ def build_jobs(cfg: dict, steps=STEPS) -> dict[str, Job]:
         sim = add(f"simulate:{run.name}", R / "cubes" / f"{run.name}.nc",
                   {**models, "scenario_files": scen, **_settings(cfg, "simulate"), "synclib": __version__},
                   partial(step_simulate, cfg, run, R / "cubes" / f"{run.name}.nc"), gpu=True)
-        if "judge" in steps:
-            out = R / "judge" / f"{run.name}.judge.csv"
-            final.append(add(f"judge:{run.name}", out, {"cube": sim.fp, **_settings(cfg, "judge")},
-                             partial(step_judge, cfg, run, out), [sim.key], gpu=cfg["judge"]["url"] is None).key)
-        if "analyze" in steps:
-            out = R / "analysis" / f"{run.name}.nc"
-            final.append(add(f"analyze:{run.name}", out, {"cube": sim.fp, **_settings(cfg, "analyze")},
-                             partial(step_analyze, cfg, run, out), [sim.key]).key)
+        judge_out, analysis_out = R / "judge" / f"{run.name}.judge.csv", R / "analysis" / f"{run.name}.nc"
+        per_run = {
+            "judge": Job(f"judge:{run.name}", judge_out, {"cube": sim.fp, **_settings(cfg, "judge")},
+                         partial(step_judge, cfg, run, judge_out), (sim.key,), cfg["judge"]["url"] is None, log),
+            "analyze": Job(f"analyze:{run.name}", analysis_out, {"cube": sim.fp, **_settings(cfg, "analyze")},
+                           partial(step_analyze, cfg, run, analysis_out), (sim.key,), False, log)}
+        for step, job in per_run.items():
+            # the manifest depends on both whichever steps run now, so that `--steps notebooks,book`
+            # and a whole run give it the same fingerprint (and re-run no notebook)
+            upstream.append(job.fp)
+            if step in steps:
+                jobs[job.key] = job
+                final.append(job.key)
         if "judge" not in steps and "analyze" not in steps:
             final.append(sim.key)
     if "notebooks" not in steps:
         return jobs
     labels = {k: {"family": m["family"], "label": m["label"]} for k, m in cfg["models"].items()}
     manifest = add("manifest", R / "manifest.json",
-                   {"upstream": [jobs[k].fp for k in final], "models": labels, "runs": [r.name for r in runs(cfg)],
+                   {"upstream": upstream, "models": labels, "runs": [r.name for r in runs(cfg)],
                     **_settings(cfg, "notebooks")},
                    partial(step_manifest, cfg, R / "manifest.json"), final)
     nb_keys = []
