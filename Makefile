@@ -12,7 +12,7 @@ PIP_QUIET ?= -q
 CONFIG ?= config/default.yaml
 STAMP := $(VENV)/.synclib-installed
 
-.PHONY: venv test book clean-results browser bench bench-gpu
+.PHONY: venv test book lab clean-results browser bench bench-gpu
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,6 +37,12 @@ test: venv browser
 
 book: venv
 	$(VENV)/bin/synclib run --config $(CONFIG) $(ARGS)
+
+# JupyterLab on the notebooks: the .md text notebooks open as notebooks (jupytext), with a kernel
+# that imports synclib; a notebook finds the run's results from any folder (results_dir is
+# relative to the repository). Headless: make lab LAB_ARGS=--no-browser
+lab: venv
+	$(VENV)/bin/jupyter lab --notebook-dir=. $$(test "$$(id -u)" = 0 && echo --allow-root) $(LAB_ARGS) notebooks
 
 # the CPU benchmarks quoted in the book (bench/results/*.json).  The paper-shaped analysis
 # benchmark alone took about 18 minutes on 2 cores and needs about 18 GiB of temporary disk.

@@ -23,7 +23,21 @@ from pathlib import Path
 
 from synclib.paths import NOTEBOOK_DIR
 
-__all__ = ["setup", "execute", "read", "parameters", "figure_notebooks"]
+__all__ = ["setup", "check_parameters", "refuse_unknown_parameters", "NotebookParameterError", "execute", "read", "parameters",
+           "parameter_table", "parameters_markdown", "figure_notebooks"]
+
+#: the first line of every notebook's own parameters cell; papermill's injected cell starts "# Parameters"
+PARAMETERS_HEADER = "# Parameters (papermill replaces these"
+
+
+class NotebookParameterError(ValueError):
+    """A notebook parameter that cannot be used, in one line that says what is valid.
+
+    Inside a kernel (papermill, ``synclib notebooks``, JupyterLab) IPython shows only that line
+    (``_render_traceback_``), not a traceback through synclib."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"synclib: {self}"]
 
 
 def figure_notebooks() -> list[Path]:
@@ -31,28 +45,112 @@ def figure_notebooks() -> list[Path]:
     return sorted(NOTEBOOK_DIR.glob("*.md"))
 
 
-def setup(results_dir):
-    """What every figure notebook does first: interactive charts on, the run's results and
-    the paper's published numbers loaded, the run's banner shown.
+def setup(results_dir, **params):
+    """What every figure notebook does first: its parameters checked, interactive charts on,
+    the run's results and the paper's published numbers loaded, the run's banner shown.
 
     Parameters
     ----------
     results_dir : results directory (absolute, or relative to the repository root)
+    **params : the notebook's other parameters that name parts of the run, checked by
+        :func:`check_parameters` (e.g. ``runs``, ``example_run``, ``direction``)
 
     Returns
     -------
     res : synclib.results.Results
     published : dict, the paper's numbers (``data/published.json``)
+
+    Raises
+    ------
+    NotebookParameterError
+        a parameter papermill passed that the notebook does not declare, a results directory
+        that is not one, or a value :func:`check_parameters` refuses (one line each).
     """
     from IPython.display import Markdown, display
 
     from synclib import plots, report, results
 
+    refuse_unknown_parameters()
+    try:
+        res = results.load_results(results_dir)
+    except results.ResultsError as exc:
+        raise NotebookParameterError(f"results_dir = {results_dir!r}: {exc}") from None
+    check_parameters(res, **params)
     plots.enable()
-    res = results.load_results(results_dir)
     published = results.load_published()
     display(Markdown(report.banner(res) + res.describe()))
     return res, published
+
+
+def _assigned(source: str) -> set[str]:
+    """The names a cell's top-level assignments bind."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return set()
+    return {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets
+            if isinstance(t, ast.Name)}
+
+
+def refuse_unknown_parameters() -> None:
+    """Every notebook's first check (:func:`setup` calls it). A name papermill injected (its ``# Parameters`` cell) that the notebook's own parameters
+    cell does not declare is a misspelling: refuse it, listing the declared ones (papermill only
+    warns and runs with the default)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython comes with the book extra
+        return
+    ip = get_ipython()
+    cells = list(ip.user_ns.get("In") or []) if ip is not None else []
+    own = [c for c in cells if c.startswith(PARAMETERS_HEADER)]
+    injected = [c for c in cells if c.startswith("# Parameters\n")]
+    if own and injected:
+        declared = _assigned(own[-1])
+        unknown = sorted(_assigned(injected[-1]) - declared)
+        if unknown:
+            raise NotebookParameterError(f"unknown parameter {unknown[0]!r}: this notebook's parameters are "
+                                         f"{', '.join(sorted(declared))}")
+
+
+def check_parameters(res, **params) -> None:
+    """Check the parameters that name parts of a run against ``res``
+    (:class:`synclib.results.Results`); others are left to the notebook.
+
+    ``runs`` (None, a run name or a list of them) and ``example_run`` (None or a run name) must
+    be ordered runs of the results; ``direction`` one of the analyses' directions; ``vmax``
+    (None or a number > 0) and ``panel_size`` (None or pixels, at least 100) size the heatmaps.
+
+    Raises
+    ------
+    NotebookParameterError
+        naming the parameter, its value and what is valid.
+    """
+    def bad(name, value, valid):
+        raise NotebookParameterError(f"{name} = {value!r}: {valid}")
+
+    runs = res.run_names
+    for name in ("runs", "example_run"):
+        value = params.get(name)
+        if value is None:
+            continue
+        names = [value] if isinstance(value, str) else value
+        if name == "example_run" and not isinstance(value, str) or not isinstance(names, (list, tuple)):
+            bad(name, value, f"a run name{' or a list of them' if name == 'runs' else ''}; this run has "
+                             f"{', '.join(runs)}")
+        for n in names:
+            if n not in runs:
+                bad(name, value, f"{n!r} is not an ordered run of {res.manifest.get('name', 'this run')}; "
+                                 f"choose from {', '.join(runs)}")
+    if (d := params.get("direction")) is not None:
+        valid = [str(x) for x in res.analysis(runs[0])["direction"].values]
+        if d not in valid:
+            bad("direction", d, f"choose from {', '.join(valid)}")
+    if (v := params.get("vmax")) is not None and not (isinstance(v, (int, float)) and v > 0):
+        bad("vmax", v, "None (the data's largest R²) or a number > 0")
+    if (v := params.get("panel_size")) is not None and not (isinstance(v, int) and v >= 100):
+        bad("panel_size", v, "None (the default) or a whole number of pixels, at least 100")
 
 
 def read(path):
@@ -70,6 +168,38 @@ def parameters(path) -> dict:
         tmp = Path(d) / (Path(path).stem + ".ipynb")
         _write_ipynb(path, tmp)
         return dict(pm.inspect_notebook(str(tmp)))
+
+
+def parameter_table(path) -> list[dict]:
+    """A notebook's parameters as its parameters cell writes them: ``name``, ``default`` (the
+    source text) and ``meaning`` (the line's comment)."""
+    import ast
+
+    cell = next((c for c in read(path).cells if c.cell_type == "code"
+                 and "parameters" in c.get("metadata", {}).get("tags", [])), None)
+    rows = []
+    for line in (cell.source.splitlines() if cell is not None else []):
+        code, _, comment = line.partition("  #")
+        try:
+            body = ast.parse(code.strip()).body
+        except SyntaxError:
+            continue
+        node = body[0] if body else None
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
+            rows.append({"name": node.targets[0].id, "default": ast.get_source_segment(code.strip(), node.value),
+                         "meaning": comment.strip()})
+    return rows
+
+
+def parameters_markdown() -> str:
+    """Markdown for ``book/_generated/parameters.md``: every notebook's parameters, read from the
+    notebooks themselves, so the page cannot go stale."""
+    lines = ["| notebook | parameter | default | meaning |", "| --- | --- | --- | --- |"]
+    for nb in figure_notebooks():
+        for row in parameter_table(nb):
+            meaning = row["meaning"].replace("|", "\\|") or "—"
+            lines.append(f"| `{nb.stem}` | `{row['name']}` | `{row['default']}` | {meaning} |")
+    return "\n".join(lines) + "\n"
 
 
 def _write_ipynb(src, dst) -> None:
@@ -140,15 +270,15 @@ def _chosen(names) -> list[Path]:
 
 
 def _value(text: str):
-    """A ``-p`` value as papermill's command line reads it: YAML scalars (numbers, true/false,
-    null) become Python values, anything else stays text."""
+    """A ``-p`` value: YAML numbers, true/false, null and lists (``[S-G, G-S]``) become Python
+    values, anything else stays text."""
     import yaml
 
     try:
         v = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
-    return v if isinstance(v, (int, float, bool)) or v is None else text
+    return v if isinstance(v, (int, float, bool, list)) or v is None else text
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -201,6 +331,9 @@ def run(args: argparse.Namespace) -> int:
             execute(nb, dst, {"results_dir": str(results), **params}, kernel=args.kernel)
         except PapermillExecutionError as exc:
             failed.append(nb.stem)
+            if exc.ename == NotebookParameterError.__name__:  # refused before computing: its one line
+                print(f"synclib notebooks: {nb.stem}: {exc.evalue}", file=sys.stderr, flush=True)
+                continue
             print(f"synclib notebooks: {nb.stem}: cell {exc.cell_index} (execution count {exc.exec_count}) raised "
                   f"{exc.ename}: {exc.evalue}; the partly executed copy is {dst}", file=sys.stderr, flush=True)
     if failed:
@@ -215,15 +348,31 @@ def main(argv=None) -> int:
     p.add_argument("notebook")
     p.add_argument("out")
     p.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
-                   help="a parameter (repeatable); values are passed as strings")
+                   help="a parameter (repeatable); numbers, true/false, null and [lists] are read as such")
     p.add_argument("-k", "--kernel", default="python3")
     args = p.parse_args(argv)
+    declared = parameters(args.notebook)
+    unknown = [k for k, _ in args.p if k not in declared]
+    if unknown:
+        print(f"synclib: unknown parameter {unknown[0]!r}: {Path(args.notebook).stem}'s parameters are "
+              f"{', '.join(sorted(declared))}", file=sys.stderr)
+        return 2
     try:
-        execute(args.notebook, args.out, dict(args.p), kernel=args.kernel)
+        execute(args.notebook, args.out, {k: _value(v) for k, v in args.p}, kernel=args.kernel)
     except Exception as exc:  # noqa: BLE001 - the CLI reports, the caller reads the exit status
-        print(f"{type(exc).__name__}: {exc}", file=sys.stderr)
+        print(_one_line(exc), file=sys.stderr)
         return 1
     return 0
+
+
+def _one_line(exc: Exception) -> str:
+    """A failed notebook in one line: synclib's own refusal as the kernel said it, else the
+    exception's name and message."""
+    from papermill.exceptions import PapermillExecutionError
+
+    if isinstance(exc, PapermillExecutionError) and exc.ename == NotebookParameterError.__name__:
+        return f"synclib: {exc.evalue}"
+    return f"{type(exc).__name__}: {exc}"
 
 
 if __name__ == "__main__":

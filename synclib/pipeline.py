@@ -294,6 +294,10 @@ def step_notebook(cfg: dict, nb: Path, out: Path, manifest: str) -> None:
 
 
 def step_book(cfg: dict, out: Path, *inputs: str) -> None:
+    from synclib.notebook import parameters_markdown
+
+    # the notebooks' parameters page, read from the notebooks (the book re-runs whenever one changes)
+    _write_generated("parameters.md", parameters_markdown())
     # jupyter-book's own entry point, run by this interpreter: works where its
     # console script is not on PATH (e.g. packages installed with --target)
     cmd = [sys.executable, "-c", "import sys; from jupyter_book.cli.main import main; sys.exit(main())",

@@ -231,18 +231,20 @@ def _ticks(layers: pd.Series, most: int = 8) -> list[int]:
 
 
 def heatmap_grid(frames: dict[str, pd.DataFrame], columns: int = 2, size: int | None = None,
-                 **kw) -> alt.VConcatChart:
+                 vmax: float | None = None, **kw) -> alt.VConcatChart:
     """:func:`r2_heatmap` panels in rows of ``columns`` with one shared colour scale.
 
     Sized to fit a book's text column (about 650 pixels at a laptop's width): two 210-pixel
     panels per row with their axes and the shared legend, or one 360-pixel panel; layer ticks
-    every few layers; hover shows both layers and R².
+    every few layers; hover shows both layers and R².  ``vmax`` fixes the top of the shared
+    colour scale (default: the largest R² shown).
     """
     if not frames:
         raise ValueError("heatmap_grid: no panels to draw")
     finite = [f["r2"].to_numpy(dtype=float) for f in frames.values() if "r2" in f and len(f)]
     finite = [v[np.isfinite(v)] for v in finite]
-    vmax = max((float(v.max()) for v in finite if v.size), default=1e-6)
+    if vmax is None:
+        vmax = max((float(v.max()) for v in finite if v.size), default=1e-6)
     columns = max(1, min(columns, len(frames)))
     size = size or (210 if columns > 1 else 360)
     panels = [r2_heatmap(f, title=t, vmax=max(vmax, 1e-6), size=size, **kw) for t, f in frames.items()]

@@ -322,10 +322,11 @@ class Results:
                        max_runs: int = 3) -> dict[str, pd.DataFrame]:
         """:meth:`heatmap_frame` for several runs and conditions, keyed by a panel title.
 
-        ``runs=None`` takes the first ``max_runs`` runs of the manifest.  A title reads
+        ``runs``: a run name, a list of them, or None for the first ``max_runs`` runs of the
+        manifest.  A title reads
         e.g. ``"S-G genuine: SmolLM2 → Gemma"`` (source model first).
         """
-        names = list(runs) if runs else self.run_names[:max_runs]
+        names = [runs] if isinstance(runs, str) else list(runs) if runs else self.run_names[:max_runs]
         out = {}
         for name in names:
             r = self.run(name)

@@ -89,6 +89,9 @@ def built_book(base: Path) -> tuple[Path, subprocess.CompletedProcess]:
         (gen / "embedded_run.md").write_text(report.embedded_run_markdown(res))
         (gen / "benchmarks.md").write_text(report.benchmarks_markdown(ROOT / "bench" / "results"))
         (gen / "settings.md").write_text(invalidation_table())
+        from synclib.notebook import parameters_markdown
+
+        (gen / "parameters.md").write_text(parameters_markdown())
         exe = Path(sys.executable).with_name("jupyter-book")
         proc = subprocess.run([str(exe), "build", str(src), "--builder", "html"],
                               capture_output=True, text=True, env=kernel_env(), timeout=600)

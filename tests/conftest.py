@@ -37,6 +37,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -86,6 +87,16 @@ def write_chunked_cube(cube, path):
            for n, v in cube.data_vars.items() if n.startswith("hidden_")}
     cube.to_netcdf(path, encoding=enc)
     return open_cube(path)
+
+
+def stop(proc, timeout: float = 30) -> None:
+    """Stop a server the test started: terminate, then kill what does not exit in ``timeout`` s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout)
 
 
 def kill9_when(proc, ready, timeout: float = 180) -> None:

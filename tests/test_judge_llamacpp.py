@@ -21,7 +21,7 @@ from synclib import judge as J
 from synclib.judge import SCORE_RANGES
 from synclib.judge.backends import _REFUSAL_TEXT
 
-from conftest import smollm2_gguf
+from conftest import smollm2_gguf, stop
 from judge_server import LLAMA_CPP_REFUSAL
 from test_judge import make_item, write_cube
 
@@ -61,12 +61,7 @@ def llama_server(tmp_path_factory):
             time.sleep(0.5)
         yield f"http://127.0.0.1:{port}/v1", log
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
+        stop(proc)
 
 
 def test_the_tuple_schema_is_refused_as_the_fake_server_says(llama_server):

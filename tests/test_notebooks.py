@@ -424,3 +424,86 @@ def test_readme_papermill_command_runs_as_printed(results_dir, tmp_path):
     nb = nbformat.read(out, as_version=4)
     assert any(o.get("output_type") == "display_data" for o in _outputs(nb))
     assert not any(o.get("output_type") == "error" for o in _outputs(nb))
+
+
+def test_parameter_mistakes_get_one_synclib_line_on_every_route(results_dir, tmp_path):
+    """A misspelt parameter, a run or direction that does not exist and a results directory that
+    is not one: each is refused before the notebook computes anything, in one line that says what
+    is valid, with a non-zero exit, whichever route ran the notebook (issue 35)."""
+    import os
+    import subprocess
+    import sys
+
+    from book_fixtures import kernel_env
+
+    nb = str(ROOT / "notebooks" / "fig02_heatmaps.md")
+    runs = ", ".join(results.load_results(results_dir).run_names)
+
+    def run(*args):
+        return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=kernel_env(),
+                              timeout=600, cwd=tmp_path)
+
+    def module(*params):
+        return run("-m", "synclib.notebook", nb, str(tmp_path / "o.ipynb"), *params)
+
+    cases = [
+        (module("-p", "results_dir", str(results_dir), "-p", "directon", "B->A"), 2,
+         "synclib: unknown parameter 'directon': fig02_heatmaps's parameters are columns, direction, panel_size, "
+         "results_dir, runs, vmax"),
+        (module("-p", "results_dir", str(results_dir), "-p", "direction", "B-A"), 1,
+         "synclib: direction = 'B-A': choose from A->B, B->A"),
+        (module("-p", "results_dir", str(tmp_path)), 1, "synclib: results_dir = "),
+        (run("-m", "synclib", "notebooks", "--results", str(results_dir), "fig02", "-p", "runs", "[X-Y]",
+             "--out", str(tmp_path / "x")), 1,
+         f"synclib notebooks: fig02_heatmaps: runs = ['X-Y']: 'X-Y' is not an ordered run of"),
+    ]
+    for proc, rc, said in cases:
+        assert proc.returncode == rc, (said, proc.stderr[-2000:])
+        err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert any(ln.startswith(said) for ln in err), (said, proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert f"choose from {runs}" in cases[3][0].stderr
+
+    # the papermill pipe: papermill exits non-zero (it only warned and ran the default before); the
+    # kernel's part of its report is synclib's one line (papermill's own command line adds its frames)
+    env = kernel_env()
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    pipe = (f"jupytext --to ipynb -o - {nb} | papermill - {tmp_path / 'p.ipynb'} "
+            f"-p results_dir {results_dir} -p directon B-A")
+    p = subprocess.run(["bash", "-c", "set -o pipefail; " + pipe], env=env, capture_output=True, text=True,
+                       timeout=600, cwd=tmp_path)
+    assert p.returncode != 0
+    assert "synclib: unknown parameter 'directon'" in p.stdout + p.stderr
+    # in the executed notebook (what JupyterLab shows) the error is that line alone, no traceback
+    errors = [o for o in _outputs(nbformat.read(tmp_path / "p.ipynb", as_version=4)) if o["output_type"] == "error"]
+    assert len(errors) == 1 and errors[0]["traceback"] == [
+        "synclib: unknown parameter 'directon': this notebook's parameters are columns, direction, panel_size, "
+        "results_dir, runs, vmax"]
+
+
+def test_heatmap_knobs_are_parameters(results_dir, tmp_path):
+    """The knobs a student reaches for first on figure 2 (which runs, colour scale, panel size,
+    panels per row) are parameters, not edits of synclib."""
+    from book_fixtures import execute_notebook
+
+    res = results.load_results(results_dir)
+    out = tmp_path / "fig02.ipynb"
+    proc = execute_notebook(ROOT / "notebooks" / "fig02_heatmaps.md", out,
+                            {"results_dir": results_dir, "runs": res.run_names[1], "vmax": 0.9, "panel_size": 280,
+                             "columns": 1})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    spec = next(v for o in _outputs(nbformat.read(out, as_version=4)) for k, v in o.get("data", {}).items()
+                if k.startswith("application/vnd.vegalite"))
+    text = json.dumps(spec)
+    assert '"domain": [0, 0.9]' in text and '"width": 280' in text
+    assert res.run_names[1] in text and res.run_names[0] + " genuine" not in text
+
+
+def test_the_parameters_page_lists_every_notebooks_parameters():
+    from synclib.notebook import figure_notebooks, parameters, parameters_markdown
+
+    page = parameters_markdown()
+    for nb in figure_notebooks():
+        for name in parameters(nb):
+            assert f"| `{nb.stem}` | `{name}` |" in page, (nb.stem, name)
+    assert "| `fig02_heatmaps` | `vmax` | `None` | upper end of the colour scale" in page

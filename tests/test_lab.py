@@ -1,0 +1,78 @@
+"""JupyterLab from the environment (`make lab`): it starts headless, serves a text notebook as a
+notebook (jupytext), and its kernel imports this checkout's synclib."""
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from jupyter_client import BlockingKernelClient
+
+from conftest import stop
+
+ROOT = Path(__file__).resolve().parents[1]
+JUPYTER = Path(sys.executable).with_name("jupyter")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_jupyter_lab_serves_a_text_notebook_with_a_kernel_that_imports_synclib(tmp_path):
+    if not JUPYTER.is_file():
+        pytest.fail(f"{JUPYTER} is missing: `make venv` installs JupyterLab (the book extra)")
+    port, token = _free_port(), secrets.token_hex(16)
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt")}
+    cmd = [str(JUPYTER), "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
+           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={ROOT}"]
+    if os.geteuid() == 0:  # a container's root: JupyterLab refuses to start as root without it
+        cmd.append("--allow-root")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    base = f"http://127.0.0.1:{port}"
+    headers = {"Authorization": f"token {token}"}
+    printed: list[str] = []
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                if httpx.get(f"{base}/api/status", headers=headers, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert proc.poll() is None, f"jupyter lab exited:\n{proc.stdout.read()[-3000:]}"
+            assert time.time() < deadline, "jupyter lab did not answer within 90 s"
+            time.sleep(0.5)
+        assert httpx.get(f"{base}/lab", headers=headers, timeout=10).status_code == 200  # the application
+        r = httpx.get(f"{base}/api/contents/notebooks/fig02_heatmaps.md",
+                      params={"type": "notebook", "content": 1}, headers=headers, timeout=30)
+        assert r.status_code == 200, r.text[:500]
+        nb = r.json()
+        assert nb["type"] == "notebook"
+        code = [c for c in nb["content"]["cells"] if c["cell_type"] == "code"]
+        assert "parameters" in code[0]["metadata"].get("tags", [])
+        assert any("notebook.setup(results_dir" in "".join(c["source"]) for c in code)
+        # a kernel the lab starts (as it does for an opened notebook) imports this checkout's synclib
+        kid = httpx.post(f"{base}/api/kernels", json={"name": "python3"}, headers=headers, timeout=60).json()["id"]
+        kc = BlockingKernelClient(connection_file=str(tmp_path / "rt" / f"kernel-{kid}.json"))
+        kc.load_connection_file()
+        kc.start_channels()
+        try:
+            kc.wait_for_ready(timeout=60)
+            reply = kc.execute_interactive("import synclib; print(synclib.__file__)", timeout=60,
+                                           output_hook=lambda m: printed.append(m["content"].get("text", "")))
+        finally:
+            kc.stop_channels()
+        assert reply["content"]["status"] == "ok"
+        path = Path("".join(printed).strip())
+        assert path.is_relative_to(ROOT), f"the lab's kernel imports {path}, not this checkout's synclib"
+    finally:
+        stop(proc)
