@@ -23,8 +23,8 @@ from pathlib import Path
 
 from synclib.paths import NOTEBOOK_DIR
 
-__all__ = ["setup", "check_parameters", "refuse_unknown_parameters", "NotebookParameterError", "execute", "read", "parameters",
-           "parameter_table", "parameters_markdown", "figure_notebooks"]
+__all__ = ["setup", "check_parameters", "refuse_unknown_parameters", "NotebookParameterError", "execute", "read",
+           "parameters", "parameter_table", "parameters_markdown", "figure_notebooks"]
 
 #: the first line of every notebook's own parameters cell; papermill's injected cell starts "# Parameters"
 PARAMETERS_HEADER = "# Parameters (papermill replaces these"
@@ -95,9 +95,10 @@ def _assigned(source: str) -> set[str]:
 
 
 def refuse_unknown_parameters() -> None:
-    """Every notebook's first check (:func:`setup` calls it). A name papermill injected (its ``# Parameters`` cell) that the notebook's own parameters
-    cell does not declare is a misspelling: refuse it, listing the declared ones (papermill only
-    warns and runs with the default)."""
+    """Every notebook's first check (:func:`setup` calls it): a name papermill injected (its
+    ``# Parameters`` cell) that the notebook's own parameters cell does not declare is a
+    misspelling; refuse it, listing the declared ones (papermill only warns and runs with the
+    default)."""
     try:
         from IPython import get_ipython
     except ImportError:  # pragma: no cover - IPython comes with the book extra
@@ -136,7 +137,7 @@ def check_parameters(res, **params) -> None:
         if value is None:
             continue
         names = [value] if isinstance(value, str) else value
-        if name == "example_run" and not isinstance(value, str) or not isinstance(names, (list, tuple)):
+        if (name == "example_run" and not isinstance(value, str)) or not isinstance(names, (list, tuple)):
             bad(name, value, f"a run name{' or a list of them' if name == 'runs' else ''}; this run has "
                              f"{', '.join(runs)}")
         for n in names:
