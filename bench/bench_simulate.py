@@ -349,7 +349,6 @@ def bench_simulate(lm, episodes, seeds, batch_size, max_utterances, new_tokens, 
     except ImportError:
         have_nc = False
     write_cube = write_cube and have_nc and decode == "auto"
-    stats = S._Stats()
     sync(device)
     t0 = time.perf_counter()
     if write_cube:
@@ -368,8 +367,7 @@ def bench_simulate(lm, episodes, seeds, batch_size, max_utterances, new_tokens, 
                           n_rounds=math.ceil(max_utterances / 2), n_layers_a=lm.n_layers, d_model_a=lm.d_model,
                           n_layers_b=lm.n_layers, d_model_b=lm.d_model)
         runner = S._Runner((lm, lm), spec, {t.index: t for t in sel}, max_utterances=max_utterances,
-                           temperature=0.7, max_new_tokens=new_tokens, batch_size=batch_size,
-                           progress_bar=None, stats=stats)
+                           temperature=0.7, max_new_tokens=new_tokens, batch_size=batch_size)
         if decode != "auto":
             for eng in set(runner.engines):
                 eng.decode = decode

@@ -132,3 +132,8 @@ def top_p(text):
     if not 0 < v <= 1:
         raise ValueError(f"must be in (0, 1], 'model' or 'none', got {text}")
     return v
+
+
+def cache_gib(text):
+    """``auto`` or a number of GiB >= 0 (``--cache-gib``)."""
+    return "auto" if text.strip().lower() == "auto" else nonneg_float(text)

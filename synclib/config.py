@@ -103,6 +103,10 @@ def int_list(lo: int = 0, nonempty: bool = True) -> Check:
     return Check(f"a {'non-empty ' if nonempty else ''}list of distinct integers >= {lo}", fn)
 
 
+def _cache_gib(v):
+    return v if v == "auto" or (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0) else _BAD
+
+
 def _episodes(v):
     if _is_int(v):
         return v if v >= 1 else _BAD
@@ -205,6 +209,9 @@ KEYS: tuple[Key, ...] = (
        "simulation seeds the passive reader reads (null: all; the paper: 0-2)", "simulate"),
     _k("simulate.batch_size", None, optional(integer(1)),
        "episodes x seeds per batch (null: 64 on CUDA, 8 on CPU)", "simulate"),
+    _k("simulate.cache_gib", "auto", Check("'auto' or a number >= 0", _cache_gib),
+       "memory the session caches of a pair's models may hold, GiB (auto: a quarter of the memory "
+       "available, 0.25-4 GiB); sessions that do not fit are recomputed: the same dialogs, more time", None),
     _k("simulate.passive", True, BOOL, "also record the passive reader (control 1)", "simulate"),
     _k("simulate.tom", True, BOOL, "also run the Theory-of-Mind dialogs (appendix J)", "simulate"),
     _k("simulate.tom_episodes", None, optional(integer(1)),

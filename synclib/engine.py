@@ -69,6 +69,8 @@ from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
+from synclib.memory import CacheBudget, return_freed_memory, session_budget
+
 #: how :class:`Engine` runs decoding steps (its ``decode`` parameter)
 DECODE_MODES = ("auto", "graph", "static", "dynamic")
 #: how a dialog loop puts its rows on an engine: ``turns``, one :meth:`Engine.generate` call per
@@ -729,15 +731,18 @@ class Engine:
         cap is lowered for later calls (``self.batch_size``).
     kv_reuse : bool, default True
         Keep each session's prompt keys/values and prefill only the new suffix.
-    max_cache_bytes : int, optional
-        Budget of the session caches.  A session that does not fit is not stored; the
-        resident ones stay until forgotten or replaced.  (Dialog turns visit their sessions
-        in a cycle, and dropping the least recently used one would drop exactly the one the
-        next turn needs: over budget, LRU reuses nothing while this keeps the share that
-        fits.)
-        Default: 4 GiB on CPU; on CUDA a quarter of the device memory that is free when the
-        engine is created (after its model is loaded), so that two engines of a model pair
-        and their live batches fit beside each other.
+    max_cache_bytes : int or CacheBudget, optional
+        Budget of the session caches in bytes, or a :class:`synclib.memory.CacheBudget`
+        that several engines share (a model pair's two engines in a simulation).  A session
+        that does not fit is not stored and its next prompt is prefilled whole (counted in
+        ``stats["cache_skips"]``); the resident ones stay until forgotten or replaced.
+        (Dialog turns visit their sessions in a cycle, and dropping the least recently used
+        one would drop exactly the one the next turn needs: over budget, LRU reuses nothing
+        while this keeps the share that fits.)
+        Default: on the CPU :func:`synclib.memory.session_budget` (a quarter of the memory
+        available, 256 MiB to 4 GiB); on CUDA a quarter of the device memory that is free
+        when the engine is created (after its model is loaded), so that two engines of a
+        model pair and their live batches fit beside each other.
     decode : {"auto", "graph", "static", "dynamic"}, default "auto"
         How the decoding steps run.  ``"dynamic"``: the cache and mask grow by a column per
         step and finished rows leave the batch every ``sync_every`` steps (best on the CPU,
@@ -755,13 +760,14 @@ class Engine:
         ``prefill_computed`` (token positions computed in prefill, left padding included:
         ``prefill_tokens / prefill_computed`` is the useful share), ``reused_tokens`` (prompt tokens taken from session caches), ``generated_tokens``,
         ``forward_calls``, ``oom_retries``, ``cache_skips`` (sessions not stored: the
-        budget was full), ``graph_steps`` (decoding steps replayed as a
+        budget was full), ``recomputed_tokens`` (prompt tokens prefilled again because their
+        session was not stored), ``graph_steps`` (decoding steps replayed as a
         CUDA graph), ``graph_fallbacks`` (batches whose capture failed); with a
         :class:`DecodeStream`, ``decode_steps``, ``stream_joins`` and ``slot_allocations``.
     """
 
     def __init__(self, lm, batch_size: int = 16, kv_reuse: bool = True,
-                 max_cache_bytes: int | None = None, decode: str = "auto"):
+                 max_cache_bytes: "int | CacheBudget | None" = None, decode: str = "auto"):
         import torch
 
         if int(batch_size) < 1:
@@ -784,11 +790,16 @@ class Engine:
             if lm.device.type == "cuda":
                 max_cache_bytes = int(0.25 * torch.cuda.mem_get_info(lm.device)[0])
             else:
-                max_cache_bytes = 4 << 30
-        self.max_cache_bytes = int(max_cache_bytes)
+                max_cache_bytes = session_budget("auto")
+        if lm.device.type == "cpu":
+            return_freed_memory()
+        #: the session caches' budget (:class:`synclib.memory.CacheBudget`, possibly shared)
+        self.budget = max_cache_bytes if isinstance(max_cache_bytes, CacheBudget) else CacheBudget(max_cache_bytes)
         self.stats: Counter = Counter()
         self._sessions: OrderedDict = OrderedDict()
-        self._cache_bytes = 0
+        self._cache_bytes = 0  # this engine's share of the budget
+        self._skipped: dict = {}  # session -> token ids of the prompt the budget could not hold
+        self._handed_over = 0  # sessions whose prefix a prefill batch took over (see _prefill_group)
         self._lines = None  # per-token line-break flags, see _line_flags
         #: decoding steps between the host's checks for finished rows (None: 1 on CPU, 8 on GPUs)
         self.sync_every: int | None = None
@@ -796,15 +807,24 @@ class Engine:
         self._logits_kw = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
 
     # -- session cache ---------------------------------------------------------------
+    @property
+    def max_cache_bytes(self) -> int:
+        """The session caches' budget in bytes (shared with the budget's other engines)."""
+        return self.budget.limit
+
     def forget(self, session: Hashable) -> None:
         """Drop the cached keys/values of ``session`` (call when an episode ends)."""
+        self._skipped.pop(session, None)
         s = self._sessions.pop(session, None)
         if s is not None:
             self._cache_bytes -= s.nbytes
+            self.budget.give(s.nbytes)
 
     def clear(self) -> None:
         """Drop every session cache."""
         self._sessions.clear()
+        self._skipped.clear()
+        self.budget.give(self._cache_bytes)
         self._cache_bytes = 0
 
     @property
@@ -815,8 +835,9 @@ class Engine:
     def _store(self, session, ids, kv) -> None:
         self.forget(session)
         nbytes = sum(k.numel() * k.element_size() * 2 for k, _ in kv)
-        if self._cache_bytes + nbytes > self.max_cache_bytes:
+        if not self.budget.take(nbytes):
             self.stats["cache_skips"] += 1
+            self._skipped[session] = list(ids)
             return
         self._sessions[session] = _Session(list(ids), kv, nbytes)
         self._cache_bytes += nbytes
@@ -848,6 +869,11 @@ class Engine:
         """The session's cache entry and how many of ``ids`` it holds (at most all but one)."""
         s = self._sessions.get(session) if (self.kv_reuse and session is not None) else None
         return s, (min(_common_prefix(ids, s.ids), len(ids) - 1) if s is not None else 0)
+
+    def _recomputed(self, ids: list, session) -> int:
+        """Tokens of ``ids`` a session cache would have held had the budget had room."""
+        old = self._skipped.get(session) if (self.kv_reuse and session is not None) else None
+        return min(_common_prefix(ids, old), len(ids) - 1) if old is not None else 0
 
     def _prefill(self, rows: list[tuple[list, Hashable]], store: bool = True) -> _Prefill:
         """Prefill ``rows`` (token ids, session); update their sessions.
@@ -908,9 +934,18 @@ class Engine:
                         k[i, :, P - p:] = s.kv[li][0][0, :, :p]
                         v[i, :, P - p:] = s.kv[li][1][0, :, :p]
                 layers.append((k, v))
+            del ref
             cache = DynamicCache(ddp_cache_data=layers)
         else:
             cache = DynamicCache()
+        if self.kv_reuse and store:
+            # the batch holds their prefixes now and each row's session is stored anew below:
+            # dropping them first keeps one copy of the prefixes resident, not two
+            for (_, session), s in zip(rows, cached):
+                if s is not None:
+                    self.forget(session)
+                    self._handed_over += 1
+        del cached
 
         sink: list = []
         with torch.inference_mode(), self._hooks(sink):
@@ -922,6 +957,7 @@ class Engine:
         self.stats["prefill_tokens"] += sum(len(ids) - p for (ids, _), p in zip(rows, reused))
         self.stats["prefill_computed"] += B * S  # with the left padding: prefill_tokens / this = useful share
         self.stats["reused_tokens"] += sum(reused)
+        self.stats["recomputed_tokens"] += sum(self._recomputed(ids, session) for ids, session in rows)
         states = torch.stack(sink, dim=1).cpu().numpy()  # (B, L, D)
 
         if self.kv_reuse and store:
@@ -941,8 +977,9 @@ class Engine:
         """Apply ``fn`` to chunks of ``items`` (at most ``batch_size``).
 
         On out-of-memory the session caches are dropped first (they only save prefill
-        work) and the chunk is retried at the same size; if it fails again, in halves,
-        and the lower cap is kept for later calls.  Results do not change: a row's
+        work; the chunk's own were handed over to its batch already) and the chunk is
+        retried at the same size; if it fails again, in halves, and the lower cap is kept
+        for later calls.  Results do not change: a row's
         outputs do not depend on its batch or on what was cached.
         """
         import torch
@@ -951,6 +988,7 @@ class Engine:
         start = 0
         while start < len(items):
             chunk = items[start:start + self.batch_size]
+            handed_over = self._handed_over
             try:
                 out.extend(fn(chunk))
                 start += len(chunk)
@@ -958,7 +996,7 @@ class Engine:
                 if not _is_oom(exc):
                     raise
                 self.stats["oom_retries"] += 1
-                if self._sessions:
+                if self._sessions or self._handed_over > handed_over:
                     self.stats["oom_cache_drops"] += 1
                     self.clear()
                 elif len(chunk) == 1:

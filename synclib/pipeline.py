@@ -20,6 +20,7 @@ nothing already written: the job is retried and continues where it stopped.
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import os
@@ -36,7 +37,8 @@ from synclib.datasets import fetch as fetch_dataset
 from synclib.paths import (BENCH_RESULTS, BUILD_DIR, DEFAULT_CONFIG, EXECUTED_DIR, GENERATED_DIR,
                            REPO_ROOT, display)
 from synclib.notebook import figure_notebooks
-from synclib.plan import format_plan, plan
+from synclib.memory import peak_rss_bytes, reset_peak_rss, return_freed_memory
+from synclib.plan import format_plan, plan, plan_summary
 from synclib.stamps import mark_done, read_stamp, stamp_path, up_to_date
 
 
@@ -118,21 +120,62 @@ class Job:
             log_event(self.log, self.key, "skipped")
             return str(self.output)
         t0 = time.perf_counter()
-        print(f"[synclib] {self.key}: running -> {display(self.output)}", flush=True)
+        step = _CLOCK.start(self.key) if _CLOCK is not None else ""
+        print(f"[synclib] {step}{self.key}: running -> {display(self.output)}", flush=True)
         log_event(self.log, self.key, "started")
         self.output.parent.mkdir(parents=True, exist_ok=True)
         _reset_gpu_peak()
+        gc.collect()  # what the previous job left in reference cycles (its models) goes first
+        reset_peak_rss()
         extra = self.func(*dep_outputs)  # a dict of facts for the stamp (e.g. engine counters), or None
         dt = time.perf_counter() - t0
         info = {"seconds": round(dt, 1), **(extra if isinstance(extra, dict) else {})}
+        rss = peak_rss_bytes()
+        if rss is not None:
+            info["peak_rss_gib"] = round(rss / 2**30, 2)
         peak = _gpu_peak_gib()
         if peak is not None:
             info["peak_gpu_gib"] = peak
         mark_done(self.output, self.fp, inputs=self.inputs, **info)
         log_event(self.log, self.key, "finished", **info)
+        left = _CLOCK.finish(self.key, dt) if _CLOCK is not None else ""
         print(f"[synclib] {self.key}: done in {dt:.0f} s"
-              + (f", peak GPU memory {peak} GiB" if peak is not None else ""), flush=True)
+              + (f", peak memory {info['peak_rss_gib']} GiB" if "peak_rss_gib" in info else "")
+              + (f", peak GPU memory {peak} GiB" if peak is not None else "") + left, flush=True)
         return str(self.output)
+
+
+class _RunClock:
+    """Which step of how many a run is at, and about how long is left: the dry run's
+    estimates of the jobs still to run (:mod:`synclib.plan`), scaled by how the finished
+    jobs' times compared with their own estimates."""
+
+    def __init__(self, rows):
+        self.order = [r.key for r in rows if r.status == "will run"]
+        self.estimate = {r.key: r.seconds for r in rows if r.status == "will run"}
+        self.done: dict[str, float] = {}
+
+    def start(self, key: str) -> str:
+        if key not in self.estimate:
+            return ""
+        return f"step {len(self.done) + 1} of {len(self.order)}: "
+
+    def finish(self, key: str, seconds: float) -> str:
+        if key not in self.estimate:
+            return ""
+        self.done[key] = seconds
+        todo = [k for k in self.order if k not in self.done]
+        if not todo or any(self.estimate[k] is None for k in todo):
+            return ""
+        known = [k for k in self.done if self.estimate[k]]
+        scale = (sum(self.done[k] for k in known) / sum(self.estimate[k] for k in known)) if known else 1.0
+        scale = min(max(scale, 0.5), 2.0)  # a resumed or cached job says little about the rest
+        left = scale * sum(self.estimate[k] for k in todo)
+        return f"; {len(todo)} step(s) left, about {max(1, round(left / 60))} min"
+
+
+#: the running job graph's clock (set by :func:`run` for in-process runs)
+_CLOCK: _RunClock | None = None
 
 
 def _cuda():
@@ -190,7 +233,8 @@ def step_simulate(cfg: dict, run: Run, out: Path) -> dict:
         store_dtype=sim["store_dtype"], top_k=sim["top_k"], top_p=sim["top_p"],
         stop_at_first_line=sim["stop_at_first_line"], passive_seeds=sim["passive_seeds"],
         taskset=taskset, prompt_formats=(models[run.a]["prompt_format"], models[run.b]["prompt_format"]),
-        tom_episodes=sim["tom_episodes"], scheduling=sim["scheduling"], engine_stats=(stats := {}),
+        tom_episodes=sim["tom_episodes"], scheduling=sim["scheduling"], cache_gib=sim["cache_gib"],
+        engine_stats=(stats := {}),
     )
     return {"engine": stats}
 
@@ -557,7 +601,7 @@ def run(args: argparse.Namespace) -> int:
     sizes = _dataset_sizes(cfg, steps)
     if args.dry_run:
         print(f"run {cfg['name']!r}, results in {display(cfg['results_dir'])} (dry run: nothing is started)")
-        print(format_plan(plan(jobs, cfg)))
+        print(format_plan(plan(jobs, cfg), cfg))
         if sizes:
             print(sizes)
         return 0
@@ -568,10 +612,18 @@ def run(args: argparse.Namespace) -> int:
     scheduler = args.scheduler or cluster.get("scheduler")
     cluster_spec = {k: v for k, v in cluster.items() if k != "scheduler"} or None
     t0 = time.perf_counter()
+    global _CLOCK
+    rows = plan(jobs, cfg)
+    _CLOCK = _RunClock(rows)
+    return_freed_memory()
     print(f"[synclib] run {cfg['name']!r}: {len(jobs)} jobs, results in {display(cfg['results_dir'])}", flush=True)
+    print("[synclib] " + plan_summary(rows), flush=True)
     if sizes:
         print("\n".join("[synclib] " + line for line in sizes.splitlines()), flush=True)
-    execute(jobs, scheduler=scheduler, cluster=cluster_spec if not args.scheduler else None)
+    try:
+        execute(jobs, scheduler=scheduler, cluster=cluster_spec if not args.scheduler else None)
+    finally:
+        _CLOCK = None
     print(f"[synclib] finished in {time.perf_counter() - t0:.0f} s", flush=True)
     if "book" in jobs:
         print(f"[synclib] the book: {display(jobs['book'].output)}", flush=True)

@@ -13,7 +13,6 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
 from synclib.paths import BENCH_RESULTS, display
 from synclib.sizing import EMBEDDED_SHAPES
@@ -36,6 +35,7 @@ class JobPlan:
     disk_bytes: float | None = None
     seconds: float | None = None
     note: str = ""
+    peak_gib: float | None = None  # peak resident memory (GiB) the measured run of this kind needed
 
 
 def _short(v, n: int = 40) -> str:
@@ -67,53 +67,123 @@ def _bench(name: str) -> dict | None:
     return json.loads(f.read_text()) if f.is_file() else None
 
 
-def _simulate_estimate(cfg: dict, job) -> tuple[float | None, float | None, str]:
-    """Disk bytes and seconds of one simulate job, from the model shapes and the benchmarks."""
+#: the measured main job on the CPU (``bench/bench_main_job.py``): the rates the estimates scale
+CALIBRATION = "main_job_cpu.json"
+
+
+def simulate_work(cfg: dict) -> dict:
+    """The utterances one ordered run of ``cfg`` plans: its genuine dialogs, the passive
+    reader's reads and the ToM dialogs, each to ``max_utterances`` (an upper bound: dialogs
+    end early), with the counts behind it."""
     from synclib.scenarios import load_tasks, select_tasks
 
     sim = cfg["simulate"]
     n_tasks = len(select_tasks(load_tasks(cfg["scenarios"]), sim["episodes"]))
-    units = n_tasks * len(sim["seeds"])
-    tom_units = min(n_tasks, sim["tom_episodes"] or n_tasks) * len(sim["seeds"]) if sim["tom"] else 0
-    rounds = math.ceil(sim["max_utterances"] / 2)
+    seeds = len(sim["seeds"])
+    dialogs = n_tasks * seeds
+    passive = n_tasks * len(sim["passive_seeds"] or sim["seeds"]) if sim["passive"] else 0
+    tom = min(n_tasks, sim["tom_episodes"] or n_tasks) * seeds if sim["tom"] else 0
+    return {"tasks": n_tasks, "dialogs": dialogs, "passive_reads": passive, "tom_dialogs": tom,
+            "planned": sim["max_utterances"] * (dialogs + passive + tom)}
+
+
+def _dtype(cfg: dict) -> tuple[str, str]:
+    """The compute dtype a CPU run of ``cfg`` gets, and why."""
+    from synclib.models import cpu_has_native_bf16
+
+    if cfg["dtype"] not in (None, "auto"):
+        return cfg["dtype"], "set in the configuration"
+    if cpu_has_native_bf16():
+        return "bfloat16", "this CPU multiplies bfloat16 natively"
+    return "float32", "this CPU lacks native bfloat16 (bfloat16 would be emulated)"
+
+
+def _cpu_estimate(cfg: dict, job, cal: dict) -> tuple[float | None, float | None, str]:
+    """Seconds and peak resident GiB of one job on the CPU, scaled from the calibration."""
+    kind, _, name = job.key.partition(":")
+    jobs = cal["jobs"]
+    dtype, _ = _dtype(cfg)
+    slower = 1.0
+    if dtype != cal.get("dtype_used") and kind in ("simulate", "judge"):
+        slower = (cal.get("dtypes") or {}).get("float32_factor", 1.0) if dtype == "float32" else 1.0
+        slower = slower if cal.get("dtype_used") == "bfloat16" else 1 / slower
+    if kind == "simulate":
+        specs = (job.inputs["model_a"], job.inputs["model_b"])
+        by = {tuple(v["specs"]): v for v in jobs["simulate"].values()}
+        found = [by[k] for k in ([specs] if specs in by else [(s, s) for s in specs]) if k in by]
+        if not found or (specs not in by and len(found) < 2):
+            return None, None, ""
+        rate = sum(v["seconds_per_utterance"] for v in found) / len(found) * slower
+        work = simulate_work(cfg)
+        peak = max(v.get("peak_rss_gib") or 0 for v in found) or None
+        return rate * work["planned"], peak, (f"at most {work['planned']:,} utterances generated or read at "
+                                             f"{1 / rate:.2g}/s, {dtype}")
+    if kind == "judge":
+        n = int(cfg["judge"]["sample"] or 0) or simulate_work(cfg)["dialogs"]
+        rates = [v["seconds_per_dialog"] for v in jobs["judge"].values() if v.get("seconds_per_dialog")]
+        if not rates or cfg["judge"].get("url"):
+            return None, None, ""
+        return n * sum(rates) / len(rates) * slower, max(v.get("peak_rss_gib") or 0 for v in jobs["judge"].values()), ""
+    if kind == "analyze":
+        ref = list(jobs["analyze"].values())
+        if not ref:
+            return None, None, ""
+        scale = (simulate_work(cfg)["dialogs"] * len(cfg["analysis"]["split_seeds"])
+                 / (ref[0]["dialogs"] * ref[0]["split_seeds"]))
+        return (scale * sum(v["seconds"] for v in ref) / len(ref),
+                max(v.get("peak_rss_gib") or 0 for v in ref), "")
+    if kind == "notebook":
+        nb = jobs["notebooks"]
+        secs = nb.get(name, {}).get("seconds") or (sorted(v["seconds"] for v in nb.values())[len(nb) // 2] if nb else None)
+        return secs, None, ""
+    if kind in jobs:
+        return jobs[kind]["seconds"], jobs[kind].get("peak_rss_gib"), ""
+    return None, None, ""
+
+
+def _simulate_estimate(cfg: dict, job) -> tuple[float | None, float | None, str]:
+    """Disk bytes and seconds of one simulate job on a GPU, from the latest measurement."""
+    sim = cfg["simulate"]
     specs = (job.inputs["model_a"], job.inputs["model_b"])
     shapes = [EMBEDDED_SHAPES.get(s) for s in specs]
     disk = None
+    work = simulate_work(cfg)
     if all(shapes):
         views = 1 + int(sim["passive"]) + int(sim["tom"])
-        disk = units * rounds * views * sum(L * D for L, D in shapes) * 4.0
-    utterances = (units + tom_units) * sim["max_utterances"]
-    gpu = str(cfg["device"]).startswith("cuda")
-    if not gpu and all(s in EMBEDDED_SHAPES for s in specs):
-        # the measured sample-curve runs: this pair's, else the mean rate of its two models' own
-        curves = {(c["models"]["a"], c["models"]["b"]): (c, f.name) for f in sorted(BENCH_RESULTS.glob(
-            "sample_curve_*.json")) for c in [json.loads(f.read_text())] if c.get("wall_s", {}).get("simulate")}
-        found = [curves[k] for k in ([specs] if specs in curves else [(s, s) for s in specs]) if k in curves]
-        if found and (specs in curves or len(found) == 2):
-            rate = float(np.mean([c["dialogs"]["utterances"] / c["wall_s"]["simulate"] for c, _ in found]))
-            c, st = found[0][0], found[0][0]["settings"]
-            return disk, utterances / rate, (
-                f"at most {utterances:,} utterances at {rate:.2g}/s ({', '.join(n for _, n in found)}: "
-                f"{st['dtype']}, batch {st['batch_size']}, {st['max_new_tokens']} new tokens, with the passive "
-                f"reader, {c['machine'].get('cpu_count', '?')} cores)")
-        e = _bench("engine_cpu.json")
-        if e and "batched_kv" in e.get("modes", {}):
-            rate = e["modes"]["batched_kv"]["utterances_per_s"]
-            return disk, utterances / rate, (f"at most {utterances:,} utterances at {rate:.2g}/s "
-                                             "(SmolLM2 on this project's 2-core benchmark)")
-    if gpu:
-        g = _bench("simulate_cuda_mistral7b.json")
-        if g and g.get("simulate"):
-            rate = g["simulate"]["utterances_per_s"]
-            return disk, utterances / rate, (f"at most {utterances:,} utterances at {rate:.2g}/s "
-                                             f"(a 7B-shaped model on {g['machine'].get('gpu', 'a GPU')})")
+        disk = work["dialogs"] * math.ceil(sim["max_utterances"] / 2) * views * sum(L * D for L, D in shapes) * 4.0
+    utterances = work["planned"]
+    if str(cfg["device"]).startswith("cuda"):
+        g = _latest_gpu_rate()
+        if g is not None:
+            rate, what = g
+            return disk, utterances / rate, f"at most {utterances:,} utterances at {rate:.2g}/s ({what})"
     return disk, None, f"at most {utterances:,} utterances; no benchmark for these models on this device"
+
+
+def _latest_gpu_rate() -> tuple[float, str] | None:
+    """The most recent measured utterances/s of the dialog loop on a GPU, and what was measured."""
+    found = []
+    for f in BENCH_RESULTS.glob("*cuda*.json"):
+        d = json.loads(f.read_text())
+        gpu = d.get("machine", {}).get("gpu", "a GPU")
+        if d.get("benchmark") == "bench_simulate" and d.get("simulate", {}).get("utterances_per_s"):
+            found.append((d.get("date", ""), d["simulate"]["utterances_per_s"], f"{f.name}, {gpu}"))
+        for step in d.get("steps", []) if isinstance(d.get("steps"), list) else []:
+            if isinstance(step, dict) and step.get("utterances_per_s"):
+                found.append((d.get("date", ""), step["utterances_per_s"],
+                              f"{f.name}: {step.get('label', 'dialog loop')}, {gpu}, {d.get('date', '')}"))
+    if not found:
+        return None
+    date = max(f[0] for f in found)
+    best = [f for f in found if f[0] == date][-1]
+    return best[1], f"a 7B-shaped model: {best[2]}"
 
 
 def plan(jobs: dict, cfg: dict) -> list[JobPlan]:
     """The plan of ``jobs`` (a graph from :func:`synclib.pipeline.build_jobs`), in run order."""
     running: set[str] = set()
     out = []
+    cal = _bench(CALIBRATION) if not str(cfg["device"]).startswith("cuda") else None
     for key, job in jobs.items():  # insertion order is a topological order
         why = _why(job, read_stamp(job.output), running)
         p = JobPlan(key, display(job.output), "will run" if why else "up to date", why)
@@ -121,8 +191,28 @@ def plan(jobs: dict, cfg: dict) -> list[JobPlan]:
             running.add(key)
             if key.startswith("simulate:"):
                 p.disk_bytes, p.seconds, p.note = _simulate_estimate(cfg, job)
+            if cal is not None:
+                secs, p.peak_gib, note = _cpu_estimate(cfg, job, cal)
+                if secs is not None:
+                    p.seconds, p.note = secs, note or p.note
         out.append(p)
     return out
+
+
+def plan_summary(rows: list[JobPlan]) -> str:
+    """One line: how many jobs run, about how long they take and how much memory they need."""
+    todo = [r for r in rows if r.status == "will run"]
+    if not todo:
+        return "every job is up to date"
+    known = [r for r in todo if r.seconds is not None]
+    text = f"{len(todo)} of {len(rows)} jobs will run"
+    if known:
+        text += (f"; about {sum(r.seconds for r in known) / 60:.0f} min"
+                 + (f" for the {len(known)} with an estimate" if len(known) < len(todo) else ""))
+    peaks = [r.peak_gib for r in todo if r.peak_gib]
+    if peaks:
+        text += f", peak memory about {max(peaks):.1f} GiB"
+    return text
 
 
 def _size(b: float | None) -> str:
@@ -135,8 +225,15 @@ def _size(b: float | None) -> str:
     return "?"
 
 
-def format_plan(rows: list[JobPlan]) -> str:
-    """The plan as text, one job per line, then the totals."""
+def _minutes(secs: float) -> str:
+    if secs < 90:
+        return f"~{secs:.0f} s"
+    return f"~{secs / 3600:.1f} h" if secs >= 5400 else f"~{secs / 60:.0f} min"
+
+
+def format_plan(rows: list[JobPlan], cfg: dict | None = None) -> str:
+    """The plan as text, one job per line, then the totals: disk, time (with the compute
+    dtype it assumes) and memory (with what the machine has available)."""
     lines = []
     for r in rows:
         extra = ""
@@ -145,7 +242,7 @@ def format_plan(rows: list[JobPlan]) -> str:
             if r.disk_bytes is not None:
                 est.append(f"~{_size(r.disk_bytes)}")
             if r.seconds is not None:
-                est.append(f"~{r.seconds / 60:.0f} min")
+                est.append(_minutes(r.seconds))
             extra = f"  [{', '.join(est)}{'; ' if est and r.note else ''}{r.note}]"
         lines.append(f"{'RUN ' if r.status == 'will run' else 'ok  '} {r.key:34s} {r.output}"
                      + (f"\n       because {r.reason}" if r.reason else "") + extra)
@@ -160,6 +257,40 @@ def format_plan(rows: list[JobPlan]) -> str:
         writes = "simulation writes an amount not known before the models load (their shapes)"
     else:
         writes = f"simulation writes ~{_size(disk)}" + (f" plus {unknown} job(s) of unknown size" if unknown else "")
+    missing = sum(r.seconds is None for r in todo)
     lines.append(f"{len(todo)} of {len(rows)} jobs would run; {writes}"
-                 + (f" and takes ~{secs / 3600:.1f} h (estimated)" if secs else ""))
+                 + (f" and takes {_minutes(secs)} (estimated" if secs else "")
+                 + (f"; {missing} job(s) without an estimate" if secs and missing else "") + (")" if secs else ""))
+    if cfg is not None and todo and not str(cfg["device"]).startswith("cuda"):
+        lines += _cpu_lines(cfg, todo, secs)
     return "\n".join(lines)
+
+
+def _cpu_lines(cfg: dict, todo: list[JobPlan], secs: float) -> list[str]:
+    """The time estimate's basis and the memory a CPU run expects."""
+    from synclib.memory import GiB, available_bytes, session_budget
+
+    cal = _bench(CALIBRATION)
+    out = []
+    dtype, why = _dtype(cfg)
+    if cal is not None:
+        m = cal["machine"]
+        f32 = (cal.get("dtypes") or {}).get("float32_factor")
+        basis = (f"time: the rates of {CALIBRATION} ({cal['date']}, {m['cpu_count']} cores of {m['cpu']}, "
+                 f"{cal['dtype_used']}), computing in {dtype} ({why})")
+        if dtype == "bfloat16" and f32 and cal.get("dtype_used") == "bfloat16":
+            sim = sum(r.seconds or 0 for r in todo if r.key.split(":")[0] in ("simulate", "judge"))
+            basis += f"; in float32 (a CPU without native bfloat16) about {_minutes(secs + (f32 - 1) * sim)}"
+        out.append(basis)
+    peaks = [r.peak_gib for r in todo if r.peak_gib]
+    avail = available_bytes()
+    budget = session_budget(cfg["simulate"].get("cache_gib", "auto"))
+    mem = f"memory: the session caches may hold {budget / GiB:.1f} GiB"
+    if cfg["simulate"].get("cache_gib", "auto") == "auto" and avail is not None:
+        mem += f" (a quarter of the {avail / GiB:.1f} GiB available now, 0.25-4 GiB)"
+    if peaks:
+        mem += f"; the measured run of these jobs peaked at {max(peaks):.1f} GiB resident"
+        if avail is not None and max(peaks) * GiB > avail:
+            mem += " - more than is available now: close programs or lower simulate.batch_size"
+    out.append(mem)
+    return out

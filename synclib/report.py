@@ -750,6 +750,45 @@ def _gpu_e2e_lines(e) -> list[str]:
     return out + [""]
 
 
+def main_job_lines(m: dict | None) -> list[str]:
+    """The benchmarks page's section on the measured main job (``bench/bench_main_job.py``):
+    each job kind's seconds and peak resident memory, the rates the dry run scales."""
+    out = ["## The main job on the CPU (`bench/bench_main_job.py`)", ""]
+    if not m:
+        return out + ["*No result yet: run `make book`, then `python bench/bench_main_job.py`.*", ""]
+    mc, j = m["machine"], m["jobs"]
+    out += [f"`make book` with `config/default.yaml` on {mc['cpu_count']} cores of {mc['cpu']} "
+            f"({m['dtype_used']}, torch {mc['torch']}, measured {m['date']}): the pipeline's jobs took "
+            f"{_num(m['pipeline_seconds'] / 60)} minutes"
+            + (f", the whole `make book` {_num(m['make_book_wall_s'] / 60)} minutes" if m.get("make_book_wall_s") else "")
+            + (f" with a peak resident memory of {_num(m['make_book_peak_rss_gib'])} GiB"
+               if m.get("make_book_peak_rss_gib") else "")
+            + ". `synclib run --dry-run` scales these rates to another configuration.", "",
+            "| job | seconds | peak resident memory (GiB) | rate |", "| --- | --- | --- | --- |"]
+    for name, v in j["simulate"].items():
+        out.append(f"| simulate {name} | {_num(v['seconds'])} | {_num(v['peak_rss_gib'])} | "
+                   f"{_num(1 / v['seconds_per_utterance'])} utterances/s of {v['planned_utterances']:,} planned |")
+    for name, v in j["judge"].items():
+        out.append(f"| judge {name} | {_num(v['seconds'])} | {_num(v['peak_rss_gib'])} | "
+                   f"{_num(v['seconds_per_dialog'])} s per dialog |")
+    for name, v in j["analyze"].items():
+        out.append(f"| analyse {name} | {_num(v['seconds'])} | {_num(v['peak_rss_gib'])} | "
+                   f"{v['dialogs']} dialogs, {v['split_seeds']} split seeds |")
+    nb = j.get("notebooks", {})
+    if nb:
+        out.append(f"| {len(nb)} notebooks | {_num(sum(v['seconds'] for v in nb.values()))} | | |")
+    for k in ("pages", "book"):
+        if k in j:
+            out.append(f"| {k} | {_num(j[k]['seconds'])} | | |")
+    d = m.get("dtypes")
+    if d:
+        out += ["", f"The same simulation ({d['pair']}, {d['tasks']} tasks, with the passive reader) took "
+                f"{_num(d['seconds']['bfloat16'])} s in bfloat16 and {_num(d['seconds']['float32'])} s in "
+                f"float32 on this machine: float32 is {_num(d['float32_factor'])}x slower, the factor the dry "
+                "run applies to the simulation and judging on a CPU without native bfloat16."]
+    return out + [""]
+
+
 def benchmarks_markdown(bench_dir) -> str:
     """Markdown for ``book/_generated/benchmarks.md``, quoting ``bench/results/*.json``.
 
@@ -805,6 +844,7 @@ def benchmarks_markdown(bench_dir) -> str:
     out += _gpu_engine_lines(load("simulate_cuda_mistral7b.json"), load("engine_cuda_decode_loop.json"),
                              load("engine_cuda_decode_modes.json"), load("dialog_loop_cuda_mistral7b.json"))
     out += _gpu_e2e_lines(load("e2e_cuda_mistral7b.json"))
+    out += main_job_lines(load("main_job_cpu.json"))
     c = load("cube_storage_smollm2.json")
     out += ["## Cube storage (`bench/bench_simulate.py`)", ""]
     if c:

@@ -278,13 +278,14 @@ class _TargetBlock:
 
 def _target_block(Y, tr_rows, te_rows, layers, cdtype, first_layer: int,
                   check_constant: bool = True) -> _TargetBlock:
-    Ytr = Y[tr_rows, layers].double()  # only this block's layers of the rows
-    Yte = Y[te_rows, layers].double()
-    for name, t in (("Y", Ytr), ("Y", Yte)):
+    Ytr = Y[tr_rows, layers]  # only this block's layers of the rows
+    Yte = Y[te_rows, layers]
+    for name, t in (("Y", Ytr), ("Y", Yte)):  # before the cast: float64 keeps inf and NaN as they are
         if not bool(torch.isfinite(t).all()):
             bad = (~torch.isfinite(t)).flatten(2).any(-1).any(0).nonzero().flatten()
             raise RidgeInputError(f"{name} holds NaN or inf in the samples used "
                                   f"(target layer {first_layer + int(bad[0])})")
+    Ytr, Yte = Ytr.double(), Yte.double()
     my = Ytr.mean(0, keepdim=True)
     Yc = Ytr - my
     E = Yte - my
@@ -295,7 +296,7 @@ def _target_block(Y, tr_rows, te_rows, layers, cdtype, first_layer: int,
         raise RidgeInputError(f"Y: target layer {t} is constant over the test samples; R^2 is undefined")
     # scikit-learn: a constant test column scores 1 if predicted exactly, else 0. The
     # prediction is exact only when the column is constant on train with the same value.
-    exact = const & (Yc == 0).all(0) & (E == 0).all(0)
+    exact = const & (Yc == 0).all(0) & (E == 0).all(0) if bool(const.any()) else const
     base = (w * (E ** 2).sum(0)).sum(-1)
     return _TargetBlock(Yc.to(cdtype), E.to(cdtype), w, base,
                         (~const).sum(-1).double(), exact.sum(-1).double())
@@ -603,7 +604,8 @@ def _cv_alpha(Xtr_l: torch.Tensor, folds: list, alphas: torch.Tensor) -> tuple[i
         Rw = (R * f.w.sqrt()).view(r, Lt, -1).permute(1, 0, 2)                    # (Lt, r, m)
         G = (torch.bmm(Rw, Rw.transpose(1, 2)) * (Q.T @ Q)).double()             # (Lt, r, r)
         Dg = 1.0 / (lam[None, :] + alphas[:, None])                      # (n_alpha, r)
-        ss = f.base[None] - 2 * Dg @ Fk.T + torch.einsum("ak,tkj,aj->at", Dg, G, Dg)
+        quad = (torch.matmul(Dg, G) * Dg).sum(-1).T                      # (n_alpha, Lt): Dg_a' G_t Dg_a
+        ss = f.base[None] - 2 * Dg @ Fk.T + quad
         score = score + (f.nvar[None] - ss) / (f.w.numel() / Lt)
     score = score / len(folds)
     return int(score.max(1).values.argmax()), score
@@ -656,10 +658,10 @@ def _source_side(X, xtr, xte, alpha_of: Callable, cdtype, use_left: bool, train:
         src.H = torch.empty(Ls, n_te, n_tr, dtype=cdtype, device=X.device)
         src.H_train = torch.empty(Ls, n_tr, n_tr, dtype=cdtype, device=X.device) if train else None
     for l in range(Ls):
-        Xtr_l = X[xtr, l].double()
-        Xte_l = X[xte, l].double()
-        _check_finite(Xtr_l, "X", l)
+        Xtr_l, Xte_l = X[xtr, l], X[xte, l]
+        _check_finite(Xtr_l, "X", l)  # before the cast: float64 keeps inf and NaN as they are
         _check_finite(Xte_l, "X", l)
+        Xtr_l, Xte_l = Xtr_l.double(), Xte_l.double()
         src.alphas[l] = alpha_of(Xtr_l, l)
         inputs = torch.cat([Xte_l, Xtr_l]) if train else Xte_l  # rows n_te.. are the training rows
         if use_left:
@@ -966,10 +968,10 @@ def r2_grid_subsets(X, Y, train, tests, alpha=PAPER_ALPHA, *, device=None, max_c
     al = _layer_alphas(alpha, Ls)
     H = []
     for l in range(Ls):
-        Xtr_l, Xu_l = X[tr, l].double(), X[union, l].double()
+        Xtr_l, Xu_l = X[tr, l], X[union, l]
         _check_finite(Xtr_l, "X", l)
         _check_finite(Xu_l, "X", l)
-        H.append(ridge_solve(Xtr_l, Xu_l, float(al[l]), form="hat").float())
+        H.append(ridge_solve(Xtr_l.double(), Xu_l.double(), float(al[l]), form="hat").float())
     out = torch.empty(len(subs), Ls, Lt, dtype=torch.float64, device=device)
     c = max(1, min(Lt, max_chunk_bytes // max(1, 4 * (tr.numel() + 2 * union.numel()) * Dt)))
     with _matmul_precision("float32", device):

@@ -53,7 +53,6 @@ import math
 import re
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -64,6 +63,7 @@ from synclib import argtypes as at
 from synclib.config import default
 from synclib.cube import STORE_DTYPES, CubeError, CubeSpec, CubeWriter, Unit, is_complete, var_name
 from synclib.engine import SCHEDULING
+from synclib.memory import CacheBudget, session_budget
 from synclib.models import PROMPT_FORMATS
 from synclib.scenarios import (
     ACTIONS, EMOTIONS, PASSIVE_PERSONA_RULE, Task, TaskSet, is_leave, load_tasks, passive_persona,
@@ -145,17 +145,60 @@ def episode_coords(task: Task) -> dict:
 
 # --------------------------------------------------------------------------- progress
 
-@dataclass
-class _Stats:
-    """Counters for the progress bar."""
+class _Progress:
+    """The simulation's progress in utterances: generated (genuine and ToM dialogs) and read
+    (the passive reader) of those planned.  The plan is every dialog's ``max_utterances``,
+    an upper bound that shrinks as dialogs end early, so the bar's total and time left
+    converge on the truth.  A tqdm bar on stderr, shown on terminals only (``disable=None``):
+    a log gets the job's own start and end lines instead of redrawn bars.
 
-    utterances: int = 0
-    new_tokens: int = 0
-    started: float = field(default_factory=time.perf_counter)
-    shown: float = 0.0
+    Parameters
+    ----------
+    total : int
+        Utterances planned.
+    done : int
+        Of which already done (a resumed run's finished batches).
+    desc : str
+    show : bool
+    """
 
-    def rate(self) -> float:
-        return self.new_tokens / max(time.perf_counter() - self.started, 1e-9)
+    def __init__(self, total: int, done: int, desc: str, show: bool):
+        self.new_tokens = 0
+        self.started = time.perf_counter()
+        self.shown = 0.0
+        self.bar = None
+        if show:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=done, unit="utt", desc=desc, file=sys.stderr,
+                            dynamic_ncols=True, disable=None, smoothing=0.1)
+
+    def advance(self, n: int) -> None:
+        """``n`` utterances generated or read."""
+        if self.bar is not None:
+            self.bar.update(n)
+            self._postfix()
+
+    def drop(self, n: int) -> None:
+        """``n`` planned utterances that will not happen (a dialog ended early)."""
+        if self.bar is not None and n:
+            self.bar.total -= n
+            self.bar.refresh()
+
+    def tokens(self, n: int) -> None:
+        """``n`` new tokens sampled (redraws at most twice a second)."""
+        self.new_tokens += n
+        if self.bar is not None and time.perf_counter() - self.shown > 0.5:
+            self._postfix()
+
+    def _postfix(self) -> None:
+        self.shown = time.perf_counter()
+        rate = self.new_tokens / max(self.shown - self.started, 1e-9)
+        self.bar.set_postfix_str(f"{rate:.0f} tok/s", refresh=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 # --------------------------------------------------------------------------- the loop
@@ -172,14 +215,15 @@ class _Runner:
     """
 
     def __init__(self, lms, spec: CubeSpec, tasks: dict, *, max_utterances, temperature,
-                 max_new_tokens, batch_size, progress_bar, stats, sampling=({}, {}),
-                 first_line_only=True, readers=None, tom_tasks=None, scheduling="turns"):
+                 max_new_tokens, batch_size, progress=None, sampling=({}, {}),
+                 first_line_only=True, readers=None, tom_tasks=None, scheduling="turns", cache_budget=None):
         from synclib.engine import Engine
 
         self.scheduling = scheduling
         self.lms = lms
-        engine_a = Engine(lms[0], batch_size=batch_size)
-        self.engines = (engine_a, engine_a if lms[1] is lms[0] else Engine(lms[1], batch_size=batch_size))
+        engine_a = Engine(lms[0], batch_size=batch_size, max_cache_bytes=cache_budget)
+        self.engines = (engine_a, engine_a if lms[1] is lms[0]
+                        else Engine(lms[1], batch_size=batch_size, max_cache_bytes=cache_budget))
         self.spec = spec
         self.tasks = tasks
         self.max_utterances = max_utterances
@@ -189,8 +233,7 @@ class _Runner:
         self.first_line_only = first_line_only
         self.readers = readers or {}
         self.tom_tasks = tom_tasks  # task indices that get the ToM dialogs (None: all)
-        self.bar = progress_bar
-        self.stats = stats
+        self.progress = progress if progress is not None else _Progress(0, 0, "", show=False)
 
     # -- one batch ---------------------------------------------------------------------
     def run_batch(self, units: Sequence[tuple[int, int]]) -> list[Unit]:
@@ -209,10 +252,15 @@ class _Runner:
                 eng.clear()
         return out
 
+    def planned(self, unit) -> int:
+        """Utterances planned for ``unit`` (episode, seed): its genuine dialog, the passive
+        reader's reads and its ToM dialog, each to ``max_utterances``."""
+        views = 1 + int(self.spec.passive and unit[1] in self.spec.read_passive_seeds())
+        views += int(self.spec.tom and (self.tom_tasks is None or unit[0] in self.tom_tasks))
+        return views * self.max_utterances
+
     def _on_step(self, n_tokens: int) -> None:
-        self.stats.new_tokens += n_tokens
-        if self.bar is not None and time.perf_counter() - self.stats.shown > 0.5:
-            self._tick(0)
+        self.progress.tokens(n_tokens)
 
     def _request(self, unit, t: int, history: list[str], view: str):
         """The request of utterance ``t`` of ``unit`` (episode, seed) in ``view``."""
@@ -233,7 +281,12 @@ class _Runner:
         v[var_name("text", side, view)][k] = reply
         v[var_name("prompt_len", side, view)][k] = res.prompt_len
         history.append(reply)
-        return not (is_leave(reply, self.tasks[unit[0]], t) or t + 1 >= self.max_utterances)
+        self.progress.advance(1)
+        if is_leave(reply, self.tasks[unit[0]], t) or t + 1 >= self.max_utterances:
+            reads = 1 + int(view == "active" and self.spec.passive and unit[1] in self.spec.read_passive_seeds())
+            self.progress.drop(reads * (self.max_utterances - t - 1))
+            return False
+        return True
 
     def _forget(self, unit, view: str) -> None:
         """Drop an ended episode's sessions (both agents)."""
@@ -292,8 +345,6 @@ class _Runner:
                 else:
                     self._forget(units[i], view)
             live = still
-            self.stats.utterances += len(reqs)
-            self._tick(0)
         return histories
 
     def _dialog_stream(self, units, out: list[Unit], view: str) -> list[list[str]]:
@@ -342,7 +393,6 @@ class _Runner:
                     t = turn[i]
                     if view == "tom":
                         tom_wait[id(eng)].append((i, t, asked[i], res))
-                    self.stats.utterances += 1
                     if self._record(units[i], out[i], t, res, view, histories[i]):
                         turn[i] += 1
                         submit(i)
@@ -352,7 +402,6 @@ class _Runner:
                         self._forget(units[i], view)
                 if view == "tom":
                     read_tom(eng)
-            self._tick(0)
         if view == "tom":
             for eng in engines:
                 read_tom(eng, final=True)
@@ -384,13 +433,8 @@ class _Runner:
                                                             for i in rows])
                 for j, i in enumerate(rows):
                     out[i].values[var_name("hidden", side, "passive")][t // 2] = states[j]
+                self.progress.advance(len(rows))
             eng.clear()
-
-    def _tick(self, n_units: int) -> None:
-        if self.bar is not None:
-            self.stats.shown = time.perf_counter()
-            self.bar.update(n_units)
-            self.bar.set_postfix(utt=self.stats.utterances, tok_s=f"{self.stats.rate():.1f}", refresh=True)
 
 
 # --------------------------------------------------------------------------- public API
@@ -454,7 +498,7 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
              passive_seeds=None, taskset: TaskSet | None = None,
              prompt_formats: tuple[str, str] = ("chat_template", "chat_template"),
              tom_episodes: int | None = None, engine_stats: dict | None = None,
-             scheduling: str = "turns") -> Path:
+             scheduling: str = "turns", cache_gib="auto") -> Path:
     """Run model A (agent 1) against model B (agent 2) and write a cube.
 
     Parameters
@@ -486,7 +530,8 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
     overwrite : bool
         Replace a finished cube at ``out`` (otherwise it is returned untouched).
     progress : bool
-        Show a tqdm bar (episodes done, utterances, new tokens/s) on stderr.
+        Show a tqdm bar on stderr where it is a terminal: utterances generated and read of
+        those planned, elapsed and remaining time, new tokens/s.
     top_k, top_p : "model", None or a number
         Sampling filters per :func:`resolve_sampling` (default: each model's own, as the
         paper's code sampled with ``transformers``' ``generate``).
@@ -504,6 +549,12 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
         dialog's next utterance joins the running batch as soon as its reply ends
         (:class:`synclib.engine.DecodeStream`).  The same requests, seeds and sessions:
         texts and states agree up to float rounding.
+    cache_gib : "auto" or number, default "auto"
+        Memory the session caches of both models may hold together, in GiB
+        (:func:`synclib.memory.session_budget`; ``"auto"``: a quarter of the memory available,
+        256 MiB to 4 GiB).  Sessions that do not fit are recomputed on their next turn
+        (``engine_stats["recomputed_tokens"]``): the same dialogs, more time.  On CUDA
+        ``"auto"`` leaves each engine its own share of the device memory.
     engine_stats : dict, optional
         Filled with this call's engine counters, both models summed (``prefill_tokens``,
         ``reused_tokens``, ``generated_tokens``, ``graph_steps``, ...; see
@@ -531,6 +582,7 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
     tom_tasks = None if not tom or tom_episodes is None else {t.index for t in tasks[:int(tom_episodes)]}
     if scheduling not in SCHEDULING:
         raise ValueError(f"scheduling must be one of {', '.join(SCHEDULING)}, got {scheduling!r}")
+    budget = session_budget(cache_gib)  # checks the setting before any model loads
     if is_complete(out) and not overwrite:
         return out
 
@@ -562,25 +614,21 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
     readers = {} if not passive or taskset is None else {
         (e, s): passive_persona(taskset, e, s) for e, s in units if s in spec.read_passive_seeds()}
 
-    bar = None
-    if progress:
-        from tqdm import tqdm
-
-        bar = tqdm(total=len(units), initial=len(units) - sum(len(b) for _, b in todo),
-                   unit="ep", desc=f"simulate {out.name}", file=sys.stderr, dynamic_ncols=True)
     runner = _Runner((lm_a, lm_b), spec, {t.index: t for t in tasks}, max_utterances=max_utterances,
                      temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                     progress_bar=bar, stats=_Stats(), sampling=sampling,
+                     sampling=sampling,
                      first_line_only=stop_at_first_line, readers=readers, tom_tasks=tom_tasks,
-                     scheduling=scheduling)
+                     scheduling=scheduling, cache_budget=None if lm_a.device.type == "cuda" and cache_gib == "auto"
+                     else CacheBudget(budget))
+    planned = sum(runner.planned(u) for u in units)
+    runner.progress = _Progress(planned, planned - sum(runner.planned(u) for _, b in todo for u in b),
+                                f"simulate {out.name}", progress)
     try:
         for b, batch in todo:
             done = runner.run_batch(batch)
             writer.write_part(b, done)
-            runner._tick(len(batch))
     finally:
-        if bar is not None:
-            bar.close()
+        runner.progress.close()
         if engine_stats is not None:
             for eng in {id(e): e for e in runner.engines}.values():
                 for k, v in eng.stats.items():
@@ -681,6 +729,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-first-line-stop", action="store_true",
                         help="generate every reply to its end (or --max-new-tokens) instead of stopping "
                              "at its first line, which is all that is kept")
+    parser.add_argument("--cache-gib", type=at.arg_type(at.cache_gib, "cache size"), default="auto",
+                        metavar="GIB|auto", help="memory the session caches of both models may hold, GiB "
+                        "(default auto: a quarter of the memory available, 0.25-4 GiB); sessions that do not "
+                        "fit are recomputed: the same dialogs, more time")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a finished cube at --out (default: leave it and exit)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -744,6 +796,7 @@ def run(args: argparse.Namespace) -> int:
                         progress=not args.no_progress, top_k=args.top_k, top_p=args.top_p,
                         stop_at_first_line=not args.no_first_line_stop, passive_seeds=args.passive_seeds,
                         taskset=taskset, tom_episodes=args.tom_episodes, scheduling=args.scheduling,
+                        cache_gib=args.cache_gib,
                         prompt_formats=(args.prompt_format_a, args.prompt_format_b or args.prompt_format_a))
     except CubeError as exc:
         return _fail(str(exc))

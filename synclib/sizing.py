@@ -229,7 +229,7 @@ def leaves_zero_text(curves: list[Curve] | None = None) -> str:
     per = [f"{c.pair} (width {c.width}) " + (f"is still about 0 at {c.last_zero:.0f} and " if c.last_zero else "")
            + f"first reaches {LEAVES_ZERO} at {c.leaves_zero:.0f}" for c in sorted(curves, key=lambda c: c.leaves_zero)]
     lo, hi = leaves_zero_range(curves)
-    return (f"In the measured sample-size curves (`bench/results/sample_curve_*.json`) genuine SyncR² of "
+    return ("In the measured sample-size curves (`bench/results/sample_curve_*.json`) genuine SyncR² of "
             + " and ".join(per) + f" training samples per dataset: it leaves 0 at about {lo}-{hi}.")
 
 

@@ -381,7 +381,7 @@ def tom_decode(cube, split_seeds=(0, 1, 2), *, alphas=DEFAULT_TOM_ALPHAS, val_fr
     n_layers = {"A": cube.sizes["layer_a"], "B": cube.sizes["layer_b"]}
     res = _Results.empty(max(n_layers.values()), len(seeds), len(alphas))
     bar = tqdm(total=len(TOM_TARGETS) * len(TOM_RELATIONS) * len(seeds) * sum(n_layers.values()),
-               desc="ToM probes", disable=not progress, file=sys.stderr)
+               desc="ToM probes", disable=None if progress else True, file=sys.stderr)
     for ai, agent in enumerate(AGENTS):
         for target in TOM_TARGETS:  # before reading anything
             _check_vars(cube, agent, TOM_RELATIONS[0], target)

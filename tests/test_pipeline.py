@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from synclib import pipeline
@@ -158,7 +159,8 @@ def test_a_setting_reruns_exactly_its_step_and_dry_run_says_why(tmp_path):
     assert all(p.status == "up to date" for p in plan(jobs, cfg))
     # a judge setting re-runs judging only; a speed setting nothing; a simulate setting all three
     for setting, expect in (("judge.sample=2", {"judge:S-G"}), ("judge.concurrency=3", set()),
-                            ("analysis.max_resident_gib=9", set()), ("analysis.alpha=0.5", {"analyze:S-G"}),
+                            ("analysis.max_resident_gib=9", set()), ("simulate.cache_gib=0.5", set()),
+                            ("analysis.alpha=0.5", {"analyze:S-G"}),
                             ("simulate.temperature=0.9", {"simulate:S-G", "judge:S-G", "analyze:S-G"})):
         cfg2 = load_config(None, over + [setting])
         rows = plan(build_jobs(cfg2, ("simulate", "judge", "analyze")), cfg2)
@@ -239,3 +241,50 @@ def test_changed_simulation_settings_replace_a_finished_cube(tmp_path, monkeypat
     out.write_text("finished cube, stamp lost to a kill")
     pipeline.step_simulate(cfg, run, out)
     assert seen == [False, True]
+
+
+def test_dry_run_estimates_every_job_of_the_default_from_the_measured_run(tmp_path):
+    """Each job of the default gets its time from the measured main job
+    (bench/results/main_job_cpu.json): the default's own configuration gives back the measured
+    seconds (per job kind, the mean over the measured runs); a run twice as long in tasks and
+    in float32 scales the simulation by the utterances and the measured float32 factor."""
+    import json
+
+    from synclib.paths import BENCH_RESULTS
+    from synclib.plan import CALIBRATION, format_plan, plan, simulate_work
+
+    cal = json.loads((BENCH_RESULTS / CALIBRATION).read_text())
+    over = [f"results_dir={tmp_path / 'r'}", f"dtype={cal['dtype_used']}"]
+    cfg = load_config(None, over)
+    rows = {r.key: r for r in plan(build_jobs(cfg, pipeline.STEPS), cfg)}
+    assert all(r.seconds is not None for r in rows.values()), [k for k, r in rows.items() if r.seconds is None]
+    sims = cal["jobs"]["simulate"]
+    assert rows["simulate:S-S"].seconds == pytest.approx(sims["S-S"]["seconds"], rel=1e-3)
+    assert rows["notebook:power"].seconds == cal["jobs"]["notebooks"]["power"]["seconds"]
+    mean_analysis = np.mean([v["seconds"] for v in cal["jobs"]["analyze"].values()])
+    assert rows["analyze:G-G"].seconds == pytest.approx(mean_analysis)
+    assert rows["simulate:S-S"].peak_gib == sims["S-S"]["peak_rss_gib"]
+    text = format_plan(list(rows.values()), cfg)
+    assert f"computing in {cal['dtype_used']} (set in the configuration)" in text
+    assert "the session caches may hold" in text and "peaked at" in text
+
+    f32 = cal["dtypes"]["float32_factor"]
+    cfg2 = load_config(None, over[:1] + ["dtype=float32", "simulate.seeds=[0,1]"])
+    rows2 = {r.key: r for r in plan(build_jobs(cfg2, ("simulate",)), cfg2)}
+    ratio = simulate_work(cfg2)["planned"] / simulate_work(cfg)["planned"]
+    assert ratio == 2
+    if cal["dtype_used"] == "bfloat16":
+        assert rows2["simulate:S-S"].seconds == pytest.approx(sims["S-S"]["seconds"] * ratio * f32, rel=1e-3)
+
+
+def test_run_clock_counts_steps_and_scales_what_is_left():
+    from synclib.plan import JobPlan
+
+    rows = [JobPlan("a", "a", "will run", "x", seconds=100), JobPlan("b", "b", "up to date", ""),
+            JobPlan("c", "c", "will run", "x", seconds=300), JobPlan("d", "d", "will run", "x", seconds=60)]
+    clock = pipeline._RunClock(rows)
+    assert clock.start("a") == "step 1 of 3: " and clock.start("b") == ""
+    assert clock.finish("a", 200) == "; 2 step(s) left, about 12 min"     # twice as slow: (300 + 60) x 2
+    assert clock.start("c") == "step 2 of 3: "
+    assert clock.finish("c", 300) == "; 1 step(s) left, about 1 min"
+    assert clock.finish("d", 50) == ""

@@ -5,6 +5,7 @@ tokenizer (random weights); one slow test runs the embedded SmolLM2.
 """
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -483,3 +484,53 @@ def test_continuous_scheduling_plays_the_same_dialogs(tiny_models, tasks, tmp_pa
     assert stats["continuous"]["reused_tokens"] > 0.5 * stats["turns"]["reused_tokens"]
     with pytest.raises(ValueError, match="scheduling must be one of turns, continuous"):
         simulate(a, b, sel, [0], tmp_path / "bad.nc", scheduling="fast", **kw)
+
+
+def test_a_small_session_budget_plays_the_same_dialogs(cube_ab, tiny_models, tasks, tmp_path):
+    """With room for about one session (both models share the budget), every other session
+    is recomputed from its prompt on its next turn: the same cube (texts exactly, states to
+    float rounding), more prefill, and the recomputation counted."""
+    a, b = tiny_models
+    sel = [tasks[i] for i in (0, 3)]
+    full, small = {}, {}
+    x = open_cube(cube_ab, chunks=None)
+    simulate(a, b, sel, [0, 2], tmp_path / "again.nc", passive=True, tom=True, engine_stats=full, **SIM)
+    out = tmp_path / "small.nc"
+    simulate(a, b, sel, [0, 2], out, passive=True, tom=True, engine_stats=small, cache_gib=0.75 / 1024, **SIM)
+    y = open_cube(out, chunks=None)
+    for name in x.data_vars:
+        if name.startswith(("hidden_", "emotion_", "action_")):
+            np.testing.assert_allclose(x[name].values, y[name].values, rtol=1e-4, atol=1e-4, err_msg=name)
+        else:
+            np.testing.assert_array_equal(x[name].values, y[name].values, err_msg=name)
+    assert full.get("cache_skips", 0) == 0 and full.get("recomputed_tokens", 0) == 0
+    assert small["cache_skips"] > 0 and small["recomputed_tokens"] > 0
+    assert small["prefill_tokens"] > full["prefill_tokens"] and small["reused_tokens"] < full["reused_tokens"]
+    with pytest.raises(ValueError, match="cache_gib must be 'auto' or a number >= 0"):
+        simulate(a, b, sel, [0], tmp_path / "bad.nc", cache_gib=-1, **SIM)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_counts_utterances_and_its_plan_shrinks_to_the_truth(tiny_models, tasks, tmp_path, monkeypatch):
+    """On a terminal the bar counts utterances generated and read (genuine, passive reader,
+    ToM) of those planned; dialogs that end early shrink the plan, so the bar ends at
+    done == total == the cube's utterances.  Off a terminal it prints nothing."""
+    a, b = tiny_models
+    sel = [tasks[i] for i in (0, 3, 5)]
+    kw = {**SIM, "progress": True, "max_utterances": 6, "batch_size": 3}
+    err = _Terminal()
+    monkeypatch.setattr(sys, "stderr", err)
+    out = simulate(a, b, sel, [0], tmp_path / "bar.nc", passive=True, tom=True, tom_episodes=2, **kw)
+    last = err.getvalue().replace("\r", "\n").strip().splitlines()[-1]
+    c = open_cube(out, chunks=None)
+    n = int(c.n_utterances.sum()) * 2 + int(c.n_utterances_tom.where(c.n_utterances_tom > 0).sum())
+    assert f" {n}/{n} " in last and "utt" in last, last
+    assert n < len(sel) * 6 * 2 + 2 * 6 or (c.n_utterances == 6).all()  # the plan was an upper bound
+    quiet = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", quiet)
+    simulate(a, b, sel[:1], [0], tmp_path / "quiet.nc", **kw)
+    assert "quiet.nc" not in quiet.getvalue()

@@ -604,7 +604,8 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: dic
     src_layer = np.full((nd, npair), -1, dtype=np.int64)
     tgt_layer = np.full((nd, ns, npair), -1, dtype=np.int64)
     fitted = ctx.split_seeds[:n_seeds] if n_seeds is not None else ctx.split_seeds
-    bar = tqdm(total=nd * len(fitted) * npair, desc="nonlinear maps", disable=not ctx.progress, file=sys.stderr)
+    bar = tqdm(total=nd * len(fitted) * npair, desc="nonlinear maps", disable=None if ctx.progress else True,
+               file=sys.stderr)
     for di, d in enumerate(ctx.directions):
         src = src_of[d]
         src_layer[di, :len(src)] = src

@@ -155,7 +155,7 @@ def analyze(cube, conditions=("genuine", "passive", "shuffled", "lag1", "lag2"),
     paper_alpha = "genuine" in conditions and (isinstance(alpha, str) or not np.allclose(alpha, PAPER_ALPHA))
     nd_ns = len(directions) * len(split_seeds)
     steps = nd_ns * (len(conditions) + paper_alpha + bool(persona_disjoint) + len(sample_sizes or ()))
-    ctx.bar = tqdm(total=steps, desc="SyncR^2 grids", disable=not progress, file=sys.stderr)
+    ctx.bar = tqdm(total=steps, desc="SyncR^2 grids", disable=None if progress else True, file=sys.stderr)
     main = conditions_block(ctx, conditions)
     blocks = [main.dataset]
     if paper_alpha:

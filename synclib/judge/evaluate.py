@@ -226,7 +226,7 @@ def judge_items(items: Sequence[JudgeItem], backend, mode: str = "json",
             return _failed(item, backend.judge_id, mode, backend.redact(f"{type(e).__name__}: {e}"))
 
     rows: list[dict] = []
-    bar = tqdm(total=len(items), desc=f"judging ({mode})", unit="episode", disable=not progress)
+    bar = tqdm(total=len(items), desc=f"judging ({mode})", unit="episode", disable=None if progress else True)
     workers = concurrency if isinstance(backend, OpenAIBackend) else 1
     try:
         if workers == 1:

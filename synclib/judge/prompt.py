@@ -24,7 +24,6 @@ instructions with its JSON schema); otherwise, e.g. for the embedded task set,
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Mapping, Sequence
 
 from synclib.judge.errors import JudgeError

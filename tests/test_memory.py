@@ -1,0 +1,71 @@
+"""synclib.memory: the session budget, its sharing between engines, and freed memory going back."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from synclib.engine import Engine
+from synclib.memory import GiB, CacheBudget, available_bytes, session_budget
+from synclib.models import load_model
+
+
+def test_session_budget_is_a_quarter_of_what_is_available_within_bounds():
+    assert session_budget("auto", available=8 * GiB) == 2 * GiB
+    assert session_budget("auto", available=512 << 20) == 256 << 20      # the floor
+    assert session_budget("auto", available=64 * GiB) == 4 * GiB         # the cap
+    assert session_budget(1.5) == int(1.5 * GiB) and session_budget(0) == 0
+    assert available_bytes() is None or available_bytes() > 0
+    for bad in (-1, "lots", True, None):
+        with pytest.raises(ValueError, match="cache_gib must be 'auto' or a number >= 0"):
+            session_budget(bad)
+
+
+def test_engines_sharing_a_budget_draw_on_the_same_bytes(tiny_model_dir):
+    """A model pair's two engines hold at most the shared budget together; forgetting a
+    session in one makes room for the other's."""
+    lm = load_model(tiny_model_dir)
+    prompt = "Hello there, how are you today? " * 8
+    one = Engine(lm, max_cache_bytes=10 * GiB)
+    one.read_states([prompt], sessions=["probe"])
+    size = one.budget.used
+    assert size > 0 and one.budget.peak == size
+    budget = CacheBudget(int(1.5 * size))
+    a, b = Engine(lm, max_cache_bytes=budget), Engine(lm, max_cache_bytes=budget)
+    a.read_states([prompt], sessions=["x"])
+    b.read_states([prompt], sessions=["y"])
+    assert (a.cached_sessions, b.cached_sessions, b.stats["cache_skips"]) == (1, 0, 1)
+    assert budget.used == size and a.max_cache_bytes == b.max_cache_bytes == budget.limit
+    a.forget("x")
+    assert budget.used == 0
+    b.read_states([prompt + " Fine."], sessions=["y"])
+    assert b.cached_sessions == 1 and budget.used > size and b.stats["recomputed_tokens"] > 0
+    b.clear()
+    assert budget.used == 0 and budget.peak > size
+
+
+FRAGMENT = """
+import numpy as np, resource, sys
+from synclib.memory import return_freed_memory
+if sys.argv[1] == "on":
+    assert return_freed_memory()
+def rss():
+    return int(open("/proc/self/statm").read().split()[1]) * 4096
+base = rss()
+keep = []
+for turn in range(6):                       # caches of growing sizes, a small survivor between them
+    big = [np.ones(1_000_000 + turn * 40_000 + i * 8_000) for i in range(40)]   # ~8-10 MB each
+    keep.append([np.ones(100) for _ in range(200)])
+    del big
+print((rss() - base) / 2**20)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_freed_blocks_go_back_to_the_system():
+    """Blocks of cache size that a loop frees leave the resident memory once
+    return_freed_memory is set (glibc would otherwise keep up to 32 MiB blocks in its heap)."""
+    grown = {m: float(subprocess.run([sys.executable, "-c", FRAGMENT, m], capture_output=True, text=True,
+                                     check=True).stdout) for m in ("off", "on")}
+    assert grown["on"] < 50, grown          # MiB left resident after freeing ~400 MB
