@@ -21,8 +21,8 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["GiB", "CacheBudget", "available_bytes", "session_budget", "return_freed_memory", "peak_rss_bytes",
-           "reset_peak_rss"]
+__all__ = ["GiB", "CacheBudget", "available_bytes", "session_budget", "return_freed_memory", "release_free_memory",
+           "peak_rss_bytes", "rss_bytes", "PeakRSS"]
 
 GiB = 1 << 30
 #: the session budget's bounds: below the floor nothing useful fits, above the cap more reuse buys little
@@ -160,20 +160,65 @@ def return_freed_memory() -> bool:
     return mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(_M_TRIM_THRESHOLD, MMAP_THRESHOLD) == 1
 
 
-def reset_peak_rss() -> bool:
-    """Start this process's peak resident memory (``VmHWM``) afresh, so that
-    :func:`peak_rss_bytes` gives the peak of what follows (Linux 4.0 and later); False where
-    it cannot."""
+def release_free_memory() -> bool:
+    """Hand the heap's free pages back to the system (glibc's ``malloc_trim``): the blocks
+    under 1 MiB a finished step freed, which stay resident otherwise.  True where it applies."""
+    if _glibc_mallopt() is None:
+        return False
     try:
-        Path("/proc/self/clear_refs").write_text("5")
-        return True
-    except OSError:
+        return bool(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0))
+    except (OSError, AttributeError):
+        return False
+
+
+def rss_bytes() -> int | None:
+    """This process's resident memory now (bytes; None where the system does not say)."""
+    try:
+        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class PeakRSS:
+    """The peak resident memory of a block of work, sampled every ``interval`` seconds by a
+    thread (the process's own peak, :func:`peak_rss_bytes`, covers its whole life and is
+    what ``/usr/bin/time -v`` reports, so it is not reset).
+
+    Use as ``with PeakRSS() as p: ...``; then ``p.bytes`` (None where unknown).
+    """
+
+    def __init__(self, interval: float = 0.1):
+        self.interval = interval
+        self.bytes = rss_bytes()
+        self._stop = None
+
+    def __enter__(self):
+        import threading
+
+        self._stop = threading.Event()
+
+        def sample():
+            while not self._stop.wait(self.interval):
+                now = rss_bytes()
+                if now is not None and (self.bytes is None or now > self.bytes):
+                    self.bytes = now
+
+        self._thread = threading.Thread(target=sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        now = rss_bytes()
+        if now is not None and (self.bytes is None or now > self.bytes):
+            self.bytes = now
         return False
 
 
 def peak_rss_bytes() -> int | None:
-    """This process's peak resident memory (bytes) since it started or since
-    :func:`reset_peak_rss`; None where the system does not say."""
+    """This process's peak resident memory since it started (bytes; None where the system
+    does not say)."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("VmHWM:"):

@@ -37,7 +37,7 @@ from synclib.datasets import fetch as fetch_dataset
 from synclib.paths import (BENCH_RESULTS, BUILD_DIR, DEFAULT_CONFIG, EXECUTED_DIR, GENERATED_DIR,
                            REPO_ROOT, display)
 from synclib.notebook import figure_notebooks
-from synclib.memory import peak_rss_bytes, reset_peak_rss, return_freed_memory
+from synclib.memory import PeakRSS, release_free_memory, return_freed_memory
 from synclib.plan import format_plan, plan, plan_summary
 from synclib.stamps import mark_done, read_stamp, stamp_path, up_to_date
 
@@ -125,14 +125,14 @@ class Job:
         log_event(self.log, self.key, "started")
         self.output.parent.mkdir(parents=True, exist_ok=True)
         _reset_gpu_peak()
-        gc.collect()  # what the previous job left in reference cycles (its models) goes first
-        reset_peak_rss()
-        extra = self.func(*dep_outputs)  # a dict of facts for the stamp (e.g. engine counters), or None
+        gc.collect()  # what the previous job left (reference cycles, the heap's free pages) goes first
+        release_free_memory()
+        with PeakRSS() as rss:
+            extra = self.func(*dep_outputs)  # a dict of facts for the stamp (e.g. engine counters), or None
         dt = time.perf_counter() - t0
         info = {"seconds": round(dt, 1), **(extra if isinstance(extra, dict) else {})}
-        rss = peak_rss_bytes()
-        if rss is not None:
-            info["peak_rss_gib"] = round(rss / 2**30, 2)
+        if rss.bytes is not None and self.key.split(":")[0] in _IN_PROCESS:
+            info["peak_rss_gib"] = round(rss.bytes / 2**30, 2)
         peak = _gpu_peak_gib()
         if peak is not None:
             info["peak_gpu_gib"] = peak
@@ -143,6 +143,11 @@ class Job:
               + (f", peak memory {info['peak_rss_gib']} GiB" if "peak_rss_gib" in info else "")
               + (f", peak GPU memory {peak} GiB" if peak is not None else "") + left, flush=True)
         return str(self.output)
+
+
+#: the jobs that compute in this process (notebooks run in kernels, the book in a subprocess):
+#: their peak resident memory is this process's
+_IN_PROCESS = ("simulate", "judge", "analyze")
 
 
 class _RunClock:

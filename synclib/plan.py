@@ -259,7 +259,7 @@ def format_plan(rows: list[JobPlan], cfg: dict | None = None) -> str:
         writes = f"simulation writes ~{_size(disk)}" + (f" plus {unknown} job(s) of unknown size" if unknown else "")
     missing = sum(r.seconds is None for r in todo)
     lines.append(f"{len(todo)} of {len(rows)} jobs would run; {writes}"
-                 + (f" and takes {_minutes(secs)} (estimated" if secs else "")
+                 + (f"; the jobs take {_minutes(secs)} (estimated" if secs else "")
                  + (f"; {missing} job(s) without an estimate" if secs and missing else "") + (")" if secs else ""))
     if cfg is not None and todo and not str(cfg["device"]).startswith("cuda"):
         lines += _cpu_lines(cfg, todo, secs)
@@ -280,7 +280,7 @@ def _cpu_lines(cfg: dict, todo: list[JobPlan], secs: float) -> list[str]:
                  f"{cal['dtype_used']}), computing in {dtype} ({why})")
         if dtype == "bfloat16" and f32 and cal.get("dtype_used") == "bfloat16":
             sim = sum(r.seconds or 0 for r in todo if r.key.split(":")[0] in ("simulate", "judge"))
-            basis += f"; in float32 (a CPU without native bfloat16) about {_minutes(secs + (f32 - 1) * sim)}"
+            basis += f"; in float32 (a CPU without native bfloat16) {_minutes(secs + (f32 - 1) * sim)}"
         out.append(basis)
     peaks = [r.peak_gib for r in todo if r.peak_gib]
     avail = available_bytes()

@@ -63,7 +63,7 @@ from synclib import argtypes as at
 from synclib.config import default
 from synclib.cube import STORE_DTYPES, CubeError, CubeSpec, CubeWriter, Unit, is_complete, var_name
 from synclib.engine import SCHEDULING
-from synclib.memory import CacheBudget, session_budget
+from synclib.memory import CacheBudget, release_free_memory, session_budget
 from synclib.models import PROMPT_FORMATS
 from synclib.scenarios import (
     ACTIONS, EMOTIONS, PASSIVE_PERSONA_RULE, Task, TaskSet, is_leave, load_tasks, passive_persona,
@@ -250,6 +250,7 @@ class _Runner:
         finally:
             for eng in self.engines:
                 eng.clear()
+            release_free_memory()  # the batch's sessions, freed: their pages go back
         return out
 
     def planned(self, unit) -> int:
