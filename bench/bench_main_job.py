@@ -81,13 +81,13 @@ def main(argv=None) -> int:
     cfg = json.loads((res / "manifest.json").read_text())["config"]
     jobs = last_run(res / "run-log.jsonl")
     kinds: dict = {"simulate": {}, "judge": {}, "analyze": {}, "notebooks": {}}
+    work = simulate_work(cfg)
     for key, rec in jobs.items():
         kind, _, name = key.partition(":")
         entry = {"seconds": rec["seconds"], "peak_rss_gib": rec.get("peak_rss_gib")}
         if kind == "simulate":
             a, b = name.split("-")
             specs = (cfg["models"][a]["spec"], cfg["models"][b]["spec"])
-            work = simulate_work(cfg)
             entry.update(specs=list(specs), planned_utterances=work["planned"],
                          seconds_per_utterance=round(rec["seconds"] / work["planned"], 4),
                          recomputed_tokens=rec.get("engine", {}).get("recomputed_tokens", 0))

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 __all__ = ["GiB", "CacheBudget", "available_bytes", "session_budget", "return_freed_memory", "release_free_memory",
-           "peak_rss_bytes", "rss_bytes", "PeakRSS"]
+           "rss_bytes", "PeakRSS"]
 
 GiB = 1 << 30
 #: the session budget's bounds: below the floor nothing useful fits, above the cap more reuse buys little
@@ -126,20 +126,22 @@ class CacheBudget:
         return f"CacheBudget({self.used / GiB:.2f} of {self.limit / GiB:.2f} GiB used)"
 
 
-_mallopt = None
+_LIBC = None
 
 
-def _glibc_mallopt():
-    """glibc's ``mallopt`` (None off Linux or without glibc)."""
-    global _mallopt
-    if _mallopt is None:
-        _mallopt = False
+def _glibc():
+    """glibc, with ``mallopt`` and ``malloc_trim`` (None off Linux or without glibc)."""
+    global _LIBC
+    if _LIBC is None:
+        _LIBC = False
         if sys.platform.startswith("linux"):
             try:
-                _mallopt = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt
-            except (OSError, AttributeError):
+                libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+                if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim"):
+                    _LIBC = libc
+            except OSError:
                 pass
-    return _mallopt or None
+    return _LIBC or None
 
 
 #: glibc's mallopt parameters
@@ -154,21 +156,17 @@ def return_freed_memory() -> bool:
     changing sizes fragment it.  The price is the page faults of every such allocation
     (measured on the default simulation: 1.35 times the time, see the README).  Once per
     process is enough; True where it applies (Linux with glibc)."""
-    mallopt = _glibc_mallopt()
-    if mallopt is None:
+    libc = _glibc()
+    if libc is None:
         return False
-    return mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and mallopt(_M_TRIM_THRESHOLD, MMAP_THRESHOLD) == 1
+    return libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1 and libc.mallopt(_M_TRIM_THRESHOLD, MMAP_THRESHOLD) == 1
 
 
 def release_free_memory() -> bool:
     """Hand the heap's free pages back to the system (glibc's ``malloc_trim``): the blocks
     under 1 MiB a finished step freed, which stay resident otherwise.  True where it applies."""
-    if _glibc_mallopt() is None:
-        return False
-    try:
-        return bool(ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim(0))
-    except (OSError, AttributeError):
-        return False
+    libc = _glibc()
+    return libc is not None and bool(libc.malloc_trim(0))
 
 
 def rss_bytes() -> int | None:
@@ -181,8 +179,8 @@ def rss_bytes() -> int | None:
 
 class PeakRSS:
     """The peak resident memory of a block of work, sampled every ``interval`` seconds by a
-    thread (the process's own peak, :func:`peak_rss_bytes`, covers its whole life and is
-    what ``/usr/bin/time -v`` reports, so it is not reset).
+    thread (the process's own peak, ``VmHWM``, covers its whole life and is what
+    ``/usr/bin/time -v`` reports, so it is not reset).
 
     Use as ``with PeakRSS() as p: ...``; then ``p.bytes`` (None where unknown).
     """
@@ -214,20 +212,3 @@ class PeakRSS:
         if now is not None and (self.bytes is None or now > self.bytes):
             self.bytes = now
         return False
-
-
-def peak_rss_bytes() -> int | None:
-    """This process's peak resident memory since it started (bytes; None where the system
-    does not say)."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    try:
-        import resource
-    except ImportError:
-        return None
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return rss if sys.platform == "darwin" else rss * 1024

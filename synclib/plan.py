@@ -8,6 +8,7 @@ no benchmark covers says so instead of guessing.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass
@@ -98,8 +99,9 @@ def _dtype(cfg: dict) -> tuple[str, str]:
     return "float32", "this CPU lacks native bfloat16 (bfloat16 would be emulated)"
 
 
-def _cpu_estimate(cfg: dict, job, cal: dict) -> tuple[float | None, float | None, str]:
-    """Seconds and peak resident GiB of one job on the CPU, scaled from the calibration."""
+def _cpu_estimate(cfg: dict, job, cal: dict, work: dict) -> tuple[float | None, float | None, str]:
+    """Seconds and peak resident GiB of one job on the CPU, scaled from the calibration
+    (``work``: :func:`simulate_work` of ``cfg``)."""
     kind, _, name = job.key.partition(":")
     jobs = cal["jobs"]
     dtype, _ = _dtype(cfg)
@@ -114,12 +116,11 @@ def _cpu_estimate(cfg: dict, job, cal: dict) -> tuple[float | None, float | None
         if not found or (specs not in by and len(found) < 2):
             return None, None, ""
         rate = sum(v["seconds_per_utterance"] for v in found) / len(found) * slower
-        work = simulate_work(cfg)
         peak = max(v.get("peak_rss_gib") or 0 for v in found) or None
         return rate * work["planned"], peak, (f"at most {work['planned']:,} utterances generated or read at "
                                              f"{1 / rate:.2g}/s, {dtype}")
     if kind == "judge":
-        n = int(cfg["judge"]["sample"] or 0) or simulate_work(cfg)["dialogs"]
+        n = int(cfg["judge"]["sample"] or 0) or work["dialogs"]
         rates = [v["seconds_per_dialog"] for v in jobs["judge"].values() if v.get("seconds_per_dialog")]
         if not rates or cfg["judge"].get("url"):
             return None, None, ""
@@ -128,7 +129,7 @@ def _cpu_estimate(cfg: dict, job, cal: dict) -> tuple[float | None, float | None
         ref = list(jobs["analyze"].values())
         if not ref:
             return None, None, ""
-        scale = (simulate_work(cfg)["dialogs"] * len(cfg["analysis"]["split_seeds"])
+        scale = (work["dialogs"] * len(cfg["analysis"]["split_seeds"])
                  / (ref[0]["dialogs"] * ref[0]["split_seeds"]))
         return (scale * sum(v["seconds"] for v in ref) / len(ref),
                 max(v.get("peak_rss_gib") or 0 for v in ref), "")
@@ -141,13 +142,12 @@ def _cpu_estimate(cfg: dict, job, cal: dict) -> tuple[float | None, float | None
     return None, None, ""
 
 
-def _simulate_estimate(cfg: dict, job) -> tuple[float | None, float | None, str]:
+def _simulate_estimate(cfg: dict, job, work: dict) -> tuple[float | None, float | None, str]:
     """Disk bytes and seconds of one simulate job on a GPU, from the latest measurement."""
     sim = cfg["simulate"]
     specs = (job.inputs["model_a"], job.inputs["model_b"])
     shapes = [EMBEDDED_SHAPES.get(s) for s in specs]
     disk = None
-    work = simulate_work(cfg)
     if all(shapes):
         views = 1 + int(sim["passive"]) + int(sim["tom"])
         disk = work["dialogs"] * math.ceil(sim["max_utterances"] / 2) * views * sum(L * D for L, D in shapes) * 4.0
@@ -184,15 +184,16 @@ def plan(jobs: dict, cfg: dict) -> list[JobPlan]:
     running: set[str] = set()
     out = []
     cal = _bench(CALIBRATION) if not str(cfg["device"]).startswith("cuda") else None
+    work = functools.cache(lambda: simulate_work(cfg))  # the task set is read once, when a job needs it
     for key, job in jobs.items():  # insertion order is a topological order
         why = _why(job, read_stamp(job.output), running)
         p = JobPlan(key, display(job.output), "will run" if why else "up to date", why)
         if why:
             running.add(key)
             if key.startswith("simulate:"):
-                p.disk_bytes, p.seconds, p.note = _simulate_estimate(cfg, job)
+                p.disk_bytes, p.seconds, p.note = _simulate_estimate(cfg, job, work())
             if cal is not None:
-                secs, p.peak_gib, note = _cpu_estimate(cfg, job, cal)
+                secs, p.peak_gib, note = _cpu_estimate(cfg, job, cal, work())
                 if secs is not None:
                     p.seconds, p.note = secs, note or p.note
         out.append(p)
