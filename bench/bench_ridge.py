@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from synclib.ridge import r2_grid  # noqa: E402
+from synclib.ridge import r2_grid, ridge_solve  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -182,6 +182,86 @@ def bench_cpu(args):
     return res
 
 
+def _old_hat(Xtr, Xte, alpha, Ytr=None, *, form="predict"):
+    """The hat matrix as synclib computed it before 2026-11-26 (primal solves with the n_train
+    training rows as right-hand sides): the same-run baseline of the smaller-side solve."""
+    if form != "hat":
+        return ridge_solve(Xtr, Xte, alpha, Ytr, form=form)
+    mx = Xtr.mean(0, keepdim=True)
+    Xc, Xt = Xtr - mx, Xte - mx
+    if Xc.shape[1] > Xc.shape[0]:
+        return ridge_solve(Xtr, Xte, alpha, form="hat")
+    A = Xc.T @ Xc
+    A.diagonal().add_(alpha)
+    return Xt @ torch.cholesky_solve(Xc.T.contiguous(), torch.linalg.cholesky(A))
+
+
+def stage_times(X, Y, tr, te, alpha, precision, device):
+    """One split seed's grid in its two stages: the source side (one factorisation per source
+    layer, hat matrices) and the scoring (gram or direct), each timed."""
+    from synclib import ridge as R
+
+    cdtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    Ls, D = X.shape[1], X.shape[2]
+    method = R._choose_method("auto", Ls, D, Y.shape[1] * Y.shape[2], tr.numel(), te.numel(), 8 << 30)
+    use_left = method == "direct" and D * (tr.numel() + te.numel()) < te.numel() * tr.numel()
+    with R._matmul_precision(precision, device):
+        src, t_src = timed(lambda: R._source_side(X, tr, te, lambda Xl, l: alpha, cdtype, use_left), device)
+        _, t_score = timed(lambda: R._score(src, method, Y, tr, te, cdtype, 1 << 30), device)
+    return {"method": method, "source_side_s": t_src, "scoring_s": t_score}
+
+
+def micro_ops(X, tr, te, device, alpha=0.1, reps=3):
+    """Per-operation times (ms) of one source layer's solve at this scale: the Gram matrix,
+    the Cholesky factorisation and the triangular solves in float64, float32 and TF32, and
+    the factorisations of several layers batched against one at a time."""
+    out = {}
+    Xtr, Xte = X[tr, 0], X[te, 0]
+
+    def ms(fn):
+        fn()
+        sync(device)
+        t = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        sync(device)
+        return round(1000 * (time.perf_counter() - t) / reps, 3)
+
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for name, dt, tf32 in (("float64", torch.float64, False), ("float32", torch.float32, False),
+                               ("tf32", torch.float32, True)):
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            Xc = (Xtr - Xtr.mean(0)).to(dt)
+            Xt = (Xte - Xtr.mean(0)).to(dt)
+            out[f"gram_XcT_Xc_{name}"] = ms(lambda: Xc.T @ Xc)
+            if name == "tf32":
+                XcT = Xc.T.contiguous()
+                out[f"hat_gemm_{name}"] = ms(lambda: Xt @ XcT)
+                continue
+            A = Xc.T @ Xc
+            A.diagonal().add_(alpha)
+            Lf = torch.linalg.cholesky(A)
+            out[f"cholesky_{name}"] = ms(lambda: torch.linalg.cholesky(A))
+            XcT, XtT = Xc.T.contiguous(), Xt.T.contiguous()
+            out[f"solve_rhs_n_train_{name}"] = ms(lambda: torch.cholesky_solve(XcT, Lf))
+            out[f"solve_rhs_n_test_{name}"] = ms(lambda: torch.cholesky_solve(XtT, Lf))
+            out[f"solve_rhs_n_test_{name}_two_trsm"] = ms(lambda: torch.linalg.solve_triangular(
+                Lf.mT, torch.linalg.solve_triangular(Lf, XtT, upper=False), upper=True))
+            out[f"hat_gemm_{name}"] = ms(lambda: Xt @ XcT)
+            if name == "float64" and device.type == "cuda":
+                k = 8
+                Ab = A.expand(k, *A.shape).contiguous()
+                out[f"cholesky_{name}_batch_of_{k}"] = ms(lambda: torch.linalg.cholesky(Ab))
+                out[f"cholesky_{name}_{k}_one_at_a_time"] = ms(lambda: [torch.linalg.cholesky(Ab[i]) for i in range(k)])
+                del Ab
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    out["hat_old_form_float64"] = ms(lambda: _old_hat(Xtr.double(), Xte.double(), alpha, form="hat"))
+    out["hat_float64"] = ms(lambda: ridge_solve(Xtr.double(), Xte.double(), alpha, form="hat"))
+    return out
+
+
 def bench_paper(args):
     dev = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     device = torch.device(dev)
@@ -194,6 +274,8 @@ def bench_paper(args):
     res = {"mode": "paper-scale", "n_samples": n, "layers": L, "width": D, "alpha": args.alpha,
            "split_seeds": list(seeds), "direction": "one (A->B)", "env": env_info(device)}
     precisions = ["float32"] + (["tf32", "bf16"] if device.type == "cuda" else [])
+    if args.precisions:
+        precisions = [p for p in args.precisions.split(",") if p in precisions]
     r2_grid(X[:, :2], Y[:, :2], sp[0][0], sp[0][1], args.alpha, device=device)  # warm-up
     grids = {}
     for prec in precisions:
@@ -204,10 +286,34 @@ def bench_paper(args):
         if device.type == "cuda":
             res[f"ours_{prec}_peak_gpu_mem_GiB"] = torch.cuda.max_memory_allocated(device) / 2 ** 30
             torch.cuda.reset_peak_memory_stats(device)
-    for prec in precisions[1:]:
+    # the same run's baseline: the hat matrices as computed before (n_train right-hand sides)
+    from synclib import ridge as R
+
+    old_prec = "tf32" if "tf32" in precisions else precisions[0]
+    R.ridge_solve, new_solve = _old_hat, R.ridge_solve
+    try:
+        old_grids, t = timed(lambda: [r2_grid(X, Y, tr, te, args.alpha, precision=old_prec,
+                                              device=device) for tr, te in sp], device)
+    finally:
+        R.ridge_solve = new_solve
+    res["old_hat_precision"] = old_prec
+    res["old_hat_3_seeds_s"] = t
+    res["max_abs_diff_old_hat_vs_new"] = float(max(np.abs(a - b).max()
+                                                   for a, b in zip(old_grids, grids[res["old_hat_precision"]])))
+    res["stages_one_seed"] = {p: stage_times(X, Y, sp[0][0], sp[0][1], args.alpha, p, device) for p in precisions}
+    res["micro_ms"] = micro_ops(X, sp[0][0], sp[0][1], device, args.alpha)
+    print(json.dumps({k: res[k] for k in ("stages_one_seed", "micro_ms")}, indent=1), flush=True)
+    for prec in precisions[1:] if precisions[0] == "float32" else []:
         res[f"max_abs_diff_{prec}_vs_float32"] = float(max(np.abs(a - b).max()
                                                            for a, b in zip(grids[prec], grids["float32"])))
-    nb = max(1, min(3, args.baseline_seeds))
+    pairs = [(0, 0), (L // 2, L // 2), (L - 1, 0), (1, L - 1)]
+    ref = reference64(X, Y, sp[0][0], sp[0][1], args.alpha, pairs)
+    for prec in precisions:
+        res[f"max_abs_diff_{prec}_vs_float64_reference"] = float(
+            max(abs(grids[prec][0][i, j] - v) for (i, j), v in ref.items()))
+    nb = max(0, min(3, args.baseline_seeds))
+    if nb == 0:
+        return res
     base = []
     _, t_base = timed(lambda: base.extend(baseline_grid(X, Y, tr, te, args.alpha) for tr, te in sp[:nb]), device)
     res["baseline_seeds_run"] = nb
@@ -218,11 +324,6 @@ def bench_paper(args):
                                                             for i in range(nb)))
         res[f"speedup_{prec}_vs_baseline"] = res["baseline_3_seeds_s" + ("" if nb == 3 else "_extrapolated")] \
             / res[f"ours_{prec}_3_seeds_s"]
-    pairs = [(0, 0), (L // 2, L // 2), (L - 1, 0), (1, L - 1)]
-    ref = reference64(X, Y, sp[0][0], sp[0][1], args.alpha, pairs)
-    for prec in precisions:
-        res[f"max_abs_diff_{prec}_vs_float64_reference"] = float(
-            max(abs(grids[prec][0][i, j] - v) for (i, j), v in ref.items()))
     res["baseline_max_abs_diff_vs_float64_reference"] = float(max(abs(base[0][i, j] - v) for (i, j), v in ref.items()))
     return res
 
@@ -232,11 +333,13 @@ def main(argv=None):
     p.add_argument("--paper-scale", action="store_true", help="6,500 x 32 x 32 x 4096, 3 seeds, one direction")
     p.add_argument("--small", action="store_true", help="with --paper-scale: tiny shapes (checks the script)")
     p.add_argument("--device", default=None, help="torch device (default: cpu; cuda for --paper-scale if available)")
+    p.add_argument("--precisions", default=None, help="paper scale: comma list of float32, tf32, bf16 (default: all)")
     p.add_argument("--n", type=int, default=2000, help="samples at the embedded scale (default: %(default)s)")
     p.add_argument("--alpha", type=float, default=0.1, help="ridge penalty (default: %(default)s)")
     p.add_argument("--baseline-grids", type=int, default=1, help="CPU: baseline grids timed (default: %(default)s)")
     p.add_argument("--baseline-seeds", type=int, default=1,
-                   help="paper scale: split seeds the baseline runs, the rest extrapolated (default: %(default)s)")
+                   help="paper scale: split seeds the per-pair baseline runs, the rest extrapolated; 0: none "
+                        "(default: %(default)s)")
     p.add_argument("--out", default=None, help="JSON path (default: bench/results/ridge_<mode>_<device>.json)")
     args = p.parse_args(argv)
     res = bench_paper(args) if args.paper_scale else bench_cpu(args)

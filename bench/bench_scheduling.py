@@ -68,7 +68,8 @@ def _summary(stats: dict, wall: float, utterances: int) -> dict:
             "forward_calls": stats.get("forward_calls", 0), "prefill_tokens": prefill,
             "prefill_computed": computed, "prefill_useful_share": round(prefill / max(computed, 1), 4),
             "reused_tokens": reused, "reused_share_of_prompt_tokens": round(reused / max(reused + prefill, 1), 4),
-            "stream_joins": stats.get("stream_joins", 0)}
+            "stream_joins": stats.get("stream_joins", 0), "graph_steps": stats.get("graph_steps", 0),
+            "graph_fallbacks": stats.get("graph_fallbacks", 0)}
 
 
 def _agreement(a, b) -> dict:
@@ -85,7 +86,7 @@ def _agreement(a, b) -> dict:
 
 
 def run(preset: str, tasks: int, batch_size: int, device: str, dtype, tmp: Path, max_new_tokens: int = 24,
-        newline_every: int = 8) -> dict:
+        newline_every: int = 8, half_batch: bool = True, modes=MODES) -> dict:
     from synclib.cube import open_cube
     from synclib.scenarios import load_tasks
     from synclib.simulate import simulate
@@ -94,7 +95,7 @@ def run(preset: str, tasks: int, batch_size: int, device: str, dtype, tmp: Path,
     sel = list(load_tasks("embedded"))[:tasks]
     out = {"model": info, "modes": {}}
     cubes = {}
-    for mode in MODES:
+    for mode in modes:
         stats: dict = {}
         t0 = time.perf_counter()
         path = simulate(lm, lm, sel, [0], tmp / f"{preset}-{mode}.nc", max_utterances=16, max_new_tokens=max_new_tokens,
@@ -105,13 +106,17 @@ def run(preset: str, tasks: int, batch_size: int, device: str, dtype, tmp: Path,
         utt = int(cube["n_utterances"].values.sum() + cube["n_utterances_tom"].values.clip(0).sum())
         out["modes"][mode] = _summary(stats, wall, utt)
         print(f"[bench] {preset} {mode}: {out['modes'][mode]}", file=sys.stderr, flush=True)
+    if len(cubes) < 2:
+        return out
     out["agreement"] = _agreement(cubes["turns"], cubes["continuous"])
+    out["speedup"] = round(out["modes"]["turns"]["wall_s"] / out["modes"]["continuous"]["wall_s"], 3)
+    if not half_batch:
+        return out
     # the reference for that agreement: the same loop turn by turn at half the batch size
     # (other rows share each batch; in bf16 that alone changes the rounding, then the samples)
     half = simulate(lm, lm, sel, [0], tmp / f"{preset}-half.nc", max_utterances=16, max_new_tokens=max_new_tokens,
                     temperature=0.7, passive=True, tom=True, batch_size=max(1, batch_size // 2), progress=False)
     out["agreement_turns_half_batch"] = _agreement(cubes["turns"], open_cube(half, chunks=None))
-    out["speedup"] = round(out["modes"]["turns"]["wall_s"] / out["modes"]["continuous"]["wall_s"], 3)
     return out
 
 
@@ -124,6 +129,9 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=24)
     ap.add_argument("--newline-every", type=int, default=8,
                     help="random models: a reply line ends after about this many tokens")
+    ap.add_argument("--modes", default=",".join(MODES), help="comma list of turns, continuous")
+    ap.add_argument("--no-half-batch", action="store_true",
+                    help="skip the reference run turn by turn at half the batch size")
     ap.add_argument("--dtype", default="auto", help="auto: bf16 where the CPU multiplies it natively")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -134,7 +142,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for preset in args.presets.split(","):
             results[preset] = run(preset, args.tasks, args.batch_size, args.device, dtype, Path(tmp),
-                                  args.max_new_tokens, args.newline_every)
+                                  args.max_new_tokens, args.newline_every, not args.no_half_batch,
+                                  tuple(args.modes.split(",")))
     record = {"benchmark": "scheduling", "settings": {"tasks": args.tasks, "seeds": [0], "max_utterances": 16,
                                                       "max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size,
                                                       "passive": True, "tom": True, "dtype": str(dtype)},
@@ -142,6 +151,9 @@ def main(argv=None) -> int:
     out = Path(args.out or HERE / "results" / f"scheduling_{'cuda' if args.device.startswith('cuda') else 'cpu'}.json")
     out.write_text(json.dumps(record, indent=1) + "\n")
     for preset, r in results.items():
+        if "speedup" not in r:
+            print(f"{preset}: {r['modes']}")
+            continue
         t, c = r["modes"]["turns"], r["modes"]["continuous"]
         print(f"{preset}: turns {t['wall_s']} s ({t['rows_per_step']} rows/step), continuous {c['wall_s']} s "
               f"({c['rows_per_step']} rows/step), speed-up {r['speedup']}x; {r['agreement']}")

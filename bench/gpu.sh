@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # `make bench-gpu`: every GPU benchmark the book quotes, in one go, on one CUDA device.
 #
-#   BENCH_PARTS   comma list of profile, ridge, engine, e2e (default: all four)
+#   BENCH_PARTS   comma list of tests, profile, ridge, engine, stream, e2e (default: all)
 #   BENCH_OUT     folder for the JSON results (default: bench/results)
 #   PY            the Python to run (default: .venv/bin/python if present, else python3)
 #
+# tests   tests/test_engine_cuda.py: CUDA-graph decoding and the stream's graph slots against the
+#         dynamic loop and generate (about 30 s)
 # profile profile_decode.py: one decoding step of synclib's engine (dynamic cache, and the
 #         CUDA-graph step), a bare forward loop and transformers generate, per attention
 #         backend (about 4 minutes)
@@ -21,12 +23,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-$(test -x .venv/bin/python && echo .venv/bin/python || echo python3)}
 OUT=${BENCH_OUT:-bench/results}
-PARTS=,${BENCH_PARTS:-profile,ridge,engine,stream,e2e},
+PARTS=,${BENCH_PARTS:-tests,profile,ridge,engine,stream,e2e},
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}
 "$PY" -c "import torch; assert torch.cuda.is_available(), 'bench-gpu needs a CUDA device'; print(torch.cuda.get_device_name())" || exit 2
 status=0
 run() { echo "== $(date +%T) $*"; "$@" || { echo "== FAILED ($?): $*"; status=1; }; }
+[[ $PARTS == *,tests,* ]] && run "$PY" -m pytest -q -p no:cacheprovider tests/test_engine_cuda.py
 [[ $PARTS == *,profile,* ]] && run "$PY" bench/profile_decode.py --device cuda --backends default,no-cudnn \
     --torch-profile --out "$OUT/profile_decode_cuda.json"
 [[ $PARTS == *,ridge,* ]] && run "$PY" bench/bench_ridge.py --paper-scale --device cuda --out "$OUT/ridge_paper_cuda.json"

@@ -1437,8 +1437,10 @@ class _SlotRows:
 
     # -- the cache interface the model calls ----------------------------------------
     def update(self, key_states, value_states, layer_idx, *args, **kwargs):
-        self.keys[layer_idx][self._slots, :, self.col] = key_states[:, :, 0]
-        self.values[layer_idx][self._slots, :, self.col] = value_states[:, :, 0]
+        # scatter_ along the column dim: no advanced indexing, nothing a CUDA graph cannot capture
+        idx = self.col.view(-1, 1, 1, 1).expand(-1, key_states.shape[1], 1, key_states.shape[3])
+        self.keys[layer_idx].scatter_(2, idx, key_states)
+        self.values[layer_idx].scatter_(2, idx, value_states)
         return self.keys[layer_idx], self.values[layer_idx]
 
     # -- buffers ----------------------------------------------------------------------
@@ -1459,7 +1461,6 @@ class _SlotRows:
         self.active = torch.zeros(C, dtype=torch.bool, device=dev)
         self.tok = torch.zeros(C, dtype=torch.long, device=dev)
         self.logits = torch.zeros((C, like.logits.shape[1]), dtype=torch.float32, device=dev)
-        self._slots = torch.arange(C, device=dev)
         if old is not None:
             keys, values, allowed, col, pos, active, tok, logits = old
             T0 = allowed.shape[-1]
@@ -1477,7 +1478,9 @@ class _SlotRows:
             self._capture()
 
     def _forward(self) -> None:
-        self.allowed[self._slots, 0, 0, self.col] = True
+        # (a Python scalar assigned through advanced indexing becomes a host-to-device copy,
+        # which a CUDA graph capture refuses; scatter_ takes the scalar as an argument)
+        self.allowed[:, 0, 0, :].scatter_(1, self.col[:, None], True)
         mask = self.allowed
         if self.eager_dtype is not None:  # eager attention adds its mask to the scores
             mask = _additive_mask(mask, self.keys[0].dtype, self.eager_dtype)
@@ -1501,6 +1504,10 @@ class _SlotRows:
         self.captured = self.graph is not None
         if not self.captured:
             self.engine.stats["graph_fallbacks"] += 1
+            if self.engine.graph_error is None:
+                warnings.warn(f"CUDA graph capture failed for the stream's {self.capacity} slots; its decoding "
+                              f"steps run eagerly (same numbers, slower): {self.error}", RuntimeWarning, stacklevel=3)
+            self.engine.graph_error = self.error
 
     # -- the rows ---------------------------------------------------------------------
     def add(self, pre: _Prefill) -> list[int]:

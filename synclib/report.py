@@ -661,6 +661,61 @@ def _gpu_ridge_lines(g) -> list[str]:
     return out
 
 
+def _gpu_ridge_solve_lines(g) -> list[str]:
+    """Where the paper-scale grid's time goes on a GPU, and what the smaller-side solve bought."""
+    if not g:
+        return []
+    st, ms = g["stages_one_seed"], g["micro_ms"]
+    out = [f"{_gpu_name(g)}, torch {g['env'].get('torch', '?')}, measured {g.get('date', '?')[:10]} "
+           "(`bench/results/ridge_paper_cuda_h200.json`): the same grids after the hat matrices' triangular "
+           "solves took the 1,300 test rows as right-hand sides instead of the 5,200 training rows "
+           "(identical grids: the float64 difference vanishes in the float32 cast).", "",
+           "| precision | 3 seeds, seconds | source side, one seed | scoring, one seed | "
+           "largest difference from the float64 solve |", "| --- | --- | --- | --- | --- |"]
+    for prec in ("float32", "tf32", "bf16"):
+        if f"ours_{prec}_3_seeds_s" in g:
+            out.append(f"| {prec} | {_num(g[f'ours_{prec}_3_seeds_s'])} | {_num(st[prec]['source_side_s'])} | "
+                       f"{_num(st[prec]['scoring_s'])} | {_num(g[f'max_abs_diff_{prec}_vs_float64_reference'])} |")
+    out += [f"| {g['old_hat_precision']}, the solves as before (same run) | {_num(g['old_hat_3_seeds_s'])} | | | |", "",
+            f"The faster precisions now spend most of their time in the float64 source side: per source layer "
+            f"{_num(ms['gram_XcT_Xc_float64'])} ms for `Xc'Xc`, {_num(ms['cholesky_float64'])} ms for the Cholesky "
+            f"factorisation, {_num(ms['solve_rhs_n_test_float64'])} ms for the triangular solves and "
+            f"{_num(ms['hat_gemm_float64'])} ms for the hat product. float32 does not make them cheaper on "
+            f"this card ({_num(ms['gram_XcT_Xc_float32'])}, {_num(ms['cholesky_float32'])} and "
+            f"{_num(ms['solve_rhs_n_test_float32'])} ms: its float64 tensor cores run at the float32 rate), so a "
+            "float32 factorisation with a step of refinement would add its refinement's products to the same "
+            f"cost; batching 8 factorisations took {_num(ms['cholesky_float64_batch_of_8'])} ms against "
+            f"{_num(ms['cholesky_float64_8_one_at_a_time'])} ms one at a time, and two `solve_triangular` calls "
+            f"{_num(ms['solve_rhs_n_test_float64_two_trsm'])} ms against {_num(ms['solve_rhs_n_test_float64'])} "
+            "ms for `cholesky_solve`. Under 1 s for the three seeds is not reached; what is left to try: "
+            "`X'X` of all 6,500 rows once per layer, each seed's training Gram matrix as that minus its test "
+            "rows' (a quarter of the product), and the TF32 hat product.", ""]
+    return out
+
+
+def _gpu_scheduling_lines(c) -> list[str]:
+    """The dialog loop turn by turn against continuous batching at the 7B shape on a GPU."""
+    if not c:
+        return []
+    r, s = c["results"]["mistral7b"], c["settings"]
+    t, k = r["modes"]["turns"], r["modes"]["continuous"]
+    out = [f"**At the Mistral-7B shape on {_gpu_name(c)}** (random weights, bf16, {s['tasks']} embedded tasks x 1 "
+           f"seed, {s['max_utterances']} utterances, replies up to {s['max_new_tokens']} tokens, batch "
+           f"{s['batch_size']}, passive reader and ToM dialogs; CUDA-graph decoding, the default on CUDA, whose "
+           f"stream capture passed `tests/test_engine_cuda.py` in the same call; measured "
+           f"{c['date']}, `bench/results/scheduling_cuda.json`):", "",
+           "| scheduling | s | utterances/s | steps | rows / step | reused |", "| --- | --- | --- | --- | --- | --- |"]
+    for mode, v in (("turns", t), ("continuous", k)):
+        out.append(f"| {mode} | {_num(v['wall_s'])} | {_num(v['utterances_per_s'])} | {v['decode_steps']} | "
+                   f"{_num(v['rows_per_step'])} | {100 * v['reused_share_of_prompt_tokens']:.1f} % |")
+    out += ["", f"Continuous batching needed {100 * (1 - k['decode_steps'] / t['decode_steps']):.0f} % fewer "
+            f"decoding steps but took only {100 * (1 - k['wall_s'] / t['wall_s']):.0f} % less time. Not profiled yet; "
+            "the suspects: every slot step runs all the stream's slots over its whole column room, and its "
+            f"{k['stream_joins']} joins each prefill a few rows. Far from the 40 utterances/s that issue 39 asks "
+            f"for. {c.get('note', '')}", ""]
+    return out
+
+
 def _gpu_engine_lines(s, loop, modes=None, dialog=None) -> list[str]:
     out = ["**A Mistral-7B-shaped model on a GPU** (random weights built from the config, "
            "`python bench/bench_simulate.py --device cuda`):", ""]
@@ -823,6 +878,7 @@ def benchmarks_markdown(bench_dir) -> str:
     else:
         out += ["*No result yet: run `python bench/bench_ridge.py`.*", ""]
     out += _gpu_ridge_lines(load("ridge_paper_cuda.json"))
+    out += _gpu_ridge_solve_lines(load("ridge_paper_cuda_h200.json"))
     e = load("engine_cpu.json")
     out += ["## Hooked generation (`bench/bench_engine.py`)", ""]
     if e:
@@ -841,6 +897,7 @@ def benchmarks_markdown(bench_dir) -> str:
         out += ["*No result yet: run `python bench/bench_engine.py`.*", ""]
     out += _candidate_lines(load("candidates_cpu.json"))
     out += _scheduling_lines(load("scheduling_cpu.json"))
+    out += _gpu_scheduling_lines(load("scheduling_cuda.json"))
     out += _gpu_engine_lines(load("simulate_cuda_mistral7b.json"), load("engine_cuda_decode_loop.json"),
                              load("engine_cuda_decode_modes.json"), load("dialog_loop_cuda_mistral7b.json"))
     out += _gpu_e2e_lines(load("e2e_cuda_mistral7b.json"))

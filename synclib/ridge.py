@@ -134,7 +134,9 @@ def ridge_solve(Xtr: torch.Tensor, Xte: torch.Tensor, alpha: float, Ytr: torch.T
     if form == "left":
         return torch.cholesky_solve(Xt.T.contiguous(), L).T
     if form == "hat":
-        if primal:
+        if primal:  # the triangular solves take the smaller of the two sides as right-hand sides
+            if Xt.shape[0] < n:
+                return torch.cholesky_solve(Xt.T.contiguous(), L).T @ Xc.T
             return Xt @ torch.cholesky_solve(Xc.T.contiguous(), L)
         return torch.cholesky_solve((Xc @ Xt.T).contiguous(), L).T
     my = Ytr.mean(0, keepdim=True)
