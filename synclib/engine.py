@@ -1115,7 +1115,8 @@ class Engine:
         ``join_min`` and ``decode`` (default: the engine's own mode, so ``"dynamic"`` on
         the CPU and ``"graph"`` on CUDA for the models that allow it) are
         :class:`DecodeStream`'s.  The slot modes are tested against the dynamic one on the
-        CPU; their speed on a GPU is still to be measured (``bench/gpu_notes.md``).
+        CPU and, with CUDA graphs, on a GPU (``tests/test_engine_cuda.py``); their speed there is
+        in ``bench/gpu_notes.md``.
         """
         _check_sampling(max_new_tokens, temperature, top_k, top_p)
         return DecodeStream(self, max_new_tokens, (temperature, top_k, top_p), first_line_only,
