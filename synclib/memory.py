@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 __all__ = ["GiB", "CacheBudget", "available_bytes", "session_budget", "return_freed_memory", "release_free_memory",
-           "rss_bytes", "PeakRSS"]
+           "rss_bytes", "tree_rss_bytes", "die_with_parent", "PeakRSS"]
 
 GiB = 1 << 30
 #: the session budget's bounds: below the floor nothing useful fits, above the cap more reuse buys little
@@ -169,12 +169,51 @@ def release_free_memory() -> bool:
     return libc is not None and bool(libc.malloc_trim(0))
 
 
-def rss_bytes() -> int | None:
-    """This process's resident memory now (bytes; None where the system does not say)."""
+def rss_bytes(pid: int | str = "self") -> int | None:
+    """A process's resident memory now (bytes; None where the system does not say); by
+    default this process's."""
     try:
-        return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _children(pid: int | str) -> list[int]:
+    """The child processes of ``pid`` (Linux; none where the system does not say)."""
+    out = []
+    for f in Path(f"/proc/{pid}/task").glob("*/children"):
+        try:
+            out += [int(c) for c in f.read_text().split()]
+        except (OSError, ValueError):
+            pass
+    return out
+
+
+def tree_rss_bytes() -> int | None:
+    """The resident memory of this process and all its descendants together (bytes): what a
+    job run in a child process costs the machine, the parent included."""
+    total, todo, seen = rss_bytes(), _children("self"), set()
+    if total is None:
+        return None
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        total += rss_bytes(pid) or 0
+        todo += _children(pid)
+    return total
+
+
+def die_with_parent() -> bool:
+    """Have the kernel kill this process when its parent dies (Linux ``PR_SET_PDEATHSIG``), so
+    that a job run in a child process never outlives a killed run.  True where it applies."""
+    libc = _glibc()
+    if libc is None:
+        return False
+    import signal
+
+    return libc.prctl(1, int(signal.SIGKILL), 0, 0, 0) == 0
 
 
 class PeakRSS:
@@ -182,12 +221,14 @@ class PeakRSS:
     thread (the process's own peak, ``VmHWM``, covers its whole life and is what
     ``/usr/bin/time -v`` reports, so it is not reset).
 
-    Use as ``with PeakRSS() as p: ...``; then ``p.bytes`` (None where unknown).
+    Use as ``with PeakRSS() as p: ...``; then ``p.bytes`` (None where unknown).  With
+    ``tree`` the sum over this process and its descendants (:func:`tree_rss_bytes`).
     """
 
-    def __init__(self, interval: float = 0.1):
+    def __init__(self, interval: float = 0.1, tree: bool = False):
         self.interval = interval
-        self.bytes = rss_bytes()
+        self._now = tree_rss_bytes if tree else rss_bytes
+        self.bytes = self._now()
         self._stop = None
 
     def __enter__(self):
@@ -197,7 +238,7 @@ class PeakRSS:
 
         def sample():
             while not self._stop.wait(self.interval):
-                now = rss_bytes()
+                now = self._now()
                 if now is not None and (self.bytes is None or now > self.bytes):
                     self.bytes = now
 
@@ -208,7 +249,7 @@ class PeakRSS:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
-        now = rss_bytes()
+        now = self._now()
         if now is not None and (self.bytes is None or now > self.bytes):
             self.bytes = now
         return False

@@ -37,7 +37,7 @@ from synclib.datasets import fetch as fetch_dataset
 from synclib.paths import (BENCH_RESULTS, BUILD_DIR, DEFAULT_CONFIG, EXECUTED_DIR, GENERATED_DIR,
                            REPO_ROOT, display)
 from synclib.notebook import figure_notebooks
-from synclib.memory import PeakRSS, release_free_memory, return_freed_memory
+from synclib.memory import PeakRSS, die_with_parent, release_free_memory, return_freed_memory
 from synclib.plan import format_plan, plan, plan_summary
 from synclib.stamps import mark_done, read_stamp, stamp_path, up_to_date
 
@@ -127,11 +127,14 @@ class Job:
         _reset_gpu_peak()
         gc.collect()  # what the previous job left (reference cycles, the heap's free pages) goes first
         release_free_memory()
-        with PeakRSS() as rss:
-            extra = self.func(*dep_outputs)  # a dict of facts for the stamp (e.g. engine counters), or None
+        heavy = self.key.split(":")[0] in _HEAVY
+        isolate = heavy and _ISOLATE
+        with PeakRSS(tree=isolate) as rss:
+            # a dict of facts for the stamp (e.g. engine counters), or None
+            extra = run_in_child(self.func, dep_outputs) if isolate else self.func(*dep_outputs)
         dt = time.perf_counter() - t0
         info = {"seconds": round(dt, 1), **(extra if isinstance(extra, dict) else {})}
-        if rss.bytes is not None and self.key.split(":")[0] in _IN_PROCESS:
+        if rss.bytes is not None and heavy:
             info["peak_rss_gib"] = round(rss.bytes / 2**30, 2)
         peak = _gpu_peak_gib()
         if peak is not None:
@@ -145,9 +148,42 @@ class Job:
         return str(self.output)
 
 
-#: the jobs that compute in this process (notebooks run in kernels, the book in a subprocess):
-#: their peak resident memory is this process's
-_IN_PROCESS = ("simulate", "judge", "analyze")
+#: the jobs that load models or whole cubes.  A local run gives each its own child process
+#: (:func:`run_in_child`): what one job leaves in the heap is not resident under the next,
+#: and the run's peak memory is its largest job's, not their sum.  Their stamps record the
+#: peak of this process and the child together (notebooks run in kernels, the book in a
+#: subprocess: theirs is not measured)
+_HEAVY = ("simulate", "judge", "analyze")
+#: whether heavy jobs run in a child process (set by :func:`execute` for local runs; a Dask
+#: worker runs them in its own process)
+_ISOLATE = False
+
+
+def _child_init(parent: int) -> None:
+    die_with_parent()  # a killed run leaves no job running on behind it
+    if os.getppid() != parent:  # the run died before the line above took effect
+        os._exit(1)
+    return_freed_memory()
+
+
+def _in_child(func: Callable, args: tuple):
+    try:
+        return func(*args)
+    finally:
+        sys.stdout.flush()  # the job's own lines before the parent's "done"
+        sys.stderr.flush()
+
+
+def run_in_child(func: Callable, args: tuple = ()):
+    """``func(*args)`` in a fresh child process (``spawn``: nothing of this process's heap is
+    inherited) that dies with this one; its result or its exception comes back.  ``func``
+    and ``args`` must pickle (module-level functions, ``functools.partial`` of them)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_child_init,
+                             initargs=(os.getpid(),)) as pool:
+        return pool.submit(_in_child, func, tuple(args)).result()
 
 
 class _RunClock:
@@ -461,14 +497,16 @@ def build_jobs(cfg: dict, steps=STEPS) -> dict[str, Job]:
 
 
 def execute(jobs: dict[str, Job], scheduler: str | None = None, cluster: dict | None = None,
-            retries: int = 2) -> dict[str, str]:
+            retries: int = 2, isolate: bool = True) -> dict[str, str]:
     """Run the job graph with Dask and return ``{key: output path}``.
 
     ``scheduler``: ``None``/``"sync"`` runs in-process one job at a time;
     ``"threads"`` uses a local thread pool; any other string is the address of
     a running ``dask.distributed`` scheduler.  ``cluster`` (from the config)
     creates a dask-jobqueue cluster instead, e.g. ``{type: slurm, jobs: 4,
-    cores: 8, memory: 64GB, job_extra_directives: ["--gres=gpu:1"]}``.
+    cores: 8, memory: 64GB, job_extra_directives: ["--gres=gpu:1"]}``.  ``isolate``: a local
+    run gives each simulation, judge and analysis job a child process of its own
+    (:func:`run_in_child`); False runs them here (for debuggers and profilers).
     """
     import dask
 
@@ -477,7 +515,12 @@ def execute(jobs: dict[str, Job], scheduler: str | None = None, cluster: dict | 
     keys = list(jobs)
     targets = [nodes[k] for k in keys]
     if not distributed:
-        values = dask.compute(*targets, scheduler=scheduler or "sync", optimize_graph=False)
+        global _ISOLATE
+        before, _ISOLATE = _ISOLATE, isolate
+        try:
+            values = dask.compute(*targets, scheduler=scheduler or "sync", optimize_graph=False)
+        finally:
+            _ISOLATE = before
         return dict(zip(keys, values))
     from dask.distributed import Client
 
@@ -553,6 +596,10 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                         "address such as tcp://10.0.0.1:8786")
     p.add_argument("--force", action="store_true", help="re-run every job even if up to date (a finished cube is still re-used: "
                         "delete it to simulate again)")
+    p.add_argument("--in-process", action="store_true",
+                   help="run the simulation, judge and analysis jobs in this process (for debuggers and "
+                        "profilers); by default each runs in a child process of its own, so that what one job "
+                        "leaves in memory is not resident under the next")
     p.add_argument("--dry-run", action="store_true",
                    help="validate the config and print the plan (every job, whether it is up to date and, if "
                         "not, why; disk and time estimates), running nothing")
@@ -626,7 +673,8 @@ def run(args: argparse.Namespace) -> int:
     if sizes:
         print("\n".join("[synclib] " + line for line in sizes.splitlines()), flush=True)
     try:
-        execute(jobs, scheduler=scheduler, cluster=cluster_spec if not args.scheduler else None)
+        execute(jobs, scheduler=scheduler, cluster=cluster_spec if not args.scheduler else None,
+                isolate=not getattr(args, "in_process", False))
     finally:
         _CLOCK = None
     print(f"[synclib] finished in {time.perf_counter() - t0:.0f} s", flush=True)

@@ -710,8 +710,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "(default 64 on CUDA, 8 on CPU; a resumed run keeps its own)")
     parser.add_argument("--device", metavar="DEV",
                         help="torch device, e.g. cpu, cuda, cuda:1 (default: cuda if available)")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
-                        help="model weights dtype (default: bfloat16 on CUDA, float32 on CPU)")
+    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
+                        help="model weights dtype (default auto, as the run config's: bfloat16 on CUDA and on "
+                             "CPUs with native bfloat16 matrix products, float32 elsewhere)")
     parser.add_argument("--store-dtype", choices=sorted(STORE_DTYPES), default="float32",
                         help="precision of the stored states: float32 (lossless, default), "
                              "float16 / bfloat16 (mantissa rounded to 10 / 7 bits, float32 range; "

@@ -92,3 +92,71 @@ def test_free_pages_of_small_blocks_go_back_when_released():
     hands their pages back (the pipeline does so between jobs, the simulation between batches)."""
     out = subprocess.run([sys.executable, "-c", TRIM], capture_output=True, text=True, check=True).stdout
     assert float(out) > 250, out     # MiB of the ~400 freed
+
+
+def test_a_job_in_a_child_process_returns_its_result_and_raises_its_error():
+    """The pipeline's heavy jobs run in a child process: the result comes back, and so does an
+    error, with its type and message."""
+    import functools
+    import math
+
+    from synclib.pipeline import run_in_child
+
+    assert run_in_child(functools.partial(math.pow, 2), (10,)) == 1024
+    with pytest.raises(ValueError, match="invalid literal"):
+        run_in_child(int, ("not a number",))
+
+
+def test_tree_rss_counts_the_children():
+    """A child holding 300 MB shows in this process's tree (bytes), not in its own RSS."""
+    import time
+
+    from synclib.memory import rss_bytes, tree_rss_bytes
+
+    code = "import sys, time; b = bytearray(300 << 20); b[::4096] = b'x' * len(b[::4096]); print('ok', flush=True); time.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "ok"
+        time.sleep(0.2)
+        assert tree_rss_bytes() - rss_bytes() > 250 << 20
+    finally:
+        child.kill()
+        child.wait()
+
+
+def _gone(pid: int) -> bool:
+    from pathlib import Path
+
+    try:  # a killed process whose new parent does not reap it stays a zombie ('Z')
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_a_job_in_a_child_dies_with_a_killed_run():
+    """SIGKILL to a run leaves no job running on behind it (its child process is killed too),
+    so a resumed run never shares its files with a stray writer."""
+    import time
+    from pathlib import Path
+
+    from synclib.memory import _children
+
+    run = subprocess.Popen([sys.executable, "-c", "import time; from synclib.pipeline import run_in_child; "
+                            "run_in_child(time.sleep, (120,))"])
+    try:
+        deadline, jobs = time.time() + 60, []
+        while not jobs and time.time() < deadline:
+            time.sleep(0.2)
+            jobs = [p for p in _children(run.pid)
+                    if b"spawn_main" in Path(f"/proc/{p}/cmdline").read_bytes()]
+        assert jobs, "the job's child process did not start"
+        time.sleep(1)  # its start-up done (a run killed before would also end it: _child_init)
+        run.kill()
+        run.wait()
+        deadline = time.time() + 10
+        while not all(_gone(p) for p in jobs) and time.time() < deadline:
+            time.sleep(0.1)
+        assert all(_gone(p) for p in jobs)
+    finally:
+        run.kill()

@@ -97,6 +97,21 @@ def test_cli_help_documents_every_option(capsys):
         assert opt in text, opt
 
 
+def test_cli_dtype_defaults_to_the_run_configs_auto(tiny_models, tmp_path, monkeypatch):
+    """`synclib simulate` and `synclib run` compute in the same dtype by default ("auto":
+    bfloat16 on CPUs with native bf16 products), not float32 on every CPU."""
+    import synclib.simulate
+
+    seen = {}
+    monkeypatch.setattr(synclib.simulate, "simulate", lambda *a, **k: seen.update(k) or str(tmp_path / "x.nc"))
+    assert cli.main(["simulate", "--model-a", tiny_models[0], "--episodes", "1", "--out",
+                     str(tmp_path / "x.nc"), "--no-progress"]) == 0
+    assert seen["dtype"] == "auto"
+    from synclib.config import load_config
+
+    assert load_config(None, [])["dtype"] == "auto"
+
+
 @pytest.mark.parametrize("argv, needle", [
     (["--seeds", "a,b"], "--seeds"),
     (["--tasks", "5-1"], "--tasks"),
