@@ -6,13 +6,14 @@ memory; ``RESULTS/manifest.json``: its configuration) and writes
 into an estimate for another configuration:
 
 - simulate: seconds per planned utterance of each ordered run (genuine dialogs, passive
-  reads and ToM dialogs, each planned to ``max_utterances``: :func:`synclib.simulate.planned_utterances`);
+  reads and ToM dialogs, each planned to ``max_utterances``: :func:`synclib.plan.simulate_work`);
 - judge: seconds per judged dialog; analyze: seconds per ordered run and per episode;
 - each notebook's seconds, the pages and the book.
 
 With ``--float32 N``, it also times ``synclib simulate`` of the first pair on N tasks in
 bfloat16 and in float32 on this machine (the ``float32_factor`` the dry run applies on a
-CPU without native bfloat16).
+CPU without native bfloat16); without it, the factor of the file it replaces is kept, with
+the date it was measured.
 
 Usage, after ``make book`` on an idle machine (``/usr/bin/time -v`` gives the job's peak)::
 
@@ -126,6 +127,10 @@ def main(argv=None) -> int:
         out["make_book_peak_rss_gib"] = args.peak_gib
     if args.float32:
         out["dtypes"] = time_dtypes(cfg, args.float32)
+    elif Path(args.out).is_file():  # keep the last measured float32 factor, with its date
+        old = json.loads(Path(args.out).read_text())
+        if "dtypes" in old:
+            out["dtypes"] = {**old["dtypes"], "measured": old["dtypes"].get("measured", old.get("date"))}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     print(json.dumps({k: out[k] for k in ("pipeline_seconds", "dtype_used")}, indent=1))
     return 0

@@ -37,7 +37,7 @@ from synclib.datasets import fetch as fetch_dataset
 from synclib.paths import (BENCH_RESULTS, BUILD_DIR, DEFAULT_CONFIG, EXECUTED_DIR, GENERATED_DIR,
                            REPO_ROOT, display)
 from synclib.notebook import figure_notebooks
-from synclib.memory import PeakRSS, die_with_parent, release_free_memory, return_freed_memory
+from synclib.memory import PeakRSS, die_with_parent, release_free_memory
 from synclib.plan import format_plan, plan, plan_summary
 from synclib.stamps import mark_done, read_stamp, stamp_path, up_to_date
 
@@ -163,7 +163,9 @@ def _child_init(parent: int) -> None:
     die_with_parent()  # a killed run leaves no job running on behind it
     if os.getppid() != parent:  # the run died before the line above took effect
         os._exit(1)
-    return_freed_memory()
+    # glibc's allocator as it comes: the engine makes it hand freed blocks back where its
+    # session caches need that (synclib.memory.return_freed_memory); an analysis in a fresh
+    # process does not, and the page faults of that setting cost it 1.7 times its time
 
 
 def _in_child(func: Callable, args: tuple):
@@ -667,7 +669,6 @@ def run(args: argparse.Namespace) -> int:
     global _CLOCK
     rows = plan(jobs, cfg)
     _CLOCK = _RunClock(rows)
-    return_freed_memory()
     print(f"[synclib] run {cfg['name']!r}: {len(jobs)} jobs, results in {display(cfg['results_dir'])}", flush=True)
     print("[synclib] " + plan_summary(rows), flush=True)
     if sizes:
