@@ -24,7 +24,10 @@ pytestmark = pytest.mark.slow
 #: Chromium's own background services (component updater, network time, sign-in); they are
 #: not requests made by the pages, and are refused by the proxy like everything else.
 #: Chromium 150 also connects to www.google.com at start, with a blank page too.
-BROWSER_HOSTS = ("update.googleapis.com", "accounts.google.com", "clients2.google.com", "www.google.com")
+#: Chromium's own background services (updates, accounts, push messaging's check-in at
+#: android.clients.google.com, seen from Chromium 150 on a loaded machine): not the pages'
+BROWSER_HOSTS = ("update.googleapis.com", "accounts.google.com", "clients2.google.com", "www.google.com",
+                 "android.clients.google.com")
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
                  if shutil.which(n)), None)
 
