@@ -125,10 +125,11 @@ class Job:
         log_event(self.log, self.key, "started")
         self.output.parent.mkdir(parents=True, exist_ok=True)
         _reset_gpu_peak()
-        gc.collect()  # what the previous job left (reference cycles, the heap's free pages) goes first
-        release_free_memory()
         heavy = self.key.split(":")[0] in _HEAVY
         isolate = heavy and _ISOLATE
+        if not isolate:  # in this process: what the previous job left (cycles, free heap pages) goes first
+            gc.collect()
+            release_free_memory()
         with PeakRSS(tree=isolate) as rss:
             # a dict of facts for the stamp (e.g. engine counters), or None
             extra = run_in_child(self.func, dep_outputs) if isolate else self.func(*dep_outputs)
