@@ -14,6 +14,7 @@ simulate   the dialog loop over tasks and seeds, writing activation cubes
 cube/      netCDF4 activation cubes: schema, crash-safe writer, lazy reader
 analysis/  datasets, splits, SyncR^2 and its controls and sensitivity analyses
 ridge      batched ridge regression and R^2 grids (numpy or torch, CPU or CUDA)
+splits     train/test, validation and CV splits by whole episodes (numpy only)
 tom        Theory-of-Mind decoding (appendix J)
 judge/     Sotopia-eval judging (OpenAI-compatible endpoint or local model)
 stats      means with standard errors, correlations and partial correlations

@@ -485,6 +485,59 @@ def sampling_distribution(logits, temperature: float, top_k: int | None = None, 
     return torch.softmax(scores, dim=-1)
 
 
+def with_room(cache, room: int) -> None:
+    """Give a prefilled ``DynamicCache`` room for ``room`` more tokens per row, in place.
+
+    ``transformers`` grows a layer's keys and values by concatenation: every decoding step
+    allocates each layer's whole ``(B, H, T + 1, Dh)`` anew and frees the old one.  On the
+    CPU, where freed blocks of 1 MiB and more go back to the system
+    (:func:`synclib.memory.return_freed_memory`), each of those allocations is fresh pages the
+    kernel must fault in and zero.  Here each layer's keys and values move once into buffers
+    with ``room`` spare columns, and a step writes its column in place; the layer's
+    ``keys``/``values`` are views of the buffers, with the same values in the same order, so
+    attention computes what it did.  Only plain ``DynamicLayer`` layers are converted (the
+    engine's caches have no others: sliding windows are applied by the attention mask); a
+    row selection (finished rows leaving the batch) keeps the room.
+    """
+    from transformers.cache_utils import DynamicLayer
+
+    global _RoomyLayer
+    if _RoomyLayer is None:
+        class RoomyLayer(DynamicLayer):
+            """A ``DynamicLayer`` whose keys/values are the first ``T`` columns of buffers with room."""
+
+            def _place(self, keys, values) -> None:
+                B, H, T, D = keys.shape
+                self._kb = keys.new_empty((B, H, T + self._room, D))
+                self._vb = values.new_empty((B, H, T + self._room, values.shape[-1]))
+                self._kb[:, :, :T], self._vb[:, :, :T] = keys, values
+                self.keys, self.values = self._kb[:, :, :T], self._vb[:, :, :T]
+
+            def update(self, key_states, value_states, *args, **kwargs):
+                T, n = self.keys.shape[-2], key_states.shape[-2]
+                if T + n > self._kb.shape[-2]:  # out of room: move into new buffers
+                    self._place(self.keys, self.values)
+                self._kb[:, :, T:T + n], self._vb[:, :, T:T + n] = key_states, value_states
+                self.keys, self.values = self._kb[:, :, :T + n], self._vb[:, :, :T + n]
+                return self.keys, self.values
+
+            def batch_select_indices(self, indices) -> None:
+                T = self.keys.shape[-2]
+                self._kb, self._vb = self._kb[indices], self._vb[indices]
+                self.keys, self.values = self._kb[:, :, :T], self._vb[:, :, :T]
+
+        _RoomyLayer = RoomyLayer
+    for layer in getattr(cache, "layers", ()):  # transformers < 4.56 keeps lists, left as they are
+        if type(layer) is DynamicLayer and layer.is_initialized and layer.keys.dim() == 4:
+            layer.__class__ = _RoomyLayer
+            layer._room = int(room)
+            layer._place(layer.keys, layer.values)
+
+
+#: the layer class of :func:`with_room` (defined on first use: transformers is a lazy import)
+_RoomyLayer = None
+
+
 class _StaticDecoder:
     """Decoding steps of one batch over preallocated keys/values, as one CUDA graph on GPUs.
 
@@ -1182,6 +1235,8 @@ class Engine:
                                   stacklevel=3)
                 self.graph_error = static.error
             cache = pre.cache = None  # the decoder holds its own copy
+        elif dev.type == "cpu" and max_new_tokens > 1:
+            with_room(cache, max_new_tokens - 1)  # no allocation per step (CUDA's allocator caches blocks)
         for step in range(max_new_tokens):
             tok = _sample(logits, U[rows, step], sampling)
             keep, is_stop, at_line, seen[rows] = _row_ends(tok, ~done[rows], seen[rows], stop, lines)

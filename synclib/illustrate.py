@@ -31,7 +31,8 @@ import torch
 import xarray as xr
 
 from synclib.analysis.samples import build_dataset
-from synclib.ridge import episode_split, ridge_solve
+from synclib.ridge import ridge_solve
+from synclib.splits import episode_split
 
 __all__ = ["Figure1", "figure1"]
 

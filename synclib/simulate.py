@@ -559,7 +559,8 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
     engine_stats : dict, optional
         Filled with this call's engine counters, both models summed (``prefill_tokens``,
         ``reused_tokens``, ``generated_tokens``, ``graph_steps``, ...; see
-        :class:`synclib.engine.Engine`), for throughput and prefix-reuse reports.
+        :class:`synclib.engine.Engine`), for throughput and prefix-reuse reports, and
+        ``cache_peak_bytes``, the most the session caches held at once.
     prompt_formats : (str, str)
         Prompt formats of A and B when they are given as specs
         (:data:`synclib.models.PROMPT_FORMATS`).
@@ -634,6 +635,8 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
             for eng in {id(e): e for e in runner.engines}.values():
                 for k, v in eng.stats.items():
                     engine_stats[k] = engine_stats.get(k, 0) + int(v)
+            budgets = {id(e.budget): e.budget for e in runner.engines}.values()
+            engine_stats["cache_peak_bytes"] = engine_stats.get("cache_peak_bytes", 0) + sum(b.peak for b in budgets)
     return writer.finalize()
 
 

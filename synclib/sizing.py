@@ -11,7 +11,7 @@ anything runs, and holds them against those curves:
     Samples per dataset of one ordered run if every dialog runs to ``max_utterances``
     (dialogs that end early by LEAVE give fewer): total, training and test counts per
     condition and direction, split by the analysis' own rule
-    (:func:`synclib.ridge.episode_split`).
+    (:func:`synclib.splits.episode_split`).
 :func:`model_shape`
     ``(layers, width)`` of a model spec without loading its weights, where it can be read.
 :func:`load_curves`, :func:`clip_size`
@@ -77,7 +77,7 @@ def planned_samples(n_tasks: int, n_seeds: int, max_utterances: int, n_samples: 
         passive and shuffled datasets are the same size) and ``lag{k}``; ``train`` is 0
         where the test set takes everything (the analysis then fits nothing).
     """
-    from synclib.ridge import RidgeInputError, episode_split
+    from synclib.splits import RidgeInputError, episode_split
 
     out: dict = {}
     for cond, lag in [("genuine", 0)] + [(f"lag{int(k)}", int(k)) for k in lags]:

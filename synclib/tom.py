@@ -34,7 +34,7 @@ log-probabilities, read out with a softmax.  Layer and penalty are chosen on an
 episode-grouped validation part (20 %) of the training set; the per-layer test KL
 is also reported (at each layer's validation-best penalty).  Metric: mean test
 KL(true || predicted); baseline: KL(true || mean training distribution).  Splits:
-all samples by whole episodes with the rule of :func:`synclib.ridge.episode_split`
+all samples by whole episodes with the rule of :func:`synclib.splits.episode_split`
 (test ``>= n - int(0.8 n)`` samples, training the rest), per split seed (the
 protocol's fixed 6,500 applies to the synchrony datasets, not here).
 """
@@ -49,7 +49,8 @@ import xarray as xr
 from tqdm import tqdm
 
 from synclib.cube import HiddenRows, var_name
-from synclib.ridge import RidgeInputError, episode_split, ridge_solve, validation_split
+from synclib.ridge import ridge_solve
+from synclib.splits import RidgeInputError, episode_split, validation_split
 from synclib.stats import mean_se
 
 __all__ = ["tom_dataset", "tom_decode", "kl_divergence", "ToMError", "TOM_RELATIONS", "TOM_TARGETS"]
@@ -252,7 +253,7 @@ class _Results:
 
 def _probe_split(ep: np.ndarray, seed: int, val_frac: float, test_frac: float):
     """``(fit, val, train, test)`` sample indices of one probe by whole episodes ``ep``
-    (n,): test and train by :func:`synclib.ridge.episode_split`, then the training
+    (n,): test and train by :func:`synclib.splits.episode_split`, then the training
     set into fit and validation parts; None where a part would hold fewer than 2."""
     try:
         tr, te, _ = episode_split(ep, None, seed, train_frac=1 - test_frac)

@@ -14,7 +14,7 @@ import xarray as xr
 from conftest import write_chunked_cube
 from synclib.analysis import (AnalysisError, analyze, build_dataset, persona_keys, seed_aggregate,
                               shuffle_training_targets, sync_r2, sync_r2_noclip, sync_r2_se, sync_r2_topk)
-from synclib.ridge import episode_split
+from synclib.splits import episode_split
 from synclib.scenarios import RELATIONSHIPS
 from synclib.stats import mean_se, reference_family_se
 from synclib.synthetic import make_synthetic_cube
@@ -378,7 +378,7 @@ def test_nonlinear_targets_are_chosen_without_the_test_set(cube):
     written over the test samples' targets changes the scores, never the chosen layers (they
     used to be chosen by the affine map's test R^2, which favoured the affine map)."""
     from synclib.analysis.samples import build_dataset
-    from synclib.ridge import episode_split
+    from synclib.splits import episode_split
 
     kw = dict(conditions=("genuine",), n_samples=600, split_seeds=(0,), nonlinear=True,
               nonlinear_options={"epochs": 2, "hidden": 8}, progress=False, log=lambda m: None)
@@ -545,7 +545,7 @@ def test_episode_resamples_all_once_give_the_reported_syncr2(cube, result):
     from synclib.analysis.blocks import episode_bootstrap, episode_draws
     from synclib.analysis.context import Context
     from synclib.analysis.samples import HiddenCache, build_dataset
-    from synclib.ridge import episode_split
+    from synclib.splits import episode_split
 
     ctx = Context(cube=cube, directions=("A->B",), split_seeds=[0, 1], n_samples=400, alpha=0.1, device=None,
                   precision="float32", max_resident_bytes=None, progress=False, log=lambda m: None,

@@ -302,6 +302,37 @@ def test_candidates_share_one_pass_per_batch_as_a_prefix_tree(lm, kind, attn, mo
     assert per_prefix.stats["forward_calls"] > eng.stats["forward_calls"]
 
 
+@pytest.mark.parametrize("kind", ["llama", "gemma3"])
+def test_cache_with_room_decodes_as_transformers_concatenation(lm, kind):
+    """``with_room`` (decoding steps write into buffers instead of concatenating): the same
+    keys, values and logits as transformers' own cache, step after step, through a row
+    selection and past the room (the buffers move), with and without sliding windows."""
+    import synclib.engine as E
+
+    tiny = _tiny(lm, kind, "sdpa")
+    prompts = [tiny.encode(dialog(tiny, 4, filler=f)) for f in (0, 3)]
+    eng = Engine(tiny, batch_size=2, kv_reuse=False)
+    plain, pre = eng._prefill([(p, None) for p in prompts]), eng._prefill([(p, None) for p in prompts])
+    E.with_room(pre.cache, 5)
+    assert {type(x).__name__ for x in pre.cache.layers} == {"RoomyLayer"}
+    caches, mask, pos = (plain.cache, pre.cache), pre.mask, pre.next_pos
+    tok = pre.logits.argmax(-1)
+    with torch.inference_mode():
+        for step in range(8):
+            if step == 3:  # the first row leaves the batch
+                keep = torch.tensor([1])
+                for c in caches:
+                    c.batch_select_indices(keep)
+                mask, pos, tok = mask[keep], pos[keep], tok[keep]
+            mask = torch.cat([mask, mask.new_ones((len(tok), 1))], dim=1)
+            logits = [tiny.model(input_ids=tok[:, None], attention_mask=mask, position_ids=pos[:, None],
+                                 past_key_values=c, use_cache=True).logits[:, -1] for c in caches]
+            torch.testing.assert_close(logits[1], logits[0], rtol=0, atol=1e-5)
+            for a, b in zip(*(c.layers for c in caches)):
+                assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+            tok, pos = logits[0].argmax(-1), pos + 1
+
+
 def test_bad_arguments(lm):
     with pytest.raises(ValueError, match="batch_size"):
         Engine(lm, batch_size=0)

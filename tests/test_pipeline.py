@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -180,6 +182,19 @@ def test_dry_run_cli_starts_nothing(tmp_path, capsys):
     assert "simulate:S-S" in text and "simulate:G-G" in text and "because output missing" in text
     assert "training samples per dataset" in text and "WARNING" not in text
     assert not out.exists()
+
+
+def test_planning_a_run_imports_no_torch(tmp_path):
+    """The run's own process plans and schedules; its jobs load torch in their child processes.
+    A dry run (the same planning, sizes included) in a fresh interpreter leaves torch unimported,
+    so the run's process holds none of torch's ~150 MB beside its largest job."""
+    code = ("import sys; from synclib.cli import main; "
+            f"rc = main(['run', '--dry-run', '--set', 'results_dir={tmp_path / 'r'}']); "
+            "print('rc', rc, 'torch', 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "training samples per dataset" in out.stdout
+    assert out.stdout.strip().splitlines()[-1] == "rc 0 torch False"
 
 
 def test_paper_dry_run_says_how_to_fetch_then_plans_36_runs(tmp_path, monkeypatch, capsys, sotopia_dir):

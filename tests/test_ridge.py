@@ -7,7 +7,8 @@ import torch
 from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 
-from synclib.ridge import RidgeInputError, episode_folds, episode_split, r2_grid, r2_grid_subsets, ridge_solve
+from synclib.ridge import r2_grid, r2_grid_subsets, ridge_solve
+from synclib.splits import RidgeInputError, episode_folds, episode_split
 
 
 def sklearn_grid(X, Y, tr, te, alpha):

@@ -521,6 +521,7 @@ def test_a_small_session_budget_plays_the_same_dialogs(cube_ab, tiny_models, tas
     assert full.get("cache_skips", 0) == 0 and full.get("recomputed_tokens", 0) == 0
     assert small["cache_skips"] > 0 and small["recomputed_tokens"] > 0
     assert small["prefill_tokens"] > full["prefill_tokens"] and small["reused_tokens"] < full["reused_tokens"]
+    assert 0 < small["cache_peak_bytes"] <= int(0.75 * 2**20) < full["cache_peak_bytes"]
     with pytest.raises(ValueError, match="cache_gib must be 'auto' or a number >= 0"):
         simulate(a, b, sel, [0], tmp_path / "bad.nc", cache_gib=-1, **SIM)
 

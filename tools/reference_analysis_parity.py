@@ -64,7 +64,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from synclib.analysis import analyze, build_dataset, sim_seed_rank, sync_r2_noclip, sync_r2_topk  # noqa: E402
 from synclib.cube import open_cube  # noqa: E402
-from synclib.ridge import episode_split  # noqa: E402
+from synclib.splits import episode_split  # noqa: E402
 from synclib.synthetic import make_synthetic_cube  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ Protocol (the paper's sections 3.2-3.3, appendices B-E, G, I, J):
   passive: the ``_passive`` source with the genuine target; shuffled: the genuine
   samples with the training targets permuted within each dialog (the reference's
   control).  Samples whose source or target is not finite (unreached rounds) are dropped.
-* split (per split seed, :func:`synclib.ridge.episode_split`), the reference's rule:
+* split (per split seed, :func:`synclib.splits.episode_split`), the reference's rule:
   ``RandomState(seed).permutation`` over all cube episodes; whole episodes to the test
   set until it holds ``>= N - int(0.8 N)`` samples, then to the training set until it
   holds ``>= int(0.8 N)`` or the episodes run out (a cube with fewer than ``N``

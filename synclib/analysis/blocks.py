@@ -36,7 +36,8 @@ from synclib.analysis.mlp import mlp_defaults, mlp_r2_batch
 from synclib.analysis.samples import (PairedSamples, build_dataset, persona_keys, shuffle_training_targets,
                                       sim_seed_rank)
 from synclib.analysis.scores import seed_aggregate, sync_r2, sync_r2_many, sync_r2_noclip, sync_r2_topk
-from synclib.ridge import PAPER_ALPHA, RidgeInputError, r2_grid, r2_grid_subsets, resampled_r2, validation_split
+from synclib.ridge import PAPER_ALPHA, r2_grid, r2_grid_subsets, resampled_r2
+from synclib.splits import RidgeInputError, validation_split
 from synclib.scenarios import RELATIONSHIPS
 from synclib.stats import mean_se
 from synclib.tom import tom_decode
@@ -367,7 +368,7 @@ def paper_alpha_block(ctx: Context, genuine: GenuineFits) -> xr.Dataset:
 # --------------------------------------------------------------------------- table 2, appendix D
 def persona_block(ctx: Context, genuine: GenuineFits) -> xr.Dataset:
     """Table 2: genuine SyncR^2 with a persona-disjoint split (ours; the reference has
-    none): the reference's rule (:func:`synclib.ridge.episode_split`) applied to
+    none): the reference's rule (:func:`synclib.splits.episode_split`) applied to
     unordered agent pairs instead of episodes, over all of the cube's pairs in sorted
     order, so that no agent pair is in both sets.  Scores are aggregated as the main
     SyncR^2 (seed-mean grid first).
@@ -542,7 +543,7 @@ def relationship_block(ctx: Context, genuine: GenuineFits, seeds=(0, 1, 2), min_
 NONLINEAR_SOURCES = 4
 NONLINEAR_SELECTION = (f"each of {NONLINEAR_SOURCES} evenly spaced source layers takes the target layer whose affine "
                        "map (the split's penalty) fitted on the fitting part of the split's training set has the "
-                       "best R^2 on its validation part (synclib.ridge.validation_split: whole episodes, 20 %); "
+                       "best R^2 on its validation part (synclib.splits.validation_split: whole episodes, 20 %); "
                        "both maps are then fitted on the whole training set and scored on the test set, which "
                        "the choice never saw")
 

@@ -12,7 +12,7 @@ from synclib import argtypes as at
 from synclib.analysis.samples import AnalysisError, parse_condition
 from synclib.config import default
 from synclib.cube import open_cube
-from synclib.ridge import RidgeInputError
+from synclib.splits import RidgeInputError
 
 __all__ = ["configure_parser", "run"]
 

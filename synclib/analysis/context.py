@@ -8,7 +8,8 @@ from typing import Callable
 import numpy as np
 
 from synclib.analysis.samples import HiddenCache, PairedSamples
-from synclib.ridge import RidgeInputError, episode_split, r2_grid
+from synclib.ridge import r2_grid
+from synclib.splits import RidgeInputError, episode_split
 
 __all__ = ["Context", "SplitFit", "GenuineFits"]
 
@@ -23,7 +24,7 @@ class SplitFit:
     r2: np.ndarray      # (L_src, L_tgt) test R^2; NaN when the fit was not possible
     alpha: np.ndarray   # (L_src,) the penalty of each source layer
     train_r2: np.ndarray | None = None  # (L_src, L_tgt) training R^2, when asked for
-    split: dict | None = None           # the ``info`` of :func:`synclib.ridge.episode_split`
+    split: dict | None = None           # the ``info`` of :func:`synclib.splits.episode_split`
     test_loss: tuple | None = None      # (episodes (G,), losses (G, L_src, L_tgt), samples (G,)) per test
                                         # episode, when asked for (:func:`synclib.ridge.r2_grid` test_groups)
 
@@ -61,7 +62,7 @@ class Context:
             self.log("note: " + msg)
 
     def split(self, groups, n_groups: int, seed: int, what: str, n_samples: int | None | str = "default"):
-        """The reference split (:func:`synclib.ridge.episode_split`) of samples in ``groups``
+        """The reference split (:func:`synclib.splits.episode_split`) of samples in ``groups``
         (codes ``0 .. n_groups-1``) for split ``seed``, at ``n_samples`` (default: the
         analysis's).  Returns ``(train, test, info, rs)``, ``rs`` the ``RandomState`` as
         the split left it (the shuffled control continues it), or None and a note where

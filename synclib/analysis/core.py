@@ -108,7 +108,7 @@ def analyze(cube, conditions=("genuine", "passive", "shuffled", "lag1", "lag2"),
         paper's (:data:`synclib.ridge.PAPER_ALPHA`) the genuine condition is also fitted at
         the paper's (``paper_alpha_*``, figure 8).
     n_samples : fixed sample size ``N`` per dataset (protocol: 6,500), split by the
-        reference's rule (:func:`synclib.ridge.episode_split`; fewer available: the test
+        reference's rule (:func:`synclib.splits.episode_split`; fewer available: the test
         set takes ``>= N - int(0.8 N)`` and training all the rest); ``None`` = all.
     split_seeds : split seeds (protocol: 0, 1, 2).
     lags : convenience: adds ``lagJ`` for each J to ``conditions`` (replacing lag

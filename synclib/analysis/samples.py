@@ -186,7 +186,7 @@ def shuffle_training_targets(samples: PairedSamples, train_groups, rs: np.random
         The genuine samples of one direction.
     train_groups : sequence of int
         Episode positions of the training set, in the order the split took them
-        (``info["train_groups"]`` of :func:`synclib.ridge.episode_split`).
+        (``info["train_groups"]`` of :func:`synclib.splits.episode_split`).
     rs : numpy.random.RandomState
         The state the split left (advanced in place).
     seed_rank : array, shape (S,), optional
