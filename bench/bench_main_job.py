@@ -8,7 +8,8 @@ into an estimate for another configuration:
 - simulate: seconds per planned utterance of each ordered run (genuine dialogs, passive
   reads and ToM dialogs, each planned to ``max_utterances``: :func:`synclib.plan.simulate_work`);
 - judge: seconds per judged dialog; analyze: seconds per ordered run and per episode;
-- each notebook's seconds, the pages and the book.
+- each notebook's seconds (run ``notebooks_at_once`` at a time, sharing the cores), the pages
+  and the book; ``pipeline_seconds`` counts the notebooks so (:func:`synclib.plan.wall_seconds`).
 
 With ``--float32 N``, it also times ``synclib simulate`` of the first pair on N tasks in
 bfloat16 and in float32 on this machine (the ``float32_factor`` the dry run applies on a
@@ -37,7 +38,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from synclib.models import cpu_has_native_bf16  # noqa: E402
-from synclib.plan import CALIBRATION, simulate_work  # noqa: E402
+from synclib.notebook import AT_ONCE  # noqa: E402
+from synclib.plan import CALIBRATION, simulate_work, wall_seconds  # noqa: E402
 
 
 def last_run(log: Path) -> dict:
@@ -115,7 +117,8 @@ def main(argv=None) -> int:
            "dtype": cfg.get("dtype"), "device": cfg.get("device"),
            "settings": {k: cfg["simulate"][k] for k in ("episodes", "seeds", "max_utterances", "max_new_tokens",
                                                          "batch_size", "passive", "tom", "tom_episodes")},
-           "jobs": kinds, "pipeline_seconds": round(sum(r["seconds"] for r in jobs.values()), 1)}
+           "jobs": kinds, "notebooks_at_once": AT_ONCE,
+           "pipeline_seconds": round(wall_seconds((k, r["seconds"]) for k, r in jobs.items()), 1)}
     import torch
     import transformers
 

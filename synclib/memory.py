@@ -11,7 +11,8 @@ glibc's ``malloc`` serves blocks of up to 32 MiB from its heap and re-uses them 
 a loop whose caches and batches change size every turn fragments that heap, and its resident
 memory grows turn after turn (measured: 6.1 GB resident for 1.1 GB of live session caches in
 the default simulation).  :func:`return_freed_memory` makes blocks of 1 MiB and more go
-straight back to the system when freed.
+straight back to the system when freed.  Each such block is then fresh pages the kernel must
+fault in; :func:`huge_pages_in_children` has the run's jobs ask for them 2 MiB at a time.
 """
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ import ctypes
 import ctypes.util
 import os
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = ["GiB", "CacheBudget", "available_bytes", "session_budget", "return_freed_memory", "release_free_memory",
-           "rss_bytes", "tree_rss_bytes", "die_with_parent", "PeakRSS"]
+           "huge_pages_in_children", "rss_bytes", "tree_rss_bytes", "die_with_parent", "PeakRSS"]
 
 GiB = 1 << 30
 #: the session budget's bounds: below the floor nothing useful fits, above the cap more reuse buys little
@@ -169,6 +171,34 @@ def release_free_memory() -> bool:
     under 1 MiB a finished step freed, which stay resident otherwise.  True where it applies."""
     libc = _glibc()
     return libc is not None and bool(libc.malloc_trim(0))
+
+
+#: glibc's tunable (2.35 and later) by which ``malloc`` asks for transparent huge pages on the
+#: memory it maps; glibc reads tunables when a process starts, so a process cannot set its own
+HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"
+
+
+@contextmanager
+def huge_pages_in_children():
+    """Processes started inside this context get :data:`HUGE_PAGES_TUNABLE` (added to any
+    ``GLIBC_TUNABLES`` already set): where the kernel's transparent huge pages are on
+    (``always`` or ``madvise``), malloc's blocks then fault in 2 MiB at a time instead of
+    4 KiB.  A simulation hands its freed blocks back (:func:`return_freed_memory`) and faults
+    new ones in all the time: the same simulation (G-G, 32 tasks of 6 utterances) took 113 s
+    against 128 s, 46 against 81 s of it in the kernel, with the same peak (2.70 GiB) and the
+    same cube.  Elsewhere (another libc, huge pages off) the variable changes nothing."""
+    before = os.environ.get("GLIBC_TUNABLES")
+    if HUGE_PAGES_TUNABLE.split("=")[0] in (before or ""):
+        yield  # the user's own setting stands
+        return
+    os.environ["GLIBC_TUNABLES"] = f"{before}:{HUGE_PAGES_TUNABLE}" if before else HUGE_PAGES_TUNABLE
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("GLIBC_TUNABLES", None)
+        else:
+            os.environ["GLIBC_TUNABLES"] = before
 
 
 def rss_bytes(pid: int | str = "self") -> int | None:

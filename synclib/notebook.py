@@ -17,6 +17,7 @@ Command lines::
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -25,6 +26,11 @@ from synclib.paths import NOTEBOOK_DIR
 
 __all__ = ["setup", "check_parameters", "refuse_unknown_parameters", "NotebookParameterError", "execute", "read",
            "parameters", "parameter_table", "parameters_markdown", "figure_notebooks"]
+
+#: how many notebooks a local run executes at once, each in a kernel of its own: a kernel spends
+#: most of its time on one core (start-up, pandas, plotting), so on 2 cores two at a time take
+#: about half as long as one after the other; at most 4 (each kernel holds a few hundred MiB)
+AT_ONCE = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
 
 #: the first line of every notebook's own parameters cell; papermill's injected cell starts "# Parameters"
 PARAMETERS_HEADER = "# Parameters (papermill replaces these"

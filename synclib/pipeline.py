@@ -36,9 +36,9 @@ from synclib.datasets import TASK_SETS, DatasetError, how_to_fetch, is_cached
 from synclib.datasets import fetch as fetch_dataset
 from synclib.paths import (BENCH_RESULTS, BUILD_DIR, DEFAULT_CONFIG, EXECUTED_DIR, GENERATED_DIR,
                            REPO_ROOT, display)
-from synclib.notebook import figure_notebooks
-from synclib.memory import PeakRSS, die_with_parent, release_free_memory
-from synclib.plan import format_plan, plan, plan_summary
+from synclib.notebook import AT_ONCE, figure_notebooks
+from synclib.memory import PeakRSS, die_with_parent, huge_pages_in_children, release_free_memory
+from synclib.plan import format_plan, plan, plan_summary, wall_seconds
 from synclib.stamps import mark_done, read_stamp, stamp_path, up_to_date
 
 
@@ -180,12 +180,13 @@ def _in_child(func: Callable, args: tuple):
 def run_in_child(func: Callable, args: tuple = ()):
     """``func(*args)`` in a fresh child process (``spawn``: nothing of this process's heap is
     inherited) that dies with this one; its result or its exception comes back.  ``func``
-    and ``args`` must pickle (module-level functions, ``functools.partial`` of them)."""
+    and ``args`` must pickle (module-level functions, ``functools.partial`` of them).  The
+    child's malloc asks for huge pages (:func:`synclib.memory.huge_pages_in_children`)."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"), initializer=_child_init,
-                             initargs=(os.getpid(),)) as pool:
+    with huge_pages_in_children(), ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                       initializer=_child_init, initargs=(os.getpid(),)) as pool:
         return pool.submit(_in_child, func, tuple(args)).result()
 
 
@@ -198,11 +199,13 @@ class _RunClock:
         self.order = [r.key for r in rows if r.status == "will run"]
         self.estimate = {r.key: r.seconds for r in rows if r.status == "will run"}
         self.done: dict[str, float] = {}
+        self.started = 0
 
     def start(self, key: str) -> str:
         if key not in self.estimate:
             return ""
-        return f"step {len(self.done) + 1} of {len(self.order)}: "
+        self.started += 1  # notebooks run a few at a time: each start gets its own number
+        return f"step {self.started} of {len(self.order)}: "
 
     def finish(self, key: str, seconds: float) -> str:
         if key not in self.estimate:
@@ -214,7 +217,7 @@ class _RunClock:
         known = [k for k in self.done if self.estimate[k]]
         scale = (sum(self.done[k] for k in known) / sum(self.estimate[k] for k in known)) if known else 1.0
         scale = min(max(scale, 0.5), 2.0)  # a resumed or cached job says little about the rest
-        left = scale * sum(self.estimate[k] for k in todo)
+        left = scale * wall_seconds((k, self.estimate[k]) for k in todo)
         return f"; {len(todo)} step(s) left, about {max(1, round(left / 60))} min"
 
 
@@ -503,8 +506,9 @@ def execute(jobs: dict[str, Job], scheduler: str | None = None, cluster: dict | 
             retries: int = 2, isolate: bool = True) -> dict[str, str]:
     """Run the job graph with Dask and return ``{key: output path}``.
 
-    ``scheduler``: ``None``/``"sync"`` runs on this machine one job at a time;
-    ``"threads"`` uses a local thread pool; any other string is the address of
+    ``scheduler``: ``None`` runs on this machine one job at a time, but the notebooks
+    :data:`synclib.notebook.AT_ONCE` at a time (each in its own kernel); ``"sync"`` runs every
+    job one at a time; ``"threads"`` uses a local thread pool; any other string is the address of
     a running ``dask.distributed`` scheduler.  ``cluster`` (from the config)
     creates a dask-jobqueue cluster instead, e.g. ``{type: slurm, jobs: 4,
     cores: 8, memory: 64GB, job_extra_directives: ["--gres=gpu:1"]}``.  ``isolate``: a local
@@ -514,17 +518,31 @@ def execute(jobs: dict[str, Job], scheduler: str | None = None, cluster: dict | 
     import dask
 
     distributed = scheduler not in (None, "sync", "threads") or bool(cluster)
-    nodes = to_delayed(jobs, distributed)
     keys = list(jobs)
-    targets = [nodes[k] for k in keys]
     if not distributed:
         global _ISOLATE
         before, _ISOLATE = _ISOLATE, isolate
         try:
-            values = dask.compute(*targets, scheduler=scheduler or "sync", optimize_graph=False)
+            if scheduler is not None:
+                nodes = to_delayed(jobs)
+                values = dask.compute(*[nodes[k] for k in keys], scheduler=scheduler, optimize_graph=False)
+                return dict(zip(keys, values))
+            # one job at a time, then the notebooks (and what needs them) notebook.AT_ONCE at a
+            # time in threads: each waits on a kernel of its own.  Only after the heavy jobs, so
+            # that an interrupt never waits for a simulation running on in a thread
+            later = _needing(jobs, {k for k in keys if k.startswith("notebook:")})
+            first = [k for k in keys if k not in later]
+            nodes = to_delayed({k: jobs[k] for k in first})
+            done = dict(zip(first, dask.compute(*[nodes[k] for k in first], scheduler="sync", optimize_graph=False)))
+            nodes = to_delayed(jobs, done=done)
+            rest = [k for k in keys if k in later]
+            done.update(zip(rest, dask.compute(*[nodes[k] for k in rest], scheduler="threads",
+                                               num_workers=AT_ONCE, optimize_graph=False)))
+            return {k: done[k] for k in keys}
         finally:
             _ISOLATE = before
-        return dict(zip(keys, values))
+    nodes = to_delayed(jobs, distributed)
+    targets = [nodes[k] for k in keys]
     from dask.distributed import Client
 
     cl = make_cluster(cluster) if cluster else None
@@ -540,8 +558,18 @@ def execute(jobs: dict[str, Job], scheduler: str | None = None, cluster: dict | 
     return dict(zip(keys, values))
 
 
-def to_delayed(jobs: dict[str, Job], distributed: bool = False) -> dict[str, Any]:
-    """One ``dask.delayed`` node per job, keyed like ``jobs``, wired by ``Job.deps``.
+def _needing(jobs: dict[str, Job], keys: set[str]) -> set[str]:
+    """``keys`` and every job that depends on one of them, directly or not."""
+    out = set(keys)
+    for key, job in jobs.items():  # insertion order is a topological order
+        if any(d in out for d in job.deps):
+            out.add(key)
+    return out
+
+
+def to_delayed(jobs: dict[str, Job], distributed: bool = False, done: dict | None = None) -> dict[str, Any]:
+    """One ``dask.delayed`` node per job, keyed like ``jobs``, wired by ``Job.deps``; the jobs
+    in ``done`` (key -> output) are not run again, their outputs feed the jobs that need them.
 
     With ``distributed``, jobs that need a GPU are annotated with the worker
     resource ``GPU=1``.
@@ -549,7 +577,7 @@ def to_delayed(jobs: dict[str, Job], distributed: bool = False) -> dict[str, Any
     import dask
     from dask import delayed
 
-    nodes: dict[str, Any] = {}
+    nodes: dict[str, Any] = dict(done or {})
 
     def node(key: str):
         if key not in nodes:
@@ -595,8 +623,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", default=",".join(STEPS),
                    help=f"comma-separated steps to run, in order: {','.join(STEPS)} (default: all)")
     p.add_argument("--scheduler", default=None,
-                   help="'sync' (default, in-process), 'threads', or a dask.distributed scheduler "
-                        "address such as tcp://10.0.0.1:8786")
+                   help="'sync' (one job at a time; by default the notebooks run a few at a time, each in its "
+                        "own kernel), 'threads', or a dask.distributed scheduler address such as tcp://10.0.0.1:8786")
     p.add_argument("--force", action="store_true", help="re-run every job even if up to date (a finished cube is still re-used: "
                         "delete it to simulate again)")
     p.add_argument("--in-process", action="store_true",

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
+from synclib.notebook import AT_ONCE
 from synclib.paths import BENCH_RESULTS, display
 from synclib.sizing import EMBEDDED_SHAPES
 from synclib.stamps import read_stamp
 
-__all__ = ["JobPlan", "plan", "format_plan"]
+__all__ = ["JobPlan", "plan", "format_plan", "wall_seconds"]
 
 #: input names that hold an upstream job's fingerprint (a change there is "upstream changed")
 _UPSTREAM = {"cube", "manifest", "upstream", "notebooks", "pages"}
@@ -200,6 +201,15 @@ def plan(jobs: dict, cfg: dict) -> list[JobPlan]:
     return out
 
 
+def wall_seconds(estimates) -> float:
+    """How long a local run of jobs with these ``(key, seconds)`` estimates takes: one job at
+    a time, the notebooks :data:`synclib.notebook.AT_ONCE` at a time (their estimates are
+    each notebook's time measured so, sharing the cores)."""
+    pairs = [(k, v or 0) for k, v in estimates]
+    notebooks = sum(v for k, v in pairs if k.startswith("notebook:"))
+    return sum(v for k, v in pairs if not k.startswith("notebook:")) + notebooks / AT_ONCE
+
+
 def plan_summary(rows: list[JobPlan]) -> str:
     """One line: how many jobs run, about how long they take and how much memory they need."""
     todo = [r for r in rows if r.status == "will run"]
@@ -208,7 +218,7 @@ def plan_summary(rows: list[JobPlan]) -> str:
     known = [r for r in todo if r.seconds is not None]
     text = f"{len(todo)} of {len(rows)} jobs will run"
     if known:
-        text += (f"; about {sum(r.seconds for r in known) / 60:.0f} min"
+        text += (f"; about {wall_seconds((r.key, r.seconds) for r in known) / 60:.0f} min"
                  + (f" for the {len(known)} with an estimate" if len(known) < len(todo) else ""))
     peaks = [r.peak_gib for r in todo if r.peak_gib]
     if peaks:
@@ -251,7 +261,7 @@ def format_plan(rows: list[JobPlan], cfg: dict | None = None) -> str:
     sims = [r for r in todo if r.key.startswith("simulate:")]
     disk = sum(r.disk_bytes or 0 for r in sims)
     unknown = sum(r.disk_bytes is None for r in sims)
-    secs = sum(r.seconds or 0 for r in todo)
+    secs = wall_seconds((r.key, r.seconds) for r in todo)
     if not sims:
         writes = "no simulation"
     elif unknown == len(sims):

@@ -842,7 +842,9 @@ def main_job_lines(m: dict | None) -> list[str]:
                    f"{v['dialogs']} dialogs, {v['split_seeds']} split seeds |")
     nb = j.get("notebooks", {})
     if nb:
-        out.append(f"| {len(nb)} notebooks | {_num(sum(v['seconds'] for v in nb.values()))} | | |")
+        k = m.get("notebooks_at_once", 1)
+        out.append(f"| {len(nb)} notebooks{f', {k} at a time' if k > 1 else ''} | "
+                   f"{_num(sum(v['seconds'] for v in nb.values()) / k)} | | |")
     for k in ("pages", "book"):
         if k in j:
             out.append(f"| {k} | {_num(j[k]['seconds'])} | | |")

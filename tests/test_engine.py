@@ -481,6 +481,33 @@ def test_sampling_distribution_is_transformers_generate(top_k, top_p):
         assert (ours == 0).any()
 
 
+@pytest.mark.parametrize("top_k,top_p", [(None, None), (50, None), (None, 0.9), (3, 0.5)])
+def test_sampling_in_kept_buffers_is_sampling_afresh(top_k, top_p):
+    """The CPU's sampling steps work in buffers kept across steps, a chunk of rows at a time
+    (engine._SampleWork): the same probabilities and the same tokens, bit for bit, as the
+    distribution computed afresh over all rows at once, and a second step in the same buffers
+    is not disturbed by the first."""
+    from synclib.engine import _sample, _SampleWork, sampling_distribution
+
+    g = torch.Generator().manual_seed(11)
+    work = _SampleWork(700, rows=3)  # 8 rows: chunks of 3, 3 and 2
+    for _ in range(2):
+        logits = torch.randn(8, 700, generator=g) * 3
+        logits[2] = torch.round(logits[2])  # ties at the k-th value
+        u = torch.rand(8, generator=g, dtype=torch.float64)
+        for temperature in (0.7, 1.3):
+            fresh = torch.softmax(logits.double() / temperature, dim=-1) if not (top_k or top_p) else None
+            alone = sampling_distribution(logits, temperature, top_k, top_p)
+            if fresh is not None:
+                assert torch.equal(alone, fresh)
+            in_work = sampling_distribution(logits[:3], temperature, top_k, top_p, work=work)
+            assert torch.equal(in_work, alone[:3])
+            cdf = alone.cumsum(-1)
+            expect = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1)).squeeze(-1)
+            assert torch.equal(_sample(logits, u, (temperature, top_k, top_p), work), expect)
+            assert torch.equal(_sample(logits, u, (temperature, top_k, top_p)), expect)
+
+
 def test_generation_config_sets_what_is_sampled(lm):
     """A model's generation_config top-k/top-p are what the reference's generate used."""
     import transformers

@@ -1,6 +1,7 @@
 """synclib.memory: the session budget, its sharing between engines, and freed memory going back."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -105,6 +106,25 @@ def test_a_job_in_a_child_process_returns_its_result_and_raises_its_error():
     assert run_in_child(functools.partial(math.pow, 2), (10,)) == 1024
     with pytest.raises(ValueError, match="invalid literal"):
         run_in_child(int, ("not a number",))
+
+
+def test_a_job_in_a_child_process_asks_for_huge_pages(monkeypatch):
+    """The child's environment carries glibc's huge-page tunable, added to the user's own
+    tunables; this process's environment is as it was; a user's own hugetlb setting stands."""
+    import functools
+
+    from synclib.memory import HUGE_PAGES_TUNABLE
+    from synclib.pipeline import run_in_child
+
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.check=0")
+    seen = run_in_child(functools.partial(os.getenv, "GLIBC_TUNABLES"))
+    assert seen == f"glibc.malloc.check=0:{HUGE_PAGES_TUNABLE}"
+    assert os.environ["GLIBC_TUNABLES"] == "glibc.malloc.check=0"
+    monkeypatch.delenv("GLIBC_TUNABLES")
+    assert run_in_child(functools.partial(os.getenv, "GLIBC_TUNABLES")) == HUGE_PAGES_TUNABLE
+    assert "GLIBC_TUNABLES" not in os.environ
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.hugetlb=0")
+    assert run_in_child(functools.partial(os.getenv, "GLIBC_TUNABLES")) == "glibc.malloc.hugetlb=0"
 
 
 def test_tree_rss_counts_the_children():

@@ -455,7 +455,7 @@ def test_parameter_mistakes_get_one_synclib_line_on_every_route(results_dir, tmp
         (module("-p", "results_dir", str(tmp_path)), 1, "synclib: results_dir = "),
         (run("-m", "synclib", "notebooks", "--results", str(results_dir), "fig02", "-p", "runs", "[X-Y]",
              "--out", str(tmp_path / "x")), 1,
-         f"synclib notebooks: fig02_heatmaps: runs = ['X-Y']: 'X-Y' is not an ordered run of"),
+         "synclib notebooks: fig02_heatmaps: runs = ['X-Y']: 'X-Y' is not an ordered run of"),
     ]
     for proc, rc, said in cases:
         assert proc.returncode == rc, (said, proc.stderr[-2000:])

@@ -130,6 +130,45 @@ def test_jobs_skip_when_up_to_date_and_rerun_when_inputs_change(tmp_path):
     assert calls == ["a", "b", "b", "a"]
 
 
+def test_a_local_run_executes_notebooks_at_once_after_the_other_jobs(tmp_path):
+    """By default the notebooks run synclib.notebook.AT_ONCE at a time (here two of them meet
+    at a barrier, which only jobs running together can pass), and only after every job they do
+    not need has finished; with scheduler='sync' they run one after the other."""
+    import threading
+
+    from synclib.notebook import AT_ONCE
+
+    if AT_ONCE < 2:
+        pytest.skip("one core: notebooks run one at a time")
+    events = []
+
+    def jobs_with(barrier):
+        def make(tag):
+            def func(*deps):
+                events.append(("start", tag))
+                if tag.startswith("notebook:"):
+                    barrier.wait()
+                events.append(("end", tag))
+                (tmp_path / f"{tag.replace(':', '_')}.{id(barrier)}").write_text(tag)
+            return func
+
+        def job(key, deps=()):
+            return Job(key, tmp_path / f"{key.replace(':', '_')}.{id(barrier)}", f"fp-{key}", make(key), deps=deps)
+        return {"simulate:x": job("simulate:x"), "analyze:x": job("analyze:x", ("simulate:x",)),
+                "manifest": job("manifest", ("analyze:x",)),
+                "notebook:a": job("notebook:a", ("manifest",)), "notebook:b": job("notebook:b", ("manifest",)),
+                "book": job("book", ("notebook:a", "notebook:b"))}
+
+    out = execute(jobs_with(threading.Barrier(2, timeout=30)), isolate=False)  # heavy jobs in this process
+    assert set(out) == {"simulate:x", "analyze:x", "manifest", "notebook:a", "notebook:b", "book"}
+    assert events[:6] == [(e, k) for k in ("simulate:x", "analyze:x", "manifest") for e in ("start", "end")]
+    assert {k for _, k in events[6:10]} == {"notebook:a", "notebook:b"} and events[10:] == [("start", "book"),
+                                                                                           ("end", "book")]
+    events.clear()
+    with pytest.raises(threading.BrokenBarrierError):  # one at a time: the first notebook waits alone
+        execute(jobs_with(threading.Barrier(2, timeout=1)), scheduler="sync", isolate=False)
+
+
 def test_failed_job_leaves_no_stamp(tmp_path):
     out = tmp_path / "x.json"
 
@@ -303,3 +342,17 @@ def test_run_clock_counts_steps_and_scales_what_is_left():
     assert clock.start("c") == "step 2 of 3: "
     assert clock.finish("c", 300) == "; 1 step(s) left, about 1 min"
     assert clock.finish("d", 50) == ""
+
+
+def test_estimates_count_notebooks_running_at_once():
+    """The plan, its summary and the run clock count the notebooks AT_ONCE at a time."""
+    from synclib.notebook import AT_ONCE
+    from synclib.plan import JobPlan, plan_summary, wall_seconds
+
+    est = [("simulate:x", 600), ("notebook:a", 120 * AT_ONCE), ("notebook:b", 120 * AT_ONCE), ("book", 60)]
+    assert wall_seconds(est) == 600 + 240 + 60
+    rows = [JobPlan(k, k, "will run", "x", seconds=v) for k, v in est]
+    assert plan_summary(rows).endswith("about 15 min")
+    clock = pipeline._RunClock(rows)
+    clock.start("simulate:x")
+    assert clock.finish("simulate:x", 600) == "; 3 step(s) left, about 5 min"
