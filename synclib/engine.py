@@ -517,11 +517,8 @@ class _SampleWork:
 
         self.V = V
         self.chunk = rows or max(1, SAMPLE_CHUNK_BYTES // (8 * V))
-        kw = {"device": device}
-        self._bufs = (torch.empty(self.chunk, V, dtype=torch.float64, **kw),
-                      torch.empty(self.chunk, V, dtype=torch.float64, **kw),
-                      torch.empty(self.chunk, V, dtype=torch.float32, **kw),
-                      torch.empty(self.chunk, V, dtype=torch.bool, **kw))
+        self._bufs = tuple(torch.empty(self.chunk, V, dtype=dt, device=device)
+                           for dt in (torch.float64, torch.float64, torch.float32, torch.bool))
 
     def rows(self, n: int) -> tuple:
         """The first ``n`` rows (``n <= chunk``) of each buffer."""
@@ -729,12 +726,12 @@ def _sample(logits, u, sampling, work: _SampleWork | None = None):
     if temperature == 0:
         return logits.argmax(-1)
     R, V = logits.shape
-    step = R if work is None else work.chunk
+    work = work or _SampleWork(V, R, logits.device)  # without: every row at once, in fresh arrays
     tok = torch.empty(R, dtype=torch.long, device=logits.device)
-    for s in range(0, R, step):
-        e = min(R, s + step)
+    for s in range(0, R, work.chunk):
+        e = min(R, s + work.chunk)
         p = sampling_distribution(logits[s:e], temperature, top_k, top_p, work=work)
-        cdf = torch.cumsum(p, -1, out=work.rows(e - s)[0]) if work is not None else p.cumsum(-1)
+        cdf = torch.cumsum(p, -1, out=work.rows(e - s)[0])
         tok[s:e] = torch.searchsorted(cdf, (u[s:e] * cdf[:, -1]).unsqueeze(-1)).squeeze(-1).clamp(max=V - 1)
     return tok
 
