@@ -47,22 +47,22 @@ PATHS = ("prefix_tree", "per_prefix")
 @contextmanager
 def _path(name):
     """Select the candidate-scoring path of :mod:`synclib.engine` for the ``with`` block."""
-    import synclib.engine as E
+    from synclib.engine import candidates
 
-    real = E._attention_windows
+    real = candidates.attention_windows
     if name == "per_prefix":
-        E._attention_windows = lambda config: None
+        candidates.attention_windows = lambda config: None
     try:
         yield
     finally:
-        E._attention_windows = real
+        candidates.attention_windows = real
 
 
 def tom_prompts(lm, cube, tasks):
     """The ToM-view prompt of the agent to speak before every utterance of every dialog."""
     import xarray as xr
 
-    from synclib.scenarios import render_prompt
+    from synclib.prompts import render_prompt
 
     out = []
     with xr.open_dataset(cube) as ds:
@@ -81,7 +81,7 @@ def time_tom(spec, cube, tasks):
 
     from synclib.engine import Engine
     from synclib.models import load_model
-    from synclib.scenarios import EMOTIONS
+    from synclib.prompts import EMOTIONS
 
     lm = load_model(spec)
     rows = tom_prompts(lm, cube, tasks)

@@ -80,7 +80,7 @@ def scenario_corpus() -> list[str]:
 
     for f in sorted((REPO / "data" / "scenarios").glob("*.json")):
         walk(json.loads(f.read_text()))
-    from synclib.scenarios import LEAVE_INSTRUCTION, TOM_INSTRUCTION
+    from synclib.prompts import LEAVE_INSTRUCTION, TOM_INSTRUCTION
 
     out += [LEAVE_INSTRUCTION, TOM_INSTRUCTION]
     return out
@@ -163,7 +163,8 @@ def sync(device):
 
 def fixed_length_prompts(lm, n: int, length: int) -> list[list[int]]:
     """``n`` distinct token-id prompts of exactly ``length`` tokens, from real scenario prompts."""
-    from synclib.scenarios import load_tasks, render_prompt
+    from synclib.prompts import render_prompt
+    from synclib.scenarios import load_tasks
 
     tasks = load_tasks("embedded")
     out = []
@@ -406,7 +407,8 @@ def bench_storage(lm, n_tasks: int, out_dir: Path) -> dict:
     """
     from synclib.cube import STORE_DTYPES, CubeSpec, CubeWriter, Unit, open_cube
     from synclib.engine import Engine
-    from synclib.scenarios import load_tasks, render_prompt
+    from synclib.prompts import render_prompt
+    from synclib.scenarios import load_tasks
     from synclib.simulate import episode_coords
 
     tasks = list(load_tasks("embedded"))[:n_tasks]

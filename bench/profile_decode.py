@@ -64,6 +64,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     from synclib.engine import Engine, Request
+    from synclib.engine.forward import forward
 
     dev = args.device
     cuda = dev.startswith("cuda")
@@ -124,10 +125,9 @@ def main(argv=None) -> int:
                     for _ in range(args.steps):
                         state["mask"] = torch.cat([state["mask"], state["mask"].new_ones((B, 1))], 1)
                         with torch.inference_mode():
-                            out = lm.model(input_ids=tok[:, None], attention_mask=state["mask"],
-                                           position_ids=state["pos"][:, None], past_key_values=state["cache"],
-                                           use_cache=True, logits_to_keep=1)
-                        state["cache"], state["pos"] = out.past_key_values, state["pos"] + 1
+                            _, state["cache"] = forward(lm.model, tok[:, None], state["mask"], state["pos"][:, None],
+                                                        state["cache"], last_only=True)
+                        state["pos"] = state["pos"] + 1
 
                 r["forward_step_ms"] = round(1000 * timed(loop) / args.steps, 2)
                 pre = state = None  # free the cache before the next backend

@@ -5,10 +5,10 @@ decoding steps than the turn-by-turn loop but only 4 % less time (``scheduling_c
 This script times, on random prompts of one length and a fixed number of new tokens (no line
 stop, so every row decodes every step):
 
-* ``generate``: :meth:`synclib.engine.Engine.generate` of ``rows`` requests (the batch decoder,
-  ``_StaticDecoder``; one CUDA-graph replay a step on CUDA);
+* ``generate``: :meth:`synclib.engine.Engine.generate` of ``rows`` requests (the batch in fixed
+  slots, ``engine.fixed.FixedSlots`` of ``rows`` slots; one CUDA-graph replay a step on CUDA);
 * ``stream``: the same requests submitted to :meth:`Engine.stream` at once and stepped to the end
-  (the fixed slots, ``_SlotRows``; capacity ``--capacity``, so free slots run too);
+  (``FixedSlots`` of capacity ``--capacity``, so free slots run too);
 * ``prefill``: the same requests with one new token (the prefill alone).
 
 Per mode and row count: wall seconds, decoding steps, and the step time

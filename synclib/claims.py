@@ -38,7 +38,7 @@ from typing import Callable
 
 import numpy as np
 
-from synclib import power
+from synclib import power, power_text
 from synclib.stats import MIN_N_CORR
 from synclib.stats import fmt as _f
 from synclib.stats import p_clause as _p
@@ -102,7 +102,7 @@ def _control_line(res, table, control: str, key: str, what: str, paper_differenc
     if not len(rows):
         return Claim(key, what, "cannot", f"this run has no {control} condition.")
     r = rows.iloc[0]
-    if why := power.why_untestable(r):
+    if why := power_text.why_untestable(r):
         return Claim(key, what, "cannot", why + ".")
     if power.significantly_above(r):
         return Claim(key, what, "can", f"{_who(res)} genuine above {control} {_found(r)}.")
@@ -115,7 +115,7 @@ def _control_line(res, table, control: str, key: str, what: str, paper_differenc
     return Claim(key, what, "partly", f"not detected: {_found(r)}; detectable from about {_f(mde, 3)}.")
 
 
-def passive(res, published: dict, paper_difference: float = power.ASSUMED_PAPER_DIFFERENCE, table=None) -> Claim:
+def passive(res, published: dict, paper_difference: float = power_text.ASSUMED_PAPER_DIFFERENCE, table=None) -> Claim:
     """Figures 3-4a: the passive reader is below genuine."""
     table = power.paired_control_tests(res) if table is None else table
     return _control_line(res, table, "passive", "fig3_4", "Passive reader below genuine (section 4.2, figure 4a)",

@@ -32,7 +32,6 @@ Environment variables:
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import sys
@@ -325,33 +324,3 @@ def fetch(dataset: Dataset = SOTOPIA, source: str | os.PathLike | None = None,
     (log or (lambda m: print(m, file=sys.stderr, flush=True)))(
         f"[synclib] {dataset.name}: {len(data)} files from {src} checked and cached in {root}. {dataset.about}")
     return root
-
-
-# ---------------------------------------------------------------------- CLI
-def configure_parser(parser: argparse.ArgumentParser) -> None:
-    """``synclib fetch NAME [--from DIR_OR_ARCHIVE]``."""
-    parser.add_argument("name", choices=sorted(DATASETS),
-                        help="the dataset: sotopia (the paper's Sotopia tasks) or sotopia-human (published "
-                             "human Sotopia-eval ratings, for table 4 and figure 10)")
-    parser.add_argument("--from", dest="source", default=None, metavar="DIR_OR_ARCHIVE",
-                        help="copy the files from a folder or a zip/tar archive you brought instead of downloading "
-                             "(checked against the same hashes)")
-    parser.add_argument("--url", default=None, help="a mirror's base URL (default: the pinned source)")
-    parser.add_argument("--cache", default=None,
-                        help=f"the cache root (default ${CACHE_ENV}, else the user cache)")
-
-
-def run(args: argparse.Namespace) -> int:
-    ds = DATASETS[args.name]
-    try:
-        root = fetch(ds, args.source, cache=args.cache, url=args.url, log=lambda m: print(m, flush=True))
-    except DatasetError as exc:
-        print(f"synclib fetch: {exc}", file=sys.stderr)
-        return 2
-    if ds.kind == "tasks":
-        print(f"{ds.name}: {len(ds.files)} files ready in {root} (use `scenarios: {ds.name}`)")
-    else:
-        from synclib.judge.sotopia_human import usage
-
-        print(f"{ds.name}: {len(ds.files)} files ready in {root}\n{usage(root)}")
-    return 0

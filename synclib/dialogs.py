@@ -4,16 +4,16 @@
 (one episode and simulation seed of the run's cube):
 
 * the task: scenario, relationship, source, both agents' names and goals (the task files'
-  text with Sotopia's tags removed by :func:`synclib.scenarios.render_text`, as the judge
+  text with Sotopia's tags removed by :func:`synclib.prompts.render_text`, as the judge
   sees them); the task files are the ones the results manifest's config names
   (``scenarios``), matched to the cube's episodes by task index, scenario id and agent ids;
 * every turn as stored in the cube (``text_a`` / ``text_b``: utterance ``2k`` is
   ``text_a[..., k]``, ``2k+1`` is ``text_b[..., k]``, ``n_utterances`` of them).  The cube
   keeps the reply *after* the protocol's post-processing
-  (:func:`synclib.scenarios.postprocess_reply`: first line only, text before the first
+  (:func:`synclib.prompts.postprocess_reply`: first line only, text before the first
   ``": "`` dropped); the raw generation is not stored, so it cannot be shown;
 * where and why it ended (:func:`end_reason`): ``"leave"`` when the last utterance ends the
-  episode by the LEAVE rule (:func:`synclib.scenarios.is_leave` on the complete dialog line),
+  episode by the LEAVE rule (:func:`synclib.prompts.is_leave` on the complete dialog line),
   ``"limit"`` when it reached ``max_utterances`` (the cube's attribute), ``"other"``
   otherwise (the stored texts do not explain the end, e.g. synthetic test data);
 * the judge's scores per agent and dimension, with its reasoning where it gave one (the
@@ -189,10 +189,10 @@ def end_reason(utterances, max_utterances: int | None, task=None, names=None) ->
     utterances : sequence of str
     max_utterances : the run's limit (``None``: unknown)
     task : synclib.scenarios.Task, optional
-        With it the LEAVE rule is :func:`synclib.scenarios.is_leave` ``(last, task, turn)``,
+        With it the LEAVE rule is :func:`synclib.prompts.is_leave` ``(last, task, turn)``,
         exactly the simulator's; else with ``names`` (agent 1's, agent 2's) the same rule on
-        the same dialog line (:func:`synclib.scenarios.speaker_line`); else the rule without
-        the line (:func:`synclib.scenarios.is_leave` on the utterance alone).
+        the same dialog line (:func:`synclib.prompts.speaker_line`); else the rule without
+        the line (:func:`synclib.prompts.is_leave` on the utterance alone).
 
     Returns
     -------
@@ -202,7 +202,7 @@ def end_reason(utterances, max_utterances: int | None, task=None, names=None) ->
         anyway), ``"limit"`` (``len(utterances) >= max_utterances``) or ``"other"``;
         ``detail`` is one sentence for readers.
     """
-    from synclib.scenarios import is_leave, is_leave_line, speaker_line
+    from synclib.prompts import is_leave, is_leave_line, speaker_line
 
     n = len(utterances)
     if n == 0:
@@ -348,9 +348,74 @@ def _transcript(view, texts_a, texts_b, n, names, max_utt, task, tom=None) -> Tr
     return Transcript(view=view, turns=tuple(turns), end=end, end_detail=detail)
 
 
-# Longer than most functions here (about 95 lines of code): it reads every small variable of a
-# cube once and assembles each dialog from them in one pass; split up, the pieces would pass a
-# dozen arrays between them.
+def _task_columns(ds, n, episodes) -> dict:
+    """The cube's per-episode coordinates that name each episode's task (task index, scenario
+    id, codename, source, relationship, both agents' ids and names): lists of ``n``, with a
+    default where the cube lacks the coordinate (the task index defaults to ``episodes``)."""
+    return {"task_index": _coord(ds, "task_index", n, lambda i: episodes[i]),
+            "env_id": _coord(ds, "env_id", n, lambda i: ""),
+            "codename": _coord(ds, "codename", n, lambda i: ""),
+            "source": _coord(ds, "source", n, lambda i: ""),
+            "relationship": _coord(ds, "relationship", n, lambda i: None),
+            "ids": [_coord(ds, f"agent{k}_id", n, lambda i: "") for k in (1, 2)],
+            "names": [_coord(ds, f"agent{k}_name", n, lambda i, k=k: f"agent {k}") for k in (1, 2)]}
+
+
+def _tom_arrays(ds, dims) -> dict | None:
+    """The cube's Theory-of-Mind run: its texts and utterance counts, both speakers' emotion and
+    action distributions and format flags (``None`` where missing) and the candidate words;
+    ``None`` when the cube has no ToM run."""
+    from synclib.prompts import ACTIONS, EMOTIONS
+
+    if not all(v in ds.variables for v in ("text_a_tom", "text_b_tom", "n_utterances_tom")):
+        return None
+    return {"text": {s: _arr(ds, f"text_{s}_tom", dims) for s in "ab"},
+            "n": _arr(ds, "n_utterances_tom", ("episode", "sim_seed")),
+            "emotion": [_arr(ds, f"emotion_{s}", dims + ("emotion",)) for s in "ab"],
+            "action": [_arr(ds, f"action_{s}", dims + ("action",)) for s in "ab"],
+            "format": [_arr(ds, f"tom_format_{s}", dims) for s in "ab"],
+            "emotion_words": (np.asarray(ds["emotion"].values).tolist() if "emotion" in ds.coords
+                              else list(EMOTIONS)),
+            "action_words": (np.asarray(ds["action"].values).tolist() if "action" in ds.coords
+                             else list(ACTIONS))}
+
+
+def _tom_transcript(tom, e, s, names, max_utt, task) -> Transcript | None:
+    """The ToM dialog of episode row ``e`` and seed column ``s`` with its read-outs per turn
+    (``tom`` from :func:`_tom_arrays`), or ``None`` where the cube has none."""
+    nt = _int_or_none(tom["n"][e, s]) if tom is not None else None
+    if nt is None or nt < 0:  # -1: no ToM dialog for this unit (simulate.tom_episodes)
+        return None
+    info = {k: [None if x is None else x[e, s] for x in tom[k]] for k in ("emotion", "action", "format")}
+    info.update(emotion_words=tom["emotion_words"], action_words=tom["action_words"])
+    return _transcript("tom", tom["text"]["a"][e, s], tom["text"]["b"][e, s], max(nt, 0), names,
+                       max_utt, task, tom=info)
+
+
+def _task_texts(task) -> tuple:
+    """A task's scenario and both goals as the judge sees them; ``(None, None)`` without a task."""
+    if task is None:
+        return None, None
+    from synclib.prompts import render_text
+
+    return render_text(task.env.scenario), tuple(render_text(g) for g in task.env.agent_goals)
+
+
+def _cube_notes(tasks, mismatched, dialogs, by_index, max_utt) -> list[str]:
+    """What a cube's dialogs are shown without: goals of tasks that do not match the cube's ids
+    (``mismatched``) or are not in the task set, and the utterance limit."""
+    notes = []
+    if tasks is not None and mismatched:
+        notes.append(f"Task(s) {', '.join(map(str, sorted(set(mismatched))))} of the scenario set do not "
+                     "match the cube's scenario / agent ids: shown without goals.")
+    missing = sorted({d.task_index for d in dialogs} - set(by_index)) if tasks is not None else []
+    if missing:
+        notes.append(f"Task(s) {', '.join(map(str, missing))} are not in the scenario set: shown without goals.")
+    if max_utt is None:
+        notes.append("The cube records no utterance limit (attribute max_utterances).")
+    return notes
+
+
 def dialogs_from_cube(cube, *, run: str = "run", pair: str | None = None, order: int = 1,
                       model_a: str = "", model_b: str = "", family: str = "", tasks=None,
                       judge=None, max_utterances: int | None = None) -> tuple[list, list]:
@@ -377,7 +442,7 @@ def dialogs_from_cube(cube, *, run: str = "run", pair: str | None = None, order:
     """
     import xarray as xr
 
-    from synclib.scenarios import ACTIONS, EMOTIONS, RELATIONSHIPS, render_text
+    from synclib.scenarios import RELATIONSHIPS
 
     if not isinstance(cube, xr.Dataset):
         with xr.open_dataset(cube) as opened:
@@ -388,7 +453,6 @@ def dialogs_from_cube(cube, *, run: str = "run", pair: str | None = None, order:
             except ValueError as exc:
                 raise ValueError(f"{cube}: {exc}") from None
     ds = cube
-    notes = []
     for v in ("text_a", "text_b", "n_utterances"):
         if v not in ds.variables:
             raise ValueError(f"variable {v!r} is missing from the cube")
@@ -396,27 +460,13 @@ def dialogs_from_cube(cube, *, run: str = "run", pair: str | None = None, order:
     episodes = _coord(ds, "episode", E, lambda i: i)
     seeds = (np.asarray(ds["sim_seed"].values).tolist() if "sim_seed" in ds.coords
              else list(range(ds.sizes["sim_seed"])))
-    task_index = _coord(ds, "task_index", E, lambda i: episodes[i])
-    env_id = _coord(ds, "env_id", E, lambda i: "")
-    codename = _coord(ds, "codename", E, lambda i: "")
-    source = _coord(ds, "source", E, lambda i: "")
-    relation = _coord(ds, "relationship", E, lambda i: None)
-    ids = [_coord(ds, f"agent{k}_id", E, lambda i: "") for k in (1, 2)]
-    cube_names = [_coord(ds, f"agent{k}_name", E, lambda i, k=k: f"agent {k}") for k in (1, 2)]
+    col = _task_columns(ds, E, episodes)
     attr_max = _int_or_none(ds.attrs.get("max_utterances"))
     max_utt = attr_max if attr_max is not None else max_utterances
     dims = ("episode", "sim_seed", "round")
     text = {s: _arr(ds, f"text_{s}", dims) for s in "ab"}
     n_utt = _arr(ds, "n_utterances", ("episode", "sim_seed"))
-    has_tom = all(v in ds.variables for v in ("text_a_tom", "text_b_tom", "n_utterances_tom"))
-    if has_tom:
-        tom_text = {s: _arr(ds, f"text_{s}_tom", dims) for s in "ab"}
-        n_tom = _arr(ds, "n_utterances_tom", ("episode", "sim_seed"))
-        emo = [_arr(ds, f"emotion_{s}", dims + ("emotion",)) for s in "ab"]
-        act = [_arr(ds, f"action_{s}", dims + ("action",)) for s in "ab"]
-        fmt = [_arr(ds, f"tom_format_{s}", dims) for s in "ab"]
-        emo_words = (np.asarray(ds["emotion"].values).tolist() if "emotion" in ds.coords else list(EMOTIONS))
-        act_words = (np.asarray(ds["action"].values).tolist() if "action" in ds.coords else list(ACTIONS))
+    tom_arrays = _tom_arrays(ds, dims)
     reader = _arr(ds, "passive_reader", ("episode", "sim_seed"))
     model_a = model_a or _str(ds.attrs.get("model_a", ""))
     model_b = model_b or _str(ds.attrs.get("model_b", ""))
@@ -427,51 +477,31 @@ def dialogs_from_cube(cube, *, run: str = "run", pair: str | None = None, order:
     mismatched = []
     out = []
     for e in range(E):
-        ti = int(task_index[e])
-        a1, a2 = _str(ids[0][e]), _str(ids[1][e])
+        ti = int(col["task_index"][e])
+        a1, a2 = _str(col["ids"][0][e]), _str(col["ids"][1][e])
         task = by_index.get(ti)
-        if task is not None and not _task_matches(task, _str(env_id[e]), a1, a2):
+        if task is not None and not _task_matches(task, _str(col["env_id"][e]), a1, a2):
             mismatched.append(ti)
             task = None
-        names = tuple(task.names) if task is not None else (_str(cube_names[0][e]), _str(cube_names[1][e]))
-        rel = _int_or_none(relation[e])
+        names = tuple(task.names) if task is not None else (_str(col["names"][0][e]), _str(col["names"][1][e]))
+        rel = _int_or_none(col["relationship"][e])
         rel_name = (RELATIONSHIPS.get(rel, str(rel)) if rel is not None else "")
-        if task is not None:
-            scenario = render_text(task.env.scenario)
-            goals = tuple(render_text(g) for g in task.env.agent_goals)
-        else:
-            scenario, goals = None, None
+        scenario, goals = _task_texts(task)
         for s, seed in enumerate(seeds):
             n = _int_or_none(n_utt[e, s]) or 0
             genuine = _transcript("genuine", text["a"][e, s], text["b"][e, s], max(n, 0), names, max_utt, task)
-            tom = None
-            nt = _int_or_none(n_tom[e, s]) if has_tom else None
-            if nt is not None and nt >= 0:  # -1: no ToM dialog for this unit (simulate.tom_episodes)
-                info = {"emotion": [None if x is None else x[e, s] for x in emo],
-                        "action": [None if x is None else x[e, s] for x in act],
-                        "format": [None if x is None else x[e, s] for x in fmt],
-                        "emotion_words": emo_words, "action_words": act_words}
-                tom = _transcript("tom", tom_text["a"][e, s], tom_text["b"][e, s], max(nt, 0), names,
-                                  max_utt, task, tom=info)
+            tom = _tom_transcript(tom_arrays, e, s, names, max_utt, task)
             scores, judge_name = judged.get((ti, int(seed)), ((), ""))
             rd = _str(reader[e, s]) if reader is not None else ""
             if rd and rd in personas:
                 rd = f"{personas[rd].name} ({rd})"
             out.append(Dialog(run=run, pair=pair or run, order=int(order), model_a=model_a, model_b=model_b,
                               family=family, episode=int(episodes[e]), task_index=ti, sim_seed=int(seed),
-                              codename=_str(codename[e]) or (task.codename if task is not None else ""),
-                              source=_str(source[e]), relationship=rel_name, scenario=scenario, names=names,
+                              codename=_str(col["codename"][e]) or (task.codename if task is not None else ""),
+                              source=_str(col["source"][e]), relationship=rel_name, scenario=scenario, names=names,
                               goals=goals, max_utterances=max_utt, genuine=genuine, tom=tom, scores=scores,
                               judge=judge_name, passive_reader=rd, has_judge_table=judge is not None))
-    if tasks is not None and mismatched:
-        notes.append(f"Task(s) {', '.join(map(str, sorted(set(mismatched))))} of the scenario set do not "
-                     "match the cube's scenario / agent ids: shown without goals.")
-    missing = sorted({d.task_index for d in out} - set(by_index)) if tasks is not None else []
-    if missing:
-        notes.append(f"Task(s) {', '.join(map(str, missing))} are not in the scenario set: shown without goals.")
-    if max_utt is None:
-        notes.append("The cube records no utterance limit (attribute max_utterances).")
-    return out, notes
+    return out, _cube_notes(tasks, mismatched, out, by_index, max_utt)
 
 
 def _count(dialogs) -> dict:

@@ -16,10 +16,11 @@ the same inputs (a fingerprint of the config section it depends on and of its
 upstream outputs, stored beside the output as ``*.done.json``).  Simulation
 resumes a cube that was interrupted, so a worker that dies mid-job loses
 nothing already written: the job is retried and continues where it stopped.
+
+The command line, ``synclib run``, is :mod:`synclib.cli.run`.
 """
 from __future__ import annotations
 
-import argparse
 import gc
 import hashlib
 import json
@@ -27,18 +28,18 @@ import os
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from synclib.config import STEPS, ConfigError, keys_of_step, load_config
-from synclib.datasets import TASK_SETS, DatasetError, how_to_fetch, is_cached
-from synclib.datasets import fetch as fetch_dataset
-from synclib.paths import (BENCH_RESULTS, BUILD_DIR, DEFAULT_CONFIG, EXECUTED_DIR, GENERATED_DIR,
+from synclib.config import STEPS, ConfigError, keys_of_step
+from synclib.datasets import TASK_SETS
+from synclib.paths import (BENCH_RESULTS, BUILD_DIR, EXECUTED_DIR, GENERATED_DIR,
                            REPO_ROOT, display)
 from synclib.notebook import AT_ONCE, figure_notebooks
 from synclib.memory import PeakRSS, die_with_parent, huge_pages_in_children, release_free_memory
-from synclib.plan import format_plan, plan, plan_summary, wall_seconds
+from synclib.plan import wall_seconds
 from synclib.stamps import mark_done, read_stamp, stamp_path, up_to_date
 
 
@@ -221,8 +222,21 @@ class _RunClock:
         return f"; {len(todo)} step(s) left, about {max(1, round(left / 60))} min"
 
 
-#: the running job graph's clock (set by :func:`run` for in-process runs)
+#: the running job graph's clock (set by :func:`clocked` for in-process runs)
 _CLOCK: _RunClock | None = None
+
+
+@contextmanager
+def clocked(rows):
+    """While the block runs, each job run in this process says which step of how many it is
+    and, when done, about how long the rest will take; ``rows`` is the run's plan
+    (:func:`synclib.plan.plan`).  ``synclib run`` executes its job graph inside it."""
+    global _CLOCK
+    _CLOCK = _RunClock(rows)
+    try:
+        yield _CLOCK
+    finally:
+        _CLOCK = None
 
 
 def _cuda():
@@ -356,14 +370,14 @@ def step_pages(cfg: dict, out: Path, manifest: str) -> None:
     """The book's generated pages (``book/_generated/``): the intro's run summary, the embedded
     models page's account of the run, the benchmarks quoted from ``bench/results`` and the
     settings table of the reproduce page."""
-    from synclib import config, report, results
+    from synclib import benchmarks, config, results, run_summary
 
-    _write_generated("benchmarks.md", report.benchmarks_markdown(BENCH_RESULTS))
+    _write_generated("benchmarks.md", benchmarks.benchmarks_markdown(BENCH_RESULTS))
     _write_generated("settings.md", config.invalidation_table() + "\n")
     res = results.load_results(Path(manifest).parent)
-    _write_generated("embedded_run.md", report.embedded_run_markdown(res))
+    _write_generated("embedded_run.md", run_summary.embedded_run_markdown(res))
     # the run summary last: its file is this job's output (its stamp marks the whole step done)
-    _write_generated("run_summary.md", report.run_summary_markdown(res))
+    _write_generated("run_summary.md", run_summary.run_summary_markdown(res))
 
 
 #: config keys ``notebooks.KEY`` naming input files -> the notebook parameter each feeds
@@ -613,101 +627,3 @@ def make_cluster(spec: dict):
     cl.scale(jobs=n_jobs)
     return cl
 
-
-# --------------------------------------------------------------------------- CLI
-def configure_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default=str(DEFAULT_CONFIG),
-                   help="YAML run config (default: config/default.yaml)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override one config key, e.g. --set simulate.episodes=12 (repeatable)")
-    p.add_argument("--steps", default=",".join(STEPS),
-                   help=f"comma-separated steps to run, in order: {','.join(STEPS)} (default: all)")
-    p.add_argument("--scheduler", default=None,
-                   help="'sync' (one job at a time; by default the notebooks run a few at a time, each in its "
-                        "own kernel), 'threads', or a dask.distributed scheduler address such as tcp://10.0.0.1:8786")
-    p.add_argument("--force", action="store_true", help="re-run every job even if up to date (a finished cube is still re-used: "
-                        "delete it to simulate again)")
-    p.add_argument("--in-process", action="store_true",
-                   help="run the simulation, judge and analysis jobs in this process (for debuggers and "
-                        "profilers); by default each runs in a child process of its own, so that what one job "
-                        "leaves in memory is not resident under the next")
-    p.add_argument("--dry-run", action="store_true",
-                   help="validate the config and print the plan (every job, whether it is up to date and, if "
-                        "not, why; disk and time estimates), running nothing")
-
-
-def _dataset_sizes(cfg: dict, steps) -> str:
-    """The training samples per dataset of each ordered run, and a warning where the
-    measured sample-size curves say SyncR² would stay at 0 (:mod:`synclib.sizing`);
-    empty when the run analyses nothing."""
-    from synclib.sizing import format_sizes, run_sizes
-
-    if "analyze" not in steps:
-        return ""
-    return format_sizes(run_sizes(cfg, runs(cfg)))
-
-
-def _scheduler_ok(text: str) -> bool:
-    import re
-
-    return text in ("sync", "threads") or bool(re.fullmatch(r"(tcp|tls|inproc|ucx)://\S+|[\w.-]+:\d+", text))
-
-
-def run(args: argparse.Namespace) -> int:
-    try:
-        cfg = load_config(args.config, args.overrides)
-        steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
-        bad = [s for s in steps if s not in STEPS]
-        if bad:
-            raise ConfigError(f"--steps: unknown step(s) {bad}; choose from {', '.join(STEPS)}")
-        if not steps:
-            raise ConfigError(f"--steps: no step given; choose from {', '.join(STEPS)}")
-        if args.scheduler is not None and not _scheduler_ok(args.scheduler):
-            raise ConfigError(f"--scheduler: {args.scheduler!r} is neither 'sync', 'threads' nor a scheduler "
-                              "address like tcp://10.0.0.1:8786")
-    except ConfigError as exc:
-        print(f"synclib run: {exc}", file=sys.stderr)
-        return 2
-    ds = TASK_SETS.get(cfg["scenarios"])
-    if ds is not None and not is_cached(ds):
-        if args.dry_run:
-            print(f"synclib run: scenarios: {ds.name}: not fetched yet; {how_to_fetch(ds)} "
-                  "(`synclib run` without --dry-run fetches it first)", file=sys.stderr)
-            return 2
-        try:
-            fetch_dataset(ds)
-            cfg = load_config(args.config, args.overrides)  # now the episodes can be checked
-        except (DatasetError, ConfigError) as exc:
-            print(f"synclib run: scenarios: {exc}", file=sys.stderr)
-            return 2
-    jobs = build_jobs(cfg, steps)
-    sizes = _dataset_sizes(cfg, steps)
-    if args.dry_run:
-        print(f"run {cfg['name']!r}, results in {display(cfg['results_dir'])} (dry run: nothing is started)")
-        print(format_plan(plan(jobs, cfg), cfg))
-        if sizes:
-            print(sizes)
-        return 0
-    if args.force:
-        for job in jobs.values():
-            stamp_path(job.output).unlink(missing_ok=True)
-    cluster = cfg.get("cluster") or {}
-    scheduler = args.scheduler or cluster.get("scheduler")
-    cluster_spec = {k: v for k, v in cluster.items() if k != "scheduler"} or None
-    t0 = time.perf_counter()
-    global _CLOCK
-    rows = plan(jobs, cfg)
-    _CLOCK = _RunClock(rows)
-    print(f"[synclib] run {cfg['name']!r}: {len(jobs)} jobs, results in {display(cfg['results_dir'])}", flush=True)
-    print("[synclib] " + plan_summary(rows), flush=True)
-    if sizes:
-        print("\n".join("[synclib] " + line for line in sizes.splitlines()), flush=True)
-    try:
-        execute(jobs, scheduler=scheduler, cluster=cluster_spec if not args.scheduler else None,
-                isolate=not getattr(args, "in_process", False))
-    finally:
-        _CLOCK = None
-    print(f"[synclib] finished in {time.perf_counter() - t0:.0f} s", flush=True)
-    if "book" in jobs:
-        print(f"[synclib] the book: {display(jobs['book'].output)}", flush=True)
-    return 0

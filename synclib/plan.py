@@ -3,7 +3,7 @@
 For every job of the graph: whether it is up to date and, if not, why (its output is
 missing, or which input changed since it last ran, or that an upstream job will run); the
 disk its output will take and a time estimate where a benchmark result speaks to it.  The
-estimates come from ``bench/results`` (:mod:`synclib.report` quotes the same files); a job
+estimates come from ``bench/results`` (:mod:`synclib.benchmarks` quotes the same files); a job
 no benchmark covers says so instead of guessing.
 """
 from __future__ import annotations

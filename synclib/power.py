@@ -13,18 +13,15 @@ numbers that can:
   permutation test (:func:`sign_flip_pvalue`) and the minimum detectable difference
   (:func:`mde_paired`, alpha 0.05 two-sided, power 0.8) at the run's number of pairs and
   standard deviation of the paired differences.
-* :func:`recovery_curve`: on synthetic cubes (:func:`synclib.synthetic.make_synthetic_cube`)
-  with a planted genuine-passive difference, how often :func:`synclib.analysis.analyze`
-  followed by the same paired test recovers it at p < 0.05, per number of samples per
-  dataset.  :func:`coupling_for_difference` finds the generator's ``coupling`` that plants
-  a given difference (measured with many samples); the curve reports the difference
-  actually measured at each size, not the nominal knob.
-* :func:`claims_text`: the power page's argument, generated from those numbers, on what the
-  controls' comparisons can and cannot show (:mod:`synclib.claims` gives every claim of the
-  paper its line).
 * :func:`episode_test`, :func:`episode_interval`: the same comparisons with the episode (the
   dialog) as the unit, from the analyses' resamples of whole episodes; :func:`setting_test`
   and :func:`tom_tests` for tables 2 and 5 and figure 11.
+* :func:`paired_tests_by_run` (the tests per ordered run) and :func:`run_sample_sizes` (how
+  many samples the run's datasets have).
+
+Two modules build on these numbers: :mod:`synclib.recovery` (how often the analysis recovers
+a planted difference, per sample size, on synthetic cubes) and :mod:`synclib.power_text`
+(the tests' tables for display and the power page's generated argument).
 
 Independence caveat
 -------------------
@@ -36,10 +33,8 @@ direction), which is more conservative.  The notebook ``notebooks/power.md`` sho
 """
 from __future__ import annotations
 
-import functools
 import math
 import warnings
-from contextlib import contextmanager
 
 import numpy as np
 import pandas as pd
@@ -47,25 +42,16 @@ from scipy import optimize
 from scipy import stats as sps
 
 __all__ = [
-    "ASSUMED_PAPER_DIFFERENCE",
     "EXACT_MAX_N",
     "N_RANDOM_FLIPS",
-    "RECOVERY_COLUMNS",
     "SETTINGS",
     "TABLE_COLUMNS",
     "TWO_TESTS",
     "UNITS",
-    "by_run_sentence",
-    "claims_text",
     "corrected_resampled_test",
     "conservative_p",
-    "coupling_for_difference",
-    "curve_frames",
-    "detection_size",
     "episode_interval",
     "episode_test",
-    "format_by_run",
-    "format_table",
     "mde_paired",
     "n_pairs_needed",
     "paired_control_tests",
@@ -73,14 +59,11 @@ __all__ = [
     "paired_tests_by_run",
     "paired_values",
     "reported_difference",
-    "recovery_curve",
     "run_sample_sizes",
     "setting_test",
     "significantly_above",
     "sign_flip_pvalue",
-    "simulation_sizes",
     "tom_tests",
-    "why_untestable",
 ]
 
 #: the pairable units of :func:`paired_values`
@@ -655,55 +638,9 @@ def reported_difference(row) -> float:
     return row["sync_diff"] if np.isfinite(row.get("sync_diff", math.nan)) else row["mean_diff"]
 
 
-def _interval(row) -> str:
-    return (f"{_f(row['ci_lo'])} to {_f(row['ci_hi'])}" if np.isfinite(row.get("ci_lo", math.nan)) else "—")
-
-
-def format_by_run(table: pd.DataFrame) -> pd.DataFrame:
-    """:func:`paired_tests_by_run` for display: one row per run and control, the reported
-    SyncR² (reference aggregation, directions averaged) and both tests (:data:`TWO_TESTS`)."""
-    from synclib.stats import format_p
-
-    def fp(p):
-        return format_p(p) if np.isfinite(p) else "—"
-
-    boot = table["sync_diff"].notna()
-    out = pd.DataFrame({
-        "run": table["run"], "genuine vs": table["control"],
-        "genuine": table["sync_genuine"].where(boot, table["mean_genuine"]).map(_f),
-        "control": table["sync_control"].where(boot, table["mean_control"]).map(_f),
-        "difference": table.apply(reported_difference, axis=1).map(_f),
-        "95 % interval (episodes)": table.apply(_interval, axis=1),
-        "p (re-splits)": table["p_corrected"].map(fp), "p (episodes)": table["p_episodes"].map(fp),
-        "min. detectable difference": table["mde_corrected"].map(_f)})
-    return out.set_index(["run", "genuine vs"])
-
-
 def significantly_above(row, level: float = 0.05) -> bool:
     """Genuine significantly above the control, by the larger p of the two tests."""
     return bool(np.isfinite(row["p"]) and row["p"] < level and reported_difference(row) > 0)
-
-
-def by_run_sentence(table: pd.DataFrame, embedded: bool) -> str:
-    """One sentence per ordered run of :func:`paired_tests_by_run`: which controls its
-    genuine SyncR² is significantly above (p < 0.05 by the larger p of the two tests,
-    :data:`TWO_TESTS`), and which not."""
-    who = "the embedded models show" if embedded else "this run shows"
-    out = []
-    for run, t in table.groupby("run", sort=False):
-        if run == "all runs":
-            continue
-        above = [f"{r['control']} (by {_f(reported_difference(r))}, {_p(r['p'])})" for _, r in t.iterrows()
-                 if significantly_above(r)]
-        rest = [f"{r['control']} ({_p(r['p'])})" for _, r in t.iterrows() if not significantly_above(r)]
-        first = t.iloc[0] if len(t) else None
-        g = (first["sync_genuine"] if first is not None and np.isfinite(first["sync_genuine"])
-             else first["mean_genuine"] if first is not None else math.nan)
-        s = f"In {run}, {who} genuine SyncR² {_f(g)}"
-        s += (f", significantly above {', '.join(above)}" if above else ", above no control significantly")
-        s += (f"; not significantly above {', '.join(rest)}." if rest else ".")
-        out.append(s)
-    return " ".join(out) + (f" Each p is the larger of two tests: {TWO_TESTS.split(';')[0]}." if out else "")
 
 
 def run_sample_sizes(results, condition: str = "genuine") -> dict:
@@ -752,509 +689,3 @@ def _ridge_alpha(value):
         return float(value)
     except (TypeError, ValueError):
         return "cv" if str(value) == "cv" else None
-
-
-# --------------------------------------------------------------------------- synthetic recovery
-@contextmanager
-def _one_torch_thread():
-    """Tiny ridge fits are fastest single-threaded (and do not fight other processes)."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is a dependency of the ridge
-        yield
-        return
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def _synthetic_pairs(n_samples: int, coupling: float, cube_seed: int, *, layers: int, dim: int,
-                     n_rounds: int, signal: float, split_seeds, ridge_alpha, unit: str) -> dict:
-    """One synthetic ordered run: a cube with enough full-length episodes for ``n_samples``
-    samples per dataset, analysed on genuine and passive; its paired values.
-
-    Returns ``{"genuine": (m,), "passive": (m,), "n_train": mean training samples}``."""
-    from synclib.analysis import analyze
-    from synclib.synthetic import make_synthetic_cube
-
-    # B->A has n_rounds - 1 samples per full episode, A->B n_rounds
-    n_episodes = max(2, math.ceil(n_samples / (n_rounds - 1)))
-    cube = make_synthetic_cube(n_episodes=n_episodes, n_seeds=1, n_rounds=n_rounds, layers_a=layers,
-                               dim_a=dim, layers_b=layers, dim_b=dim, coupling=coupling, seed=cube_seed,
-                               latent_dim=min(8, dim), signal=signal, relationship_effect=0.0,
-                               min_utterances=2 * n_rounds, passive=True, tom=False)
-    ds = analyze(cube, conditions=("genuine", "passive"), alpha=ridge_alpha, n_samples=int(n_samples),
-                 split_seeds=tuple(split_seeds), n_boot=0, progress=False, log=lambda m: None)
-    per = ds["sync_r2_per_seed"].transpose("condition", "direction", "split_seed")
-    g = per.sel(condition="genuine").to_numpy().astype(float)
-    p = per.sel(condition="passive").to_numpy().astype(float)
-    if unit == "direction":
-        g, p = np.nanmean(g, axis=1), np.nanmean(p, axis=1)
-    ntr = ds["n_train"].sel(condition="genuine").to_numpy().astype(float)
-    return {"genuine": g.ravel(), "passive": p.ravel(), "n_train": float(ntr[ntr > 0].mean())}
-
-
-#: couplings tried by :func:`coupling_for_difference` (the planted difference rises with the
-#: coupling up to about 0.7: genuine ~ rho^2, passive ~ rho^4, times the signal fraction)
-_CAL_GRID = tuple(np.round(np.arange(0.0, 0.701, 0.1), 2))
-
-
-@functools.lru_cache(maxsize=16)
-def _calibration(calibration_samples: int, layers: int, dim: int, n_rounds: int, signal: float,
-                 ridge_alpha, seed: int, n_cubes: int) -> tuple[tuple, tuple]:
-    """(couplings, mean genuine-minus-passive SyncR² at ``calibration_samples``): the mean over
-    ``n_cubes`` cubes, both directions and split seed 0."""
-    diffs = []
-    with _one_torch_thread():
-        for c in _CAL_GRID:
-            vals = [_synthetic_pairs(calibration_samples, float(c), 7_000_000 + seed * 1000 + i, layers=layers,
-                                     dim=dim, n_rounds=n_rounds, signal=signal, split_seeds=(0,),
-                                     ridge_alpha=ridge_alpha, unit="split_seed") for i in range(n_cubes)]
-            diffs.append(float(np.nanmean(np.concatenate([v["genuine"] - v["passive"] for v in vals]))))
-    return tuple(float(c) for c in _CAL_GRID), tuple(diffs)
-
-
-def coupling_for_difference(effect: float, *, calibration_samples: int = 1500, layers: int = 3, dim: int = 8,
-                            n_rounds: int = 5, signal: float = 8.0, ridge_alpha=0.1, seed: int = 0,
-                            n_cubes: int = 1) -> tuple[float, float]:
-    """The ``coupling`` of :func:`synclib.synthetic.make_synthetic_cube` that plants a
-    genuine-minus-passive SyncR² difference of ``effect``.
-
-    In the generator the genuine map predicts across one AR(1) step of the latent dialog
-    state (R² ~ rho² times the layers' signal fraction) and the passive reader across two
-    (~ rho⁴), so the difference grows with ``coupling = rho`` up to about 0.7.  It is
-    calibrated empirically: for couplings 0, 0.1, ..., 0.7 the difference is measured on
-    ``n_cubes`` cubes of ``calibration_samples`` samples per dataset (both directions, split
-    seed 0), where small-sample shrinkage and noise are small, then interpolated (the
-    measured curve made non-decreasing).  Cached per setting; deterministic.
-
-    Parameters
-    ----------
-    effect : float
-        The difference to plant, in SyncR² (> 0).
-    calibration_samples, layers, dim, n_rounds, signal, ridge_alpha, seed, n_cubes :
-        The synthetic setting (as :func:`recovery_curve`) and the calibration's size.
-
-    Returns
-    -------
-    (coupling, calibrated_diff) : (float, float)
-        ``calibrated_diff`` is the interpolated difference at ``coupling`` (equal to
-        ``effect`` inside the calibrated range).
-
-    Raises
-    ------
-    ValueError
-        When ``effect`` exceeds the largest difference this setting can plant (the message
-        gives it; raise ``signal`` to plant more).
-    """
-    if not effect > 0:
-        raise ValueError(f"effect must be > 0, got {effect}")
-    cs, ds = _calibration(int(calibration_samples), int(layers), int(dim), int(n_rounds), float(signal),
-                          ridge_alpha, int(seed), int(n_cubes))
-    ds = np.maximum.accumulate(np.maximum(np.asarray(ds), 0.0))
-    if effect > ds[-1]:
-        raise ValueError(f"a difference of {effect:g} cannot be planted in this synthetic setting: the "
-                         f"largest is {ds[-1]:.3f} (coupling {cs[-1]}); raise `signal`")
-    # first coupling where the (non-decreasing) curve reaches effect, linear within that step
-    j = int(np.argmax(ds >= effect))
-    if j == 0:
-        return float(cs[0]), float(ds[0])
-    lo, hi = ds[j - 1], ds[j]
-    frac = 0.0 if hi == lo else (effect - lo) / (hi - lo)
-    return float(cs[j - 1] + frac * (cs[j] - cs[j - 1])), float(effect)
-
-
-RECOVERY_COLUMNS = ["n_samples", "n_train", "n_pairs", "effect", "coupling", "calibrated_diff", "n_reps",
-                    "detected", "rate", "rate_se", "mean_diff", "se_diff", "mean_genuine", "mean_passive",
-                    "mean_sd_diff", "mean_mde"]
-
-
-def recovery_curve(sample_sizes, effect: float | None, n_reps: int = 10, *, n_runs: int = 4, split_seeds=(0, 1, 2),
-                   unit: str = "split_seed", test: str = "t", level: float = 0.05, coupling: float | None = None,
-                   layers: int = 3, dim: int = 8, n_rounds: int = 5, signal: float = 8.0, ridge_alpha=0.1,
-                   calibration_samples: int = 1500, seed: int = 0) -> pd.DataFrame:
-    """How often the method recovers a planted genuine-passive difference, per sample size.
-
-    For each size ``N`` and each of ``n_reps`` replicates: ``n_runs`` independent synthetic
-    cubes (:func:`synclib.synthetic.make_synthetic_cube`, ``layers`` layers of width ``dim``
-    per model, one simulation seed, ``n_rounds`` full rounds per episode, enough episodes
-    for ``N`` samples per dataset) play the ordered runs of a run; each is analysed with
-    :func:`synclib.analysis.analyze` (genuine and passive, ``n_samples=N``, the split seeds,
-    ridge penalty ``ridge_alpha``), and the paired test of :func:`paired_control_tests`
-    runs on the replicate's ``n_runs x 2 directions (x split seeds)`` paired values.  A
-    replicate *recovers* the difference when the test's p < ``level`` and the mean
-    difference is positive (genuine above passive).
-
-    Parameters
-    ----------
-    sample_sizes : sequence of int
-        Samples per dataset ``N`` (training plus test, split 8:2 by the reference's rule).
-    effect : float
-        The genuine-minus-passive SyncR² difference to plant, as measured with
-        ``calibration_samples`` samples per dataset (:func:`coupling_for_difference`).
-        Ignored (may be None) when ``coupling`` is given.
-    n_reps : int
-        Replicates per size.
-    n_runs : int
-        Ordered runs (independent cubes) per replicate: the run's design.
-    split_seeds : sequence of int
-        The split seeds of each analysis.
-    unit : {"split_seed", "direction"}
-        As :func:`paired_values`.
-    test : {"t", "perm"}
-        Paired t-test or sign-flip permutation test.
-    level : float
-        Significance level.
-    coupling : float, optional
-        Plant with this coupling directly instead of calibrating ``effect``.
-    layers, dim, n_rounds, signal, ridge_alpha :
-        The synthetic setting (tiny by default: 3 layers of width 8, signal 8) and the ridge
-        penalty of the analysis (a float, default the paper's 0.1, or ``"cv"``; pass the
-        run's own, :func:`run_sample_sizes` ``["alpha"]``).
-    calibration_samples : int
-        Samples per dataset of the calibration.
-    seed : int
-        Base seed: cube ``i`` of replicate ``r`` at size index ``z`` has seed
-        ``seed * 1_000_000 + z * 10_000 + r * 100 + i``, so the result is deterministic.
-
-    Returns
-    -------
-    DataFrame
-        One row per size, columns :data:`RECOVERY_COLUMNS`: ``n_samples`` (N), ``n_train``
-        (mean training samples actually used), ``n_pairs`` (paired values per replicate),
-        ``effect`` (nominal), ``coupling``, ``calibrated_diff`` (the difference the coupling
-        plants at ``calibration_samples``; NaN when ``coupling`` was given), ``n_reps``,
-        ``detected`` (replicates that recovered it), ``rate`` (``detected / n_reps``),
-        ``rate_se`` (binomial, ``sqrt(rate (1 - rate) / n_reps)``), ``mean_diff`` and
-        ``se_diff`` (mean and standard error over replicates of the replicate's measured
-        mean genuine-minus-passive difference: the difference the method actually sees at
-        this size, smaller than the planted one at small N), ``mean_genuine``,
-        ``mean_passive``, ``mean_sd_diff`` (mean over replicates of the paired differences'
-        sd) and ``mean_mde`` (mean over replicates of :func:`mde_paired`).  The frame's
-        ``attrs`` hold the setting.
-    """
-    if unit not in UNITS:
-        raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
-    if test not in ("t", "perm"):
-        raise ValueError(f"test must be 't' or 'perm', got {test!r}")
-    setting = {"layers": int(layers), "dim": int(dim), "n_rounds": int(n_rounds), "signal": float(signal),
-                   "ridge_alpha": ridge_alpha}
-    if coupling is None:
-        if effect is None:
-            raise ValueError("recovery_curve: give `effect` or `coupling`")
-        coupling, calibrated = coupling_for_difference(effect, calibration_samples=calibration_samples,
-                                                       seed=seed, **setting)
-    else:
-        calibrated = math.nan
-    rows = []
-    with _one_torch_thread(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        for z, size in enumerate(int(s) for s in sample_sizes):
-            reps = []
-            for r in range(int(n_reps)):
-                runs = [_synthetic_pairs(size, coupling, seed * 1_000_000 + z * 10_000 + r * 100 + i,
-                                         split_seeds=split_seeds, unit=unit, **setting) for i in range(int(n_runs))]
-                g = np.concatenate([x["genuine"] for x in runs])
-                p = np.concatenate([x["passive"] for x in runs])
-                res = paired_test(g, p, seed=seed)
-                pval = res["p_t"] if test == "t" else res["p_perm"]
-                hit = bool(np.isfinite(pval) and pval < level and res["mean_diff"] > 0)
-                reps.append({**res, "hit": hit, "n_train": float(np.mean([x["n_train"] for x in runs]))})
-            rep = pd.DataFrame(reps)
-            rate = float(rep["hit"].mean())
-            md = rep["mean_diff"].to_numpy(float)
-            rows.append({"n_samples": size, "n_train": float(rep["n_train"].mean()),
-                         "n_pairs": int(rep["n_pairs"].max()), "effect": math.nan if effect is None else float(effect), "coupling": float(coupling),
-                         "calibrated_diff": float(calibrated), "n_reps": int(n_reps),
-                         "detected": int(rep["hit"].sum()), "rate": rate,
-                         "rate_se": math.sqrt(rate * (1 - rate) / n_reps),
-                         "mean_diff": float(np.nanmean(md)),
-                         "se_diff": float(np.nanstd(md, ddof=1) / math.sqrt(np.isfinite(md).sum()))
-                         if np.isfinite(md).sum() > 1 else math.nan,
-                         "mean_genuine": float(rep["mean_a"].mean()), "mean_passive": float(rep["mean_b"].mean()),
-                         "mean_sd_diff": float(rep["sd_diff"].mean()), "mean_mde": float(rep["mde"].mean())})
-    out = pd.DataFrame(rows, columns=RECOVERY_COLUMNS)
-    out.attrs.update({"setting": {**setting, "n_runs": int(n_runs), "split_seeds": list(split_seeds),
-                                  "unit": unit, "test": test, "level": level,
-                                  "calibration_samples": int(calibration_samples), "seed": int(seed)}})
-    return out
-
-
-def detection_size(curve: pd.DataFrame, target: float = 0.8) -> int | None:
-    """The smallest ``n_samples`` of a :func:`recovery_curve` from which on the detection
-    rate stays at or above ``target``; None when the largest size stays below it."""
-    c = curve.sort_values("n_samples")
-    ok = c["rate"].to_numpy() >= target
-    if not ok.any() or not ok[-1]:
-        return None
-    # the last size below target, then the next one
-    below = np.where(~ok)[0]
-    first = 0 if below.size == 0 else below[-1] + 1
-    return int(c["n_samples"].iloc[first])
-
-
-def simulation_sizes(n_samples: float, factors=(0.5, 1, 2, 4), minimum: int = 20) -> list[int]:
-    """Sample sizes for :func:`recovery_curve` around a run's ``n_samples`` per dataset:
-    ``round(n_samples * f)`` for each factor (at least ``minimum``, duplicates dropped,
-    ascending); ``[minimum, 2 minimum, 4 minimum, 8 minimum]`` when ``n_samples`` is not finite."""
-    if n_samples is None or not np.isfinite(n_samples) or n_samples <= 0:
-        return [minimum * 2 ** i for i in range(4)]
-    return sorted({max(int(minimum), round(n_samples * f)) for f in factors})
-
-
-def curve_frames(curve: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Tidy frames of a :func:`recovery_curve` for :func:`synclib.plots.lines_with_se`.
-
-    Returns
-    -------
-    rate : DataFrame
-        Columns ``n_samples, series, mean, se``: the detection rate and its binomial SE,
-        one row per size, ``series`` naming the planted difference.
-    diff : DataFrame
-        Columns ``n_samples, series, mean, se``: the measured genuine-minus-passive
-        difference (mean and SE over replicates) per size, and the planted one (the
-        calibrated difference, SE 0) as a second series.
-    """
-    c = curve.sort_values("n_samples")
-    label = f"planted difference {c['effect'].iloc[0]:.2f}" if len(c) and np.isfinite(c['effect'].iloc[0]) \
-        else "planted difference"
-    rate = pd.DataFrame({"n_samples": c["n_samples"], "series": label, "mean": c["rate"], "se": c["rate_se"]})
-    cal = curve.attrs.get("setting", {}).get("calibration_samples", "many")
-    planted = c["calibrated_diff"].where(np.isfinite(c["calibrated_diff"]), c["effect"])
-    diff = pd.concat([
-        pd.DataFrame({"n_samples": c["n_samples"], "series": "measured (mean over replicates)",
-                      "mean": c["mean_diff"], "se": c["se_diff"]}),
-        pd.DataFrame({"n_samples": c["n_samples"], "series": f"planted (at {cal} samples)",
-                      "mean": planted, "se": 0.0})], ignore_index=True)
-    return rate.reset_index(drop=True), diff
-
-
-def format_table(table: pd.DataFrame) -> pd.DataFrame:
-    """:func:`paired_control_tests` for display, narrow enough for a book's text column.
-
-    Indexed by the control and the kind of paired value (rows of one control together),
-    numbers to three decimals, p-values as :func:`synclib.stats.format_p` writes them and
-    the minimum detectable difference in the last column.  t and the spread of the
-    differences are left out to keep it narrow (the sentences of :func:`claims_text` give
-    the spread)."""
-    from synclib.stats import format_p
-
-    units = {"split_seed": "per split seed", "direction": "seeds averaged"}
-    order = {c: i for i, c in enumerate(dict.fromkeys(table["control"]))}
-    t = table.assign(_c=table["control"].map(order), _u=table["unit"].map({"split_seed": 0}).fillna(1))
-    t = t.sort_values(["_c", "_u"], kind="stable")
-    out = pd.DataFrame({
-        "genuine vs": t["control"], "paired values": t["unit"].map(units).fillna(t["unit"]),
-        "n": t["n_pairs"], "genuine": t["mean_genuine"].map(_f), "control": t["mean_control"].map(_f),
-        "difference": t["mean_diff"].map(_f), "p (paired t)": t["p_t"].map(format_p),
-        "p (re-splits)": t["p_corrected"].map(lambda p: format_p(p) if np.isfinite(p) else "—"),
-        "p (episodes)": t["p_episodes"].map(lambda p: format_p(p) if np.isfinite(p) else "—"),
-        "min. detectable difference": t["mde"].map(_f)})
-    return out.set_index(["genuine vs", "paired values"])
-
-
-# --------------------------------------------------------------------------- sentences
-def _f(x, digits: int = 3) -> str:
-    return "n/a" if x is None or not np.isfinite(x) else f"{x:.{digits}f}"
-
-
-def _p(p) -> str:
-    """``"p = 0.012"`` or ``"p < 0.001"``."""
-    from synclib.stats import p_clause
-
-    return p_clause(p)
-
-
-def _pval(row) -> float:
-    """The row's ``p`` (the larger of :data:`TWO_TESTS`) where it has one, else its paired t's."""
-    return row["p"] if np.isfinite(row.get("p", math.nan)) else row["p_t"]
-
-
-def _significant(row, level: float = 0.05) -> bool:
-    p = _pval(row)
-    return bool(np.isfinite(p) and p < level)
-
-
-def _can_detect(row, difference: float) -> bool:
-    """Can the comparison ``row`` speak to a true ``difference`` (its minimum detectable
-    difference is defined and no larger)?"""
-    return bool(np.isfinite(row["mde"]) and row["mde"] <= difference)
-
-
-def why_untestable(row) -> str | None:
-    """Why the comparison ``row`` allows no test, in a clause for the first page; None if it does."""
-    n = int(row["n_pairs"])
-    if n < 2:
-        return f"{n} paired value(s), too few for a test"
-    if not np.isfinite(row["mde"]):
-        same = (f"are equal in all {n} paired values (both {_f(row['mean_genuine'])})" if row["mean_diff"] == 0
-                else f"differ by the same {_f(row['mean_diff'])} in all {n} paired values")
-        return f"genuine and {row['control']} {same}, so no test or detectable size is defined"
-    return None
-
-
-def _row_sentence(row) -> str:
-    what = row["control"]
-    n, mde = int(row["n_pairs"]), row["mde"]
-    if n < 2:
-        return f"*Genuine vs {what}*: fewer than two paired values; nothing can be tested."
-    head = (f"*Genuine vs {what}*: mean difference {_f(row['mean_diff'])} (sd {_f(row['sd_diff'])}, "
-            f"{n} paired values), paired t {_p(row['p_t'])}, sign flips {_p(row['p_perm'])}")
-    if np.isfinite(row.get("p", math.nan)):
-        head += (f"; corrected for re-splits {_p(row['p_corrected'])}, bootstrap over {int(row['n_episodes'])} "
-                 f"episodes {_p(row['p_episodes'])} (difference of the reported SyncR² {_f(row['sync_diff'])}, 95 % "
-                 f"interval {_interval(row)})")
-    head += "."
-    if _significant(row):
-        word = "above" if row["mean_diff"] > 0 else "below"
-        agree = ("" if np.isfinite(row["p_perm"]) and row["p_perm"] < 0.05
-                 else " (the sign-flip test does not agree at 0.05)")
-        by = " by the larger p of the corrected and the episode test" if np.isfinite(row.get("p", math.nan)) else ""
-        return head + f" Genuine SyncR² is {word} {what}{by}{agree}."
-    if np.isfinite(mde):
-        return head + (f" Not significant: with {n} paired values this noisy, only a true difference above "
-                       f"about {_f(mde)} is detected with 80 % power, so this is no evidence either way about "
-                       f"a difference smaller than that.")
-    return head + " The differences do not vary, so no test or detectable size is defined."
-
-
-def claims_text(table: pd.DataFrame, curve: pd.DataFrame | None, sizes: dict, published: dict,
-                paper_difference: float, paper_difference_source: str | None = None,
-                conservative: pd.DataFrame | None = None) -> str:
-    """Plain sentences on what the run can and cannot speak to, from the numbers.
-
-    Parameters
-    ----------
-    table : DataFrame
-        :func:`paired_control_tests` (per-split-seed pairs).
-    curve : DataFrame or None
-        :func:`recovery_curve` at ``paper_difference`` (None: no simulation).
-    sizes : dict
-        :func:`run_sample_sizes`.
-    published : dict
-        ``data/published.json`` (:func:`synclib.results.load_published`).
-    paper_difference : float
-        The genuine-passive SyncR² difference taken as the paper's.
-    paper_difference_source : str, optional
-        Where ``paper_difference`` comes from (default: a sentence saying the paper prints
-        no number for it, so it is a stated assumption).
-    conservative : DataFrame, optional
-        :func:`paired_control_tests` with ``unit="direction"``.
-
-    Returns
-    -------
-    str
-        Markdown: one paragraph per point.
-    """
-    paras = []
-    K, Ktr = sizes.get("n_samples", math.nan), sizes.get("n_train", math.nan)
-    if len(table):
-        paras.append(" ".join(_row_sentence(r) for _, r in table.iterrows()))
-    else:
-        paras.append("This run has no control condition to compare with the genuine one.")
-    if conservative is not None and len(conservative):
-        parts = [f"{r['control']} {_p(r['p_t'])}, detectable from about {_f(r['mde'])} ({int(r['n_pairs'])} values)"
-                 for _, r in conservative.iterrows()]
-        paras.append("The split seeds of a run re-split the same samples, so the per-seed values are not "
-                     "independent and the tests above overstate the evidence. With the split seeds averaged "
-                     "first (one value per ordered run and direction): " + "; ".join(parts) + ".")
-
-    src = paper_difference_source or (
-        "The paper prints no number for the genuine-passive difference (figure 4a is a bar chart "
-        "without printed values, and data/published.json holds only the claim), so this page takes "
-        f"{_f(paper_difference, 2)} SyncR² as the paper's difference: a stated assumption, not a published number.")
-    claim = published.get("fig3_4", {})
-    pas = table[table["control"] == "passive"] if len(table) else table
-    if len(pas):
-        r = pas.iloc[0]
-        need = n_pairs_needed(paper_difference, r["sd_diff"])
-        can = _can_detect(r, paper_difference)
-        s = (f"Paper claim (section 4.2): \"{claim.get('claim_passive', 'passive SyncR² is below genuine')}\" "
-             f"{src} With {int(r['n_pairs'])} paired values whose differences have sd {_f(r['sd_diff'])}, this run ")
-        if can:
-            s += (f"**can** speak to a difference of that size (it detects differences above about {_f(r['mde'])} "
-                  f"with 80 % power)")
-            s += (", and it finds genuine above passive." if _significant(r) and r["mean_diff"] > 0 else
-                  f", yet it does not find genuine above passive ({_p(_pval(r))}): evidence against a difference "
-                  f"of the paper's size in this run.")
-        else:
-            s += (f"**cannot** speak to a difference of that size: it detects only differences above about "
-                  f"{_f(r['mde'])} with 80 % power.")
-        if need:
-            s += f" At this sd, a difference of {_f(paper_difference, 2)} needs about {need} paired values."
-        paras.append(s)
-    else:
-        paras.append(f"Paper claim (section 4.2) on the passive reader: this run has no passive condition, so it "
-                     f"cannot speak to it. {src}")
-
-    lags = table[table["control"].str.startswith("lag")] if len(table) else table
-    if len(lags):
-        s = f"Paper claim (section 4.2): \"{claim.get('claim_lag', 'synchrony collapses at lag k >= 1')}\" "
-        parts = []
-        for _, r in lags.iterrows():
-            if _significant(r) and r["mean_diff"] > 0:
-                parts.append(f"{r['control']}: genuine is above it ({_p(_pval(r))})")
-            else:
-                parts.append(f"{r['control']}: not detected ({_p(_pval(r))}; detectable from about {_f(r['mde'])})")
-        paras.append(s + "In this run, " + "; ".join(parts) + ".")
-
-    if curve is not None and len(curve):
-        paras.append(_curve_sentence(curve, sizes, pas.iloc[0] if len(pas) else None))
-
-    f9 = published.get("fig9", {})
-    if f9.get("n_samples") and np.isfinite(K):
-        paras.append(f"Paper claim (appendix D): \"{f9.get('claim', '')}\" The paper uses {f9['n_samples']:,} samples "
-                     f"per dataset; this run has about {K:.0f} ({Ktr:.0f} for training), so it cannot speak to what "
-                     f"happens near {f9['n_samples']:,}.")
-    return "\n\n".join(paras)
-
-
-#: The genuine-passive SyncR² difference taken as the paper's where a run is judged against
-#: it.  The paper prints no number for it (figure 4a is a bar chart without values): a stated
-#: assumption, said so wherever it is used.
-ASSUMED_PAPER_DIFFERENCE = 0.1
-
-
-def _curve_sentence(curve: pd.DataFrame, sizes: dict, passive_row) -> str:
-    """The simulation's paragraph of :func:`claims_text`."""
-    c = curve.sort_values("n_samples").reset_index(drop=True)
-    st = curve.attrs.get("setting", {})
-    K, Ktr = sizes.get("n_samples", math.nan), sizes.get("n_train", math.nan)
-    n_runs, run_runs = st.get("n_runs", "?"), sizes.get("n_runs")
-    capped = (f" (capped from this run's {run_runs})" if isinstance(n_runs, int) and run_runs and run_runs > n_runs
-              else "")
-    first, last = c.iloc[0], c.iloc[-1]
-    s = (f"Simulation: on synthetic cubes ({st.get('layers', '?')} layers of width {st.get('dim', '?')}) with a "
-         f"planted genuine-passive difference of {_f(first['effect'], 2)} (coupling {_f(first['coupling'], 2)}), "
-         f"analysed as this run is ({n_runs} ordered runs{capped} x 2 directions x {len(st.get('split_seeds', []))} "
-         f"split seeds = {int(first['n_pairs'])} paired values, ridge penalty {st.get('ridge_alpha', '?')}, paired "
-         f"t-test), the difference the method measures "
-         f"grows from {_f(first['mean_diff'])} at {int(first['n_samples'])} samples per dataset to "
-         f"{_f(last['mean_diff'])} at {int(last['n_samples'])}, and it is recovered at p < 0.05 in "
-         f"{int(first['detected'])} of {int(first['n_reps'])} replicates at the smallest size and "
-         f"{int(last['detected'])} of {int(last['n_reps'])} at the largest.")
-    m = detection_size(c)
-    if m is None:
-        s += f" Even at {int(last['n_samples'])} samples per dataset it is recovered less than 80 % of the time"
-    elif m == int(first["n_samples"]):
-        s += (f" It is recovered at least 80 % of the time already at the smallest size simulated, "
-              f"**{m} samples per dataset**")
-    else:
-        s += f" The paper's difference needs about **{m} samples per dataset** to be recovered 80 % of the time"
-    if np.isfinite(K):
-        here = c.iloc[int(np.argmin(np.abs(c["n_samples"].to_numpy(float) - K)))]
-        s += (f"; this run has about **{K:.0f}** ({Ktr:.0f} for training). At {int(here['n_samples'])} the "
-              f"simulation recovers it in {int(here['detected'])} of {int(here['n_reps'])} replicates, and its paired "
-              f"differences have sd {_f(here['mean_sd_diff'])}")
-        if passive_row is not None and np.isfinite(passive_row["sd_diff"]):
-            s += f" (this run's genuine-passive differences: {_f(passive_row['sd_diff'])})"
-    s += ". "
-    dims = sizes.get("dims") or []
-    s += ("The synthetic states are tiny"
-          + (f" (width {st.get('dim', '?')}, against {', '.join(map(str, dims))} in this run)" if dims else "")
-          + ": a ridge map over wider states needs more samples, so for the real models this size is a lower "
-          "bound, and the synthetic noise is not the models' noise.")
-    return s

@@ -4,8 +4,8 @@
 tasks and simulation seeds, following ``protocol.md``: agent 1 speaks at even
 utterance indices, agent 2 at odd ones, at most ``max_utterances`` (16)
 utterances, an episode ends after an utterance for which
-:func:`synclib.scenarios.is_leave` holds, every reply goes through
-:func:`synclib.scenarios.postprocess_reply`; sampling at temperature 0.7 with
+:func:`synclib.prompts.is_leave` holds, every reply goes through
+:func:`synclib.prompts.postprocess_reply`; sampling at temperature 0.7 with
 at most 300 new tokens, from the distribution ``transformers``' ``generate`` samples from
 (top-k 50 and the checkpoint's top-p unless set otherwise; :func:`resolve_sampling`).
 
@@ -27,7 +27,7 @@ Optional passes, run per batch after the genuine dialogs:
   with the passive prompt view, model A in agent 1's slot (``hidden_a_passive``) and
   model B in agent 2's slot (``hidden_b_passive``); prefill only.  The reader is told it
   is the persona drawn for (task, seed) as the paper's code draws it
-  (:func:`synclib.scenarios.passive_persona`, recorded in ``passive_reader``).
+  (:func:`synclib.prompts.passive_persona`, recorded in ``passive_reader``).
 * Theory of Mind (``tom=True``): a separate dialog run with the ToM view
   (emotion/action instruction; the partner's history without those words), for every
   unit or, with ``tom_episodes``, only for the units of the first that many tasks (the
@@ -48,7 +48,6 @@ resumed cube equals an uninterrupted one.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import re
 import sys
@@ -59,19 +58,15 @@ from typing import Sequence
 import numpy as np
 
 from synclib import __version__
-from synclib import argtypes as at
-from synclib.config import default
-from synclib.cube import STORE_DTYPES, CubeError, CubeSpec, CubeWriter, Unit, is_complete, var_name
+from synclib.cube import STORE_DTYPES, CubeSpec, CubeWriter, Unit, is_complete, var_name
 from synclib.engine import SCHEDULING
 from synclib.memory import CacheBudget, release_free_memory, session_budget
-from synclib.models import PROMPT_FORMATS
-from synclib.scenarios import (
-    ACTIONS, EMOTIONS, PASSIVE_PERSONA_RULE, Task, TaskSet, is_leave, load_tasks, passive_persona,
-    postprocess_reply, render_prompt,
+from synclib.prompts import (
+    ACTIONS, EMOTIONS, PASSIVE_PERSONA_RULE, is_leave, passive_persona, postprocess_reply, render_prompt,
 )
+from synclib.scenarios import Task, TaskSet
 
-__all__ = ["simulate", "episode_coords", "default_batch_size", "resolve_sampling",
-           "configure_parser", "run"]
+__all__ = ["simulate", "episode_coords", "default_batch_size", "resolve_sampling"]
 
 # run kinds, mixed into the per-row seeds
 _GENUINE, _TOM = 0, 1
@@ -473,7 +468,8 @@ def resolve_sampling(lm, top_k="model", top_p="model") -> dict:
     return {"top_k": None if not k else int(k), "top_p": None if p is None or float(p) >= 1 else float(p)}
 
 
-def _check_settings(max_utterances, max_new_tokens, temperature, store_dtype, seeds, passive_seeds):
+def _check_settings(max_utterances, max_new_tokens, temperature, store_dtype, seeds, passive_seeds, scheduling,
+                    tom_episodes):
     """Reject bad settings before any model is loaded; the message names the parameter."""
     if max_utterances < 1:
         raise ValueError(f"max_utterances must be >= 1, got {max_utterances}")
@@ -489,6 +485,59 @@ def _check_settings(max_utterances, max_new_tokens, temperature, store_dtype, se
         extra = sorted(set(passive_seeds) - set(seeds))
         if extra:
             raise ValueError(f"passive_seeds {extra} are not among seeds {seeds}")
+    if scheduling not in SCHEDULING:
+        raise ValueError(f"scheduling must be one of {', '.join(SCHEDULING)}, got {scheduling!r}")
+    if tom_episodes is not None and (isinstance(tom_episodes, bool) or int(tom_episodes) != tom_episodes
+                                     or tom_episodes < 1):
+        raise ValueError(f"tom_episodes must be None or an integer >= 1, got {tom_episodes!r}")
+
+
+def _load_pair(model_a, model_b, dtype, device, prompt_formats) -> tuple:
+    """The two agents' models; the same spec in the same format is loaded once."""
+    lm_a = _as_model(model_a, dtype, device, prompt_formats[0])
+    same = model_b is model_a or (isinstance(model_b, str) and model_b == model_a
+                                  and prompt_formats[0] == prompt_formats[1])
+    return lm_a, (lm_a if same else _as_model(model_b, dtype, device, prompt_formats[1]))
+
+
+def _batch_size(batch_size, out: Path, device) -> int:
+    """The given rows per batch, else an unfinished run's, else :func:`default_batch_size`."""
+    if batch_size is None:
+        old = CubeWriter.existing_spec(out)
+        batch_size = int(old["attrs"]["batch_size"]) if old and "batch_size" in old.get("attrs", {}) \
+            else default_batch_size(device)
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    return batch_size
+
+
+def _add_engine_stats(engine_stats: dict, engines) -> None:
+    """Add the engines' counters (each engine once) and their budgets' peaks to ``engine_stats``."""
+    for eng in {id(e): e for e in engines}.values():
+        for k, v in eng.stats.items():
+            engine_stats[k] = engine_stats.get(k, 0) + int(v)
+    budgets = {id(e.budget): e.budget for e in engines}.values()
+    engine_stats["cache_peak_bytes"] = engine_stats.get("cache_peak_bytes", 0) + sum(b.peak for b in budgets)
+
+
+def _play(runner: "_Runner", writer: CubeWriter, units: list, batch_size: int, progress: bool,
+          engine_stats: dict | None) -> Path:
+    """Play the batches of ``units`` the cube does not hold yet, each written as a part when it
+    ends; the finished cube."""
+    batches = [units[i:i + batch_size] for i in range(0, len(units), batch_size)]
+    todo = [(b, batch) for b, batch in enumerate(batches)
+            if not (writer.has_part(b) and all(u in writer.done for u in batch))]
+    planned = sum(runner.planned(u) for u in units)
+    runner.progress = _Progress(planned, planned - sum(runner.planned(u) for _, b in todo for u in b),
+                                f"simulate {writer.path.name}", progress)
+    try:
+        for b, batch in todo:
+            writer.write_part(b, runner.run_batch(batch))
+    finally:
+        runner.progress.close()
+        if engine_stats is not None:
+            _add_engine_stats(engine_stats, runner.engines)
+    return writer.finalize()
 
 
 def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
@@ -572,33 +621,21 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
     out = Path(out)
     seeds = [int(s) for s in seeds]
     passive_seeds = None if passive_seeds is None else [int(s) for s in passive_seeds]
-    _check_settings(max_utterances, max_new_tokens, temperature, store_dtype, seeds, passive_seeds)
+    _check_settings(max_utterances, max_new_tokens, temperature, store_dtype, seeds, passive_seeds, scheduling,
+                    tom_episodes)
     if taskset is None and isinstance(tasks, TaskSet):
         taskset = tasks
     tasks = list(tasks)
     if not tasks:
         raise ValueError("no tasks to simulate")
-    if tom_episodes is not None and (isinstance(tom_episodes, bool) or int(tom_episodes) != tom_episodes
-                                     or tom_episodes < 1):
-        raise ValueError(f"tom_episodes must be None or an integer >= 1, got {tom_episodes!r}")
     tom_tasks = None if not tom or tom_episodes is None else {t.index for t in tasks[:int(tom_episodes)]}
-    if scheduling not in SCHEDULING:
-        raise ValueError(f"scheduling must be one of {', '.join(SCHEDULING)}, got {scheduling!r}")
     budget = session_budget(cache_gib)  # checks the setting before any model loads
     if is_complete(out) and not overwrite:
         return out
 
-    lm_a = _as_model(model_a, dtype, device, prompt_formats[0])
-    lm_b = lm_a if (model_b is model_a or (isinstance(model_b, str) and model_b == model_a
-                                           and prompt_formats[0] == prompt_formats[1])) \
-        else _as_model(model_b, dtype, device, prompt_formats[1])
+    lm_a, lm_b = _load_pair(model_a, model_b, dtype, device, prompt_formats)
     sampling = (resolve_sampling(lm_a, top_k, top_p), resolve_sampling(lm_b, top_k, top_p))
-    if batch_size is None:
-        old = CubeWriter.existing_spec(out)
-        batch_size = int(old["attrs"]["batch_size"]) if old and "batch_size" in old.get("attrs", {}) \
-            else default_batch_size(lm_a.device)
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    batch_size = _batch_size(batch_size, out, lm_a.device)
 
     spec = _cube_spec(lm_a, lm_b, tasks, seeds, passive=passive, tom=tom, passive_seeds=passive_seeds,
                       store_dtype=store_dtype, sampling=sampling, attrs=dict(
@@ -610,9 +647,6 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
                           else "the reader is told it is the agent it replaces"))
     writer = CubeWriter(out, spec, overwrite=overwrite)
     units = spec.units()
-    batches = [units[i:i + batch_size] for i in range(0, len(units), batch_size)]
-    todo = [(b, batch) for b, batch in enumerate(batches)
-            if not (writer.has_part(b) and all(u in writer.done for u in batch))]
     readers = {} if not passive or taskset is None else {
         (e, s): passive_persona(taskset, e, s) for e, s in units if s in spec.read_passive_seeds()}
 
@@ -622,22 +656,7 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
                      first_line_only=stop_at_first_line, readers=readers, tom_tasks=tom_tasks,
                      scheduling=scheduling, cache_budget=None if lm_a.device.type == "cuda" and cache_gib == "auto"
                      else CacheBudget(budget))
-    planned = sum(runner.planned(u) for u in units)
-    runner.progress = _Progress(planned, planned - sum(runner.planned(u) for _, b in todo for u in b),
-                                f"simulate {out.name}", progress)
-    try:
-        for b, batch in todo:
-            done = runner.run_batch(batch)
-            writer.write_part(b, done)
-    finally:
-        runner.progress.close()
-        if engine_stats is not None:
-            for eng in {id(e): e for e in runner.engines}.values():
-                for k, v in eng.stats.items():
-                    engine_stats[k] = engine_stats.get(k, 0) + int(v)
-            budgets = {id(e.budget): e.budget for e in runner.engines}.values()
-            engine_stats["cache_peak_bytes"] = engine_stats.get("cache_peak_bytes", 0) + sum(b.peak for b in budgets)
-    return writer.finalize()
+    return _play(runner, writer, units, batch_size, progress, engine_stats)
 
 
 def _cube_spec(lm_a, lm_b, tasks, seeds, *, passive, tom, passive_seeds, store_dtype, sampling,
@@ -665,162 +684,3 @@ def _cube_spec(lm_a, lm_b, tasks, seeds, *, passive, tom, passive_seeds, store_d
         spec.emotions, spec.actions = [], []
     return spec
 
-
-# --------------------------------------------------------------------------- CLI
-
-def configure_parser(parser: argparse.ArgumentParser) -> None:
-    """Options of ``synclib simulate``."""
-    parser.add_argument("--model-a", required=True, metavar="NAME",
-                        help="model playing agent 1: embedded name (smollm2-135m, gemma3-270m), "
-                             "hub id, local directory or .gguf file")
-    parser.add_argument("--model-b", metavar="NAME",
-                        help="model playing agent 2 (default: the same as --model-a, loaded once)")
-    parser.add_argument("--scenarios", default="embedded", metavar="DIR|sotopia|embedded",
-                        help="Sotopia-format task directory (envs.json, agents.json, "
-                             "env_agent_combos.json), 'sotopia' (the paper's tasks, fetched on first "
-                             "use) or 'embedded' (default)")
-    sel = parser.add_mutually_exclusive_group()
-    sel.add_argument("--episodes", type=at.arg_type(at.positive_int, "episode count"), metavar="N",
-                     help="simulate the first N tasks (default: all)")
-    sel.add_argument("--tasks", type=at.arg_type(at.index_list, "task list"), metavar="LIST",
-                     help="task indices to simulate, e.g. 0-39,45")
-    parser.add_argument("--seeds", type=at.arg_type(at.seed_list, "seed list"), default=default("simulate.seeds"),
-                        metavar="LIST", help="simulation seeds, e.g. 0,1,2 or 0-4 (default: %(default)s)")
-    parser.add_argument("--out", required=True, metavar="PATH.nc",
-                        help="cube to write; an interrupted run's parts in PATH.nc.parts are resumed")
-    parser.add_argument("--passive", action="store_true",
-                        help="also record the passive reader on the genuine dialogs (control 1)")
-    parser.add_argument("--tom", action="store_true",
-                        help="also run the Theory-of-Mind dialogs with emotion/action distributions")
-    parser.add_argument("--tom-episodes", type=at.arg_type(at.positive_int, "episode count"), metavar="N",
-                        help="with --tom: the ToM dialogs for the first N of the simulated tasks only "
-                             "(default: all)")
-    parser.add_argument("--scheduling", choices=SCHEDULING, default="turns",
-                        help="turns: every dialog of a batch waits for the batch's longest reply; "
-                             "continuous: a dialog's next utterance joins the running batch as soon as "
-                             "its reply ends (same dialogs up to float rounding; default turns)")
-    parser.add_argument("--max-new-tokens", type=at.arg_type(at.positive_int, "token count"),
-                        default=default("simulate.max_new_tokens"), metavar="N",
-                        help="maximum new tokens per utterance (default %(default)s)")
-    parser.add_argument("--max-utterances", type=at.arg_type(at.positive_int, "utterance count"),
-                        default=default("simulate.max_utterances"), metavar="N",
-                        help="maximum utterances per episode, both agents (default %(default)s)")
-    parser.add_argument("--temperature", type=at.arg_type(at.nonneg_float, "temperature"),
-                        default=default("simulate.temperature"), metavar="T",
-                        help="sampling temperature, 0 = greedy (default %(default)s)")
-    parser.add_argument("--batch-size", type=at.arg_type(at.positive_int, "batch size"), metavar="N",
-                        help="episode x seed rows per batch and per crash-safe part "
-                             "(default 64 on CUDA, 8 on CPU; a resumed run keeps its own)")
-    parser.add_argument("--device", metavar="DEV",
-                        help="torch device, e.g. cpu, cuda, cuda:1 (default: cuda if available)")
-    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
-                        help="model weights dtype (default auto, as the run config's: bfloat16 on CUDA and on "
-                             "CPUs with native bfloat16 matrix products, float32 elsewhere)")
-    parser.add_argument("--store-dtype", choices=sorted(STORE_DTYPES), default="float32",
-                        help="precision of the stored states: float32 (lossless, default), "
-                             "float16 / bfloat16 (mantissa rounded to 10 / 7 bits, float32 range; "
-                             "smaller files)")
-    parser.add_argument("--top-k", type=at.arg_type(at.top_k, "top-k"), default=default("simulate.top_k"),
-                        metavar="K|model|none", help="sampling top-k: 'model' (default: the model's "
-                        "generation_config, else transformers' 50), 'none' or an integer")
-    parser.add_argument("--top-p", type=at.arg_type(at.top_p, "top-p"), default=default("simulate.top_p"),
-                        metavar="P|model|none", help="sampling top-p: 'model' (default), 'none' or a number in (0, 1]")
-    parser.add_argument("--passive-seeds", type=at.arg_type(at.seed_list, "seed list"), metavar="LIST",
-                        help="seeds the passive reader reads (default: all of --seeds; the paper: 0-2)")
-    parser.add_argument("--prompt-format-a", choices=sorted(PROMPT_FORMATS), default="chat_template",
-                        help="prompt format of model A (default: its tokenizer's chat template)")
-    parser.add_argument("--prompt-format-b", choices=sorted(PROMPT_FORMATS),
-                        help="prompt format of model B (default: as --prompt-format-a)")
-    parser.add_argument("--no-first-line-stop", action="store_true",
-                        help="generate every reply to its end (or --max-new-tokens) instead of stopping "
-                             "at its first line, which is all that is kept")
-    parser.add_argument("--cache-gib", type=at.arg_type(at.cache_gib, "cache size"), default="auto",
-                        metavar="GIB|auto", help="memory the session caches of both models may hold, GiB "
-                        "(default auto: a quarter of the memory available, 0.25-4 GiB); sessions that do not "
-                        "fit are recomputed: the same dialogs, more time")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace a finished cube at --out (default: leave it and exit)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def _fail(msg: str) -> int:
-    print(f"synclib simulate: error: {msg}", file=sys.stderr)
-    return 2
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run ``synclib simulate``; 0 on success, 2 on bad input."""
-    from synclib.scenarios import ScenarioError
-
-    out = Path(args.out)
-    if out.suffix != ".nc":
-        return _fail(f"--out: {args.out!r} must end in .nc")
-    if not out.parent.exists():
-        return _fail(f"--out: directory {str(out.parent)!r} does not exist")
-    if args.device is not None:
-        import torch
-
-        try:
-            dev = torch.device(args.device)
-        except (RuntimeError, ValueError) as exc:
-            return _fail(f"--device: {exc}")
-        if dev.type == "cuda" and not torch.cuda.is_available():
-            return _fail(f"--device: {args.device!r} requested but CUDA is not available")
-    try:
-        taskset = load_tasks(args.scenarios)
-    except ScenarioError as exc:
-        return _fail(f"--scenarios: {exc}")
-    except FileNotFoundError as exc:
-        return _fail(f"--scenarios: {exc}")
-    n = len(taskset)
-    if args.tasks is not None:
-        bad = [i for i in args.tasks if i >= n]
-        if bad:
-            return _fail(f"--tasks: index {bad[0]} out of range; {args.scenarios} has {n} tasks (0-{n - 1})")
-        tasks = [taskset[i] for i in args.tasks]
-    elif args.episodes is not None:
-        if args.episodes > n:
-            return _fail(f"--episodes: {args.episodes} requested but {args.scenarios} has only {n} tasks")
-        tasks = [taskset[i] for i in range(args.episodes)]
-    else:
-        tasks = list(taskset)
-    if args.passive_seeds is not None:
-        extra = sorted(set(args.passive_seeds) - set(args.seeds))
-        if extra:
-            return _fail(f"--passive-seeds: seed(s) {extra} are not among --seeds {args.seeds}")
-    if is_complete(out) and not args.overwrite:
-        print(f"{out} is already a finished cube; nothing to do (use --overwrite to redo it)",
-              file=sys.stderr)
-        return 0
-    try:
-        path = simulate(args.model_a, args.model_b or args.model_a, tasks, args.seeds, out,
-                        max_utterances=args.max_utterances, temperature=args.temperature,
-                        max_new_tokens=args.max_new_tokens, passive=args.passive, tom=args.tom,
-                        batch_size=args.batch_size, device=args.device, dtype=args.dtype,
-                        store_dtype=args.store_dtype, overwrite=args.overwrite,
-                        progress=not args.no_progress, top_k=args.top_k, top_p=args.top_p,
-                        stop_at_first_line=not args.no_first_line_stop, passive_seeds=args.passive_seeds,
-                        taskset=taskset, tom_episodes=args.tom_episodes, scheduling=args.scheduling,
-                        cache_gib=args.cache_gib,
-                        prompt_formats=(args.prompt_format_a, args.prompt_format_b or args.prompt_format_a))
-    except CubeError as exc:
-        return _fail(str(exc))
-    except Exception as exc:  # model loading problems carry their own clear message
-        from synclib.models import ModelNotFoundError
-
-        if isinstance(exc, ModelNotFoundError):
-            return _fail(f"--model-a/--model-b: {exc}")
-        raise
-    print(f"wrote {path}", file=sys.stderr)
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m synclib.simulate ...`` (same as ``synclib simulate ...``)."""
-    parser = argparse.ArgumentParser(prog="synclib simulate", description=__doc__.splitlines()[0])
-    configure_parser(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -39,7 +39,8 @@ import xarray as xr
 
 from synclib.results import MANIFEST
 # the ToM words, in the cube's order, and Sotopia's eight scenario sources
-from synclib.scenarios import ACTIONS, EMOTIONS, SOURCES
+from synclib.prompts import ACTIONS, EMOTIONS
+from synclib.scenarios import SOURCES
 
 __all__ = ["make_synthetic_cube", "synthetic_judge_table", "build_synthetic_results", "SYNTHETIC_JUDGE",
            "SOURCES", "EMOTIONS", "ACTIONS"]
@@ -73,8 +74,105 @@ def _softmax(z):
     return e / e.sum(-1, keepdims=True)
 
 
-# Long (about 125 lines of code): the generative model of the module docstring, read top to
-# bottom; its inner helpers share the latent paths and layer maps drawn at the start.
+#: the dimensions of a per-round variable
+_DIMS3 = ("episode", "sim_seed", "round")
+
+
+def _episode_coords(rng, E, S, R, layers_a, layers_b, n_personas, tom):
+    """The cube's coordinates, and each episode's relationship (0-5).
+
+    Episodes are scenarios x 5 persona pairs; the pairs are drawn from a pool of
+    ``max(3, E // 3)`` so that the same agent pair recurs in different scenarios.
+    """
+    names = [f"{_FIRST[i % len(_FIRST)]} P{i:02d}" for i in range(n_personas)]
+    pool = [tuple(rng.choice(n_personas, 2, replace=False)) for _ in range(max(3, E // 3))]
+    env_of = np.arange(E) // 5
+    src_of_env = rng.choice(len(SOURCES), size=env_of.max() + 1)
+    pair_idx = rng.integers(0, len(pool), size=E)
+    relationship = rng.integers(0, 6, size=E)
+    a1 = np.array([pool[p][0] for p in pair_idx])
+    a2 = np.array([pool[p][1] for p in pair_idx])
+    coords = {
+        "episode": np.arange(E, dtype=np.int64),
+        "sim_seed": np.arange(S, dtype=np.int64),
+        "round": np.arange(R, dtype=np.int32),
+        "layer_a": np.arange(layers_a, dtype=np.int32),
+        "layer_b": np.arange(layers_b, dtype=np.int32),
+        "task_index": ("episode", np.arange(E, dtype=np.int64)),
+        "env_id": ("episode", np.array([f"env{e:03d}" for e in env_of], dtype=object)),
+        "codename": ("episode", np.array([f"scenario_{e}" for e in env_of], dtype=object)),
+        "source": ("episode", np.array([SOURCES[src_of_env[e]] for e in env_of], dtype=object)),
+        "relationship": ("episode", relationship.astype(np.int64)),
+        "agent1_id": ("episode", np.array([f"agent{i:02d}" for i in a1], dtype=object)),
+        "agent2_id": ("episode", np.array([f"agent{i:02d}" for i in a2], dtype=object)),
+        "agent1_name": ("episode", np.array([names[i] for i in a1], dtype=object)),
+        "agent2_name": ("episode", np.array([names[i] for i in a2], dtype=object)),
+    }
+    if tom:
+        coords["emotion"] = np.array(EMOTIONS, dtype=object)
+        coords["action"] = np.array(ACTIONS, dtype=object)
+    return coords, relationship
+
+
+def _hidden(rng, states, P, noise, off, reached):
+    """states (E*S, R, latent) -> (E, S, R, L, D) float32 with NaN where unreached (E, S, R)."""
+    E, S, R = reached.shape
+    h = np.einsum("nrk,lkd->nrld", states, P) + off
+    h += rng.standard_normal(h.shape) * noise
+    h = h.reshape(E, S, R, *h.shape[2:]).astype(np.float32)
+    h[~reached] = np.nan
+    return h
+
+
+def _texts(reached, who, tag=""):
+    """Placeholder utterances ``[A e0 s1 u4]`` of agent ``who`` where reached, else ``""``."""
+    E, S, R = reached.shape
+    t = np.empty((E, S, R), dtype=object)
+    for e, sd, k in np.ndindex(E, S, R):
+        t[e, sd, k] = f"[{who}{tag} e{e} s{sd} u{2 * k + (who == 'B')}]" if reached[e, sd, k] else ""
+    return t
+
+
+def _prompt_lengths(reached, base):
+    """Prompt lengths growing by 40 tokens a round from ``base``, -1 where unreached."""
+    R = reached.shape[2]
+    return np.where(reached, base + 40 * np.arange(R)[None, None, :], -1).astype(np.int32)
+
+
+def _tom_readouts(rng, states, u_a, reached_a, reached_b, latent_dim) -> dict:
+    """The ToM run's emotion and action distributions of each utterance's speaker,
+    ``softmax(Z s_u)`` with random ``Z``, NaN where unreached: ``{name: (dims, array)}``."""
+    E, S, R = reached_a.shape
+    Ze = rng.standard_normal((latent_dim, len(EMOTIONS))) * 0.8
+    Za = rng.standard_normal((latent_dim, len(ACTIONS))) * 0.8
+    out = {}
+    for who, u, reached in (("a", u_a, reached_a), ("b", u_a + 1, reached_b)):
+        for var, Z in (("emotion", Ze), ("action", Za)):
+            p = _softmax(states[:, u + 1] @ Z).reshape(E, S, R, -1).astype(np.float32)
+            p[~reached] = np.nan
+            out[f"{var}_{who}"] = (_DIMS3 + (var,), p)
+    return out
+
+
+def _cube_attrs(model_a, model_b, layers_a, dim_a, layers_b, dim_b, n_utt_max, passive, tom,
+                coupling, seed, relationship_effect) -> dict:
+    """The synthetic cube's attributes (the cube schema's, plus the generator's settings)."""
+    from synclib import __version__
+
+    return {
+        "title": "synclib synthetic activation cube",
+        "conventions": "synclib cube v1 (see book/architecture.md)",
+        "model_a": model_a, "model_b": model_b,
+        "n_layers_a": layers_a, "d_model_a": dim_a, "n_layers_b": layers_b, "d_model_b": dim_b,
+        "temperature": 0.7, "max_new_tokens": 0, "max_utterances": n_utt_max,
+        "synclib_version": __version__, "store_dtype": "float32",
+        "passive": int(passive), "tom": int(tom),
+        "synthetic": 1, "synthetic_coupling": float(coupling), "synthetic_seed": int(seed),
+        "synthetic_relationship_effect": float(relationship_effect),
+        "complete": 1,
+    }
+
+
 def make_synthetic_cube(n_episodes: int = 40, n_seeds: int = 3, n_rounds: int = 8,
                         layers_a: int = 6, dim_a: int = 32, layers_b: int = 6, dim_b: int = 32,
                         coupling: float = 0.8, seed: int = 0, *, latent_dim: int = 8,
@@ -111,35 +209,7 @@ def make_synthetic_cube(n_episodes: int = 40, n_seeds: int = 3, n_rounds: int = 
     E, S, R = n_episodes, n_seeds, n_rounds
     n_utt_max = 2 * R
 
-    # ---- episodes: scenarios x 5 persona pairs, pairs recur across scenarios
-    names = [f"{_FIRST[i % len(_FIRST)]} P{i:02d}" for i in range(n_personas)]
-    pool = [tuple(rng.choice(n_personas, 2, replace=False)) for _ in range(max(3, E // 3))]
-    env_of = np.arange(E) // 5
-    src_of_env = rng.choice(len(SOURCES), size=env_of.max() + 1)
-    pair_idx = rng.integers(0, len(pool), size=E)
-    relationship = rng.integers(0, 6, size=E)
-    a1 = np.array([pool[p][0] for p in pair_idx])
-    a2 = np.array([pool[p][1] for p in pair_idx])
-    coords = {
-        "episode": np.arange(E, dtype=np.int64),
-        "sim_seed": np.arange(S, dtype=np.int64),
-        "round": np.arange(R, dtype=np.int32),
-        "layer_a": np.arange(layers_a, dtype=np.int32),
-        "layer_b": np.arange(layers_b, dtype=np.int32),
-        "task_index": ("episode", np.arange(E, dtype=np.int64)),
-        "env_id": ("episode", np.array([f"env{e:03d}" for e in env_of], dtype=object)),
-        "codename": ("episode", np.array([f"scenario_{e}" for e in env_of], dtype=object)),
-        "source": ("episode", np.array([SOURCES[src_of_env[e]] for e in env_of], dtype=object)),
-        "relationship": ("episode", relationship.astype(np.int64)),
-        "agent1_id": ("episode", np.array([f"agent{i:02d}" for i in a1], dtype=object)),
-        "agent2_id": ("episode", np.array([f"agent{i:02d}" for i in a2], dtype=object)),
-        "agent1_name": ("episode", np.array([names[i] for i in a1], dtype=object)),
-        "agent2_name": ("episode", np.array([names[i] for i in a2], dtype=object)),
-    }
-    if tom:
-        coords["emotion"] = np.array(EMOTIONS, dtype=object)
-        coords["action"] = np.array(ACTIONS, dtype=object)
-
+    coords, relationship = _episode_coords(rng, E, S, R, layers_a, layers_b, n_personas, tom)
     rho = np.clip(coupling + relationship_effect * relationship / 5.0, 0.0, 0.99)
     rho_u = np.repeat(rho, S)  # per (episode, seed) unit
     PA, nA, _ = _layer_maps(rng, layers_a, dim_a, latent_dim, signal)
@@ -150,14 +220,6 @@ def make_synthetic_cube(n_episodes: int = 40, n_seeds: int = 3, n_rounds: int = 
     off_b = rng.normal(0, 1, (layers_b, dim_b))
     n_utt = rng.integers(min(min_utterances, n_utt_max), n_utt_max + 1, size=(E, S))
 
-    def hidden(states, P, noise, off, reached):
-        """states (E*S, R, latent) -> (E, S, R, L, D) float32 with NaN where unreached."""
-        h = np.einsum("nrk,lkd->nrld", states, P) + off
-        h += rng.standard_normal(h.shape) * noise
-        h = h.reshape(E, S, R, *h.shape[2:]).astype(np.float32)
-        h[~reached] = np.nan
-        return h
-
     u_a = 2 * np.arange(R)  # utterance index of A's round k; B's is u_a + 1
     reached_a = u_a[None, None, :] < n_utt[..., None]
     reached_b = (u_a + 1)[None, None, :] < n_utt[..., None]
@@ -167,31 +229,23 @@ def make_synthetic_cube(n_episodes: int = 40, n_seeds: int = 3, n_rounds: int = 
         s = _latent_paths(rng, E * S, n_utt_max, latent_dim, rho_u)  # s[:, u + 1] is s_u
         ra = u_a[None, None, :] < n_utt_run[..., None]
         rb = (u_a + 1)[None, None, :] < n_utt_run[..., None]
-        data[f"hidden_a{prefix}"] = hidden(s[:, u_a + 1], PA, nA, off_a, ra)
-        data[f"hidden_b{prefix}"] = hidden(s[:, u_a + 2], PB, nB, off_b, rb)
+        data[f"hidden_a{prefix}"] = _hidden(rng, s[:, u_a + 1], PA, nA, off_a, ra)
+        data[f"hidden_b{prefix}"] = _hidden(rng, s[:, u_a + 2], PB, nB, off_b, rb)
         return s, ra, rb
 
     s, _, _ = run("", n_utt)
     if passive:
-        data["hidden_a_passive"] = hidden(s[:, u_a], PAp, nA, off_a, reached_a)
-        data["hidden_b_passive"] = hidden(s[:, u_a + 1], PBp, nB, off_b, reached_b)
+        data["hidden_a_passive"] = _hidden(rng, s[:, u_a], PAp, nA, off_a, reached_a)
+        data["hidden_b_passive"] = _hidden(rng, s[:, u_a + 1], PBp, nB, off_b, reached_b)
 
-    def texts(reached, who, tag=""):
-        t = np.empty((E, S, R), dtype=object)
-        for e, sd, k in np.ndindex(E, S, R):
-            t[e, sd, k] = f"[{who}{tag} e{e} s{sd} u{2 * k + (who == 'B')}]" if reached[e, sd, k] else ""
-        return t
-
-    def plen(reached, base):
-        return np.where(reached, base + 40 * np.arange(R)[None, None, :], -1).astype(np.int32)
-
-    dims3 = ("episode", "sim_seed", "round")
+    dims3 = _DIMS3
     hdims_a = dims3 + ("layer_a", "dim_a")
     hdims_b = dims3 + ("layer_b", "dim_b")
     vars_ = {
         "hidden_a": (hdims_a, data["hidden_a"]), "hidden_b": (hdims_b, data["hidden_b"]),
-        "text_a": (dims3, texts(reached_a, "A")), "text_b": (dims3, texts(reached_b, "B")),
-        "prompt_len_a": (dims3, plen(reached_a, 300)), "prompt_len_b": (dims3, plen(reached_b, 320)),
+        "text_a": (dims3, _texts(reached_a, "A")), "text_b": (dims3, _texts(reached_b, "B")),
+        "prompt_len_a": (dims3, _prompt_lengths(reached_a, 300)),
+        "prompt_len_b": (dims3, _prompt_lengths(reached_b, 320)),
         "n_utterances": (("episode", "sim_seed"), n_utt.astype(np.int32)),
     }
     if passive:
@@ -200,34 +254,17 @@ def make_synthetic_cube(n_episodes: int = 40, n_seeds: int = 3, n_rounds: int = 
     if tom:
         n_utt_t = rng.integers(min(min_utterances, n_utt_max), n_utt_max + 1, size=(E, S))
         st, ra, rb = run("_tom", n_utt_t)
-        Ze = rng.standard_normal((latent_dim, len(EMOTIONS))) * 0.8
-        Za = rng.standard_normal((latent_dim, len(ACTIONS))) * 0.8
-        for who, u, reached in (("a", u_a, ra), ("b", u_a + 1, rb)):
-            for var, Z in (("emotion", Ze), ("action", Za)):
-                p = _softmax(st[:, u + 1] @ Z).reshape(E, S, R, -1).astype(np.float32)
-                p[~reached] = np.nan
-                vars_[f"{var}_{who}"] = (dims3 + (var,), p)
+        vars_.update(_tom_readouts(rng, st, u_a, ra, rb, latent_dim))
         vars_["hidden_a_tom"] = (hdims_a, data["hidden_a_tom"])
         vars_["hidden_b_tom"] = (hdims_b, data["hidden_b_tom"])
-        vars_["text_a_tom"] = (dims3, texts(ra, "A", "_tom"))
-        vars_["text_b_tom"] = (dims3, texts(rb, "B", "_tom"))
-        vars_["prompt_len_a_tom"] = (dims3, plen(ra, 360))
-        vars_["prompt_len_b_tom"] = (dims3, plen(rb, 380))
+        vars_["text_a_tom"] = (dims3, _texts(ra, "A", "_tom"))
+        vars_["text_b_tom"] = (dims3, _texts(rb, "B", "_tom"))
+        vars_["prompt_len_a_tom"] = (dims3, _prompt_lengths(ra, 360))
+        vars_["prompt_len_b_tom"] = (dims3, _prompt_lengths(rb, 380))
         vars_["n_utterances_tom"] = (("episode", "sim_seed"), n_utt_t.astype(np.int32))
 
-    from synclib import __version__
-    attrs = {
-        "title": "synclib synthetic activation cube",
-        "conventions": "synclib cube v1 (see book/architecture.md)",
-        "model_a": model_a, "model_b": model_b,
-        "n_layers_a": layers_a, "d_model_a": dim_a, "n_layers_b": layers_b, "d_model_b": dim_b,
-        "temperature": 0.7, "max_new_tokens": 0, "max_utterances": n_utt_max,
-        "synclib_version": __version__, "store_dtype": "float32",
-        "passive": int(passive), "tom": int(tom),
-        "synthetic": 1, "synthetic_coupling": float(coupling), "synthetic_seed": int(seed),
-        "synthetic_relationship_effect": float(relationship_effect),
-        "complete": 1,
-    }
+    attrs = _cube_attrs(model_a, model_b, layers_a, dim_a, layers_b, dim_b, n_utt_max, passive, tom,
+                        coupling, seed, relationship_effect)
     return xr.Dataset({k: xr.DataArray(v, dims=d) for k, (d, v) in vars_.items()}, coords=coords, attrs=attrs)
 
 

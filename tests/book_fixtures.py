@@ -38,9 +38,9 @@ def tiny_results(base: Path) -> Path:
 
 
 def execute_notebook(nb: Path, out: Path, params: dict) -> subprocess.CompletedProcess:
-    """Run one notebook with papermill (``python -m synclib.notebook``, what the main job does)
+    """Run one notebook with papermill (``python -m synclib.cli.notebooks``, what the main job does)
     in a separate process, so runs can overlap."""
-    cmd = [sys.executable, "-m", "synclib.notebook", str(nb), str(out)]
+    cmd = [sys.executable, "-m", "synclib.cli.notebooks", str(nb), str(out)]
     for k, v in params.items():
         cmd += ["-p", k, str(v)]
     return subprocess.run(cmd, capture_output=True, text=True, env=kernel_env(), timeout=600)
@@ -65,7 +65,7 @@ def executed_notebooks(base: Path) -> dict[str, tuple[Path, subprocess.Completed
 def built_book(base: Path) -> tuple[Path, subprocess.CompletedProcess]:
     """A copy of the book sources with the executed notebooks, built: ``(html_dir, proc)``."""
     if "book" not in _CACHE:
-        from synclib import report, results
+        from synclib import benchmarks, results, run_summary
         from synclib.config import invalidation_table
 
         executed = executed_notebooks(base)
@@ -85,9 +85,9 @@ def built_book(base: Path) -> tuple[Path, subprocess.CompletedProcess]:
         gen = src / "book" / "_generated"
         gen.mkdir()
         res = results.load_results(tiny_results(base))
-        (gen / "run_summary.md").write_text(report.run_summary_markdown(res))
-        (gen / "embedded_run.md").write_text(report.embedded_run_markdown(res))
-        (gen / "benchmarks.md").write_text(report.benchmarks_markdown(ROOT / "bench" / "results"))
+        (gen / "run_summary.md").write_text(run_summary.run_summary_markdown(res))
+        (gen / "embedded_run.md").write_text(run_summary.embedded_run_markdown(res))
+        (gen / "benchmarks.md").write_text(benchmarks.benchmarks_markdown(ROOT / "bench" / "results"))
         (gen / "settings.md").write_text(invalidation_table())
         from synclib.notebook import parameters_markdown
 

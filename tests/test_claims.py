@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from book_fixtures import tiny_results
-from synclib import claims, power, report, results
+from synclib import claims, power, power_text, report, results, run_summary
 from synclib.paths import PUBLISHED_NUMBERS
 
 VERDICT = re.compile(r": \*\*(can|partly|cannot|can only weakly)\*\* speak to it: ")
@@ -41,7 +41,7 @@ def test_the_first_page_lists_every_claim_once(res, published):
     for line in lines:
         assert VERDICT.search(line), line
         assert "n/a" not in line and "nan" not in line.lower(), line
-    summary = report.run_summary_markdown(res)
+    summary = run_summary.run_summary_markdown(res)
     assert all(f"- {line}" in summary for line in lines)
     # a figure's page repeats the first page's lines for its claims
     for key in {k for _, k in claims.CLAIMS}:
@@ -56,7 +56,7 @@ def test_control_lines_are_worded_from_the_larger_p(res, published):
         line = fn(res, published, table=table).line()
         assert r["p"] == max(r["p_corrected"], r["p_episodes"])
         for p in (r["p"], r["p_corrected"], r["p_episodes"]):
-            assert power._p(p) in line
+            assert power_text._p(p) in line
         assert f"over {int(r['n_pairs'])} split-seed values" in line and f"{int(r['n_episodes'])} episodes" in line
         if r["p"] < 0.05 and r["sync_diff"] > 0:
             assert "**can**" in line and f"genuine above {control} by {r['sync_diff']:.3f}" in line
@@ -154,8 +154,8 @@ def test_one_count_of_dataset_sizes_on_every_page(res, published):
         lo, hi = int(t["n_train"].min()), int(t["n_train"].max())
         assert (f"{lo}-{hi} for training" if lo != hi else f"{lo} for training") in text, cond
     gen = counts[counts["condition"] == "genuine"]
-    summary = report.run_summary_markdown(res)
+    summary = run_summary.run_summary_markdown(res)
     assert f"| training samples per genuine dataset | {int(gen['n_train'].min())}-{int(gen['n_train'].max())} |" in summary
-    assert text in summary and text in report.embedded_run_markdown(res)
+    assert text in summary and text in run_summary.embedded_run_markdown(res)
     assert f"at most {int((gen['n_train'] + gen['n_test']).max())} samples per dataset" in claims.sample_size(
         res, published).text

@@ -21,7 +21,8 @@ import pytest
 
 from synclib import dialogs
 from synclib.judge import DIMENSIONS, TABLE_COLUMNS, save_table
-from synclib.scenarios import is_leave, load_tasks, render_text
+from synclib.prompts import is_leave, render_text
+from synclib.scenarios import load_tasks
 from synclib.synthetic import SYNTHETIC_PAIRS, build_synthetic_results, make_synthetic_cube
 
 CHROMIUM = "/usr/bin/chromium"

@@ -268,7 +268,8 @@ def test_candidates_share_one_pass_per_batch_as_a_prefix_tree(lm, kind, attn, mo
     """Candidates sharing prefixes (a three-level prefix tree), rows of different lengths
     (left padding), prompts far longer than the sliding window: one forward pass per batch of
     rows scores every candidate, and each score equals running ``prompt + seq`` alone."""
-    import synclib.engine as E
+    from synclib.engine import candidates
+    from synclib.engine.masks import attention_windows
 
     tiny = _tiny(lm, kind, attn)
     prompts = [dialog(tiny, 4, filler=f) for f in (0, 3, 1)]
@@ -288,14 +289,14 @@ def test_candidates_share_one_pass_per_batch_as_a_prefix_tree(lm, kind, attn, mo
             want.append(total)
         np.testing.assert_allclose(lp, want, rtol=1e-4, atol=1e-4)
     # attention implementations that take no explicit mask get the per-prefix path: it agrees
-    windows = E._attention_windows(tiny.model.config)
+    windows = attention_windows(tiny.model.config)
     assert windows == ({"full_attention": None} if kind == "llama" else
                        {"sliding_attention": 16} if kind == "mistral" else
                        {"full_attention": None, "sliding_attention": 16})
     monkeypatch.setattr(tiny.model.config, "_attn_implementation", "flash_attention_2")
-    assert E._attention_windows(tiny.model.config) is None
+    assert attention_windows(tiny.model.config) is None
     monkeypatch.undo()
-    monkeypatch.setattr(E, "_attention_windows", lambda config: None)
+    monkeypatch.setattr(candidates, "attention_windows", lambda config: None)
     per_prefix = Engine(tiny, batch_size=2)
     for a, b in zip(per_prefix.sequence_logprobs(prompts, seqs), got):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
@@ -308,6 +309,7 @@ def test_cache_with_room_decodes_as_transformers_concatenation(lm, kind):
     keys, values and logits as transformers' own cache, step after step, through a row
     selection and past the room (the buffers move), with and without sliding windows."""
     import synclib.engine as E
+    from synclib.engine.forward import forward
 
     tiny = _tiny(lm, kind, "sdpa")
     prompts = [tiny.encode(dialog(tiny, 4, filler=f)) for f in (0, 3)]
@@ -325,8 +327,7 @@ def test_cache_with_room_decodes_as_transformers_concatenation(lm, kind):
                     c.batch_select_indices(keep)
                 mask, pos, tok = mask[keep], pos[keep], tok[keep]
             mask = torch.cat([mask, mask.new_ones((len(tok), 1))], dim=1)
-            logits = [tiny.model(input_ids=tok[:, None], attention_mask=mask, position_ids=pos[:, None],
-                                 past_key_values=c, use_cache=True).logits[:, -1] for c in caches]
+            logits = [forward(tiny.model, tok[:, None], mask, pos[:, None], c)[0][:, -1] for c in caches]
             torch.testing.assert_close(logits[1], logits[0], rtol=0, atol=1e-5)
             for a, b in zip(*(c.layers for c in caches)):
                 assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
@@ -430,7 +431,7 @@ def test_host_checks_every_few_steps_give_the_same_rows(lm, temperature):
 
 
 def test_first_line_only_keeps_the_first_line(lm, monkeypatch):
-    from synclib.scenarios import postprocess_reply
+    from synclib.prompts import postprocess_reply
 
     # raise the line-break token's logit so that the random model writes several lines
     (nl,) = lm.tokenizer("\n", add_special_tokens=False)["input_ids"]
@@ -484,13 +485,13 @@ def test_sampling_distribution_is_transformers_generate(top_k, top_p):
 @pytest.mark.parametrize("top_k,top_p", [(None, None), (50, None), (None, 0.9), (3, 0.5)])
 def test_sampling_in_kept_buffers_is_sampling_afresh(top_k, top_p):
     """The CPU's sampling steps work in buffers kept across steps, a chunk of rows at a time
-    (engine._SampleWork): the same probabilities and the same tokens, bit for bit, as the
+    (engine.sampling.SampleWork): the same probabilities and the same tokens, bit for bit, as the
     distribution computed afresh over all rows at once, and a second step in the same buffers
     is not disturbed by the first."""
-    from synclib.engine import _sample, _SampleWork, sampling_distribution
+    from synclib.engine.sampling import SampleWork, sample, sampling_distribution
 
     g = torch.Generator().manual_seed(11)
-    work = _SampleWork(700, rows=3)  # 8 rows: chunks of 3, 3 and 2
+    work = SampleWork(700, rows=3)  # 8 rows: chunks of 3, 3 and 2
     for _ in range(2):
         logits = torch.randn(8, 700, generator=g) * 3
         logits[2] = torch.round(logits[2])  # ties at the k-th value
@@ -504,8 +505,8 @@ def test_sampling_in_kept_buffers_is_sampling_afresh(top_k, top_p):
             assert torch.equal(in_work, alone[:3])
             cdf = alone.cumsum(-1)
             expect = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1)).squeeze(-1)
-            assert torch.equal(_sample(logits, u, (temperature, top_k, top_p), work), expect)
-            assert torch.equal(_sample(logits, u, (temperature, top_k, top_p)), expect)
+            assert torch.equal(sample(logits, u, (temperature, top_k, top_p), work), expect)
+            assert torch.equal(sample(logits, u, (temperature, top_k, top_p)), expect)
 
 
 def test_generation_config_sets_what_is_sampled(lm):
@@ -558,10 +559,10 @@ def test_a_missed_session_does_not_undo_the_batch_prefix_reuse(lm, mode):
     prefilled in groups and merged for decoding: the hit rows reuse their prefixes, and
     tokens and states equal generation without any cache (float rounding of the padded
     batch aside: the same tokens, states to 1e-5)."""
-    from synclib.engine import _prefill_groups
+    from synclib.engine.prefill import prefill_groups
 
-    assert _prefill_groups([1000] + [100] * 7) == [[0], list(range(1, 8))]
-    assert _prefill_groups([100, 90, 80]) == [[0, 1, 2]]
+    assert prefill_groups([1000] + [100] * 7) == [[0], list(range(1, 8))]
+    assert prefill_groups([100, 90, 80]) == [[0, 1, 2]]
     short = [dialog(lm, 6, filler=f) for f in range(4)]
     miss = dialog(lm, 9, filler=12)
     eng = Engine(lm, batch_size=5, decode=mode)
@@ -576,18 +577,20 @@ def test_a_missed_session_does_not_undo_the_batch_prefix_reuse(lm, mode):
         np.testing.assert_allclose(a.states, b.states, atol=TOL, rtol=0)
 
 
-def test_static_decoder_logits_match_a_solo_run(lm):
-    """Each static step's logits are those of the prompt plus the fed tokens run alone."""
-    from synclib.engine import _StaticDecoder
+def test_fixed_slot_steps_match_a_solo_run(lm):
+    """Each fixed-slot step's logits are those of the prompt plus the fed tokens run alone."""
+    from synclib.engine.fixed import FixedSlots
 
     prompts = [dialog(lm, 4, filler=3), dialog(lm, 0)]
     eng = Engine(lm, batch_size=2, kv_reuse=False, decode="static")
     pre = eng._prefill([(lm.encode(p), None) for p in prompts])
-    dec = _StaticDecoder(lm.model, pre, steps=4, graph=False, logits_kw={})
+    slots = FixedSlots(eng, capacity=2, steps=4, graph=False)
+    pos = slots.add(pre)
     fed = [[], []]
     for step in range(4):
         tok = torch.tensor([7 + step, 11 + 2 * step])
-        logits = dec.step(tok).clone()
+        slots.feed(pos, tok)
+        logits = slots.logits_of(pos).clone()
         for i, p in enumerate(prompts):
             fed[i].append(int(tok[i]))
             ref = solo(lm, lm.encode(p) + fed[i])[1]
@@ -616,9 +619,9 @@ def test_stream_rows_join_and_leave_and_generate_what_generate_does(lm, temperat
     ``decode="static"`` holds the rows in fixed slots (the layout a CUDA graph replays);
     its column room is rounded to 16 here, so a longer prompt re-allocates the slots
     mid-stream."""
-    from synclib import engine as E
+    from synclib.engine.fixed import FixedSlots
 
-    monkeypatch.setattr(E._SlotRows, "ROUND", 16)
+    monkeypatch.setattr(FixedSlots, "ROUND", 16)
     monkeypatch.setattr(lm.model.config, "_attn_implementation", attn)
     model = _stopper(lm)
     prompts = [dialog(lm, n, filler=f) for n, f in ((1, 0), (5, 2), (2, 7), (0, 0), (3, 1), (6, 4), (4, 0))]

@@ -77,16 +77,20 @@ def test_graph_decoding_equals_the_dynamic_loop_on_cuda(cuda_lm, dtype):
 
 def test_graph_step_logits_equal_eager_steps(cuda_lm):
     """A replayed step computes what the same step run eagerly computes (float32, 1e-4)."""
-    from synclib.engine import Engine, _StaticDecoder
+    from synclib.engine import Engine
+    from synclib.engine.fixed import FixedSlots
 
     lm = cuda_lm
     eng = Engine(lm, batch_size=4, kv_reuse=False, decode="graph")
     rows = [(p, None) for p in prompts(lm, 4)]
-    decs = [_StaticDecoder(lm.model, eng._prefill(rows), 6, graph=g, logits_kw={}) for g in (False, True)]
+    decs = [FixedSlots(eng, 4, 6, graph=g) for g in (False, True)]
+    pos = [d.add(eng._prefill(rows)) for d in decs][0]
     assert decs[1].captured and not decs[0].captured
     for step in range(6):
         tok = torch.arange(4, device="cuda") * 17 + 5 + step
-        a, b = (d.step(tok).clone() for d in decs)
+        for d in decs:
+            d.feed(pos, tok)
+        a, b = (d.logits_of(pos).clone() for d in decs)
         torch.testing.assert_close(b, a, atol=1e-4, rtol=1e-4)
 
 
@@ -96,8 +100,8 @@ def test_stream_graph_slots_equal_generate_on_cuda(cuda_lm, dtype):
     waves and leaving as they end give generate's tokens, finish reasons and states (float32),
     with no capture fallback; the slots' column room re-allocates (and re-captures) once a
     longer prompt arrives."""
-    from synclib import engine as E
     from synclib.engine import Engine, Request
+    from synclib.engine.fixed import FixedSlots
 
     lm = cuda_lm
     lm.model.to(getattr(torch, dtype))
@@ -105,8 +109,8 @@ def test_stream_graph_slots_equal_generate_on_cuda(cuda_lm, dtype):
     reqs = [Request(p, seed=i, session=i) for i, p in enumerate(ps)]
     want = Engine(lm, batch_size=8, decode="dynamic").generate(reqs, max_new_tokens=48, temperature=0.7,
                                                                first_line_only=True)
-    old = E._SlotRows.ROUND
-    E._SlotRows.ROUND = 64
+    old = FixedSlots.ROUND
+    FixedSlots.ROUND = 64
     try:
         eng = Engine(lm, batch_size=4)
         stream = eng.stream(max_new_tokens=48, temperature=0.7, first_line_only=True, join_min=1)
@@ -121,7 +125,7 @@ def test_stream_graph_slots_equal_generate_on_cuda(cuda_lm, dtype):
                 for i in range(4, 8):
                     stream.submit(i, reqs[i])
     finally:
-        E._SlotRows.ROUND = old
+        FixedSlots.ROUND = old
     assert eng.stats["graph_fallbacks"] == 0, eng.graph_error
     assert eng.stats["graph_steps"] > 0
     assert eng.stats["slot_allocations"] >= 2

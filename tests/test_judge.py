@@ -565,7 +565,8 @@ def write_cube(path: Path, task_indices, n_utt):
 
 
 def test_items_from_cube_reconstructs_dialog_order(tmp_path, tasks_dir):
-    from synclib.scenarios import judge_intro, load_tasks
+    from synclib.prompts import judge_intro
+    from synclib.scenarios import load_tasks
 
     tasks = load_tasks(tasks_dir)
     n_utt = np.array([[5, 16], [0, 2]])
@@ -641,7 +642,7 @@ def test_reading_scores_imports_no_judging_machinery():
 def test_cli_help_documents_every_option():
     import argparse
 
-    from synclib.judge.cli import configure_parser
+    from synclib.cli.evaluate import configure_parser
 
     p = argparse.ArgumentParser()
     configure_parser(p)
@@ -727,7 +728,8 @@ def test_embedded_smollm2_constrained_judge(tmp_path, tasks_dir):
     """The embedded SmolLM2-135M judges two episodes in constrained mode (the paper's Sotopia tasks
     where the suite has them, else embedded ones)."""
     from synclib.models import load_model
-    from synclib.scenarios import judge_intro, load_tasks
+    from synclib.prompts import judge_intro
+    from synclib.scenarios import load_tasks
 
     loaded = load_model("smollm2-135m")
     tasks = load_tasks(tasks_dir)

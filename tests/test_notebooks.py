@@ -444,7 +444,7 @@ def test_parameter_mistakes_get_one_synclib_line_on_every_route(results_dir, tmp
                               timeout=600, cwd=tmp_path)
 
     def module(*params):
-        return run("-m", "synclib.notebook", nb, str(tmp_path / "o.ipynb"), *params)
+        return run("-m", "synclib.cli.notebooks", nb, str(tmp_path / "o.ipynb"), *params)
 
     cases = [
         (module("-p", "results_dir", str(results_dir), "-p", "directon", "B->A"), 2,

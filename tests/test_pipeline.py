@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from synclib import pipeline
-from synclib.pipeline import ConfigError, Job, build_jobs, execute, load_config
+from synclib.config import ConfigError, load_config
+from synclib.pipeline import Job, build_jobs, execute
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,5 @@
-"""synclib.power: paired control tests, minimum detectable differences, synthetic recovery."""
+"""synclib.power (paired control tests, minimum detectable differences), synclib.recovery
+(synthetic recovery) and synclib.power_text (tables and sentences)."""
 from __future__ import annotations
 
 import itertools
@@ -9,7 +10,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from synclib import power, results
+from synclib import power, power_text, recovery, results
 from synclib.synthetic import SYNTHETIC_PAIRS, build_synthetic_results
 
 
@@ -126,7 +127,7 @@ def test_n_pairs_needed_is_the_first_n_that_reaches_the_difference():
 def small_results(tmp_path_factory):
     """Two ordered runs (the cross pair in both orders), 12 episodes, only the conditions
     block (genuine, passive, shuffled, lag1, lag2): a few seconds, not minutes."""
-    with power._one_torch_thread():
+    with recovery._one_torch_thread():
         root = build_synthetic_results(
             tmp_path_factory.mktemp("power") / "results", pairs=SYNTHETIC_PAIRS[1:3], n_episodes=12,
             cube_kwargs={"tom": False},
@@ -189,9 +190,9 @@ def test_paired_tests_by_run_and_the_corrected_columns(small_results):
     one = by[(by["run"] == res.run_names[0]) & (by["control"] == "passive")].iloc[0]
     ds = res.analysis(res.run_names[0])
     assert one["n_pairs"] == ds.sizes["direction"] * ds.sizes["split_seed"]
-    text = power.by_run_sentence(by, embedded=True)
+    text = power_text.by_run_sentence(by, embedded=True)
     assert text.count("the embedded models show") == len(res.run_names)
-    shown = power.format_by_run(by)
+    shown = power_text.format_by_run(by)
     assert {"p (re-splits)", "p (episodes)"} <= set(shown.columns) and len(shown) == len(by)
     # every verdict is worded from the larger p of the two tests
     assert (by["p"] == by[["p_corrected", "p_episodes"]].max(axis=1)).all()
@@ -258,13 +259,13 @@ def test_sample_sizes_and_sentences(small_results):
     assert 0 < sizes["n_train"] < sizes["n_samples"]
     assert sizes["n_runs"] == 2 and sizes["split_seeds"] == 3 and sizes["directions"] == 2
     table = power.paired_control_tests(res)
-    text = power.claims_text(table, None, sizes, results.load_published(), 0.1,
-                             conservative=power.paired_control_tests(res, unit="direction"))
+    text = power_text.claims_text(table, None, sizes, results.load_published(), 0.1,
+                                  conservative=power.paired_control_tests(res, unit="direction"))
     passive = table.set_index("control").loc["passive"]
     assert f"{passive['mean_diff']:.3f}" in text and "stated assumption" in text
     assert f"{sizes['n_samples']:.0f}" in text  # "this run has about K"
     both = pd.concat([table, power.paired_control_tests(res, unit="direction")], ignore_index=True)
-    shown = power.format_table(both)
+    shown = power_text.format_table(both)
     assert len(shown) == len(both) and "min. detectable difference" in shown.columns
     # one control's rows together, per split seed first
     assert list(shown.index[:2]) == [("passive", "per split seed"), ("passive", "seeds averaged")]
@@ -278,42 +279,42 @@ def test_sentences_follow_the_numbers():
     sizes = {"n_samples": 72.0, "n_train": 57.0, "n_runs": 4}
     noisy = pd.DataFrame([{**base, "n_pairs": 24, "mean_diff": 0.01, "sd_diff": 0.3, "p_t": 0.6, "p_perm": 0.6,
                            "mde": power.mde_paired(0.3, 24)}])
-    text = power.claims_text(noisy, None, sizes, published, 0.1)
+    text = power_text.claims_text(noisy, None, sizes, published, 0.1)
     assert "**cannot**" in text and f"{power.mde_paired(0.3, 24):.3f}" in text
     assert f"about {power.n_pairs_needed(0.1, 0.3)} paired values" in text
     assert "6,500" in text and "about 72" in text
     precise = noisy.assign(sd_diff=0.01, mde=power.mde_paired(0.01, 24), p_t=1e-5, p_perm=1e-4, mean_diff=0.08)
-    text = power.claims_text(precise, None, sizes, published, 0.1)
+    text = power_text.claims_text(precise, None, sizes, published, 0.1)
     assert "**can**" in text and "finds genuine above passive" in text
     # a run without controls
-    assert "no control" in power.claims_text(noisy.iloc[:0], None, sizes, published, 0.1)
+    assert "no control" in power_text.claims_text(noisy.iloc[:0], None, sizes, published, 0.1)
 
 
 # --------------------------------------------------------------------------- synthetic recovery
 def test_recovery_rises_with_sample_size():
-    curve = power.recovery_curve([24, 320], None, n_reps=4, n_runs=2, split_seeds=(0, 1), coupling=0.5)
-    assert list(curve.columns) == power.RECOVERY_COLUMNS
+    curve = recovery.recovery_curve([24, 320], None, n_reps=4, n_runs=2, split_seeds=(0, 1), coupling=0.5)
+    assert list(curve.columns) == recovery.RECOVERY_COLUMNS
     assert list(curve["n_samples"]) == [24, 320]
     assert (curve["n_pairs"] == 2 * 2 * 2).all()
     small, large = curve.iloc[0], curve.iloc[1]
     assert large["rate"] > small["rate"] and large["rate"] == 1.0
     assert large["mean_diff"] > small["mean_diff"] >= 0  # the measured difference, not the knob
     assert small["n_train"] < large["n_train"] <= 0.85 * 320
-    assert power.detection_size(curve) == 320
+    assert recovery.detection_size(curve) == 320
     # deterministic
-    again = power.recovery_curve([24, 320], None, n_reps=4, n_runs=2, split_seeds=(0, 1), coupling=0.5)
+    again = recovery.recovery_curve([24, 320], None, n_reps=4, n_runs=2, split_seeds=(0, 1), coupling=0.5)
     pd.testing.assert_frame_equal(curve, again)
-    rate, diff = power.curve_frames(curve)
+    rate, diff = recovery.curve_frames(curve)
     assert set(rate.columns) == {"n_samples", "series", "mean", "se"} and len(diff) == 2 * len(curve)
 
 
 def test_planting_a_difference_calibrates_the_coupling():
-    c1, d1 = power.coupling_for_difference(0.05, calibration_samples=400)
-    c2, d2 = power.coupling_for_difference(0.1, calibration_samples=400)
+    c1, d1 = recovery.coupling_for_difference(0.05, calibration_samples=400)
+    c2, d2 = recovery.coupling_for_difference(0.1, calibration_samples=400)
     assert 0 < c1 < c2 < 0.7 and d1 == pytest.approx(0.05) and d2 == pytest.approx(0.1)
     with pytest.raises(ValueError, match="cannot be planted"):
-        power.coupling_for_difference(0.9, calibration_samples=400)
-    curve = power.recovery_curve([320], 0.1, n_reps=2, n_runs=2, split_seeds=(0,), calibration_samples=400)
+        recovery.coupling_for_difference(0.9, calibration_samples=400)
+    curve = recovery.recovery_curve([320], 0.1, n_reps=2, n_runs=2, split_seeds=(0,), calibration_samples=400)
     assert curve["coupling"].iloc[0] == pytest.approx(c2)
     assert curve["calibrated_diff"].iloc[0] == pytest.approx(0.1)
     # measured at 320 samples per dataset, near (a little below) the planted difference
@@ -322,7 +323,7 @@ def test_planting_a_difference_calibrates_the_coupling():
 
 def test_detection_size_and_simulation_sizes():
     c = pd.DataFrame({"n_samples": [10, 20, 40, 80], "rate": [0.9, 0.5, 0.85, 1.0]})
-    assert power.detection_size(c) == 40  # stays above 0.8 from 40 on
-    assert power.detection_size(c.assign(rate=[0.1, 0.2, 0.3, 0.5])) is None
-    assert power.simulation_sizes(72) == [36, 72, 144, 288]
-    assert power.simulation_sizes(np.nan) == [20, 40, 80, 160]
+    assert recovery.detection_size(c) == 40  # stays above 0.8 from 40 on
+    assert recovery.detection_size(c.assign(rate=[0.1, 0.2, 0.3, 0.5])) is None
+    assert recovery.simulation_sizes(72) == [36, 72, 144, 288]
+    assert recovery.simulation_sizes(np.nan) == [20, 40, 80, 160]

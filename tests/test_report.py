@@ -1,4 +1,5 @@
-"""synclib.report.benchmarks_markdown: quotes bench/results JSON, says what is missing."""
+"""synclib.benchmarks.benchmarks_markdown: quotes bench/results JSON, says what is missing;
+synclib.report.sample_curve_markdown: the measured sample-size curves."""
 from __future__ import annotations
 
 import json
@@ -6,7 +7,7 @@ import shutil
 from pathlib import Path
 
 from synclib import report
-from synclib.report import benchmarks_markdown
+from synclib.benchmarks import benchmarks_markdown
 
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
 

@@ -1,5 +1,6 @@
-"""Tests for synclib.scenarios: loading, validation, the three prompt views, masking, the
-reference parity of the prompt text and of the dialog rules, the leak guard.
+"""Tests for synclib.scenarios (loading, validation) and synclib.prompts (the three prompt
+views, masking, the reference parity of the prompt text and of the dialog rules, the leak
+guard).
 
 The Sotopia checks read the paper's 450 tasks from conftest's ``sotopia_dir`` (the folder
 ``$SYNCLIB_TEST_SOTOPIA`` names, else the cache ``synclib fetch sotopia`` fills) and are
@@ -20,10 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from synclib import prompts as pr
 from synclib import scenarios as sc
 from synclib.judge import JudgeItem
 from synclib.judge.prompt import judge_prompt
-from synclib.scenarios import ScenarioError, load_tasks, render_prompt
+from synclib.prompts import render_prompt
+from synclib.scenarios import ScenarioError, load_tasks
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DIGESTS = REPO_ROOT / "tests" / "data" / "reference_prompt_digests.json"
@@ -136,13 +139,13 @@ def check_task(task: sc.Task, tasks: sc.TaskSet) -> int:
                              env.scenario + "\n" + env.agent_goals[me], re.S):
             if m.group(1) != f"agent_{me}":
                 secret_strings.append(m.group(2).strip())
-        persona = sc.passive_persona(tasks, task.index, 0)
+        persona = pr.passive_persona(tasks, task.index, 0)
 
         for extra in (0, 2):
             t = me + extra
             history = history_for(t)
             active = render_prompt(task, me, history, "active")
-            for view in sc.VIEWS:
+            for view in pr.VIEWS:
                 prompt = render_prompt(task, me, history, view, persona=persona)
                 n += 1
                 lines = prompt.split("\n")
@@ -159,7 +162,7 @@ def check_task(task: sc.Task, tasks: sc.TaskSet) -> int:
                     if s and s not in allowed:
                         assert s not in prompt, f"{where}: leaked {s[:60]!r}"
                 if view == "passive":
-                    assert lines[0] == sc.PASSIVE_FIRST_LINE.format(name=persona.name), where
+                    assert lines[0] == pr.PASSIVE_FIRST_LINE.format(name=persona.name), where
                     assert "LEAVE" not in prompt and "Keep your words concise" not in prompt, where
                     assert lines[1] == "Here is the context of this interaction:", where
                     assert all(line == line.strip() for line in lines), where
@@ -170,17 +173,17 @@ def check_task(task: sc.Task, tasks: sc.TaskSet) -> int:
                     # the same content as the agent it replaces, without the instructions
                     # and the open line
                     expected = active[active.index("\nHere is the context of this") + 1:].replace(
-                        sc.LEAVE_INSTRUCTION, "")
+                        pr.LEAVE_INSTRUCTION, "")
                     expected = expected[:expected.rindex("\n")]
                     assert flat == squash(lines[0] + expected), where
                 else:
                     assert lines[-1] == f"Turn {t}: {names[me]} said:", where
                     assert lines[0].startswith(f"Imagine you are {names[me]}, your task is"), where
                     assert lines[3] == "Here is the context of this interaction:", where
-                    assert sc.LEAVE_INSTRUCTION + "\n" in prompt, where
-                assert (sc.TOM_INSTRUCTION in prompt) == (view == "tom"), where
+                    assert pr.LEAVE_INSTRUCTION + "\n" in prompt, where
+                assert (pr.TOM_INSTRUCTION in prompt) == (view == "tom"), where
                 if view == "tom":
-                    assert prompt.startswith(sc.agent_intro(task, me) + sc.TOM_INSTRUCTION + "\nTurn 0: "), where
+                    assert prompt.startswith(pr.agent_intro(task, me) + pr.TOM_INSTRUCTION + "\nTurn 0: "), where
                 for i in range(t):
                     shown = history[i]
                     if view == "tom" and i % 2 != me:
@@ -202,7 +205,7 @@ def test_embedded_tasks_render_and_mask(embedded):
 
 def test_judge_intros_are_unmasked(sotopia):
     for task in sotopia:
-        intro, complete = sc.judge_intro(task), sc.complete_intro(task)
+        intro, complete = pr.judge_intro(task), pr.complete_intro(task)
         assert complete.startswith("Here is the context of this interaction:\nScenario: ")
         for me in (0, 1):
             p = task.agents[me]
@@ -305,7 +308,7 @@ def test_prompts_match_reference_digests(sotopia_for_digests, digests):
         refs = {"active": cols["active"][i].split(" ")}
         ours = {"active": [render_prompt(task, t % 2, history[:t]) for t in range(len(history))]}
         for seed in seeds:
-            persona = sc.passive_persona(tasks, i, seed)
+            persona = pr.passive_persona(tasks, i, seed)
             refs[seed] = cols["passive"][str(seed)][i].split(" ")
             ours[seed] = [render_prompt(task, t % 2, history[:t], "passive", persona=persona)
                           for t in range(len(history))]
@@ -325,12 +328,12 @@ def test_prompts_match_reference_digests(sotopia_for_digests, digests):
             got = _sha16("\0".join(template.replace("{prompt}", s) for s in ordered))
             if got != cols["wrapped"][fmt][i] and raw_ok:
                 failures.append(f"task {i} format {fmt}: the raw strings agree, the wrapped do not")
-        if _rec(sc.complete_intro(task)) != cols["complete_intro"][i]:
+        if _rec(pr.complete_intro(task)) != cols["complete_intro"][i]:
             failures.append(f"task {i} complete intro: reference {cols['complete_intro'][i]}, "
-                            f"ours {_rec(sc.complete_intro(task))}")
-        judge = sc.complete_intro(task) + "\n".join(sc.dialog_lines(task, history)) + instructions
+                            f"ours {_rec(pr.complete_intro(task))}")
+        judge = pr.complete_intro(task) + "\n".join(pr.dialog_lines(task, history)) + instructions
         # the judge package's own message for the paper preset (judge.layout: reference)
-        item = JudgeItem(i, i, 0, sc.complete_intro(task), task.names, tuple(history), "reference")
+        item = JudgeItem(i, i, 0, pr.complete_intro(task), task.names, tuple(history), "reference")
         assert judge_prompt(item, instructions) == judge
         if _rec(judge) != cols["judge"][i]:
             failures.append(f"task {i} judge message: reference {cols['judge'][i]}, ours {_rec(judge)}")
@@ -342,8 +345,8 @@ def play_dialog(task: sc.Task, replies: list[str]) -> tuple[list[str], list[str]
     prompts, utterances = [], []
     for t, raw in enumerate(replies):
         prompts.append(render_prompt(task, t % 2, utterances))
-        utterances.append(sc.postprocess_reply(raw))
-        if sc.is_leave(utterances[-1], task, t):
+        utterances.append(pr.postprocess_reply(raw))
+        if pr.is_leave(utterances[-1], task, t):
             break
     return prompts, utterances
 
@@ -360,11 +363,11 @@ def test_dialog_loop_matches_reference_on_crafted_replies(sotopia_for_digests, d
         task = tasks[i]
         prompts, utterances = play_dialog(task, replies)
         assert len(prompts) == len(ref["active"]) < len(replies), f"task {i}: stop turn"
-        assert [_rec(line) for line in sc.dialog_lines(task, utterances)] == ref["dialog"], f"task {i}"
+        assert [_rec(line) for line in pr.dialog_lines(task, utterances)] == ref["dialog"], f"task {i}"
         assert [_rec(p) for p in prompts] == ref["active"], f"task {i} active"
         ordered = list(prompts)
         for k, seed in enumerate(digests["passive_seeds"]):
-            persona = sc.passive_persona(tasks, i, seed)
+            persona = pr.passive_persona(tasks, i, seed)
             assert list(tasks.personas).index(persona.pk) == ref["persona"][k]
             passive = [render_prompt(task, t % 2, utterances[:t], "passive", persona=persona)
                        for t in range(len(prompts))]
@@ -372,7 +375,7 @@ def test_dialog_loop_matches_reference_on_crafted_replies(sotopia_for_digests, d
             ordered += passive
         for fmt, template in wrappers().items():
             assert _sha16("\0".join(template.replace("{prompt}", s) for s in ordered)) == ref["wrapped"][fmt]
-        assert _rec(sc.complete_intro(task)) == ref["complete_intro"]
+        assert _rec(pr.complete_intro(task)) == ref["complete_intro"]
 
 
 def test_passive_persona_draw_matches_reference(sotopia_for_digests, digests):
@@ -380,33 +383,33 @@ def test_passive_persona_draw_matches_reference(sotopia_for_digests, digests):
     ids = list(tasks.personas)
     for seed in digests["passive_seeds"]:
         drawn = digests["tasks"]["persona"][str(seed)]
-        assert [ids.index(sc.passive_persona(tasks, i, seed).pk) for i in range(len(tasks))] == drawn
+        assert [ids.index(pr.passive_persona(tasks, i, seed).pk) for i in range(len(tasks))] == drawn
     # the rule, restated: the (i+1)-th random.sample(ids, 2) of random.Random(seed), first id
     for i, seed in [(0, 0), (36, 0), (127, 1), (449, 2), (3, 4)]:
         rng = random.Random(seed)
         for _ in range(i + 1):
             pair = rng.sample(ids, 2)
-        assert sc.passive_persona(tasks, i, seed) == tasks.personas[pair[0]]
+        assert pr.passive_persona(tasks, i, seed) == tasks.personas[pair[0]]
     # the same draw whatever order the calls come in
-    assert sc.passive_persona(tasks, 5, 7) == sc.passive_persona(tasks, 5, 7)
-    assert [sc.passive_persona(tasks, i, 9).pk for i in (3, 1, 2)] == \
-        [p.pk for p in (sc.passive_persona(tasks, 3, 9), sc.passive_persona(tasks, 1, 9),
-                        sc.passive_persona(tasks, 2, 9))]
+    assert pr.passive_persona(tasks, 5, 7) == pr.passive_persona(tasks, 5, 7)
+    assert [pr.passive_persona(tasks, i, 9).pk for i in (3, 1, 2)] == \
+        [p.pk for p in (pr.passive_persona(tasks, 3, 9), pr.passive_persona(tasks, 1, 9),
+                        pr.passive_persona(tasks, 2, 9))]
     with pytest.raises(ValueError, match="task_index"):
-        sc.passive_persona(tasks, -1, 0)
+        pr.passive_persona(tasks, -1, 0)
 
 
 def test_reference_spot_values(sotopia):
     """Values read off the reference by hand (ref notes 3.4), independent of the digest file."""
     h = ["Hello there", "Hi", "Bye now"]
-    p0 = sc.passive_persona(sotopia, 0, 0)
+    p0 = pr.passive_persona(sotopia, 0, 0)
     assert _sha16(render_prompt(sotopia[0], 0, [])) == "9a7f53342e136f1f"
     assert len(render_prompt(sotopia[0], 0, [])) == 1526
     assert _sha16(render_prompt(sotopia[0], 1, h[:1])) == "d47631d750f373f2"
     assert _sha16(render_prompt(sotopia[0], 0, [], "passive", persona=p0)) == "4b00985affbfb264"
     assert _sha16(render_prompt(sotopia[127], 0, [])) == "c950973dc76ed162"
     assert _sha16(render_prompt(sotopia[449], 0, h[:2])) == "d481d317878419dd"
-    assert _sha16(sc.complete_intro(sotopia[0]) + "\n".join(sc.dialog_lines(sotopia[0], h))
+    assert _sha16(pr.complete_intro(sotopia[0]) + "\n".join(pr.dialog_lines(sotopia[0], h))
                   + (sotopia.root / "judge_instructions.txt").read_text(encoding="utf-8")) == "ded59af55f98de50"
     assert render_prompt(sotopia[0], 1, ["how are you?"]).endswith(
         "Keep your words concise.\nTurn 0: Leo Williams said:how are you?\nTurn 1: Hendrick Heinz said:")
@@ -416,13 +419,13 @@ def test_reference_spot_values(sotopia):
 
 def test_leak_guard_passes_on_real_and_embedded_tasks(sotopia, embedded):
     with warnings.catch_warnings():
-        warnings.simplefilter("error", sc.MaskingFallbackWarning)
+        warnings.simplefilter("error", pr.MaskingFallbackWarning)
         for tasks in (sotopia, embedded):
-            assert sc.masking_notes(tasks) == []
+            assert pr.masking_notes(tasks) == []
             for task in tasks:
                 for agent in (0, 1):
-                    assert sc.reference_leaks(task, agent) == ()
-                    sc.agent_intro(task, agent)
+                    assert pr.reference_leaks(task, agent) == ()
+                    pr.agent_intro(task, agent)
 
 
 @pytest.mark.parametrize("field, value, hidden, leaky", [
@@ -446,23 +449,23 @@ def test_leak_guard_catches_a_crafted_leak(tmp_path, field, value, hidden, leaky
     tasks = load_tasks(write_set(tmp_path / "leaky", envs=envs))
     task = tasks[0]
     for agent in leaky:
-        assert hidden in sc._reference_intro(task, agent)  # what the reference would show
-        assert hidden in sc.reference_leaks(task, agent)
-        with pytest.warns(sc.MaskingFallbackWarning, match=f"task 0 .* agent {agent + 1}"):
-            intro = sc.agent_intro(task, agent)
-        assert hidden not in intro and intro.endswith(sc.LEAVE_INSTRUCTION + "\n")
+        assert hidden in pr._reference_intro(task, agent)  # what the reference would show
+        assert hidden in pr.reference_leaks(task, agent)
+        with pytest.warns(pr.MaskingFallbackWarning, match=f"task 0 .* agent {agent + 1}"):
+            intro = pr.agent_intro(task, agent)
+        assert hidden not in intro and intro.endswith(pr.LEAVE_INSTRUCTION + "\n")
         assert intro.startswith(f"Imagine you are {task.names[agent]}, your task")
         history = ["Hi.", "Hello.", "Bye."][:agent + 2]
-        for view in sc.VIEWS:
+        for view in pr.VIEWS:
             assert hidden not in render_prompt(task, agent, history[:agent], view, persona="Cy Vale")
             assert hidden not in render_prompt(task, agent, history, view, persona="Cy Vale")
-    notes = sc.masking_notes(tasks)
+    notes = pr.masking_notes(tasks)
     assert len(notes) == len(leaky)
     assert all("our masking" in note and f"agent {a + 1}" in note for note, a in zip(notes, leaky))
     if leaky == (0,):  # agent 2 may see it: its intro is the reference's
-        assert sc.reference_leaks(task, 1) == ()
-        assert render_prompt(task, 1, ["Hi."]).startswith(sc._reference_intro(task, 1))
-    assert hidden in sc.complete_intro(task)  # the judge sees everything
+        assert pr.reference_leaks(task, 1) == ()
+        assert render_prompt(task, 1, ["Hi."]).startswith(pr._reference_intro(task, 1))
+    assert hidden in pr.complete_intro(task)  # the judge sees everything
 
 
 # ------------------------------------------------------------ embedded set
@@ -580,7 +583,7 @@ def test_golden_active_prompt(golden):
         "Turn 1: Ben Roe said:"
     )
     assert render_prompt(golden, 1, ["Hi Ben."], "active") == expected
-    assert sc.agent_intro(golden, 1) + "Turn 0: Ada Moss said:Hi Ben.\nTurn 1: Ben Roe said:" == expected
+    assert pr.agent_intro(golden, 1) + "Turn 0: Ada Moss said:Hi Ben.\nTurn 1: Ben Roe said:" == expected
 
 
 def test_golden_active_prompt_agent_1(golden):
@@ -623,14 +626,14 @@ def test_golden_passive_prompt(golden):
     assert render_prompt(golden, 0, ["Hi Ben.", "Hello Ada.  "], "passive", persona="Cy Vale") == expected
     # agent 2's goal runs into the first dialog line once the instruction is gone
     passive_b = render_prompt(golden, 1, [" Hi Ben."], "passive", persona=golden.agents[0])
-    assert passive_b.split("\n")[0] == sc.PASSIVE_FIRST_LINE.format(name="Ada Moss")
+    assert passive_b.split("\n")[0] == pr.PASSIVE_FIRST_LINE.format(name="Ada Moss")
     assert passive_b.endswith("Hint: be polite.)Turn 0: Ada Moss said: Hi Ben.")
     # without a persona the reader is named after the replaced agent (not the reference)
     assert render_prompt(golden, 1, ["Hi."], "passive").startswith("Imagine you are Ben Roe. You are")
     # the passive view is the transform of the active string
     active = render_prompt(golden, 0, ["Hi Ben.", "Hello Ada."])
-    assert sc.passive_from_active(active, "Cy Vale") == expected
-    assert sc.passive_from_active("no intro here\r\nx", "Cy Vale") == "no intro here\nx"
+    assert pr.passive_from_active(active, "Cy Vale") == expected
+    assert pr.passive_from_active("no intro here\r\nx", "Cy Vale") == "no intro here\nx"
 
 
 def test_passive_view_applies_the_csv_round_trip(golden):
@@ -653,18 +656,18 @@ def test_golden_tom_prompt(golden):
     active = render_prompt(golden, 0, ["Joy. Directive. Hi Ben.", "Hello Ada."], "active")
     head, tail = active.rsplit("Keep your words concise.\n", 1)
     assert prompt == head + "Keep your words concise.\n" + tom + "\n" + tail
-    assert prompt == sc.agent_intro(golden, 0) + tom + "\n" + tail
+    assert prompt == pr.agent_intro(golden, 0) + tom + "\n" + tail
     assert tail == ("Turn 0: Ada Moss said:Joy. Directive. Hi Ben.\n"
                     "Turn 1: Ben Roe said:Hello Ada.\n"
                     "Turn 2: Ada Moss said:")
-    assert sc.TOM_INSTRUCTION == tom
-    assert sc.EMOTIONS == ("Joy", "Trust", "Fear", "Surprise", "Sadness", "Disgust", "Anger",
+    assert pr.TOM_INSTRUCTION == tom
+    assert pr.EMOTIONS == ("Joy", "Trust", "Fear", "Surprise", "Sadness", "Disgust", "Anger",
                            "Anticipation")
-    assert sc.ACTIONS == ("Assertive", "Directive", "Commissive", "Expressive", "Declaration")
+    assert pr.ACTIONS == ("Assertive", "Directive", "Commissive", "Expressive", "Declaration")
 
 
 def test_golden_judge_intros(golden):
-    assert sc.judge_intro(golden) == (
+    assert pr.judge_intro(golden) == (
         "Here is the context of this interaction:\n"
         "Scenario: Two acquaintances wait for the same bus. The bus is late. Nobody knows why.\n"
         "Participants: Ada Moss and Ben Roe\n"
@@ -676,29 +679,29 @@ def test_golden_judge_intros(golden):
         "Ben Roe's goal: Keep your umbrella (Extra information: it is new. Hint: be polite.)"
     )
     # the reference's complete intro is the same text here (no whitespace artefacts)
-    assert sc.complete_intro(golden) == sc.judge_intro(golden)
-    assert sc.dialog_lines(golden, ["Hi Ben.", " Hello: "]) == [
+    assert pr.complete_intro(golden) == pr.judge_intro(golden)
+    assert pr.dialog_lines(golden, ["Hi Ben.", " Hello: "]) == [
         "Turn 0: Ada Moss said:Hi Ben.", "Turn 1: Ben Roe said: Hello: "]
-    assert sc.dialog_line(golden, 4) == "Turn 4: Ada Moss said:"
+    assert pr.dialog_line(golden, 4) == "Turn 4: Ada Moss said:"
     with pytest.raises(TypeError):
-        sc.dialog_lines(golden, "Hi")
+        pr.dialog_lines(golden, "Hi")
 
 
 def test_tagged_bio(golden):
     ada = golden.agents[0]
-    full = sc.bio(ada)
+    full = pr.bio(ada)
     rest = full[len("Ada Moss "):]
-    assert sc.tagged_bio(ada, 0, 0) == f"<root><p viewer='agent_0'>{full}</p></root>"
-    assert sc.tagged_bio(ada, 1, 1) == f"Ada Moss <p viewer='agent_1'>{rest}</p>"
-    assert sc.tagged_bio(ada, 2, 0) == (
+    assert pr.tagged_bio(ada, 0, 0) == f"<root><p viewer='agent_0'>{full}</p></root>"
+    assert pr.tagged_bio(ada, 1, 1) == f"Ada Moss <p viewer='agent_1'>{rest}</p>"
+    assert pr.tagged_bio(ada, 2, 0) == (
         "Ada Moss is a 30-year-old female pilot. She/her pronouns. Ada flies cargo planes. "
         "<p viewer='agent_0'>Personality and values description: Ada Moss is bold. "
         "Ada's secrets: Is afraid of heights</p>")
     for rel in (3, 4, 5):
-        assert sc.tagged_bio(ada, rel, 0) == full.replace("Ada's secrets", "<p viewer='agent_0'>Ada's secrets") + "</p>"
+        assert pr.tagged_bio(ada, rel, 0) == full.replace("Ada's secrets", "<p viewer='agent_0'>Ada's secrets") + "</p>"
     with pytest.raises(ValueError, match="relationship"):
-        sc.tagged_bio(ada, 6, 0)
-    assert sc.format_docstring("  a\n   b \n c  ") == "a\nb \nc"
+        pr.tagged_bio(ada, 6, 0)
+    assert pr.format_docstring("  a\n   b \n c  ") == "a\nb \nc"
 
 
 @pytest.mark.parametrize("relationship, line", [
@@ -724,33 +727,33 @@ def test_other_bio_by_relationship(tmp_path, relationship, line):
     assert lines[7].endswith("Ben's secrets: Has never seen the sea")  # own bio whole
     assert task.env.relationship_name == sc.RELATIONSHIPS[relationship]
     # our own masking (the leak guard's fallback) normalises it
-    own = sc._own_masking_intro(task, 1).split("\n")[6]
+    own = pr._own_masking_intro(task, 1).split("\n")[6]
     assert own == (line.rstrip() if relationship else "Ada Moss's background: Unknown")
 
 
 def test_bio_levels(golden):
     ada = golden.agents[0]
-    assert sc.bio(ada, "none") == ""
-    assert sc.bio(ada, "name") == "Ada Moss"
-    assert sc.bio(ada) == (
+    assert pr.bio(ada, "none") == ""
+    assert pr.bio(ada, "name") == "Ada Moss"
+    assert pr.bio(ada) == (
         "Ada Moss is a 30-year-old female pilot. She/her pronouns. Ada flies cargo planes. "
         "Personality and values description: Ada Moss is bold. Ada's secrets: Is afraid of heights")
-    assert sc.bio(ada, "no_secret") == sc.bio(ada).split(" Ada's secrets")[0]
+    assert pr.bio(ada, "no_secret") == pr.bio(ada).split(" Ada's secrets")[0]
     with pytest.raises(ValueError, match="visibility"):
-        sc.bio(ada, "most")
+        pr.bio(ada, "most")
 
 
 def test_render_text_viewer_rules():
     text = "A <p viewer='agent_0'>zero</p> B <p viewer=\"agent_1\">one</p> C <p viewer='environment'>env</p> <p>plain</p>"
-    assert sc.render_text(text, "agent_0") == "A zero B  C  plain"
-    assert sc.render_text(text, "agent_1") == "A  B one C  plain"
-    assert sc.render_text(text, "environment") == "A zero B one C env plain"
+    assert pr.render_text(text, "agent_0") == "A zero B  C  plain"
+    assert pr.render_text(text, "agent_1") == "A  B one C  plain"
+    assert pr.render_text(text, "environment") == "A zero B one C env plain"
     nested = "<extra_info>x <p viewer='agent_1'>secret <strategy_hint>h</strategy_hint></p></extra_info>"
-    assert sc.render_text(nested, "agent_0") == "x"
-    assert sc.render_text(nested, "agent_1") == "x secret h"
-    assert sc.render_text("a\n   b <root>c</root>") == "a\nb c"
-    assert sc.render_text("open <p viewer='agent_1'>hidden", "agent_0") == "open"
-    assert sc.render_text("open <p viewer='agent_1'>hidden", "agent_1") == "open hidden"
+    assert pr.render_text(nested, "agent_0") == "x"
+    assert pr.render_text(nested, "agent_1") == "x secret h"
+    assert pr.render_text("a\n   b <root>c</root>") == "a\nb c"
+    assert pr.render_text("open <p viewer='agent_1'>hidden", "agent_0") == "open"
+    assert pr.render_text("open <p viewer='agent_1'>hidden", "agent_1") == "open hidden"
 
 
 def test_render_prompt_rejects_bad_calls(golden):
@@ -782,7 +785,7 @@ def test_render_prompt_rejects_bad_calls(golden):
     ("Hello there.", "Hello there."),
 ])
 def test_strip_tom_words(raw, clean):
-    assert sc.strip_tom_words(raw) == clean
+    assert pr.strip_tom_words(raw) == clean
 
 
 # The reference's own _act / _judge_terminate on these raw replies (ref notes 5.2): the
@@ -821,25 +824,25 @@ REFERENCE_DIALOG_VECTORS = [
 
 @pytest.mark.parametrize("raw, kept, stop", REFERENCE_DIALOG_VECTORS)
 def test_dialog_rules_match_reference_vectors(golden, raw, kept, stop):
-    utterance = sc.postprocess_reply(raw)
+    utterance = pr.postprocess_reply(raw)
     assert utterance == kept
     for turn in (0, 1, 11):
-        assert sc.is_leave(utterance, golden, turn) is stop
-        assert sc.is_leave_line(sc.dialog_line(golden, turn, utterance)) is stop
-    assert sc.is_leave(utterance) is stop
+        assert pr.is_leave(utterance, golden, turn) is stop
+        assert pr.is_leave_line(pr.dialog_line(golden, turn, utterance)) is stop
+    assert pr.is_leave(utterance) is stop
 
 
 def test_is_leave_edge_cases(golden):
     # the first 10 characters of the line are "Turn t: " and a letter or two of the name
-    assert sc.is_leave_line("Turn 0: Leave said:x") is False
-    assert sc.is_leave_line("leave it") is True
-    assert sc.is_leave("", golden, 0) is False
-    assert sc.is_leave("  leave  ") is True
-    assert sc.is_leave("The leaves are turning yellow in the park today.") is False
+    assert pr.is_leave_line("Turn 0: Leave said:x") is False
+    assert pr.is_leave_line("leave it") is True
+    assert pr.is_leave("", golden, 0) is False
+    assert pr.is_leave("  leave  ") is True
+    assert pr.is_leave("The leaves are turning yellow in the park today.") is False
     with pytest.raises(TypeError):
-        sc.is_leave("x", golden)
+        pr.is_leave("x", golden)
     with pytest.raises(TypeError):
-        sc.is_leave("x", None, 3)
+        pr.is_leave("x", None, 3)
 
 
 def test_is_leave_reads_the_whole_line(tmp_path):
@@ -848,10 +851,10 @@ def test_is_leave_reads_the_whole_line(tmp_path):
     agents = json.loads(json.dumps(GOLDEN_AGENTS))
     agents["A1"]["last_name"] = "Cleft"
     task = load_tasks(write_set(tmp_path / "cleft", agents=agents))[0]
-    assert sc.dialog_line(task, 0, "") == "Turn 0: Ada Cleft said:"
-    assert sc.is_leave("", task, 0) is True
-    assert sc.is_leave("", task, 1) is False  # Ben Roe speaks at turn 1
-    assert sc.is_leave("") is False
+    assert pr.dialog_line(task, 0, "") == "Turn 0: Ada Cleft said:"
+    assert pr.is_leave("", task, 0) is True
+    assert pr.is_leave("", task, 1) is False  # Ben Roe speaks at turn 1
+    assert pr.is_leave("") is False
 
 
 # ------------------------------------------------------------ validation
@@ -954,11 +957,11 @@ def test_broken_copy_of_embedded_set(tmp_path):
 def test_cli_prints_prompt(capsys, embedded):
     import argparse
     parser = argparse.ArgumentParser()
-    sc.configure_parser(parser)
-    assert sc.run(parser.parse_args(["--task", "2", "--agent", "1", "--history", "Hello."])) == 0
+    pr.configure_parser(parser)
+    assert pr.run(parser.parse_args(["--task", "2", "--agent", "1", "--history", "Hello."])) == 0
     out = capsys.readouterr().out
     assert out.rstrip("\n") == render_prompt(embedded[2], 1, ["Hello."])
-    assert sc.run(parser.parse_args(["--task", "2", "--agent", "1"])) == 2
+    assert pr.run(parser.parse_args(["--task", "2", "--agent", "1"])) == 2
     assert "turn 0 belongs to agent 0" in capsys.readouterr().err
 
 

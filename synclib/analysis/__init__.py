@@ -21,7 +21,8 @@ Protocol (the paper's sections 3.2-3.3, appendices B-E, G, I, J):
   seeds at the chosen target.  The per-seed scores are kept (``*_per_seed``).
 
 :func:`analyze` returns everything as an ``xarray.Dataset`` (schema in
-book/architecture.md, "Analysis results"); ``synclib analyze`` writes it to netCDF.
+book/architecture.md, "Analysis results"); ``synclib analyze`` (:mod:`synclib.cli.analyze`)
+writes it to netCDF.
 
 Modules
 -------
@@ -31,10 +32,8 @@ Modules
 ``context``  what the blocks share: settings, notes, the ridge fit of one split
 ``blocks``   one function per analysis block, each returning an ``xarray.Dataset``
 ``core``     :func:`analyze`: checks the options, runs the blocks, merges their Datasets
-``cli``      ``synclib analyze``
 """
 from synclib.analysis.blocks import RELATIONSHIP_SOURCES
-from synclib.analysis.cli import configure_parser, run
 from synclib.analysis.core import analyze
 from synclib.analysis.mlp import mlp_r2
 from synclib.analysis.samples import (DIRECTIONS, AnalysisError, PairedSamples, build_dataset, parse_condition,
@@ -45,5 +44,4 @@ __all__ = [
     "analyze", "AnalysisError", "PairedSamples", "build_dataset", "parse_condition", "persona_keys",
     "shuffle_training_targets", "sim_seed_rank", "sync_r2", "sync_r2_topk", "sync_r2_noclip", "sync_r2_se",
     "seed_aggregate", "SeedAggregate", "mlp_r2", "DIRECTIONS", "RELATIONSHIP_SOURCES",
-    "configure_parser", "run",
 ]

@@ -3,7 +3,8 @@
 Every episode of a cube (or of a file of finished episodes) is shown to a judge model,
 which scores both agents on Sotopia-eval's seven dimensions.  The scores land in a tidy table saved next to
 the cube (``PAIR.judge.csv``); :func:`overall_scores` and
-:func:`social_performance` reduce it as the protocol defines.
+:func:`social_performance` reduce it as the protocol defines.  The command line,
+``synclib evaluate``, is :mod:`synclib.cli.evaluate`.
 
 Modules
 -------
@@ -23,7 +24,6 @@ human     human ratings: reading, checking, averaging raters; agreement with a j
 sotopia_human  the published human ratings (Sotopia-π's study, ``synclib fetch
           sotopia-human``) written as episodes, ratings and GPT-4 judge files
 table     the score table: columns, reading, writing, overall scores, social performance
-cli       ``synclib evaluate``
 errors    :class:`JudgeError`, :class:`JudgeRequestError`
 
 Reading scores (:func:`read_table`, :func:`social_performance`, the rubric) is

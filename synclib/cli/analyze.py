@@ -1,5 +1,10 @@
-"""``synclib analyze CUBE --out RESULT``: :func:`~synclib.analysis.analyze` on a cube
-file, written to netCDF."""
+"""``synclib analyze CUBE --out RESULT``: :func:`synclib.analysis.analyze` on a cube
+file, written to netCDF.
+
+The options' defaults are the run-config schema's (:func:`synclib.config.default`).
+:mod:`synclib.analysis` (and with it torch) is imported when the command runs, not for
+``--help``.
+"""
 from __future__ import annotations
 
 import argparse
@@ -7,17 +12,15 @@ import os
 import sys
 from pathlib import Path
 
-from synclib.analysis.core import analyze
 from synclib import argtypes as at
-from synclib.analysis.samples import AnalysisError, parse_condition
 from synclib.config import default
-from synclib.cube import open_cube
-from synclib.splits import RidgeInputError
 
 __all__ = ["configure_parser", "run"]
 
 
 def _conditions(text: str) -> list[str]:
+    from synclib.analysis.samples import AnalysisError, parse_condition
+
     conds = [c.strip() for c in text.split(",") if c.strip()]
     if not conds:
         raise ValueError("no conditions")
@@ -69,6 +72,11 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``synclib analyze``."""
+    from synclib.analysis.core import analyze
+    from synclib.analysis.samples import AnalysisError
+    from synclib.cube import open_cube
+    from synclib.splits import RidgeInputError
+
     out = Path(args.out)
     try:
         cube = open_cube(args.cube)

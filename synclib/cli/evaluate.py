@@ -1,12 +1,15 @@
 """``synclib evaluate``: judge a cube's dialogs, or a file of finished episodes, and write
-``SOURCE.judge.csv``."""
+``SOURCE.judge.csv`` (:func:`synclib.judge.evaluate_cube`, :func:`synclib.judge.evaluate_episodes`).
+
+The options' defaults are the run-config schema's (:func:`synclib.config.default`).
+"""
 from __future__ import annotations
 
 import argparse
 
-from synclib.judge.errors import JudgeError
 from synclib import argtypes as at
 from synclib.config import default
+from synclib.judge.errors import JudgeError
 from synclib.judge.evaluate import MODES, evaluate_cube, evaluate_episodes
 from synclib.judge.items import LAYOUTS
 

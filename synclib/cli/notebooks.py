@@ -1,0 +1,147 @@
+"""``synclib notebooks``: execute chosen figure notebooks against a results directory
+(:func:`synclib.notebook.execute`); ``python -m synclib.cli.notebooks NB OUT`` executes one.
+
+Command lines::
+
+    # chosen notebooks (all without names) against a results directory -> RESULTS/executed/
+    synclib notebooks --results results/embedded fig02 fig09 -p ability_scores my_scores.csv
+    # one notebook, as the main job and the tests run it
+    python -m synclib.cli.notebooks notebooks/fig02_heatmaps.md out.ipynb -p results_dir results/embedded
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from synclib.notebook import NotebookParameterError, execute, figure_notebooks, parameters
+
+__all__ = ["configure_parser", "run", "main"]
+
+
+def _chosen(names) -> list[Path]:
+    """The notebooks named by stem or a unique prefix of one (all of them for none)."""
+    every = figure_notebooks()
+    if not names:
+        return every
+    out = []
+    for name in names:
+        stem = Path(name).stem if name.endswith(".md") else name
+        hits = [nb for nb in every if nb.stem == stem] or [nb for nb in every if nb.stem.startswith(stem)]
+        if len(hits) != 1:
+            what = "matches none" if not hits else f"matches {', '.join(h.stem for h in hits)}"
+            raise ValueError(f"notebook {name!r} {what}; choose from {', '.join(nb.stem for nb in every)}")
+        out += [h for h in hits if h not in out]
+    return out
+
+
+def _value(text: str):
+    """A ``-p`` value: YAML numbers, true/false, null and lists (``[S-G, G-S]``) become Python
+    values, anything else stays text."""
+    import yaml
+
+    try:
+        v = yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+    return v if isinstance(v, (int, float, bool, list)) or v is None else text
+
+
+def configure_parser(parser: argparse.ArgumentParser) -> None:
+    """Options of ``synclib notebooks``."""
+    parser.add_argument("names", nargs="*", metavar="NAME",
+                        help="notebooks to execute, by name (fig02_heatmaps) or a unique prefix (fig02); "
+                             "default: every notebook")
+    parser.add_argument("--results", required=True, metavar="DIR",
+                        help="the results directory the notebooks read (its manifest.json), e.g. results/embedded")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="where the executed copies go (default: RESULTS/executed)")
+    parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                        help="a notebook parameter (repeatable), e.g. -p ability_scores my_scores.csv; "
+                             "numbers, true/false and null are read as such")
+    parser.add_argument("-k", "--kernel", default="python3", help="Jupyter kernel (default python3)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``synclib notebooks``: execute the chosen notebooks against ``--results``; 0 when all
+    ran, 1 when one failed (named with its cell), 2 on bad input (nothing run)."""
+    from papermill.exceptions import PapermillExecutionError
+
+    def fail(msg: str) -> int:
+        print(f"synclib notebooks: {msg}", file=sys.stderr)
+        return 2
+
+    results = Path(args.results).expanduser().resolve()
+    if not (results / "manifest.json").is_file():
+        return fail(f"--results {args.results}: no manifest.json there (a results directory of `synclib run`, "
+                    "e.g. results/embedded after `make book`)")
+    try:
+        chosen = _chosen(args.names)
+    except ValueError as exc:
+        return fail(str(exc))
+    params = {k: _value(v) for k, v in args.parameter}
+    if "results_dir" in params:
+        return fail("-p results_dir: give the results directory as --results")
+    declared = {nb.stem: parameters(nb) for nb in chosen}
+    unknown = [k for k in params if not any(k in d for d in declared.values())]
+    if unknown:
+        return fail(f"-p {unknown[0]}: no chosen notebook declares this parameter (they declare "
+                    f"{', '.join(sorted(set().union(*declared.values())))})")
+    out = Path(args.out).expanduser() if args.out else results / "executed"
+    out.mkdir(parents=True, exist_ok=True)
+    failed = []
+    for i, nb in enumerate(chosen, 1):
+        dst = out / f"{nb.stem}.ipynb"
+        print(f"[{i}/{len(chosen)}] {nb.stem} -> {dst}", flush=True)
+        try:
+            execute(nb, dst, {"results_dir": str(results), **params}, kernel=args.kernel)
+        except PapermillExecutionError as exc:
+            failed.append(nb.stem)
+            if exc.ename == NotebookParameterError.__name__:  # refused before computing: its one line
+                print(f"synclib notebooks: {nb.stem}: {exc.evalue}", file=sys.stderr, flush=True)
+                continue
+            print(f"synclib notebooks: {nb.stem}: cell {exc.cell_index} (execution count {exc.exec_count}) raised "
+                  f"{exc.ename}: {exc.evalue}; the partly executed copy is {dst}", file=sys.stderr, flush=True)
+    if failed:
+        print(f"synclib notebooks: {len(failed)} of {len(chosen)} failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    print(f"{len(chosen)} notebook(s) executed into {out}")
+    return 0
+
+
+def main(argv=None) -> int:
+    """``python -m synclib.cli.notebooks NB OUT [-p NAME VALUE]...``: execute one notebook; 0 when it
+    ran, 1 when it failed (one line on stderr), 2 for a parameter it does not declare."""
+    p = argparse.ArgumentParser(prog="python -m synclib.cli.notebooks", description=execute.__doc__.splitlines()[0])
+    p.add_argument("notebook")
+    p.add_argument("out")
+    p.add_argument("-p", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
+                   help="a parameter (repeatable); numbers, true/false, null and [lists] are read as such")
+    p.add_argument("-k", "--kernel", default="python3")
+    args = p.parse_args(argv)
+    declared = parameters(args.notebook)
+    unknown = [k for k, _ in args.p if k not in declared]
+    if unknown:
+        print(f"synclib: unknown parameter {unknown[0]!r}: {Path(args.notebook).stem}'s parameters are "
+              f"{', '.join(sorted(declared))}", file=sys.stderr)
+        return 2
+    try:
+        execute(args.notebook, args.out, {k: _value(v) for k, v in args.p}, kernel=args.kernel)
+    except Exception as exc:  # noqa: BLE001 - the CLI reports, the caller reads the exit status
+        print(_one_line(exc), file=sys.stderr)
+        return 1
+    return 0
+
+
+def _one_line(exc: Exception) -> str:
+    """A failed notebook in one line: synclib's own refusal as the kernel said it, else the
+    exception's name and message."""
+    from papermill.exceptions import PapermillExecutionError
+
+    if isinstance(exc, PapermillExecutionError) and exc.ename == NotebookParameterError.__name__:
+        return f"synclib: {exc.evalue}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

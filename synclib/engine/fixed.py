@@ -1,0 +1,231 @@
+"""Fixed-shape decoding: rows in preallocated slots, every step the same shapes, on CUDA one graph replay.
+
+The dynamic path (:mod:`synclib.engine.dynamic`) grows the attention mask and the key/value
+cache by one column per step and lets ``transformers`` rebuild the 4-D mask: about a
+thousand kernel launches and allocations per step, which on a GPU cost more host time than
+the step's arithmetic (``bench/gpu_notes.md``).  :class:`FixedSlots` allocates the room once:
+per layer ``(capacity, H, T, Dh)`` keys and values and a boolean ``(capacity, 1, 1, T)`` mask
+with the unwritten columns closed, and one step
+
+1. opens each slot's next column (``col``) in the mask;
+2. runs the model on each slot's fed token at its position; every layer writes its key and
+   value into that slot's column (:meth:`FixedSlots.update`, the cache interface the model
+   calls);
+3. copies the next-token logits into a fixed float32 buffer and advances the active slots'
+   columns and positions.
+
+All of it is in place on fixed tensors, so on CUDA it is captured once per allocation as a
+CUDA graph (:func:`capture_step`) and each step is one replay; on the CPU, or when capture
+fails, the same step runs eagerly.  Attention reads the closed columns with zero weight, so a
+row's logits equal the dynamic path's up to float rounding.  One implementation serves both
+users: :meth:`Engine.generate`'s batch (``capacity`` = its rows, which stay in their slots
+until the batch ends, a finished row's tokens discarded) and a
+:class:`~synclib.engine.DecodeStream` (rows join free slots and free them as they end; free
+slots run too, attending to their column 0 only, and never advance).  Only for models whose
+every layer attends to the full context through an explicit mask
+(:func:`~synclib.engine.masks.full_attention_only`).
+"""
+from __future__ import annotations
+
+import warnings
+
+from synclib.engine.forward import forward
+from synclib.engine.masks import additive_mask, decode_attention, eager_dtype
+from synclib.engine.prefill import Prefill
+
+__all__ = ["FixedSlots", "capture_step"]
+
+
+class FixedSlots:
+    """Rows in ``capacity`` fixed slots; positions are slot numbers.
+
+    ``T`` is the longest prefill so far plus ``steps``, rounded up to ``round_to``; a longer
+    prefill re-allocates (and re-captures), the old contents copied over.
+
+    Parameters
+    ----------
+    engine : Engine
+        Whose model runs the steps; its ``stats`` count ``forward_calls``, ``graph_steps``,
+        ``graph_fallbacks`` and ``slot_allocations``, and a failed capture sets its
+        ``graph_error``.
+    capacity : int
+        Slots (rows decoding at once).
+    steps : int
+        Most tokens a row will be fed (``max_new_tokens - 1``).
+    graph : bool
+        Capture the step as a CUDA graph (CUDA only).
+    round_to : int, default 1
+        Round the columns up to a multiple of this (a stream: :attr:`ROUND`, so that few
+        joins re-allocate).
+    """
+
+    #: a stream's column rounding
+    ROUND = 256
+    #: rows stay in their slots when they end (the batch loop does not select them out)
+    compacts = False
+
+    def __init__(self, engine, capacity: int, steps: int, graph: bool, round_to: int = 1):
+        self.engine, self.capacity, self.steps = engine, int(capacity), max(1, int(steps))
+        self.graph_wanted, self.round_to = graph, max(1, int(round_to))
+        self.T = 0
+        self.free = list(range(self.capacity))
+        self.keys = self.values = None
+        self.graph = None
+        self.captured = False
+        #: why the last capture failed (``"TypeName: message"``), None when it did not
+        self.error: str | None = None
+
+    # -- the cache interface the model calls ----------------------------------------
+    def update(self, key_states, value_states, layer_idx, *args, **kwargs):
+        # scatter_ along the column dim: no advanced indexing, nothing a CUDA graph cannot capture
+        idx = self.col.view(-1, 1, 1, 1).expand(-1, key_states.shape[1], 1, key_states.shape[3])
+        self.keys[layer_idx].scatter_(2, idx, key_states)
+        self.values[layer_idx].scatter_(2, idx, value_states)
+        return self.keys[layer_idx], self.values[layer_idx]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """Asked by transformers < 5 to number the fed positions when none are given; the
+        engine always gives them (each slot's own), so any count serves."""
+        return 0
+
+    # -- buffers ----------------------------------------------------------------------
+    def _allocate(self, T: int, like: Prefill) -> None:
+        """Buffers of ``T`` columns (the old contents copied over), then the step's capture."""
+        import torch
+
+        old = None if self.keys is None else (self.keys, self.values, self.allowed, self.col, self.pos,
+                                              self.active, self.tok, self.logits)
+        dev, C = like.mask.device, self.capacity
+        self.keys = [layer.keys.new_zeros((C, layer.keys.shape[1], T, layer.keys.shape[3])) for layer in like.cache.layers]
+        self.values = [layer.values.new_zeros((C, layer.values.shape[1], T, layer.values.shape[3]))
+                       for layer in like.cache.layers]
+        self.allowed = torch.zeros((C, 1, 1, T), dtype=torch.bool, device=dev)
+        self.allowed[:, 0, 0, 0] = True  # a free slot attends to its column 0: no empty softmax
+        self.col = torch.zeros(C, dtype=torch.long, device=dev)
+        self.pos = torch.zeros(C, dtype=torch.long, device=dev)
+        self.active = torch.zeros(C, dtype=torch.bool, device=dev)
+        self.tok = torch.zeros(C, dtype=torch.long, device=dev)
+        self.logits = torch.zeros((C, like.logits.shape[1]), dtype=torch.float32, device=dev)
+        if old is not None:
+            keys, values, allowed, col, pos, active, tok, logits = old
+            T0 = allowed.shape[-1]
+            for dst, src in zip(self.keys + self.values, keys + values):
+                dst[:, :, :T0] = src
+            self.allowed[..., :T0] = allowed
+            for dst, src in ((self.col, col), (self.pos, pos), (self.active, active), (self.tok, tok),
+                             (self.logits, logits)):
+                dst.copy_(src)
+        self.T = T
+        self.engine.stats["slot_allocations"] += 1
+        self.eager_dtype = eager_dtype(self.engine.lm.model)
+        self.graph, self.captured = None, False
+        if self.graph_wanted and dev.type == "cuda":
+            self._capture()
+
+    def _forward(self) -> None:
+        # (a Python scalar assigned through advanced indexing becomes a host-to-device copy,
+        # which a CUDA graph capture refuses; scatter_ takes the scalar as an argument)
+        self.allowed[:, 0, 0, :].scatter_(1, self.col[:, None], True)
+        mask = self.allowed
+        if self.eager_dtype is not None:  # eager attention adds its mask to the scores
+            mask = additive_mask(mask, self.keys[0].dtype, self.eager_dtype)
+        logits, _ = forward(self.engine.lm.model, self.tok[:, None], mask, self.pos[:, None], self, last_only=True)
+        self.logits.copy_(logits[:, -1, :])
+        step = self.active.long()
+        self.col.add_(step)
+        self.pos.add_(step)
+
+    def _capture(self) -> None:
+        """Capture one step (:func:`capture_step`), the warm-up undone from a copy of the
+        buffers the step writes besides the cache."""
+        saved = [t.clone() for t in (self.allowed, self.col, self.pos, self.logits)]
+
+        def restore():
+            for dst, src in zip((self.allowed, self.col, self.pos, self.logits), saved):
+                dst.copy_(src)
+
+        self.graph, self.error = capture_step(self._forward, restore)
+        self.captured = self.graph is not None
+        if not self.captured:
+            self.engine.stats["graph_fallbacks"] += 1
+            if self.engine.graph_error is None:
+                warnings.warn(f"CUDA graph capture failed for {self.capacity} decoding slots; their decoding "
+                              f"steps run eagerly (same numbers, slower): {self.error}", RuntimeWarning, stacklevel=3)
+            self.engine.graph_error = self.error
+
+    # -- the rows ---------------------------------------------------------------------
+    def add(self, pre: Prefill) -> list[int]:
+        """Copy a prefilled group into free slots; their slot numbers."""
+        W = pre.mask.shape[1]
+        need = W + self.steps
+        if need > self.T:
+            self._allocate(-(-need // self.round_to) * self.round_to, pre)
+        slots, self.free = self.free[:pre.mask.shape[0]], self.free[pre.mask.shape[0]:]
+        for r, s in enumerate(slots):
+            for dst, layer in zip(self.keys, pre.cache.layers):
+                dst[s, :, :W] = layer.keys[r]
+            for dst, layer in zip(self.values, pre.cache.layers):
+                dst[s, :, :W] = layer.values[r]
+            self.allowed[s, 0, 0, :] = False
+            self.allowed[s, 0, 0, :W] = pre.mask[r].bool()
+        self.col[slots] = W
+        self.pos[slots] = pre.next_pos
+        self.active[slots] = True
+        self.logits[slots] = pre.logits
+        pre.cache = None  # copied into the slots
+        return slots
+
+    def logits_of(self, pos: list[int]):
+        """The next-token logits ``(len(pos), V)`` of the slots ``pos`` (a buffer the next step
+        overwrites when ``pos`` is every slot in order)."""
+        return self.logits if pos == list(range(self.capacity)) else self.logits[pos]
+
+    def keep(self, pos: list[int]) -> list[int]:
+        """Free the occupied slots not in ``pos``; the kept rows stay where they are."""
+        gone = sorted(set(range(self.capacity)) - set(self.free) - set(pos))
+        if gone:
+            self.active[gone] = False
+            self.col[gone] = 0
+            self.allowed[gone] = False
+            self.allowed[gone, 0, 0, 0] = True
+            self.free = sorted(self.free + gone)
+        return pos
+
+    def feed(self, pos: list[int], tok) -> None:
+        """One step of every slot, the slots ``pos`` fed ``tok``."""
+        import torch
+
+        self.tok[pos] = tok
+        self.engine.stats["forward_calls"] += 1
+        if self.graph is not None:
+            self.graph.replay()
+            self.engine.stats["graph_steps"] += 1
+            return
+        with torch.inference_mode(), decode_attention():
+            self._forward()
+
+
+def capture_step(forward_step, reset):
+    """One decoding step captured as a CUDA graph: ``forward_step()`` is warmed up on a side
+    stream, ``reset()`` undoes the warm-up's writes, the step is captured, and ``reset()``
+    undoes the capture's.  Returns ``(graph, None)``, or ``(None, "TypeName: message")``
+    when capture failed (the caller then runs ``forward_step`` eagerly; the buffers are reset
+    either way)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    try:
+        with torch.inference_mode(), decode_attention(), torch.cuda.stream(side):
+            forward_step()
+            reset()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, stream=side):
+                forward_step()
+        torch.cuda.current_stream().wait_stream(side)
+        reset()
+        return graph, None
+    except Exception as exc:  # noqa: BLE001 - any capture failure: run the same step eagerly
+        torch.cuda.current_stream().wait_stream(side)
+        reset()
+        return None, f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,193 @@
+"""Continuous batching: generation rows that join and leave a decoding batch at any step.
+
+:meth:`Engine.generate` decodes a batch until its slowest row ends, so every row waits for
+the longest reply.  A :class:`DecodeStream` lets each row leave the batch at the step it ends
+and queued rows join it: they are prefilled (with their sessions' keys/values reused, as in
+:meth:`Engine.generate`) and added to the running batch, held in one of the two row stores
+(:class:`~synclib.engine.dynamic.DynamicRows`, :class:`~synclib.engine.fixed.FixedSlots`).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Hashable
+
+import numpy as np
+
+from synclib.engine.dynamic import DynamicRows
+from synclib.engine.fixed import FixedSlots
+from synclib.engine.masks import full_attention_only
+from synclib.engine.requests import Request, Result, make_result, uniforms
+from synclib.engine.sampling import row_ends, sample
+
+__all__ = ["DecodeStream"]
+
+
+@dataclass
+class _StreamRow:
+    """One row of a :class:`DecodeStream` (host side); ``pos`` is where its row store keeps it."""
+
+    tag: Hashable
+    request: Request
+    ids: list
+    states: np.ndarray
+    reused: int
+    pos: int = -1
+    tokens: list = field(default_factory=list)
+
+
+class DecodeStream:
+    """Continuous batching: generation rows that join and leave a decoding batch at any step.
+
+    A caller that turns a finished reply into the next request (a dialog's next turn) submits
+    it at once, so the batch stays full.  What a row generates does not depend on the batch:
+    it samples with its own seeded uniforms, one per token of its own reply, exactly as in
+    :meth:`Engine.generate`; its logits and states equal a solo run's up to float rounding.
+
+    Parameters
+    ----------
+    engine : Engine
+    max_new_tokens, sampling, first_line_only
+        As :meth:`Engine.generate` (``sampling`` is ``(temperature, top_k, top_p)``).
+    capacity : int
+        Most rows decoding at once.
+    join_min : int, optional
+        Queued rows join only when at least this many wait (or the batch is empty): one
+        prefill for several rows costs less than one per row.  Default: a quarter of
+        ``capacity``.
+    on_step : callable, optional
+        Called after every decoding step with the number of rows it advanced.
+    decode : {"dynamic", "static", "graph"}, default "dynamic"
+        How the rows are held.  ``"dynamic"``: one growing batch, joins merged left padded
+        and leaves selected out (:class:`~synclib.engine.dynamic.DynamicRows`; best on the
+        CPU).  ``"static"``: fixed slots, every step the same shapes
+        (:class:`~synclib.engine.fixed.FixedSlots`), run eagerly; ``"graph"``: the same, each
+        step one CUDA-graph replay (CUDA only; a failed capture runs eagerly, counted in
+        ``engine.stats["graph_fallbacks"]``).  The slot modes need a model whose every layer
+        attends to the full context through an explicit mask.  All give the same tokens up
+        to float rounding.
+
+    The host reads each step's tokens.  Counters go to ``engine.stats``
+    (``decode_steps``, ``generated_tokens``, ``stream_joins``) as well as :attr:`stats`.
+    """
+
+    def __init__(self, engine, max_new_tokens: int, sampling: tuple, first_line_only: bool,
+                 capacity: int, join_min: int | None = None, on_step=None, decode: str = "dynamic"):
+        import torch
+
+        if int(capacity) < 1:
+            raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if decode not in ("dynamic", "static", "graph"):
+            raise ValueError(f"decode must be 'dynamic', 'static' or 'graph', got {decode!r}")
+        if decode != "dynamic" and not full_attention_only(engine.lm.model):
+            raise ValueError(f"decode={decode!r} needs a model whose every layer attends to the full context "
+                             f"through sdpa or eager attention; {engine.lm.name} does not (use 'dynamic')")
+        self.engine, self.lm = engine, engine.lm
+        self.max_new_tokens, self.sampling, self.first_line_only = int(max_new_tokens), sampling, first_line_only
+        self.capacity = int(capacity)
+        self.join_min = max(1, int(join_min) if join_min is not None else self.capacity // 4)
+        self.on_step = on_step
+        self.decode = decode
+        self.stats: Counter = Counter()
+        self._queue: list = []          # (tag, Request)
+        self._rows: list[_StreamRow] = []
+        self._batch = DynamicRows(engine, self.stats) if decode == "dynamic" else \
+            FixedSlots(engine, self.capacity, self.max_new_tokens - 1, graph=decode == "graph",
+                       round_to=FixedSlots.ROUND)
+        dev = self.lm.device
+        self._U = torch.zeros((0, self.max_new_tokens), dtype=torch.float64, device=dev)
+        self._step = torch.zeros(0, dtype=torch.long, device=dev)
+        self._seen = torch.zeros(0, dtype=torch.bool, device=dev)
+        self._stop = engine._stop_ids()
+        self._lines = None
+
+    def submit(self, tag: Hashable, request: Request) -> None:
+        """Queue a row; :meth:`step` returns its :class:`Result` with ``tag`` when it ends."""
+        self._queue.append((tag, request))
+
+    def __len__(self) -> int:
+        """Rows queued or decoding."""
+        return len(self._queue) + len(self._rows)
+
+    def _admit(self) -> None:
+        """Prefill queued rows and add them to the batch (see ``join_min``)."""
+        import torch
+
+        room = self.capacity - len(self._rows)
+        if not self._queue or room <= 0 or (self._rows and len(self._queue) < min(self.join_min, room)):
+            return
+        take, self._queue = self._queue[:room], self._queue[room:]
+        eng = self.engine
+        ids = [eng._ids(r.prompt) for _, r in take]
+        pre = eng._prefill([(x, r.session) for x, (_, r) in zip(ids, take)])
+        U = uniforms([r.seed for _, r in take], self.max_new_tokens)
+        states, reused = pre.states, pre.reused
+        pos = self._batch.add(pre)
+        self._rows += [_StreamRow(tag, r, x, states[i], reused[i], pos[i])
+                       for i, ((tag, r), x) in enumerate(zip(take, ids))]
+        self._U = torch.cat([self._U, U.to(self._U.device)])
+        self._step = torch.cat([self._step, self._step.new_zeros(len(take))])
+        self._seen = torch.cat([self._seen, self._seen.new_zeros(len(take))])
+        self.stats["joins"] += 1
+        eng.stats["stream_joins"] += 1
+
+    def step(self) -> list[tuple[Hashable, Result]]:
+        """Admit queued rows, then sample one token for every row and advance the rows that
+        go on by one forward pass.
+
+        Returns
+        -------
+        list of (tag, Result)
+            The rows that ended at this step (a stop token, a complete first line with
+            ``first_line_only``, or ``max_new_tokens``), in batch order.
+        """
+        import torch
+
+        self._admit()
+        if not self._rows:
+            return []
+        B = len(self._rows)
+        logits = self._batch.logits_of([r.pos for r in self._rows])
+        if self.first_line_only and self._lines is None:
+            self._lines = self.engine._line_flags(logits.shape[-1])
+        u = self._U[torch.arange(B, device=self._U.device), self._step]
+        tok = sample(logits, u, self.sampling, self.engine._sample_work(logits.shape[-1]))
+        live = torch.ones(B, dtype=torch.bool, device=tok.device)
+        keep, is_stop, at_line, self._seen = row_ends(tok, live, self._seen, self._stop, self._lines)
+        self._step += 1
+        ended = is_stop | at_line | (self._step >= self.max_new_tokens)
+        toks, kept, why, gone = (tok.tolist(), keep.tolist(),
+                                 torch.where(is_stop, 1, torch.where(at_line, 2, 0)).tolist(), ended.tolist())
+        self.engine._count_step(B, self.on_step, self.stats)
+        finished, stay = [], []
+        for i, row in enumerate(self._rows):
+            if kept[i]:
+                row.tokens.append(toks[i])
+            if gone[i]:
+                finished.append((row.tag, make_result(self.lm, row.tokens, row.ids, row.states, why[i], row.reused)))
+            else:
+                stay.append(i)
+        if len(stay) < B:
+            tok = self._leave(stay, tok)
+        if self._rows:
+            self._batch.feed([r.pos for r in self._rows], tok)
+        return finished
+
+    def _leave(self, stay: list[int], tok):
+        """Keep the rows at indices ``stay`` of this step; the tokens they are fed next."""
+        import torch
+
+        new_pos = self._batch.keep([self._rows[i].pos for i in stay])
+        self._rows = [self._rows[i] for i in stay]
+        for row, p in zip(self._rows, new_pos):
+            row.pos = p
+        idx = torch.tensor(stay, dtype=torch.long, device=self._U.device)
+        self._U, self._step, self._seen = self._U[idx], self._step[idx], self._seen[idx]
+        return tok[torch.tensor(stay, dtype=torch.long, device=tok.device)]
+
+    def run(self) -> list[tuple[Hashable, Result]]:
+        """Step until every queued and decoding row has ended; all their results."""
+        out = []
+        while len(self):
+            out += self.step()
+        return out

@@ -1,0 +1,107 @@
+"""The package's shape, as book/architecture.md states it: layers, module and function sizes.
+
+The layers are read from the page's "Layers" table, so the page and this test cannot drift
+apart: a module imports (at load time or inside a function) only modules of its own layer or
+of a lower one, the modules of one layer import each other without cycles, and every module
+of the package is in the table.  No module is over 1,000 lines and no function over 120.
+"""
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "synclib"
+MAX_MODULE_LINES, MAX_FUNCTION_LINES = 1000, 120
+
+
+def _layers() -> dict[str, int]:
+    """``{component: layer number}`` from the page's table (rows ``| N name | `a`, `b` |``)."""
+    text = (REPO / "book" / "architecture.md").read_text()
+    section = text.split("## Layers", 1)[1].split("\n## ", 1)[0]
+    out = {}
+    for number, cells in re.findall(r"^\|\s*(\d+)[^|]*\|([^|]*)\|", section, flags=re.M):
+        for name in re.findall(r"`([\w.]+)`", cells):
+            out[name] = int(number)
+    assert out, "book/architecture.md has no Layers table"
+    return out
+
+
+def _component(module: str) -> str:
+    """``synclib.engine.core`` -> ``engine``; ``synclib`` -> ``__init__``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def _modules():
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        yield path, ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(tree: ast.AST):
+    """Every ``synclib`` module an AST imports, at load time or inside functions."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("synclib"):
+            if node.module == "synclib":
+                yield from (f"synclib.{a.name}" for a in node.names if a.name != "__version__")
+            else:
+                yield node.module
+        elif isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.startswith("synclib"))
+
+
+def test_every_import_follows_the_layers_of_the_architecture_page():
+    layers = _layers()
+    graph: dict[str, set] = {}
+    against, unlisted = [], set()
+    for path, module in _modules():
+        src = _component(module)
+        if src not in layers:
+            unlisted.add(src)
+            continue
+        for target in _imports(ast.parse(path.read_text())):
+            dst = _component(target)
+            if dst == src:
+                continue
+            if dst not in layers:
+                unlisted.add(dst)
+            elif layers[dst] > layers[src]:
+                against.append(f"{module} (layer {layers[src]}) imports {target} (layer {layers[dst]})")
+            elif layers[dst] == layers[src]:
+                graph.setdefault(src, set()).add(dst)
+    assert not unlisted, f"not in book/architecture.md's Layers table: {sorted(unlisted)}"
+    assert not against, "imports against the layers:\n" + "\n".join(against)
+    try:
+        tuple(TopologicalSorter(graph).static_order())
+    except CycleError as exc:
+        pytest.fail(f"modules of one layer import each other in a cycle: {exc.args[1]}")
+
+
+def test_no_module_over_1000_lines_and_no_function_over_120():
+    big, long = [], []
+    for path, module in _modules():
+        text = path.read_text()
+        if text.count("\n") > MAX_MODULE_LINES:
+            big.append(f"{module}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                n = node.end_lineno - node.lineno + 1
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{module}.{node.name}: {n} lines")
+    assert not big and not long, big + long
+
+
+def test_the_config_and_the_engine_load_without_torch():
+    """``synclib.config`` reads the engine's vocabularies; neither loads torch or transformers
+    (they are imported where the engine uses them), in a fresh interpreter."""
+    code = ("import sys, synclib.config, synclib.engine; "
+            "print([m for m in ('torch', 'transformers') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
