@@ -10,7 +10,7 @@ pipeline   the main job: config -> simulate -> judge -> analyse -> notebooks -> 
 scenarios  Sotopia-format tasks: the task files' vocabularies, loading and validation
 prompts    the prompts the models read: the three views (active, passive, ToM), masking, dialog rules
 models     loading causal LMs (hub id, local dir, GGUF, embedded short names), prompt formats
-engine     hooked, batched generation that records last-prompt-token states
+engine/    hooked, batched generation that records last-prompt-token states (one concept a module)
 simulate   the dialog loop over tasks and seeds, writing activation cubes
 cube/      netCDF4 activation cubes: schema, crash-safe writer, lazy reader
 analysis/  datasets, splits, SyncR^2 and its controls and sensitivity analyses
