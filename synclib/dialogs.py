@@ -135,6 +135,7 @@ class Dialog:
     judge: str = ""
     passive_reader: str = ""
     has_judge_table: bool = True
+    passive_reader_id: str = ""
 
     @property
     def key(self) -> str:
@@ -492,7 +493,7 @@ def dialogs_from_cube(cube, *, run: str = "run", pair: str | None = None, order:
             genuine = _transcript("genuine", text["a"][e, s], text["b"][e, s], max(n, 0), names, max_utt, task)
             tom = _tom_transcript(tom_arrays, e, s, names, max_utt, task)
             scores, judge_name = judged.get((ti, int(seed)), ((), ""))
-            rd = _str(reader[e, s]) if reader is not None else ""
+            rd = rd_id = _str(reader[e, s]) if reader is not None else ""
             if rd and rd in personas:
                 rd = f"{personas[rd].name} ({rd})"
             out.append(Dialog(run=run, pair=pair or run, order=int(order), model_a=model_a, model_b=model_b,
@@ -500,7 +501,8 @@ def dialogs_from_cube(cube, *, run: str = "run", pair: str | None = None, order:
                               codename=_str(col["codename"][e]) or (task.codename if task is not None else ""),
                               source=_str(col["source"][e]), relationship=rel_name, scenario=scenario, names=names,
                               goals=goals, max_utterances=max_utt, genuine=genuine, tom=tom, scores=scores,
-                              judge=judge_name, passive_reader=rd, has_judge_table=judge is not None))
+                              judge=judge_name, passive_reader=rd, has_judge_table=judge is not None,
+                              passive_reader_id=rd_id))
     return out, _cube_notes(tasks, mismatched, out, by_index, max_utt)
 
 

@@ -164,7 +164,7 @@ def _need(frame: pd.DataFrame, cols, what: str) -> None:
 @_placeholder_if_empty
 def r2_heatmap(frame: pd.DataFrame, title: str, src_title: str = "source layer",
                tgt_title: str = "target layer", vmax: float | None = None,
-               size: int = 220) -> alt.LayerChart:
+               size: int = 220, value: str = "r2", value_title: str = "test R²") -> alt.LayerChart:
     """Test R² per layer pair; negative cells grey; each source layer's best target boxed.
 
     Parameters
@@ -174,22 +174,23 @@ def r2_heatmap(frame: pd.DataFrame, title: str, src_title: str = "source layer",
         that source layer); rows with NaN ``r2`` (padding) are dropped.
     vmax : float, optional
         Upper end of the colour scale (share it across panels); default the frame's max.
+    value, value_title : the column drawn instead of ``r2`` (e.g. ``cka``) and its legend title
     """
-    _need(frame, ["src_layer", "tgt_layer", "r2", "best"], "r2_heatmap")
-    d = frame.dropna(subset=["r2"]).copy()
+    _need(frame, ["src_layer", "tgt_layer", value, "best"], "r2_heatmap")
+    d = frame.dropna(subset=[value]).rename(columns={value: "r2"})
     if d.empty:
-        return placeholder(title, "no finite R² in this run for this panel (too few samples?)")
+        return placeholder(title, f"no finite {value_title} in this run for this panel (too few samples?)")
     top = float(vmax if vmax is not None else max(d["r2"].max(), 1e-6))
     base = alt.Chart(d).encode(
         x=alt.X("src_layer:O", title=src_title, axis=alt.Axis(labelAngle=0, values=_ticks(d["src_layer"]))),
         y=alt.Y("tgt_layer:O", title=tgt_title, sort="descending", axis=alt.Axis(values=_ticks(d["tgt_layer"]))),
         tooltip=[alt.Tooltip("src_layer:O", title="source layer"),
                  alt.Tooltip("tgt_layer:O", title="target layer"),
-                 alt.Tooltip("r2:Q", title="test R²", format=".3f")],
+                 alt.Tooltip("r2:Q", title=value_title, format=".3f")],
     )
     cells = base.mark_rect().encode(
         color=alt.when(alt.datum.r2 >= 0)
-        .then(alt.Color("r2:Q", title="test R²",
+        .then(alt.Color("r2:Q", title=value_title,
                         scale=alt.Scale(scheme=HEATMAP_SCHEME, domain=[0, top])))
         .otherwise(alt.value(NEGATIVE_GREY))
     )
@@ -241,7 +242,8 @@ def heatmap_grid(frames: dict[str, pd.DataFrame], columns: int = 2, size: int | 
     """
     if not frames:
         raise ValueError("heatmap_grid: no panels to draw")
-    finite = [f["r2"].to_numpy(dtype=float) for f in frames.values() if "r2" in f and len(f)]
+    value = kw.get("value", "r2")
+    finite = [f[value].to_numpy(dtype=float) for f in frames.values() if value in f and len(f)]
     finite = [v[np.isfinite(v)] for v in finite]
     if vmax is None:
         vmax = max((float(v.max()) for v in finite if v.size), default=1e-6)
@@ -250,6 +252,40 @@ def heatmap_grid(frames: dict[str, pd.DataFrame], columns: int = 2, size: int | 
     panels = [r2_heatmap(f, title=t, vmax=max(vmax, 1e-6), size=size, **kw) for t, f in frames.items()]
     rows = [alt.hconcat(*panels[i:i + columns]) for i in range(0, len(panels), columns)]
     return alt.vconcat(*rows).resolve_scale(color="shared")
+
+
+@_placeholder_if_empty
+def generalisation_scatter(frame: pd.DataFrame, title: str, size: int = 360, floor: float = -1.0) -> alt.LayerChart:
+    """Test R² (y) against training R² (x), one point per layer pair, coloured by ordered run,
+    with the diagonal (test = training: no loss) and a rule at test R² 0.
+
+    ``frame``: :meth:`synclib.results.Results.generalisation_table` (``run, direction,
+    src_layer, tgt_layer, train_r2, test_r2, gap``).  Test R² below ``floor`` is drawn at
+    ``floor`` (the title says so; hover shows the value).
+    """
+    cols = ["run", "direction", "source", "target", "src_layer", "tgt_layer", "train_r2", "test_r2", "gap"]
+    _need(frame, cols, "generalisation_scatter")
+    d = frame[cols].dropna(subset=["train_r2", "test_r2"]).round({"train_r2": 4, "test_r2": 4, "gap": 4})
+    vals = np.r_[d["train_r2"].to_numpy(float), d["test_r2"].to_numpy(float)]
+    lo, hi = min(max(float(vals.min()), floor), 0.0), max(float(vals.max()), 1e-6)
+    if (d["test_r2"] < floor).any():
+        title = f"{title} (test R² below {floor:g} drawn at {floor:g})"
+    scale = alt.Scale(domain=[lo, hi], clamp=True)
+    points = alt.Chart(d).mark_circle(size=30, opacity=0.6).encode(
+        x=alt.X("train_r2:Q", title="training R² (mean over split seeds)", scale=scale),
+        y=alt.Y("test_r2:Q", title="test R² (mean over split seeds)", scale=scale),
+        color=alt.Color("run:N", title="ordered run", legend=alt.Legend(orient="bottom")),
+        tooltip=[alt.Tooltip("run:N", title="ordered run"), alt.Tooltip("direction:N"),
+                 alt.Tooltip("source:N", title="source model"), alt.Tooltip("target:N", title="target model"),
+                 alt.Tooltip("src_layer:O", title="source layer"), alt.Tooltip("tgt_layer:O", title="target layer"),
+                 alt.Tooltip("train_r2:Q", title="training R²", format=".3f"),
+                 alt.Tooltip("test_r2:Q", title="test R²", format=".3f"),
+                 alt.Tooltip("gap:Q", title="training − test", format=".3f")])
+    diagonal = alt.Chart(pd.DataFrame({"x": [lo, hi], "y": [lo, hi]})).mark_line(
+        color="grey", strokeDash=[4, 3]).encode(x="x:Q", y="y:Q")
+    zero = alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color="black", strokeWidth=0.8).encode(y="y:Q")
+    return alt.layer(diagonal, zero, points).properties(
+        title=alt.TitleParams(wrap_title(title, size + 60, 13)), width=size, height=size)
 
 
 # --------------------------------------------------------------------------- bars / lines

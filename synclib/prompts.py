@@ -30,6 +30,9 @@ strings for the 450 Sotopia tasks and the tests compare against them.
     active intro (ending with the instruction's newline), :data:`TOM_INSTRUCTION` +
     ``"\\n"``, then the dialog lines with the other agent's utterances stripped of their
     emotion/action words (:func:`strip_tom_words`) and the open line.
+* :func:`masked_prompt` — :func:`render_prompt`'s message in :class:`PromptPart` pieces,
+  the masking's cuts located by the masking's own substitutions (what each removed or
+  replaced, and the hidden text): the dialogs page shows them (:mod:`synclib.prompt_views`).
 * :func:`complete_intro` and :func:`dialog_lines` — the judge's unmasked intro and the
   complete dialog lines, as the reference lays its judge message out
   (``complete_intro + "\\n".join(lines) + instructions``); :func:`judge_intro` is the older,
@@ -76,6 +79,7 @@ import random
 import re
 import sys
 import warnings
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, Mapping, Sequence
 
@@ -87,7 +91,7 @@ __all__ = [
     "PASSIVE_PERSONA_RULE", "VIEWS", "MaskingFallbackWarning",
     "speaker_line", "bio", "tagged_bio", "format_docstring", "render_text",
     "agent_intro", "complete_intro", "dialog_line", "dialog_lines", "render_history",
-    "render_prompt", "passive_from_active", "passive_persona", "reference_leaks",
+    "render_prompt", "PART_KINDS", "PromptPart", "masked_prompt", "passive_from_active", "passive_persona", "reference_leaks",
     "masking_notes", "judge_intro", "context_lines", "strip_tom_words", "postprocess_reply", "is_leave",
     "is_leave_line",
 ]
@@ -217,14 +221,30 @@ def _intro_head(me: str) -> list[str]:
     ]
 
 
-def _context_lines(task: Task, viewer: int | None) -> list[str]:
+def _no_mark(kind: str, hidden: str, shown: str, what: str) -> str:
+    """The masking's default: only what the viewer is shown (see :func:`masked_prompt`)."""
+    return shown
+
+
+def _context_lines(task: Task, viewer: int | None, mark=_no_mark) -> list[str]:
     """The "Here is the context of this interaction" block as agent ``viewer`` sees it
-    under our masking (None: the judge, everything unmasked), fields normalised."""
+    under our masking (None: the judge, everything unmasked), fields normalised.
+    ``mark(kind, hidden, shown, what)`` returns the text put where the masking cut the
+    other agent's bio or goal (:func:`masked_prompt`; the default returns ``shown``)."""
     tag_viewer = "environment" if viewer is None else f"agent_{viewer}"
     env = task.env
-    bios = [render_text(bio(persona, "full" if viewer in (None, i) else OTHER_BIO_VISIBILITY[env.relationship]),
-                        tag_viewer) for i, persona in enumerate(task.agents)]
-    goals = [render_text(goal, tag_viewer) if viewer in (None, i) else "Unknown"
+    bios = []
+    for i, persona in enumerate(task.agents):
+        visibility = "full" if viewer in (None, i) else OTHER_BIO_VISIBILITY[env.relationship]
+        shown = render_text(bio(persona, visibility), tag_viewer)
+        if visibility != "full":
+            full = render_text(bio(persona, "full"), tag_viewer)
+            rest = full[len(shown):].strip() if full.startswith(shown) else full
+            shown = (mark("replaced", full, "Unknown", "bio") if not shown
+                     else shown + mark("removed", rest, "", "bio") if rest else shown)
+        bios.append(shown)
+    goals = [render_text(goal, tag_viewer) if viewer in (None, i)
+             else mark("replaced", render_text(goal, "environment"), "Unknown", "goal")
              for i, goal in enumerate(env.agent_goals)]
     return context_lines(render_text(env.scenario, tag_viewer), task.names, bios, goals)
 
@@ -243,10 +263,10 @@ def context_lines(scenario: str, names: Sequence[str], backgrounds: Sequence[str
     return lines
 
 
-def _own_masking_intro(task: Task, agent: int) -> str:
+def _own_masking_intro(task: Task, agent: int, mark=_no_mark) -> str:
     """An agent's intro under our masking, laid out like the reference's (ends with
     ``LEAVE_INSTRUCTION + "\\n"``): the leak guard's fallback."""
-    lines = _intro_head(task.names[agent]) + _context_lines(task, agent) + [LEAVE_INSTRUCTION]
+    lines = _intro_head(task.names[agent]) + _context_lines(task, agent, mark) + [LEAVE_INSTRUCTION]
     return "\n".join(lines) + "\n"
 
 
@@ -307,23 +327,36 @@ def _context_block(task: Task) -> str:
             f"{n1}'s goal: {g1}\n{n2}'s goal: {g2}\n")
 
 
-def _reference_mask(intro: str, agent: int, opponent: str) -> str:
-    """The reference's ``_mask_intro``: its four substitutions, in order."""
+def _reference_mask(intro: str, agent: int, opponent: str, mark=_no_mark) -> str:
+    """The reference's ``_mask_intro``: its four substitutions, in order. ``mark(kind,
+    hidden, shown, what)`` gives the text put in place of each cut (default: ``shown``,
+    the reference's own; :func:`masked_prompt` locates the cuts with it)."""
     tag = f"<p viewer='agent_{1 - agent}'>"
+
+    def for_other(m: re.Match) -> str:  # "bio" on the other's background line, else "other"
+        line = m.string[m.string.rfind("\n", 0, m.start()) + 1:m.start()]
+        return mark("removed", m[0], "", "bio" if line.startswith(f"{opponent}'s background: ") else "other")
     if tag in intro:
-        intro = re.sub(re.escape(tag) + r".*?</p>", "", intro)
-    intro = re.sub(r" <p viewer=\"environment\">.*?</p>", "", intro)
-    unknown = f"{opponent}'s goal: Unknown\n"
+        intro = re.sub(re.escape(tag) + r".*?</p>", for_other, intro)
+    intro = re.sub(r" <p viewer=\"environment\">.*?</p>", lambda m: mark("removed", m[0], "", "environment"),
+                   intro)
+    prefix = f"{opponent}'s goal: "
     opp = re.escape(opponent)  # the reference uses the name as a pattern; same for real names
-    intro = re.sub(opp + r"'s goal: .*?(\n|$)", lambda m: unknown, intro)
-    return re.sub(opp + r"'s goal: .*?(\n<extra_info>.*?\n</extra_info>|\n|$)",
-                  lambda m: unknown, intro, flags=re.S)
+    intro = re.sub(opp + r"'s goal: (.*?)(\n|$)",
+                   lambda m: prefix + mark("replaced", m[1], "Unknown", "goal") + "\n", intro)
+
+    def extra_info(m: re.Match) -> str:  # the goal line stays as the third substitution left it
+        if mark is _no_mark:
+            return prefix + "Unknown\n"
+        cut = mark("removed", m[2], "", "goal") if m[2].startswith("\n<extra_info>") else ""
+        return prefix + m[1] + cut + "\n"
+    return re.sub(opp + r"'s goal: (.*?)(\n<extra_info>.*?\n</extra_info>|\n|$)", extra_info, intro, flags=re.S)
 
 
-def _reference_intro(task: Task, agent: int) -> str:
+def _reference_intro(task: Task, agent: int, mark=_no_mark) -> str:
     me, opponent = task.names[agent], task.names[1 - agent]
     raw = format_docstring("\n".join(_intro_head(me)) + "\n" + _context_block(task))
-    return _clean_tags(_reference_mask(raw, agent, opponent) + LEAVE_INSTRUCTION + "\n")
+    return _clean_tags(_reference_mask(raw, agent, opponent, mark) + LEAVE_INSTRUCTION + "\n")
 
 
 def _hidden_texts(task: Task, agent: int) -> list[str]:
@@ -540,9 +573,15 @@ def render_prompt(task: Task, agent: int, history: Sequence[str] = (),
     if t % 2 != agent:
         raise ValueError(f"turn {t} belongs to agent {t % 2} (agent {t % 2 + 1}), "
                          f"not to agent {agent}")
+    return _compose(task, agent, history, view, persona, agent_intro(task, agent))
+
+
+def _compose(task: Task, agent: int, history: Sequence[str], view: View,
+             persona: Persona | str | None, intro: str) -> str:
+    """:func:`render_prompt` from an agent's intro (checked arguments)."""
+    t = len(history)
     lines = render_history(task, history, viewer=agent, tom=(view == "tom"))
     lines.append(dialog_line(task, t))
-    intro = agent_intro(task, agent)
     if view == "tom":
         return intro + TOM_INSTRUCTION + "\n" + "\n".join(lines)
     active = intro + "\n".join(lines)
@@ -553,6 +592,89 @@ def render_prompt(task: Task, agent: int, history: Sequence[str] = (),
     else:
         name = persona if isinstance(persona, str) else persona.name
     return passive_from_active(active, name)
+
+
+#: what :func:`masked_prompt`'s parts are: shown text, a cut (``removed``: shown nowhere)
+#: and a stand-in (``replaced``: the shown ``Unknown`` stands for the hidden text)
+PART_KINDS: tuple[str, ...] = ("shown", "removed", "replaced")
+_MARK = re.compile("\ue000(\\d+)\ue001([^\ue000-\ue002]*)\ue002")
+
+
+@dataclass(frozen=True)
+class PromptPart:
+    """A piece of a prompt (:func:`masked_prompt`): ``text`` as the viewer reads it, ``kind``
+    one of :data:`PART_KINDS`; for a cut or a stand-in, the ``hidden`` text (tags removed)
+    and ``what`` was masked (``"bio"``: the other agent's bio, ``"goal"``: its goal and
+    extra information, ``"other"``: other text meant for the other agent only,
+    ``"environment"``: text meant for the environment only)."""
+
+    text: str
+    kind: str = "shown"
+    hidden: str = ""
+    what: str = ""
+
+
+def masked_prompt(task: Task, agent: int, history: Sequence[str] = (), view: View = "active",
+                  persona: Persona | str | None = None) -> tuple[PromptPart, ...]:
+    """:func:`render_prompt`'s user message in parts, the masking's cuts located.
+
+    The intro is rendered again by the masking in use for this agent (the reference's four
+    substitutions, or our own masking where the leak guard falls back), each substitution
+    leaving a mark with what it hid; the prompt is then composed as :func:`render_prompt`
+    composes it and the marks are aligned on :func:`render_prompt`'s own output (the passive
+    view strips lines: whitespace next to a mark may go). So ``"".join(p.text for p in
+    parts) == render_prompt(task, agent, history, view, persona)``, and the ``removed`` and
+    ``replaced`` parts are where the masking cut. Our own masking marks the other agent's
+    bio and goal, not ``<p viewer=…>`` content cut from the scenario.
+
+    Raises
+    ------
+    ValueError
+        Bad arguments (as :func:`render_prompt`), or the marks could not be aligned (task
+        texts holding the private-use characters U+E000-U+E002).
+    """
+    plain = render_prompt(task, agent, history, view, persona)
+    cuts: list[tuple[str, str, str]] = []
+
+    def mark(kind: str, hidden: str, shown: str, what: str) -> str:
+        hidden = _MARK.sub(lambda m: cuts[int(m[1])][1], hidden)  # a cut inside a cut
+        cuts.append((kind, format_docstring(_clean_tags(hidden)), what))
+        return f"\ue000{len(cuts) - 1}\ue001{shown}\ue002"
+
+    own = bool(_guarded_intro(task, agent)[1])
+    intro = _own_masking_intro(task, agent, mark) if own else _reference_intro(task, agent, mark)
+    return _align(_compose(task, agent, history, view, persona, intro), plain, cuts)
+
+
+def _align(marked: str, plain: str, cuts: Sequence[tuple[str, str, str]]) -> tuple[PromptPart, ...]:
+    """Parts of ``plain`` from ``marked`` (``plain`` with marks, perhaps with whitespace
+    that ``plain`` stripped)."""
+    parts: list[PromptPart] = []
+    i = start = pos = 0
+
+    def feed(chars: str) -> None:
+        nonlocal i
+        for ch in chars:
+            if i < len(plain) and plain[i] == ch:
+                i += 1
+            elif not ch.isspace():
+                raise ValueError(f"masked_prompt: the marks do not align at character {i} of the prompt")
+
+    for m in _MARK.finditer(marked):
+        feed(marked[pos:m.start()])
+        if i > start:
+            parts.append(PromptPart(plain[start:i]))
+        kind, hidden, what = cuts[int(m[1])]
+        start = i
+        feed(m[2])
+        parts.append(PromptPart(plain[start:i], kind, hidden, what))
+        start, pos = i, m.end()
+    feed(marked[pos:])
+    if i != len(plain):
+        raise ValueError("masked_prompt: the marks do not align with the end of the prompt")
+    if i > start:
+        parts.append(PromptPart(plain[start:i]))
+    return tuple(parts)
 
 
 def judge_intro(task: Task) -> str:

@@ -19,12 +19,12 @@ import pandas as pd
 from synclib import stats
 from synclib.stats import fmt as _f
 
-__all__ = ["banner", "sentence_fig1", "sentence_fig2", "sentence_controls", "sentence_relationship",
-           "readable", "published_correlations", "sentence_fig6", "partial_table", "sentence_table1",
+__all__ = ["banner", "sentence_fig1", "sentence_fig2", "sentence_generalisation", "sentence_controls",
+           "sentence_relationship", "readable", "published_correlations", "sentence_fig6", "partial_table", "sentence_table1",
            "sentence_topk", "sentence_clipping", "sentence_sample_size", "sample_curve_markdown",
            "sample_counts_text", "comparison_with_paper", "wide_table", "sentence_comparison",
            "sentence_tom", "sentence_judged", "judge_human_table", "measured_judge_table",
-           "sentence_measured_judges", "sentence_judge_human"]
+           "sentence_measured_judges", "sentence_judge_human", "sentence_cka"]
 
 
 def _paper(entry: dict, text: str) -> str:
@@ -87,6 +87,29 @@ def sentence_fig2(frames: dict[str, pd.DataFrame], published: dict, direction: s
     return s + _paper(published["fig2"], published["fig2"]["claim"])
 
 
+def sentence_generalisation(summary: pd.DataFrame, published: dict, embedded: bool = False) -> str:
+    """How much the maps lose from training to test R² per ordered run
+    (:meth:`synclib.results.Results.generalisation_summary`): the median and mean gap, the
+    median R² on each side, the share of layer pairs with a positive test R² and the samples
+    per dataset; then the paper's discussion."""
+    p = published["fig2"]
+    paper = _paper({"source": p.get("generalisation_source", p.get("source"))}, p.get("generalisation", p["claim"]))
+    if summary.empty:
+        return _empty("training R² of the maps", "train_r2") + paper
+    parts = []
+    for _, r in summary.iterrows():
+        n = (f", on a mean of {_f(r['n_train'], 0)} training and {_f(r['n_test'], 0)} test samples per dataset"
+             if np.isfinite(r["n_train"]) and np.isfinite(r["n_test"]) else "")
+        parts.append(f"{r['run']} loses a median of {_f(r['gap_median'], 3)} (mean {_f(r['gap_mean'], 3)}; median "
+                     f"training R² {_f(r['train_median'], 3)}, test {_f(r['test_median'], 3)}) and keeps a positive "
+                     f"test R² in {_f(100.0 * r['share_positive'], 0)}% of its {int(r['layer_pairs'])} layer pairs{n}")
+    who = ("These are the embedded tiny models, not the paper's: with so few samples per dataset the gap says how "
+           "much these maps overfit, not how the paper's maps do. " if embedded else "")
+    s = (who + "From training to test R² (the genuine maps of every layer pair, both directions, each R² the mean "
+         "over split seeds), " + "; ".join(parts) + ".")
+    return s + paper
+
+
 # --------------------------------------------------------------------------- figures 3, 4
 def _versus(sync: pd.DataFrame, other: pd.DataFrame, what: str) -> str:
     m = sync[["pair", "mean"]].merge(other[["pair", "mean"]], on="pair", suffixes=("_g", "_c"))
@@ -118,6 +141,37 @@ def sentence_controls(control: pd.DataFrame, lag: pd.DataFrame, sync: pd.DataFra
         s2 = " This run has no lagged conditions."
     p = published["fig3_4"]
     return s1 + s2 + _paper(p, p["claim_passive"] + " " + p["claim_lag"])
+
+
+def sentence_cka(table: pd.DataFrame, embedded: bool, synthetic: bool = False) -> str:
+    """Linear CKA (ours; the paper has none) per condition, and whether it orders genuine
+    against each control as SyncR² does (:meth:`synclib.results.Results.cka_table`)."""
+    if table.empty:
+        return ("This run's analysis files lack `cka` (they were written before synclib computed CKA): "
+                "re-analyse the cubes to add it.")
+    by = table.groupby("condition", sort=False)[["mean", "sync_r2"]].mean()
+    parts = [f"{_f(by.loc[c, 'mean'])} {c}" for c in by.index]
+    s = (f"Linear CKA between one agent's states and the partner's next states (every layer pair, on all "
+         f"{_span(table['n_min'].min(), table['n_max'].max())} samples of each dataset: nothing is fitted, so no "
+         f"split), averaged over layer pairs, directions and pairs: {_join(parts)}.")
+    if "genuine" in by.index:
+        g = by.loc["genuine"]
+        orders = []
+        for c in (c for c in by.index if c != "genuine"):
+            cka_word, sync_word = ("above" if g["mean"] > by.loc[c, "mean"] else "below",
+                                   "above" if g["sync_r2"] > by.loc[c, "sync_r2"] else "below")
+            orders.append(f"{c}: CKA puts genuine {cka_word} it, SyncR² {sync_word} "
+                          f"({_f(g['sync_r2'])} vs {_f(by.loc[c, 'sync_r2'])}), "
+                          + ("the same order" if cka_word == sync_word else "opposite orders"))
+        if orders:
+            s += " Against each control, " + "; ".join(orders) + "."
+    who = ("numbers from synthetic test data" if synthetic else "the embedded tiny models' numbers" if embedded
+           else "this run's models' numbers")
+    return s + f" These are {who}, never the paper's: the paper reports no CKA (a second measure, ours)."
+
+
+def _span(lo, hi) -> str:
+    return f"{int(lo)}" if int(lo) == int(hi) else f"{int(lo)}–{int(hi)}"
 
 
 # --------------------------------------------------------------------------- figure 5

@@ -335,6 +335,73 @@ class Results:
                 out[f"{name} {cond}: {src} → {tgt}"] = self.heatmap_frame(name, cond, direction)
         return out
 
+    # ------------------------------------------------------------------ generalisation (fig 2)
+    def generalisation_table(self, runs=None) -> pd.DataFrame:
+        """How well the maps generalise: per ordered run, direction and layer pair, the genuine
+        maps' training R² (``train_r2``: the same maps scored on their training rows) beside
+        their test R² (``r2``), each the mean over the split seeds that have both.
+
+        ``runs``: a run name, a list of them, or None for every run; runs whose analysis lacks
+        ``train_r2`` (written before it was stored) are left out.
+
+        Returns
+        -------
+        DataFrame
+            ``run, pair, family, direction, source, target`` (the source and target models),
+            ``src_layer, tgt_layer`` (1-based as :meth:`heatmap_frame`, padding dropped),
+            ``train_r2, test_r2, gap`` (train - test) and ``n_seeds``.
+        """
+        cols = ["run", "pair", "family", "direction", "source", "target", "src_layer", "tgt_layer",
+                "train_r2", "test_r2", "gap", "n_seeds"]
+        names = [runs] if isinstance(runs, str) else list(runs) if runs else self.run_names
+        parts = []
+        for name in names:
+            r, ds = self.run(name), self.analysis(name)
+            if "train_r2" not in ds or "r2" not in ds:
+                continue
+            train, test = (ds[v].sel(condition="genuine") for v in ("train_r2", "r2"))
+            if "split_seed" not in train.dims:
+                train, test = train.expand_dims("split_seed"), test.expand_dims("split_seed")
+            ok = np.isfinite(train) & np.isfinite(test)
+            with warnings.catch_warnings():  # layer pairs without values (padding): NaN
+                warnings.simplefilter("ignore", RuntimeWarning)
+                both = xr.Dataset({"train_r2": train.where(ok).mean("split_seed"),
+                                   "test_r2": test.where(ok).mean("split_seed"), "n_seeds": ok.sum("split_seed")})
+            t = both.to_dataframe().reset_index()
+            t = t[t["n_seeds"] > 0]
+            offset = 1 if ds["src_layer"].size and int(ds["src_layer"].min()) == 0 else 0
+            ab = t["direction"] == "A->B"
+            parts.append(t.assign(run=r.name, pair=r.pair, family=r.family,
+                                  source=np.where(ab, r.model_a, r.model_b), target=np.where(ab, r.model_b, r.model_a),
+                                  src_layer=t["src_layer"].astype(int) + offset,
+                                  tgt_layer=t["tgt_layer"].astype(int) + offset,
+                                  gap=t["train_r2"] - t["test_r2"], n_seeds=t["n_seeds"].astype(int)))
+        if not parts:
+            return pd.DataFrame(columns=cols)
+        return pd.concat(parts, ignore_index=True)[cols]
+
+    def generalisation_summary(self, table: pd.DataFrame | None = None) -> pd.DataFrame:
+        """Per ordered run, over the layer pairs of both directions of
+        :meth:`generalisation_table`: the median training and test R², the ``gap_median`` and
+        ``gap_mean`` of train - test, ``share_positive`` (the share of layer pairs whose test R²
+        is above 0), ``layer_pairs``, and the samples per genuine dataset (``n_train``,
+        ``n_test``: the mean over directions and split seeds of :meth:`sample_counts`; NaN
+        where the analysis does not record them)."""
+        t = self.generalisation_table() if table is None else table
+        counts = self.sample_counts()
+        counts = counts[counts["condition"] == "genuine"]
+        rows = []
+        for run, sub in t.groupby("run", sort=False):
+            c = counts[counts["run"] == run]
+            rows.append({"run": run, "pair": sub["pair"].iloc[0], "family": sub["family"].iloc[0],
+                         "layer_pairs": len(sub), "train_median": float(sub["train_r2"].median()),
+                         "test_median": float(sub["test_r2"].median()), "gap_median": float(sub["gap"].median()),
+                         "gap_mean": float(sub["gap"].mean()), "share_positive": float((sub["test_r2"] > 0).mean()),
+                         "n_train": float(c["n_train"].mean()) if len(c) else math.nan,
+                         "n_test": float(c["n_test"].mean()) if len(c) else math.nan})
+        return pd.DataFrame(rows, columns=["run", "pair", "family", "layer_pairs", "train_median", "test_median",
+                                           "gap_median", "gap_mean", "share_positive", "n_train", "n_test"])
+
     # ------------------------------------------------------------------ SyncR² summaries
     def _directional(self, runs: list[RunInfo], var: str, directions=None, **sel) -> tuple[np.ndarray, np.ndarray]:
         """The directional values of ``var`` (and of ``{var}_se``, NaN without it) over
@@ -437,6 +504,65 @@ class Results:
             for k, cond in lags:
                 rows.append({**self._info(runs), "k": k, **self._unit_value(runs, condition=cond)})
         return pd.DataFrame(rows)
+
+    # ------------------------------------------------------------------ CKA (ours; the paper has none)
+    def cka_frame(self, name: str, condition: str = "genuine", direction: str = "A->B") -> pd.DataFrame:
+        """Linear CKA per layer pair of one ordered run (the analysis' ``cka``, on all samples
+        of the dataset), with each source layer's most similar target.
+
+        Returns
+        -------
+        DataFrame
+            ``src_layer, tgt_layer, cka, best`` (layers 1-based as :meth:`heatmap_frame`,
+            padding dropped); empty when the analysis lacks ``cka`` or ``condition``.
+        """
+        ds = self.analysis(name)
+        if "cka" not in ds or condition not in ds["condition"].values:
+            return pd.DataFrame(columns=["src_layer", "tgt_layer", "cka", "best"])
+        t = ds["cka"].sel(condition=condition, direction=direction).to_dataframe().reset_index().dropna(subset=["cka"])
+        t["best"] = t["cka"].to_numpy() == t.groupby("src_layer")["cka"].transform("max").to_numpy()
+        t["best"] &= ~t.duplicated(["src_layer", "best"])  # one per source layer (the first of ties)
+        offset = 1 if ds["src_layer"].size and int(ds["src_layer"].min()) == 0 else 0
+        return t.assign(src_layer=t["src_layer"].astype(int) + offset, tgt_layer=t["tgt_layer"].astype(int) + offset)[
+            ["src_layer", "tgt_layer", "cka", "best"]].reset_index(drop=True)
+
+    def cka_table(self, separate: bool = False) -> pd.DataFrame:
+        """Per pair (or ordered run) and condition: linear CKA beside SyncR².
+
+        Returns
+        -------
+        DataFrame
+            ``pair, family, model_a, model_b, orders, condition``; ``mean`` (CKA averaged over
+            every layer pair, then over the unit's directional values: both directions of each
+            order), ``best`` (per source layer the most similar target, averaged over source
+            layers, then likewise), ``se`` (NaN: one value per dataset, no split seeds),
+            ``sync_r2`` (the unit's SyncR², :meth:`sync_table`), ``n_min``, ``n_max`` (the
+            fewest and most samples of its datasets: CKA uses them all) and ``n_values``.
+            Empty when no run's analysis has ``cka``.
+        """
+        cols = ["pair", "family", "model_a", "model_b", "orders", "condition", "mean", "best", "se", "sync_r2",
+                "n_min", "n_max", "n_values"]
+        if not all("cka" in self.analysis(n) for n in self.run_names):
+            return pd.DataFrame(columns=cols)
+        rows = []
+        for cond in self.conditions():
+            sync = self.sync_table(cond, separate).set_index("pair")["mean"]
+            for unit, runs in self.units(separate):
+                grids = [self.analysis(r.name)["cka"].sel(condition=cond, direction=d).to_numpy()
+                         for r in runs for d in self.analysis(r.name)["direction"].values]
+                ns = [int(self.analysis(r.name)["n_available"].sel(condition=cond, direction=d))
+                      for r in runs for d in self.analysis(r.name)["direction"].values]
+                with warnings.catch_warnings():  # padding rows and columns are NaN
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    mean = np.array([np.nanmean(g) for g in grids])
+                    best = np.array([np.nanmean(np.nanmax(g, axis=1)) for g in grids])
+                ok = np.isfinite(mean)
+                rows.append({**self._info(runs, separate), "condition": cond,
+                             "mean": float(mean[ok].mean()) if ok.any() else math.nan,
+                             "best": float(best[ok].mean()) if ok.any() else math.nan, "se": math.nan,
+                             "sync_r2": float(sync.get(unit, math.nan)), "n_min": min(ns), "n_max": max(ns),
+                             "n_values": int(ok.sum())})
+        return pd.DataFrame(rows, columns=cols)
 
     # ------------------------------------------------------------------ fig 6, table 1
     def run_social(self, name: str) -> float:

@@ -296,3 +296,78 @@ out.setAttribute("data-count", root.querySelector(".sdlg-count").textContent);
     assert attrs["data-all"] == str(n) and attrs["data-pair"] == str(n)  # both runs are the pair S-G
     assert attrs["data-count"] == f"{n} of {n} dialogs"
     shutil.rmtree(tmp_path / "profile", ignore_errors=True)
+
+
+# --------------------------------------------------------------------------- what the models read
+def _prompt_of(view_html: str) -> str:
+    """The text of one rendered prompt box with the marks removed: cuts dropped, stand-ins unwrapped."""
+    box = re.search(r'<div class="spv-text">(.*?)</div>', view_html, re.S).group(1)
+    box = re.sub(r'<del class="spv-cut"[^>]*>.*?</del>', "", box, flags=re.S)
+    box = re.sub(r"</?ins[^>]*>", "", box)
+    assert "<" not in box  # every other character of the prompt is escaped
+    return html.unescape(box)
+
+
+def _boxes(page: str) -> dict:
+    return dict(re.findall(r'<details class="spv-view" data-view="(\w+)"(.*?)</details>', page, re.S))
+
+
+def test_prompt_views_show_each_prompt_exactly_masked_parts_marked_and_escaped():
+    from synclib import prompt_views
+    from synclib.prompts import passive_persona, render_prompt
+
+    tasks = load_tasks("embedded")
+    task = tasks[5]
+    other = task.agents[1]
+    history = ['Hi </div><script>alert("x")</script> & "you"', " <del>I'm fine</del> & <ins>you?</ins>"]
+    tom = ["Joy. Assertive. <b>Hello</b>", "Fear. Directive. </details> ok"]
+    tp = prompt_views.turn_prompts(task, 0, history, 3, tasks, tom_history=tom)
+    reader = passive_persona(tasks, task.index, 3)
+    assert tp.reader == reader and tp.turn == 2 and not tp.notes
+    expected = {"active": render_prompt(task, 0, history, "active"),
+                "passive": render_prompt(task, 0, history, "passive", reader),
+                "tom": render_prompt(task, 0, tom, "tom")}
+    page = prompt_views.render_html(tp)
+    boxes = _boxes(page)
+    assert set(boxes) == {"active", "passive", "tom"}
+    for view, text in expected.items():
+        assert tp.view(view).text == text
+        assert _prompt_of(boxes[view]) == text
+        # the marks: the other agent's goal stands as Unknown, its secret is cut, both shown only in <del>
+        cuts = " ".join(re.findall(r'<del class="spv-cut"[^>]*>(.*?)</del>', boxes[view], re.S))
+        assert html.escape(other.secret, quote=True) in cuts and other.secret not in text
+        goal = render_text(task.env.agent_goals[1])
+        assert html.escape(goal.split("\n")[0], quote=True) in cuts and goal not in text
+        assert re.search(r'<ins class="spv-rep" data-what="goal"[^>]*>Unknown</ins>', boxes[view])
+    assert "Imagine you are " + reader.name in expected["passive"]
+    assert "<script" not in page and "http" not in page and "<b>Hello" not in page and "<del>I" not in page
+    assert "&lt;script&gt;" in page and "&lt;b&gt;Hello" in page and "Legend" in page
+
+
+def test_prompt_views_of_a_real_dialog(tiny_run, synthetic_dir):
+    from synclib import prompt_views
+    from synclib.prompts import passive_persona, render_prompt
+
+    root, cube, tasks = tiny_run
+    # from the fixture's open cube: opening its file again in this process can crash netCDF4
+    found = dialogs.DialogSet(dialogs=dialogs.dialogs_from_cube(cube, run="T-T", tasks=tasks)[0], runs=[],
+                              counts={})
+    tp = prompt_views.dialog_turn_prompts(found, tasks)
+    d = next(d for d in found.dialogs if f"episode {d.episode}" in tp.source and f"seed {d.sim_seed}" in tp.source)
+    task = tasks[d.task_index]
+    t = tp.turn
+    assert 0 <= t < d.genuine.n_utterances and t < d.tom.n_utterances and tp.agent == t % 2
+    assert d.passive_reader_id and tp.reader.pk == d.passive_reader_id
+    assert tp.reader == passive_persona(tasks, d.task_index, d.sim_seed)  # as the run drew it
+    genuine = [x.text for x in d.genuine.turns[:t]]
+    assert tp.view("active").text == render_prompt(task, t % 2, genuine, "active")
+    assert tp.view("passive").text == render_prompt(task, t % 2, genuine, "passive", tp.reader)
+    assert tp.view("tom").text == render_prompt(task, t % 2, [x.text for x in d.tom.turns[:t]], "tom")
+    text, page = prompt_views.prompts_section(root, found)
+    assert f"turn {t}" in text and tp.reader.name in text
+    boxes = _boxes(page)
+    assert _prompt_of(boxes["passive"]) == tp.view("passive").text
+    # synthetic data has no task texts: an illustration, labelled as such
+    text, page = prompt_views.prompts_section(synthetic_dir)
+    assert "illustration" in text and "Synthetic test data" in text and set(_boxes(page)) == {"active", "passive",
+                                                                                             "tom"}

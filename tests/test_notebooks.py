@@ -83,6 +83,9 @@ def test_dialogs_page_runs_and_shows_the_widget(executed, results_dir):
     text = "\n".join(o["data"]["text/markdown"] for o in _outputs(nbformat.read(path, 4))
                      if "text/markdown" in o.get("data", {}))
     assert "Synthetic test data" in text and re.search(r"\d+ dialogs", text)
+    # what the models read: the three prompts (an illustration here: synthetic data has no task texts)
+    assert all(f'data-view="{v}"' in html for v in ("active", "passive", "tom")) and 'class="spv-cut"' in html
+    assert "illustration" in text
 
 
 @pytest.mark.slow
@@ -194,6 +197,62 @@ def test_results_tables(results_dir):
     # pages name a results directory inside the repository relative to it, never by a machine path
     inside = results.Results(root=ROOT / "results" / "x", manifest={"name": "x"}, runs=res.runs)
     assert "results: results/x (x," in inside.describe() and str(ROOT) not in inside.describe()
+
+
+def test_generalisation_table_is_the_analysis_averaged_by_hand(results_dir):
+    """Issue 38 (3): training and test R² per layer pair are the analysis' ``train_r2`` and
+    ``r2`` (genuine) averaged over split seeds; the summary and the sentence state its numbers."""
+    res = results.load_results(results_dir)
+    gen = res.generalisation_table()
+    assert list(dict.fromkeys(gen["run"])) == res.run_names
+    for name in res.run_names:
+        ds, run = res.analysis(name), res.run(name)
+        for direction in ("A->B", "B->A"):
+            train, test = (ds[v].sel(condition="genuine", direction=direction)
+                           .transpose("split_seed", "src_layer", "tgt_layer").values for v in ("train_r2", "r2"))
+            finite = np.isfinite(train).all(0) & np.isfinite(test).all(0)
+            sub = gen[(gen["run"] == name) & (gen["direction"] == direction)]
+            assert len(sub) == int(finite.sum()) > 0 and (sub["n_seeds"] == train.shape[0]).all()
+            src = run.model_a if direction == "A->B" else run.model_b
+            assert (sub["source"] == src).all() and (sub["pair"] == run.pair).all()
+            for row in sub.itertuples():  # layers are 1-based as in the heatmaps
+                i, j = row.src_layer - 1, row.tgt_layer - 1
+                assert row.train_r2 == pytest.approx(train[:, i, j].mean())
+                assert row.test_r2 == pytest.approx(test[:, i, j].mean())
+                assert row.gap == pytest.approx(train[:, i, j].mean() - test[:, i, j].mean())
+    assert (gen["train_r2"] > gen["test_r2"]).mean() > 0.5  # ridge fits its own rows better
+    # the test R² column is heatmap_frame's value (r2_mean) for the same run and direction
+    hm = res.heatmap_frame("S-G", direction="B->A").set_index(["src_layer", "tgt_layer"])["r2"]
+    sg = gen[(gen["run"] == "S-G") & (gen["direction"] == "B->A")].set_index(["src_layer", "tgt_layer"])["test_r2"]
+    assert np.allclose(sg.sort_index(), hm.sort_index())
+    summary = res.generalisation_summary(gen)
+    counts = res.sample_counts()
+    for row in summary.itertuples():
+        sub = gen[gen["run"] == row.run]
+        assert row.layer_pairs == len(sub)
+        assert row.gap_median == pytest.approx(np.median(sub["train_r2"] - sub["test_r2"]))
+        assert row.gap_mean == pytest.approx(np.mean(sub["train_r2"] - sub["test_r2"]))
+        assert row.share_positive == pytest.approx(np.mean(sub["test_r2"] > 0))
+        n = res.analysis(row.run)["n_train"].sel(condition="genuine").values
+        assert row.n_train == pytest.approx(n[n > 0].mean())
+        assert row.n_test == pytest.approx(counts[(counts["run"] == row.run)
+                                                  & (counts["condition"] == "genuine")]["n_test"].mean())
+    published = results.load_published()
+    text = report.sentence_generalisation(summary, published, embedded=res.embedded)
+    for row in summary.itertuples():
+        assert (f"{row.run} loses a median of {row.gap_median:.3f} (mean {row.gap_mean:.3f}; median training R² "
+                f"{row.train_median:.3f}, test {row.test_median:.3f}) and keeps a positive test R² in "
+                f"{100 * row.share_positive:.0f}% of its {row.layer_pairs} layer pairs, on a mean of {row.n_train:.0f} "
+                f"training and {row.n_test:.0f} test samples per dataset") in text
+    assert "generalizes well to the test set" in text and "embedded tiny models" not in text
+    assert "embedded tiny models, not the paper's" in report.sentence_generalisation(summary, published, True)
+    # the chart: one hoverable point per layer pair, the diagonal; a run without train_r2 is left out
+    spec = plots.generalisation_scatter(gen, "t").to_dict()
+    assert "tooltip" in json.dumps(spec) and len(spec["layer"]) == 3
+    res._analysis["G-G"] = res.analysis("G-G").drop_vars("train_r2")
+    assert "G-G" not in set(res.generalisation_table()["run"])
+    assert "lack `train_r2`" in report.sentence_generalisation(res.generalisation_summary(gen.iloc[:0]), published)
+    assert plots.generalisation_scatter(gen.iloc[:0], "none").to_dict()["mark"]["type"] == "text"
 
 
 def test_load_results_errors_name_the_file(tmp_path):

@@ -91,3 +91,33 @@ def test_where_syncr2_leaves_zero_has_one_source():
         assert f"about {lo}-{hi} training samples" in body, doc
         for stale in ("100-200 training samples", "about 82 training", "has at least 250 training samples"):
             assert stale not in body, (doc, stale)
+
+
+def test_generalisation_sentence_states_the_summary():
+    """Issue 38 (3): the sentence quotes each run's gap, share of positive test R² and samples;
+    it names embedded tiny models as such, leaves out samples the analysis did not record, and
+    says when the analysis has no training R² at all."""
+    import math
+
+    import pandas as pd
+
+    from synclib.results import load_published
+
+    published = load_published()
+    summary = pd.DataFrame([
+        {"run": "S-G", "pair": "S-G", "family": "Cross", "layer_pairs": 60, "train_median": 0.8123,
+         "test_median": 0.1234, "gap_median": 0.6889, "gap_mean": 0.7012, "share_positive": 0.65,
+         "n_train": 416.0, "n_test": 104.0},
+        {"run": "G-S", "pair": "S-G", "family": "Cross", "layer_pairs": 60, "train_median": 0.7,
+         "test_median": -0.05, "gap_median": 0.75, "gap_mean": 0.8, "share_positive": 0.4,
+         "n_train": math.nan, "n_test": math.nan}])
+    text = report.sentence_generalisation(summary, published, embedded=True)
+    assert text.startswith("These are the embedded tiny models, not the paper's")
+    assert ("S-G loses a median of 0.689 (mean 0.701; median training R² 0.812, test 0.123) and keeps a positive "
+            "test R² in 65% of its 60 layer pairs, on a mean of 416 training and 104 test samples per dataset") in text
+    assert "G-S loses a median of 0.750 (mean 0.800; median training R² 0.700, test -0.050) and keeps a positive " \
+           "test R² in 40% of its 60 layer pairs." in text
+    assert published["fig2"]["generalisation"] in text and published["fig2"]["generalisation_source"] in text
+    assert "embedded tiny models" not in report.sentence_generalisation(summary, published)
+    empty = report.sentence_generalisation(summary.iloc[:0], published)
+    assert "lack `train_r2`" in empty and "*Paper (" in empty

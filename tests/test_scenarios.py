@@ -468,6 +468,87 @@ def test_leak_guard_catches_a_crafted_leak(tmp_path, field, value, hidden, leaky
     assert hidden in pr.complete_intro(task)  # the judge sees everything
 
 
+# ------------------------------------------------------------------ masked parts located
+
+def _filled(parts) -> str:
+    """A prompt with every masked part put back: a cut's hidden text, a stand-in's original."""
+    return "".join(p.text if p.kind == "shown" else p.hidden for p in parts)
+
+
+def test_masked_prompt_is_the_prompt_and_marks_exactly_the_masked_parts(embedded):
+    history = ["Joy. Assertive. Hello there.", " Trust. Directive. Fine, <b>you</b>?", "Anger. Commissive. ok"]
+    seen = set()
+    for task in embedded:
+        other_bio = {0: "", 1: ""}
+        for agent in (0, 1):
+            other = task.agents[1 - agent]
+            reader = pr.passive_persona(embedded, task.index, 0)
+            for h in (history[:agent], history[:agent + 2]):
+                for view in pr.VIEWS:
+                    parts = pr.masked_prompt(task, agent, h, view, reader if view == "passive" else None)
+                    plain = render_prompt(task, agent, h, view, reader if view == "passive" else None)
+                    assert "".join(p.text for p in parts) == plain
+                    masked = [p for p in parts if p.kind != "shown"]
+                    assert all(p.kind in pr.PART_KINDS for p in parts)
+                    # the other agent's goal: replaced by Unknown, a following <extra_info> block cut
+                    goal = pr.render_text(task.env.agent_goals[1 - agent])
+                    goals = [p for p in masked if p.what == "goal"]
+                    assert [(p.kind, p.text) for p in goals] == [("replaced", "Unknown")] + [("removed", "")] * (
+                        len(goals) - 1) and len(goals) <= 2
+                    assert "\n".join(p.hidden for p in goals) == goal and goal not in plain
+                    # the other agent's bio: the part its relationship hides, the secret included
+                    bios = [p for p in masked if p.what == "bio"]
+                    assert len(bios) == 1 and bios[0].kind == "removed" and bios[0].text == ""
+                    assert bios[0].hidden.endswith(f"{other.first_name}'s secrets: {other.secret}")
+                    assert other.secret not in plain
+                    assert {p.what for p in masked} <= {"goal", "bio", "other", "environment"}
+                    assert all(p.hidden not in plain and p.kind == "removed" for p in masked
+                               if p.what in ("other", "environment"))
+                    # put back, the context block is the judge's, unmasked: nothing else was cut (up to
+                    # whitespace: the passive view strips its lines, an <extra_info> block had its own)
+                    assert squash(pr.complete_intro(task)) in squash(_filled(parts))
+                    other_bio[agent] = bios[0].hidden
+                    seen.add(task.relationship)
+        if task.relationship == 0:  # a stranger's whole bio
+            assert other_bio[0] == pr.render_text(pr.bio(task.agents[1]))
+        elif task.relationship >= 3:  # only the secret
+            assert other_bio[0] == f"{task.agents[1].first_name}'s secrets: {task.agents[1].secret}"
+    assert seen == {0, 1, 2, 3, 4, 5}
+
+
+def test_masked_prompt_on_sotopia_marks_environment_text_and_extra_info(sotopia):
+    whats = set()
+    for task in list(sotopia)[:120]:
+        for agent in (0, 1):
+            for view in pr.VIEWS:
+                parts = pr.masked_prompt(task, agent, ["Hi.", "Hello."][:agent], view, "Cy Vale")
+                plain = render_prompt(task, agent, ["Hi.", "Hello."][:agent], view, "Cy Vale")
+                assert "".join(p.text for p in parts) == plain
+                hidden = " ".join(p.hidden for p in parts if p.kind != "shown")
+                other = task.agents[1 - agent]
+                assert other.secret in hidden and other.secret not in plain
+                whats |= {p.what for p in parts if p.kind != "shown"}
+    assert whats == {"bio", "goal", "environment"}
+
+
+def test_masked_prompt_under_our_fallback_masking(tmp_path):
+    envs = json.loads(json.dumps(GOLDEN_ENVS))
+    envs["ENV1"]["agent_goals"][1] = "Keep your umbrella.\nHidden second line of the goal"
+    task = load_tasks(write_set(tmp_path / "leaky", envs=envs))[0]
+    assert pr.reference_leaks(task, 0)  # agent 1's prompts use our masking
+    with warnings.catch_warnings():  # warned once per task (cached): maybe by an earlier test
+        warnings.simplefilter("ignore", pr.MaskingFallbackWarning)
+        plain = render_prompt(task, 0, [], "active")
+    for view in pr.VIEWS:
+        parts = pr.masked_prompt(task, 0, [], view, "Cy Vale")
+        assert "".join(p.text for p in parts) == render_prompt(task, 0, [], view, "Cy Vale")
+        goal = [p for p in parts if p.what == "goal"]
+        assert [(p.kind, p.text) for p in goal] == [("replaced", "Unknown")]
+        assert "Hidden second line of the goal" in goal[0].hidden
+        assert "Hidden second line" not in "".join(p.text for p in parts)
+    assert "".join(p.text for p in pr.masked_prompt(task, 0, [], "active")) == plain
+
+
 # ------------------------------------------------------------ embedded set
 
 def test_embedded_coverage(embedded):

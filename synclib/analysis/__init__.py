@@ -29,11 +29,13 @@ Modules
 ``samples``  paired samples of one condition and direction (index arithmetic), persona keys
 ``scores``   SyncR^2, its variants and standard error from R^2 grids (seed aggregation)
 ``mlp``      the two-layer MLP comparator (appendix I)
+``cka``      linear CKA per layer pair (ours: a second measure, nothing fitted)
 ``context``  what the blocks share: settings, notes, the ridge fit of one split
 ``blocks``   one function per analysis block, each returning an ``xarray.Dataset``
 ``core``     :func:`analyze`: checks the options, runs the blocks, merges their Datasets
 """
 from synclib.analysis.blocks import RELATIONSHIP_SOURCES
+from synclib.analysis.cka import cka_grid, linear_cka
 from synclib.analysis.core import analyze
 from synclib.analysis.mlp import mlp_r2
 from synclib.analysis.samples import (DIRECTIONS, AnalysisError, PairedSamples, build_dataset, parse_condition,
@@ -43,5 +45,5 @@ from synclib.analysis.scores import SeedAggregate, seed_aggregate, sync_r2, sync
 __all__ = [
     "analyze", "AnalysisError", "PairedSamples", "build_dataset", "parse_condition", "persona_keys",
     "shuffle_training_targets", "sim_seed_rank", "sync_r2", "sync_r2_topk", "sync_r2_noclip", "sync_r2_se",
-    "seed_aggregate", "SeedAggregate", "mlp_r2", "DIRECTIONS", "RELATIONSHIP_SOURCES",
+    "seed_aggregate", "SeedAggregate", "mlp_r2", "DIRECTIONS", "RELATIONSHIP_SOURCES", "linear_cka", "cka_grid",
 ]

@@ -6,7 +6,8 @@ block                       what                                             pap
 ==========================  ===============================================  ==============
 :func:`conditions_block`    genuine and controls (passive, shuffled, lags):  3.3, figs 2-4,
                             grids, SyncR^2, top-k, unclipped, and SyncR^2    app. C, fig 8
-                            on resamples of whole episodes (ours)
+                            on resamples of whole episodes (ours); linear
+                            CKA per layer pair on all samples (ours)
 :func:`paper_alpha_block`   genuine at the paper's penalty (runs with        fig 8
                             another): clipped and not
 :func:`persona_block`       genuine, persona-disjoint split                  table 2
@@ -31,6 +32,7 @@ import numpy as np
 import xarray as xr
 from tqdm import tqdm
 
+from synclib.analysis.cka import cka_grid
 from synclib.analysis.context import Context, GenuineFits, SplitFit
 from synclib.analysis.mlp import mlp_defaults, mlp_r2_batch
 from synclib.analysis.samples import (PairedSamples, build_dataset, persona_keys, shuffle_training_targets,
@@ -45,7 +47,7 @@ from synclib.tom import tom_decode
 __all__ = ["conditions_block", "episode_draws", "episode_bootstrap", "N_BOOT", "BOOT_SEED", "BOOT_RULE",
            "paper_alpha_block", "persona_block", "sample_size_block", "relationship_block",
            "nonlinear_block", "tom_block", "Conditions", "RELATIONSHIP_SOURCES", "AGGREGATION",
-           "SPLIT_RULE", "PERSONA_SPLIT_RULE", "SHUFFLE_RULE"]
+           "SPLIT_RULE", "PERSONA_SPLIT_RULE", "SHUFFLE_RULE", "CKA_RULE", "CKA_SHUFFLE_SEED"]
 
 #: appendix G: only these scenario sources enter the relationship analysis
 RELATIONSHIP_SOURCES = ("social_iqa", "social_chemistry", "normbank")
@@ -112,6 +114,14 @@ SHUFFLE_RULE = ("reference (affine_transformation.py 356-372): the genuine datas
                 "RandomState continues: per training episode in split order, per simulation seed "
                 "ascending, a dialog with m > 1 samples gets its targets permuted by rs.permutation(m); "
                 "test set untouched.")
+#: the seed of the shuffled control's permutation for CKA (:data:`CKA_RULE`)
+CKA_SHUFFLE_SEED = 0
+CKA_RULE = ("ours (the paper has no CKA): linear CKA (synclib.analysis.cka.cka_grid; Kornblith et al. 2019) "
+            "between the source and the target states of every layer pair, on all samples of each condition's "
+            "dataset (n_available; no split, nothing fitted, one value per condition and direction). shuffled: "
+            "the genuine samples with every dialog's targets permuted as the shuffle rule permutes training "
+            "targets (synclib.analysis.samples.shuffle_training_targets over all episodes in cube order, "
+            f"numpy.random.RandomState({CKA_SHUFFLE_SEED})).")
 
 
 # --------------------------------------------------------------------------- genuine and controls
@@ -206,6 +216,18 @@ class _ConditionArrays:
             coords={"condition": conditions, **_coords(ctx), "src_layer": np.arange(L),
                     "tgt_layer": np.arange(L), "k": np.arange(1, L + 1)},
         )
+
+
+def _cka(ctx: Context, samples: PairedSamples, seed_rank: np.ndarray) -> np.ndarray:
+    """Linear CKA of every layer pair of one (condition, direction) on all its samples
+    (:data:`CKA_RULE`): (L_src, L_tgt)."""
+    if samples.condition == "shuffled":
+        y = shuffle_training_targets(samples, range(ctx.cube.sizes["episode"]),
+                                     np.random.RandomState(CKA_SHUFFLE_SEED), seed_rank)
+        samples = replace(samples, y_rows=y)
+    return cka_grid(*samples.take(np.arange(samples.n)))
+
+
 # --------------------------------------------------------------------------- the episode as the unit
 #: resamples of whole episodes for the dialog-level tests (:func:`episode_bootstrap`)
 N_BOOT = 2000
@@ -279,7 +301,7 @@ def _fit_splits(ctx: Context, samples: PairedSamples, seed_rank: np.ndarray) -> 
     return fits
 
 
-def conditions_block(ctx: Context, conditions: list) -> Conditions:
+def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Conditions:
     """The genuine condition and its controls: test and training R^2 grids per
     (condition, direction, split seed) and their SyncR^2 scores, aggregated over split
     seeds as the reference does (:mod:`synclib.analysis.scores`) and per seed.
@@ -303,7 +325,9 @@ def conditions_block(ctx: Context, conditions: list) -> Conditions:
         ``sync_r2_per_seed``, ``sync_r2_noclip_per_seed`` (condition, direction,
         split_seed), ``sync_r2_topk_per_seed`` (..., k); with ``ctx.n_boot`` resamples,
         ``sync_r2_boot`` (condition, direction, boot: :func:`episode_bootstrap`, attribute
-        ``boot_rule``).  ``genuine``: the genuine fits, for the other blocks.
+        ``boot_rule``); with ``cka``, ``cka`` (condition, direction, src_layer,
+        tgt_layer: linear CKA on all samples of each dataset, :data:`CKA_RULE`, attribute
+        ``cka_rule``).  ``genuine``: the genuine fits, for the other blocks.
     """
     shape = (len(conditions), len(ctx.directions), len(ctx.split_seeds))
     arrays = _ConditionArrays.empty(shape, max(ctx.cube.sizes["layer_a"], ctx.cube.sizes["layer_b"]))
@@ -311,10 +335,14 @@ def conditions_block(ctx: Context, conditions: list) -> Conditions:
     rank = sim_seed_rank(ctx.cube)
     counts = episode_draws(ctx.cube.sizes["episode"], ctx.n_boot) if ctx.n_boot else None
     boot = np.full(shape[:2] + (ctx.n_boot,), np.nan)
+    ckas = np.full(shape[:2] + arrays.r2.shape[-2:], np.nan)
     for di, d in enumerate(ctx.directions):
         for ci, c in enumerate(conditions):
             samples = build_dataset(ctx.cube, d, c, ctx.arrays)
             arrays.n_available[ci, di] = samples.n
+            if cka:
+                grid = _cka(ctx, samples, rank)
+                ckas[ci, di, :grid.shape[0], :grid.shape[1]] = grid
             fits = _fit_splits(ctx, samples, rank)
             for si, fit in enumerate(fits):
                 if fit is not None:
@@ -330,6 +358,10 @@ def conditions_block(ctx: Context, conditions: list) -> Conditions:
     if counts is not None:
         ds["sync_r2_boot"] = (("condition", "direction", "boot"), boot)
         ds.attrs["boot_rule"] = BOOT_RULE
+    if cka:
+        ds["cka"] = (("condition", "direction", "src_layer", "tgt_layer"), ckas)
+        ds["cka"].attrs["samples"] = "all samples of each condition's dataset (n_available); no split"
+        ds.attrs["cka_rule"] = CKA_RULE
     return Conditions(ds, genuine)
 
 

@@ -92,8 +92,8 @@ def analyze(cube, conditions=("genuine", "passive", "shuffled", "lag1", "lag2"),
             relationship: bool = False, relationship_seeds=(0, 1, 2), relationship_min: int = 10,
             sample_sizes=None, nonlinear: bool = False, nonlinear_pairs=None,
             nonlinear_options: dict | None = None, nonlinear_seeds: int | None = None, tom: bool = False, tom_options: dict | None = None,
-            n_boot: int = N_BOOT, max_resident_bytes: int | None = None, progress: bool = True,
-            log=None) -> xr.Dataset:
+            n_boot: int = N_BOOT, cka: bool = True, max_resident_bytes: int | None = None,
+            progress: bool = True, log=None) -> xr.Dataset:
     """All SyncR^2 analyses of one cube (one model pair).
 
     Parameters
@@ -129,6 +129,8 @@ def analyze(cube, conditions=("genuine", "passive", "shuffled", "lag1", "lag2"),
     tom, tom_options : also appendix J (see :func:`synclib.tom.tom_decode`).
     n_boot : resamples of whole episodes for the dialog-level tests (``sync_r2_boot``,
         :func:`synclib.analysis.blocks.episode_bootstrap`); 0: none.
+    cka : also linear CKA of every layer pair on all samples of each condition's dataset
+        (``cka``; :data:`synclib.analysis.blocks.CKA_RULE`).
     max_resident_bytes : hidden-state variables up to this size (default
         ``synclib.cube.DEFAULT_RESIDENT_BYTES``, 2 GiB) are loaded whole; larger
         ones of a lazily opened cube stream from disk, each fit reading only the
@@ -156,7 +158,7 @@ def analyze(cube, conditions=("genuine", "passive", "shuffled", "lag1", "lag2"),
     nd_ns = len(directions) * len(split_seeds)
     steps = nd_ns * (len(conditions) + paper_alpha + bool(persona_disjoint) + len(sample_sizes or ()))
     ctx.bar = tqdm(total=steps, desc="SyncR^2 grids", disable=None if progress else True, file=sys.stderr)
-    main = conditions_block(ctx, conditions)
+    main = conditions_block(ctx, conditions, cka=cka)
     blocks = [main.dataset]
     if paper_alpha:
         blocks.append(paper_alpha_block(ctx, main.genuine))

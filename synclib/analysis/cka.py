@@ -1,0 +1,114 @@
+"""Linear centered kernel alignment (CKA; Kornblith et al. 2019, "Similarity of Neural
+Network Representations Revisited"), a second measure of how alike two sets of states are.
+
+For ``n`` paired samples with features ``X`` (n, d_x) and ``Y`` (n, d_y), centred per
+column (``Xc = H X``, ``H = I - 11^T/n``), the linear kernels are ``K = Xc Xc^T`` and
+``L = Yc Yc^T`` and
+
+    CKA(X, Y) = <K, L>_F / (||K||_F ||L||_F)
+              = ||Yc^T Xc||_F^2 / (||Xc^T Xc||_F ||Yc^T Yc||_F),
+
+the normalised HSIC of the two kernels (the ``1/(n-1)^2`` of HSIC cancels).  It lies in
+[0, 1], equals 1 for ``Y = X``, and is invariant to orthogonal transforms and isotropic
+scaling of either side (not to arbitrary invertible linear maps).  Nothing is fitted, so
+it needs no split and none of the sample sizes ridge maps need.
+
+:func:`cka_grid` computes it for every (source layer, target layer) pair: the centred
+Gram matrix of each layer, then one matrix product of the flattened Grams (rows taken in
+blocks to bound memory).  This is the cheap form when ``n`` is below the layers' widths,
+as in the embedded runs (a few hundred samples, 576/640 wide).  Everything is float64.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["linear_cka", "cka_grid", "DEFAULT_BLOCK_BYTES"]
+
+#: the most bytes of Gram rows :func:`cka_grid` holds at once (both sides together)
+DEFAULT_BLOCK_BYTES = 256 * 2**20
+
+
+def _centred(x, mean=None) -> np.ndarray:
+    """``x`` (n, d) as float64 less ``mean`` (d,), by default its columns' means: (n, d)."""
+    x = np.asarray(x, dtype=np.float64)
+    return x - (x.mean(axis=0, keepdims=True) if mean is None else mean)
+
+
+def linear_cka(X, Y) -> float:
+    """Linear CKA of two paired sets of samples.
+
+    Parameters
+    ----------
+    X : array of shape (n_samples, n_features_x)
+    Y : array of shape (n_samples, n_features_y)
+        Row ``i`` of ``Y`` is paired with row ``i`` of ``X``.
+
+    Returns
+    -------
+    float
+        ``||Yc^T Xc||_F^2 / (||Xc^T Xc||_F ||Yc^T Yc||_F)`` with ``Xc``, ``Yc`` centred per
+        column; NaN when either side is constant (a zero kernel) or there are fewer than
+        two samples.
+    """
+    X, Y = np.asarray(X), np.asarray(Y)
+    if X.ndim != 2 or Y.ndim != 2 or X.shape[0] != Y.shape[0]:
+        raise ValueError(f"linear_cka: X (n, d_x) and Y (n, d_y) with the same n, got {X.shape} and {Y.shape}")
+    grid = cka_grid(X[:, None, :], Y[:, None, :])
+    return float(grid[0, 0])
+
+
+def _gram_rows(arr: np.ndarray, means: list, rows: slice) -> np.ndarray:
+    """Rows ``rows`` of each layer's centred Gram matrix, flattened: (n_layers, n_rows * n).
+
+    ``arr`` (n, n_layers, d) holds the states, ``means`` each layer's column means (d,);
+    one layer at a time is held centred in float64."""
+    out = []
+    for l, mean in enumerate(means):
+        x = _centred(arr[:, l], mean)
+        out.append((x[rows] @ x.T).ravel())
+    return np.stack(out)
+
+
+def cka_grid(src, tgt, *, block_bytes: int = DEFAULT_BLOCK_BYTES) -> np.ndarray:
+    """Linear CKA for every pair of a source layer and a target layer.
+
+    Parameters
+    ----------
+    src : array of shape (n_samples, n_layers_src, n_features_src)
+    tgt : array of shape (n_samples, n_layers_tgt, n_features_tgt)
+        Sample ``i`` of ``tgt`` is paired with sample ``i`` of ``src``; any float dtype
+        (computed in float64).
+    block_bytes : int
+        The most bytes of Gram rows held at once: the Grams' rows are taken in blocks of
+        ``max(1, block_bytes // (8 * n_samples * (n_layers_src + n_layers_tgt)))``
+        (one block, i.e. one matrix product of the whole flattened Grams, for the embedded
+        runs).
+
+    Returns
+    -------
+    array of shape (n_layers_src, n_layers_tgt), float64
+        ``cka[i, j] = linear_cka(src[:, i], tgt[:, j])``; NaN where a layer is constant or
+        there are fewer than two samples.
+    """
+    src, tgt = np.asarray(src), np.asarray(tgt)
+    if src.ndim != 3 or tgt.ndim != 3 or src.shape[0] != tgt.shape[0]:
+        raise ValueError(f"cka_grid: src (n, L_src, D_src) and tgt (n, L_tgt, D_tgt) with the same n, "
+                         f"got {src.shape} and {tgt.shape}")
+    n, Ls, Lt = src.shape[0], src.shape[1], tgt.shape[1]
+    if n < 2:
+        return np.full((Ls, Lt), np.nan)
+    mx = [src[:, l].mean(axis=0, dtype=np.float64) for l in range(Ls)]
+    my = [tgt[:, l].mean(axis=0, dtype=np.float64) for l in range(Lt)]
+    step = max(1, int(block_bytes) // (8 * n * (Ls + Lt)))
+    cross = np.zeros((Ls, Lt))
+    kk, ll = np.zeros(Ls), np.zeros(Lt)
+    for lo in range(0, n, step):
+        rows = slice(lo, min(n, lo + step))
+        K, L = _gram_rows(src, mx, rows), _gram_rows(tgt, my, rows)  # (Ls, b*n), (Lt, b*n)
+        cross += K @ L.T                                    # <K_i, L_j>_F over these rows
+        kk += np.einsum("ij,ij->i", K, K)
+        ll += np.einsum("ij,ij->i", L, L)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = cross / np.sqrt(np.outer(kk, ll))
+    out[~(np.outer(kk, ll) > 0)] = np.nan
+    return out

@@ -1,0 +1,160 @@
+"""Linear CKA (synclib.analysis.cka): against a reference implementation, its invariances,
+the analysis' ``cka`` variable, the results table and the sentence."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from synclib import report
+from synclib.analysis import analyze, build_dataset, cka_grid, linear_cka, shuffle_training_targets, sim_seed_rank
+from synclib.analysis.blocks import CKA_SHUFFLE_SEED
+from synclib.synthetic import build_synthetic_results, make_synthetic_cube
+
+
+def hsic_cka(X, Y) -> float:
+    """The HSIC form with an explicit centering matrix: HSIC(K, L) = tr(K H L H) / (n-1)^2."""
+    X, Y = np.asarray(X, dtype=np.float64), np.asarray(Y, dtype=np.float64)
+    n = len(X)
+    H = np.eye(n) - np.ones((n, n)) / n
+    K, L = X @ X.T, Y @ Y.T
+
+    def hsic(A, B):
+        return np.trace(A @ H @ B @ H) / (n - 1) ** 2
+
+    return hsic(K, L) / np.sqrt(hsic(K, K) * hsic(L, L))
+
+
+def _pair(seed=0, n=40, dx=30, dy=12):
+    """Paired samples (n, dx), (n, dy): Y a noisy linear image of X, both off-centre."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, dx)) + 3.0  # an offset: centering matters
+    Y = X @ rng.normal(size=(dx, dy)) + 0.7 * rng.normal(size=(n, dy)) - 1.0
+    return X, Y
+
+
+@pytest.mark.parametrize("n, dx, dy", [(40, 30, 12), (25, 64, 48), (80, 5, 7)])
+def test_linear_cka_equals_the_hsic_reference(n, dx, dy):
+    X, Y = _pair(n, n, dx, dy)
+    assert linear_cka(X, Y) == pytest.approx(hsic_cka(X, Y), abs=1e-6)
+    assert linear_cka(X.astype(np.float32), Y.astype(np.float32)) == pytest.approx(hsic_cka(X, Y), abs=1e-6)
+    assert 0.0 <= linear_cka(X, Y) <= 1.0
+
+
+def test_cka_of_a_set_with_itself_is_one_and_it_is_symmetric():
+    X, Y = _pair()
+    assert linear_cka(X, X) == pytest.approx(1.0, abs=1e-12)
+    assert linear_cka(X, Y) == pytest.approx(linear_cka(Y, X), abs=1e-12)
+
+
+def test_cka_invariances():
+    X, Y = _pair(seed=3)
+    rng = np.random.default_rng(7)
+    Q, _ = np.linalg.qr(rng.normal(size=(X.shape[1], X.shape[1])))  # orthogonal
+    base = linear_cka(X, Y)
+    assert linear_cka(X @ Q, Y) == pytest.approx(base, abs=1e-10)
+    assert linear_cka(4.5 * X, 0.01 * Y) == pytest.approx(base, abs=1e-10)  # isotropic scaling
+    assert linear_cka(X + 11.0, Y - 2.0) == pytest.approx(base, abs=1e-10)  # translation (centred)
+    # not invariant to an arbitrary invertible map: anisotropic scaling changes it
+    assert abs(linear_cka(X * np.linspace(0.1, 10, X.shape[1]), Y) - base) > 1e-3
+
+
+def test_cka_grid_equals_linear_cka_per_layer_pair_and_in_blocks():
+    rng = np.random.default_rng(1)
+    src = rng.normal(size=(30, 3, 20)).astype(np.float32)
+    tgt = (src[:, [2, 0, 1, 1], :8] + rng.normal(size=(30, 4, 8))).astype(np.float32)
+    grid = cka_grid(src, tgt)
+    assert grid.shape == (3, 4) and grid.dtype == np.float64
+    for i in range(3):
+        for j in range(4):
+            assert grid[i, j] == pytest.approx(hsic_cka(src[:, i], tgt[:, j]), abs=1e-6)
+            assert grid[i, j] == pytest.approx(linear_cka(src[:, i], tgt[:, j]), abs=1e-12)
+    np.testing.assert_allclose(cka_grid(src, tgt, block_bytes=1), grid, atol=1e-12)  # one row a block
+    np.testing.assert_allclose(cka_grid(src, tgt, block_bytes=8 * 30 * 7 * 4), grid, atol=1e-12)
+
+
+def test_cka_degenerate_inputs():
+    X = np.ones((10, 4))
+    assert np.isnan(linear_cka(X, np.random.default_rng(0).normal(size=(10, 3))))
+    assert np.isnan(cka_grid(np.zeros((1, 2, 3)), np.zeros((1, 2, 3)))).all()
+    with pytest.raises(ValueError, match="same n"):
+        linear_cka(np.zeros((5, 2)), np.zeros((4, 2)))
+
+
+# --------------------------------------------------------------------------- the analysis
+@pytest.fixture(scope="module")
+def cube():
+    return make_synthetic_cube(n_episodes=30, n_seeds=2, n_rounds=5, layers_a=4, dim_a=16,
+                               layers_b=3, dim_b=12, coupling=0.85, seed=2, signal=3.0, tom=False)
+
+
+@pytest.fixture(scope="module")
+def result(cube):
+    return analyze(cube, n_samples=200, split_seeds=(0, 1), n_boot=0, progress=False, log=lambda m: None)
+
+
+def test_analysis_has_cka_on_all_samples(cube, result):
+    v = result["cka"]
+    assert v.dims == ("condition", "direction", "src_layer", "tgt_layer")
+    assert list(v.condition.values) == ["genuine", "passive", "shuffled", "lag1", "lag2"]
+    assert "all samples" in v.attrs["samples"] and "all samples" in result.attrs["cka_rule"]
+    # A->B: 4 source layers, 3 target layers; the rest NaN padding
+    ab = v.sel(direction="A->B").values
+    assert np.isfinite(ab[:, :4, :3]).all() and np.isnan(ab[:, :, 3]).all()
+    ba = v.sel(direction="B->A").values
+    assert np.isfinite(ba[:, :3, :4]).all() and np.isnan(ba[:, 3, :]).all()
+    assert ((ab[:, :4, :3] >= 0) & (ab[:, :4, :3] <= 1)).all()
+    # each condition's value is cka_grid of its whole dataset
+    for cond in ("genuine", "lag1", "passive"):
+        s = build_dataset(cube, "B->A", cond)
+        np.testing.assert_allclose(v.sel(condition=cond, direction="B->A").values[:3, :4], cka_grid(*s.take(
+            np.arange(s.n))), atol=1e-12)
+    # shuffled: the genuine samples, every dialog's targets permuted by the shuffle rule
+    s = build_dataset(cube, "A->B", "shuffled")
+    y = shuffle_training_targets(s, range(cube.sizes["episode"]), np.random.RandomState(CKA_SHUFFLE_SEED),
+                                 sim_seed_rank(cube))
+    assert (y != s.y_rows).any()
+    np.testing.assert_allclose(v.sel(condition="shuffled", direction="A->B").values[:4, :3],
+                               cka_grid(s.X[s.x_rows], s.Y[y]), atol=1e-12)
+
+
+def test_cka_leaves_the_other_variables_unchanged(cube, result):
+    without = analyze(cube, n_samples=200, split_seeds=(0, 1), n_boot=0, cka=False, progress=False,
+                      log=lambda m: None)
+    assert "cka" not in without and "cka_rule" not in without.attrs
+    for name in without.data_vars:
+        np.testing.assert_array_equal(without[name].values, result[name].values)
+
+
+# --------------------------------------------------------------------------- results and the sentence
+def test_cka_table_frame_and_sentence(tmp_path):
+    from synclib import plots, results
+
+    root = build_synthetic_results(tmp_path / "r", analyze_kwargs={"tom": False})
+    res = results.load_results(root)
+    f = res.cka_frame(res.example_run())
+    assert list(f.columns) == ["src_layer", "tgt_layer", "cka", "best"] and len(f)
+    assert f["src_layer"].min() == 1 and f.groupby("src_layer")["best"].sum().eq(1).all()
+    best = f[f["best"]].set_index("src_layer")["cka"]
+    assert np.allclose(best, f.groupby("src_layer")["cka"].max().loc[best.index])
+    t = res.cka_table()
+    assert set(t["condition"]) == set(res.conditions()) and set(t["pair"]) == set(res.pair_names)
+    assert t["mean"].between(0, 1).all() and (t["best"] >= t["mean"]).all()
+    assert (t["n_min"] <= t["n_max"]).all()
+    g = t[(t.pair == "S-G") & (t.condition == "genuine")].iloc[0]
+    assert g["sync_r2"] == pytest.approx(res.sync_table().set_index("pair").loc["S-G", "mean"])
+    grids = [res.analysis(r)["cka"].sel(condition="genuine", direction=d).values
+             for r in ("S-G", "G-S") for d in ("A->B", "B->A")]
+    assert g["mean"] == pytest.approx(np.mean([np.nanmean(x) for x in grids]))
+    text = report.sentence_cka(t, embedded=True)
+    assert "embedded tiny models' numbers, never the paper's" in text and "no CKA" in text
+    assert "shuffled: CKA puts genuine" in text and "samples of each dataset" in text
+    assert "synthetic test data" in report.sentence_cka(t, embedded=False, synthetic=True)
+    assert "lack `cka`" in report.sentence_cka(t.iloc[:0], embedded=True)
+    spec = str(plots.heatmap_grid({"x": f}, value="cka", value_title="linear CKA").to_dict())
+    assert "linear CKA" in spec and "test R²" not in spec
+    # an analysis written before CKA: empty tables, a placeholder chart, a sentence that says so
+    old = results.load_results(root)
+    for n in old.run_names:
+        old._analysis[n] = old.analysis(n).drop_vars("cka")
+    assert old.cka_frame(old.example_run()).empty and old.cka_table().empty
+    assert "no data" in str(plots.heatmap_grid({"none": old.cka_frame(old.example_run())}, value="cka").to_dict())
