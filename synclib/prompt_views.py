@@ -107,10 +107,10 @@ def turn_prompts(task, agent: int, history: Sequence[str], sim_seed: int, taskse
     notes = []
     if isinstance(reader, str):
         reader = taskset.personas[reader]
-    if reader is None and taskset is not None:
-        reader = passive_persona(taskset, task.index, sim_seed)
-    if reader is not None and taskset is not None:
-        drawn = passive_persona(taskset, task.index, sim_seed)
+    drawn = passive_persona(taskset, task.index, sim_seed) if taskset is not None else None
+    if reader is None:
+        reader = drawn
+    elif drawn is not None:
         if drawn.pk != reader.pk:
             notes.append(f"The recorded reader {reader.name} is not the one drawn by passive_persona "
                          f"({drawn.name}).")

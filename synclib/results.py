@@ -49,6 +49,33 @@ PAIR_KEYS = ("name", "model_a", "model_b", "family", "analysis", "judge")
 #: analysis variable holding SyncR² with the persona-disjoint split (table 2)
 PERSONA_VAR = "persona_disjoint_sync_r2"
 
+def _layer_offset(layers) -> int:
+    """1 when the analysis numbers layers from 0 (the pages number them from 1), else 0."""
+    layers = np.asarray(layers)
+    return 1 if (layers.size and layers.min() == 0) else 0
+
+
+def _grid_frame(grid, value: str) -> pd.DataFrame:
+    """A ``(src_layer, tgt_layer)`` grid as rows ``src_layer, tgt_layer, VALUE, best``: layers
+    1-based, non-finite cells (padding) dropped, ``best`` the first of each source layer's
+    highest values."""
+    grid = grid.transpose("src_layer", "tgt_layer")
+    vals = grid.to_numpy().astype(float)
+    src, tgt = np.asarray(grid["src_layer"]), np.asarray(grid["tgt_layer"])
+    offset = _layer_offset(src)
+    rows = []
+    for i in range(vals.shape[0]):
+        row = vals[i]
+        if not np.isfinite(row).any():
+            continue
+        best = int(np.nanargmax(row))
+        for j in range(vals.shape[1]):
+            if np.isfinite(row[j]):
+                rows.append({"src_layer": int(src[i]) + offset, "tgt_layer": int(tgt[j]) + offset,
+                             value: float(row[j]), "best": j == best})
+    return pd.DataFrame(rows, columns=["src_layer", "tgt_layer", value, "best"])
+
+
 
 class ResultsError(ValueError):
     """A results directory is missing or malformed; the message names the file and field."""
@@ -295,21 +322,7 @@ class Results:
                 grid = grid.mean("split_seed")
         else:
             raise ResultsError(f"{display(self.run(name).analysis)}: no variable 'r2_mean' or 'r2'")
-        grid = grid.transpose("src_layer", "tgt_layer")
-        vals = grid.to_numpy().astype(float)
-        src, tgt = np.asarray(grid["src_layer"]), np.asarray(grid["tgt_layer"])
-        offset = 1 if (src.size and src.min() == 0) else 0
-        rows = []
-        for i in range(vals.shape[0]):
-            row = vals[i]
-            if not np.isfinite(row).any():
-                continue
-            best = int(np.nanargmax(row))
-            for j in range(vals.shape[1]):
-                if np.isfinite(row[j]):
-                    rows.append({"src_layer": int(src[i]) + offset, "tgt_layer": int(tgt[j]) + offset,
-                                 "r2": float(row[j]), "best": j == best})
-        return pd.DataFrame(rows, columns=["src_layer", "tgt_layer", "r2", "best"])
+        return _grid_frame(grid, "r2")
 
     def example_run(self) -> str:
         """A run to show as the example: the first cross-family run, else the first run."""
@@ -369,7 +382,7 @@ class Results:
                                    "test_r2": test.where(ok).mean("split_seed"), "n_seeds": ok.sum("split_seed")})
             t = both.to_dataframe().reset_index()
             t = t[t["n_seeds"] > 0]
-            offset = 1 if ds["src_layer"].size and int(ds["src_layer"].min()) == 0 else 0
+            offset = _layer_offset(ds["src_layer"])
             ab = t["direction"] == "A->B"
             parts.append(t.assign(run=r.name, pair=r.pair, family=r.family,
                                   source=np.where(ab, r.model_a, r.model_b), target=np.where(ab, r.model_b, r.model_a),
@@ -519,12 +532,7 @@ class Results:
         ds = self.analysis(name)
         if "cka" not in ds or condition not in ds["condition"].values:
             return pd.DataFrame(columns=["src_layer", "tgt_layer", "cka", "best"])
-        t = ds["cka"].sel(condition=condition, direction=direction).to_dataframe().reset_index().dropna(subset=["cka"])
-        t["best"] = t["cka"].to_numpy() == t.groupby("src_layer")["cka"].transform("max").to_numpy()
-        t["best"] &= ~t.duplicated(["src_layer", "best"])  # one per source layer (the first of ties)
-        offset = 1 if ds["src_layer"].size and int(ds["src_layer"].min()) == 0 else 0
-        return t.assign(src_layer=t["src_layer"].astype(int) + offset, tgt_layer=t["tgt_layer"].astype(int) + offset)[
-            ["src_layer", "tgt_layer", "cka", "best"]].reset_index(drop=True)
+        return _grid_frame(ds["cka"].sel(condition=condition, direction=direction), "cka")
 
     def cka_table(self, separate: bool = False) -> pd.DataFrame:
         """Per pair (or ordered run) and condition: linear CKA beside SyncR².
