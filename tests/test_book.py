@@ -65,9 +65,11 @@ class RecordingProxy:
                     pass
 
     def page_requests(self) -> list[str]:
-        """Recorded requests, less Chromium's own background traffic (:data:`BROWSER_HOSTS`)."""
-        return [r for r in self.requests
-                if not any(re.search(rf"(^CONNECT |//){re.escape(h)}[:/ ]", r) for h in BROWSER_HOSTS)]
+        """Recorded requests, less Chromium's own background traffic (:data:`BROWSER_HOSTS`) and
+        connections closed before sending anything (Chromium's speculative preconnects: no
+        request line, so nothing could be fetched; seen once in a fresh-clone run as ``''``)."""
+        return [r for r in self.requests if r
+                and not any(re.search(rf"(^CONNECT |//){re.escape(h)}[:/ ]", r) for h in BROWSER_HOSTS)]
 
     def close(self):
         self._stop = True
