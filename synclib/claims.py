@@ -13,8 +13,8 @@ The tests, and the statistical unit of each:
 claim                     test
 ========================  ===============================================================
 synchrony (fig 2)         genuine SyncR² against 0: bootstrap over whole episodes
-controls (figs 3-4)       genuine against each control: the larger p of the corrected
-                          re-split t-test and the episode bootstrap
+controls (figs 3-4, and   genuine against each control: the larger p of the corrected
+our pseudo-dyads)         re-split t-test and the episode bootstrap
                           (:func:`synclib.power.paired_control_tests`)
 relationships (fig 5)     Pearson r of closeness with the categories' mean SyncR², over the
                           categories (the unit: a category's subsets share its scenarios)
@@ -140,6 +140,13 @@ def shuffled(res, published: dict, table=None) -> Claim:
     table = power.paired_control_tests(res) if table is None else table
     return _control_line(res, table, "shuffled", "fig3_4",
                          "The paper's code's shuffled control below genuine (not reported in the paper)", None)
+
+
+def pseudo(res, published: dict, table=None) -> Claim:
+    """Ours: pseudo-dyads (agents that never talked to each other) below genuine."""
+    table = power.paired_control_tests(res) if table is None else table
+    return _control_line(res, table, "pseudo", "fig3_4",
+                         "Pseudo-dyads, agents of different dialogs, below genuine (ours; not in the paper)", None)
 
 
 # --------------------------------------------------------------------------- fig 5
@@ -301,14 +308,19 @@ def judge(res, published: dict) -> Claim:
 
 #: every claim, in the paper's order: (function, published.json key)
 CLAIMS: tuple[tuple[Callable, str], ...] = (
-    (synchrony, "fig2"), (passive, "fig3_4"), (lags, "fig3_4"), (shuffled, "fig3_4"), (relationships, "fig5"),
+    (synchrony, "fig2"), (passive, "fig3_4"), (lags, "fig3_4"), (shuffled, "fig3_4"), (pseudo, "fig3_4"),
+    (relationships, "fig5"),
     (social, "fig6"), (social, "table1"), (topk, "fig7"), (clipping, "fig8"), (sample_size, "fig9"),
     (persona, "table2"), (judge, "table4"), (judge, "fig10"), (nonlinear, "table5"), (tom, "fig11"),
 )
 
 
+#: the claims that read the paired tests of the controls (one table serves them all)
+_CONTROL_CLAIMS = (passive, lags, shuffled, pseudo)
+
+
 def claim(key: str, res, published: dict) -> list[Claim]:
-    """The claims of one ``data/published.json`` entry (e.g. ``"fig3_4"``: passive, lags, shuffled)."""
+    """The claims of one ``data/published.json`` entry (e.g. ``"fig3_4"``: passive, lags, shuffled, pseudo)."""
     fns = list(dict.fromkeys(f for f, k in CLAIMS if k == key))
     if not fns:
         raise KeyError(f"no claim for {key!r}; keys: {sorted({k for _, k in CLAIMS})}")
@@ -326,7 +338,7 @@ def claims_summary(res, published: dict) -> list[str]:
     table = power.paired_control_tests(res)
     out = []
     for fn in dict.fromkeys(f for f, _ in CLAIMS):
-        c = fn(res, published, table=table) if fn in (passive, lags, shuffled) else fn(res, published)
+        c = fn(res, published, table=table) if fn in _CONTROL_CLAIMS else fn(res, published)
         out.append(c.line())
     return out
 

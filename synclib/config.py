@@ -246,6 +246,8 @@ KEYS: tuple[Key, ...] = (
     _k("analysis.n_samples", 6500, optional(integer(2)), "samples per dataset (null: all)", "analyze"),
     _k("analysis.split_seeds", [0, 1, 2], int_list(0), "train/test split seeds", "analyze"),
     _k("analysis.lags", [1, 2], int_list(1, nonempty=False), "lag controls", "analyze"),
+    _k("analysis.pseudo_dyads", True, BOOL, "the pseudo-dyad control (ours): the partner's states from a dialog "
+       "the source agent did not take part in", "analyze"),
     _k("analysis.sample_sizes", None, optional(int_list(2)), "appendix D sample sizes (fig 9)", "analyze"),
     _k("analysis.persona_disjoint", True, BOOL, "table 2", "analyze"),
     _k("analysis.relationship", True, BOOL, "fig 5 (appendix G)", "analyze"),

@@ -314,12 +314,14 @@ def step_judge(cfg: dict, run: Run, out: Path, cube: str) -> None:
 
 def step_analyze(cfg: dict, run: Run, out: Path, cube: str) -> None:
     from synclib.analysis import analyze
+    from synclib.analysis.samples import DEFAULT_CONDITIONS
     from synclib.cube import open_cube
 
     ana = cfg["analysis"]
     sim = cfg["simulate"]
+    conditions = [c for c in DEFAULT_CONDITIONS if ana["pseudo_dyads"] or c != "pseudo"]
     result = analyze(
-        open_cube(cube), alpha=ana["alpha"], n_samples=ana["n_samples"],
+        open_cube(cube), conditions, alpha=ana["alpha"], n_samples=ana["n_samples"],
         split_seeds=tuple(ana["split_seeds"]), lags=tuple(ana["lags"]), device=_device(cfg),
         persona_disjoint=ana["persona_disjoint"], relationship=ana["relationship"],
         sample_sizes=ana["sample_sizes"] or None, nonlinear=ana["nonlinear"],

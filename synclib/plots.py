@@ -361,6 +361,38 @@ def lines_with_se(frame: pd.DataFrame, x: str, series: str, title: str,
     return layered.properties(title=title)
 
 
+@_placeholder_if_empty
+def rounds_lines(frame: pd.DataFrame, title: str, column: str = "pair", wrap: int = 2) -> alt.Chart:
+    """SyncR² per round (:func:`synclib.rounds.round_table`): a line per condition with its
+    interval as a band, one panel per ``column``; points of rounds too thin for the trend
+    (``kept`` false) hollow.
+
+    Parameters
+    ----------
+    frame : DataFrame
+        Columns ``round``, ``condition``, ``mean``, ``ci_lo``, ``ci_hi``, ``n_test``, ``kept``
+        and ``column``.
+    """
+    _need(frame, ["round", "condition", "mean", "ci_lo", "ci_hi", "n_test", "kept", column], "rounds_lines")
+    d = frame.assign(filled=np.where(frame["kept"], "yes", "no"))
+    xs = alt.X("round:O", title="round of the dialog", axis=alt.Axis(labelAngle=0))
+    color = alt.Color("condition:N", title="condition", sort=None, legend=alt.Legend(orient="bottom", columns=4))
+    tips = [alt.Tooltip(f"{column}:N"), alt.Tooltip("condition:N"), alt.Tooltip("round:O"),
+            alt.Tooltip("mean:Q", format=".3f", title="SyncR²"), alt.Tooltip("ci_lo:Q", format=".3f"),
+            alt.Tooltip("ci_hi:Q", format=".3f"), alt.Tooltip("n_test:Q", format=".1f", title="test samples")]
+    band = alt.Chart().mark_area(opacity=0.15).encode(x=xs, y=alt.Y("ci_lo:Q", title="SyncR² of the round"),
+                                                       y2="ci_hi:Q", color=alt.Color("condition:N", sort=None,
+                                                                                     legend=None))
+    line = alt.Chart().mark_line().encode(x=xs, y="mean:Q", color=color)
+    points = alt.Chart().mark_point(size=40).encode(
+        x=xs, y="mean:Q", color=color, tooltip=tips,
+        fill=alt.condition("datum.filled == 'yes'", alt.Color("condition:N", sort=None, legend=None),
+                           alt.value("white")))
+    layered = alt.layer(band, line, points, data=d).properties(width=220)
+    panels = list(dict.fromkeys(d[column]))
+    return layered.facet(facet=alt.Facet(f"{column}:N", title=None, sort=panels), columns=wrap).properties(title=title)
+
+
 # --------------------------------------------------------------------------- figure 5
 @_placeholder_if_empty
 def distribution_by_category(frame: pd.DataFrame, category: str, value: str, title: str,

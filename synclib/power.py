@@ -41,6 +41,8 @@ import pandas as pd
 from scipy import optimize
 from scipy import stats as sps
 
+from synclib import stats
+
 __all__ = [
     "EXACT_MAX_N",
     "N_RANDOM_FLIPS",
@@ -73,7 +75,7 @@ EXACT_MAX_N = 16
 #: random sign vectors above :data:`EXACT_MAX_N`
 N_RANDOM_FLIPS = 10_000
 #: the order in which controls are listed
-_CONTROL_ORDER = ("passive", "shuffled")
+_CONTROL_ORDER = ("passive", "shuffled", "pseudo")
 
 
 # --------------------------------------------------------------------------- tests on paired values
@@ -300,7 +302,7 @@ def _per_seed(results, name: str, condition: str):
 
 
 def _controls(results) -> list[str]:
-    """Every condition other than genuine that some run has: passive, shuffled, then lags by k."""
+    """Every condition other than genuine that some run has: passive, shuffled, pseudo, then lags by k."""
     seen = []
     for r in results.runs:
         ds = results.analysis(r.name)
@@ -426,11 +428,11 @@ def episode_test(results, control: str, runs=None) -> dict:
     if not db.size or not np.isfinite(d):
         return out
     B = db.size
+    lo, hi = stats.bootstrap_interval(db)
     out.update(sync_genuine=_pooled_resamples(results, conds, lambda v: v.sel(condition="genuine"), runs)[0],
                sync_control=_pooled_resamples(results, conds, lambda v: v.sel(condition=control), runs)[0],
                n_boot=B, sync_diff=d, se_episodes=float(np.std(db, ddof=1)) if B > 1 else math.nan,
-               ci_lo=float(np.percentile(db, 2.5)), ci_hi=float(np.percentile(db, 97.5)),
-               p_episodes=float(min(1.0, 2 * min(1 + np.sum(db <= 0), 1 + np.sum(db >= 0)) / (1 + B))))
+               ci_lo=lo, ci_hi=hi, p_episodes=stats.bootstrap_p(db))
     return out
 
 
@@ -449,8 +451,8 @@ def episode_interval(results, condition: str = "genuine") -> dict:
     out = {"value": math.nan, "ci_lo": math.nan, "ci_hi": math.nan, "p_zero": math.nan, "n_boot": 0,
            "n_episodes": n_ep}
     if b.size:
-        out.update(value=v, ci_lo=float(np.percentile(b, 2.5)), ci_hi=float(np.percentile(b, 97.5)),
-                   p_zero=float((1 + np.sum(b <= 0)) / (1 + b.size)), n_boot=int(b.size))
+        lo, hi = stats.bootstrap_interval(b)
+        out.update(value=v, ci_lo=lo, ci_hi=hi, p_zero=float((1 + np.sum(b <= 0)) / (1 + b.size)), n_boot=int(b.size))
     return out
 
 
@@ -564,7 +566,7 @@ def paired_control_tests(results, controls=None, unit: str = "split_seed", seed:
     results : synclib.results.Results
     controls : sequence of str, optional
         Default: every condition other than ``genuine`` that some run has (passive,
-        shuffled, then the lags by k).
+        shuffled, pseudo, then the lags by k).
     unit : {"split_seed", "direction"}
         The paired values (:func:`paired_values`).  The split seeds of a run re-split the
         same samples, so ``"split_seed"`` overstates the number of independent replicates;

@@ -24,7 +24,7 @@ __all__ = ["banner", "sentence_fig1", "sentence_fig2", "sentence_generalisation"
            "sentence_topk", "sentence_clipping", "sentence_sample_size", "sample_curve_markdown",
            "sample_counts_text", "comparison_with_paper", "wide_table", "sentence_comparison",
            "sentence_tom", "sentence_judged", "judge_human_table", "measured_judge_table",
-           "sentence_measured_judges", "sentence_judge_human", "sentence_cka"]
+           "sentence_measured_judges", "sentence_judge_human", "sentence_cka", "sentence_pseudo", "sentence_rounds"]
 
 
 def _paper(entry: dict, text: str) -> str:
@@ -111,12 +111,13 @@ def sentence_generalisation(summary: pd.DataFrame, published: dict, embedded: bo
 
 
 # --------------------------------------------------------------------------- figures 3, 4
-def _versus(sync: pd.DataFrame, other: pd.DataFrame, what: str) -> str:
+def _versus(sync: pd.DataFrame, other: pd.DataFrame, what: str,
+            where: str = "the tests are in the table above and the claims below") -> str:
     m = sync[["pair", "mean"]].merge(other[["pair", "mean"]], on="pair", suffixes=("_g", "_c"))
     lower = int((m["mean_c"] < m["mean_g"]).sum())
     return (f"With {what} SyncR² is lower than in the genuine interaction for {lower} of {len(m)} "
             f"pairs (the mean over pairs of each pair's SyncR²: {_f(m['mean_g'].mean())} genuine vs "
-            f"{_f(m['mean_c'].mean())}; the tests are in the table above and the claims below).")
+            f"{_f(m['mean_c'].mean())}; {where}).")
 
 
 def sentence_controls(control: pd.DataFrame, lag: pd.DataFrame, sync: pd.DataFrame,
@@ -165,9 +166,60 @@ def sentence_cka(table: pd.DataFrame, embedded: bool, synthetic: bool = False) -
                           + ("the same order" if cka_word == sync_word else "opposite orders"))
         if orders:
             s += " Against each control, " + "; ".join(orders) + "."
-    who = ("numbers from synthetic test data" if synthetic else "the embedded tiny models' numbers" if embedded
-           else "this run's models' numbers")
-    return s + f" These are {who}, never the paper's: the paper reports no CKA (a second measure, ours)."
+    return s + f" These are {_whose(embedded, synthetic)}, never the paper's: the paper reports no CKA (a second measure, ours)."
+
+
+def _whose(embedded: bool, synthetic: bool) -> str:
+    return ("numbers from synthetic test data" if synthetic else "the embedded tiny models' numbers" if embedded
+            else "this run's models' numbers")
+
+
+# --------------------------------------------------------------------------- beyond the paper: controls and rounds
+def sentence_pseudo(sync: pd.DataFrame, pseudo: pd.DataFrame | None, partners: list[str], embedded: bool,
+                    synthetic: bool = False) -> str:
+    """The pseudo-dyads (ours) against genuine per pair (:meth:`synclib.results.Results.sync_table`),
+    with the partner rule the analyses used (their ``pseudo_partner`` attribute)."""
+    if pseudo is None or pseudo.empty:
+        return ("This run has no pseudo-dyads (`analysis.pseudo_dyads` was off, or the analysis files predate them): "
+                "re-analyse the cubes to add them.")
+    rule = _join(sorted(set(partners))) or "not recorded"
+    return (f"Here the partner dialog is {rule}. "
+            + _versus(sync, pseudo, "pseudo-dyads", "the paired tests are in the table of paired tests below, the "
+                      "claim at the end of the page")
+            + f" These are {_whose(embedded, synthetic)}; the paper has no pseudo-dyads (ours, after the "
+            "hyperscanning literature's control).")
+
+
+def sentence_rounds(rounds: pd.DataFrame, trend: pd.DataFrame, embedded: bool, synthetic: bool = False) -> str:
+    """Synchrony per round of the test episodes and its trend (:mod:`synclib.rounds`)."""
+    from synclib.rounds import MIN_TEST_SAMPLES
+
+    if rounds.empty:
+        return ("This run's analysis files lack `sync_r2_round` (they predate the scores per round): re-analyse "
+                "the cubes to add them.")
+    def trend_of(condition: str) -> str:
+        parts = []
+        for _, t in trend[trend["condition"] == condition].iterrows():
+            if not np.isfinite(t["slope"]):
+                parts.append(f"{t['pair']}: too few rounds with {MIN_TEST_SAMPLES} or more test samples for a trend")
+                continue
+            verdict = ("shows no detectable trend" if not (np.isfinite(t["p"]) and t["p"] < 0.05)
+                       else "rises" if t["slope"] > 0 else "falls")
+            parts.append(f"{t['pair']}: from {_f(t['first'])} in round {int(t['first_round'])} to {_f(t['last'])} in "
+                         f"round {int(t['last_round'])}, {verdict} (slope {_f(t['slope'], 3)} per round, 95 % "
+                         f"interval {_f(t['ci_lo'], 3)} to {_f(t['ci_hi'], 3)}, {stats.p_clause(t['p'])}, over "
+                         f"{int(t['n_boot'])} resamples of {int(t['n_episodes'])} episodes)")
+        return "; ".join(parts)
+
+    pseudo = (f" The pseudo-dyads (agents of different dialogs): {trend_of('pseudo')}."
+              if (trend["condition"] == "pseudo").any() else "")
+    thin = rounds[~rounds["kept"]]
+    left = (f" Rounds with fewer than {MIN_TEST_SAMPLES} test samples (mean over split seeds) are drawn hollow and "
+            f"left out of the trend ({len(thin)} of {len(rounds)} points)." if len(thin) else "")
+    n = rounds[rounds["condition"] == "genuine"]["n_test"]
+    return ("Genuine SyncR² per round of the test episodes, the maps fitted on all rounds of the training episodes: "
+            + trend_of("genuine") + f". A round rests on {_f(n.min(), 0)}–{_f(n.max(), 0)} test samples per split."
+            + pseudo + left + f" These are {_whose(embedded, synthetic)}; the paper scores whole dialogs only (ours).")
 
 
 def _span(lo, hi) -> str:

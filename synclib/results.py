@@ -253,7 +253,9 @@ class Results:
         """Names of the runs whose analysis has variable ``var``."""
         return [r.name for r in self.runs if var in self.analysis(r.name)]
 
-    def _info(self, runs: list[RunInfo], separate: bool = False) -> dict:
+    def unit_info(self, runs: list[RunInfo], separate: bool = False) -> dict:
+        """A table row's description of a unit: ``pair`` (or the run's name with ``separate``),
+        ``family``, ``model_a``, ``model_b`` and ``orders`` (its ordered runs)."""
         first = runs[0]
         return {"pair": first.name if separate else first.pair, "family": first.family,
                 "model_a": first.model_a, "model_b": first.model_b, "orders": len(runs)}
@@ -451,7 +453,7 @@ class Results:
     def sync_table(self, condition: str = "genuine", separate: bool = False) -> pd.DataFrame:
         """Per pair (or ordered run): SyncR² ``mean`` over its directional values and ``se``
         (columns ``pair, family, model_a, model_b, orders, condition, mean, se, n_values``)."""
-        rows = [{**self._info(runs, separate), "condition": condition,
+        rows = [{**self.unit_info(runs, separate), "condition": condition,
                  **self._unit_value(runs, "sync_r2", condition=condition)}
                 for _, runs in self.units(separate)]
         return pd.DataFrame(rows)
@@ -515,7 +517,7 @@ class Results:
         rows = []
         for _, runs in self.units():
             for k, cond in lags:
-                rows.append({**self._info(runs), "k": k, **self._unit_value(runs, condition=cond)})
+                rows.append({**self.unit_info(runs), "k": k, **self._unit_value(runs, condition=cond)})
         return pd.DataFrame(rows)
 
     # ------------------------------------------------------------------ CKA (ours; the paper has none)
@@ -565,7 +567,7 @@ class Results:
                     mean = np.array([np.nanmean(g) for g in grids])
                     best = np.array([np.nanmean(np.nanmax(g, axis=1)) for g in grids])
                 ok = np.isfinite(mean)
-                rows.append({**self._info(runs, separate), "condition": cond,
+                rows.append({**self.unit_info(runs, separate), "condition": cond,
                              "mean": float(mean[ok].mean()) if ok.any() else math.nan,
                              "best": float(best[ok].mean()) if ok.any() else math.nan, "se": math.nan,
                              "sync_r2": float(sync.get(unit, math.nan)), "n_min": min(ns), "n_max": max(ns),
@@ -592,7 +594,7 @@ class Results:
             for r in runs:
                 t = self.judge(r.name)
                 n_ep = max(n_ep, int(t["episode"].nunique()) if t is not None and "episode" in t else 0)
-            rows.append({**self._info(runs, separate), "social": float(np.mean(ok)) if ok else math.nan,
+            rows.append({**self.unit_info(runs, separate), "social": float(np.mean(ok)) if ok else math.nan,
                          "judged_episodes": n_ep})
         return pd.DataFrame(rows)
 
@@ -661,7 +663,7 @@ class Results:
         (mean of the two models; matched by manifest label, then spec)."""
         rows = []
         for _, runs in self.units():
-            rows.append({**self._info(runs), "social": self.run_social(runs[0].name),
+            rows.append({**self.unit_info(runs), "social": self.run_social(runs[0].name),
                          "sync": self._unit_value(runs, directions=["A->B"], condition="genuine")["mean"]})
         t = pd.DataFrame(rows)
         lookup = scores.set_index("model")
@@ -687,7 +689,7 @@ class Results:
             for k in ks:
                 v = self._unit_value(runs, "sync_r2_topk", condition="genuine", k=k)
                 if v["n_values"] == n_dir:  # k beyond a target model's depth is NaN: no mixed means
-                    rows.append({**self._info(runs), "k": int(k), "mean": v["mean"], "se": v["se"]})
+                    rows.append({**self.unit_info(runs), "k": int(k), "mean": v["mean"], "se": v["se"]})
         return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders", "k", "mean", "se"])
 
     def topk_correlations(self) -> pd.DataFrame:
@@ -727,7 +729,7 @@ class Results:
             for penalty, prefix in kinds:
                 for method, suffix in (("clipped at 0", ""), ("kept", "_noclip")):
                     v = self._unit_value(runs, prefix + suffix, condition="genuine")
-                    rows.append({**self._info(runs), "penalty": penalty, "method": method, "mean": v["mean"],
+                    rows.append({**self.unit_info(runs), "penalty": penalty, "method": method, "mean": v["mean"],
                                  "se": v["se"]})
         return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders", "penalty", "method",
                                            "mean", "se"])
@@ -783,7 +785,7 @@ class Results:
                              if isinstance(rel, (int, np.integer)) else str(rel))
                     vals = da.sel(relationship=rel).to_numpy().ravel().astype(float)
                     for v in vals[np.isfinite(vals)]:
-                        rows.append({**self._info(runs), "relationship": label,
+                        rows.append({**self.unit_info(runs), "relationship": label,
                                      "code": codes.get(label, -1), "sync": float(v), "n_test": n_test})
         return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders",
                                            "relationship", "code", "sync", "n_test"])
@@ -828,7 +830,7 @@ class Results:
             sdim = next(d for d in da.dims if d not in ("direction", "split_seed"))
             for n in da[sdim].values:
                 v = self._unit_value(runs, var, **{sdim: n})
-                rows.append({**self._info(runs), "n_samples": int(n), "mean": v["mean"], "se": v["se"],
+                rows.append({**self.unit_info(runs), "n_samples": int(n), "mean": v["mean"], "se": v["se"],
                              "point": "sweep"})
             full = [self.analysis(r.name) for r in runs]
             if all("n_train" in ds for ds in full):
@@ -837,7 +839,7 @@ class Results:
                 n = int(round(n[n > 0].mean())) if (n > 0).any() else 0
                 if n > int(da[sdim].max()):
                     v = self._unit_value(runs, "sync_r2", condition="genuine")
-                    rows.append({**self._info(runs), "n_samples": n, "mean": v["mean"], "se": v["se"],
+                    rows.append({**self.unit_info(runs), "n_samples": n, "mean": v["mean"], "se": v["se"],
                                  "point": "full run"})
         return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders",
                                            "n_samples", "mean", "se", "point"])
@@ -853,7 +855,7 @@ class Results:
         for _, runs in self._units_with(var):
             for setting, v in ((settings[0], "sync_r2"), (settings[1], var)):
                 val = self._unit_value(runs, v, condition="genuine")
-                rows.append({**self._info(runs), "setting": setting, "mean": val["mean"], "se": val["se"]})
+                rows.append({**self.unit_info(runs), "setting": setting, "mean": val["mean"], "se": val["se"]})
         return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders",
                                            "setting", "mean", "se"])
 
@@ -882,7 +884,7 @@ class Results:
             for setting, var in zip(settings, ("affine_r2", "nonlinear_r2")):
                 n_lp = int(self.analysis(runs[0].name)[var].sizes.get("layer_pair", 1))
                 m, s = stats.mean_se(self._per_seed_pooled(runs, var))
-                rows.append({**self._info(runs), "setting": setting, "mean": m, "se": s,
+                rows.append({**self.unit_info(runs), "setting": setting, "mean": m, "se": s,
                              "n_layer_pairs": n_lp})
         return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders", "setting",
                                            "mean", "se", "n_layer_pairs"])
@@ -922,7 +924,7 @@ class Results:
                                  for k in ("n_train", "n_test")}
                         filtered = all(str(self.analysis(r.name).attrs.get("tom_format_filter", "applied"))
                                        .startswith("applied") for r in runs)
-                        rows.append({**self._info(runs), "target": str(target),
+                        rows.append({**self.unit_info(runs), "target": str(target),
                                      "relation": str(rel).replace("_", " "),
                                      "panel": f"{name} · {target}", "decoder_or_baseline": kind,
                                      "mean": m, "se": s, "n_kept": counts["kept"],

@@ -699,7 +699,7 @@ def r2_grid(X, Y, train, test, alpha=PAPER_ALPHA, *, precision: str = "float32",
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 
-def resampled_r2(r2, loss, sizes, counts) -> np.ndarray:
+def resampled_r2(r2, loss, sizes, counts, drawn=None) -> np.ndarray:
     """R^2 grids of test sets resampled by whole groups, the maps held fixed.
 
     Parameters
@@ -710,8 +710,12 @@ def resampled_r2(r2, loss, sizes, counts) -> np.ndarray:
         Each group's loss (:func:`r2_grid` with ``test_groups``).
     sizes : array (G,)
         Test samples per group.
-    counts : array (B, G)
+    counts : array (B, G), or (B, len(drawn)) with ``drawn``
         How often each resample draws each group.
+    drawn : int array, optional
+        The groups ``counts`` refers to (the others are drawn 0 times), e.g. the groups of
+        one round: the test samples of that round scored with each column's variance held at
+        the whole test set's (:func:`synclib.analysis.blocks.round_bootstrap`).
 
     Returns
     -------
@@ -719,14 +723,19 @@ def resampled_r2(r2, loss, sizes, counts) -> np.ndarray:
         ``k - (n_test / n_b) sum_g counts[b, g] loss[g]`` with ``k = r2 + sum_g loss[g]`` and
         ``n_b = sum_g counts[b, g] sizes[g]`` (each column's test variance held at the whole
         test set's); NaN where a resample draws no group.  ``counts`` of all ones gives ``r2``.
+        For one subset of the test samples drawn once, this is one minus the mean over target
+        columns of the subset's mean squared error over the whole test set's variance (ddof 0).
     """
     loss, sizes, counts = np.asarray(loss, float), np.asarray(sizes, float), np.asarray(counts, float)
     k = np.asarray(r2, float) + loss.sum(0)
+    n_test = sizes.sum()
+    if drawn is not None:
+        loss, sizes = loss[drawn], sizes[drawn]
     n_b = counts @ sizes
     with np.errstate(divide="ignore", invalid="ignore"):
-        scale = np.where(n_b > 0, sizes.sum() / n_b, np.nan)
-    drawn = np.tensordot(counts, loss, axes=(1, 0))  # (B, L_src, L_tgt)
-    return k[None] - scale[:, None, None] * drawn
+        scale = np.where(n_b > 0, n_test / n_b, np.nan)
+    total = np.tensordot(counts, loss, axes=(1, 0))  # (B, L_src, L_tgt)
+    return k[None] - scale[:, None, None] * total
 
 
 # --------------------------------------------------------------------------- r2_grid_subsets

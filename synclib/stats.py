@@ -117,6 +117,27 @@ def mean_se(values, axis=None):
     return mean, se
 
 
+def bootstrap_p(draws) -> float:
+    """Two-sided bootstrap p of a statistic being 0, from its resampled values ``draws`` (B,):
+    ``2 min(1 + #{d <= 0}, 1 + #{d >= 0}) / (1 + B)``, at most 1; NaN without draws."""
+    d = np.asarray(draws, dtype=np.float64)
+    d = d[np.isfinite(d)]
+    if not d.size:
+        return float("nan")
+    return float(min(1.0, 2 * min(1 + np.sum(d <= 0), 1 + np.sum(d >= 0)) / (1 + d.size)))
+
+
+def bootstrap_interval(draws, level: float = 0.95) -> tuple[float, float]:
+    """Percentile interval of the resampled values ``draws`` (B,) (finite ones): the
+    ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles; NaN without draws."""
+    d = np.asarray(draws, dtype=np.float64)
+    d = d[np.isfinite(d)]
+    if not d.size:
+        return float("nan"), float("nan")
+    lo, hi = np.percentile(d, [50 * (1 - level), 50 * (1 + level)])
+    return float(lo), float(hi)
+
+
 def reference_family_se(pair_means, n_split_seeds: int = 3) -> float:
     """Figure 4a's error bar as the reference computes it: ``np.std(pair_means)`` (ddof 0)
     ``/ sqrt(n_split_seeds * n_pairs)`` (``playground/data_analysis.py`` 1206-1207, the 3 being

@@ -14,6 +14,12 @@ relationships synchronise more.  Then, with per-layer random mixing matrices
   speaker's fresh innovation; ``s_{-1}`` is one AR step before ``s_0``),
   ``hidden_b_passive[k] = P^B'_l s_{2k} + noise``.
 
+With ``shared > 0`` a part of every latent path is common to the dialogs of one task (its
+simulation seeds; ``shared_by="task"``) or of one scenario (``shared_by="scenario"``):
+``s = sqrt(shared) z + sqrt(1 - shared) w`` with ``z`` one AR(1) path (``rho = coupling``) per
+task or scenario and ``w`` the dialog's own.  Dialogs that never interacted then share
+structure, which the pseudo-dyads (:func:`synclib.analysis.samples.pseudo_partners`) recover.
+
 The A->B map therefore predicts across one AR step (R^2 ~ rho^2 times the
 layer's signal fraction), passive across two, lag j across ``2j + 1``: genuine
 > passive > lag1 > lag2.  The ToM run has its own latent path; the emotion and
@@ -178,7 +184,8 @@ def make_synthetic_cube(n_episodes: int = 40, n_seeds: int = 3, n_rounds: int = 
                         coupling: float = 0.8, seed: int = 0, *, latent_dim: int = 8,
                         signal: float = 2.0, relationship_effect: float = 0.1,
                         min_utterances: int = 4, passive: bool = True, tom: bool = True,
-                        n_personas: int = 12, model_a: str = "synthetic-a", model_b: str = "synthetic-b"):
+                        n_personas: int = 12, model_a: str = "synthetic-a", model_b: str = "synthetic-b",
+                        shared: float = 0.0, shared_by: str = "task"):
     """Build an in-memory cube (xarray.Dataset) in the schema of book/architecture.md.
 
     Parameters
@@ -193,6 +200,10 @@ def make_synthetic_cube(n_episodes: int = 40, n_seeds: int = 3, n_rounds: int = 
     min_utterances : shortest episode; lengths are uniform in [min, 2*n_rounds].
     passive, tom : include the passive-reader and ToM variables.
     n_personas : size of the persona pool.
+    shared : part (0 .. 1) of each dialog's latent path common to the dialogs of its task
+        (``shared_by="task"``: its simulation seeds) or scenario (``"scenario"``); 0: every
+        dialog's path is its own.  Drawn from a separate random stream, so ``shared=0``
+        gives the same cube as before the option existed.
 
     Returns
     -------
@@ -205,6 +216,10 @@ def make_synthetic_cube(n_episodes: int = 40, n_seeds: int = 3, n_rounds: int = 
         raise ValueError(f"coupling must be in [0, 1), got {coupling}")
     if n_episodes < 1 or n_seeds < 1 or n_rounds < 1:
         raise ValueError("n_episodes, n_seeds and n_rounds must be positive")
+    if not 0 <= shared <= 1:
+        raise ValueError(f"shared must be in [0, 1], got {shared}")
+    if shared_by not in ("task", "scenario"):
+        raise ValueError(f"shared_by must be 'task' or 'scenario', got {shared_by!r}")
     rng = np.random.default_rng(seed)
     E, S, R = n_episodes, n_seeds, n_rounds
     n_utt_max = 2 * R
@@ -227,6 +242,11 @@ def make_synthetic_cube(n_episodes: int = 40, n_seeds: int = 3, n_rounds: int = 
 
     def run(prefix: str, n_utt_run):
         s = _latent_paths(rng, E * S, n_utt_max, latent_dim, rho_u)  # s[:, u + 1] is s_u
+        if shared > 0 and prefix == "":
+            key = np.arange(E) if shared_by == "task" else np.unique(coords["env_id"][1], return_inverse=True)[1]
+            z = _latent_paths(np.random.default_rng([seed, 1]), key.max() + 1, n_utt_max, latent_dim,
+                              np.full(key.max() + 1, np.clip(coupling, 0.0, 0.99)))
+            s = np.sqrt(shared) * np.repeat(z[key], S, axis=0) + np.sqrt(1 - shared) * s
         ra = u_a[None, None, :] < n_utt_run[..., None]
         rb = (u_a + 1)[None, None, :] < n_utt_run[..., None]
         data[f"hidden_a{prefix}"] = _hidden(rng, s[:, u_a + 1], PA, nA, off_a, ra)
@@ -265,6 +285,8 @@ def make_synthetic_cube(n_episodes: int = 40, n_seeds: int = 3, n_rounds: int = 
 
     attrs = _cube_attrs(model_a, model_b, layers_a, dim_a, layers_b, dim_b, n_utt_max, passive, tom,
                         coupling, seed, relationship_effect)
+    if shared > 0:
+        attrs.update(synthetic_shared=float(shared), synthetic_shared_by=shared_by)
     return xr.Dataset({k: xr.DataArray(v, dims=d) for k, (d, v) in vars_.items()}, coords=coords, attrs=attrs)
 
 

@@ -95,7 +95,7 @@ def result(cube):
 def test_analysis_has_cka_on_all_samples(cube, result):
     v = result["cka"]
     assert v.dims == ("condition", "direction", "src_layer", "tgt_layer")
-    assert list(v.condition.values) == ["genuine", "passive", "shuffled", "lag1", "lag2"]
+    assert list(v.condition.values) == ["genuine", "passive", "shuffled", "pseudo", "lag1", "lag2"]
     assert "all samples" in v.attrs["samples"] and "all samples" in result.attrs["cka_rule"]
     # A->B: 4 source layers, 3 target layers; the rest NaN padding
     ab = v.sel(direction="A->B").values

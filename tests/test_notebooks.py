@@ -89,6 +89,21 @@ def test_dialogs_page_runs_and_shows_the_widget(executed, results_dir):
 
 
 @pytest.mark.slow
+def test_controls_page_has_the_pseudo_dyads_and_the_rounds(executed):
+    """Ours: the pseudo-dyads (bars, partner rule, claim) and SyncR² per round (chart, trend)."""
+    path, proc = executed["fig03_04_controls"]
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    outs = list(_outputs(nbformat.read(path, 4)))
+    text = "\n".join(o["data"]["text/markdown"] for o in outs if "text/markdown" in o.get("data", {}))
+    titles = json.dumps([o["data"][plots.VEGALITE_MIME].get("title") for o in outs
+                         if plots.VEGALITE_MIME in o.get("data", {})], ensure_ascii=False)
+    assert "SyncR², genuine dyads vs pseudo-dyads" in titles and "SyncR² per round of the dialog" in titles
+    assert "Here the partner dialog is the same task under another simulation seed" in text
+    assert "Pseudo-dyads, agents of different dialogs, below genuine (ours; not in the paper): **" in text
+    assert "Genuine SyncR² per round of the test episodes" in text and "The pseudo-dyads (agents of different dialogs)" in text
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("stem", [s for s in STEMS if s not in NO_FIGURE])
 def test_notebook_runs_and_draws_its_figure(stem, executed, results_dir):
     path, proc = executed[stem]

@@ -140,7 +140,7 @@ def test_control_table_has_one_row_per_control(small_results):
     res = small_results
     table = power.paired_control_tests(res)
     assert list(table.columns) == power.TABLE_COLUMNS
-    assert list(table["control"]) == ["passive", "shuffled", "lag1", "lag2"]
+    assert list(table["control"]) == ["passive", "shuffled", "pseudo", "lag1", "lag2"]
     assert list(table["comparison"]) == [f"genuine - {c}" for c in table["control"]]
     ds = res.analysis(res.run_names[0])
     n_expected = len(res.runs) * ds.sizes["direction"] * ds.sizes["split_seed"]

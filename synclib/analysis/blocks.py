@@ -82,6 +82,9 @@ AGGREGATION = {
                     "(appendix C; clipped, protocol correction 15)",
     "sync_r2_per_seed": "per split seed: sync_r2's formula on that seed's grid alone",
     "sync_r2_boot": "per resample of whole episodes (boot_rule): sync_r2 on the resampled test sets, the maps fixed",
+    "sync_r2_round": "per round of the test episodes (round_rule): the maps of all rounds scored on one round's "
+                     "test samples, then as sync_r2",
+    "sync_r2_round_boot": "per round and resample of whole episodes (round_rule, boot_rule)",
     "sync_r2_noclip_per_seed": "per split seed: sync_r2_noclip's formula on that seed's grid alone",
     "sync_r2_topk_per_seed": "per split seed: sync_r2_topk's formula on that seed's grid alone",
     "paper_alpha_sync_r2": _REF + "as sync_r2, the genuine maps refitted at the paper's penalty 0.1",
@@ -248,27 +251,42 @@ def episode_draws(n_episodes: int, n_boot: int = N_BOOT, seed: int = BOOT_SEED) 
     return np.stack([np.bincount(row, minlength=n_episodes) for row in idx])
 
 
-def episode_bootstrap(fits: list, counts: np.ndarray) -> np.ndarray:
-    """SyncR^2 of one (condition, direction) on each resample of whole episodes (:data:`BOOT_RULE`).
+ROUND_RULE = ("ours (the paper has no score per round): each split's maps, fitted on all rounds of its training "
+              "episodes, scored on the test samples of one round (the source state's round): one minus the mean "
+              "over target columns of the round's mean squared error over the whole test set's variance (ddof 0; "
+              "synclib.ridge.resampled_r2), so that the test R^2 is the rounds' mean weighted by their test samples; "
+              "then aggregated over split seeds as sync_r2 (seed mean, max over target layers, clip, mean over "
+              "source layers). sync_r2_round_boot: the same on each resample of whole episodes (boot_rule).")
+
+
+def episode_bootstrap(fits: list, counts: np.ndarray, round_: int | None = None) -> np.ndarray:
+    """SyncR^2 of one (condition, direction) on each resample of whole episodes (:data:`BOOT_RULE`),
+    or on the test samples of one round of them (:data:`ROUND_RULE`).
 
     Parameters
     ----------
     fits : list of SplitFit or None
         One per split seed, with ``test_loss`` (None: a split that was not fitted).
     counts : array (B, E)
-        :func:`episode_draws`.
+        :func:`episode_draws` (all ones, shape (1, E): the test set itself).
+    round_ : int, optional
+        Score only the test samples of this round (the source state's round).
 
     Returns
     -------
     array (B,)
-        NaN where no split seed has a drawn test episode (or none was fitted).
+        NaN where no split seed has a drawn test sample (or none was fitted).
     """
     grids = []
     for fit in fits:
         if fit is None or fit.test_loss is None:
             continue
         episodes, loss, sizes = fit.test_loss
-        grids.append(resampled_r2(fit.r2, loss, sizes, counts[:, episodes]))  # (B, L_src, L_tgt)
+        if round_ is None:
+            grids.append(resampled_r2(fit.r2, loss, sizes, counts[:, episodes]))  # (B, L_src, L_tgt)
+        else:
+            g = np.flatnonzero(fit.test_rounds == round_)
+            grids.append(resampled_r2(fit.r2, loss, sizes, counts[:, episodes[g]], drawn=g))
     if not grids:
         return np.full(len(counts), np.nan)
     with warnings.catch_warnings():  # padding and undrawn seeds are NaN
@@ -301,6 +319,36 @@ def _fit_splits(ctx: Context, samples: PairedSamples, seed_rank: np.ndarray) -> 
     return fits
 
 
+@dataclass
+class _Rounds:
+    """The scores per round of the conditions block (:data:`ROUND_RULE`); dims (C, Dir) as there."""
+    score: np.ndarray    # (C, Dir, R)
+    boot: np.ndarray     # (C, Dir, R, B)
+    n_test: np.ndarray   # (C, Dir, S, R) int: test samples of each round
+
+    @classmethod
+    def empty(cls, shape: tuple, n_rounds: int, n_boot: int) -> "_Rounds":
+        return cls(np.full(shape[:2] + (n_rounds,), np.nan), np.full(shape[:2] + (n_rounds, n_boot), np.nan),
+                   np.zeros(shape + (n_rounds,), dtype=np.int64))
+
+    def record(self, at: tuple, fits: list, n_episodes: int, counts: np.ndarray | None) -> None:
+        """Score the fits of ``at = (condition, direction)`` round by round."""
+        for si, fit in enumerate(fits):
+            if fit is not None and fit.test_rounds is not None:
+                self.n_test[at + (si,)] = np.bincount(fit.test_rounds, fit.test_loss[2], self.score.shape[-1])
+        for r in range(self.score.shape[-1]):
+            self.score[at + (r,)] = episode_bootstrap(fits, np.ones((1, n_episodes)), r)[0]
+            if counts is not None:
+                self.boot[at + (r,)] = episode_bootstrap(fits, counts, r)
+
+    def variables(self, with_boot: bool) -> dict:
+        out = {"sync_r2_round": (("condition", "direction", "round"), self.score),
+               "n_test_round": (("condition", "direction", "split_seed", "round"), self.n_test)}
+        if with_boot:
+            out["sync_r2_round_boot"] = (("condition", "direction", "round", "boot"), self.boot)
+        return out
+
+
 def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Conditions:
     """The genuine condition and its controls: test and training R^2 grids per
     (condition, direction, split seed) and their SyncR^2 scores, aggregated over split
@@ -325,9 +373,14 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
         ``sync_r2_per_seed``, ``sync_r2_noclip_per_seed`` (condition, direction,
         split_seed), ``sync_r2_topk_per_seed`` (..., k); with ``ctx.n_boot`` resamples,
         ``sync_r2_boot`` (condition, direction, boot: :func:`episode_bootstrap`, attribute
-        ``boot_rule``); with ``cka``, ``cka`` (condition, direction, src_layer,
-        tgt_layer: linear CKA on all samples of each dataset, :data:`CKA_RULE`, attribute
-        ``cka_rule``).  ``genuine``: the genuine fits, for the other blocks.
+        ``boot_rule``); with the pseudo-dyads, the attribute ``pseudo_partner`` (the
+        partner rule, :func:`synclib.analysis.samples.pseudo_partners`); per round of the
+        test episodes (:data:`ROUND_RULE`, attribute ``round_rule``): ``sync_r2_round``
+        (condition, direction, round), ``n_test_round`` (..., split_seed, round) and with
+        resamples ``sync_r2_round_boot`` (..., round, boot); with ``cka``, ``cka``
+        (condition, direction, src_layer, tgt_layer: linear CKA on all samples of each
+        dataset, :data:`CKA_RULE`, attribute ``cka_rule``).  ``genuine``: the genuine fits,
+        for the other blocks.
     """
     shape = (len(conditions), len(ctx.directions), len(ctx.split_seeds))
     arrays = _ConditionArrays.empty(shape, max(ctx.cube.sizes["layer_a"], ctx.cube.sizes["layer_b"]))
@@ -335,11 +388,15 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
     rank = sim_seed_rank(ctx.cube)
     counts = episode_draws(ctx.cube.sizes["episode"], ctx.n_boot) if ctx.n_boot else None
     boot = np.full(shape[:2] + (ctx.n_boot,), np.nan)
+    E, R = ctx.cube.sizes["episode"], ctx.cube.sizes["round"]
+    rounds = _Rounds.empty(shape, R, ctx.n_boot)
+    partner = None  # the pseudo-dyads' partner rule
     ckas = np.full(shape[:2] + arrays.r2.shape[-2:], np.nan)
     for di, d in enumerate(ctx.directions):
         for ci, c in enumerate(conditions):
             samples = build_dataset(ctx.cube, d, c, ctx.arrays)
             arrays.n_available[ci, di] = samples.n
+            partner = samples.info.get("partner", partner)
             if cka:
                 grid = _cka(ctx, samples, rank)
                 ckas[ci, di, :grid.shape[0], :grid.shape[1]] = grid
@@ -349,6 +406,7 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
                     arrays.record((ci, di, si), fit)
             if counts is not None:
                 boot[ci, di] = episode_bootstrap(fits, counts)
+            rounds.record((ci, di), fits, E, counts)
             if c == "genuine":
                 genuine.samples[d] = samples
                 genuine.fits.update({(d, f.seed): f for f in fits if f is not None})
@@ -358,6 +416,10 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
     if counts is not None:
         ds["sync_r2_boot"] = (("condition", "direction", "boot"), boot)
         ds.attrs["boot_rule"] = BOOT_RULE
+    ds = ds.assign(rounds.variables(counts is not None)).assign_coords(round=np.arange(R))
+    ds.attrs["round_rule"] = ROUND_RULE
+    if partner:
+        ds.attrs["pseudo_partner"] = partner
     if cka:
         ds["cka"] = (("condition", "direction", "src_layer", "tgt_layer"), ckas)
         ds["cka"].attrs["samples"] = "all samples of each condition's dataset (n_available); no split"

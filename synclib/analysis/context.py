@@ -25,8 +25,10 @@ class SplitFit:
     alpha: np.ndarray   # (L_src,) the penalty of each source layer
     train_r2: np.ndarray | None = None  # (L_src, L_tgt) training R^2, when asked for
     split: dict | None = None           # the ``info`` of :func:`synclib.splits.episode_split`
-    test_loss: tuple | None = None      # (episodes (G,), losses (G, L_src, L_tgt), samples (G,)) per test
-                                        # episode, when asked for (:func:`synclib.ridge.r2_grid` test_groups)
+    test_loss: tuple | None = None      # (episodes (G,), losses (G, L_src, L_tgt), samples (G,)) per group of
+                                        # test samples of one episode and round, when asked for
+                                        # (:func:`synclib.ridge.r2_grid` test_groups)
+    test_rounds: np.ndarray | None = None  # (G,) the round of each of those groups
 
 
 @dataclass
@@ -80,22 +82,27 @@ class Context:
             train_r2: bool = False, split: dict | None = None, alpha: float | str | None = None,
             episode_loss: bool = False) -> SplitFit:
         """The R^2 grid of ``samples`` fitted on ``train``, scored on ``test`` (sample
-        indices), with ``train_r2`` also on ``train`` and with ``episode_loss`` each test
-        episode's share of the test loss (``test_loss``); a split too small or degenerate to
-        fit gives NaN and a note.  ``split`` is kept on the result; ``alpha`` replaces the
-        analysis' penalty."""
+        indices), with ``train_r2`` also on ``train`` and with ``episode_loss`` the share of
+        the test loss of each test episode's samples of each round (``test_loss`` and
+        ``test_rounds``: the episode bootstrap and the scores per round); a split too small
+        or degenerate to fit gives NaN and a note.  ``split`` is kept on the result;
+        ``alpha`` replaces the analysis' penalty."""
         Ls, Lt = samples.X.shape[1], samples.Y.shape[1]
         alpha = self.alpha if alpha is None else alpha
+        R = int(samples.round.max(initial=0)) + 1
         try:
             X, Y, tr, te = samples.ridge_inputs(train, test)
             cv = isinstance(alpha, str)
             out = r2_grid(X, Y, tr, te, alpha, groups=samples.episode[train] if cv else None,
                           return_alpha=True, return_train=train_r2, device=self.device, precision=self.precision,
-                          test_groups=samples.episode[test] if episode_loss else None)
+                          test_groups=samples.episode[test] * R + samples.round[test] if episode_loss else None)
         except RidgeInputError as exc:
             self.note(f"{what}: not fitted ({exc}); left NaN")
             out = (np.full((Ls, Lt), np.nan),) * (1 + train_r2) + (np.full(Ls, np.nan),) + (None,) * episode_loss
-        loss = out[-1] if episode_loss else None
+        loss = rounds = None
+        if episode_loss and out[-1] is not None:
+            labels, losses, sizes = out[-1]
+            loss, rounds = (labels // R, losses, sizes), labels % R
         out = out[:-1] if episode_loss else out
         return SplitFit(samples, seed, np.asarray(train), np.asarray(test), out[0], out[-1],
-                        out[1] if train_r2 else None, split, loss)
+                        out[1] if train_r2 else None, split, loss, rounds)

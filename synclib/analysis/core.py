@@ -13,7 +13,7 @@ from synclib.analysis.blocks import (AGGREGATION, N_BOOT, PERSONA_SPLIT_RULE, RE
                                      SPLIT_RULE, conditions_block, nonlinear_block, paper_alpha_block, persona_block,
                                      relationship_block, sample_size_block, tom_block)
 from synclib.analysis.context import Context
-from synclib.analysis.samples import DIRECTIONS, AnalysisError, HiddenCache, parse_condition
+from synclib.analysis.samples import DEFAULT_CONDITIONS, DIRECTIONS, AnalysisError, HiddenCache, parse_condition
 from synclib.cube import var_name
 from synclib.ridge import PAPER_ALPHA
 
@@ -86,7 +86,7 @@ def _attrs(ctx: Context, skipped: list, relationship: bool) -> dict:
     }
 
 
-def analyze(cube, conditions=("genuine", "passive", "shuffled", "lag1", "lag2"), *, alpha=PAPER_ALPHA,
+def analyze(cube, conditions=DEFAULT_CONDITIONS, *, alpha=PAPER_ALPHA,
             n_samples: int | None = 6500, split_seeds=(0, 1, 2), lags=None, device=None,
             precision: str = "float32", directions=DIRECTIONS, persona_disjoint: bool = False,
             relationship: bool = False, relationship_seeds=(0, 1, 2), relationship_min: int = 10,
@@ -101,8 +101,10 @@ def analyze(cube, conditions=("genuine", "passive", "shuffled", "lag1", "lag2"),
     cube : xarray.Dataset (cube schema), in memory or dask-backed.
     conditions : among ``genuine``, ``passive`` (needs the passive variables),
         ``shuffled`` (the reference's shuffled control: genuine samples, training
-        targets permuted within each dialog), ``lagJ``.  Conditions whose variables
-        are missing are skipped with a note.
+        targets permuted within each dialog), ``pseudo`` (ours: pseudo-dyads, the partner's
+        states from a dialog the source agent did not take part in,
+        :func:`synclib.analysis.samples.pseudo_partners`), ``lagJ``.  Conditions whose
+        variables are missing are skipped with a note.
     alpha : ridge penalty (float) or ``"cv"`` (episode-grouped CV on each
         training set; the chosen alphas are in ``alpha``).  With a penalty other than the
         paper's (:data:`synclib.ridge.PAPER_ALPHA`) the genuine condition is also fitted at

@@ -10,7 +10,13 @@ lag ``j``    ``(hidden_a[k], hidden_b[k+j])``          ``(hidden_b[k], hidden_a[
 passive      ``(hidden_a_passive[k], hidden_b[k])``    ``(hidden_b_passive[k], hidden_a[k+1])``
 shuffled     as genuine; training targets permuted     as genuine
              per split (:func:`shuffle_training_targets`)
+pseudo       ``(hidden_a[k], hidden_b'[k])``           ``(hidden_b[k], hidden_a'[k+1])``
 ===========  ========================================  ========================================
+
+``'`` marks the partner dialog of the pseudo-dyads (ours; :func:`pseudo_partners`): the same
+task under the next simulation seed where the cube has two or more, otherwise another task of
+the same scenario.  The agents of a pseudo-dyad never talked to each other; they played the
+same task (or scenario) in the same format, at the same round.
 
 Samples whose source or target is not finite (unreached rounds) are dropped.  Samples are
 ordered episode-major, then simulation seed (cube order), then round: within a dialog in
@@ -25,10 +31,15 @@ import numpy as np
 
 from synclib.cube import CubeError, HiddenRows, var_name
 
-__all__ = ["AnalysisError", "DIRECTIONS", "PairedSamples", "HiddenCache", "build_dataset",
-           "parse_condition", "persona_keys", "shuffle_training_targets", "sim_seed_rank"]
+__all__ = ["AnalysisError", "DIRECTIONS", "CONDITIONS", "DEFAULT_CONDITIONS", "PairedSamples", "HiddenCache",
+           "build_dataset", "parse_condition", "persona_keys", "pseudo_partners", "shuffle_training_targets",
+           "sim_seed_rank"]
 
 DIRECTIONS = ("A->B", "B->A")
+#: the conditions without a lag; ``lagK`` (K >= 1) adds the lagged ones
+CONDITIONS = ("genuine", "passive", "shuffled", "pseudo")
+#: what :func:`synclib.analysis.analyze` fits unless told otherwise
+DEFAULT_CONDITIONS = CONDITIONS + ("lag1", "lag2")
 
 
 class AnalysisError(ValueError):
@@ -36,14 +47,13 @@ class AnalysisError(ValueError):
 
 
 def parse_condition(condition: str) -> tuple[str, int]:
-    """The kind and lag of a condition: ``'genuine'`` -> ``('genuine', 0)``,
-    ``'passive'`` -> ``('passive', 0)``, ``'shuffled'`` -> ``('shuffled', 0)``,
-    ``'lag2'`` -> ``('lag', 2)``."""
-    if condition in ("genuine", "passive", "shuffled"):
+    """The kind and lag of a condition: ``'genuine'`` -> ``('genuine', 0)``, likewise
+    ``'passive'``, ``'shuffled'`` and ``'pseudo'``; ``'lag2'`` -> ``('lag', 2)``."""
+    if condition in CONDITIONS:
         return condition, 0
     if condition.startswith("lag") and condition[3:].isdigit() and int(condition[3:]) >= 1:
         return "lag", int(condition[3:])
-    raise AnalysisError(f"unknown condition {condition!r}: use 'genuine', 'passive', 'shuffled' or "
+    raise AnalysisError(f"unknown condition {condition!r}: use {', '.join(map(repr, CONDITIONS))} or "
                         "'lagK' (K >= 1)")
 
 
@@ -114,6 +124,57 @@ class HiddenCache:
         self._cache.pop(name, None)
 
 
+def pseudo_partners(cube) -> tuple[np.ndarray, np.ndarray, str]:
+    """The partner dialog of every dialog for the pseudo-dyads (ours; no reference code).
+
+    * Two or more simulation seeds: the same task under the next seed (ascending seed
+      order, the last taking the first), so a pseudo-dyad differs from a genuine one
+      only in that its agents did not talk to each other.
+    * One seed: another task of the same scenario (``env_id``), the next one of the
+      scenario in cube order (the last taking the first).  Tasks alone in their scenario
+      are paired among themselves the same way; a single one left takes the next task in
+      cube order (then one dialog is a partner twice).  A cube without ``env_id``
+      counts as one scenario.
+
+    No dialog is its own partner, and (but for that single leftover) every dialog is
+    exactly one dialog's partner.
+
+    Returns
+    -------
+    episode, sim_seed : int arrays (E, S)
+        Positions of the partner dialog of (episode position, seed position).
+    rule : str
+        Which rule applied, in words (for the page).
+
+    Raises
+    ------
+    AnalysisError
+        A cube with one dialog: there is no other to pair with.
+    """
+    E, S = cube.sizes["episode"], cube.sizes["sim_seed"]
+    if E * S < 2:
+        raise AnalysisError("pseudo-dyads need two dialogs: the cube has one episode and one simulation seed")
+    ep = np.repeat(np.arange(E)[:, None], S, axis=1)
+    if S >= 2:
+        order = np.argsort(sim_seed_rank(cube))  # positions in ascending seed order
+        nxt = np.empty(S, dtype=np.int64)
+        nxt[order] = np.roll(order, -1)
+        return ep, np.broadcast_to(nxt, (E, S)).copy(), "the same task under another simulation seed"
+    env = np.asarray(cube["env_id"].values).astype(str) if "env_id" in cube.coords else np.zeros(E, dtype=str)
+    groups = [np.flatnonzero(env == v) for v in dict.fromkeys(env)]
+    alone = np.concatenate([g for g in groups if len(g) == 1] or [np.zeros(0, dtype=np.int64)])
+    partner = np.arange(E)
+    for g in [g for g in groups if len(g) > 1] + ([np.sort(alone)] if len(alone) > 1 else []):
+        partner[g] = np.roll(g, -1)
+    if len(alone) == 1:
+        partner[alone[0]] = (alone[0] + 1) % E
+    same = int((env[partner] == env).sum())
+    which = "every task" if same == E else (f"{same} of {E} tasks; the rest, alone in their scenario, "
+                                            "another scenario's task")
+    return (partner[:, None], np.zeros((E, 1), dtype=np.int64),
+            f"another task of the same scenario ({which}), one simulation seed")
+
+
 def build_dataset(cube, direction: str, condition: str = "genuine",
                   arrays: HiddenCache | None = None) -> PairedSamples:
     """Paired samples of one direction and condition (index arithmetic in the module doc).
@@ -125,7 +186,9 @@ def build_dataset(cube, direction: str, condition: str = "genuine",
     direction : {"A->B", "B->A"}
     condition : str
         ``"genuine"``, ``"passive"``, ``"shuffled"`` (the genuine samples; the targets
-        are shuffled per split by :func:`shuffle_training_targets`) or ``"lagJ"`` (J >= 1).
+        are shuffled per split by :func:`shuffle_training_targets`), ``"pseudo"`` (the
+        targets from the partner dialog of :func:`pseudo_partners`; ``info["partner"]``
+        says which rule applied) or ``"lagJ"`` (J >= 1).
     arrays : HiddenCache, optional
         A shared loader (re-uses variables already opened).
 
@@ -147,9 +210,12 @@ def build_dataset(cube, direction: str, condition: str = "genuine",
     e, s, k = e.ravel(), s.ravel(), k.ravel()
     x_rows = (e * S + s) * R + k
     y_rows = x_rows + shift
+    info = {"source_var": src, "target_var": tgt, "round_shift": shift}
+    if kind == "pseudo":
+        pe, ps, info["partner"] = pseudo_partners(cube)
+        y_rows = (pe[e, s] * S + ps[e, s]) * R + k + shift
     keep = X.ok[x_rows] & Y.ok[y_rows]
-    info = {"source_var": src, "target_var": tgt, "round_shift": shift,
-            "n_dropped": int((~keep).sum())}
+    info["n_dropped"] = int((~keep).sum())
     return PairedSamples(condition, direction, X, Y, x_rows[keep], y_rows[keep], e[keep], s[keep], k[keep], info)
 
 

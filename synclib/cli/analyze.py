@@ -37,9 +37,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     seeds = ",".join(str(s) for s in default("analysis.split_seeds"))
     p.add_argument("cube", help="activation cube (.nc) written by `synclib simulate`")
     p.add_argument("--out", required=True, help="result file (.nc) to write")
-    p.add_argument("--conditions", type=at.arg_type(_conditions, "conditions"),
-                   default="genuine,passive,shuffled,lag1,lag2",
-                   help="comma-separated conditions: genuine, passive, shuffled, lagJ (default: %(default)s)")
+    p.add_argument("--conditions", type=at.arg_type(_conditions, "conditions"), default=None,
+                   help="comma-separated conditions: genuine, passive, shuffled, pseudo (pseudo-dyads), lagJ "
+                        "(default: all of them, with lags 1 and 2)")
     p.add_argument("--alpha", type=at.arg_type(at.ridge_alpha, "alpha"), default=default("analysis.alpha"),
                    help="ridge penalty, or 'cv' for episode-grouped CV per source layer (default: %(default)s)")
     p.add_argument("--n-samples", type=at.arg_type(at.nonneg_int, "sample count"),
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         res = analyze(
-            cube, conditions=args.conditions, alpha=args.alpha,
+            cube, **({"conditions": args.conditions} if args.conditions else {}), alpha=args.alpha,
             n_samples=args.n_samples or None, split_seeds=args.split_seeds, device=args.device,
             precision=args.precision, persona_disjoint=args.persona_disjoint, relationship=args.relationship,
             sample_sizes=args.sample_sizes or None, nonlinear=args.nonlinear,

@@ -1,0 +1,159 @@
+"""Synchrony over the dialog (ours; the paper scores whole dialogs only).
+
+Does synchrony build up, stay or fade as a dialog goes on?  The analysis fits each split's
+maps on all rounds of its training episodes and scores them on the test samples of one round
+at a time (``sync_r2_round``; the rule is the analysis' ``round_rule`` attribute,
+:data:`synclib.analysis.blocks.ROUND_RULE`), also on every resample of whole episodes
+(``sync_r2_round_boot``, the draws of the dialog-level tests).  This module pools them per
+model pair and tests the trend:
+
+* :func:`round_table`: per unit (pair, or ordered run), condition and round, the SyncR² of
+  that round (mean over the unit's ordered runs and directions) with its 95 % interval over
+  the episode resamples and the test samples it rests on;
+* :func:`trend_table`: per unit and condition, the least-squares slope of those values on
+  the round number, over the rounds with at least :data:`MIN_TEST_SAMPLES` test samples,
+  with its interval and two-sided p over the same resamples (each resample's slope).
+
+A round's SyncR² takes, like SyncR², each source layer's best target layer on that round: on
+few test samples that maximum is biased upward, which is why thin rounds are left out.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+
+from synclib import stats
+
+__all__ = ["MIN_TEST_SAMPLES", "round_table", "trend_table", "has_rounds"]
+
+#: rounds whose test samples (mean over the split seeds, runs and directions) are fewer are left
+#: out of the trend and drawn hollow
+MIN_TEST_SAMPLES = 10
+
+_INFO = ["pair", "family", "model_a", "model_b", "orders"]
+ROUND_COLUMNS = _INFO + ["condition", "round", "mean", "ci_lo", "ci_hi", "n_test", "kept"]
+TREND_COLUMNS = _INFO + ["condition", "slope", "ci_lo", "ci_hi", "p", "n_rounds", "first_round", "last_round",
+                         "first", "last", "n_boot", "n_episodes"]
+
+
+def has_rounds(res) -> bool:
+    """True when every run's analysis has the scores per round."""
+    return bool(res.runs) and all("sync_r2_round" in res.analysis(n) for n in res.run_names)
+
+
+def _unit_rounds(res, runs, condition: str) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """The unit's per-round values (R,), resamples (B, R) or None, and mean test samples (R,):
+    means over its ordered runs and directions (the counts: over split seeds, and over the
+    directions that have the round: agent 2's reply to agent 1's last turn has no next state)."""
+    vals, boots, ns = [], [], []
+    for r in runs:
+        ds = res.analysis(r.name)
+        if condition not in ds["condition"].values:
+            continue
+        vals.append(ds["sync_r2_round"].sel(condition=condition).transpose("direction", "round").to_numpy())
+        ns.append(ds["n_test_round"].sel(condition=condition).mean("split_seed").transpose("direction", "round")
+                  .to_numpy().astype(float))
+        if "sync_r2_round_boot" in ds:
+            boots.append(ds["sync_r2_round_boot"].sel(condition=condition)
+                         .transpose("direction", "boot", "round").to_numpy())
+    if not vals:
+        return np.array([]), None, np.array([])
+    with warnings.catch_warnings():  # rounds no test sample reached are NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        value = np.nanmean(np.concatenate(vals), axis=0)
+        boot = np.nanmean(np.concatenate(boots), axis=0) if len(boots) == len(vals) else None
+        vals, ns = np.concatenate(vals), np.concatenate(ns)
+        n = np.nanmean(np.where(np.isfinite(vals), ns, np.nan), axis=0)  # directions that have the round
+    return value, boot, n
+
+
+def round_table(res, conditions=None, separate: bool = False) -> pd.DataFrame:
+    """SyncR² per round of the test episodes, per unit and condition.
+
+    Parameters
+    ----------
+    res : synclib.results.Results
+    conditions : sequence of str, optional
+        Default: every condition of the runs (:meth:`synclib.results.Results.conditions`).
+    separate : one row per ordered run instead of per pair.
+
+    Returns
+    -------
+    DataFrame
+        ``pair, family, model_a, model_b, orders, condition``; ``round`` (1-based, the
+        source state's round: agent 1's k-th turn, or agent 2's reply to it); ``mean`` (the
+        round's SyncR², mean over the unit's ordered runs and directions), ``ci_lo``,
+        ``ci_hi`` (2.5 and 97.5 percentiles over the episode resamples; NaN without them),
+        ``n_test`` (test samples of the round, mean over split seeds, runs and the directions
+        that have the round)
+        and ``kept`` (``n_test >= MIN_TEST_SAMPLES``).  Empty without the per-round scores.
+    """
+    if not has_rounds(res):
+        return pd.DataFrame(columns=ROUND_COLUMNS)
+    rows = []
+    for cond in conditions or res.conditions():
+        for _, runs in res.units(separate):
+            value, boot, n = _unit_rounds(res, runs, cond)
+            for k in range(len(value)):
+                if not np.isfinite(value[k]):
+                    continue
+                lo, hi = stats.bootstrap_interval(boot[:, k]) if boot is not None else (math.nan, math.nan)
+                rows.append({**res.unit_info(runs, separate), "condition": cond, "round": k + 1,
+                             "mean": float(value[k]), "ci_lo": lo, "ci_hi": hi, "n_test": float(n[k]),
+                             "kept": bool(n[k] >= MIN_TEST_SAMPLES)})
+    return pd.DataFrame(rows, columns=ROUND_COLUMNS)
+
+
+def _slope(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Least-squares slopes of ``y`` (..., n) on ``x`` (n,)."""
+    xc = x - x.mean()
+    return (y - y.mean(axis=-1, keepdims=True)) @ xc / (xc @ xc)
+
+
+def trend_table(res, conditions=None, separate: bool = False) -> pd.DataFrame:
+    """The trend of SyncR² over the rounds, per unit and condition.
+
+    Returns
+    -------
+    DataFrame
+        ``pair, family, model_a, model_b, orders, condition``; ``slope`` (least-squares
+        slope of the round's SyncR² on the round number, per round, over the kept rounds of
+        :func:`round_table`), ``ci_lo``, ``ci_hi`` (2.5 and 97.5 percentiles of the slope over
+        the episode resamples), ``p`` (two-sided, :func:`synclib.stats.bootstrap_p`: that the
+        slope is 0), ``n_rounds``, ``first_round``, ``last_round`` (the kept rounds),
+        ``first``, ``last`` (their values), ``n_boot`` (resamples with every kept round
+        scored) and ``n_episodes`` (episodes of the first run's cube).  NaN where fewer than
+        three rounds are kept.
+    """
+    table = round_table(res, conditions, separate)
+    if table.empty:
+        return pd.DataFrame(columns=TREND_COLUMNS)
+    rows = []
+    for cond in dict.fromkeys(table["condition"]):
+        for unit, runs in res.units(separate):
+            rows.append(_trend_row(res, runs, cond, table[(table["pair"] == unit) & (table["condition"] == cond)],
+                                   separate))
+    return pd.DataFrame(rows, columns=TREND_COLUMNS)
+
+
+def _trend_row(res, runs, cond: str, t: pd.DataFrame, separate: bool) -> dict:
+    """One row of :func:`trend_table` from the unit's rows ``t`` of :func:`round_table`."""
+    kept = t[t["kept"]]
+    row = {**res.unit_info(runs, separate), "condition": cond, "slope": math.nan, "ci_lo": math.nan,
+           "ci_hi": math.nan, "p": math.nan, "n_rounds": len(kept), "first_round": math.nan,
+           "last_round": math.nan, "first": math.nan, "last": math.nan, "n_boot": 0,
+           "n_episodes": int(res.analysis(runs[0].name).attrs.get("n_episodes", 0))}
+    if len(kept) >= 3:
+        x = kept["round"].to_numpy(float)
+        _, boot, _ = _unit_rounds(res, runs, cond)
+        row.update(slope=float(_slope(x, kept["mean"].to_numpy())), first_round=int(x[0]),
+                   last_round=int(x[-1]), first=float(kept["mean"].iloc[0]), last=float(kept["mean"].iloc[-1]))
+        if boot is not None:
+            b = boot[:, x.astype(int) - 1]
+            slopes = _slope(x, b[np.isfinite(b).all(axis=1)])
+            lo, hi = stats.bootstrap_interval(slopes)
+            row.update(ci_lo=lo, ci_hi=hi, p=stats.bootstrap_p(slopes), n_boot=int(slopes.size))
+    return row
