@@ -376,13 +376,13 @@ def rounds_lines(frame: pd.DataFrame, title: str, column: str = "pair", wrap: in
     _need(frame, ["round", "condition", "mean", "ci_lo", "ci_hi", "n_test", "kept", column], "rounds_lines")
     d = frame.assign(filled=np.where(frame["kept"], "yes", "no"))
     xs = alt.X("round:O", title="round of the dialog", axis=alt.Axis(labelAngle=0))
-    color = alt.Color("condition:N", title="condition", sort=None, legend=alt.Legend(orient="bottom", columns=4))
+    color = alt.Color("condition:N", title="condition", sort=None,
+                      legend=alt.Legend(orient="bottom", columns=4, symbolOpacity=1, symbolType="circle"))
     tips = [alt.Tooltip(f"{column}:N"), alt.Tooltip("condition:N"), alt.Tooltip("round:O"),
             alt.Tooltip("mean:Q", format=".3f", title="SyncR²"), alt.Tooltip("ci_lo:Q", format=".3f"),
             alt.Tooltip("ci_hi:Q", format=".3f"), alt.Tooltip("n_test:Q", format=".1f", title="test samples")]
     band = alt.Chart().mark_area(opacity=0.15).encode(x=xs, y=alt.Y("ci_lo:Q", title="SyncR² of the round"),
-                                                       y2="ci_hi:Q", color=alt.Color("condition:N", sort=None,
-                                                                                     legend=None))
+                                                       y2="ci_hi:Q", color=color)
     line = alt.Chart().mark_line().encode(x=xs, y="mean:Q", color=color)
     points = alt.Chart().mark_point(size=40).encode(
         x=xs, y="mean:Q", color=color, tooltip=tips,

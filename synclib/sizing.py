@@ -74,7 +74,8 @@ def planned_samples(n_tasks: int, n_seeds: int, max_utterances: int, n_samples: 
     -------
     dict
         ``{condition: {direction: {"total", "train", "test"}}}`` for ``genuine`` (the
-        passive and shuffled datasets are the same size) and ``lag{k}``; ``train`` is 0
+        passive and shuffled datasets are the same size, the pseudo-dyads' at most as large:
+        a partner dialog that ends sooner drops samples) and ``lag{k}``; ``train`` is 0
         where the test set takes everything (the analysis then fits nothing).
     """
     from synclib.splits import RidgeInputError, episode_split
@@ -320,7 +321,7 @@ def format_sizes(sizes: list[RunSize]) -> str:
         need = (f"; SyncR² leaves 0 from ~{math.ceil(s.needed)}" if s.needed is not None else
                 "; no measured curve for this width" if all(s.shapes) else
                 "; model width unknown before loading (no check)")
-        lines.append(f"  {s.run:10s} genuine/passive/shuffled {g['A->B']['train']} / {g['B->A']['train']} "
+        lines.append(f"  {s.run:10s} genuine/passive/shuffled/pseudo {g['A->B']['train']} / {g['B->A']['train']} "
                      f"(+ {g['A->B']['test']} / {g['B->A']['test']} test)"
                      + (f"; {lags}" if lags else "") + need)
     lines += [f"WARNING: {s.warning}" for s in sizes if s.warning]
