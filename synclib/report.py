@@ -166,7 +166,8 @@ def sentence_cka(table: pd.DataFrame, embedded: bool, synthetic: bool = False) -
                           + ("the same order" if cka_word == sync_word else "opposite orders"))
         if orders:
             s += " Against each control, " + "; ".join(orders) + "."
-    return s + f" These are {_whose(embedded, synthetic)}, never the paper's: the paper reports no CKA (a second measure, ours)."
+    return (s + f" These are {_whose(embedded, synthetic)}, never the paper's: the paper reports no CKA (a second "
+            "measure, ours).")
 
 
 def _whose(embedded: bool, synthetic: bool) -> str:
@@ -197,6 +198,7 @@ def sentence_rounds(rounds: pd.DataFrame, trend: pd.DataFrame, embedded: bool, s
     if rounds.empty:
         return ("This run's analysis files lack `sync_r2_round` (they predate the scores per round): re-analyse "
                 "the cubes to add them.")
+
     def trend_of(condition: str) -> str:
         parts = []
         for _, t in trend[trend["condition"] == condition].iterrows():
