@@ -374,7 +374,6 @@ def rounds_lines(frame: pd.DataFrame, title: str, column: str = "pair", wrap: in
         and ``column``.
     """
     _need(frame, ["round", "condition", "mean", "ci_lo", "ci_hi", "n_test", "kept", column], "rounds_lines")
-    d = frame.assign(filled=np.where(frame["kept"], "yes", "no"))
     xs = alt.X("round:O", title="round of the dialog", axis=alt.Axis(labelAngle=0))
     color = alt.Color("condition:N", title="condition", sort=None,
                       legend=alt.Legend(orient="bottom", columns=4, symbolOpacity=1, symbolType="circle"))
@@ -386,10 +385,10 @@ def rounds_lines(frame: pd.DataFrame, title: str, column: str = "pair", wrap: in
     line = alt.Chart().mark_line().encode(x=xs, y="mean:Q", color=color)
     points = alt.Chart().mark_point(size=40).encode(
         x=xs, y="mean:Q", color=color, tooltip=tips,
-        fill=alt.condition("datum.filled == 'yes'", alt.Color("condition:N", sort=None, legend=None),
+        fill=alt.condition("datum.kept", alt.Color("condition:N", sort=None, legend=None),
                            alt.value("white")))
-    layered = alt.layer(band, line, points, data=d).properties(width=220)
-    panels = list(dict.fromkeys(d[column]))
+    layered = alt.layer(band, line, points, data=frame).properties(width=220)
+    panels = list(dict.fromkeys(frame[column]))
     return layered.facet(facet=alt.Facet(f"{column}:N", title=None, sort=panels), columns=wrap).properties(title=title)
 
 

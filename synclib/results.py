@@ -49,6 +49,7 @@ PAIR_KEYS = ("name", "model_a", "model_b", "family", "analysis", "judge")
 #: analysis variable holding SyncR² with the persona-disjoint split (table 2)
 PERSONA_VAR = "persona_disjoint_sync_r2"
 
+
 def _layer_offset(layers) -> int:
     """1 when the analysis numbers layers from 0 (the pages number them from 1), else 0."""
     layers = np.asarray(layers)
@@ -74,7 +75,6 @@ def _grid_frame(grid, value: str) -> pd.DataFrame:
                 rows.append({"src_layer": int(src[i]) + offset, "tgt_layer": int(tgt[j]) + offset,
                              value: float(row[j]), "best": j == best})
     return pd.DataFrame(rows, columns=["src_layer", "tgt_layer", value, "best"])
-
 
 
 class ResultsError(ValueError):

@@ -715,7 +715,7 @@ def resampled_r2(r2, loss, sizes, counts, drawn=None) -> np.ndarray:
     drawn : int array, optional
         The groups ``counts`` refers to (the others are drawn 0 times), e.g. the groups of
         one round: the test samples of that round scored with each column's variance held at
-        the whole test set's (:func:`synclib.analysis.blocks.round_bootstrap`).
+        the whole test set's (:func:`synclib.analysis.blocks.episode_bootstrap` with ``round_``).
 
     Returns
     -------

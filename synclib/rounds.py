@@ -70,6 +70,11 @@ def _unit_rounds(res, runs, condition: str) -> tuple[np.ndarray, np.ndarray | No
     return value, boot, n
 
 
+def _kept(value: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """The rounds (R,) a unit's trend uses: scored, on at least :data:`MIN_TEST_SAMPLES` test samples."""
+    return np.isfinite(value) & (n >= MIN_TEST_SAMPLES)
+
+
 def round_table(res, conditions=None, separate: bool = False) -> pd.DataFrame:
     """SyncR² per round of the test episodes, per unit and condition.
 
@@ -97,13 +102,12 @@ def round_table(res, conditions=None, separate: bool = False) -> pd.DataFrame:
     for cond in conditions or res.conditions():
         for _, runs in res.units(separate):
             value, boot, n = _unit_rounds(res, runs, cond)
-            for k in range(len(value)):
-                if not np.isfinite(value[k]):
-                    continue
+            kept = _kept(value, n)
+            for k in np.flatnonzero(np.isfinite(value)):
                 lo, hi = stats.bootstrap_interval(boot[:, k]) if boot is not None else (math.nan, math.nan)
-                rows.append({**res.unit_info(runs, separate), "condition": cond, "round": k + 1,
+                rows.append({**res.unit_info(runs, separate), "condition": cond, "round": int(k) + 1,
                              "mean": float(value[k]), "ci_lo": lo, "ci_hi": hi, "n_test": float(n[k]),
-                             "kept": bool(n[k] >= MIN_TEST_SAMPLES)})
+                             "kept": bool(kept[k])})
     return pd.DataFrame(rows, columns=ROUND_COLUMNS)
 
 
@@ -126,33 +130,32 @@ def trend_table(res, conditions=None, separate: bool = False) -> pd.DataFrame:
         slope is 0), ``n_rounds``, ``first_round``, ``last_round`` (the kept rounds),
         ``first``, ``last`` (their values), ``n_boot`` (resamples with every kept round
         scored) and ``n_episodes`` (episodes of the first run's cube).  NaN where fewer than
-        three rounds are kept.
+        three rounds are kept; a condition no round of any unit scored has no rows.
     """
-    table = round_table(res, conditions, separate)
-    if table.empty:
+    if not has_rounds(res):
         return pd.DataFrame(columns=TREND_COLUMNS)
     rows = []
-    for cond in dict.fromkeys(table["condition"]):
-        for unit, runs in res.units(separate):
-            rows.append(_trend_row(res, runs, cond, table[(table["pair"] == unit) & (table["condition"] == cond)],
-                                   separate))
+    for cond in conditions or res.conditions():
+        units = [(runs, _unit_rounds(res, runs, cond)) for _, runs in res.units(separate)]
+        if any(np.isfinite(value).any() for _, (value, _, _) in units):
+            rows += [_trend_row(res, runs, cond, *rounds, separate) for runs, rounds in units]
     return pd.DataFrame(rows, columns=TREND_COLUMNS)
 
 
-def _trend_row(res, runs, cond: str, t: pd.DataFrame, separate: bool) -> dict:
-    """One row of :func:`trend_table` from the unit's rows ``t`` of :func:`round_table`."""
-    kept = t[t["kept"]]
+def _trend_row(res, runs, cond: str, value: np.ndarray, boot: np.ndarray | None, n: np.ndarray,
+               separate: bool) -> dict:
+    """One row of :func:`trend_table` from the unit's :func:`_unit_rounds`."""
+    kept = np.flatnonzero(_kept(value, n))
     row = {**res.unit_info(runs, separate), "condition": cond, "slope": math.nan, "ci_lo": math.nan,
            "ci_hi": math.nan, "p": math.nan, "n_rounds": len(kept), "first_round": math.nan,
            "last_round": math.nan, "first": math.nan, "last": math.nan, "n_boot": 0,
            "n_episodes": int(res.analysis(runs[0].name).attrs.get("n_episodes", 0))}
     if len(kept) >= 3:
-        x = kept["round"].to_numpy(float)
-        _, boot, _ = _unit_rounds(res, runs, cond)
-        row.update(slope=float(_slope(x, kept["mean"].to_numpy())), first_round=int(x[0]),
-                   last_round=int(x[-1]), first=float(kept["mean"].iloc[0]), last=float(kept["mean"].iloc[-1]))
+        x = kept + 1.0  # rounds are 1-based on the pages
+        row.update(slope=float(_slope(x, value[kept])), first_round=int(x[0]), last_round=int(x[-1]),
+                   first=float(value[kept[0]]), last=float(value[kept[-1]]))
         if boot is not None:
-            b = boot[:, x.astype(int) - 1]
+            b = boot[:, kept]
             slopes = _slope(x, b[np.isfinite(b).all(axis=1)])
             lo, hi = stats.bootstrap_interval(slopes)
             row.update(ci_lo=lo, ci_hi=hi, p=stats.bootstrap_p(slopes), n_boot=int(slopes.size))

@@ -104,7 +104,7 @@ def test_a_rounds_r2_is_its_mse_over_the_test_sets_variance_and_they_average_to_
     yt = Y[te, 0]
     for r in range(3):
         m = rnd == r
-        grid = resampled_r2(r2, loss, sizes, np.ones((1, m.any() * 1)), drawn=np.array([r]))[0]
+        grid = resampled_r2(r2, loss, sizes, np.ones((1, 1)), drawn=np.array([r]))[0]
         for l in range(2):
             pred = Ridge(alpha=2.0).fit(X[tr, l], Y[tr, 0]).predict(X[te, l])
             hand = 1 - np.mean(((yt[m] - pred[m]) ** 2).mean(0) / yt.var(0))
