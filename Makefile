@@ -38,11 +38,13 @@ test: venv browser
 book: venv
 	$(VENV)/bin/synclib run --config $(CONFIG) $(ARGS)
 
-# JupyterLab on the notebooks: the .md text notebooks open as notebooks (jupytext), with a kernel
-# that imports synclib; a notebook finds the run's results from any folder (results_dir is
-# relative to the repository). Headless: make lab LAB_ARGS=--no-browser
+# JupyterLab on the repository, opened at notebooks/: the .md text notebooks open as notebooks
+# (jupytext), with a kernel that imports synclib; results/ and book/ are in its file browser; a
+# notebook finds the run's results from any folder (results_dir is relative to the repository).
+# Headless: make lab LAB_ARGS=--no-browser
 lab: venv
-	$(VENV)/bin/jupyter lab --notebook-dir=. $$(test "$$(id -u)" = 0 && echo --allow-root) $(LAB_ARGS) notebooks
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks \
+	  $$(test "$$(id -u)" = 0 && echo --allow-root) $(LAB_ARGS)
 
 # the CPU benchmarks quoted in the book (bench/results/*.json).  The paper-shaped analysis
 # benchmark alone took about 18 minutes on 2 cores and needs about 18 GiB of temporary disk.

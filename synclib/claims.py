@@ -82,6 +82,8 @@ def synchrony(res, published: dict) -> Claim:
     pairs = "; ".join(f"{r.pair} {_f(r.mean)}" for r in sync.itertuples())
     iv = power.episode_interval(res, "genuine")
     text = f"{_who(res)} genuine SyncR² {pairs} (per pair, the mean of its directional values)"
+    if not np.isfinite(sync["mean"]).any():
+        return Claim("fig2", what, "cannot", "this run has no genuine SyncR² (too few samples to fit the maps).")
     if not np.isfinite(iv["ci_lo"]):
         return Claim("fig2", what, "partly", text + "; no resamples of episodes in this run's analyses, so no test.")
     verdict = "can" if iv["ci_lo"] > 0 else "cannot"
@@ -130,7 +132,8 @@ def lags(res, published: dict, table=None) -> Claim:
     if not len(rows):
         return Claim("fig3_4", what, "cannot", "this run has no lagged condition.")
     parts = [_control_line(res, table, c, "fig3_4", "", None) for c in rows["control"]]
-    verdict = "can" if all(p.verdict == "can" for p in parts) else "partly"
+    verdict = ("can" if all(p.verdict == "can" for p in parts) else
+               "cannot" if all(p.verdict == "cannot" for p in parts) else "partly")
     text = "; ".join(f"{c}: {p.text.rstrip('.')}" for c, p in zip(rows["control"], parts))
     return Claim("fig3_4", what, verdict, text + ".")
 
@@ -155,7 +158,8 @@ def relationships(res, published: dict) -> Claim:
     what = "SyncR² rises with relationship closeness (section 4.3, figure 5)"
     t = res.relationship_table()
     if t.empty:
-        return Claim("fig5", what, "cannot", "this run has no relationship analysis.")
+        return Claim("fig5", what, "cannot", "no category has a SyncR² in this run (too few samples to fit the maps)."
+                     if t.attrs.get("present") else "this run has no relationship analysis.")
     c = res.relationship_closeness(t)
     scen = res.relationship_scenarios()
     few = {k: v for k, v in scen.items() if v < 3}
@@ -203,6 +207,9 @@ def clipping(res, published: dict) -> Claim:
     if paper.empty:
         return Claim("fig8", what, "cannot", "this run's analyses have no unclipped SyncR².")
     s = res.clipping_summary(paper)
+    if not s["n_pairs"]:
+        return Claim("fig8", what, "cannot", "this run has no SyncR² at the paper's penalty (too few samples to fit "
+                                             "the maps).")
     text = (f"at the paper's λ = {s['alpha']:g}, keeping negatives takes the mean SyncR² over pairs from "
             f"{_f(s['clipped'])} to {_f(s['kept'])} and its standard error by a factor of {_f(s['se_ratio'], 1)} "
             "(median over pairs); no test: the unclipped value can never exceed the clipped one, so the size "
@@ -223,6 +230,9 @@ def sample_size(res, published: dict) -> Claim:
     n = res.sample_counts()
     gen = n[n["condition"] == "genuine"]
     what = f"Little gain beyond {f9.get('n_samples', 6500):,} samples per dataset (appendix D, figure 9)"
+    if gen.empty and res.runs_with("n_train"):
+        return Claim("fig9", what, "cannot", "no genuine dataset of this run could be split into training and test "
+                                             "samples (too few samples).")
     if gen.empty:
         return Claim("fig9", what, "cannot", "this run's analyses record no sample counts.")
     total = int(round((gen["n_train"] + gen["n_test"]).max()))
@@ -242,6 +252,9 @@ def _setting_claim(res, key: str, setting: str, what: str, missing: str) -> Clai
     paper finds them about the same; a run speaks to that where it finds a difference, or where it
     would detect one of :data:`EQUIVALENCE_MARGIN` and finds none."""
     d = power.setting_test(res, setting)
+    if d["n"] < 2 and res.runs_with(power.SETTINGS[setting][0]):
+        return Claim(key, what, "cannot", f"{d['n']} paired value(s) here, too few for a test (too few samples to "
+                                          "fit the maps).")
     if d["n"] < 2:
         return Claim(key, what, "cannot", missing)
     quantity = power.SETTINGS[setting][2]
@@ -274,6 +287,8 @@ def tom(res, published: dict) -> Claim:
     t = power.tom_tests(res)
     if t.empty:
         return Claim("fig11", what, "cannot", "this run has no ToM decoding.")
+    if not np.isfinite(t["mean"].astype(float)).any():
+        return Claim("fig11", what, "cannot", "no decoder could be fitted in this run (too few ToM samples).")
     ok = t[(t["p"] < 0.05) & (t["mean"] > 0)]
     parts = [f"{r.target} from {r.relation} {_f(r.mean, 3)} ({_p(r.p)})" for r in t.itertuples()]
     text = (f"{len(ok)} of {len(t)} decoders beat the train-mean baseline at p < 0.05 (baseline minus decoder test "

@@ -14,11 +14,14 @@ other's current one.  :func:`figure1` returns the three parts from a results dir
     representation moves from turn to turn, layer by layer).
 ``scatter``
     One map of the genuine A->B dataset, the one the analysis found best (the source layer
-    whose best target layer has the highest seed-mean test R²): refitted on split seed 0 with
+    whose best target layer has the highest seed-mean test R²): refitted on the first split seed
+    that fitted it (seed 0 unless that split was not possible) with
     the analysis' split and penalty, its test predictions against the partner's actual next
     states, both projected on the target layer's first principal component over the training
     targets.  ``info["r2"]`` is the refitted map's test R², which equals the analysis' own
-    value for that layer pair and split (a test checks it).
+    value for that layer pair and split (a test checks it).  Where the analysis fitted no
+    genuine A->B map (too few samples to split), the scatter is empty, ``info["fitted"]`` is
+    False and ``info["reason"]`` says why.
 """
 from __future__ import annotations
 
@@ -44,7 +47,16 @@ class Figure1:
     turns: pd.DataFrame     # utterance, speaker, text
     states: pd.DataFrame    # agent, layer (1-based), utterance, value
     scatter: pd.DataFrame   # actual, predicted (first principal component), episode
-    info: dict = field(default_factory=dict)  # run, episode, task, sim_seed, src_layer, tgt_layer (1-based), r2, ...
+    info: dict = field(default_factory=dict)  # run, episode, task, sim_seed, fitted, src_layer, tgt_layer (1-based), r2, ...
+
+    @property
+    def scatter_title(self) -> str:
+        """The scatter's title: the layer pair and split drawn, or that none was fitted."""
+        i = self.info
+        if not i.get("fitted"):
+            return "No A→B map was fitted in this run"
+        return (f"Agent 1 layer {i['src_layer']} → agent 2 layer {i['tgt_layer']}, test samples of split seed "
+                f"{i['split_seed']}")
 
 
 def _first_pc(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -95,13 +107,33 @@ def _states(cube: xr.Dataset, e: int, s: int) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["agent", "layer", "utterance", "value"])
 
 
+#: the scatter's columns (empty when no map was fitted)
+SCATTER_COLUMNS = ["actual", "predicted", "episode"]
+
+
+def _not_fitted(ana: xr.Dataset) -> str:
+    """Why the run has no genuine A->B map, from the analysis' counts and its first note."""
+    gen = dict(condition="genuine", direction="A->B")
+    n = int(ana["n_available"].sel(**gen)) if "n_available" in ana else 0
+    note = next((line for line in str(ana.attrs.get("notes", "")).splitlines()
+                 if line.startswith("genuine A->B split")), "")
+    why = note.split("not split (", 1)[1].rsplit("); left NaN", 1)[0] if "not split (" in note else ""
+    return (f"the genuine A→B dataset holds {n} samples, and no split seed could fit a map"
+            + (f" ({why})" if why else ""))
+
+
 def _best_map(res, run: str, cube: xr.Dataset) -> tuple[pd.DataFrame, dict]:
+    """The scatter of the run's best genuine A->B map (module doc) and what it was drawn from;
+    an empty scatter and ``info["fitted"] = False`` with the reason where no map was fitted."""
     ana = res.analysis(run)
     grid = ana["r2_mean"].sel(condition="genuine", direction="A->B").to_numpy()
+    per_seed = ana["r2"].sel(condition="genuine", direction="A->B").to_numpy()  # (split_seed, L, L)
+    if not np.isfinite(grid).any():
+        return pd.DataFrame(columns=SCATTER_COLUMNS), {"fitted": False, "reason": _not_fitted(ana)}
     best = np.nanmax(np.where(np.isnan(grid), -np.inf, grid), axis=1)
     src = int(np.argmax(best))
     tgt = int(np.nanargmax(grid[src]))
-    seed = int(ana["split_seed"].values[0])
+    seed = int(ana["split_seed"].values[int(np.flatnonzero(np.isfinite(per_seed[:, src, tgt]))[0])])
     samples = build_dataset(cube, "A->B")
     n = int(ana.attrs.get("n_samples", -1))
     train, test, _ = episode_split(samples.episode, None if n < 0 else n, seed, n_groups=cube.sizes["episode"])
@@ -118,7 +150,7 @@ def _best_map(res, run: str, cube: xr.Dataset) -> tuple[pd.DataFrame, dict]:
     mu, v = _first_pc(Ys[:ntr].numpy())
     scatter = pd.DataFrame({"actual": (actual - mu) @ v, "predicted": (pred - mu) @ v,
                             "episode": samples.episode[test]})
-    info = {"src_layer": src + 1, "tgt_layer": tgt + 1, "split_seed": seed, "alpha": alpha, "r2": r2,
+    info = {"fitted": True, "src_layer": src + 1, "tgt_layer": tgt + 1, "split_seed": seed, "alpha": alpha, "r2": r2,
             "analysis_r2": float(ana["r2"].sel(condition="genuine", direction="A->B", split_seed=seed)
                                  .values[src, tgt]),
             "r2_mean": float(grid[src, tgt]), "n_train": ntr, "n_test": len(test)}
@@ -149,5 +181,6 @@ def figure1(res, run: str | None = None, n_turns: int = 4) -> Figure1:
                 task=str(cube["codename"].values[e]) if "codename" in cube.coords else "",
                 utterances=int(cube["n_utterances"].values[e, s]),
                 model_a=str(res.run(run).model_a), model_b=str(res.run(run).model_b))
-    info["rounded_equal"] = math.isclose(info["r2"], info["analysis_r2"], abs_tol=1e-3)
+    if info["fitted"]:
+        info["rounded_equal"] = math.isclose(info["r2"], info["analysis_r2"], abs_tol=1e-3)
     return Figure1(_turns(cube, e, s, n_turns), _states(cube, e, s), scatter, info)

@@ -8,7 +8,7 @@ copies in ``book/executed/``.
 Command lines (:mod:`synclib.cli.notebooks`)::
 
     # chosen notebooks (all without names) against a results directory -> RESULTS/executed/
-    synclib notebooks --results results/embedded fig02 fig09 -p ability_scores my_scores.csv
+    synclib notebooks --results results/embedded fig02 fig06 -p ability_scores my_scores.csv
     # one notebook, as the main job and the tests run it
     python -m synclib.cli.notebooks notebooks/fig02_heatmaps.md out.ipynb -p results_dir results/embedded
     # papermill itself reads .ipynb only: pipe the text notebook through jupytext
@@ -17,13 +17,16 @@ Command lines (:mod:`synclib.cli.notebooks`)::
 from __future__ import annotations
 
 import os
+import re
+import sys
 import tempfile
+import traceback
 from pathlib import Path
 
 from synclib.paths import NOTEBOOK_DIR
 
-__all__ = ["setup", "check_parameters", "refuse_unknown_parameters", "NotebookParameterError", "execute", "read",
-           "parameters", "parameter_table", "parameters_markdown", "figure_notebooks"]
+__all__ = ["setup", "check_parameters", "refuse_unknown_parameters", "NotebookParameterError", "NotebookFailed",
+           "failure", "execute", "read", "parameters", "parameter_table", "parameters_markdown", "figure_notebooks"]
 
 #: how many notebooks a local run executes at once, each in a kernel of its own: a kernel spends
 #: most of its time on one core (start-up, pandas, plotting), so on 2 cores two at a time take
@@ -42,6 +45,19 @@ class NotebookParameterError(ValueError):
 
     def _render_traceback_(self) -> list[str]:
         return [f"synclib: {self}"]
+
+
+class NotebookFailed(RuntimeError):
+    """A notebook a cell of which raised: the message is one line (the notebook, the cell, the
+    exception, where the executed copy is kept; :func:`failure`), ``details`` the cell's full
+    traceback, for a log."""
+
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.details = details
+
+    def __reduce__(self):  # crosses processes (a Dask worker) with its details
+        return type(self), (str(self), self.details)
 
 
 def figure_notebooks() -> list[Path]:
@@ -74,7 +90,8 @@ def setup(results_dir, **params):
 
     from synclib import plots, report, results
 
-    refuse_unknown_parameters()
+    if refuse_unknown_parameters():
+        short_tracebacks()
     try:
         res = results.load_results(results_dir)
     except results.ResultsError as exc:
@@ -98,15 +115,15 @@ def _assigned(source: str) -> set[str]:
             if isinstance(t, ast.Name)}
 
 
-def refuse_unknown_parameters() -> None:
+def refuse_unknown_parameters() -> bool:
     """Every notebook's first check (:func:`setup` calls it): a name papermill injected (its
     ``# Parameters`` cell) that the notebook's own parameters cell does not declare is a
     misspelling; refuse it, listing the declared ones (papermill only warns and runs with the
-    default)."""
+    default).  Returns whether papermill injected parameters (the notebook runs under it)."""
     try:
         from IPython import get_ipython
     except ImportError:  # pragma: no cover - IPython comes with the book extra
-        return
+        return False
     ip = get_ipython()
     cells = list(ip.user_ns.get("In") or []) if ip is not None else []
     own = [c for c in cells if c.startswith(PARAMETERS_HEADER)]
@@ -117,6 +134,92 @@ def refuse_unknown_parameters() -> None:
         if unknown:
             raise NotebookParameterError(f"unknown parameter {unknown[0]!r}: this notebook's parameters are "
                                          f"{', '.join(sorted(declared))}")
+    return bool(injected)
+
+
+#: the second line of a failing cell's error output under papermill (:func:`short_tracebacks`)
+TRACEBACK_NOTE = "(the full traceback is in this cell's stderr output above)"
+
+
+def _where(tb) -> str:
+    """Where ``tb`` went wrong: the cell's own line, then the innermost frame in synclib (else the
+    innermost at all; an installed package's path from the package on), as
+    ```line``` -> file:line in function``."""
+    from synclib.paths import display
+
+    frames = traceback.extract_tb(tb)
+    cell = next((f for f in frames if f.name == "<module>"), None)  # a cell runs as a module's code
+    home = str(Path(__file__).resolve().parent) + os.sep
+    ours = [f for f in frames if str(Path(f.filename).resolve()).startswith(home)]
+    f = (ours or frames[-1:] or [None])[-1]
+    path = display(f.filename).split("site-packages" + os.sep)[-1] if f is not None else ""  # pandas/core/...
+    parts = [f"`{cell.line}`" if cell is not None and cell.line else "",
+             f"{path}:{f.lineno} in {f.name}" if f is not None and f is not cell else ""]
+    return " -> ".join(p for p in parts if p)
+
+
+def short_tracebacks() -> None:
+    """In a kernel papermill drives (:func:`setup` calls it there): a cell that raises reports
+    two lines, the exception with where it happened (:func:`_where`) and :data:`TRACEBACK_NOTE`,
+    and prints the full traceback to the cell's stderr, where the executed notebook keeps it.  So
+    papermill's message, and the line ``synclib run`` prints (:func:`failure`), stay short.
+    JupyterLab keeps IPython's tracebacks."""
+    from IPython import get_ipython
+
+    def handler(shell, etype, value, tb, tb_offset=None):
+        if hasattr(value, "_render_traceback_"):  # synclib's own one-line refusals
+            stb = value._render_traceback_()
+        else:
+            print("".join(traceback.format_exception(etype, value, tb)), file=sys.stderr, end="", flush=True)
+            where = _where(tb)
+            stb = [f"{etype.__name__}: {(str(value).splitlines() or [''])[0]}" + (f", at {where}" if where else ""),
+                   TRACEBACK_NOTE]
+        shell._showtraceback(etype, value, stb)  # the cell's error output (IPython leaves it to the handler)
+        return stb
+
+    ip = get_ipython()
+    if ip is not None:
+        ip.set_custom_exc((Exception,), handler)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def failure(exc, executed) -> tuple[str, str]:
+    """A notebook's failure (``exc``: papermill's ``PapermillExecutionError``; ``executed``: the
+    executed notebook papermill wrote) in one line and in full.
+
+    Returns
+    -------
+    line : str
+        ``cell In [N] raised NAME: message, at `the cell's line` -> synclib/FILE:LINE in FUNCTION;
+        the executed notebook is PATH`` (:func:`short_tracebacks`; without it, the cell's first
+        line of code stands for where)
+    details : str
+        The cell's stderr (the full traceback) and its error output, without terminal colours:
+        for a log.
+    """
+    import nbformat
+
+    from synclib.paths import display
+
+    tb = [_ANSI.sub("", t) for t in (exc.traceback or [])]
+    if len(tb) == 2 and tb[1] == TRACEBACK_NOTE:
+        what = tb[0]
+    else:
+        src = next((ln.strip() for ln in str(exc.source or "").splitlines()
+                    if ln.strip() and not ln.lstrip().startswith("#")), "")
+        what = f"{exc.ename}: {(str(exc.evalue).splitlines() or [''])[0]}, in the cell starting `{src}`"
+    line = f"cell In [{exc.exec_count}] raised {what}; the executed notebook is {display(executed)}"
+    details = []
+    try:
+        cells = [c for c in nbformat.read(str(executed), as_version=4).cells
+                 if c.cell_type == "code" and c.get("execution_count") == exc.exec_count]
+        details = [o.get("text", "") for c in cells[-1:] for o in c.get("outputs", []) if o.get("name") == "stderr"]
+    except (OSError, ValueError):
+        pass
+    details.append("\n".join(tb))
+    return line, _ANSI.sub("", "\n".join(d for d in details if d)).strip()
 
 
 def check_parameters(res, **params) -> None:

@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 import time
+import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,9 +38,9 @@ from synclib.config import STEPS, ConfigError, keys_of_step
 from synclib.datasets import TASK_SETS
 from synclib.paths import (BENCH_RESULTS, BUILD_DIR, EXECUTED_DIR, GENERATED_DIR,
                            REPO_ROOT, display)
-from synclib.notebook import AT_ONCE, figure_notebooks
+from synclib.notebook import AT_ONCE, NotebookFailed, figure_notebooks
 from synclib.memory import PeakRSS, die_with_parent, huge_pages_in_children, release_free_memory
-from synclib.plan import wall_seconds
+from synclib.plan import duration_text, wall_seconds
 from synclib.stamps import mark_done, read_stamp, stamp_path, up_to_date
 
 
@@ -94,6 +95,19 @@ def log_event(log: Path | None, job: str, event: str, **info) -> None:
         f.write(line + "\n")
 
 
+class JobFailed(RuntimeError):
+    """A job of the run raised: one line naming the job, what it raised and where the full
+    traceback is (the run's log, :func:`log_event`)."""
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception in one line: a notebook's own line (:class:`synclib.notebook.NotebookFailed`),
+    else its type and the first line of its message."""
+    if isinstance(exc, NotebookFailed):
+        return str(exc)
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+
+
 @dataclass(frozen=True)
 class Job:
     """One node of the run graph: ``func(*deps_results)`` produces ``output``.
@@ -131,9 +145,12 @@ class Job:
         if not isolate:  # in this process: what the previous job left (cycles, free heap pages) goes first
             gc.collect()
             release_free_memory()
-        with PeakRSS(tree=isolate) as rss:
-            # a dict of facts for the stamp (e.g. engine counters), or None
-            extra = run_in_child(self.func, dep_outputs) if isolate else self.func(*dep_outputs)
+        try:
+            with PeakRSS(tree=isolate) as rss:
+                # a dict of facts for the stamp (e.g. engine counters), or None
+                extra = run_in_child(self.func, dep_outputs) if isolate else self.func(*dep_outputs)
+        except Exception as exc:
+            self._fail(exc, time.perf_counter() - t0)
         dt = time.perf_counter() - t0
         info = {"seconds": round(dt, 1), **(extra if isinstance(extra, dict) else {})}
         if rss.bytes is not None and heavy:
@@ -148,6 +165,14 @@ class Job:
               + (f", peak memory {info['peak_rss_gib']} GiB" if "peak_rss_gib" in info else "")
               + (f", peak GPU memory {peak} GiB" if peak is not None else "") + left, flush=True)
         return str(self.output)
+
+    def _fail(self, exc: Exception, seconds: float):
+        """Log ``exc`` with its full traceback and raise it again as one line (:class:`JobFailed`)."""
+        line = _one_line(exc)
+        log_event(self.log, self.key, "failed", seconds=round(seconds, 1), error=line,
+                  traceback=getattr(exc, "details", "") or traceback.format_exc())
+        where = f"; the full traceback is in {display(self.log)}" if self.log is not None else ""
+        raise JobFailed(f"{self.key} failed after {seconds:.0f} s: {line}{where}") from exc
 
 
 #: the jobs that load models or whole cubes.  A local run gives each its own child process
@@ -219,7 +244,7 @@ class _RunClock:
         scale = (sum(self.done[k] for k in known) / sum(self.estimate[k] for k in known)) if known else 1.0
         scale = min(max(scale, 0.5), 2.0)  # a resumed or cached job says little about the rest
         left = scale * wall_seconds((k, self.estimate[k]) for k in todo)
-        return f"; {len(todo)} step(s) left, about {max(1, round(left / 60))} min"
+        return f"; {len(todo)} step(s) left, about {duration_text(left)}"
 
 
 #: the running job graph's clock (set by :func:`clocked` for in-process runs)
@@ -387,16 +412,38 @@ NOTEBOOK_FILES = {"ability_scores": "ability_scores", "human_ratings": "ratings"
                   "human_judge_scores": "judge_scores"}
 
 
+def failed_notebook(results_dir: str | Path, stem: str) -> Path:
+    """Where a run keeps the executed copy of a notebook that failed, for inspection (until the
+    next run starts: :func:`clear_failed`)."""
+    return Path(results_dir) / "failed" / f"{stem}.ipynb"
+
+
+def clear_failed(results_dir: str | Path) -> None:
+    """Forget the notebooks an earlier run kept as failed (``synclib run`` does it as it starts)."""
+    import shutil
+
+    shutil.rmtree(failed_notebook(results_dir, "x").parent, ignore_errors=True)
+
+
 def step_notebook(cfg: dict, nb: Path, out: Path, manifest: str) -> None:
-    from synclib.notebook import execute
-    from synclib.paths import display
+    from papermill.exceptions import PapermillExecutionError
+
+    from synclib.notebook import execute, failure
 
     params = {"results_dir": display(Path(manifest).parent)}
     for key, param in NOTEBOOK_FILES.items():  # execute() drops those a notebook has no parameter for
         path = cfg["notebooks"].get(key)
         params[param] = display(path) if path else None
     tmp = out.with_name(out.stem + ".tmp.ipynb")
-    execute(nb, tmp, params)
+    kept = failed_notebook(Path(manifest).parent, nb.stem)
+    try:
+        execute(nb, tmp, params)
+    except PapermillExecutionError as exc:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, kept)
+        line, details = failure(exc, kept)
+        raise NotebookFailed(line, details) from None
+    kept.unlink(missing_ok=True)
     os.replace(tmp, out)
 
 

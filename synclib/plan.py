@@ -218,7 +218,7 @@ def plan_summary(rows: list[JobPlan]) -> str:
     known = [r for r in todo if r.seconds is not None]
     text = f"{len(todo)} of {len(rows)} jobs will run"
     if known:
-        text += (f"; about {wall_seconds((r.key, r.seconds) for r in known) / 60:.0f} min"
+        text += (f"; about {duration_text(wall_seconds((r.key, r.seconds) for r in known))}"
                  + (f" for the {len(known)} with an estimate" if len(known) < len(todo) else ""))
     peaks = [r.peak_gib for r in todo if r.peak_gib]
     if peaks:
@@ -236,10 +236,16 @@ def _size(b: float | None) -> str:
     return "?"
 
 
-def _minutes(secs: float) -> str:
+def duration_text(secs: float) -> str:
+    """A time to come, as a person says it: ``"5 s"`` (to 5 s) under 90 s, ``"12 min"``, ``"1.5 h"``
+    from 90 minutes."""
     if secs < 90:
-        return f"~{secs:.0f} s"
-    return f"~{secs / 3600:.1f} h" if secs >= 5400 else f"~{secs / 60:.0f} min"
+        return f"{max(5, 5 * round(secs / 5)):.0f} s"
+    return f"{secs / 3600:.1f} h" if secs >= 5400 else f"{secs / 60:.0f} min"
+
+
+def _minutes(secs: float) -> str:
+    return "~" + duration_text(secs)
 
 
 def format_plan(rows: list[JobPlan], cfg: dict | None = None) -> str:

@@ -524,6 +524,7 @@ def state_heatmaps(frame: pd.DataFrame, title: str, width: int = 250) -> alt.Cha
 
 
 @_placeholder_if_empty
+@_placeholder_if_empty
 def prediction_scatter(frame: pd.DataFrame, title: str, x_title: str, y_title: str, size: int = 300) -> alt.LayerChart:
     """Figure 1 (3): a map's test predictions against the actual states (``actual``,
     ``predicted``; ``episode`` on hover), with the identity line."""

@@ -392,10 +392,11 @@ def _pooled_resamples(results, conditions, quantity, runs=None) -> tuple[float, 
         n_ep = n_ep or int(ds.attrs.get("n_episodes", 0))
     if not boots:
         return math.nan, np.array([]), n_ep
-    with warnings.catch_warnings():
+    with warnings.catch_warnings():  # runs without a value (too few samples to fit): NaN
         warnings.simplefilter("ignore", RuntimeWarning)
         b = np.nanmean(np.concatenate(boots), axis=0)                                          # (B,)
-    return float(np.nanmean(np.concatenate(vals))), b[np.isfinite(b)], n_ep
+        value = float(np.nanmean(np.concatenate(vals)))
+    return value, b[np.isfinite(b)], n_ep
 
 
 def episode_test(results, control: str, runs=None) -> dict:

@@ -46,15 +46,27 @@ def banner(res) -> str:
     return ""
 
 
-def _empty(what: str, var: str) -> str:
+def _empty(what: str, var: str, table: pd.DataFrame | None = None) -> str:
+    """Why a table has nothing to show: the analyses lack ``var``, or (``table.attrs["present"]``,
+    set by :class:`synclib.results.Results`) they have it but no value could be computed."""
+    if table is not None and table.attrs.get("present"):
+        return (f"This run's analyses hold the {what} (`{var}`), but none of its values could be computed (too few "
+                "samples to fit the maps), so there is nothing to compare.")
     return (f"This run has no {what} (the analysis files lack `{var}`), so there is nothing "
             "to compare; enable it in the run configuration and re-run `make book`.")
 
 
 # --------------------------------------------------------------------------- figure 1
 def sentence_fig1(fig, published: dict, embedded: bool) -> str:
-    """What figure 1's map is (:func:`synclib.illustrate.figure1`), with the paper's caption."""
+    """What figure 1's map is (:func:`synclib.illustrate.figure1`), or why the run has none, with
+    the paper's caption."""
     i = fig.info
+    p = published["fig1"]
+    if not i["fitted"]:
+        return (f"No map is drawn: {i['reason']}. A run with more samples per dataset (more tasks or seeds, longer "
+                "dialogs, or `analysis.n_samples: null`, which splits all samples 80/20 by episode) fits one; "
+                "`synclib run --dry-run` prints how many samples each dataset will have."
+                + _paper(p, p["caption"]))
     same = ("the analysis' own value for this layer pair and split" if i["rounded_equal"]
             else "which differs from the analysis' value for this layer pair and split")
     s = (f"The ridge map from agent 1's layer {i['src_layer']} to agent 2's layer {i['tgt_layer']} (the A→B layer "
@@ -66,7 +78,6 @@ def sentence_fig1(fig, published: dict, embedded: bool) -> str:
          f"({i['analysis_r2']:.3f}). SyncR² (figure 2) takes each source layer's best target like this one, clips at "
          "0 and averages over layers, directions and speaking orders."
          + (" These are the embedded tiny models, not the paper's." if embedded else ""))
-    p = published["fig1"]
     return s + _paper(p, p["caption"])
 
 
@@ -74,6 +85,10 @@ def sentence_fig1(fig, published: dict, embedded: bool) -> str:
 def sentence_fig2(frames: dict[str, pd.DataFrame], published: dict, direction: str) -> str:
     """Mean best-target R² per pair and the share of negative cells."""
     parts, neg, total = [], 0, 0
+    frames = {name: f[f["r2"].astype(float).notna()] for name, f in frames.items()}
+    if not any(len(f) for f in frames.values()):
+        return (f"No layer pair has a test R² in this run ({direction}): too few samples to fit a map."
+                + _paper(published["fig2"], published["fig2"]["claim"]))
     for name, f in frames.items():
         best = f.loc[f["best"], "r2"]
         parts.append(f"{_f(best.mean())} ({name})")
@@ -95,7 +110,7 @@ def sentence_generalisation(summary: pd.DataFrame, published: dict, embedded: bo
     p = published["fig2"]
     paper = _paper({"source": p.get("generalisation_source", p.get("source"))}, p.get("generalisation", p["claim"]))
     if summary.empty:
-        return _empty("training R² of the maps", "train_r2") + paper
+        return _empty("training R² of the maps", "train_r2", summary) + paper
     parts = []
     for _, r in summary.iterrows():
         n = (f", on a mean of {_f(r['n_train'], 0)} training and {_f(r['n_test'], 0)} test samples per dataset"
@@ -114,6 +129,10 @@ def sentence_generalisation(summary: pd.DataFrame, published: dict, embedded: bo
 def _versus(sync: pd.DataFrame, other: pd.DataFrame, what: str,
             where: str = "the tests are in the table above and the claims below") -> str:
     m = sync[["pair", "mean"]].merge(other[["pair", "mean"]], on="pair", suffixes=("_g", "_c"))
+    m = m[np.isfinite(m["mean_g"]) & np.isfinite(m["mean_c"])]
+    if m.empty:
+        return (f"No pair of this run has a SyncR² both genuine and with {what} (too few samples to fit the maps), "
+                "so they cannot be compared.")
     lower = int((m["mean_c"] < m["mean_g"]).sum())
     return (f"With {what} SyncR² is lower than in the genuine interaction for {lower} of {len(m)} "
             f"pairs (the mean over pairs of each pair's SyncR²: {_f(m['mean_g'].mean())} genuine vs "
@@ -133,11 +152,13 @@ def sentence_controls(control: pd.DataFrame, lag: pd.DataFrame, sync: pd.DataFra
         s1 += (" " + _versus(sync, shuffled, "the shuffled control (training targets permuted "
                              "within each dialog, the paper's code's control)"))
     kmax = int(lag["k"].max()) if len(lag) else 0
-    if kmax > 0:
-        k0 = lag[lag["k"] == 0]["mean"].mean()
-        kk = lag[lag["k"] == kmax]["mean"].mean()
+    k0 = lag[lag["k"] == 0]["mean"].mean() if kmax > 0 else math.nan
+    kk = lag[lag["k"] == kmax]["mean"].mean() if kmax > 0 else math.nan
+    if kmax > 0 and np.isfinite(k0) and np.isfinite(kk):
         word = "falls" if kk < k0 else "rises"
         s2 = f" From lag k = 0 to k = {kmax}, the mean SyncR² over pairs {word} from {_f(k0)} to {_f(kk)}."
+    elif kmax > 0:
+        s2 = f" The run has lags up to k = {kmax}, but no SyncR² at lag 0 and k = {kmax} to compare (too few samples)."
     else:
         s2 = " This run has no lagged conditions."
     p = published["fig3_4"]
@@ -195,6 +216,8 @@ def sentence_rounds(rounds: pd.DataFrame, trend: pd.DataFrame, embedded: bool, s
     """Synchrony per round of the test episodes and its trend (:mod:`synclib.rounds`)."""
     from synclib.rounds import MIN_TEST_SAMPLES
 
+    if rounds.empty and rounds.attrs.get("has_rounds"):
+        return ("No round of the test episodes has a SyncR² in this run (too few samples to fit the maps).")
     if rounds.empty:
         return ("This run's analysis files lack `sync_r2_round` (they predate the scores per round): re-analyse "
                 "the cubes to add them.")
@@ -237,7 +260,7 @@ def sentence_relationship(table: pd.DataFrame, published: dict, res=None) -> str
 
     p = published["fig5"]
     if table.empty:
-        return _empty("relationship analysis", "relationship_sync_r2") + _paper(p, p["claim"])
+        return _empty("relationship analysis", "relationship_sync_r2", table) + _paper(p, p["claim"])
     means = table.groupby(["code", "relationship"])["sync"].agg(["mean", "count"]).reset_index()
     means = means.sort_values("code")
     parts = [f"{r.relationship} {_f(r['mean'])} (n = {r['count']})" for _, r in means.iterrows()]
@@ -352,12 +375,16 @@ def sentence_topk(topk: pd.DataFrame, cors: pd.DataFrame, published: dict) -> st
     """How top-k SyncR² changes with k, and the correlations that could be computed."""
     p = published["fig7"]
     if topk.empty:
-        return _empty("top-k sensitivity analysis", "sync_r2_topk") + _paper(p, p["claim"])
+        return _empty("top-k sensitivity analysis", "sync_r2_topk", topk) + _paper(p, p["claim"])
     parts = []
     for pair, t in topk.groupby("pair", sort=False):
         t = t.sort_values("k")
+        last, depths = int(t["k"].iloc[-1]), str(t["target_layers"].iloc[-1]) if "target_layers" in t else ""
+        of = (", all its partner's layers" if depths == str(last) else
+              f", of the partners' {depths} layers" if " and " in depths else
+              f", of its partner's {depths} layers" if depths else "")
         parts.append(f"{pair} from {_f(t['mean'].iloc[0])} (k = {int(t['k'].iloc[0])}) to {_f(t['mean'].iloc[-1])} "
-                     f"(k = {int(t['k'].iloc[-1])}, all its partner's layers)")
+                     f"(k = {last}{of})")
     s = ("Averaging the top k target layers instead of the best one changes each pair's SyncR²: "
          + "; ".join(parts) + ".")
     ok = cors.dropna(subset=["r"])
@@ -380,7 +407,7 @@ def sentence_clipping(table: pd.DataFrame, published: dict, res=None) -> str:
     ``table`` (:meth:`synclib.results.Results.clipping_table`): the paper's and the run's own."""
     p = published["fig8"]
     if table.empty:
-        return _empty("unclipped SyncR²", "sync_r2_noclip") + _paper(p, p["claim"])
+        return _empty("unclipped SyncR²", "sync_r2_noclip", table) + _paper(p, p["claim"])
     from synclib.results import Results
 
     names = {"paper": "At the paper's penalty λ = 0.1 (the paper's setting)",
@@ -396,7 +423,7 @@ def sentence_clipping(table: pd.DataFrame, published: dict, res=None) -> str:
                      + (": no source layer's best mean R² is negative there, so clipping changes nothing by "
                         "construction" if penalty == "run" and abs(s["kept"] - s["clipped"]) < 5e-4 else "") + ".")
     if not parts:
-        return _empty("unclipped SyncR²", "sync_r2_noclip") + _paper(p, p["claim"])
+        return _empty("unclipped SyncR²", "sync_r2_noclip", table) + _paper(p, p["claim"])
     return " ".join(parts) + _paper(p, p["claim"])
 
 
@@ -404,8 +431,9 @@ def sentence_clipping(table: pd.DataFrame, published: dict, res=None) -> str:
 def sentence_sample_size(table: pd.DataFrame, published: dict) -> str:
     """SyncR² at the smallest and largest training sizes, and the last step's gain."""
     p = published["fig9"]
+    table = table[np.isfinite(table["mean"].astype(float))]
     if table.empty:
-        return _empty("sample-size analysis", "sample_size_sync_r2") + _paper(p, p["claim"])
+        return _empty("sample-size analysis", "sample_size_sync_r2", table) + _paper(p, p["claim"])
     parts = []
     for pair, t in table.groupby("pair", sort=False):
         t = t.sort_values("n_samples")
@@ -415,7 +443,7 @@ def sentence_sample_size(table: pd.DataFrame, published: dict) -> str:
                 f"{_f(last['mean'])} with {int(last['n_samples'])}{full}")
         if len(t) > 1:
             prev = t.iloc[-2]
-            part += f" (the last step, from {int(prev['n_samples'])}, {last['mean'] - prev['mean']:+.3f})"
+            part += f" (the last step, from {int(prev['n_samples'])}, {_f(last['mean'] - prev['mean'], 3, sign=True)})"
         parts.append(part)
     return "SyncR² goes, " + "; ".join(parts) + "." + _paper(p, p["claim"])
 
@@ -495,11 +523,12 @@ def comparison_with_paper(ours: pd.DataFrame, entry: dict) -> pd.DataFrame:
 
 
 def wide_table(long: pd.DataFrame) -> pd.DataFrame:
-    """``label x setting`` table of ``mean ± se`` strings (for display)."""
-    cell = long.assign(value=[f"{m:.2f} ± {s:.2f}" if np.isfinite(s) else f"{m:.2f}"
+    """``label x setting`` table of ``mean ± se`` strings (for display); "n/a" where the run has
+    no value."""
+    cell = long.assign(value=[f"{m:.2f} ± {s:.2f}" if np.isfinite(m) and np.isfinite(s) else _f(m)
                               for m, s in zip(long["mean"], long["se"])])
     return cell.pivot(index="label", columns="setting", values="value").reindex(
-        index=list(dict.fromkeys(long["label"])), columns=list(dict.fromkeys(long["setting"])))
+        index=list(dict.fromkeys(long["label"])), columns=list(dict.fromkeys(long["setting"]))).fillna("n/a")
 
 
 def sentence_comparison(ours: pd.DataFrame, entry: dict, what: str, var: str,
@@ -512,9 +541,12 @@ def sentence_comparison(ours: pd.DataFrame, entry: dict, what: str, var: str,
     pub = "; ".join(f"{r['pair']} {r[a][0]:.2f} / {r[b][0]:.2f}" for r in entry["rows"])
     pub = f"{a} / {b}: {pub}."
     if ours.empty:
-        return _empty(what, var) + _paper(entry, pub)
+        return _empty(what, var, ours) + _paper(entry, pub)
     w = ours.pivot(index="pair", columns="setting", values="mean")
-    d = (w[b] - w[a]).dropna()
+    d = (w[b] - w[a]).dropna() if {a, b} <= set(w.columns) else pd.Series(dtype=float)
+    if d.empty:
+        return (f"No pair of this run has a {quantity} in both settings (too few samples to fit them), so there is "
+                "nothing to compare." + _paper(entry, pub))
     s = (f"{b.capitalize()} minus {a} {quantity} over our {len(d)} pairs: mean {d.mean():+.3f} "
          f"(from {d.min():+.3f} to {d.max():+.3f}); {int((d > 0).sum())} of {len(d)} pairs are "
          f"higher with the {b} setting.")
@@ -526,11 +558,13 @@ def sentence_tom(table: pd.DataFrame, published: dict) -> str:
     """How many decoders beat the train-mean baseline."""
     p = published["fig11"]
     if table.empty:
-        return _empty("Theory-of-Mind decoding", "tom_kl") + _paper(p, p["claim"])
+        return _empty("Theory-of-Mind decoding", "tom_kl", table) + _paper(p, p["claim"])
     keys = ["pair", "target", "relation"]
     dec = table[table["decoder_or_baseline"] == "decoder"].set_index(keys)["mean"]
     base = table[table["decoder_or_baseline"] == "baseline"].set_index(keys)["mean"]
     both = pd.concat({"dec": dec, "base": base}, axis=1).dropna()
+    if both.empty and not np.isfinite(dec.astype(float)).any():
+        return "No decoder could be fitted in this run (too few ToM samples)." + _paper(p, p["claim"])
     if both.empty:
         return ("This run has decoders but no baseline KL to compare with."
                 + _paper(p, p["claim"]))

@@ -253,6 +253,12 @@ class Results:
         """Names of the runs whose analysis has variable ``var``."""
         return [r.name for r in self.runs if var in self.analysis(r.name)]
 
+    def _holding(self, frame: pd.DataFrame, var: str) -> pd.DataFrame:
+        """``frame`` with ``attrs["present"]``: whether a run's analysis has ``var``, so that an
+        empty table can say why (no value could be computed, or the block was not run)."""
+        frame.attrs["present"] = bool(self.runs_with(var))
+        return frame
+
     def unit_info(self, runs: list[RunInfo], separate: bool = False) -> dict:
         """A table row's description of a unit: ``pair`` (or the run's name with ``separate``),
         ``family``, ``model_a``, ``model_b`` and ``orders`` (its ordered runs)."""
@@ -391,9 +397,8 @@ class Results:
                                   src_layer=t["src_layer"].astype(int) + offset,
                                   tgt_layer=t["tgt_layer"].astype(int) + offset,
                                   gap=t["train_r2"] - t["test_r2"], n_seeds=t["n_seeds"].astype(int)))
-        if not parts:
-            return pd.DataFrame(columns=cols)
-        return pd.concat(parts, ignore_index=True)[cols]
+        out = pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
+        return self._holding(out, "train_r2")
 
     def generalisation_summary(self, table: pd.DataFrame | None = None) -> pd.DataFrame:
         """Per ordered run, over the layer pairs of both directions of
@@ -414,8 +419,9 @@ class Results:
                          "gap_mean": float(sub["gap"].mean()), "share_positive": float((sub["test_r2"] > 0).mean()),
                          "n_train": float(c["n_train"].mean()) if len(c) else math.nan,
                          "n_test": float(c["n_test"].mean()) if len(c) else math.nan})
-        return pd.DataFrame(rows, columns=["run", "pair", "family", "layer_pairs", "train_median", "test_median",
-                                           "gap_median", "gap_mean", "share_positive", "n_train", "n_test"])
+        return self._holding(pd.DataFrame(rows, columns=["run", "pair", "family", "layer_pairs", "train_median",
+                                                         "test_median", "gap_median", "gap_mean", "share_positive",
+                                                         "n_train", "n_test"]), "train_r2")
 
     # ------------------------------------------------------------------ SyncR² summaries
     def _directional(self, runs: list[RunInfo], var: str, directions=None, **sel) -> tuple[np.ndarray, np.ndarray]:
@@ -681,16 +687,22 @@ class Results:
     def topk_table(self) -> pd.DataFrame:
         """Figure 7: per pair and k, SyncR² with the top-k target layers (clipped, as the
         reference; protocol correction 15), for every k that all the pair's directional values
-        have (up to the shallower target model's depth)."""
+        have (up to the shallower target model's depth).  ``target_layers``: the depths of the
+        pair's target models, e.g. ``"30"`` or ``"18 and 30"`` (a k equal to both is every layer
+        of the partner)."""
         rows = []
         for _, runs in self.units():
-            ks = self.analysis(runs[0].name)["sync_r2_topk"]["k"].values
+            ds = self.analysis(runs[0].name)
+            ks = ds["sync_r2_topk"]["k"].values
             n_dir = sum(self.analysis(r.name).sizes["direction"] for r in runs)
+            depths = sorted({int(ds.attrs[f"n_layers_{s}"]) for s in "ab" if f"n_layers_{s}" in ds.attrs})
             for k in ks:
                 v = self._unit_value(runs, "sync_r2_topk", condition="genuine", k=k)
                 if v["n_values"] == n_dir:  # k beyond a target model's depth is NaN: no mixed means
-                    rows.append({**self.unit_info(runs), "k": int(k), "mean": v["mean"], "se": v["se"]})
-        return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders", "k", "mean", "se"])
+                    rows.append({**self.unit_info(runs), "k": int(k), "mean": v["mean"], "se": v["se"],
+                                 "target_layers": " and ".join(map(str, depths))})
+        return self._holding(pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders", "k", "mean",
+                                                         "se", "target_layers"]), "sync_r2_topk")
 
     def topk_correlations(self) -> pd.DataFrame:
         """Figure 7: Pearson r of top-k SyncR² with social performance per family and k."""
@@ -731,8 +743,8 @@ class Results:
                     v = self._unit_value(runs, prefix + suffix, condition="genuine")
                     rows.append({**self.unit_info(runs), "penalty": penalty, "method": method, "mean": v["mean"],
                                  "se": v["se"]})
-        return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders", "penalty", "method",
-                                           "mean", "se"])
+        return self._holding(pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders", "penalty",
+                                                         "method", "mean", "se"]), "sync_r2_noclip")
 
     @staticmethod
     def clipping_summary(table: pd.DataFrame) -> dict:
@@ -787,8 +799,8 @@ class Results:
                     for v in vals[np.isfinite(vals)]:
                         rows.append({**self.unit_info(runs), "relationship": label,
                                      "code": codes.get(label, -1), "sync": float(v), "n_test": n_test})
-        return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders",
-                                           "relationship", "code", "sync", "n_test"])
+        return self._holding(pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders",
+                                                         "relationship", "code", "sync", "n_test"]), var)
 
     def relationship_closeness(self, table: pd.DataFrame | None = None) -> stats.Correlation:
         """Figure 5's test: Pearson r of closeness (the paper's five codes,
@@ -841,8 +853,8 @@ class Results:
                     v = self._unit_value(runs, "sync_r2", condition="genuine")
                     rows.append({**self.unit_info(runs), "n_samples": n, "mean": v["mean"], "se": v["se"],
                                  "point": "full run"})
-        return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders",
-                                           "n_samples", "mean", "se", "point"])
+        return self._holding(pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders",
+                                                         "n_samples", "mean", "se", "point"]), var)
 
     def comparison_table(self, var: str, settings: tuple[str, str]) -> pd.DataFrame:
         """Table 2: genuine SyncR² (clipped) against ``var`` per pair, both with the
@@ -856,8 +868,8 @@ class Results:
             for setting, v in ((settings[0], "sync_r2"), (settings[1], var)):
                 val = self._unit_value(runs, v, condition="genuine")
                 rows.append({**self.unit_info(runs), "setting": setting, "mean": val["mean"], "se": val["se"]})
-        return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders",
-                                           "setting", "mean", "se"])
+        return self._holding(pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders",
+                                                         "setting", "mean", "se"]), var)
 
     def _per_seed_pooled(self, runs, var: str, reduce=("layer_pair", "direction", "agent"), **sel) -> np.ndarray:
         """``var`` per split seed, averaged over ``reduce`` dims and over the runs."""
@@ -886,8 +898,8 @@ class Results:
                 m, s = stats.mean_se(self._per_seed_pooled(runs, var))
                 rows.append({**self.unit_info(runs), "setting": setting, "mean": m, "se": s,
                              "n_layer_pairs": n_lp})
-        return pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders", "setting",
-                                           "mean", "se", "n_layer_pairs"])
+        return self._holding(pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders", "setting",
+                                                         "mean", "se", "n_layer_pairs"]), "nonlinear_r2")
 
     def tom_table(self) -> pd.DataFrame:
         """Figure 11: test KL of the ToM decoders and of the train-mean baseline.
@@ -929,7 +941,7 @@ class Results:
                                      "panel": f"{name} · {target}", "decoder_or_baseline": kind,
                                      "mean": m, "se": s, "n_kept": counts["kept"],
                                      "n_dropped": counts["dropped"], **sizes, "filtered": filtered})
-        return pd.DataFrame(rows, columns=cols)
+        return self._holding(pd.DataFrame(rows, columns=cols), "tom_kl_best")
 
     def _tom_size(self, runs, var: str, **sel) -> float:
         """Mean of ``var`` (``tom_n_train`` or ``tom_n_test``) over the reading agents, split

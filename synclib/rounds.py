@@ -94,7 +94,8 @@ def round_table(res, conditions=None, separate: bool = False) -> pd.DataFrame:
         ``ci_hi`` (2.5 and 97.5 percentiles over the episode resamples; NaN without them),
         ``n_test`` (test samples of the round, mean over split seeds, runs and the directions
         that have the round)
-        and ``kept`` (``n_test >= MIN_TEST_SAMPLES``).  Empty without the per-round scores.
+        and ``kept`` (``n_test >= MIN_TEST_SAMPLES``).  Empty without the per-round scores, and
+        where no round was scored (too few samples): ``attrs["has_rounds"]`` tells which.
     """
     if not has_rounds(res):
         return pd.DataFrame(columns=ROUND_COLUMNS)
@@ -108,7 +109,9 @@ def round_table(res, conditions=None, separate: bool = False) -> pd.DataFrame:
                 rows.append({**res.unit_info(runs, separate), "condition": cond, "round": int(k) + 1,
                              "mean": float(value[k]), "ci_lo": lo, "ci_hi": hi, "n_test": float(n[k]),
                              "kept": bool(kept[k])})
-    return pd.DataFrame(rows, columns=ROUND_COLUMNS)
+    out = pd.DataFrame(rows, columns=ROUND_COLUMNS)
+    out.attrs["has_rounds"] = True  # the runs have the scores: an empty table means no round was scored
+    return out
 
 
 def _slope(x: np.ndarray, y: np.ndarray) -> np.ndarray:

@@ -75,9 +75,10 @@ def p_clause(p: float) -> str:
     return f"p {s}" if s.startswith("<") else f"p = {s}"
 
 
-def fmt(x, digits: int = 2) -> str:
-    """A number in a sentence: ``digits`` decimals, ``"n/a"`` when missing or not finite."""
-    return "n/a" if x is None or not np.isfinite(x) else f"{x:.{digits}f}"
+def fmt(x, digits: int = 2, sign: bool = False) -> str:
+    """A number in a sentence: ``digits`` decimals (with its sign, ``sign``), ``"n/a"`` when
+    missing or not finite."""
+    return "n/a" if x is None or not np.isfinite(x) else f"{x:{'+' if sign else ''}.{digits}f}"
 
 
 def mean_se(values, axis=None):

@@ -336,7 +336,8 @@ def synthetic_judge_table(cube: xr.Dataset, seed: int) -> pd.DataFrame:
 
 def build_synthetic_results(root: str | os.PathLike, pairs=SYNTHETIC_PAIRS, seed: int = 0,
                             cube_kwargs: dict | None = None,
-                            analyze_kwargs: dict | None = None, n_episodes: int = 20) -> Path:
+                            analyze_kwargs: dict | None = None, n_episodes: int = 20, n_seeds: int = 2,
+                            n_rounds: int = 6) -> Path:
     """Write a tiny results directory for tests: synthetic cubes, ``analyze``, random judge.
 
     Parameters
@@ -352,8 +353,9 @@ def build_synthetic_results(root: str | os.PathLike, pairs=SYNTHETIC_PAIRS, seed
         Extra arguments for :func:`synclib.synthetic.make_synthetic_cube` and
         :func:`synclib.analysis.analyze` (the latter on top of :data:`SYNTHETIC_ANALYSIS`;
         the ToM block is added when ``synclib.tom`` exists).
-    n_episodes : int
-        Episodes per cube (2 simulation seeds, 6 rounds each).
+    n_episodes, n_seeds, n_rounds : int
+        Episodes per cube, simulation seeds per episode and rounds per dialog (the dialogs end
+        between utterance ``min_utterances`` (``cube_kwargs``, default 4) and ``2 * n_rounds``).
 
     Returns
     -------
@@ -373,7 +375,7 @@ def build_synthetic_results(root: str | os.PathLike, pairs=SYNTHETIC_PAIRS, seed
     entries = []
     for i, (name, pair, order, model_a, model_b, family, coupling) in enumerate(pairs):
         (la, da), (lb, db) = SYNTHETIC_MODELS[model_a], SYNTHETIC_MODELS[model_b]
-        cube = make_synthetic_cube(n_episodes=n_episodes, n_seeds=2, n_rounds=6, layers_a=la,
+        cube = make_synthetic_cube(n_episodes=n_episodes, n_seeds=n_seeds, n_rounds=n_rounds, layers_a=la,
                                    dim_a=da, layers_b=lb, dim_b=db, coupling=coupling,
                                    seed=seed + i, model_a=model_a, model_b=model_b,
                                    **(cube_kwargs or {}))
@@ -387,8 +389,8 @@ def build_synthetic_results(root: str | os.PathLike, pairs=SYNTHETIC_PAIRS, seed
     manifest = {"name": "synthetic-test-fixture", "synthetic": True, "embedded": False,
                 "pairs": entries,
                 "config": {"scenarios": "synthetic (synclib.synthetic)",
-                           "simulate": {"episodes": n_episodes, "seeds": [0, 1],
-                                        "max_utterances": 12},
+                           "simulate": {"episodes": n_episodes, "seeds": list(range(n_seeds)),
+                                        "max_utterances": 2 * n_rounds},
                            "analysis": {k: v for k, v in akw.items() if k != "progress"}}}
     (root / MANIFEST).write_text(json.dumps(manifest, indent=1, default=str))
     return root

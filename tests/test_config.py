@@ -145,3 +145,21 @@ def test_environment_yml_lists_pyproject_dependencies():
     listed = [d for d in conda if not d.startswith(("python=", "pip", "cuda-version"))]
     listed = [d.replace("pytorch-gpu", "torch", 1) for d in listed] + [d for d in pip if d != "-e ."]
     assert table(listed) == table(wanted)
+
+
+def test_documented_hub_commands_exist_in_the_installed_hub():
+    """The hub log-in the pages and configs tell a user to run is a command of the installed
+    huggingface_hub (``huggingface-cli`` is gone from it: the command is ``hf auth login``)."""
+    import re
+    import subprocess
+    import sys
+
+    texts = "\n".join(p.read_text() for p in [REPO / "README.md", *(REPO / "book").glob("*.md"),
+                                               *(REPO / "config").glob("*.yaml")])
+    assert "huggingface-cli" not in texts
+    commands = set(re.findall(r"`(hf [a-z][a-z ]*[a-z])`", texts))
+    assert "hf auth login" in commands
+    for cmd in commands:
+        proc = subprocess.run([str(Path(sys.executable).with_name("hf")), *cmd.split()[1:], "--help"],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, (cmd, proc.stderr[-1000:])

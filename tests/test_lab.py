@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -32,11 +33,12 @@ def test_jupyter_lab_serves_a_text_notebook_with_a_kernel_that_imports_synclib(t
         pytest.fail(f"{JUPYTER} is missing: `make venv` installs JupyterLab (the book extra)")
     port, token = _free_port(), secrets.token_hex(16)
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "rt")}
-    cmd = [str(JUPYTER), "lab", "--no-browser", f"--port={port}", "--ip=127.0.0.1",
-           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={ROOT}"]
-    if os.geteuid() == 0:  # a container's root: JupyterLab refuses to start as root without it
-        cmd.append("--allow-root")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # the README's command, `make lab`, with this environment (-o: the environment is set up, do not reinstall)
+    venv = Path(sys.executable).parent.parent
+    cmd = ["make", "-s", "-o", str(venv / ".synclib-installed"), "lab", f"VENV={venv}",
+           f"LAB_ARGS=--no-browser --port={port} --ip=127.0.0.1 --IdentityProvider.token={token}"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
     base = f"http://127.0.0.1:{port}"
     headers = {"Authorization": f"token {token}"}
     printed: list[str] = []
@@ -52,6 +54,12 @@ def test_jupyter_lab_serves_a_text_notebook_with_a_kernel_that_imports_synclib(t
             assert time.time() < deadline, "jupyter lab did not answer within 90 s"
             time.sleep(0.5)
         assert httpx.get(f"{base}/lab", headers=headers, timeout=10).status_code == 200  # the application
+        # it serves the repository, opened at notebooks/: the results and the book's pages can be opened too
+        root = httpx.get(f"{base}/api/contents/", headers=headers, timeout=10).json()
+        assert {"notebooks", "book", "synclib"} <= {c["name"] for c in root["content"]}
+        assert httpx.get(f"{base}/api/contents/book/method.md", headers=headers, timeout=10).status_code == 200
+        page = httpx.get(f"{base}/", params={"token": token}, follow_redirects=True, timeout=10)
+        assert page.status_code == 200 and str(page.url).split("?")[0].endswith("/lab/tree/notebooks")
         r = httpx.get(f"{base}/api/contents/notebooks/fig02_heatmaps.md",
                       params={"type": "notebook", "content": 1}, headers=headers, timeout=30)
         assert r.status_code == 200, r.text[:500]
@@ -75,4 +83,5 @@ def test_jupyter_lab_serves_a_text_notebook_with_a_kernel_that_imports_synclib(t
         path = Path("".join(printed).strip())
         assert path.is_relative_to(ROOT), f"the lab's kernel imports {path}, not this checkout's synclib"
     finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # make and the lab it started
         stop(proc)

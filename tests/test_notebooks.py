@@ -266,7 +266,12 @@ def test_generalisation_table_is_the_analysis_averaged_by_hand(results_dir):
     assert "tooltip" in json.dumps(spec) and len(spec["layer"]) == 3
     res._analysis["G-G"] = res.analysis("G-G").drop_vars("train_r2")
     assert "G-G" not in set(res.generalisation_table()["run"])
-    assert "lack `train_r2`" in report.sentence_generalisation(res.generalisation_summary(gen.iloc[:0]), published)
+    # an empty table: values that could not be computed, or analyses without train_r2 at all
+    assert "none of its values could be computed" in report.sentence_generalisation(
+        res.generalisation_summary(gen.iloc[:0]), published)
+    for name in res.run_names:
+        res._analysis[name] = res.analysis(name).drop_vars("train_r2", errors="ignore")
+    assert "lack `train_r2`" in report.sentence_generalisation(res.generalisation_summary(), published)
     assert plots.generalisation_scatter(gen.iloc[:0], "none").to_dict()["mark"]["type"] == "text"
 
 
@@ -581,3 +586,81 @@ def test_the_parameters_page_lists_every_notebooks_parameters():
         for name in parameters(nb):
             assert f"| `{nb.stem}` | `{name}` |" in page, (nb.stem, name)
     assert "| `fig02_heatmaps` | `vmax` | `None` | upper end of the colour scale" in page
+
+
+def test_topk_sentence_is_true_of_the_ks_drawn(results_dir):
+    """Figure 7's sentence names the largest k of the table it is given: every partner layer only
+    where that k is the partner's depth (a student who filters to k <= 2 gets "of its partner's 5
+    layers"; a pair of models of two depths, "of the partners' 4 and 5 layers")."""
+    res = results.load_results(results_dir)
+    topk = res.topk_table()
+    published = results.load_published()
+    full = report.sentence_topk(topk, res.topk_correlations(), published)
+    assert "S-S from" in full and "(k = 5, all its partner's layers)" in full
+    assert "(k = 4, of the partners' 4 and 5 layers)" in full  # S-G: its targets have 4 and 5 layers
+    few = report.sentence_topk(topk[topk["k"] <= 2], res.topk_correlations(), published)
+    assert "all its partner's layers" not in few and "(k = 2, of its partner's 5 layers)" in few
+
+
+def _documented_commands() -> list[tuple[str, str]]:
+    """Every command line that runs a notebook in the README, the book's pages and synclib's
+    docstrings: ``(file, command)``, continuation lines joined, Markdown's inline code spans
+    included; commands with placeholders (``NB OUT``, ``notebooks/NAME.md``) left out."""
+    sources = [ROOT / "README.md", *sorted((ROOT / "book").glob("*.md")), ROOT / "synclib" / "notebook.py",
+               ROOT / "synclib" / "cli" / "notebooks.py"]
+    start = re.compile(r"(synclib notebooks |python -m synclib\.cli\.notebooks |jupytext --to ipynb )")
+    out = []
+    for path in sources:
+        text = re.sub(r"\\\n\s*", " ", path.read_text())
+        fenced = re.findall(r"```[^\n]*\n(.*?)```", text, re.S)
+        rest = re.sub(r"```[^\n]*\n.*?```", "", text, flags=re.S)
+        lines = [ln for block in fenced for ln in block.splitlines()]
+        if path.suffix == ".md":  # inline code, across lines
+            lines += [" ".join(s.split()) for s in re.findall(r"`([^`]+)`", rest)]
+        else:                     # a docstring's literal block
+            lines += [ln for ln in rest.splitlines() if "`" not in ln]
+        for ln in lines:
+            m = start.search(ln)
+            if m and len(ln[m.end():].split()) >= 2 and not re.search(r"\b[A-Z]{2,}\b", ln):  # not prose
+                out.append((path.name, ln[m.start():].strip()))
+    return list(dict.fromkeys(out))
+
+
+def _pairs(tokens: list[str], flag: str) -> dict:
+    """``{NAME: VALUE}`` of every ``flag NAME VALUE`` in ``tokens``."""
+    from synclib.cli.notebooks import _value
+
+    return {tokens[i + 1]: _value(tokens[i + 2]) for i, t in enumerate(tokens[:-2]) if t == flag}
+
+
+def test_documented_notebook_commands_run_as_the_shell_reads_them():
+    """Each documented command, split as the shell splits it (an unquoted ``B->A`` is a redirection),
+    names notebooks that exist and parameters they declare: what `synclib notebooks` checks before
+    it runs anything."""
+    import shlex
+
+    from synclib.cli import build_parser
+    from synclib.cli.notebooks import request
+
+    commands = _documented_commands()
+    assert {f for f, _ in commands} >= {"README.md", "reproduce.md", "notebook.py", "notebooks.py"}
+    parser = build_parser(only="notebooks")
+    for where, cmd in commands:
+        lex = shlex.shlex(cmd, posix=True, punctuation_chars=True)
+        lex.whitespace_split = True
+        tokens = list(lex)
+        ops = [t for t in tokens if t and set(t) <= set("();<>|&") and t != "|"]
+        assert not ops, f"{where}: the shell reads {ops} in `{cmd}` as an operator (quote the value)"
+        pipeline = " ".join(tokens).split(" | ")
+        nb = None
+        for part in pipeline:
+            seg = part.split(" ")
+            if seg[:2] == ["synclib", "notebooks"]:
+                args = parser.parse_args(seg[1:])
+                request(args.names, _pairs(seg, "-p"))  # raises, naming the notebook or parameter
+                continue
+            if seg[:3] == ["python", "-m", "synclib.cli.notebooks"] or seg[0] == "jupytext":
+                nb = ROOT / next(t for t in seg if t.endswith(".md"))
+                assert nb.is_file(), f"{where}: {nb} does not exist"
+            params = _pairs(seg, "-p")
+            assert nb is not None and set(params) <= set(notebook.parameters(nb)), f"{where}: `{cmd}`"

@@ -166,7 +166,7 @@ def test_a_local_run_executes_notebooks_at_once_after_the_other_jobs(tmp_path):
     assert {k for _, k in events[6:10]} == {"notebook:a", "notebook:b"} and events[10:] == [("start", "book"),
                                                                                            ("end", "book")]
     events.clear()
-    with pytest.raises(threading.BrokenBarrierError):  # one at a time: the first notebook waits alone
+    with pytest.raises(pipeline.JobFailed, match="BrokenBarrierError"):  # one at a time: the first notebook waits alone
         execute(jobs_with(threading.Barrier(2, timeout=1)), scheduler="sync", isolate=False)
 
 
@@ -180,6 +180,69 @@ def test_failed_job_leaves_no_stamp(tmp_path):
     with pytest.raises(RuntimeError):
         execute({"x": Job("x", out, "fp", boom)})
     assert not pipeline.up_to_date(out, "fp")
+
+
+@pytest.mark.parametrize("scheduler", [None, "sync", "threads"])
+def test_a_failed_job_is_one_line_and_the_log_keeps_its_traceback(tmp_path, scheduler):
+    """Whatever runs the graph, a job that raises reaches the caller as one line (the job, the
+    exception's first line, where the traceback is) and the run's log keeps the traceback."""
+    log = tmp_path / "run-log.jsonl"
+
+    def deep():
+        raise ValueError("All-NaN slice encountered\nand more detail")
+
+    def boom():
+        deep()
+
+    with pytest.raises(pipeline.JobFailed) as err:
+        execute({"x": Job("x", tmp_path / "x.json", "fp", boom, log=log)}, scheduler=scheduler)
+    line = str(err.value)
+    assert "\n" not in line
+    assert line == f"x failed after 0 s: ValueError: All-NaN slice encountered; the full traceback is in {log}"
+    event = json.loads(log.read_text().splitlines()[-1])
+    assert event["event"] == "failed" and event["error"] == "ValueError: All-NaN slice encountered"
+    assert "Traceback (most recent call last)" in event["traceback"] and "in deep" in event["traceback"]
+
+
+@pytest.mark.slow
+def test_a_failed_notebook_names_its_cell_and_synclib_frame_and_is_kept(tmp_path, monkeypatch):
+    """A notebook whose cell raises inside synclib: the job's line names the cell's own line and
+    synclib's frame, the executed copy is kept under RESULTS/failed/, the log holds the traceback
+    (the kernel printed it to the cell's stderr); a later success removes the kept copy."""
+    from synclib.notebook import NotebookFailed
+    from synclib.synthetic import SYNTHETIC_PAIRS, build_synthetic_results
+
+    root = build_synthetic_results(tmp_path / "results", pairs=SYNTHETIC_PAIRS[:1], n_episodes=6,
+                                   analyze_kwargs={"nonlinear": False, "tom": False})
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    head = ("---\njupytext:\n  text_representation:\n    extension: .md\n    format_name: myst\n"
+            "kernelspec:\n  display_name: Python 3\n  language: python\n  name: python3\n---\n\n")
+    params = "```{code-cell}\n:tags: [parameters]\n\nresults_dir = 'x'\n```\n\n"
+    setup = "```{code-cell}\nfrom synclib import notebook\n\nres, published = notebook.setup(results_dir)\n```\n\n"
+    nb = tmp_path / "nbs" / "a_figure.md"
+    nb.parent.mkdir()
+    nb.write_text(head + "# A figure\n\n" + params + setup + "```{code-cell}\nx = 1\nres.run('X-Y')\n```\n")
+    out = tmp_path / "executed" / "a_figure.ipynb"
+    out.parent.mkdir()
+    log = tmp_path / "run-log.jsonl"
+    job = Job("notebook:a_figure", out, "fp", lambda: pipeline.step_notebook({"notebooks": {}}, nb, out,
+                                                                              str(root / "manifest.json")), log=log)
+    with pytest.raises(pipeline.JobFailed) as err:
+        job()
+    kept = root / "failed" / "a_figure.ipynb"
+    line = str(err.value)
+    assert "\n" not in line and line.startswith("notebook:a_figure failed after ")
+    assert ("cell In [4] raised KeyError: \"run 'X-Y' not in" in line
+            and "at `res.run('X-Y')` -> synclib/results.py:" in line and " in run; the executed notebook is " in line)
+    assert line.endswith(f"{kept}; the full traceback is in {log}")
+    assert kept.is_file() and not out.exists() and not list(out.parent.glob("*.tmp.ipynb"))
+    event = json.loads(log.read_text().splitlines()[-1])
+    assert "Traceback (most recent call last)" in event["traceback"] and "synclib/results.py" in event["traceback"]
+    assert isinstance(err.value.__cause__, NotebookFailed)
+
+    nb.write_text(head + "# A figure\n\n" + params + setup + "```{code-cell}\nres.run('S-S')\n```\n")
+    job()
+    assert out.is_file() and not kept.exists()
 
 
 def _finish(jobs, keys):
@@ -341,7 +404,7 @@ def test_run_clock_counts_steps_and_scales_what_is_left():
     assert clock.start("a") == "step 1 of 3: " and clock.start("b") == ""
     assert clock.finish("a", 200) == "; 2 step(s) left, about 12 min"     # twice as slow: (300 + 60) x 2
     assert clock.start("c") == "step 2 of 3: "
-    assert clock.finish("c", 300) == "; 1 step(s) left, about 1 min"
+    assert clock.finish("c", 300) == "; 1 step(s) left, about 75 s"      # 1.25 x 60 s: seconds under 90 s
     assert clock.finish("d", 50) == ""
 
 

@@ -44,9 +44,14 @@ def test_one_seed_pairs_tasks_of_the_same_scenario_and_never_a_dialog_with_itsel
 
 
 def test_one_dialog_has_no_partner():
+    """pseudo_partners refuses one dialog; the dataset of a run of one dialog is empty and says
+    why, so that such a run is analysed (its pseudo-dyads NaN) and its pages render."""
     cube = make_synthetic_cube(n_episodes=1, n_seeds=1, **SMALL)
     with pytest.raises(AnalysisError, match="pseudo-dyads need two dialogs"):
-        build_dataset(cube, "A->B", "pseudo")
+        pseudo_partners(cube)
+    d = build_dataset(cube, "A->B", "pseudo")
+    assert d.n == 0 and d.info["partner"] == "missing: the run has a single dialog, so there are no pseudo-dyads"
+    assert build_dataset(cube, "A->B", "genuine").n > 0
 
 
 @pytest.mark.parametrize("direction,shift", [("A->B", 0), ("B->A", 1)])

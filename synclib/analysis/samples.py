@@ -188,7 +188,7 @@ def build_dataset(cube, direction: str, condition: str = "genuine",
         ``"genuine"``, ``"passive"``, ``"shuffled"`` (the genuine samples; the targets
         are shuffled per split by :func:`shuffle_training_targets`), ``"pseudo"`` (the
         targets from the partner dialog of :func:`pseudo_partners`; ``info["partner"]``
-        says which rule applied) or ``"lagJ"`` (J >= 1).
+        says which rule applied; a cube of one dialog gives no sample) or ``"lagJ"`` (J >= 1).
     arrays : HiddenCache, optional
         A shared loader (re-uses variables already opened).
 
@@ -211,10 +211,13 @@ def build_dataset(cube, direction: str, condition: str = "genuine",
     x_rows = (e * S + s) * R + k
     y_rows = x_rows + shift
     info = {"source_var": src, "target_var": tgt, "round_shift": shift}
-    if kind == "pseudo":
+    keep = X.ok[x_rows]
+    if kind == "pseudo" and E * S < 2:  # one dialog: no partner, so no sample (the fits say so)
+        keep, info["partner"] = np.zeros_like(keep), "missing: the run has a single dialog, so there are no pseudo-dyads"
+    elif kind == "pseudo":
         pe, ps, info["partner"] = pseudo_partners(cube)
         y_rows = (pe[e, s] * S + ps[e, s]) * R + k + shift
-    keep = X.ok[x_rows] & Y.ok[y_rows]
+    keep = keep & Y.ok[y_rows]
     info["n_dropped"] = int((~keep).sum())
     return PairedSamples(condition, direction, X, Y, x_rows[keep], y_rows[keep], e[keep], s[keep], k[keep], info)
 

@@ -4,7 +4,7 @@
 Command lines::
 
     # chosen notebooks (all without names) against a results directory -> RESULTS/executed/
-    synclib notebooks --results results/embedded fig02 fig09 -p ability_scores my_scores.csv
+    synclib notebooks --results results/embedded fig02 fig06 -p ability_scores my_scores.csv
     # one notebook, as the main job and the tests run it
     python -m synclib.cli.notebooks notebooks/fig02_heatmaps.md out.ipynb -p results_dir results/embedded
 """
@@ -14,9 +14,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from synclib.notebook import NotebookParameterError, execute, figure_notebooks, parameters
+from synclib.notebook import NotebookParameterError, execute, failure, figure_notebooks, parameters
 
-__all__ = ["configure_parser", "run", "main"]
+__all__ = ["configure_parser", "run", "main", "request"]
 
 
 def _chosen(names) -> list[Path]:
@@ -33,6 +33,26 @@ def _chosen(names) -> list[Path]:
             raise ValueError(f"notebook {name!r} {what}; choose from {', '.join(nb.stem for nb in every)}")
         out += [h for h in hits if h not in out]
     return out
+
+
+def request(names, params: dict) -> list[Path]:
+    """The notebooks ``names`` choose (:func:`_chosen`), checked against ``params``: every
+    parameter must be declared by one of them, and ``results_dir`` is ``--results``'s.
+
+    Raises
+    ------
+    ValueError
+        naming the notebook or parameter, and what is valid.
+    """
+    chosen = _chosen(names)
+    if "results_dir" in params:
+        raise ValueError("-p results_dir: give the results directory as --results")
+    declared = {nb.stem: parameters(nb) for nb in chosen}
+    unknown = [k for k in params if not any(k in d for d in declared.values())]
+    if unknown:
+        raise ValueError(f"-p {unknown[0]}: no chosen notebook declares this parameter (they declare "
+                         f"{', '.join(sorted(set().union(*declared.values())))})")
+    return chosen
 
 
 def _value(text: str):
@@ -75,18 +95,11 @@ def run(args: argparse.Namespace) -> int:
     if not (results / "manifest.json").is_file():
         return fail(f"--results {args.results}: no manifest.json there (a results directory of `synclib run`, "
                     "e.g. results/embedded after `make book`)")
+    params = {k: _value(v) for k, v in args.parameter}
     try:
-        chosen = _chosen(args.names)
+        chosen = request(args.names, params)
     except ValueError as exc:
         return fail(str(exc))
-    params = {k: _value(v) for k, v in args.parameter}
-    if "results_dir" in params:
-        return fail("-p results_dir: give the results directory as --results")
-    declared = {nb.stem: parameters(nb) for nb in chosen}
-    unknown = [k for k in params if not any(k in d for d in declared.values())]
-    if unknown:
-        return fail(f"-p {unknown[0]}: no chosen notebook declares this parameter (they declare "
-                    f"{', '.join(sorted(set().union(*declared.values())))})")
     out = Path(args.out).expanduser() if args.out else results / "executed"
     out.mkdir(parents=True, exist_ok=True)
     failed = []
@@ -100,8 +113,7 @@ def run(args: argparse.Namespace) -> int:
             if exc.ename == NotebookParameterError.__name__:  # refused before computing: its one line
                 print(f"synclib notebooks: {nb.stem}: {exc.evalue}", file=sys.stderr, flush=True)
                 continue
-            print(f"synclib notebooks: {nb.stem}: cell {exc.cell_index} (execution count {exc.exec_count}) raised "
-                  f"{exc.ename}: {exc.evalue}; the partly executed copy is {dst}", file=sys.stderr, flush=True)
+            print(f"synclib notebooks: {nb.stem}: {failure(exc, dst)[0]}", file=sys.stderr, flush=True)
     if failed:
         print(f"synclib notebooks: {len(failed)} of {len(chosen)} failed: {', '.join(failed)}", file=sys.stderr)
         return 1
@@ -128,18 +140,20 @@ def main(argv=None) -> int:
     try:
         execute(args.notebook, args.out, {k: _value(v) for k, v in args.p}, kernel=args.kernel)
     except Exception as exc:  # noqa: BLE001 - the CLI reports, the caller reads the exit status
-        print(_one_line(exc), file=sys.stderr)
+        print(_one_line(exc, args.out), file=sys.stderr)
         return 1
     return 0
 
 
-def _one_line(exc: Exception) -> str:
-    """A failed notebook in one line: synclib's own refusal as the kernel said it, else the
-    exception's name and message."""
+def _one_line(exc: Exception, out) -> str:
+    """A failed notebook in one line: synclib's own refusal as the kernel said it, the failing
+    cell (:func:`synclib.notebook.failure`), else the exception's name and message."""
     from papermill.exceptions import PapermillExecutionError
 
     if isinstance(exc, PapermillExecutionError) and exc.ename == NotebookParameterError.__name__:
         return f"synclib: {exc.evalue}"
+    if isinstance(exc, PapermillExecutionError):
+        return f"{Path(out).stem}: {failure(exc, out)[0]}"
     return f"{type(exc).__name__}: {exc}"
 
 

@@ -15,7 +15,7 @@ from synclib.config import STEPS, ConfigError, load_config
 from synclib.datasets import TASK_SETS, DatasetError, how_to_fetch, is_cached
 from synclib.datasets import fetch as fetch_dataset
 from synclib.paths import DEFAULT_CONFIG, display
-from synclib.pipeline import build_jobs, clocked, execute, runs
+from synclib.pipeline import JobFailed, build_jobs, clear_failed, clocked, execute, runs
 from synclib.plan import format_plan, plan, plan_summary
 from synclib.stamps import stamp_path
 
@@ -63,7 +63,8 @@ def _scheduler_ok(text: str) -> bool:
 
 def run(args: argparse.Namespace) -> int:
     """``synclib run``: check the config, fetch a task set not cached yet, then print the plan
-    (``--dry-run``) or execute the job graph; 0 when done, 2 on a bad config or option."""
+    (``--dry-run``) or execute the job graph; 0 when done, 1 when a job failed (one line), 2 on a
+    bad config or option."""
     try:
         cfg = load_config(args.config, args.overrides)
         steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
@@ -105,14 +106,21 @@ def run(args: argparse.Namespace) -> int:
     scheduler = args.scheduler or cluster.get("scheduler")
     cluster_spec = {k: v for k, v in cluster.items() if k != "scheduler"} or None
     t0 = time.perf_counter()
+    clear_failed(cfg["results_dir"])
     rows = plan(jobs, cfg)
     print(f"[synclib] run {cfg['name']!r}: {len(jobs)} jobs, results in {display(cfg['results_dir'])}", flush=True)
     print("[synclib] " + plan_summary(rows), flush=True)
     if sizes:
         print("\n".join("[synclib] " + line for line in sizes.splitlines()), flush=True)
     with clocked(rows):
-        execute(jobs, scheduler=scheduler, cluster=cluster_spec if not args.scheduler else None,
-                isolate=not getattr(args, "in_process", False))
+        try:
+            execute(jobs, scheduler=scheduler, cluster=cluster_spec if not args.scheduler else None,
+                    isolate=not getattr(args, "in_process", False))
+        except JobFailed as exc:  # one line; the traceback is in the run's log
+            print(f"[synclib] FAILED: {exc}", file=sys.stderr, flush=True)
+            print("[synclib] the jobs that finished are kept: fix the cause and run the same command again to "
+                  "resume", file=sys.stderr, flush=True)
+            return 1
     print(f"[synclib] finished in {time.perf_counter() - t0:.0f} s", flush=True)
     if "book" in jobs:
         print(f"[synclib] the book: {display(jobs['book'].output)}", flush=True)
