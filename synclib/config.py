@@ -28,6 +28,7 @@ import yaml
 from synclib.engine import SCHEDULING
 from synclib.models import PROMPT_FORMATS
 from synclib.paths import DEFAULT_CONFIG, REPO_ROOT
+from synclib.prompts import REPLY_ENDS
 
 __all__ = ["ConfigError", "Key", "KEYS", "STEPS", "load_config", "validate_config", "default",
            "keys_of_step", "invalidation_table", "MODEL_KEYS"]
@@ -205,6 +206,10 @@ KEYS: tuple[Key, ...] = (
        "chat models), none where it sets none", "simulate"),
     _k("simulate.stop_at_first_line", True, BOOL,
        "stop a reply at its first line break (only the first line is kept; see the method page)", "simulate"),
+    _k("simulate.reply_end", "line", choice(*REPLY_ENDS),
+       "a reply that reaches max_new_tokens mid-line: 'line' keeps it as generated (the reference), "
+       "'sentence' cuts it back to its last complete sentence where it has one (ours; the same tokens)",
+       "simulate"),
     _k("simulate.passive_seeds", None, optional(int_list(0)),
        "simulation seeds the passive reader reads (null: all; the paper: 0-2)", "simulate"),
     _k("simulate.batch_size", None, optional(integer(1)),
@@ -248,6 +253,12 @@ KEYS: tuple[Key, ...] = (
     _k("analysis.lags", [1, 2], int_list(1, nonempty=False), "lag controls", "analyze"),
     _k("analysis.pseudo_dyads", True, BOOL, "the pseudo-dyad control (ours): the partner's states from a dialog "
        "the source agent did not take part in", "analyze"),
+    _k("analysis.surrogates", 20, integer(0), "surrogate partners per dialog (ours): genuine SyncR² against the "
+       "distribution of dialogs that never met (synclib.analysis.surrogates); 20 lets the rank test reach "
+       "p = 1/21 < 0.05; 0: none", "analyze"),
+    _k("analysis.equal_samples", False, BOOL, "fit every condition at the smallest condition's training and test "
+       "counts per direction and split seed, and each also on all its samples as a sensitivity line (ours; the "
+       "reference: each condition on its own samples)", "analyze"),
     _k("analysis.sample_sizes", None, optional(int_list(2)), "appendix D sample sizes (fig 9)", "analyze"),
     _k("analysis.persona_disjoint", True, BOOL, "table 2", "analyze"),
     _k("analysis.relationship", True, BOOL, "fig 5 (appendix G)", "analyze"),

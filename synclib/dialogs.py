@@ -179,6 +179,7 @@ class DialogSet:
     synthetic: bool = False
     max_dialogs_per_run: int | None = None
     judge_sample: int | None = None
+    reply_cap: dict | None = None   # the config's simulate.max_new_tokens and reply_end
 
 
 # --------------------------------------------------------------------------- rules
@@ -508,11 +509,12 @@ def dialogs_from_cube(cube, *, run: str = "run", pair: str | None = None, order:
 
 def _count(dialogs) -> dict:
     c = {k: 0 for k in ("dialogs", "leave", "limit", "other", "judged", "tom", "tom_leave", "tom_limit",
-                        "tom_other", "utterances")}
+                        "tom_other", "utterances", "mid_sentence")}
     for d in dialogs:
         c["dialogs"] += 1
         c[d.genuine.end] += 1
         c["utterances"] += d.genuine.n_utterances
+        c["mid_sentence"] += sum(not ends_a_sentence(t.text) for t in d.genuine.turns)
         c["judged"] += bool(d.scores)
         if d.tom is not None:
             c["tom"] += 1
@@ -539,9 +541,9 @@ def collect_dialogs(results, max_dialogs_per_run: int | None = 12, runs=None) ->
     Parameters
     ----------
     results : synclib.results.Results or a results directory path
-    max_dialogs_per_run : keep at most this many dialogs per run (the first in cube order:
-        episode, then seed); ``None`` (or the string ``"None"``) keeps all.  Counts cover all
-        dialogs.
+    max_dialogs_per_run : keep at most this many dialogs per run: the judged ones first, then the
+        others, each in cube order (episode, then seed); ``None`` (or the string ``"None"``) keeps
+        all.  Counts cover all dialogs.
     runs : run names to include (default: every run, manifest order)
 
     Returns
@@ -559,7 +561,8 @@ def collect_dialogs(results, max_dialogs_per_run: int | None = 12, runs=None) ->
                 "generator, the scores random numbers; there are no task texts.")
     notes = [note] if note else []
     judge_sample = _int_or_none((cfg.get("judge") or {}).get("sample"))
-    sim_max = _int_or_none((cfg.get("simulate") or {}).get("max_utterances"))
+    sim = cfg.get("simulate") or {}
+    sim_max = _int_or_none(sim.get("max_utterances"))
     wanted = list(runs) if runs is not None else res.run_names
     kept, all_dialogs, run_infos = [], [], []
     for name in wanted:
@@ -583,15 +586,18 @@ def collect_dialogs(results, max_dialogs_per_run: int | None = 12, runs=None) ->
         if res.judge(r.name) is None:
             info.notes.append("no judge table")
         info.total = len(dialogs)
-        shown = dialogs if cap is None else dialogs[:cap]
+        first = [d for d in dialogs if d.scores] + [d for d in dialogs if not d.scores]  # the judged first
+        shown = first if cap is None else first[:cap]
         info.shown = len(shown)
-        info.left_out = [(d.episode, d.sim_seed) for d in dialogs[len(shown):]]
+        info.left_out = sorted((d.episode, d.sim_seed) for d in first[len(shown):])
         info.counts = _count(dialogs)
         kept.extend(shown)
         all_dialogs.extend(dialogs)
     return DialogSet(dialogs=kept, runs=run_infos, counts=_count(all_dialogs), notes=notes,
                      name=str(res.manifest.get("name", "")), embedded=res.embedded, synthetic=res.synthetic,
-                     max_dialogs_per_run=cap, judge_sample=judge_sample)
+                     max_dialogs_per_run=cap, judge_sample=judge_sample,
+                     reply_cap={"max_new_tokens": sim["max_new_tokens"], "reply_end": sim.get("reply_end", "line")}
+                     if sim.get("max_new_tokens") else None)
 
 
 # --------------------------------------------------------------------------- sentences
@@ -642,7 +648,23 @@ def _left_out_text(ds: DialogSet) -> str:
         return ""
     per = "; ".join(f"{r.name}: {_ranges(r.left_out)}" for r in cut)
     return (f"To keep the page small, at most {ds.max_dialogs_per_run} dialogs per run are shown "
-            f"(the first in cube order); left out: {per}.")
+            f"(the judged ones first, then the first in cube order); left out: {per}.")
+
+
+def ends_a_sentence(text: str) -> bool:
+    """Whether an utterance ends a sentence: its last character, closing quotes and brackets
+    aside, is ``.``, ``!`` or ``?``."""
+    return text.rstrip().rstrip("\"')]").endswith((".", "!", "?"))
+
+
+def _pct(k: int, n: int) -> str:
+    return f"{100 * k / n:.0f} %" if n else "no"
+
+
+def _cap_text(cap: dict) -> str:
+    words = {"line": "kept as generated", "sentence": "a reply that reaches it is cut back to its last complete "
+             "sentence where it has one"}
+    return f"{cap['max_new_tokens']} new tokens; " + words.get(cap.get("reply_end", "line"), "")
 
 
 def summary_sentence(ds: DialogSet) -> str:
@@ -655,6 +677,11 @@ def summary_sentence(ds: DialogSet) -> str:
          f"{shown} {'is' if shown == 1 else 'are'} shown above. {c['leave']} ended with LEAVE, "
          f"{c['limit']} at the utterance limit")
     s += f" and {c['other']} otherwise (the stored texts do not explain the end)." if c["other"] else "."
+    if c["utterances"] and not ds.synthetic:
+        s += (f" {_pct(c['mid_sentence'], c['utterances'])} of the utterances end without closing a sentence "
+              "(no `.`, `!` or `?` at the end): replies that reach the token cap"
+              + (f" ({_cap_text(ds.reply_cap)})" if ds.reply_cap else "")
+              + ", and fragments (a name, a phrase) that the model ends with a line break.")
     no_table = [r.name for r in ds.runs if "no judge table" in r.notes]
     if c["dialogs"] and len(no_table) < n_runs:
         s += f" The judge scored {c['judged']} of them"

@@ -33,9 +33,9 @@ import pandas as pd
 import torch
 import xarray as xr
 
+from synclib.analysis.core import analysis_split
 from synclib.analysis.samples import build_dataset
 from synclib.ridge import ridge_solve
-from synclib.splits import episode_split
 
 __all__ = ["Figure1", "figure1"]
 
@@ -135,8 +135,7 @@ def _best_map(res, run: str, cube: xr.Dataset) -> tuple[pd.DataFrame, dict]:
     tgt = int(np.nanargmax(grid[src]))
     seed = int(ana["split_seed"].values[int(np.flatnonzero(np.isfinite(per_seed[:, src, tgt]))[0])])
     samples = build_dataset(cube, "A->B")
-    n = int(ana.attrs.get("n_samples", -1))
-    train, test, _ = episode_split(samples.episode, None if n < 0 else n, seed, n_groups=cube.sizes["episode"])
+    train, test = analysis_split(cube, ana, "A->B", seed)
     alpha = float(ana["alpha"].sel(condition="genuine", direction="A->B", split_seed=seed).values[src])
     X, Y = samples.take(np.concatenate([train, test]))
     Xs = torch.as_tensor(X[:, src], dtype=torch.float64)

@@ -317,7 +317,7 @@ def step_simulate(cfg: dict, run: Run, out: Path) -> dict:
         max_new_tokens=sim["max_new_tokens"], passive=sim["passive"], tom=sim["tom"],
         batch_size=sim["batch_size"], device=_device(cfg), dtype=_dtype(cfg),
         store_dtype=sim["store_dtype"], top_k=sim["top_k"], top_p=sim["top_p"],
-        stop_at_first_line=sim["stop_at_first_line"], passive_seeds=sim["passive_seeds"],
+        stop_at_first_line=sim["stop_at_first_line"], reply_end=sim["reply_end"], passive_seeds=sim["passive_seeds"],
         taskset=taskset, prompt_formats=(models[run.a]["prompt_format"], models[run.b]["prompt_format"]),
         tom_episodes=sim["tom_episodes"], scheduling=sim["scheduling"], cache_gib=sim["cache_gib"],
         engine_stats=(stats := {}),
@@ -352,7 +352,7 @@ def step_analyze(cfg: dict, run: Run, out: Path, cube: str) -> None:
         sample_sizes=ana["sample_sizes"] or None, nonlinear=ana["nonlinear"],
         nonlinear_options={"epochs": ana["nonlinear_epochs"], "batch_size": ana["nonlinear_batch_size"]},
         nonlinear_seeds=ana["nonlinear_seeds"], n_boot=ana["n_boot"], precision=ana["precision"],
-        tom=ana["tom"] and sim["tom"],
+        tom=ana["tom"] and sim["tom"], equal_samples=ana["equal_samples"], surrogates=ana["surrogates"],
         tom_options={"format_filter": ana["tom_format_filter"]},
         max_resident_bytes=int(ana["max_resident_gib"] * 2**30),
     )
@@ -403,6 +403,7 @@ def step_pages(cfg: dict, out: Path, manifest: str) -> None:
     _write_generated("settings.md", config.invalidation_table() + "\n")
     res = results.load_results(Path(manifest).parent)
     _write_generated("embedded_run.md", run_summary.embedded_run_markdown(res))
+    _write_generated("penalty.md", run_summary.penalty_markdown(res))
     # the run summary last: its file is this job's output (its stamp marks the whole step done)
     _write_generated("run_summary.md", run_summary.run_summary_markdown(res))
 

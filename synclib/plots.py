@@ -417,6 +417,21 @@ def distribution_by_category(frame: pd.DataFrame, category: str, value: str, tit
     return alt.layer(box, pts, data=frame).properties(title=title, width=420)
 
 
+@_placeholder_if_empty
+def surrogate_strip(frame: pd.DataFrame, title: str, y_title: str = "SyncR²") -> alt.LayerChart:
+    """Each pair's surrogate values as grey points and its genuine value as a red bar: ``frame``
+    with columns ``pair``, ``kind`` ("surrogate" or "genuine"), ``surrogate`` and ``value``."""
+    _need(frame, ["pair", "kind", "value"], "surrogate_strip")
+    xs = alt.X("pair:N", title="model pair", axis=alt.Axis(labelAngle=0, labelExpr=WRAPPED_LABEL))
+    tips = [alt.Tooltip("pair:N"), alt.Tooltip("kind:N"), alt.Tooltip("value:Q", format=".3f")]
+    pts = alt.Chart(frame[frame["kind"] == "surrogate"]).mark_circle(size=40, opacity=0.6, color="grey").encode(
+        x=xs, y=alt.Y("value:Q", title=y_title), xOffset=alt.XOffset("jitter:Q"), tooltip=tips + ["surrogate:O"]
+    ).transform_calculate(jitter="random()")
+    gen = alt.Chart(frame[frame["kind"] == "genuine"]).mark_tick(color="firebrick", thickness=3, size=40).encode(
+        x=xs, y="value:Q", tooltip=tips)
+    return alt.layer(pts, gen).properties(title=title, width=320)
+
+
 # --------------------------------------------------------------------------- figure 6, 7
 @_placeholder_if_empty
 def sync_vs_social(frame: pd.DataFrame, title: str) -> alt.LayerChart:

@@ -65,6 +65,9 @@ __all__ = [
     "setting_test",
     "significantly_above",
     "sign_flip_pvalue",
+    "surrogate_frame",
+    "surrogate_table",
+    "surrogate_test",
     "tom_tests",
 ]
 
@@ -455,6 +458,100 @@ def episode_interval(results, condition: str = "genuine") -> dict:
         lo, hi = stats.bootstrap_interval(b)
         out.update(value=v, ci_lo=lo, ci_hi=hi, p_zero=float((1 + np.sum(b <= 0)) / (1 + b.size)), n_boot=int(b.size))
     return out
+
+
+def surrogate_test(results, runs=None) -> dict:
+    """Genuine SyncR² against its surrogate partners (``sync_r2_surrogate`` of the analyses;
+    :data:`synclib.analysis.surrogates.SURROGATE_RULE`), each averaged over the ordered runs (or
+    those in ``runs``) and directions: the null that can happen, in place of SyncR² = 0.
+
+    Two tests: the rank of genuine among the surrogates (``p_rank``,
+    :func:`synclib.stats.rank_p`: at least ``1 / (1 + n_surrogates)``) and the bootstrap of
+    whole episodes of the gap, genuine minus the surrogates' mean (``surrogate_gap_boot``,
+    ``p_episodes`` two-sided as :func:`episode_test`); ``p`` is the larger.
+
+    Returns
+    -------
+    dict
+        ``genuine`` (genuine on the surrogates' rows: ``sync_r2_surrogate_genuine``),
+        ``surrogate_mean``, ``surrogate_sd``, ``surrogate_max``, ``surrogates`` (the
+        distribution, (n,)), ``n_surrogates``, ``share_below`` (surrogates below genuine),
+        ``gap``, ``ci_lo``/``ci_hi``, ``p_rank``, ``p_episodes``, ``p``, ``n_boot``,
+        ``n_episodes``, ``same_personas`` (share of surrogate samples whose partner dialog
+        has the same persona pair), ``n_runs``, ``n_sim_seeds`` (the fewest simulation seeds of the
+        runs' cubes: with one, no surrogate keeps the task); NaN and 0 where no run has surrogates.
+    """
+    gen, sur, gaps, same, n_ep, n_seeds = [], [], [], [], 0, []
+    for r in results.runs:
+        if runs is not None and r.name not in runs:
+            continue
+        ds = results.analysis(r.name)
+        if "sync_r2_surrogate" not in ds:
+            continue
+        gen.append(ds["sync_r2_surrogate_genuine"].to_numpy().astype(float))
+        sur.append(ds["sync_r2_surrogate"].transpose("direction", "surrogate").to_numpy().astype(float))
+        same.append(ds["surrogate_same_personas"].to_numpy().astype(float))
+        if "surrogate_gap_boot" in ds:
+            gaps.append(ds["surrogate_gap_boot"].transpose("direction", "boot").to_numpy().astype(float))
+        n_ep = n_ep or int(ds.attrs.get("n_episodes", 0))
+        n_seeds.append(int(ds.attrs.get("n_sim_seeds", 1)))
+    nan = math.nan
+    out = {"n_sim_seeds": min(n_seeds, default=0), "genuine": nan, "surrogate_mean": nan, "surrogate_sd": nan, "surrogate_max": nan,
+           "surrogates": np.array([]), "n_surrogates": 0, "share_below": nan, "gap": nan, "ci_lo": nan,
+           "ci_hi": nan, "p_rank": nan, "p_episodes": nan, "p": nan, "n_boot": 0, "n_episodes": n_ep,
+           "same_personas": nan, "n_runs": len(gen)}
+    if not gen or len({s.shape[1] for s in sur}) != 1:
+        return out
+    with warnings.catch_warnings():  # a direction without a value: NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        g = float(np.nanmean(np.concatenate(gen)))
+        dist = np.nanmean(np.concatenate(sur), axis=0)                                # (n,)
+        same_p = float(np.nanmean(np.concatenate(same)))
+        gb = np.nanmean(np.concatenate(gaps), axis=0) if gaps else np.array([])
+    if not np.isfinite(g) or not np.isfinite(dist).any():
+        return out
+    ok = dist[np.isfinite(dist)]
+    out.update(genuine=g, surrogate_mean=float(ok.mean()), surrogate_sd=float(ok.std(ddof=1)) if ok.size > 1 else nan,
+               surrogate_max=float(ok.max()), surrogates=dist, n_surrogates=int(ok.size),
+               share_below=float(np.mean(ok < g)), gap=float(g - ok.mean()), p_rank=stats.rank_p(g, ok),
+               same_personas=same_p)
+    gb = gb[np.isfinite(gb)]
+    if gb.size:
+        lo, hi = stats.bootstrap_interval(gb)
+        out.update(ci_lo=lo, ci_hi=hi, p_episodes=stats.bootstrap_p(gb), n_boot=int(gb.size))
+    out["p"] = max(out["p_rank"], out["p_episodes"]) if gb.size else out["p_rank"]
+    return out
+
+
+def surrogate_table(results) -> pd.DataFrame:
+    """:func:`surrogate_test` per pair (both orders) and over all runs (``pair`` "all"); rows
+    only where a surrogate value could be computed (``attrs["present"]``: some run's analysis
+    has the surrogates).  Columns: ``pair``, then the test's scalar entries."""
+    rows, present = [], False
+    units = [(p, [r.name for r in results.runs_of(p)]) for p in results.pair_names]
+    for name, runs in units + ([("all", None)] if len(units) > 1 else []):
+        t = surrogate_test(results, runs)
+        present |= bool(t["n_runs"])
+        if t["n_surrogates"]:
+            rows.append({"pair": name, **{k: v for k, v in t.items() if k != "surrogates"}})
+    out = pd.DataFrame(rows)
+    out.attrs["present"] = present
+    return out
+
+
+def surrogate_frame(results) -> pd.DataFrame:
+    """Per pair, each surrogate's SyncR² and genuine's on the same rows (:func:`surrogate_test`):
+    columns ``pair``, ``kind`` ("surrogate" or "genuine"), ``surrogate`` (its index; -1 for
+    genuine), ``value``."""
+    rows = []
+    for p in results.pair_names:
+        t = surrogate_test(results, [r.name for r in results.runs_of(p)])
+        if not t["n_runs"]:
+            continue
+        rows += [{"pair": p, "kind": "surrogate", "surrogate": m, "value": float(v)}
+                 for m, v in enumerate(t["surrogates"]) if np.isfinite(v)]
+        rows.append({"pair": p, "kind": "genuine", "surrogate": -1, "value": t["genuine"]})
+    return pd.DataFrame(rows, columns=["pair", "kind", "surrogate", "value"])
 
 
 #: the settings :func:`setting_test` compares with the genuine condition: (variable, reduced dims, label)

@@ -35,7 +35,8 @@ def format_table(table: pd.DataFrame) -> pd.DataFrame:
 
     Indexed by the control and the kind of paired value (rows of one control together),
     numbers to three decimals, p-values as :func:`synclib.stats.format_p` writes them and
-    the minimum detectable difference in the last column.  t and the spread of the
+    the minimum detectable difference in the last column (of the corrected test for
+    per-seed values, of the paired t-test for seed-averaged ones: :func:`_mde`).  t and the spread of the
     differences are left out to keep it narrow (the sentences of :func:`claims_text` give
     the spread)."""
     from synclib.stats import format_p
@@ -50,7 +51,7 @@ def format_table(table: pd.DataFrame) -> pd.DataFrame:
         "difference": t["mean_diff"].map(_f), "p (paired t)": t["p_t"].map(format_p),
         "p (re-splits)": t["p_corrected"].map(lambda p: format_p(p) if np.isfinite(p) else "—"),
         "p (episodes)": t["p_episodes"].map(lambda p: format_p(p) if np.isfinite(p) else "—"),
-        "min. detectable difference": t["mde"].map(_f)})
+        "min. detectable difference": t.apply(_mde, axis=1).map(_f)})
     return out.set_index(["genuine vs", "paired values"])
 
 
@@ -122,10 +123,17 @@ def _significant(row, level: float = 0.05) -> bool:
     return bool(np.isfinite(p) and p < level)
 
 
+def _mde(row) -> float:
+    """The minimum detectable difference of the test the claims use: the corrected resampled
+    t-test's where the row has it, else the paired t-test's."""
+    m = row.get("mde_corrected", math.nan)
+    return float(m) if np.isfinite(m) else float(row["mde"])
+
+
 def _can_detect(row, difference: float) -> bool:
     """Can the comparison ``row`` speak to a true ``difference`` (its minimum detectable
     difference is defined and no larger)?"""
-    return bool(np.isfinite(row["mde"]) and row["mde"] <= difference)
+    return bool(np.isfinite(_mde(row)) and _mde(row) <= difference)
 
 
 def why_untestable(row) -> str | None:
@@ -142,7 +150,7 @@ def why_untestable(row) -> str | None:
 
 def _row_sentence(row) -> str:
     what = row["control"]
-    n, mde = int(row["n_pairs"]), row["mde"]
+    n, mde = int(row["n_pairs"]), _mde(row)
     if n < 2:
         return f"*Genuine vs {what}*: fewer than two paired values; nothing can be tested."
     head = (f"*Genuine vs {what}*: mean difference {_f(row['mean_diff'])} (sd {_f(row['sd_diff'])}, "
@@ -160,8 +168,8 @@ def _row_sentence(row) -> str:
         return head + f" Genuine SyncR² is {word} {what}{by}{agree}."
     if np.isfinite(mde):
         return head + (f" Not significant: with {n} paired values this noisy, only a true difference above "
-                       f"about {_f(mde)} is detected with 80 % power, so this is no evidence either way about "
-                       f"a difference smaller than that.")
+                       f"about {_f(mde)} is detected with 80 % power by the corrected test, so this is no evidence "
+                       f"either way about a difference smaller than that.")
     return head + " The differences do not vary, so no test or detectable size is defined."
 
 
@@ -175,7 +183,7 @@ def claims_text(table: pd.DataFrame, curve: pd.DataFrame | None, sizes: dict, pu
     table : DataFrame
         :func:`synclib.power.paired_control_tests` (per-split-seed pairs).
     curve : DataFrame or None
-        :func:`synclib.recovery.recovery_curve` at ``paper_difference`` (None: no simulation).
+        :func:`synclib.recovery.power_curve` at this run's size (None: no simulation).
     sizes : dict
         :func:`synclib.power.run_sample_sizes`.
     published : dict
@@ -219,14 +227,14 @@ def claims_text(table: pd.DataFrame, curve: pd.DataFrame | None, sizes: dict, pu
         s = (f"Paper claim (section 4.2): \"{claim.get('claim_passive', 'passive SyncR² is below genuine')}\" "
              f"{src} With {int(r['n_pairs'])} paired values whose differences have sd {_f(r['sd_diff'])}, this run ")
         if can:
-            s += (f"**can** speak to a difference of that size (it detects differences above about {_f(r['mde'])} "
+            s += (f"**can** speak to a difference of that size (it detects differences above about {_f(_mde(r))} "
                   f"with 80 % power)")
             s += (", and it finds genuine above passive." if _significant(r) and r["mean_diff"] > 0 else
                   f", yet it does not find genuine above passive ({_p(_pval(r))}): evidence against a difference "
                   f"of the paper's size in this run.")
         else:
             s += (f"**cannot** speak to a difference of that size: it detects only differences above about "
-                  f"{_f(r['mde'])} with 80 % power.")
+                  f"{_f(_mde(r))} with 80 % power.")
         if need:
             s += f" At this sd, a difference of {_f(paper_difference, 2)} needs about {need} paired values."
         paras.append(s)
@@ -242,11 +250,11 @@ def claims_text(table: pd.DataFrame, curve: pd.DataFrame | None, sizes: dict, pu
             if _significant(r) and r["mean_diff"] > 0:
                 parts.append(f"{r['control']}: genuine is above it ({_p(_pval(r))})")
             else:
-                parts.append(f"{r['control']}: not detected ({_p(_pval(r))}; detectable from about {_f(r['mde'])})")
+                parts.append(f"{r['control']}: not detected ({_p(_pval(r))}; detectable from about {_f(_mde(r))})")
         paras.append(s + "In this run, " + "; ".join(parts) + ".")
 
     if curve is not None and len(curve):
-        paras.append(_curve_sentence(curve, sizes, pas.iloc[0] if len(pas) else None))
+        paras.append(_curve_sentence(curve, sizes, pas.iloc[0] if len(pas) else None, paper_difference))
 
     f9 = published.get("fig9", {})
     if f9.get("n_samples") and np.isfinite(K):
@@ -262,43 +270,43 @@ def claims_text(table: pd.DataFrame, curve: pd.DataFrame | None, sizes: dict, pu
 ASSUMED_PAPER_DIFFERENCE = 0.1
 
 
-def _curve_sentence(curve: pd.DataFrame, sizes: dict, passive_row) -> str:
-    """The simulation's paragraph of :func:`claims_text`."""
-    c = curve.sort_values("n_samples").reset_index(drop=True)
+def _curve_sentence(curve: pd.DataFrame, sizes: dict, passive_row, paper_difference: float) -> str:
+    """The simulation's paragraph of :func:`claims_text`: a :func:`synclib.recovery.power_curve`
+    at this run's size."""
+    c = curve.sort_values("planted").reset_index(drop=True)
     st = curve.attrs.get("setting", {})
     K, Ktr = sizes.get("n_samples", math.nan), sizes.get("n_train", math.nan)
     n_runs, run_runs = st.get("n_runs", "?"), sizes.get("n_runs")
     capped = (f" (capped from this run's {run_runs})" if isinstance(n_runs, int) and run_runs and run_runs > n_runs
               else "")
+    test = {"corrected": "the corrected resampled t-test, as the claims", "t": "the paired t-test",
+            "perm": "the sign-flip test"}.get(st.get("test", "corrected"), st.get("test", "?"))
     first, last = c.iloc[0], c.iloc[-1]
-    s = (f"Simulation: on synthetic cubes ({st.get('layers', '?')} layers of width {st.get('dim', '?')}) with a "
-         f"planted genuine-passive difference of {_f(first['effect'], 2)} (coupling {_f(first['coupling'], 2)}), "
-         f"analysed as this run is ({n_runs} ordered runs{capped} x 2 directions x {len(st.get('split_seeds', []))} "
-         f"split seeds = {int(first['n_pairs'])} paired values, ridge penalty {st.get('ridge_alpha', '?')}, paired "
-         f"t-test), the difference the method measures "
-         f"grows from {_f(first['mean_diff'])} at {int(first['n_samples'])} samples per dataset to "
-         f"{_f(last['mean_diff'])} at {int(last['n_samples'])}, and it is recovered at p < 0.05 in "
-         f"{int(first['detected'])} of {int(first['n_reps'])} replicates at the smallest size and "
-         f"{int(last['detected'])} of {int(last['n_reps'])} at the largest.")
-    m = detection_size(c)
+    s = (f"Simulation: on synthetic cubes ({st.get('layers', '?')} layers of width {st.get('dim', '?')}) of "
+         f"{int(first['n_samples'])} samples per dataset, analysed as this run is ({n_runs} ordered runs{capped} x 2 "
+         f"directions x {len(st.get('split_seeds', []))} split seeds = {int(first['n_pairs'])} paired values, ridge "
+         f"penalty {st.get('ridge_alpha', '?')}, {test}), a planted genuine-passive difference (as measured with "
+         f"{st.get('calibration_samples', 'many')} samples per dataset) is recovered at p < 0.05 in "
+         f"{int(first['detected'])} of {int(first['n_reps'])} replicates at {_f(first['planted'], 3)} and "
+         f"{int(last['detected'])} of {int(last['n_reps'])} at {_f(last['planted'], 3)}")
+    m = detection_size(c, by="planted")
     if m is None:
-        s += f" Even at {int(last['n_samples'])} samples per dataset it is recovered less than 80 % of the time"
-    elif m == int(first["n_samples"]):
-        s += (f" It is recovered at least 80 % of the time already at the smallest size simulated, "
-              f"**{m} samples per dataset**")
+        s += f"; even {_f(last['planted'], 3)} is recovered less than 80 % of the time."
     else:
-        s += f" The paper's difference needs about **{m} samples per dataset** to be recovered 80 % of the time"
+        s += f"; from about **{_f(m, 3)}** on it is recovered at least 80 % of the time."
+    near = c.iloc[int(np.argmin(np.abs(c["planted"].to_numpy(float) - paper_difference)))]
+    if np.isfinite(paper_difference) and abs(near["planted"] - paper_difference) <= 0.02:
+        s += (f" Near the difference taken as the paper's ({_f(paper_difference, 2)}) it is recovered in "
+              f"{int(near['detected'])} of {int(near['n_reps'])}.")
     if np.isfinite(K):
-        here = c.iloc[int(np.argmin(np.abs(c["n_samples"].to_numpy(float) - K)))]
-        s += (f"; this run has about **{K:.0f}** ({Ktr:.0f} for training). At {int(here['n_samples'])} the "
-              f"simulation recovers it in {int(here['detected'])} of {int(here['n_reps'])} replicates, and its paired "
-              f"differences have sd {_f(here['mean_sd_diff'])}")
+        s += f" This run has about {K:.0f} samples per dataset ({Ktr:.0f} for training)"
         if passive_row is not None and np.isfinite(passive_row["sd_diff"]):
-            s += f" (this run's genuine-passive differences: {_f(passive_row['sd_diff'])})"
-    s += ". "
+            s += (f"; the simulated paired differences have sd {_f(float(c['mean_sd_diff'].median()))}, this run's "
+                  f"genuine-passive ones {_f(passive_row['sd_diff'])}")
+        s += "."
     dims = sizes.get("dims") or []
-    s += ("The synthetic states are tiny"
+    s += (" The synthetic states are tiny"
           + (f" (width {st.get('dim', '?')}, against {', '.join(map(str, dims))} in this run)" if dims else "")
-          + ": a ridge map over wider states needs more samples, so for the real models this size is a lower "
-          "bound, and the synthetic noise is not the models' noise.")
+          + ": a ridge map over wider states needs more samples, so for the real models these differences are a "
+          "lower bound, and the synthetic noise is not the models' noise.")
     return s

@@ -92,7 +92,7 @@ __all__ = [
     "speaker_line", "bio", "tagged_bio", "format_docstring", "render_text",
     "agent_intro", "complete_intro", "dialog_line", "dialog_lines", "render_history",
     "render_prompt", "PART_KINDS", "PromptPart", "masked_prompt", "passive_from_active", "passive_persona", "reference_leaks",
-    "masking_notes", "judge_intro", "context_lines", "strip_tom_words", "postprocess_reply", "is_leave",
+    "masking_notes", "judge_intro", "context_lines", "strip_tom_words", "postprocess_reply", "REPLY_ENDS", "trim_to_sentence", "is_leave",
     "is_leave_line",
 ]
 #: How much of a bio can be shown, from nothing to everything.
@@ -731,6 +731,21 @@ def postprocess_reply(text: str) -> str:
     if ": " in r:
         r = "".join(r.split(": ")[1:])
     return r
+
+
+#: how a reply cut by ``max_new_tokens`` ends: "line" as generated (the reference), "sentence" cut back to
+#: its last complete sentence where it has one (ours; the same tokens, so the same time)
+REPLY_ENDS = ("line", "sentence")
+_SENTENCE_END = re.compile(r"""[.!?]["')\]]*(?=\s|$)""")
+
+
+def trim_to_sentence(reply: str) -> str:
+    """``reply`` up to the end of its last complete sentence (``.``, ``!`` or ``?``, with any
+    closing quotes or brackets, followed by a space or the end), or unchanged where it has
+    none: ``"Hi there. I was going to"`` -> ``"Hi there."``.  For a reply that reached the
+    token cap mid-sentence (``simulate.reply_end: sentence``)."""
+    ends = list(_SENTENCE_END.finditer(reply))
+    return reply[:ends[-1].end()] if ends else reply
 
 
 _LEAVE_WORDS = ("left", "leave")

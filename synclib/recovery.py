@@ -9,6 +9,8 @@ samples per dataset.
   difference (measured with many samples);
 * :func:`recovery_curve` runs the simulation; the curve reports the difference actually
   measured at each size, not the nominal knob;
+* :func:`power_curve` runs it at one size over a range of planted differences (the power
+  function of the test, from where it almost never recovers them to where it always does);
 * :func:`detection_size`, :func:`simulation_sizes` and :func:`curve_frames` read the curve,
   choose its sizes around a run's and tidy it for plotting.
 
@@ -24,13 +26,14 @@ from contextlib import contextmanager
 import numpy as np
 import pandas as pd
 
-from synclib.power import UNITS, paired_test
+from synclib.power import UNITS, corrected_resampled_test, paired_test
 
 __all__ = [
     "RECOVERY_COLUMNS",
     "coupling_for_difference",
     "curve_frames",
     "detection_size",
+    "power_curve",
     "recovery_curve",
     "simulation_sizes",
 ]
@@ -75,7 +78,9 @@ def _synthetic_pairs(n_samples: int, coupling: float, cube_seed: int, *, layers:
     if unit == "direction":
         g, p = np.nanmean(g, axis=1), np.nanmean(p, axis=1)
     ntr = ds["n_train"].sel(condition="genuine").to_numpy().astype(float)
-    return {"genuine": g.ravel(), "passive": p.ravel(), "n_train": float(ntr[ntr > 0].mean())}
+    nte = ds["n_test"].sel(condition="genuine").to_numpy().astype(float)
+    return {"genuine": g.ravel(), "passive": p.ravel(), "n_train": float(ntr[ntr > 0].mean()),
+            "n_test": float(nte[nte > 0].mean())}
 
 
 #: couplings tried by :func:`coupling_for_difference` (the planted difference rises with the
@@ -148,13 +153,16 @@ def coupling_for_difference(effect: float, *, calibration_samples: int = 1500, l
     return float(cs[j - 1] + frac * (cs[j] - cs[j - 1])), float(effect)
 
 
+#: the tests :func:`recovery_curve` can count a replicate's recovery by
+TESTS = ("corrected", "t", "perm")
+
 RECOVERY_COLUMNS = ["n_samples", "n_train", "n_pairs", "effect", "coupling", "calibrated_diff", "n_reps",
                     "detected", "rate", "rate_se", "mean_diff", "se_diff", "mean_genuine", "mean_passive",
                     "mean_sd_diff", "mean_mde"]
 
 
 def recovery_curve(sample_sizes, effect: float | None, n_reps: int = 10, *, n_runs: int = 4, split_seeds=(0, 1, 2),
-                   unit: str = "split_seed", test: str = "t", level: float = 0.05, coupling: float | None = None,
+                   unit: str = "split_seed", test: str = "corrected", level: float = 0.05, coupling: float | None = None,
                    layers: int = 3, dim: int = 8, n_rounds: int = 5, signal: float = 8.0, ridge_alpha=0.1,
                    calibration_samples: int = 1500, seed: int = 0) -> pd.DataFrame:
     """How often the method recovers a planted genuine-passive difference, per sample size.
@@ -185,8 +193,10 @@ def recovery_curve(sample_sizes, effect: float | None, n_reps: int = 10, *, n_ru
         The split seeds of each analysis.
     unit : {"split_seed", "direction"}
         As :func:`synclib.power.paired_values`.
-    test : {"t", "perm"}
-        Paired t-test or sign-flip permutation test.
+    test : {"corrected", "t", "perm"}
+        The corrected resampled t-test (:func:`synclib.power.corrected_resampled_test` with the
+        analyses' ``n_test / n_train``: the test the book's claims use), the plain paired t-test
+        or the sign-flip permutation test.
     level : float
         Significance level.
     coupling : float, optional
@@ -219,8 +229,8 @@ def recovery_curve(sample_sizes, effect: float | None, n_reps: int = 10, *, n_ru
     """
     if unit not in UNITS:
         raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
-    if test not in ("t", "perm"):
-        raise ValueError(f"test must be 't' or 'perm', got {test!r}")
+    if test not in TESTS:
+        raise ValueError(f"test must be one of {', '.join(TESTS)}, got {test!r}")
     setting = {"layers": int(layers), "dim": int(dim), "n_rounds": int(n_rounds), "signal": float(signal),
                    "ridge_alpha": ridge_alpha}
     if coupling is None:
@@ -241,7 +251,11 @@ def recovery_curve(sample_sizes, effect: float | None, n_reps: int = 10, *, n_ru
                 g = np.concatenate([x["genuine"] for x in runs])
                 p = np.concatenate([x["passive"] for x in runs])
                 res = paired_test(g, p, seed=seed)
-                pval = res["p_t"] if test == "t" else res["p_perm"]
+                if test == "corrected":
+                    ratio = float(np.mean([x["n_test"] / x["n_train"] for x in runs]))
+                    cor = corrected_resampled_test(g - p, ratio)
+                    res = {**res, "p_corrected": cor["p"], "mde": cor["mde"]}
+                pval = {"t": res["p_t"], "perm": res["p_perm"]}.get(test, res.get("p_corrected"))
                 hit = bool(np.isfinite(pval) and pval < level and res["mean_diff"] > 0)
                 reps.append({**res, "hit": hit, "n_train": float(np.mean([x["n_train"] for x in runs]))})
             rep = pd.DataFrame(reps)
@@ -264,17 +278,53 @@ def recovery_curve(sample_sizes, effect: float | None, n_reps: int = 10, *, n_ru
     return out
 
 
-def detection_size(curve: pd.DataFrame, target: float = 0.8) -> int | None:
-    """The smallest ``n_samples`` of a :func:`recovery_curve` from which on the detection
-    rate stays at or above ``target``; None when the largest size stays below it."""
-    c = curve.sort_values("n_samples")
+#: couplings of :func:`power_curve`: in the default synthetic setting they plant differences
+#: from ~0.002 (almost never recovered by the corrected test at a few hundred samples) to ~0.13
+POWER_COUPLINGS = (0.1, 0.15, 0.2, 0.225, 0.25, 0.275, 0.3, 0.35, 0.4, 0.5)
+
+
+def power_curve(n_samples: int, couplings=POWER_COUPLINGS, n_reps: int = 8, *, calibration_samples: int = 1500,
+                seed: int = 0, **kwargs) -> pd.DataFrame:
+    """The power of the paired test at one size: :func:`recovery_curve` at ``n_samples`` for
+    each coupling of ``couplings``, with ``planted`` the genuine-minus-passive difference the
+    coupling plants with ``calibration_samples`` samples per dataset (the calibration of
+    :func:`coupling_for_difference`, interpolated).  ``kwargs`` as :func:`recovery_curve`
+    (``n_runs``, ``split_seeds``, ``ridge_alpha``, ``test``, the synthetic setting).
+
+    Returns
+    -------
+    DataFrame
+        :data:`RECOVERY_COLUMNS` plus ``planted``, one row per coupling (ascending).
+    """
+    setting = {k: kwargs[k] for k in ("layers", "dim", "n_rounds", "signal", "ridge_alpha") if k in kwargs}
+    defaults = {"layers": 3, "dim": 8, "n_rounds": 5, "signal": 8.0, "ridge_alpha": 0.1}
+    st = {**defaults, **setting}
+    cs, ds = _calibration(int(calibration_samples), int(st["layers"]), int(st["dim"]), int(st["n_rounds"]),
+                          float(st["signal"]), st["ridge_alpha"], int(seed), 1)
+    ds = np.maximum.accumulate(np.maximum(np.asarray(ds), 0.0))
+    rows = []
+    for c in sorted(float(c) for c in couplings):
+        one = recovery_curve([int(n_samples)], None, n_reps=n_reps, coupling=c, seed=seed,
+                             calibration_samples=calibration_samples, **kwargs)
+        rows.append(one.assign(planted=float(np.interp(c, cs, ds))))
+    out = pd.concat(rows, ignore_index=True)
+    out.attrs.update(one.attrs)
+    return out
+
+
+def detection_size(curve: pd.DataFrame, target: float = 0.8, by: str = "n_samples"):
+    """The smallest ``by`` of a :func:`recovery_curve` (``n_samples``) or :func:`power_curve`
+    (``planted``) from which on the detection rate stays at or above ``target``; None when the
+    largest stays below it."""
+    c = curve.sort_values(by)
     ok = c["rate"].to_numpy() >= target
     if not ok.any() or not ok[-1]:
         return None
-    # the last size below target, then the next one
+    # the last point below target, then the next one
     below = np.where(~ok)[0]
     first = 0 if below.size == 0 else below[-1] + 1
-    return int(c["n_samples"].iloc[first])
+    v = c[by].iloc[first]
+    return int(v) if by == "n_samples" else float(v)
 
 
 def simulation_sizes(n_samples: float, factors=(0.5, 1, 2, 4), minimum: int = 20) -> list[int]:

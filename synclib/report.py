@@ -24,7 +24,8 @@ __all__ = ["banner", "sentence_fig1", "sentence_fig2", "sentence_generalisation"
            "sentence_topk", "sentence_clipping", "sentence_sample_size", "sample_curve_markdown",
            "sample_counts_text", "comparison_with_paper", "wide_table", "sentence_comparison",
            "sentence_tom", "sentence_judged", "judge_human_table", "measured_judge_table",
-           "sentence_measured_judges", "sentence_judge_human", "sentence_cka", "sentence_pseudo", "sentence_rounds"]
+           "sentence_measured_judges", "sentence_judge_human", "sentence_cka", "sentence_pseudo", "sentence_surrogates", "sentence_mlp_training", "sentence_rounds",
+           "sentence_matching", "passive_share"]
 
 
 def _paper(entry: dict, text: str) -> str:
@@ -139,6 +140,21 @@ def _versus(sync: pd.DataFrame, other: pd.DataFrame, what: str,
             f"{_f(m['mean_c'].mean())}; {where}).")
 
 
+def passive_share(sync: pd.DataFrame, passive: pd.DataFrame | None) -> str:
+    """What share of genuine SyncR² the passive reader keeps, over the pairs that have both:
+    ``"the passive reader keeps 92 % of genuine SyncR² (S-S 0.40 of 0.43, ...)"``, or ``""``."""
+    if passive is None or passive.empty:
+        return ""
+    m = sync[["pair", "mean"]].merge(passive[["pair", "mean"]], on="pair", suffixes=("_g", "_p"))
+    m = m[np.isfinite(m["mean_g"]) & np.isfinite(m["mean_p"]) & (m["mean_g"] > 0)]
+    if m.empty:
+        return ""
+    share = 100 * (m["mean_p"] / m["mean_g"]).mean()
+    return (f"the passive reader, who reads the same dialog without taking part in it, keeps {share:.0f} % of "
+            f"genuine SyncR² (the mean over pairs; " + _join([f"{r.pair} {_f(r.mean_p)} of {_f(r.mean_g)}"
+                                                           for r in m.itertuples()]) + ")")
+
+
 def sentence_controls(control: pd.DataFrame, lag: pd.DataFrame, sync: pd.DataFrame,
                       passive: pd.DataFrame | None, published: dict,
                       shuffled: pd.DataFrame | None = None) -> str:
@@ -148,6 +164,9 @@ def sentence_controls(control: pd.DataFrame, lag: pd.DataFrame, sync: pd.DataFra
         s1 = "This run has no passive-reader condition (`simulate.passive` was off)."
     else:
         s1 = _versus(sync, passive, "the passive reader")
+        if share := passive_share(sync, passive):
+            s1 += (f" {share[0].upper()}{share[1:]}: that much of what the maps predict comes from the input "
+                   "the two share, and only the rest needs the agent to take part in the dialog.")
     if shuffled is not None:
         s1 += (" " + _versus(sync, shuffled, "the shuffled control (training targets permuted "
                              "within each dialog, the paper's code's control)"))
@@ -197,6 +216,31 @@ def _whose(embedded: bool, synthetic: bool) -> str:
 
 
 # --------------------------------------------------------------------------- beyond the paper: controls and rounds
+def sentence_matching(table: pd.DataFrame, counts: pd.DataFrame, embedded: bool, synthetic: bool = False) -> str:
+    """What fitting every condition on equal samples changed (:meth:`synclib.results.Results.matching_table`),
+    or, for a run that fits each condition on its own samples, how unequal the counts are
+    (:meth:`synclib.results.Results.sample_counts`)."""
+    if table.empty:
+        n = counts.groupby("condition", sort=False)["n_train"].mean() if len(counts) else pd.Series(dtype=float)
+        return ("This run fits every condition on its own samples (`analysis.equal_samples` is off, as in the paper's "
+                "code)" + (": training samples per dataset, the mean over directions, split seeds and runs, "
+                           + _join([f"{c} {_f(v, 0)}" for c, v in n.items()]) if len(n) else "")
+                + ". A control with fewer samples is lower partly because of its count (figure 9's curve).")
+    span = _span(round(table["n_train"].min()), round(table["n_train"].max()))
+    own = _span(round(table["n_train_genuine_own"].min()), round(table["n_train_genuine_own"].max()))
+    parts = []
+    for control, t in table.groupby("control", sort=False):
+        parts.append(f"{control} {_f(t['gap_own'].mean(), 3)} on each condition's own samples, "
+                     f"{_f(t['gap_equal'].mean(), 3)} on equal ones ({_f(t['removed'].mean(), 3, sign=True)} was the "
+                     f"sample count; own samples: {_f(t['n_train_control_own'].mean(), 0)})")
+    return (f"Every condition is fitted on the same number of samples: {span} training samples per dataset (the mean "
+            f"over directions and split seeds; the smallest condition's count), where on all its own samples genuine "
+            f"has {own}. The gap genuine minus control, the mean over pairs: " + "; ".join(parts) + ". The tests, "
+            f"claims and charts of this page and the others use the equal-sample fits. These are "
+            f"{_whose(embedded, synthetic)}; the paper fixes 6,500 samples for every condition.")
+
+
+
 def sentence_pseudo(sync: pd.DataFrame, pseudo: pd.DataFrame | None, partners: list[str], embedded: bool,
                     synthetic: bool = False) -> str:
     """The pseudo-dyads (ours) against genuine per pair (:meth:`synclib.results.Results.sync_table`),
@@ -210,6 +254,33 @@ def sentence_pseudo(sync: pd.DataFrame, pseudo: pd.DataFrame | None, partners: l
                       "claim at the end of the page")
             + f" These are {_whose(embedded, synthetic)}; the paper has no pseudo-dyads (ours, after the "
             "hyperscanning literature's control).")
+
+
+def sentence_surrogates(table: pd.DataFrame, embedded: bool, synthetic: bool = False) -> str:
+    """Genuine against its surrogate partners per pair (:func:`synclib.power.surrogate_table`),
+    with the persona confound where the surrogates change the personas."""
+    if table is None or table.empty:
+        return _empty("surrogate partners", "sync_r2_surrogate", table)
+    parts = []
+    for r in table.itertuples():
+        above = int(round(r.share_below * r.n_surrogates))
+        p = f"; {stats.p_clause(r.p)}" if np.isfinite(r.p) else ""
+        ci = (f", 95 % interval {_f(r.ci_lo, 3)} to {_f(r.ci_hi, 3)}" if np.isfinite(r.ci_lo) else "")
+        parts.append(f"{'over all runs' if r.pair == 'all' else r.pair} genuine {_f(r.genuine)} is above "
+                     f"{above} of its {r.n_surrogates} surrogates (their mean {_f(r.surrogate_mean)}, at most "
+                     f"{_f(r.surrogate_max)}; gap {_f(r.gap, 3)}{ci}{p})")
+    same = float(np.nanmean(table["same_personas"]))
+    n_seeds = int(table["n_sim_seeds"].min())
+    confound = (f"In {_f(100 * (1 - same), 0)} % of the surrogate samples the partner dialog has other personas "
+                "(and mostly another scenario)"
+                + (": the run has one simulation seed, so no surrogate keeps the task. The gap therefore mixes "
+                   "the exchange itself with what a dialog's own personas and scenario text share; the same task "
+                   "under two or more simulation seeds would separate them." if n_seeds < 2 else
+                   "; the first surrogates of each dialog are the same task under the other simulation seeds, "
+                   "which keep the personas and the scenario."))
+    return (f"Against the surrogate distribution: {_join(parts)}. The p is the larger of genuine's rank among "
+            f"the surrogates and the bootstrap of the gap over whole episodes. {confound} These are "
+            f"{_whose(embedded, synthetic)}; the paper has no surrogates (ours, after hyperscanning practice).")
 
 
 def sentence_rounds(rounds: pd.DataFrame, trend: pd.DataFrame, embedded: bool, synthetic: bool = False) -> str:
@@ -228,12 +299,13 @@ def sentence_rounds(rounds: pd.DataFrame, trend: pd.DataFrame, embedded: bool, s
             if not np.isfinite(t["slope"]):
                 parts.append(f"{t['pair']}: too few rounds with {MIN_TEST_SAMPLES} or more test samples for a trend")
                 continue
-            verdict = ("shows no detectable trend" if not (np.isfinite(t["p"]) and t["p"] < 0.05)
+            verdict = ("shows no detectable trend" if not (np.isfinite(t["p_holm"]) and t["p_holm"] < 0.05)
                        else "rises" if t["slope"] > 0 else "falls")
             parts.append(f"{t['pair']}: from {_f(t['first'])} in round {int(t['first_round'])} to {_f(t['last'])} in "
                          f"round {int(t['last_round'])}, {verdict} (slope {_f(t['slope'], 3)} per round, 95 % "
-                         f"interval {_f(t['ci_lo'], 3)} to {_f(t['ci_hi'], 3)}, {stats.p_clause(t['p'])}, over "
-                         f"{int(t['n_boot'])} resamples of {int(t['n_episodes'])} episodes)")
+                         f"interval {_f(t['ci_lo'], 3)} to {_f(t['ci_hi'], 3)}, {stats.p_clause(t['p_holm'])} "
+                         f"Holm-adjusted ({stats.p_clause(t['p'])} alone), over {int(t['n_boot'])} resamples of "
+                         f"{int(t['n_episodes'])} episodes)")
         return "; ".join(parts)
 
     pseudo = (f" The pseudo-dyads (agents of different dialogs): {trend_of('pseudo')}."
@@ -242,8 +314,13 @@ def sentence_rounds(rounds: pd.DataFrame, trend: pd.DataFrame, embedded: bool, s
     left = (f" Rounds with fewer than {MIN_TEST_SAMPLES} test samples (mean over split seeds) are drawn hollow and "
             f"left out of the trend ({len(thin)} of {len(rounds)} points)." if len(thin) else "")
     n = rounds[rounds["condition"] == "genuine"]["n_test"]
-    return ("Genuine SyncR² per round of the test episodes, the maps fitted on all rounds of the training episodes: "
-            + trend_of("genuine") + f". A round rests on {_f(n.min(), 0)}–{_f(n.max(), 0)} test samples per split."
+    family = int(np.isfinite(trend["p"].astype(float)).sum())
+    return ("Genuine SyncR² per round of the test episodes, the maps fitted on all rounds of the training episodes, "
+            "each source layer scored at the target layer chosen on the whole test set, without a clip (so a "
+            "round can be below 0, and the rounds average to the unclipped SyncR²): "
+            + trend_of("genuine") + f". A round rests on {_f(n.min(), 0)}–{_f(n.max(), 0)} test samples per split; "
+            f"the p-values are Holm-adjusted over the {family} trend tests of this page's table (every pair and "
+            "condition), and a trend counts where the adjusted p is below 0.05."
             + pseudo + left + f" These are {_whose(embedded, synthetic)}; the paper scores whole dialogs only (ours).")
 
 
@@ -529,6 +606,20 @@ def wide_table(long: pd.DataFrame) -> pd.DataFrame:
                               for m, s in zip(long["mean"], long["se"])])
     return cell.pivot(index="label", columns="setting", values="value").reindex(
         index=list(dict.fromkeys(long["label"])), columns=list(dict.fromkeys(long["setting"]))).fillna("n/a")
+
+
+def sentence_mlp_training(training: pd.DataFrame) -> str:
+    """How long table 5's MLPs trained (:meth:`synclib.results.Results.mlp_training`)."""
+    if training is None or training.empty:
+        return "This run's analyses record no MLP training lengths (re-analyse to add them)."
+    e, st = training["epochs"], training["steps"]
+    cap = int(training["cap"].max())
+    at_cap = int((e >= cap).sum()) if cap > 0 else 0
+    return (f"Early stopping on the validation part chose {int(e.min())}-{int(e.max())} epochs (median "
+            f"{int(e.median())}) for the {len(training)} maps, {int(st.min()):,}-{int(st.max()):,} AdamW steps "
+            f"(median {int(st.median()):,}) on the whole training set; "
+            + (f"{at_cap} of them were still improving at the cap of {cap} epochs (the paper's 200), so those are "
+               "not converged." if at_cap else f"every map stopped before the cap of {cap} epochs."))
 
 
 def sentence_comparison(ours: pd.DataFrame, entry: dict, what: str, var: str,

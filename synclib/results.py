@@ -446,7 +446,7 @@ class Results:
                 out.append(np.atleast_1d(da.to_numpy().astype(float)))
         return np.concatenate(vals), np.concatenate(ses)
 
-    def _unit_value(self, runs, var: str = "sync_r2", directions=None, **sel) -> dict:
+    def unit_value(self, runs, var: str = "sync_r2", directions=None, **sel) -> dict:
         """``mean`` of the unit's directional values (the paper's pair SyncR²: both
         directions of both orders), ``se`` the mean of their standard errors (the
         reference's band), ``n_values`` how many were finite."""
@@ -460,7 +460,7 @@ class Results:
         """Per pair (or ordered run): SyncR² ``mean`` over its directional values and ``se``
         (columns ``pair, family, model_a, model_b, orders, condition, mean, se, n_values``)."""
         rows = [{**self.unit_info(runs, separate), "condition": condition,
-                 **self._unit_value(runs, "sync_r2", condition=condition)}
+                 **self.unit_value(runs, "sync_r2", condition=condition)}
                 for _, runs in self.units(separate)]
         return pd.DataFrame(rows)
 
@@ -523,7 +523,7 @@ class Results:
         rows = []
         for _, runs in self.units():
             for k, cond in lags:
-                rows.append({**self.unit_info(runs), "k": k, **self._unit_value(runs, condition=cond)})
+                rows.append({**self.unit_info(runs), "k": k, **self.unit_value(runs, condition=cond)})
         return pd.DataFrame(rows)
 
     # ------------------------------------------------------------------ CKA (ours; the paper has none)
@@ -670,7 +670,7 @@ class Results:
         rows = []
         for _, runs in self.units():
             rows.append({**self.unit_info(runs), "social": self.run_social(runs[0].name),
-                         "sync": self._unit_value(runs, directions=["A->B"], condition="genuine")["mean"]})
+                         "sync": self.unit_value(runs, directions=["A->B"], condition="genuine")["mean"]})
         t = pd.DataFrame(rows)
         lookup = scores.set_index("model")
         keyed = t.copy()
@@ -697,7 +697,7 @@ class Results:
             n_dir = sum(self.analysis(r.name).sizes["direction"] for r in runs)
             depths = sorted({int(ds.attrs[f"n_layers_{s}"]) for s in "ab" if f"n_layers_{s}" in ds.attrs})
             for k in ks:
-                v = self._unit_value(runs, "sync_r2_topk", condition="genuine", k=k)
+                v = self.unit_value(runs, "sync_r2_topk", condition="genuine", k=k)
                 if v["n_values"] == n_dir:  # k beyond a target model's depth is NaN: no mixed means
                     rows.append({**self.unit_info(runs), "k": int(k), "mean": v["mean"], "se": v["se"],
                                  "target_layers": " and ".join(map(str, depths))})
@@ -740,7 +740,7 @@ class Results:
                      [("paper", "paper_alpha_sync_r2")] * have + [("run", "sync_r2")])
             for penalty, prefix in kinds:
                 for method, suffix in (("clipped at 0", ""), ("kept", "_noclip")):
-                    v = self._unit_value(runs, prefix + suffix, condition="genuine")
+                    v = self.unit_value(runs, prefix + suffix, condition="genuine")
                     rows.append({**self.unit_info(runs), "penalty": penalty, "method": method, "mean": v["mean"],
                                  "se": v["se"]})
         return self._holding(pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders", "penalty",
@@ -828,6 +828,14 @@ class Results:
                         out[str(rel)] = min(int(n), out.get(str(rel), int(n)))
         return out
 
+    def dataset_sizes(self) -> dict:
+        """Per pair with a split, its genuine datasets' samples (training + test), the mean over its runs,
+        directions and split seeds (:meth:`sample_counts`): figure 9's last point and its claim's number."""
+        counts = self.sample_counts().query("condition == 'genuine'")
+        pair_of = {r.name: r.pair for r in self.runs}
+        n = (counts["n_train"] + counts["n_test"]).groupby(counts["run"].map(pair_of)).mean()
+        return {p: int(round(n[p])) for p in self.pair_names if p in n.index}
+
     def sample_size_table(self) -> pd.DataFrame:
         """Figure 9: SyncR² per pair and dataset size (reference aggregation).
 
@@ -836,23 +844,19 @@ class Results:
         samples per dataset) where that is larger than the sweep's largest size.
         """
         var = "sample_size_sync_r2"
-        rows = []
+        rows, sizes = [], self.dataset_sizes()
         for _, runs in self._units_with(var):
             da = self.analysis(runs[0].name)[var]
             sdim = next(d for d in da.dims if d not in ("direction", "split_seed"))
             for n in da[sdim].values:
-                v = self._unit_value(runs, var, **{sdim: n})
+                v = self.unit_value(runs, var, **{sdim: n})
                 rows.append({**self.unit_info(runs), "n_samples": int(n), "mean": v["mean"], "se": v["se"],
                              "point": "sweep"})
-            full = [self.analysis(r.name) for r in runs]
-            if all("n_train" in ds for ds in full):
-                n = np.concatenate([(ds["n_train"] + ds["n_test"]).sel(condition="genuine").to_numpy().ravel()
-                                    for ds in full]).astype(float)
-                n = int(round(n[n > 0].mean())) if (n > 0).any() else 0
-                if n > int(da[sdim].max()):
-                    v = self._unit_value(runs, "sync_r2", condition="genuine")
-                    rows.append({**self.unit_info(runs), "n_samples": n, "mean": v["mean"], "se": v["se"],
-                                 "point": "full run"})
+            n = sizes.get(runs[0].pair, 0)
+            if n > int(da[sdim].max()):
+                v = self.unit_value(runs, "sync_r2", condition="genuine")
+                rows.append({**self.unit_info(runs), "n_samples": n, "mean": v["mean"], "se": v["se"],
+                             "point": "full run"})
         return self._holding(pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders",
                                                          "n_samples", "mean", "se", "point"]), var)
 
@@ -866,7 +870,7 @@ class Results:
         rows = []
         for _, runs in self._units_with(var):
             for setting, v in ((settings[0], "sync_r2"), (settings[1], var)):
-                val = self._unit_value(runs, v, condition="genuine")
+                val = self.unit_value(runs, v, condition="genuine")
                 rows.append({**self.unit_info(runs), "setting": setting, "mean": val["mean"], "se": val["se"]})
         return self._holding(pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders",
                                                          "setting", "mean", "se"]), var)
@@ -900,6 +904,24 @@ class Results:
                              "n_layer_pairs": n_lp})
         return self._holding(pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders", "setting",
                                                          "mean", "se", "n_layer_pairs"]), "nonlinear_r2")
+
+    def mlp_training(self) -> pd.DataFrame:
+        """Table 5's MLPs, one row per fitted map (run, direction, split seed, layer pair): its
+        ``epochs`` (early stopping, ``nonlinear_stopping``), ``steps`` (epochs x minibatches per
+        epoch) and ``cap`` (the most epochs allowed)."""
+        rows = []
+        for r in self.runs:
+            ds = self.analysis(r.name)
+            if "nonlinear_epochs" in ds:
+                t = ds[["nonlinear_epochs", "nonlinear_steps_per_epoch"]].to_dataframe().reset_index()
+                t = t[t["nonlinear_epochs"] > 0]
+                rows.append(pd.DataFrame({"run": r.name, "direction": t["direction"], "split_seed": t["split_seed"],
+                                          "layer_pair": t["layer_pair"], "epochs": t["nonlinear_epochs"],
+                                          "steps": t["nonlinear_epochs"] * t["nonlinear_steps_per_epoch"],
+                                          "cap": int(ds.attrs.get("nonlinear_max_epochs", -1))}))
+        cols = ["run", "direction", "split_seed", "layer_pair", "epochs", "steps", "cap"]
+        return self._holding(pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols),
+                             "nonlinear_epochs")
 
     def tom_table(self) -> pd.DataFrame:
         """Figure 11: test KL of the ToM decoders and of the train-mean baseline.

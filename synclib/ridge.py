@@ -12,6 +12,7 @@ Contents
 :func:`r2_grid`           test R^2 of every (source layer, target layer) pair
 :func:`resampled_r2`      the grid on test sets resampled by whole groups (episodes), maps fixed
 :func:`r2_grid_subsets`   one fit per layer pair, scored on several test subsets
+:func:`r2_grid_targets`   one factorisation of the source side, scored against several target sets
 
 The splits by whole groups (episodes) these fits are scored on live in :mod:`synclib.splits`.
 
@@ -55,12 +56,19 @@ import torch
 
 from synclib.splits import RidgeInputError, episode_folds
 
-__all__ = ["ridge_solve", "r2_grid", "resampled_r2", "r2_grid_subsets", "RidgeInputError", "PAPER_ALPHA", "DEFAULT_CV_ALPHAS"]
+__all__ = ["ridge_solve", "r2_grid", "resampled_r2", "r2_grid_subsets", "r2_grid_targets", "layer_scale", "relative_alphas",
+           "RidgeInputError", "PAPER_ALPHA", "DEFAULT_CV_ALPHAS", "CV_GRID_RULE"]
 
 #: the paper's ridge penalty (``Ridge(alpha=0.1)``, ``affine_transformation.py``)
 PAPER_ALPHA = 0.1
-#: the log grid searched by ``alpha="cv"``: 1e-2 ... 1e6, half decades
-DEFAULT_CV_ALPHAS = tuple(float(a) for a in np.logspace(-2, 6, 17))
+#: the log grid searched by ``alpha="cv"``, relative to each source layer's scale
+#: (:func:`layer_scale`): 1e-3 ... 1e3 of it, half decades (the embedded runs choose 0.3-10)
+DEFAULT_CV_ALPHAS = tuple(float(a) for a in np.logspace(-3, 3, 13))
+CV_GRID_RULE = ("ours: alpha='cv' searches cv_alphas times each source layer's scale, the mean non-zero "
+                "eigenvalue of Xc'Xc on the training rows (synclib.ridge.layer_scale: trace / min(n_train - 1, D)), "
+                "so that one grid serves layers whose feature variances differ by orders of magnitude; the "
+                "estimator stays the plain ridge of the raw features. A fixed alpha (the paper's 0.1) is used as "
+                "it is.")
 
 PRECISIONS = ("float32", "tf32", "bf16")
 METHODS = ("auto", "gram", "direct")
@@ -575,13 +583,41 @@ def _score_direct(src: _SourceSide, Y, ytr, yte, cdtype, max_chunk_bytes: int,
     return out, loss
 
 
+def layer_scale(Xtr_l: torch.Tensor) -> float:
+    """The scale of one source layer's training inputs (n_train, D): the mean non-zero
+    eigenvalue of ``Xc'Xc`` (``Xc`` the centred rows), ``trace / min(n_train - 1, D)``; the
+    penalties ``alpha="cv"`` searches are multiples of it (:data:`CV_GRID_RULE`).  1 for
+    constant inputs."""
+    Xc = Xtr_l - Xtr_l.mean(0, keepdim=True)
+    trace = float((Xc * Xc).sum())
+    rank = max(1, min(Xtr_l.shape[0] - 1, Xtr_l.shape[1]))
+    return trace / rank if trace > 0 else 1.0
+
+
+def relative_alphas(X, train, alphas) -> np.ndarray:
+    """Each source layer's penalty over its scale (:func:`layer_scale` of its training rows):
+    where ``alphas`` came from ``alpha="cv"``, the grid point chosen (:data:`DEFAULT_CV_ALPHAS`).
+
+    ``X`` (n_x, L_src, D) and ``train`` as :func:`r2_grid` takes them (an index array, or a
+    pair ``(x_rows, y_rows)``); ``alphas`` (L_src,).  Returns (L_src,) float64."""
+    X = _as_tensor(X, "X", _device(X, None))
+    rows = train[0] if isinstance(train, tuple) else train
+    rows = _rows(rows, "train", X.shape[0], X.device)
+    return np.array([a / layer_scale(X[rows, l].double()) for l, a in enumerate(np.asarray(alphas, float))])
+
+
 def _alpha_chooser(alpha, cv: bool, Y, ytr, Ls: int, device, **cv_options) -> Callable:
     """``alpha_of(Xtr_l, l)``: the penalty of source layer ``l`` (fixed, or chosen by
-    grouped CV on the training rows, :func:`_cv_alpha`, with ``cv_options`` of :func:`r2_grid`)."""
+    grouped CV on the training rows from ``cv_alphas`` times the layer's scale,
+    :func:`_cv_alpha` and :func:`layer_scale`, with ``cv_options`` of :func:`r2_grid`)."""
     if cv:
         o = cv_options
         cvd = _cv_setup(Y, ytr, o["groups"], o["cv_alphas"], o["cv_folds"], o["cv_columns"], o["cv_seed"], device)
-        return lambda Xtr_l, l: float(cvd.grid[_cv_alpha(Xtr_l, cvd.folds, cvd.grid)[0]])
+
+        def alpha_of(Xtr_l, l):
+            grid = cvd.grid * layer_scale(Xtr_l)
+            return float(grid[_cv_alpha(Xtr_l, cvd.folds, grid)[0]])
+        return alpha_of
     fixed = _layer_alphas(alpha, Ls)
     return lambda Xtr_l, l: float(fixed[l])
 
@@ -613,8 +649,9 @@ def r2_grid(X, Y, train, test, alpha=PAPER_ALPHA, *, precision: str = "float32",
     train, test : 1-D integer index arrays (or boolean masks) into the rows of both X
         and Y (then ``n_x == n_y``), or pairs ``(x_rows, y_rows)`` of equal length.
     alpha : float > 0, array (L_src,) of them, or ``"cv"``.  With ``"cv"`` the penalty of each source layer
-        is chosen from ``cv_alphas`` by ``cv_folds``-fold CV over whole ``groups``
-        (episodes) on the training rows only; see :func:`_cv_alpha`.
+        is chosen from ``cv_alphas`` times the layer's scale (:func:`layer_scale`,
+        :data:`CV_GRID_RULE`) by ``cv_folds``-fold CV over whole ``groups`` (episodes) on the
+        training rows only; see :func:`_cv_alpha`.
     precision : ``"float32"`` | ``"tf32"`` (CUDA) | ``"bf16"``; see the module doc.
     device : torch device for the computation (default: X's device).
     method : ``"auto"`` | ``"gram"`` | ``"direct"`` (module doc).
@@ -813,3 +850,78 @@ def r2_grid_subsets(X, Y, train, tests, alpha=PAPER_ALPHA, *, device=None, max_c
                 for i, st in enumerate(stats):
                     out[i, l, s:e] = (st.n_var - (st.w * res2[st.pos].sum(0)).sum(-1) + st.const_ok) / Dt
     return out.cpu().numpy()
+
+
+# --------------------------------------------------------------------------- r2_grid_targets
+def r2_grid_targets(X, Y, x_train, x_test, targets, alpha, *, test_groups=None, precision: str = "float32",
+                    device=None, method: str = "auto", max_chunk_bytes: int = 1 << 30,
+                    max_memory_bytes: int = 8 << 30):
+    """One fit of the source side, scored against several sets of targets.
+
+    Equivalent to ``[r2_grid(X, Y, (x_train, ytr), (x_test, yte), alpha) for ytr, yte in
+    targets]`` but each source layer is factorised once: the sets share the source rows and
+    the penalties and differ only in their target rows (the surrogates of
+    :mod:`synclib.analysis.surrogates`).  The cost of a set is the scoring alone
+    (``gram``: ~ M * n_train * (n_train + n_test) for M target columns).
+
+    Parameters
+    ----------
+    X : array (n_x, L_src, D_src); Y : array (n_y, L_tgt, D_tgt).
+    x_train, x_test : 1-D integer arrays of rows of X (n_train,), (n_test,).
+    targets : list of pairs ``(y_train, y_test)`` of rows of Y, of lengths n_train and n_test.
+    alpha : float > 0 or array (L_src,) (e.g. the penalties a CV fit chose; no ``"cv"``).
+    test_groups : (n_test,) label of each test row: also return each group's share of the test
+        loss of every set, as :func:`r2_grid` does (``r2 = k - sum_g l_g``).
+    precision, device, method, max_chunk_bytes, max_memory_bytes : as :func:`r2_grid`.
+
+    Returns
+    -------
+    r2 : numpy float64 array (T, L_src, L_tgt), T = len(targets)
+    group_loss : only with ``test_groups``: ``(labels (G,), loss (T, G, L_src, L_tgt), sizes (G,))``.
+    """
+    if _check_alpha(alpha):
+        raise RidgeInputError("r2_grid_targets needs numeric alphas (pass those chosen by r2_grid)")
+    if precision not in PRECISIONS:
+        raise RidgeInputError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if method not in METHODS:
+        raise RidgeInputError(f"method must be 'auto', 'gram' or 'direct', got {method!r}")
+    if not len(targets):
+        raise RidgeInputError("targets: no target sets given")
+    device = _device(X, device)
+    X = _as_tensor(X, "X", device)
+    Y = _as_tensor(Y, "Y", device)
+    xtr, xte = _rows(x_train, "x_train", X.shape[0], device), _rows(x_test, "x_test", X.shape[0], device)
+    _check_counts(xtr.numel(), {"x_test": xte.numel()})
+    sets = []
+    for i, pair in enumerate(targets):
+        if len(pair) != 2:
+            raise RidgeInputError(f"targets[{i}] must be a pair (y_train, y_test)")
+        ytr, yte = (_rows(r, f"targets[{i}][{j}] (rows of Y)", Y.shape[0], device) for j, r in enumerate(pair))
+        if (ytr.numel(), yte.numel()) != (xtr.numel(), xte.numel()):
+            raise RidgeInputError(f"targets[{i}]: {ytr.numel()} training and {yte.numel()} test rows of Y for "
+                                  f"{xtr.numel()} and {xte.numel()} rows of X")
+        sets.append((ytr, yte))
+    codes = labels = None
+    if test_groups is not None:
+        tg = np.asarray(test_groups)
+        if tg.shape != (xte.numel(),):
+            raise RidgeInputError(f"test_groups must have one label per test row ({xte.numel()}), got shape {tg.shape}")
+        labels, codes = np.unique(tg, return_inverse=True)
+    Ls, D = X.shape[1], X.shape[2]
+    n_tr, n_te = xtr.numel(), xte.numel()
+    cdtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    method = _choose_method(method, Ls, D, Y.shape[1] * Y.shape[2], n_tr, n_te, max_memory_bytes)
+    use_left = method == "direct" and D * (n_tr + n_te) < n_te * n_tr
+    fixed = _layer_alphas(alpha, Ls)
+    r2s, losses = [], []
+    with _matmul_precision(precision, device):
+        src = _source_side(X, xtr, xte, lambda Xtr_l, l: float(fixed[l]), cdtype, use_left)
+        for ytr, yte in sets:
+            r2, loss = _score(src, method, Y, ytr, yte, cdtype, max_chunk_bytes, groups=codes)
+            r2s.append(r2.cpu().numpy())
+            if codes is not None:
+                losses.append(loss.cpu().numpy())
+    r2 = np.stack(r2s)
+    if codes is None:
+        return r2
+    return r2, (labels, np.stack(losses), np.bincount(codes, minlength=len(labels)))

@@ -12,15 +12,19 @@ model pair and tests the trend:
   the episode resamples and the test samples it rests on;
 * :func:`trend_table`: per unit and condition, the least-squares slope of those values on
   the round number, over the rounds with at least :data:`MIN_TEST_SAMPLES` test samples,
-  with its interval and two-sided p over the same resamples (each resample's slope).
+  with its interval and two-sided p over the same resamples (each resample's slope), and that
+  p Holm-adjusted over every trend of the table (the family the page words its verdicts from).
 
-A round's SyncR² takes, like SyncR², each source layer's best target layer on that round: on
-few test samples that maximum is biased upward, which is why thin rounds are left out.
+A round's SyncR² scores each source layer at the target layer chosen on the whole test set
+(``round_tgt_layer``), without a clip, so no maximum is taken over a round's few samples, a
+round can be negative, and the rounds' values average, weighted by their samples, to the whole
+test set's unclipped SyncR² (``sync_r2_noclip``).  A round
+is shown only where every direction of the unit has it (agent 2's reply to agent 1's last turn
+has no next state, so the last round has one direction only and is left out).
 """
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -30,13 +34,15 @@ from synclib import stats
 __all__ = ["MIN_TEST_SAMPLES", "round_table", "trend_table", "has_rounds"]
 
 #: rounds whose test samples (mean over the split seeds, runs and directions) are fewer are left
-#: out of the trend and drawn hollow
-MIN_TEST_SAMPLES = 10
+#: out of the trend and drawn hollow.  Nothing is chosen on a round (its targets are the whole test
+#: set's), so a thin round is noisy, as its interval shows, not biased: the floor only drops rounds
+#: too thin to score (with equal samples the default run has 8-9 per round and split)
+MIN_TEST_SAMPLES = 5
 
 _INFO = ["pair", "family", "model_a", "model_b", "orders"]
 ROUND_COLUMNS = _INFO + ["condition", "round", "mean", "ci_lo", "ci_hi", "n_test", "kept"]
-TREND_COLUMNS = _INFO + ["condition", "slope", "ci_lo", "ci_hi", "p", "n_rounds", "first_round", "last_round",
-                         "first", "last", "n_boot", "n_episodes"]
+TREND_COLUMNS = _INFO + ["condition", "slope", "ci_lo", "ci_hi", "p", "p_holm", "n_rounds", "first_round",
+                         "last_round", "first", "last", "n_boot", "n_episodes"]
 
 
 def has_rounds(res) -> bool:
@@ -46,8 +52,9 @@ def has_rounds(res) -> bool:
 
 def _unit_rounds(res, runs, condition: str) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
     """The unit's per-round values (R,), resamples (B, R) or None, and mean test samples (R,):
-    means over its ordered runs and directions (the counts: over split seeds, and over the
-    directions that have the round: agent 2's reply to agent 1's last turn has no next state)."""
+    means over its ordered runs and directions, NaN for a round some direction lacks (agent 2's
+    reply to agent 1's last turn has no next state); the counts: over split seeds, runs and
+    directions."""
     vals, boots, ns = [], [], []
     for r in runs:
         ds = res.analysis(r.name)
@@ -61,13 +68,9 @@ def _unit_rounds(res, runs, condition: str) -> tuple[np.ndarray, np.ndarray | No
                          .transpose("direction", "boot", "round").to_numpy())
     if not vals:
         return np.array([]), None, np.array([])
-    with warnings.catch_warnings():  # rounds no test sample reached are NaN
-        warnings.simplefilter("ignore", RuntimeWarning)
-        value = np.nanmean(np.concatenate(vals), axis=0)
-        boot = np.nanmean(np.concatenate(boots), axis=0) if len(boots) == len(vals) else None
-        vals, ns = np.concatenate(vals), np.concatenate(ns)
-        n = np.nanmean(np.where(np.isfinite(vals), ns, np.nan), axis=0)  # directions that have the round
-    return value, boot, n
+    value = np.mean(np.concatenate(vals), axis=0)  # every direction, or NaN: both directions in every round shown
+    boot = np.mean(np.concatenate(boots), axis=0) if len(boots) == len(vals) else None
+    return value, boot, np.mean(np.concatenate(ns), axis=0)
 
 
 def _kept(value: np.ndarray, n: np.ndarray) -> np.ndarray:
@@ -92,8 +95,8 @@ def round_table(res, conditions=None, separate: bool = False) -> pd.DataFrame:
         source state's round: agent 1's k-th turn, or agent 2's reply to it); ``mean`` (the
         round's SyncR², mean over the unit's ordered runs and directions), ``ci_lo``,
         ``ci_hi`` (2.5 and 97.5 percentiles over the episode resamples; NaN without them),
-        ``n_test`` (test samples of the round, mean over split seeds, runs and the directions
-        that have the round)
+        ``n_test`` (test samples of the round, mean over split seeds, runs and directions; a
+        round some direction lacks has no row)
         and ``kept`` (``n_test >= MIN_TEST_SAMPLES``).  Empty without the per-round scores, and
         where no round was scored (too few samples): ``attrs["has_rounds"]`` tells which.
     """
@@ -130,7 +133,8 @@ def trend_table(res, conditions=None, separate: bool = False) -> pd.DataFrame:
         slope of the round's SyncR² on the round number, per round, over the kept rounds of
         :func:`round_table`), ``ci_lo``, ``ci_hi`` (2.5 and 97.5 percentiles of the slope over
         the episode resamples), ``p`` (two-sided, :func:`synclib.stats.bootstrap_p`: that the
-        slope is 0), ``n_rounds``, ``first_round``, ``last_round`` (the kept rounds),
+        slope is 0), ``p_holm`` (``p`` Holm-adjusted over every row's, :func:`synclib.stats.holm`:
+        the family of trend tests the page shows), ``n_rounds``, ``first_round``, ``last_round`` (the kept rounds),
         ``first``, ``last`` (their values), ``n_boot`` (resamples with every kept round
         scored) and ``n_episodes`` (episodes of the first run's cube).  NaN where fewer than
         three rounds are kept; a condition no round of any unit scored has no rows.
@@ -142,7 +146,9 @@ def trend_table(res, conditions=None, separate: bool = False) -> pd.DataFrame:
         units = [(runs, _unit_rounds(res, runs, cond)) for _, runs in res.units(separate)]
         if any(np.isfinite(value).any() for _, (value, _, _) in units):
             rows += [_trend_row(res, runs, cond, *rounds, separate) for runs, rounds in units]
-    return pd.DataFrame(rows, columns=TREND_COLUMNS)
+    out = pd.DataFrame(rows, columns=TREND_COLUMNS)
+    out["p_holm"] = stats.holm(out["p"].to_numpy(float)) if len(out) else out["p"]
+    return out
 
 
 def _trend_row(res, runs, cond: str, value: np.ndarray, boot: np.ndarray | None, n: np.ndarray,
@@ -150,7 +156,7 @@ def _trend_row(res, runs, cond: str, value: np.ndarray, boot: np.ndarray | None,
     """One row of :func:`trend_table` from the unit's :func:`_unit_rounds`."""
     kept = np.flatnonzero(_kept(value, n))
     row = {**res.unit_info(runs, separate), "condition": cond, "slope": math.nan, "ci_lo": math.nan,
-           "ci_hi": math.nan, "p": math.nan, "n_rounds": len(kept), "first_round": math.nan,
+           "ci_hi": math.nan, "p": math.nan, "p_holm": math.nan, "n_rounds": len(kept), "first_round": math.nan,
            "last_round": math.nan, "first": math.nan, "last": math.nan, "n_boot": 0,
            "n_episodes": int(res.analysis(runs[0].name).attrs.get("n_episodes", 0))}
     if len(kept) >= 3:

@@ -12,12 +12,13 @@ banner of synthetic data, the sample counts) come from :mod:`synclib.report`.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 
 from synclib import stats
-from synclib.report import _join, banner, sample_counts_text
+from synclib.report import _join, banner, passive_share, sample_counts_text
 from synclib.stats import fmt as _f
 
-__all__ = ["run_summary_markdown", "embedded_run_markdown"]
+__all__ = ["run_summary_markdown", "embedded_run_markdown", "penalty_table", "penalty_markdown"]
 
 
 def _judge_line(judge: dict) -> str:
@@ -171,10 +172,62 @@ def run_summary_markdown(res) -> str:
             extra = f"; passive reader {_f(pr['mean'])} ± {_f(pr['se'])}"
         lines.append(f"- {r['pair']} ({r['model_a']} & {r['model_b']}): SyncR² "
                      f"{_f(r['mean'])} ± {_f(r['se'])}{extra}")
+    if share := passive_share(sync, passive):
+        lines += ["", f"{share[0].upper()}{share[1:]}: that part of what the maps predict comes from the input "
+                  "the two agents share, not from taking part; the controls page tests the rest."]
     from synclib.claims import claims_summary
     from synclib.results import load_published
 
-    lines += ["", "**Every claim of the paper, and whether this run can speak to it** (each figure's page "
+    lines += ["", "**Every claim of the paper, and what this run finds** (agrees, differs, or cannot test, with the "
+              "reason; each figure's page "
               "repeats its line; the argument behind the controls' tests is on the page *Statistical power*):", ""]
     lines += [f"- {s}" for s in claims_summary(res, load_published())]
+    return "\n".join(lines) + "\n"
+
+
+def penalty_table(res) -> pd.DataFrame:
+    """Where the cross-validated penalties fell on their grid (``alpha_relative`` over the
+    analysis' ``alpha_grid``): per ordered run and condition, ``fits`` (source layers x
+    split seeds x directions), ``at_top`` and ``at_bottom`` (shares of the fits at the grid's
+    ends, where the search may have wanted to go further), ``median`` (the median relative
+    penalty), ``grid_lo``, ``grid_hi``.  Empty for runs with a fixed penalty."""
+    cols = ["run", "pair", "condition", "fits", "at_top", "at_bottom", "median", "grid_lo", "grid_hi"]
+    rows = []
+    for r in res.runs:
+        ds = res.analysis(r.name)
+        if "alpha_relative" not in ds or "alpha_grid" not in ds.attrs:
+            continue
+        grid = np.atleast_1d(np.asarray(ds.attrs["alpha_grid"], dtype=float))
+        for c in ds["condition"].values:
+            v = ds["alpha_relative"].sel(condition=c).to_numpy().ravel()
+            v = v[np.isfinite(v)]
+            if v.size:
+                rows.append({"run": r.name, "pair": r.pair, "condition": str(c), "fits": int(v.size),
+                             "at_top": float(np.isclose(v, grid.max(), rtol=1e-6).mean()),
+                             "at_bottom": float(np.isclose(v, grid.min(), rtol=1e-6).mean()),
+                             "median": float(np.median(v)), "grid_lo": float(grid.min()),
+                             "grid_hi": float(grid.max())})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def penalty_markdown(res) -> str:
+    """The method page's account of the run's ridge penalties (``book/_generated/penalty.md``):
+    where the cross-validated choices fell on their grid, per ordered run (genuine and all
+    conditions), from :func:`penalty_table`."""
+    t = penalty_table(res)
+    if t.empty:
+        return (f"*This run:* {res.penalty_label()} for every map; nothing is searched, so no choice can sit at "
+                "the end of a grid.\n")
+    lo, hi = t["grid_lo"].min(), t["grid_hi"].max()
+    lines = [f"*This run* searched λ from {lo:g} to {hi:g} times each source layer's scale (half decades). Where "
+             "the choices fell, per ordered run (shares of the fits, source layers x split seeds x directions):", "",
+             "| run | condition | fits | at the grid's top | at its bottom | median λ / scale |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for _, r in t.iterrows():
+        if r["condition"] == "genuine" or r["at_top"] > 0 or r["at_bottom"] > 0:
+            lines.append(f"| {r['run']} | {r['condition']} | {r['fits']} | {100 * r['at_top']:.1f} % | "
+                         f"{100 * r['at_bottom']:.1f} % | {r['median']:.2g} |")
+    rest = t[(t["condition"] != "genuine") & (t["at_top"] == 0) & (t["at_bottom"] == 0)]
+    if len(rest):
+        lines += ["", f"The other {len(rest)} condition(s) of the runs have no fit at either end."]
     return "\n".join(lines) + "\n"

@@ -62,7 +62,8 @@ from synclib.cube import STORE_DTYPES, CubeSpec, CubeWriter, Unit, is_complete, 
 from synclib.engine import SCHEDULING
 from synclib.memory import CacheBudget, release_free_memory, session_budget
 from synclib.prompts import (
-    ACTIONS, EMOTIONS, PASSIVE_PERSONA_RULE, is_leave, passive_persona, postprocess_reply, render_prompt,
+    ACTIONS, EMOTIONS, PASSIVE_PERSONA_RULE, REPLY_ENDS, is_leave, passive_persona, postprocess_reply, render_prompt,
+    trim_to_sentence,
 )
 from synclib.scenarios import Task, TaskSet
 
@@ -211,7 +212,8 @@ class _Runner:
 
     def __init__(self, lms, spec: CubeSpec, tasks: dict, *, max_utterances, temperature,
                  max_new_tokens, batch_size, progress=None, sampling=({}, {}),
-                 first_line_only=True, readers=None, tom_tasks=None, scheduling="turns", cache_budget=None):
+                 first_line_only=True, readers=None, tom_tasks=None, scheduling="turns", cache_budget=None,
+                 reply_end="line"):
         from synclib.engine import Engine
 
         self.scheduling = scheduling
@@ -226,6 +228,7 @@ class _Runner:
         self.max_new_tokens = max_new_tokens
         self.sampling = sampling
         self.first_line_only = first_line_only
+        self.reply_end = reply_end
         self.readers = readers or {}
         self.tom_tasks = tom_tasks  # task indices that get the ToM dialogs (None: all)
         self.progress = progress if progress is not None else _Progress(0, 0, "", show=False)
@@ -272,6 +275,8 @@ class _Runner:
         episode goes on (no LEAVE, limit not reached)."""
         side, k = "ab"[t % 2], t // 2
         reply = postprocess_reply(res.text)
+        if self.reply_end == "sentence" and res.finish_reason == "length":  # cut by the cap: end at a sentence
+            reply = trim_to_sentence(reply)
         v = value.values
         v[var_name("hidden", side, view)][k] = res.states
         v[var_name("text", side, view)][k] = reply
@@ -469,7 +474,7 @@ def resolve_sampling(lm, top_k="model", top_p="model") -> dict:
 
 
 def _check_settings(max_utterances, max_new_tokens, temperature, store_dtype, seeds, passive_seeds, scheduling,
-                    tom_episodes):
+                    tom_episodes, reply_end="line"):
     """Reject bad settings before any model is loaded; the message names the parameter."""
     if max_utterances < 1:
         raise ValueError(f"max_utterances must be >= 1, got {max_utterances}")
@@ -487,6 +492,8 @@ def _check_settings(max_utterances, max_new_tokens, temperature, store_dtype, se
             raise ValueError(f"passive_seeds {extra} are not among seeds {seeds}")
     if scheduling not in SCHEDULING:
         raise ValueError(f"scheduling must be one of {', '.join(SCHEDULING)}, got {scheduling!r}")
+    if reply_end not in REPLY_ENDS:
+        raise ValueError(f"reply_end must be one of {', '.join(REPLY_ENDS)}, got {reply_end!r}")
     if tom_episodes is not None and (isinstance(tom_episodes, bool) or int(tom_episodes) != tom_episodes
                                      or tom_episodes < 1):
         raise ValueError(f"tom_episodes must be None or an integer >= 1, got {tom_episodes!r}")
@@ -548,7 +555,7 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
              passive_seeds=None, taskset: TaskSet | None = None,
              prompt_formats: tuple[str, str] = ("chat_template", "chat_template"),
              tom_episodes: int | None = None, engine_stats: dict | None = None,
-             scheduling: str = "turns", cache_gib="auto") -> Path:
+             scheduling: str = "turns", cache_gib="auto", reply_end: str = "line") -> Path:
     """Run model A (agent 1) against model B (agent 2) and write a cube.
 
     Parameters
@@ -587,6 +594,9 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
         paper's code sampled with ``transformers``' ``generate``).
     stop_at_first_line : bool, default True
         Stop a reply at its first complete line (only that line is kept).
+    reply_end : {"line", "sentence"}, default "line"
+        A reply cut by ``max_new_tokens``: kept (the reference), or cut back to its last complete
+        sentence where it has one (:func:`synclib.prompts.trim_to_sentence`; ours, the same tokens).
     passive_seeds : sequence of int, optional
         The seeds the passive reader reads (default: all of ``seeds``; the paper: 0-2).
     taskset : TaskSet, optional
@@ -622,7 +632,7 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
     seeds = [int(s) for s in seeds]
     passive_seeds = None if passive_seeds is None else [int(s) for s in passive_seeds]
     _check_settings(max_utterances, max_new_tokens, temperature, store_dtype, seeds, passive_seeds, scheduling,
-                    tom_episodes)
+                    tom_episodes, reply_end)
     if taskset is None and isinstance(tasks, TaskSet):
         taskset = tasks
     tasks = list(tasks)
@@ -641,7 +651,7 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
                       store_dtype=store_dtype, sampling=sampling, attrs=dict(
                           temperature=float(temperature), max_new_tokens=int(max_new_tokens),
                           max_utterances=int(max_utterances), batch_size=int(batch_size), scheduling=scheduling,
-                          stop_at_first_line=bool(stop_at_first_line),
+                          stop_at_first_line=bool(stop_at_first_line), reply_end=str(reply_end),
                           tom_episodes=len(tom_tasks) if tom_tasks is not None else (len(tasks) if tom else 0),
                           passive_persona_rule=PASSIVE_PERSONA_RULE if taskset is not None
                           else "the reader is told it is the agent it replaces"))
@@ -654,7 +664,7 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
                      temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size,
                      sampling=sampling,
                      first_line_only=stop_at_first_line, readers=readers, tom_tasks=tom_tasks,
-                     scheduling=scheduling, cache_budget=None if lm_a.device.type == "cuda" and cache_gib == "auto"
+                     scheduling=scheduling, reply_end=reply_end, cache_budget=None if lm_a.device.type == "cuda" and cache_gib == "auto"
                      else CacheBudget(budget))
     return _play(runner, writer, units, batch_size, progress, engine_stats)
 

@@ -56,7 +56,7 @@ def _per_dialog(max_utterances: int, direction: str, lag: int) -> int:
 
 
 def planned_samples(n_tasks: int, n_seeds: int, max_utterances: int, n_samples: int | None = None,
-                    lags=(1, 2), split_seed: int = 0) -> dict:
+                    lags=(1, 2), split_seed: int = 0, equal_samples: bool = False) -> dict:
     """Dataset sizes of one ordered run whose dialogs all reach ``max_utterances``.
 
     Parameters
@@ -69,6 +69,9 @@ def planned_samples(n_tasks: int, n_seeds: int, max_utterances: int, n_samples: 
     lags : sequence of int
     split_seed : int
         Split whose counts are reported (with equal-sized episodes every seed gives the same).
+    equal_samples : bool
+        Every condition of a direction cut to the smallest one's training and test counts
+        (``analysis.equal_samples``, :data:`synclib.analysis.blocks.EQUAL_RULE`).
 
     Returns
     -------
@@ -94,6 +97,12 @@ def planned_samples(n_tasks: int, n_seeds: int, max_utterances: int, n_samples: 
                 except RidgeInputError:
                     pass
             out[cond][d] = counts
+    if equal_samples:
+        for d in ("A->B", "B->A"):
+            split = [v[d] for v in out.values() if v[d]["train"] > 0]
+            for v in out.values():
+                if split and v[d]["train"] > 0:
+                    v[d].update(train=min(x["train"] for x in split), test=min(x["test"] for x in split))
     return out
 
 
@@ -270,6 +279,7 @@ class RunSize:
     needed: float | None = None    # clip_size() samples, None when unknown
     how: str = ""
     warning: str = ""
+    equal: bool = False            # analysis.equal_samples: every condition at the smallest one's counts
 
     @property
     def train(self) -> int:
@@ -288,12 +298,12 @@ def run_sizes(cfg: dict, ordered_runs, curves: list[Curve] | None = None) -> lis
     sim, ana = cfg["simulate"], cfg["analysis"]
     n_tasks = len(select_tasks(load_tasks(cfg["scenarios"]), sim["episodes"]))
     samples = planned_samples(n_tasks, len(sim["seeds"]), sim["max_utterances"], ana["n_samples"],
-                              ana["lags"], ana["split_seeds"][0])
+                              ana["lags"], ana["split_seeds"][0], ana["equal_samples"])
     curves = load_curves() if curves is None else curves
     out = []
     for r in ordered_runs:
         shapes = tuple(model_shape(cfg["models"][k]["spec"]) for k in (r.a, r.b))
-        rs = RunSize(r.name, shapes, samples)
+        rs = RunSize(r.name, shapes, samples, equal=bool(ana["equal_samples"]))
         widths = [s[1] for s in shapes if s]
         got = clip_size(max(widths), curves) if len(widths) == 2 else None
         if got is not None:
@@ -321,8 +331,10 @@ def format_sizes(sizes: list[RunSize]) -> str:
         need = (f"; SyncR² leaves 0 from ~{math.ceil(s.needed)}" if s.needed is not None else
                 "; no measured curve for this width" if all(s.shapes) else
                 "; model width unknown before loading (no check)")
-        lines.append(f"  {s.run:10s} genuine/passive/shuffled/pseudo {g['A->B']['train']} / {g['B->A']['train']} "
-                     f"(+ {g['A->B']['test']} / {g['B->A']['test']} test)"
-                     + (f"; {lags}" if lags else "") + need)
+        counts = f"{g['A->B']['train']} / {g['B->A']['train']} (+ {g['A->B']['test']} / {g['B->A']['test']} test)"
+        if s.equal:
+            lines.append(f"  {s.run:10s} every condition {counts}: equal samples, the smallest condition's" + need)
+            continue
+        lines.append(f"  {s.run:10s} genuine/passive/shuffled/pseudo {counts}" + (f"; {lags}" if lags else "") + need)
     lines += [f"WARNING: {s.warning}" for s in sizes if s.warning]
     return "\n".join(lines)

@@ -118,6 +118,19 @@ def mean_se(values, axis=None):
     return mean, se
 
 
+def holm(p) -> np.ndarray:
+    """Holm's step-down adjustment of a family of p-values (the family-wise error rate): the
+    k-th smallest of the m finite ones times ``m - k + 1``, made monotone, at most 1; NaN stays
+    NaN (not a member of the family).  Shape as ``p``."""
+    p = np.asarray(p, dtype=np.float64)
+    out = np.full(p.shape, np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    order = ok[np.argsort(p[ok], kind="stable")]
+    m = len(order)
+    out[order] = np.minimum(1.0, np.maximum.accumulate(p[order] * (m - np.arange(m))))
+    return out
+
+
 def bootstrap_p(draws) -> float:
     """Two-sided bootstrap p of a statistic being 0, from its resampled values ``draws`` (B,):
     ``2 min(1 + #{d <= 0}, 1 + #{d >= 0}) / (1 + B)``, at most 1; NaN without draws."""
@@ -126,6 +139,17 @@ def bootstrap_p(draws) -> float:
     if not d.size:
         return float("nan")
     return float(min(1.0, 2 * min(1 + np.sum(d <= 0), 1 + np.sum(d >= 0)) / (1 + d.size)))
+
+
+def rank_p(value: float, null) -> float:
+    """One-sided rank p of ``value`` against a null distribution of exchangeable draws ``null``
+    (finite ones): ``(1 + #{null >= value}) / (1 + n)``; it cannot fall below ``1 / (1 + n)``.
+    NaN without a finite value or draw."""
+    d = np.asarray(null, dtype=np.float64)
+    d = d[np.isfinite(d)]
+    if not d.size or not np.isfinite(value):
+        return float("nan")
+    return float((1 + np.sum(d >= value)) / (1 + d.size))
 
 
 def bootstrap_interval(draws, level: float = 0.95) -> tuple[float, float]:

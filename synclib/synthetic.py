@@ -305,7 +305,7 @@ SYNTHETIC_MODELS = {"synthetic-S": (5, 16), "synthetic-G": (4, 12)}
 #: what the fixture asks of ``analyze``: every optional block, tiny MLPs
 SYNTHETIC_ANALYSIS = dict(n_samples=None, split_seeds=(0, 1, 2), lags=(1, 2),
                           persona_disjoint=True, relationship=True, relationship_min=3,
-                          sample_sizes=(40, 80, 120), nonlinear=True,
+                          sample_sizes=(40, 80, 120), nonlinear=True, equal_samples=True, surrogates=20,
                           nonlinear_options={"epochs": 5, "hidden": 32}, progress=False)
 
 
@@ -336,7 +336,7 @@ def synthetic_judge_table(cube: xr.Dataset, seed: int) -> pd.DataFrame:
 
 def build_synthetic_results(root: str | os.PathLike, pairs=SYNTHETIC_PAIRS, seed: int = 0,
                             cube_kwargs: dict | None = None,
-                            analyze_kwargs: dict | None = None, n_episodes: int = 20, n_seeds: int = 2,
+                            analyze_kwargs: dict | None = None, n_episodes: int = 60, n_seeds: int = 2,
                             n_rounds: int = 6) -> Path:
     """Write a tiny results directory for tests: synthetic cubes, ``analyze``, random judge.
 
@@ -356,6 +356,8 @@ def build_synthetic_results(root: str | os.PathLike, pairs=SYNTHETIC_PAIRS, seed
     n_episodes, n_seeds, n_rounds : int
         Episodes per cube, simulation seeds per episode and rounds per dialog (the dialogs end
         between utterance ``min_utterances`` (``cube_kwargs``, default 4) and ``2 * n_rounds``).
+        60 episodes leave the equal-sample fits (every condition at lag 2's count) 100-170
+        training samples, where the synthetic SyncR² is above 0.
 
     Returns
     -------

@@ -87,6 +87,7 @@ def built_book(base: Path) -> tuple[Path, subprocess.CompletedProcess]:
         res = results.load_results(tiny_results(base))
         (gen / "run_summary.md").write_text(run_summary.run_summary_markdown(res))
         (gen / "embedded_run.md").write_text(run_summary.embedded_run_markdown(res))
+        (gen / "penalty.md").write_text(run_summary.penalty_markdown(res))
         (gen / "benchmarks.md").write_text(benchmarks.benchmarks_markdown(ROOT / "bench" / "results"))
         (gen / "settings.md").write_text(invalidation_table())
         from synclib.notebook import parameters_markdown

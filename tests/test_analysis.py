@@ -411,6 +411,26 @@ def test_mlp_batch_equals_each_map_alone():
     np.testing.assert_allclose(batch, alone, atol=1e-5)
 
 
+def test_mlp_early_stopping_picks_the_epochs_on_the_validation_part():
+    """Noisy targets and a large learning rate: the MLP overfits, so the validation error turns
+    up and the rule stops early; the refit on all rows for those epochs is the fixed-epoch MLP
+    trained for them (each map at its own epoch count)."""
+    from synclib.analysis.mlp import mlp_r2_batch
+
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(2, 150, 8))
+    Y = np.stack([np.tanh(x[:, :3]) + rng.normal(scale=1.0, size=(150, 3)) for x in X])
+    opts = dict(hidden=64, lr=3e-2, batch_size=32, seed=0)
+    val = np.arange(90, 120)  # inside the training rows 0..119
+    r2, epochs = mlp_r2_batch(X[:, :120], Y[:, :120], X[:, 120:], Y[:, 120:], epochs=150, val=val, patience=10,
+                              return_epochs=True, **opts)
+    assert epochs.shape == (2,) and (1 <= epochs).all() and (epochs < 150).all()
+    for p in range(2):
+        alone = mlp_r2_batch(X[p:p + 1, :120], Y[p:p + 1, :120], X[p:p + 1, 120:], Y[p:p + 1, 120:],
+                             epochs=int(epochs[p]), **opts)
+        np.testing.assert_allclose(r2[p], alone[0], atol=1e-5)
+
+
 def test_nonlinear_seeds_fits_the_first_split_seeds_only(cube):
     r = analyze(cube, conditions=("genuine",), n_samples=600, split_seeds=(0, 1), nonlinear=True,
                 nonlinear_options={"epochs": 3, "hidden": 16, "lr": 1e-3}, nonlinear_seeds=1,

@@ -125,11 +125,12 @@ def test_n_pairs_needed_is_the_first_n_that_reaches_the_difference():
 # --------------------------------------------------------------------------- a results directory
 @pytest.fixture(scope="module")
 def small_results(tmp_path_factory):
-    """Two ordered runs (the cross pair in both orders), 12 episodes, only the conditions
-    block (genuine, passive, shuffled, lag1, lag2): a few seconds, not minutes."""
+    """Two ordered runs (the cross pair in both orders), 48 episodes (enough for every condition
+    at lag 2's count to leave 0), only the conditions block (genuine, passive, shuffled, pseudo,
+    lag1, lag2): a few seconds, not minutes."""
     with recovery._one_torch_thread():
         root = build_synthetic_results(
-            tmp_path_factory.mktemp("power") / "results", pairs=SYNTHETIC_PAIRS[1:3], n_episodes=12,
+            tmp_path_factory.mktemp("power") / "results", pairs=SYNTHETIC_PAIRS[1:3], n_episodes=48,
             cube_kwargs={"tom": False},
             analyze_kwargs={"persona_disjoint": False, "relationship": False, "sample_sizes": None,
                             "nonlinear": False, "tom": False})
@@ -214,7 +215,7 @@ def test_episode_bootstrap_test_by_hand(small_results):
     p = min(1, 2 * min(1 + (db <= 0).sum(), 1 + (db >= 0).sum()) / (1 + db.size))
     assert r["p_episodes"] == pytest.approx(p) and r["n_boot"] == db.size
     assert r["ci_lo"] == pytest.approx(np.percentile(db, 2.5)) and r["ci_lo"] <= r["sync_diff"] <= r["ci_hi"]
-    assert r["n_episodes"] == 12  # the fixture's cubes
+    assert r["n_episodes"] == 48  # the fixture's cubes
     assert r["p"] == max(r["p_corrected"], r["p_episodes"])
 
 
@@ -327,3 +328,20 @@ def test_detection_size_and_simulation_sizes():
     assert recovery.detection_size(c.assign(rate=[0.1, 0.2, 0.3, 0.5])) is None
     assert recovery.simulation_sizes(72) == [36, 72, 144, 288]
     assert recovery.simulation_sizes(np.nan) == [20, 40, 80, 160]
+
+
+def test_power_curve_spans_the_range_with_the_corrected_test():
+    """At one size, planted differences from one the corrected test never finds to one it always
+    finds; the detectable difference is read from the curve."""
+    pc = recovery.power_curve(120, couplings=(0.1, 0.3, 0.6), n_reps=4, n_runs=2, split_seeds=(0, 1, 2),
+                              calibration_samples=400)
+    assert list(pc["coupling"]) == [0.1, 0.3, 0.6] and (pc["n_samples"] == 120).all()
+    assert pc["planted"].is_monotonic_increasing and pc.attrs["setting"]["test"] == "corrected"
+    assert pc["rate"].iloc[0] == 0.0 and pc["rate"].iloc[-1] == 1.0
+    assert recovery.detection_size(pc, by="planted") in set(pc["planted"])
+    sizes = {"n_samples": 120.0, "n_train": 96.0, "n_runs": 2}
+    text = power_text._curve_sentence(pc, sizes, None, 0.1)
+    assert "corrected resampled t-test" in text and "recovered at least 80 % of the time" in text
+    # the plain paired t-test, which ignores that the split seeds re-split the same samples, finds more
+    plain = recovery.recovery_curve([120], None, n_reps=4, n_runs=2, split_seeds=(0, 1, 2), coupling=0.3, test="t")
+    assert plain["mean_mde"].iloc[0] < pc["mean_mde"].iloc[1]

@@ -9,7 +9,7 @@ from sklearn.linear_model import Ridge
 from synclib import rounds, stats
 from synclib.analysis import AnalysisError, analyze, build_dataset
 from synclib.analysis.samples import pseudo_partners
-from synclib.analysis.scores import sync_r2
+from synclib.analysis.scores import sync_r2, sync_r2_noclip
 from synclib.ridge import r2_grid, resampled_r2
 from synclib.splits import episode_split
 from synclib.synthetic import make_synthetic_cube
@@ -120,26 +120,54 @@ def test_a_rounds_r2_is_its_mse_over_the_test_sets_variance_and_they_average_to_
 
 def test_the_round_score_of_the_analysis_equals_a_hand_computation():
     """sync_r2_round of one split seed: sklearn's ridge on the split's training samples, each
-    round's R² over the test set's variance, each source layer's best target, clip, mean."""
+    round's R² over the test set's variance, each source layer at the target layer the whole
+    test set chose (no maximum on the round), clip, mean; unclipped, the rounds weighted by their
+    test samples average to the whole test set's value (issue 49: no bias per round)."""
     cube = make_synthetic_cube(n_episodes=24, n_seeds=1, **SMALL)
     out = analyze(cube, conditions=("genuine",), **{**FIT, "split_seeds": (0,)})
     d = build_dataset(cube, "A->B", "genuine")
     tr, te, _ = episode_split(d.episode, None, np.random.RandomState(0), n_groups=24)
     (xtr, ytr), (xte, yte) = d.take(tr), d.take(te)
     var = yte.var(0)                                   # (L_tgt, D): the whole test set's
+
+    def grid_on(m):
+        g = np.empty((4, 4))
+        for ls in range(4):
+            for lt in range(4):
+                pred = Ridge(alpha=1.0).fit(xtr[:, ls], ytr[:, lt]).predict(xte[m, ls])
+                g[ls, lt] = 1 - np.mean(((yte[m, lt] - pred) ** 2).mean(0) / var[lt])
+        return g
+
+    whole = grid_on(np.ones(len(te), bool))
+    tgt = whole.argmax(1)
+    stored = out["round_tgt_layer"].sel(condition="genuine", direction="A->B").to_numpy()
+    assert stored[:4].tolist() == tgt.tolist() and (stored[4:] == -1).all()
+    weighted = np.zeros(4)
     for r in range(cube.sizes["round"]):
         m = d.round[te] == r
         if not m.any():
             assert np.isnan(out["sync_r2_round"].sel(condition="genuine", direction="A->B", round=r))
             continue
-        grid = np.empty((4, 4))
-        for ls in range(4):
-            for lt in range(4):
-                pred = Ridge(alpha=1.0).fit(xtr[:, ls], ytr[:, lt]).predict(xte[m, ls])
-                grid[ls, lt] = 1 - np.mean(((yte[m, lt] - pred) ** 2).mean(0) / var[lt])
+        at = grid_on(m)[np.arange(4), tgt]
+        weighted += m.mean() * at.mean()
         got = float(out["sync_r2_round"].sel(condition="genuine", direction="A->B", round=r))
-        assert got == pytest.approx(sync_r2(grid), abs=1e-4)
+        assert got == pytest.approx(at.mean(), abs=1e-4)
+        assert got <= sync_r2(grid_on(m)) + 1e-4         # the round's own maximum would only be higher
         assert int(out["n_test_round"].sel(condition="genuine", direction="A->B", split_seed=0, round=r)) == m.sum()
+    assert weighted == pytest.approx(sync_r2_noclip(whole), abs=1e-6)  # float32 states
+    assert weighted == pytest.approx(float(out["sync_r2_noclip"].sel(condition="genuine", direction="A->B")), abs=1e-4)
+
+
+def test_the_rounds_average_to_the_whole_test_value():
+    """Issue 49: in every condition and direction the rounds' SyncR², weighted by their test
+    samples, is the whole test set's unclipped SyncR² (up to the split seeds' slightly different
+    weights), where the best target of each round, clipped, lifted every round."""
+    cube = make_synthetic_cube(n_episodes=40, n_seeds=1, n_rounds=6, layers_a=4, dim_a=8, layers_b=4, dim_b=8,
+                               min_utterances=12, signal=3.0)
+    out = analyze(cube, conditions=("genuine", "passive", "lag1"), **{**FIT, "split_seeds": (0, 1)})
+    n = out["n_test_round"].mean("split_seed")
+    weighted = (out["sync_r2_round"] * n).sum("round") / n.where(out["sync_r2_round"].notnull()).sum("round")
+    np.testing.assert_allclose(weighted.values, out["sync_r2_noclip"].values, atol=0.005)
 
 
 def test_a_trend_planted_over_the_rounds_is_found_and_tested(tmp_path):
@@ -158,14 +186,15 @@ def test_a_trend_planted_over_the_rounds_is_found_and_tested(tmp_path):
 
     table = rounds.round_table(res)
     g = table[table["condition"] == "genuine"]
-    assert g["kept"].all() and g["round"].tolist() == [1, 2, 3, 4, 5, 6]
+    assert g["kept"].all() and g["round"].tolist() == [1, 2, 3, 4, 5]  # round 6 has agent 1's direction only
     assert (g["ci_lo"] <= g["mean"]).all() and (g["mean"] <= g["ci_hi"]).all()
     assert g["mean"].iloc[0] > g["mean"].iloc[-1] + 0.1
     trend = rounds.trend_table(res).set_index("condition")
     t = trend.loc["genuine"]
     assert t["slope"] == pytest.approx(np.polyfit(g["round"], g["mean"], 1)[0])
     assert t["slope"] < 0 and t["ci_hi"] < 0 and t["p"] < 0.01 and t["n_boot"] == 400
-    assert (t["first_round"], t["last_round"], t["n_rounds"]) == (1, 6, 6)
+    assert (t["first_round"], t["last_round"], t["n_rounds"]) == (1, 5, 5)
+    assert t["p_holm"] == pytest.approx(min(1.0, t["p"] * trend["p"].notna().sum()), abs=1e-12) or t["p_holm"] >= t["p"]
 
 
 def test_bootstrap_p_and_interval():

@@ -7,7 +7,7 @@ import torch
 from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 
-from synclib.ridge import r2_grid, r2_grid_subsets, ridge_solve
+from synclib.ridge import r2_grid, r2_grid_subsets, relative_alphas, ridge_solve
 from synclib.splits import RidgeInputError, episode_folds, episode_split
 
 
@@ -139,22 +139,29 @@ def test_subsets_equal_separate_grids():
 
 
 def test_cv_picks_the_grouped_cv_optimum():
-    """alpha='cv' equals a brute-force sklearn grouped CV with the same folds and criterion."""
+    """alpha='cv' equals a brute-force sklearn grouped CV with the same folds and criterion, over
+    the grid times each layer's scale (the mean non-zero eigenvalue of Xc'Xc on the training rows:
+    layers a thousand times apart in variance search the same relative grid)."""
     X, Y, tr, te = make(240, 2, 30, 2, 6, seed=6, noise=2.0)
+    X[:, 1] *= 1000.0  # a layer of another scale
     groups = tr // 4  # 4 samples per "episode"
-    grid = (0.01, 1.0, 100.0, 1e4)
+    grid = (0.01, 0.1, 1.0, 10.0, 100.0)
     r2, al = r2_grid(X, Y, tr, te, "cv", groups=groups, cv_alphas=grid, cv_folds=3,
                      cv_columns=None, return_alpha=True)
     folds = episode_folds(groups, 3, seed=0)
     for l in range(2):
+        Xc = X[tr, l].astype(float) - X[tr, l].astype(float).mean(0)
+        scale = (Xc ** 2).sum() / min(len(tr) - 1, X.shape[2])
         score = np.zeros((len(grid), 2))
         for vm in folds:
             f, v = tr[~vm], tr[vm]
             for ai, a in enumerate(grid):
                 for t in range(2):
-                    m = Ridge(alpha=a).fit(X[f, l].astype(float), Y[f, t].astype(float))
+                    m = Ridge(alpha=a * scale).fit(X[f, l].astype(float), Y[f, t].astype(float))
                     score[ai, t] += r2_score(Y[v, t].astype(float), m.predict(X[v, l].astype(float)))
-        assert al[l] == grid[int(score.max(1).argmax())]
+        assert al[l] == pytest.approx(grid[int(score.max(1).argmax())] * scale, rel=1e-9)
+    rel = relative_alphas(X, tr, al)
+    assert all(any(r == pytest.approx(g, rel=1e-9) for g in grid) for r in rel)
     np.testing.assert_allclose(r2, sklearn_grid(X, Y, tr, te, al), atol=1e-5)
     # folds hold whole groups
     for vm in folds:

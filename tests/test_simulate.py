@@ -553,3 +553,31 @@ def test_progress_counts_utterances_and_its_plan_shrinks_to_the_truth(tiny_model
     monkeypatch.setattr(sys, "stderr", quiet)
     simulate(a, b, sel[:1], [0], tmp_path / "quiet.nc", **kw)
     assert "quiet.nc" not in quiet.getvalue()
+
+
+def test_trim_to_sentence():
+    from synclib.prompts import trim_to_sentence
+
+    assert trim_to_sentence("Hi there. I was going to") == "Hi there."
+    assert trim_to_sentence('He said "fine." Then we') == 'He said "fine."'
+    assert trim_to_sentence("Great! So, what") == "Great!"
+    assert trim_to_sentence("It costs 3.5 euros and") == "It costs 3.5 euros and"  # no sentence end: unchanged
+    assert trim_to_sentence("No end here") == "No end here"
+
+
+@pytest.mark.slow
+def test_reply_end_sentence_cuts_a_capped_reply_back_to_its_last_sentence(tmp_path, tasks):
+    """SmolLM2 itself, 20 new tokens: a reply cut by the cap ends at its last complete sentence
+    with reply_end='sentence'; the first utterance of a dialog is generated alike either way."""
+    kw = dict(max_utterances=1, max_new_tokens=20, progress=False, dtype="float32", device="cpu")
+    sel = tasks[:6]
+    cubes = {end: open_cube(simulate("smollm2-135m", "smollm2-135m", sel, [0], tmp_path / f"{end}.nc",
+                                     reply_end=end, **kw), chunks=None) for end in ("line", "sentence")}
+    from synclib.prompts import trim_to_sentence
+
+    line, sentence = (cubes[e].text_a.values[:, 0, 0] for e in ("line", "sentence"))
+    assert all(s in (l, trim_to_sentence(l)) for l, s in zip(line, sentence))
+    assert any(s != l for l, s in zip(line, sentence))  # at least one reply was cut back
+    assert cubes["sentence"].attrs["reply_end"] == "sentence" and cubes["line"].attrs["reply_end"] == "line"
+    with pytest.raises(ValueError, match="reply_end must be one of line, sentence"):
+        simulate("smollm2-135m", "smollm2-135m", sel, [0], tmp_path / "bad.nc", reply_end="word", **kw)

@@ -34,20 +34,21 @@ from tqdm import tqdm
 
 from synclib.analysis.cka import cka_grid
 from synclib.analysis.context import Context, GenuineFits, SplitFit
-from synclib.analysis.mlp import mlp_defaults, mlp_r2_batch
+from synclib.analysis.mlp import STOPPING_RULE, mlp_defaults, mlp_r2_batch
 from synclib.analysis.samples import (PairedSamples, build_dataset, persona_keys, shuffle_training_targets,
                                       sim_seed_rank)
-from synclib.analysis.scores import seed_aggregate, sync_r2, sync_r2_many, sync_r2_noclip, sync_r2_topk
+from synclib.analysis.scores import (best_targets, seed_aggregate, sync_r2, sync_r2_at, sync_r2_many, sync_r2_noclip,
+                                     sync_r2_topk)
 from synclib.ridge import PAPER_ALPHA, r2_grid, r2_grid_subsets, resampled_r2
-from synclib.splits import RidgeInputError, validation_split
+from synclib.splits import RidgeInputError, trim_split, validation_split
 from synclib.scenarios import RELATIONSHIPS
 from synclib.stats import mean_se
 from synclib.tom import tom_decode
 
-__all__ = ["conditions_block", "episode_draws", "episode_bootstrap", "N_BOOT", "BOOT_SEED", "BOOT_RULE",
+__all__ = ["conditions_block", "condition_splits", "episode_draws", "episode_bootstrap", "N_BOOT", "BOOT_SEED", "BOOT_RULE",
            "paper_alpha_block", "persona_block", "sample_size_block", "relationship_block",
            "nonlinear_block", "tom_block", "Conditions", "RELATIONSHIP_SOURCES", "AGGREGATION",
-           "SPLIT_RULE", "PERSONA_SPLIT_RULE", "SHUFFLE_RULE", "CKA_RULE", "CKA_SHUFFLE_SEED"]
+           "SPLIT_RULE", "PERSONA_SPLIT_RULE", "SHUFFLE_RULE", "CKA_RULE", "CKA_SHUFFLE_SEED", "EQUAL_RULE"]
 
 #: appendix G: only these scenario sources enter the relationship analysis
 RELATIONSHIP_SOURCES = ("social_iqa", "social_chemistry", "normbank")
@@ -83,9 +84,13 @@ AGGREGATION = {
     "sync_r2_per_seed": "per split seed: sync_r2's formula on that seed's grid alone",
     "sync_r2_boot": "per resample of whole episodes (boot_rule): sync_r2 on the resampled test sets, the maps fixed",
     "sync_r2_round": "per round of the test episodes (round_rule): the maps of all rounds scored on one round's "
-                     "test samples, then as sync_r2",
+                     "test samples, averaged over split seeds, each source layer at its round_tgt_layer, mean over "
+                     "source layers; no maximum and no clip on the round (the rounds average to sync_r2_noclip)",
     "sync_r2_round_boot": "per round and resample of whole episodes (round_rule, boot_rule)",
     "sync_r2_noclip_per_seed": "per split seed: sync_r2_noclip's formula on that seed's grid alone",
+    "sync_r2_unmatched": _REF + "as sync_r2, each condition on its own split of all its samples (equal_rule)",
+    "sync_r2_unmatched_se": "as sync_r2_se, each condition on its own split of all its samples (equal_rule)",
+    "sync_r2_unmatched_per_seed": "per split seed, each condition on its own split of all its samples (equal_rule)",
     "sync_r2_topk_per_seed": "per split seed: sync_r2_topk's formula on that seed's grid alone",
     "paper_alpha_sync_r2": _REF + "as sync_r2, the genuine maps refitted at the paper's penalty 0.1",
     "paper_alpha_sync_r2_se": "as sync_r2_se, at the paper's penalty 0.1",
@@ -117,6 +122,13 @@ SHUFFLE_RULE = ("reference (affine_transformation.py 356-372): the genuine datas
                 "RandomState continues: per training episode in split order, per simulation seed "
                 "ascending, a dialog with m > 1 samples gets its targets permuted by rs.permutation(m); "
                 "test set untouched.")
+EQUAL_RULE = ("ours (the reference splits each condition's own samples): per direction and split seed, every "
+              "condition is split by the reference rule at one common N, the smallest condition's sample count "
+              "(at most n_samples), and its training and test parts are then cut to the smallest condition's "
+              "training and test counts (synclib.splits.trim_split: whole episodes in the order the split took "
+              "them, then a seeded draw from the next episode), so that n_train and n_test are equal across the "
+              "conditions of each direction and split seed. sync_r2_unmatched: each condition on its own split "
+              "of all its samples (the reference's design), with the matched fit's penalty per source layer.")
 #: the seed of the shuffled control's permutation for CKA (:data:`CKA_RULE`)
 CKA_SHUFFLE_SEED = 0
 CKA_RULE = ("ours (the paper has no CKA): linear CKA (synclib.analysis.cka.cka_grid; Kornblith et al. 2019) "
@@ -180,6 +192,7 @@ class _ConditionArrays:
     r2: np.ndarray          # (C, Dir, S, L, L), L = max(L_A, L_B); NaN padded
     train_r2: np.ndarray    # (C, Dir, S, L, L)
     alpha: np.ndarray       # (C, Dir, S, L)
+    alpha_relative: np.ndarray  # (C, Dir, S, L): alpha="cv" only, the penalty over the layer's scale
     n_train: np.ndarray     # (C, Dir, S) int
     n_test: np.ndarray      # (C, Dir, S) int
     short: np.ndarray       # (C, Dir, S) int: 1 short rule, 0 not, -1 no split
@@ -189,7 +202,7 @@ class _ConditionArrays:
     def empty(cls, shape: tuple, n_layers: int) -> "_ConditionArrays":
         grid = shape + (n_layers, n_layers)
         return cls(np.full(grid, np.nan), np.full(grid, np.nan), np.full(shape + (n_layers,), np.nan),
-                   np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64),
+                   np.full(shape + (n_layers,), np.nan), np.zeros(shape, dtype=np.int64), np.zeros(shape, dtype=np.int64),
                    np.full(shape, -1, dtype=np.int64), np.zeros(shape[:2], dtype=np.int64))
 
     def record(self, at: tuple, fit: SplitFit) -> None:
@@ -199,6 +212,8 @@ class _ConditionArrays:
         if fit.train_r2 is not None:
             self.train_r2[at + (slice(0, Ls), slice(0, Lt))] = fit.train_r2
         self.alpha[at + (slice(0, Ls),)] = fit.alpha
+        if fit.alpha_relative is not None:
+            self.alpha_relative[at + (slice(0, Ls),)] = fit.alpha_relative
         self.n_train[at], self.n_test[at] = len(fit.train), len(fit.test)
         self.short[at] = fit.split["short"]
 
@@ -210,6 +225,7 @@ class _ConditionArrays:
                 "r2": (cds + ("src_layer", "tgt_layer"), self.r2),
                 "train_r2": (cds + ("src_layer", "tgt_layer"), self.train_r2),
                 "alpha": (cds + ("src_layer",), self.alpha),
+                **({"alpha_relative": (cds + ("src_layer",), self.alpha_relative)} if isinstance(ctx.alpha, str) else {}),
                 "n_train": (cds, self.n_train),
                 "n_test": (cds, self.n_test),
                 "split_short": (cds, self.short),
@@ -255,11 +271,17 @@ ROUND_RULE = ("ours (the paper has no score per round): each split's maps, fitte
               "episodes, scored on the test samples of one round (the source state's round): one minus the mean "
               "over target columns of the round's mean squared error over the whole test set's variance (ddof 0; "
               "synclib.ridge.resampled_r2), so that the test R^2 is the rounds' mean weighted by their test samples; "
-              "then aggregated over split seeds as sync_r2 (seed mean, max over target layers, clip, mean over "
-              "source layers). sync_r2_round_boot: the same on each resample of whole episodes (boot_rule).")
+              "then averaged over split seeds and scored at each source layer's target layer chosen on the whole "
+              "test set (round_tgt_layer: the best target of the seed-mean grid, as sync_r2 chooses it; -1 "
+              "padding), averaged over source layers without a clip (synclib.analysis.scores.sync_r2_at). Nothing "
+              "is chosen and nothing clipped on a round (a maximum over a round's few samples, or a clip of "
+              "values near 0, would lift every round), so a round's value can be negative, and the rounds "
+              "weighted by their test samples average to sync_r2_noclip (exactly for one split seed; sync_r2 "
+              "where no source layer's best R^2 is negative). sync_r2_round_boot: the same on each resample of "
+              "whole episodes (boot_rule), the targets fixed.")
 
 
-def episode_bootstrap(fits: list, counts: np.ndarray, round_: int | None = None) -> np.ndarray:
+def episode_bootstrap(fits: list, counts: np.ndarray, round_: int | None = None, targets=None) -> np.ndarray:
     """SyncR^2 of one (condition, direction) on each resample of whole episodes (:data:`BOOT_RULE`),
     or on the test samples of one round of them (:data:`ROUND_RULE`).
 
@@ -271,6 +293,10 @@ def episode_bootstrap(fits: list, counts: np.ndarray, round_: int | None = None)
         :func:`episode_draws` (all ones, shape (1, E): the test set itself).
     round_ : int, optional
         Score only the test samples of this round (the source state's round).
+    targets : int array (L_src,), optional
+        Each source layer's target layer and clip, fixed (:func:`synclib.analysis.scores.best_targets`
+        of the whole test set, :func:`synclib.analysis.scores.sync_r2_at`); None: the best target
+        of each resampled grid, clipped (:func:`sync_r2_many`).
 
     Returns
     -------
@@ -292,29 +318,78 @@ def episode_bootstrap(fits: list, counts: np.ndarray, round_: int | None = None)
     with warnings.catch_warnings():  # padding and undrawn seeds are NaN
         warnings.simplefilter("ignore", RuntimeWarning)
         mean = np.nanmean(np.stack(grids), axis=0)
-    return sync_r2_many(mean)
+    return sync_r2_many(mean) if targets is None else sync_r2_at(mean, targets)
 
 
-def _fit_splits(ctx: Context, samples: PairedSamples, seed_rank: np.ndarray) -> list:
-    """One fit per split seed of ``ctx`` (None where no split is possible), with the
-    training R^2; the ``shuffled`` condition shuffles the training targets per split."""
-    label = f"{samples.condition} {samples.direction}"
-    if ctx.n_samples is not None and samples.n < ctx.n_samples:
-        ctx.note(f"{label}: the cube holds {samples.n} samples, fewer than n_samples={ctx.n_samples}; "
-                 f"the test set takes >= {ctx.n_samples - int(0.8 * ctx.n_samples)} of them and the "
+def _label(samples: PairedSamples) -> str:
+    return f"{samples.condition} {samples.direction}"
+
+
+def _own_splits(ctx: Context, samples: PairedSamples, n_samples: int | None | str = "default") -> list:
+    """The reference's split of ``samples`` per split seed of ``ctx``, at ``n_samples`` (default:
+    the analysis'): ``(train, test, info, rs)`` (:meth:`Context.split`), None where none is possible."""
+    label = _label(samples)
+    n = ctx.n_samples if n_samples == "default" else n_samples
+    if n is not None and samples.n < n:
+        ctx.note(f"{label}: the cube holds {samples.n} samples, fewer than n_samples={n}; "
+                 f"the test set takes >= {n - int(0.8 * n)} of them and the "
                  f"training set all the rest (the reference's rule)")
-    fits = []
-    for seed in ctx.split_seeds:
-        split = ctx.split(samples.episode, ctx.cube.sizes["episode"], seed, f"{label} split {seed}")
-        if split is None:
+    return [ctx.split(samples.episode, ctx.cube.sizes["episode"], seed, f"{label} split {seed}", n_samples=n)
+            for seed in ctx.split_seeds]
+
+
+def _matched_splits(ctx: Context, datasets: list) -> list:
+    """Every condition's splits at equal training and test counts (:data:`EQUAL_RULE`): a list
+    per condition of one ``(train, test, info, rs)`` per split seed, None where the condition
+    has no split.  Conditions that cannot be split at all (too few samples) take no part in
+    the matching."""
+    own = [_own_splits(ctx, s) for s in datasets]
+    n = [s.n for s, splits in zip(datasets, own) if any(x is not None for x in splits)]
+    if not n:
+        return own
+    common = min(n) if ctx.n_samples is None else min(min(n), int(ctx.n_samples))
+    splits = [_own_splits(ctx, s, common) if any(x is not None for x in o) else o for s, o in zip(datasets, own)]
+    for si, seed in enumerate(ctx.split_seeds):
+        done = [sp[si] for sp in splits if sp[si] is not None]
+        if not done:
+            continue
+        n_tr, n_te = min(len(x[0]) for x in done), min(len(x[1]) for x in done)
+        for sp, samples in zip(splits, datasets):
+            if sp[si] is not None:
+                tr, te, info, rs = sp[si]
+                tr = trim_split(tr, samples.episode, info["train_groups"], n_tr, seed)
+                te = trim_split(te, samples.episode, info["test_groups"], n_te, seed)
+                sp[si] = (tr, te, {**info, "n_train": n_tr, "n_test": n_te, "n_common": common}, rs)
+    return splits
+
+
+def condition_splits(ctx: Context, datasets: list) -> list:
+    """The splits the conditions block fits on: per dataset (one per condition of a direction),
+    one ``(train, test, info, rs)`` per split seed of ``ctx`` or None; at equal counts with
+    ``ctx.equal_samples`` (:data:`EQUAL_RULE`), else each condition's own (the reference)."""
+    return _matched_splits(ctx, datasets) if ctx.equal_samples else [_own_splits(ctx, s) for s in datasets]
+
+
+def _fit_splits(ctx: Context, samples: PairedSamples, seed_rank: np.ndarray, splits: list,
+                alphas: list | None = None) -> list:
+    """One fit per split of ``splits`` (:func:`_own_splits` or :func:`_matched_splits`; None
+    where there is none), with the training R^2, the test loss per episode and round; the
+    ``shuffled`` condition shuffles the training targets per split.  ``alphas``: one penalty
+    array per split seed (another fit's, e.g. the matched one's: no CV, nothing more than the
+    grid), as the sensitivity fits of :data:`EQUAL_RULE` take them."""
+    label, fits = _label(samples), []
+    for si, (seed, split) in enumerate(zip(ctx.split_seeds, splits)):
+        alpha = None if alphas is None else alphas[si]
+        if split is None or (alphas is not None and alpha is None):
             fits.append(None)
         else:
             tr, te, info, rs = split
             s = samples
             if samples.condition == "shuffled":
                 s = replace(samples, y_rows=shuffle_training_targets(samples, info["train_groups"], rs, seed_rank))
-            fits.append(ctx.fit(s, seed, tr, te, f"{label} split {seed}", train_r2=samples.condition == "genuine",
-                                split=info, episode_loss=True))
+            full = alphas is None
+            fits.append(ctx.fit(s, seed, tr, te, f"{label} split {seed}", train_r2=full and samples.condition == "genuine",
+                                split=info, episode_loss=full, alpha=alpha))
         ctx.bar.update(1)
     return fits
 
@@ -325,25 +400,35 @@ class _Rounds:
     score: np.ndarray    # (C, Dir, R)
     boot: np.ndarray     # (C, Dir, R, B)
     n_test: np.ndarray   # (C, Dir, S, R) int: test samples of each round
+    tgt: np.ndarray      # (C, Dir, L) int: each source layer's target layer, chosen on the whole test set
 
     @classmethod
-    def empty(cls, shape: tuple, n_rounds: int, n_boot: int) -> "_Rounds":
+    def empty(cls, shape: tuple, n_rounds: int, n_boot: int, n_layers: int) -> "_Rounds":
         return cls(np.full(shape[:2] + (n_rounds,), np.nan), np.full(shape[:2] + (n_rounds, n_boot), np.nan),
-                   np.zeros(shape + (n_rounds,), dtype=np.int64))
+                   np.zeros(shape + (n_rounds,), dtype=np.int64), np.full(shape[:2] + (n_layers,), -1))
 
     def record(self, at: tuple, fits: list, n_episodes: int, counts: np.ndarray | None) -> None:
-        """Score the fits of ``at = (condition, direction)`` round by round."""
+        """Score the fits of ``at = (condition, direction)`` round by round, each source layer at
+        the target layer the whole test set's seed-mean grid chose."""
+        done = [f.r2 for f in fits if f is not None and f.test_loss is not None]
+        if not done:
+            return
+        with warnings.catch_warnings():  # padding: NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            targets = best_targets(np.nanmean(np.stack(done), axis=0))
+        self.tgt[at + (slice(0, len(targets)),)] = targets
         for si, fit in enumerate(fits):
             if fit is not None and fit.test_rounds is not None:
                 self.n_test[at + (si,)] = np.bincount(fit.test_rounds, fit.test_loss[2], self.score.shape[-1])
         for r in range(self.score.shape[-1]):
-            self.score[at + (r,)] = episode_bootstrap(fits, np.ones((1, n_episodes)), r)[0]
+            self.score[at + (r,)] = episode_bootstrap(fits, np.ones((1, n_episodes)), r, targets)[0]
             if counts is not None:
-                self.boot[at + (r,)] = episode_bootstrap(fits, counts, r)
+                self.boot[at + (r,)] = episode_bootstrap(fits, counts, r, targets)
 
     def variables(self, with_boot: bool) -> dict:
         out = {"sync_r2_round": (("condition", "direction", "round"), self.score),
-               "n_test_round": (("condition", "direction", "split_seed", "round"), self.n_test)}
+               "n_test_round": (("condition", "direction", "split_seed", "round"), self.n_test),
+               "round_tgt_layer": (("condition", "direction", "src_layer"), self.tgt)}
         if with_boot:
             out["sync_r2_round_boot"] = (("condition", "direction", "round", "boot"), self.boot)
         return out
@@ -358,7 +443,11 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
     ----------
     ctx : Context
     conditions : list of str
-        ``genuine``, ``passive``, ``shuffled``, ``lagJ``, whose variables the cube has.
+        ``genuine``, ``passive``, ``shuffled``, ``pseudo``, ``lagJ``, whose variables the cube has.
+        With ``ctx.equal_samples`` every condition of a direction is fitted at the smallest
+        one's training and test counts (:data:`EQUAL_RULE`) and also on its own samples
+        (``sync_r2_unmatched``, ``_se``, ``_per_seed``, ``n_train_unmatched``,
+        ``n_test_unmatched``; attribute ``equal_rule``).
 
     Returns
     -------
@@ -376,7 +465,8 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
         ``boot_rule``); with the pseudo-dyads, the attribute ``pseudo_partner`` (the
         partner rule, :func:`synclib.analysis.samples.pseudo_partners`); per round of the
         test episodes (:data:`ROUND_RULE`, attribute ``round_rule``): ``sync_r2_round``
-        (condition, direction, round), ``n_test_round`` (..., split_seed, round) and with
+        (condition, direction, round), ``n_test_round`` (..., split_seed, round),
+        ``round_tgt_layer`` (condition, direction, src_layer; -1: padding) and with
         resamples ``sync_r2_round_boot`` (..., round, boot); with ``cka``, ``cka``
         (condition, direction, src_layer, tgt_layer: linear CKA on all samples of each
         dataset, :data:`CKA_RULE`, attribute ``cka_rule``).  ``genuine``: the genuine fits,
@@ -389,21 +479,30 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
     counts = episode_draws(ctx.cube.sizes["episode"], ctx.n_boot) if ctx.n_boot else None
     boot = np.full(shape[:2] + (ctx.n_boot,), np.nan)
     E, R = ctx.cube.sizes["episode"], ctx.cube.sizes["round"]
-    rounds = _Rounds.empty(shape, R, ctx.n_boot)
+    rounds = _Rounds.empty(shape, R, ctx.n_boot, arrays.r2.shape[-1])
     partner = None  # the pseudo-dyads' partner rule
     ckas = np.full(shape[:2] + arrays.r2.shape[-2:], np.nan)
+    unmatched = _ConditionArrays.empty(shape, arrays.r2.shape[-1]) if ctx.equal_samples else None
     for di, d in enumerate(ctx.directions):
-        for ci, c in enumerate(conditions):
-            samples = build_dataset(ctx.cube, d, c, ctx.arrays)
+        datasets = [build_dataset(ctx.cube, d, c, ctx.arrays) for c in conditions]
+        splits = condition_splits(ctx, datasets)
+        for ci, (c, samples) in enumerate(zip(conditions, datasets)):
             arrays.n_available[ci, di] = samples.n
             partner = samples.info.get("partner", partner)
             if cka:
                 grid = _cka(ctx, samples, rank)
                 ckas[ci, di, :grid.shape[0], :grid.shape[1]] = grid
-            fits = _fit_splits(ctx, samples, rank)
+            fits = _fit_splits(ctx, samples, rank, splits[ci])
             for si, fit in enumerate(fits):
                 if fit is not None:
                     arrays.record((ci, di, si), fit)
+            if unmatched is not None:  # the sensitivity line: its own split of all its samples, the same penalty
+                for si, fit in enumerate(_fit_splits(ctx, samples, rank, _own_splits(ctx, samples),
+                                                     [f.alpha if f is not None else None for f in fits])):
+                    if fit is not None:
+                        unmatched.record((ci, di, si), fit)
+                        if c == "genuine":
+                            genuine.own[(d, fit.seed)] = fit
             if counts is not None:
                 boot[ci, di] = episode_bootstrap(fits, counts)
             rounds.record((ci, di), fits, E, counts)
@@ -413,6 +512,11 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
             if c.endswith("passive"):  # not needed again: free it
                 ctx.arrays.drop(samples.info["source_var"])
     ds = arrays.to_dataset(ctx, conditions)
+    if unmatched is not None:
+        cds = ("condition", "direction", "split_seed")
+        ds = ds.assign({**_score_vars("sync_r2_unmatched", unmatched.r2, cds[:2]),
+                        "n_train_unmatched": (cds, unmatched.n_train), "n_test_unmatched": (cds, unmatched.n_test)})
+        ds.attrs["equal_rule"] = EQUAL_RULE
     if counts is not None:
         ds["sync_r2_boot"] = (("condition", "direction", "boot"), boot)
         ds.attrs["boot_rule"] = BOOT_RULE
@@ -464,8 +568,10 @@ def persona_block(ctx: Context, genuine: GenuineFits) -> xr.Dataset:
     """Table 2: genuine SyncR^2 with a persona-disjoint split (ours; the reference has
     none): the reference's rule (:func:`synclib.splits.episode_split`) applied to
     unordered agent pairs instead of episodes, over all of the cube's pairs in sorted
-    order, so that no agent pair is in both sets.  Scores are aggregated as the main
-    SyncR^2 (seed-mean grid first).
+    order, so that no agent pair is in both sets.  With ``ctx.equal_samples`` its training and
+    test parts are cut to the genuine fit's counts (:data:`EQUAL_RULE`), so that table 2
+    compares the two splits on equal samples.  Scores are aggregated as the main SyncR^2
+    (seed-mean grid first).
 
     Parameters
     ----------
@@ -488,9 +594,14 @@ def persona_block(ctx: Context, genuine: GenuineFits) -> xr.Dataset:
     nte = np.zeros(shape, dtype=np.int64)
     for di, d in enumerate(ctx.directions):
         samples = genuine.samples[d]
+        groups = codes.ravel()[samples.episode]
         for si, seed in enumerate(ctx.split_seeds):
             what = f"persona-disjoint {d} split {seed}"
-            split = ctx.split(codes.ravel()[samples.episode], len(labels), seed, what)
+            split = ctx.split(groups, len(labels), seed, what)
+            if split is not None and ctx.equal_samples and (fit := genuine.fits.get((d, seed))) is not None:
+                tr, te, info, rs = split  # the genuine fit's counts (EQUAL_RULE), where the persona split has them
+                split = (trim_split(tr, groups, info["train_groups"], min(len(tr), len(fit.train)), seed),
+                         trim_split(te, groups, info["test_groups"], min(len(te), len(fit.test)), seed), info, rs)
             if split is not None:
                 r2 = ctx.fit(samples, seed, split[0], split[1], what).r2
                 grids[di, si, :r2.shape[0], :r2.shape[1]] = r2
@@ -585,7 +696,10 @@ def relationship_block(ctx: Context, genuine: GenuineFits, seeds=(0, 1, 2), min_
     ----------
     ctx : Context
     genuine : GenuineFits
-        Its fits (maps, penalties, splits).
+        Its fits (maps, penalties, splits): those on all the genuine samples
+        (:meth:`GenuineFits.widest`), since the categories compare genuine with itself and each
+        needs test samples; with equal samples the other fits are cut to the smallest
+        condition's counts.
     seeds : sequence of int
         Subsampling seeds.
     min_samples : int
@@ -607,7 +721,7 @@ def relationship_block(ctx: Context, genuine: GenuineFits, seeds=(0, 1, 2), min_
     size = np.zeros((len(ctx.directions), len(ctx.split_seeds)), dtype=np.int64)
     for di, d in enumerate(ctx.directions):
         for si, seed in enumerate(ctx.split_seeds):
-            fit = genuine.fits.get((d, seed))
+            fit = genuine.widest(d, seed)  # a comparison within genuine: its fit on all its samples
             if fit is None:  # the genuine split failed (noted there)
                 continue
             by_rel = _test_by_relationship(ctx, fit, codes)
@@ -657,7 +771,7 @@ def _validation_targets(fit: SplitFit, xtr: np.ndarray, ytr: np.ndarray, sources
     part, val = validation_split(fit.samples.episode[fit.train], fit.seed)
     grid = r2_grid(xtr[:, sources], ytr, part, val, fit.alpha[sources], device=device)
     targets = [int(np.nanargmax(row)) for row in grid]
-    return targets, [float(grid[i, t]) for i, t in enumerate(targets)]
+    return targets, [float(grid[i, t]) for i, t in enumerate(targets)], val
 
 
 def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: dict | None = None,
@@ -685,9 +799,12 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: dic
         ``nonlinear_r2`` and ``affine_r2`` (direction, split_seed, layer_pair: both maps'
         test R^2), ``nonlinear_src_layer`` (direction, layer_pair), ``nonlinear_tgt_layer``
         and ``nonlinear_val_r2`` (direction, split_seed, layer_pair: the target and the
-        validation R^2 it was chosen by; NaN for given ``pairs``); -1 pads directions with
-        fewer pairs and split seeds not fitted.  Attributes ``nonlinear_options`` and
-        ``nonlinear_selection``.
+        validation R^2 it was chosen by; NaN for given ``pairs``), ``nonlinear_epochs`` (the
+        same dims: each MLP's epochs, by early stopping on the validation part,
+        :data:`synclib.analysis.mlp.STOPPING_RULE`) and ``nonlinear_steps_per_epoch``
+        (direction, split_seed); -1 pads directions with fewer pairs and split seeds not
+        fitted.  Attributes ``nonlinear_options``, ``nonlinear_selection``,
+        ``nonlinear_stopping`` and ``nonlinear_max_epochs``.
     """
     opts = dict(options or {})
     fixed = None if pairs is None else {d: [tuple(map(int, p)) for p in (pairs[d] if isinstance(pairs, dict) else pairs)]
@@ -697,7 +814,9 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: dic
     nd, ns, npair = len(ctx.directions), len(ctx.split_seeds), max([len(v) for v in src_of.values()] + [0])
     nl, af, val_r2 = (np.full((nd, ns, npair), np.nan) for _ in range(3))
     src_layer = np.full((nd, npair), -1, dtype=np.int64)
-    tgt_layer = np.full((nd, ns, npair), -1, dtype=np.int64)
+    tgt_layer, epochs = (np.full((nd, ns, npair), -1, dtype=np.int64) for _ in range(2))
+    n_steps = np.full((nd, ns), -1, dtype=np.int64)
+    bs = {**mlp_defaults(), **opts}["batch_size"]
     fitted = ctx.split_seeds[:n_seeds] if n_seeds is not None else ctx.split_seeds
     bar = tqdm(total=nd * len(fitted) * npair, desc="nonlinear maps", disable=None if ctx.progress else True,
                file=sys.stderr)
@@ -711,21 +830,23 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: dic
             s = fit.samples
             xtr, ytr = s.X[s.x_rows[fit.train]], s.Y[s.y_rows[fit.train]]
             xte, yte = s.X[s.x_rows[fit.test]], s.Y[s.y_rows[fit.test]]
-            if fixed:
-                tgt = [p[1] for p in fixed[d]]
-            else:
-                try:
-                    tgt, chosen_by = _validation_targets(fit, xtr, ytr, src, ctx.device)
-                except RidgeInputError as exc:
-                    ctx.note(f"nonlinear {d} split {seed}: no validation part to choose targets on ({exc}); "
-                             "left NaN")
-                    continue
-                val_r2[di, si, :len(src)] = chosen_by
-            # the split's layer pairs side by side (each exactly as alone, mlp_r2_batch)
-            nl[di, si, :len(src)] = mlp_r2_batch(
+            try:
+                if fixed:
+                    tgt, val = [p[1] for p in fixed[d]], validation_split(s.episode[fit.train], fit.seed)[1]
+                else:
+                    tgt, chosen_by, val = _validation_targets(fit, xtr, ytr, src, ctx.device)
+                    val_r2[di, si, :len(src)] = chosen_by
+            except RidgeInputError as exc:
+                ctx.note(f"nonlinear {d} split {seed}: no validation part to choose targets and epochs on "
+                         f"({exc}); left NaN")
+                continue
+            # the split's layer pairs side by side (each exactly as alone, mlp_r2_batch), the epochs
+            # chosen by early stopping on the validation part (STOPPING_RULE)
+            nl[di, si, :len(src)], epochs[di, si, :len(src)] = mlp_r2_batch(
                 np.moveaxis(xtr[:, src], 1, 0), np.moveaxis(ytr[:, tgt], 1, 0),
                 np.moveaxis(xte[:, src], 1, 0), np.moveaxis(yte[:, tgt], 1, 0),
-                seed=seed, device=ctx.device, **opts)
+                seed=seed, device=ctx.device, val=val, return_epochs=True, **opts)
+            n_steps[di, si] = -(-len(fit.train) // (bs or len(fit.train)))
             tgt_layer[di, si, :len(src)] = tgt
             af[di, si, :len(src)] = fit.r2[src, tgt]
             bar.update(len(src))
@@ -733,10 +854,13 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: dic
     dps, dp = ("direction", "split_seed", "layer_pair"), ("direction", "layer_pair")
     ds = xr.Dataset(
         {"nonlinear_src_layer": (dp, src_layer), "nonlinear_tgt_layer": (dps, tgt_layer),
-         "nonlinear_val_r2": (dps, val_r2), "nonlinear_r2": (dps, nl), "affine_r2": (dps, af)},
+         "nonlinear_val_r2": (dps, val_r2), "nonlinear_r2": (dps, nl), "affine_r2": (dps, af),
+         "nonlinear_epochs": (dps, epochs), "nonlinear_steps_per_epoch": (dps[:2], n_steps)},
         coords=_coords(ctx, layer_pair=np.arange(npair)))
     ds.attrs["nonlinear_options"] = repr({**mlp_defaults(), **opts})
     ds.attrs["nonlinear_selection"] = "given layer pairs" if fixed else NONLINEAR_SELECTION
+    ds.attrs["nonlinear_stopping"] = STOPPING_RULE
+    ds.attrs["nonlinear_max_epochs"] = int({**mlp_defaults(), **opts}["epochs"])
     return ds
 
 

@@ -8,7 +8,7 @@ from typing import Callable
 import numpy as np
 
 from synclib.analysis.samples import HiddenCache, PairedSamples
-from synclib.ridge import r2_grid
+from synclib.ridge import r2_grid, relative_alphas
 from synclib.splits import RidgeInputError, episode_split
 
 __all__ = ["Context", "SplitFit", "GenuineFits"]
@@ -29,6 +29,7 @@ class SplitFit:
                                         # test samples of one episode and round, when asked for
                                         # (:func:`synclib.ridge.r2_grid` test_groups)
     test_rounds: np.ndarray | None = None  # (G,) the round of each of those groups
+    alpha_relative: np.ndarray | None = None  # (L_src,) with alpha="cv": the penalty over the layer's scale
 
 
 @dataclass
@@ -37,6 +38,12 @@ class GenuineFits:
     direction and its fits per (direction, split seed) (absent where the split failed)."""
     samples: dict = field(default_factory=dict)   # direction -> PairedSamples
     fits: dict = field(default_factory=dict)      # (direction, split seed) -> SplitFit
+    own: dict = field(default_factory=dict)       # the same on all the genuine samples, where the fits above
+                                                  # are cut to equal samples (Context.equal_samples)
+
+    def widest(self, direction: str, seed: int) -> SplitFit | None:
+        """The fit on the most samples: the own-sample one where the samples were equalised."""
+        return self.own.get((direction, seed)) or self.fits.get((direction, seed))
 
 
 @dataclass
@@ -54,6 +61,7 @@ class Context:
     log: Callable[[str], None]
     arrays: HiddenCache
     n_boot: int = 0                     # resamples of whole episodes (0: no dialog-level resampling)
+    equal_samples: bool = False         # every condition at the smallest one's counts (blocks.EQUAL_RULE)
     notes: list = field(default_factory=list)
     bar: object = None                  # the tqdm bar of the SyncR^2 grids
 
@@ -96,13 +104,15 @@ class Context:
             out = r2_grid(X, Y, tr, te, alpha, groups=samples.episode[train] if cv else None,
                           return_alpha=True, return_train=train_r2, device=self.device, precision=self.precision,
                           test_groups=samples.episode[test] * R + samples.round[test] if episode_loss else None)
+            relative = relative_alphas(X, tr, out[1 + train_r2]) if cv else None
         except RidgeInputError as exc:
             self.note(f"{what}: not fitted ({exc}); left NaN")
             out = (np.full((Ls, Lt), np.nan),) * (1 + train_r2) + (np.full(Ls, np.nan),) + (None,) * episode_loss
+            relative = None
         loss = rounds = None
         if episode_loss and out[-1] is not None:
             labels, losses, sizes = out[-1]
             loss, rounds = (labels // R, losses, sizes), labels % R
         out = out[:-1] if episode_loss else out
         return SplitFit(samples, seed, np.asarray(train), np.asarray(test), out[0], out[-1],
-                        out[1] if train_r2 else None, split, loss, rounds)
+                        out[1] if train_r2 else None, split, loss, rounds, relative)

@@ -9,15 +9,17 @@ import xarray as xr
 from tqdm import tqdm
 
 from synclib import __version__
-from synclib.analysis.blocks import (AGGREGATION, N_BOOT, PERSONA_SPLIT_RULE, RELATIONSHIP_SOURCES, SHUFFLE_RULE,
+from synclib.analysis.blocks import (AGGREGATION, condition_splits, episode_draws, N_BOOT, PERSONA_SPLIT_RULE, RELATIONSHIP_SOURCES, SHUFFLE_RULE,
                                      SPLIT_RULE, conditions_block, nonlinear_block, paper_alpha_block, persona_block,
                                      relationship_block, sample_size_block, tom_block)
 from synclib.analysis.context import Context
-from synclib.analysis.samples import DEFAULT_CONDITIONS, DIRECTIONS, AnalysisError, HiddenCache, parse_condition
+from synclib.analysis.surrogates import surrogate_block
+from synclib.analysis.samples import (DEFAULT_CONDITIONS, DIRECTIONS, AnalysisError, HiddenCache, build_dataset,
+                                      parse_condition)
 from synclib.cube import var_name
-from synclib.ridge import PAPER_ALPHA
+from synclib.ridge import CV_GRID_RULE, DEFAULT_CV_ALPHAS, PAPER_ALPHA
 
-__all__ = ["analyze"]
+__all__ = ["analyze", "analysis_split"]
 
 
 def _conditions(conditions, lags) -> list:
@@ -44,7 +46,7 @@ def _check(cube, conditions, split_seeds, directions, needs_genuine: bool) -> No
         if v not in cube.variables:
             raise AnalysisError(f"the cube has no variable {v!r}; is it a synclib cube?")
     if needs_genuine and "genuine" not in conditions:
-        raise AnalysisError("persona_disjoint / relationship / sample_sizes / nonlinear need the 'genuine' condition")
+        raise AnalysisError("persona_disjoint / relationship / sample_sizes / nonlinear / surrogates need the 'genuine' condition")
 
 
 def _skip_missing(cube, conditions: list, log) -> list:
@@ -76,10 +78,13 @@ def _attrs(ctx: Context, skipped: list, relationship: bool) -> dict:
         "title": "synclib SyncR^2 analysis",
         "conventions": "synclib analysis v1 (see book/architecture.md)",
         "alpha": str(ctx.alpha), "n_samples": -1 if ctx.n_samples is None else int(ctx.n_samples),
+        "equal_samples": int(ctx.equal_samples),
+        **({"alpha_grid": np.asarray(DEFAULT_CV_ALPHAS), "alpha_grid_rule": CV_GRID_RULE}
+           if isinstance(ctx.alpha, str) else {}),
         "precision": ctx.precision,
         "model_a": str(cube.attrs.get("model_a", "")), "model_b": str(cube.attrs.get("model_b", "")),
         "n_layers_a": int(cube.sizes["layer_a"]), "n_layers_b": int(cube.sizes["layer_b"]),
-        "n_episodes": int(cube.sizes["episode"]),
+        "n_episodes": int(cube.sizes["episode"]), "n_sim_seeds": int(cube.sizes["sim_seed"]),
         "notes": "\n".join(ctx.notes), "skipped_conditions": " ".join(skipped),
         "relationship_sources": " ".join(RELATIONSHIP_SOURCES) if relationship else "",
         "synclib_version": __version__,
@@ -92,8 +97,8 @@ def analyze(cube, conditions=DEFAULT_CONDITIONS, *, alpha=PAPER_ALPHA,
             relationship: bool = False, relationship_seeds=(0, 1, 2), relationship_min: int = 10,
             sample_sizes=None, nonlinear: bool = False, nonlinear_pairs=None,
             nonlinear_options: dict | None = None, nonlinear_seeds: int | None = None, tom: bool = False, tom_options: dict | None = None,
-            n_boot: int = N_BOOT, cka: bool = True, max_resident_bytes: int | None = None,
-            progress: bool = True, log=None) -> xr.Dataset:
+            n_boot: int = N_BOOT, cka: bool = True, equal_samples: bool = False, surrogates: int = 0,
+            max_resident_bytes: int | None = None, progress: bool = True, log=None) -> xr.Dataset:
     """All SyncR^2 analyses of one cube (one model pair).
 
     Parameters
@@ -133,6 +138,13 @@ def analyze(cube, conditions=DEFAULT_CONDITIONS, *, alpha=PAPER_ALPHA,
         :func:`synclib.analysis.blocks.episode_bootstrap`); 0: none.
     cka : also linear CKA of every layer pair on all samples of each condition's dataset
         (``cka``; :data:`synclib.analysis.blocks.CKA_RULE`).
+    equal_samples : fit every condition at the smallest condition's training and test counts
+        per direction and split seed (ours, :data:`synclib.analysis.blocks.EQUAL_RULE`), and
+        each also on its own split of all its samples (``sync_r2_unmatched``); False: each
+        condition on its own split, as the reference.
+    surrogates : also genuine against this many surrogate partners per dialog (ours,
+        :mod:`synclib.analysis.surrogates`: ``sync_r2_surrogate`` and, with ``n_boot``,
+        ``surrogate_gap_boot``); 0: none.  Needs the genuine condition.
     max_resident_bytes : hidden-state variables up to this size (default
         ``synclib.cube.DEFAULT_RESIDENT_BYTES``, 2 GiB) are loaded whole; larger
         ones of a lazily opened cube stream from disk, each fit reading only the
@@ -149,16 +161,20 @@ def analyze(cube, conditions=DEFAULT_CONDITIONS, *, alpha=PAPER_ALPHA,
     conditions = _conditions(conditions, lags)
     split_seeds = [int(s) for s in split_seeds]
     _check(cube, conditions, split_seeds, directions,
-           needs_genuine=bool(persona_disjoint or relationship or sample_sizes or nonlinear))
+           needs_genuine=bool(persona_disjoint or relationship or sample_sizes or nonlinear or surrogates))
     skipped = _skip_missing(cube, conditions, log)
     if int(n_boot) < 0:
         raise AnalysisError(f"n_boot must be >= 0, got {n_boot}")
+    if int(surrogates) < 0:
+        raise AnalysisError(f"surrogates must be >= 0, got {surrogates}")
     ctx = Context(cube=cube, directions=tuple(directions), split_seeds=split_seeds, n_samples=n_samples,
                   alpha=alpha, device=device, precision=precision, max_resident_bytes=max_resident_bytes,
-                  progress=progress, log=log, arrays=HiddenCache(cube, max_resident_bytes), n_boot=int(n_boot))
+                  progress=progress, log=log, arrays=HiddenCache(cube, max_resident_bytes), n_boot=int(n_boot),
+                  equal_samples=bool(equal_samples))
     paper_alpha = "genuine" in conditions and (isinstance(alpha, str) or not np.allclose(alpha, PAPER_ALPHA))
     nd_ns = len(directions) * len(split_seeds)
-    steps = nd_ns * (len(conditions) + paper_alpha + bool(persona_disjoint) + len(sample_sizes or ()))
+    steps = nd_ns * (len(conditions) * (1 + bool(equal_samples)) + paper_alpha + bool(persona_disjoint)
+                     + len(sample_sizes or ()))
     ctx.bar = tqdm(total=steps, desc="SyncR^2 grids", disable=None if progress else True, file=sys.stderr)
     main = conditions_block(ctx, conditions, cka=cka)
     blocks = [main.dataset]
@@ -169,6 +185,9 @@ def analyze(cube, conditions=DEFAULT_CONDITIONS, *, alpha=PAPER_ALPHA,
     if sample_sizes:
         blocks.append(sample_size_block(ctx, main.genuine, sample_sizes))
     ctx.bar.close()
+    if surrogates:
+        counts = episode_draws(cube.sizes["episode"], ctx.n_boot) if ctx.n_boot else None
+        blocks.append(surrogate_block(ctx, main.genuine, int(surrogates), counts))
     if relationship:
         blocks.append(relationship_block(ctx, main.genuine, relationship_seeds, relationship_min))
     if nonlinear:
@@ -180,3 +199,27 @@ def analyze(cube, conditions=DEFAULT_CONDITIONS, *, alpha=PAPER_ALPHA,
     out.attrs.update(_attrs(ctx, skipped, relationship))
     out.attrs["aggregation"] = _label_aggregation(out)
     return out
+
+
+def analysis_split(cube, analysis: xr.Dataset, direction: str, seed: int,
+                   condition: str = "genuine") -> tuple[np.ndarray, np.ndarray]:
+    """The training and test samples the analysis ``analysis`` of ``cube`` fitted ``condition``
+    on in ``direction`` and split seed ``seed``: indices into
+    ``build_dataset(cube, direction, condition)``, by the analysis' own rule (its conditions,
+    ``n_samples`` and ``equal_samples`` attributes; :func:`synclib.analysis.blocks.condition_splits`).
+
+    Raises
+    ------
+    AnalysisError
+        That split could not be made (too few samples).
+    """
+    n = int(analysis.attrs.get("n_samples", -1))
+    conditions = [str(c) for c in analysis["condition"].values]
+    ctx = Context(cube=cube, directions=(direction,), split_seeds=[int(seed)], n_samples=None if n < 0 else n,
+                  alpha=0.0, device=None, precision="float32", max_resident_bytes=None, progress=False,
+                  log=lambda m: None, arrays=HiddenCache(cube), equal_samples=bool(analysis.attrs.get("equal_samples", 0)))
+    splits = condition_splits(ctx, [build_dataset(cube, direction, c, ctx.arrays) for c in conditions])
+    split = splits[conditions.index(condition)][0]
+    if split is None:
+        raise AnalysisError(f"{condition} {direction} split {seed}: no split (too few samples); see the analysis' notes")
+    return split[0], split[1]

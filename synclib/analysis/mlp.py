@@ -7,7 +7,7 @@ import inspect
 import numpy as np
 import torch
 
-__all__ = ["mlp_r2", "mlp_r2_batch", "mlp_defaults"]
+__all__ = ["mlp_r2", "mlp_r2_batch", "mlp_defaults", "STOPPING_RULE"]
 
 
 def mlp_r2(Xtr, Ytr, Xte, Yte, *, hidden: int = 512, lr: float = 1e-4, weight_decay: float = 0.1,
@@ -43,7 +43,8 @@ def mlp_r2(Xtr, Ytr, Xte, Yte, *, hidden: int = 512, lr: float = 1e-4, weight_de
 
 
 def mlp_r2_batch(Xtr, Ytr, Xte, Yte, *, hidden: int = 512, lr: float = 1e-4, weight_decay: float = 0.1,
-                 epochs: int = 200, batch_size: int | None = 64, seed: int = 0, device=None) -> np.ndarray:
+                 epochs: int = 200, batch_size: int | None = 64, seed: int = 0, device=None,
+                 val=None, patience: int = 20, return_epochs: bool = False):
     """Test R^2 of ``P`` MLPs trained side by side on the same samples (e.g. several layer
     pairs of one split): each is exactly the :func:`mlp_r2` of its own arrays.
 
@@ -53,6 +54,13 @@ def mlp_r2_batch(Xtr, Ytr, Xte, Yte, *, hidden: int = 512, lr: float = 1e-4, wei
     element-wise, so training them as one batched network (``torch.baddbmm``) gives each the
     updates it gets alone, up to float rounding, in one step per minibatch instead of ``P``.
 
+    With ``val`` the number of epochs is chosen by early stopping (:data:`STOPPING_RULE`): the
+    maps are trained on the training rows outside ``val``, each map's validation MSE is read
+    after every epoch, and training stops once no map has improved for ``patience`` epochs (or
+    at ``epochs``); each map's best epoch ``e`` is kept, and the maps are then trained again,
+    from the same initialisation and minibatch seed, on all training rows for ``e`` epochs
+    each.  Without it every map trains for ``epochs``.
+
     Parameters
     ----------
     Xtr : array, shape (P, n_train, D_src)
@@ -60,18 +68,63 @@ def mlp_r2_batch(Xtr, Ytr, Xte, Yte, *, hidden: int = 512, lr: float = 1e-4, wei
     Xte : array, shape (P, n_test, D_src)
     Yte : array, shape (P, n_test, D_tgt)
     hidden, lr, weight_decay, epochs, batch_size, seed, device : as :func:`mlp_r2`.
+    val : int array, optional
+        Training rows of the validation part (whole episodes, e.g.
+        :func:`synclib.splits.validation_split`).
+    patience : int
+        Epochs without a better validation MSE before stopping.
+    return_epochs : bool
+        Also return each map's number of training epochs.
 
     Returns
     -------
     numpy.ndarray
-        ``(P,)`` float64: each map's test R^2 (uniform average over its target columns).
+        ``(P,)`` float64: each map's test R^2 (uniform average over its target columns); with
+        ``return_epochs`` also ``(P,)`` int, the epochs each map was trained for on all rows.
     """
     dev = torch.device(device or "cpu")
-    g = torch.Generator().manual_seed(seed)
     f = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float32)  # noqa: E731
     Xtr, Ytr, Xte, Yte = f(Xtr), f(Ytr), f(Xte), f(Yte)
     if Xtr.ndim != 3 or Ytr.ndim != 3 or Xte.ndim != 3 or Yte.ndim != 3:
         raise ValueError("mlp_r2_batch: Xtr, Ytr, Xte, Yte must be 3-D (maps, samples, features)")
+    P = Xtr.shape[0]
+    opts = dict(hidden=hidden, lr=lr, weight_decay=weight_decay, batch_size=batch_size, seed=seed, dev=dev)
+    if val is not None:
+        val = np.asarray(val, dtype=np.int64)
+        part = np.setdiff1d(np.arange(Xtr.shape[1]), val)
+        stops = _train(Xtr[:, part], Ytr[:, part], np.full(P, epochs), xval=Xtr[:, val], yval=Ytr[:, val],
+                       patience=patience, **opts)[1]
+    else:
+        stops = np.full(P, int(epochs))
+    net, _, scale = _train(Xtr, Ytr, stops, **opts)
+    mx, sx, my, sy = scale
+    with torch.no_grad():
+        pred = (net(((Xte - mx) / sx).to(dev)).cpu() * sy + my).double()
+    y = Yte.double()
+    ss_res = ((y - pred) ** 2).sum(1)
+    ss_tot = ((y - y.mean(1, keepdim=True)) ** 2).sum(1)
+    const = ss_tot == 0
+    r2 = torch.where(const, (ss_res == 0).double(), 1 - ss_res / torch.where(const, 1.0, ss_tot))
+    out = r2.mean(1).numpy()
+    return (out, stops) if return_epochs else out
+
+
+STOPPING_RULE = ("ours (the paper trains 200 epochs): early stopping on the validation part of each split's "
+                 "training set (whole episodes, 20 %, synclib.splits.validation_split), patience 20 epochs, at most "
+                 "the configured epochs; each map is then trained again on the whole training set for its best "
+                 "epoch count (nonlinear_epochs)")
+
+
+def _train(Xtr, Ytr, stop_at, *, hidden, lr, weight_decay, batch_size, seed, dev, xval=None, yval=None,
+           patience: int = 20):
+    """Train the ``P`` batched maps on (P, n, D) rows, each map's parameters kept at epoch
+    ``stop_at[p]`` (training ends at the largest).  With ``xval``/``yval`` ``stop_at`` is the
+    most epochs, each map's epoch is instead the one of its best validation MSE (standardised
+    targets), and training ends once no map improved for ``patience`` epochs.
+
+    Returns ``(net, epochs (P,) int, (mx, sx, my, sy))``: the network with every map at its
+    kept epoch, the epochs kept and the training rows' standardisation."""
+    g = torch.Generator().manual_seed(seed)
     P = Xtr.shape[0]
     mx, sx = Xtr.mean(1, keepdim=True), Xtr.std(1, keepdim=True).clamp_min(1e-6)
     my, sy = Ytr.mean(1, keepdim=True), Ytr.std(1, keepdim=True).clamp_min(1e-6)
@@ -90,9 +143,18 @@ def mlp_r2_batch(Xtr, Ytr, Xte, Yte, *, hidden: int = 512, lr: float = 1e-4, wei
     # torch's fused AdamW: one pass over each parameter's memory instead of one per operation
     # (the same update up to float rounding; 20 % less time measured on 2 CPU cores)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=dev.type in ("cpu", "cuda") or None)
+    kept = [t.detach().clone() for t in params]
+    most = int(np.max(stop_at, initial=0))
+    validate = xval is not None
+    if validate:
+        xv, yv = ((xval - mx) / sx).to(dev), ((yval - my) / sy).to(dev)
+        best = torch.full((P,), float("inf"))
+        stop_at = np.zeros(P, dtype=np.int64)
+    else:
+        stop_at = np.asarray(stop_at, dtype=np.int64)
     n = xtr.shape[1]
     bs = n if batch_size is None else int(batch_size)
-    for _ in range(epochs):
+    for epoch in range(1, most + 1):
         perm = torch.randperm(n, generator=g).to(dev)
         for s in range(0, n, bs):
             idx = perm[s:s + bs]
@@ -100,14 +162,24 @@ def mlp_r2_batch(Xtr, Ytr, Xte, Yte, *, hidden: int = 512, lr: float = 1e-4, wei
             loss = ((net(xtr[:, idx]) - ytr[:, idx]) ** 2).mean(dim=(1, 2)).sum()
             loss.backward()
             opt.step()
+        if validate:
+            with torch.no_grad():
+                mse = ((net(xv) - yv) ** 2).mean(dim=(1, 2)).cpu()
+            mark = mse < best
+            best = torch.where(mark, mse, best)
+            stop_at[mark.numpy()] = epoch
+        else:
+            mark = torch.as_tensor(stop_at == epoch)
+        if bool(mark.any()):
+            with torch.no_grad():
+                for k, t in zip(kept, params):
+                    k[mark.to(k.device)] = t.detach()[mark.to(k.device)]
+        if validate and epoch - int(stop_at.max()) >= patience:
+            break
     with torch.no_grad():
-        pred = (net(((Xte - mx) / sx).to(dev)).cpu() * sy + my).double()
-    y = Yte.double()
-    ss_res = ((y - pred) ** 2).sum(1)
-    ss_tot = ((y - y.mean(1, keepdim=True)) ** 2).sum(1)
-    const = ss_tot == 0
-    r2 = torch.where(const, (ss_res == 0).double(), 1 - ss_res / torch.where(const, 1.0, ss_tot))
-    return r2.mean(1).numpy()
+        for k, t in zip(kept, params):
+            t.copy_(k)
+    return net, stop_at, (mx, sx, my, sy)
 
 
 def mlp_defaults() -> dict:

@@ -32,7 +32,8 @@ import numpy as np
 
 from synclib.analysis.samples import AnalysisError
 
-__all__ = ["sync_r2", "sync_r2_many", "sync_r2_noclip", "sync_r2_topk", "sync_r2_se", "seed_aggregate", "SeedAggregate"]
+__all__ = ["sync_r2", "sync_r2_many", "sync_r2_at", "best_targets", "sync_r2_noclip", "sync_r2_topk", "sync_r2_se",
+           "seed_aggregate", "SeedAggregate"]
 
 
 def _valid(grid) -> np.ndarray:
@@ -67,6 +68,32 @@ def sync_r2_many(grids) -> np.ndarray:
     n = rows.sum(-1)
     total = np.where(rows, np.maximum(best, 0.0), 0.0).sum(-1)
     return np.where(n > 0, total / np.maximum(n, 1), np.nan)
+
+
+def best_targets(grid) -> np.ndarray:
+    """Each source layer's best target layer in ``grid`` (L_src, L_tgt), the first maximum as
+    :func:`sync_r2` takes it; -1 for an all-NaN row (padding).  Shape (L_src,), int."""
+    g = np.asarray(grid, dtype=np.float64)
+    rows = ~np.all(np.isnan(g), axis=-1)
+    return np.where(rows, np.argmax(np.where(np.isnan(g), -np.inf, g), axis=-1), -1)
+
+
+def sync_r2_at(grids, targets) -> np.ndarray:
+    """Unclipped SyncR^2 with each source layer's target layer fixed beforehand: ``grids``
+    (..., L_src, L_tgt) and ``targets`` (L_src,) from :func:`best_targets` of another grid ->
+    (...): the mean over source layers (padding, -1, left out) of ``grid[l, targets[l]]``.
+    Nothing is chosen on ``grids``: no maximum and no clip (a clip per subset would lift the
+    subsets whose values straddle 0).  Scored on subsets of a test set (the rounds of
+    :data:`synclib.analysis.blocks.ROUND_RULE`) with the targets of the whole set's grid, the
+    subsets' values, weighted by their samples, average to the whole set's :func:`sync_r2_noclip`
+    (which is :func:`sync_r2` where no source layer's best R^2 is negative).  NaN where a chosen
+    cell is not finite (a subset without samples)."""
+    g = np.asarray(grids, dtype=np.float64)
+    t = np.asarray(targets, dtype=np.int64)
+    rows = np.flatnonzero(t >= 0)
+    if not len(rows):
+        return np.full(g.shape[:-2], np.nan)
+    return g[..., rows, t[rows]].mean(-1)
 
 
 def sync_r2_noclip(grid) -> float:

@@ -63,6 +63,12 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--n-boot", type=at.arg_type(at.nonneg_int, "resamples"), default=default("analysis.n_boot"),
                    help="resamples of whole episodes for the dialog-level tests; 0 = none (default: %(default)s)")
     p.add_argument("--tom", action="store_true", help="also ToM decoding (appendix J; needs the ToM variables)")
+    p.add_argument("--equal-samples", action="store_true",
+                   help="fit every condition at the smallest condition's sample counts (ours; the reference "
+                        "splits each condition's own samples), each also on all its samples")
+    p.add_argument("--surrogates", type=at.arg_type(at.nonneg_int, "surrogates"), default=0,
+                   help="also genuine against this many surrogate partners per dialog (ours; "
+                        f"the main job's default: {default('analysis.surrogates')}); 0 = none (default: %(default)s)")
     p.add_argument("--max-resident-gib", type=at.arg_type(at.nonneg_float, "GiB"),
                    default=float(default("analysis.max_resident_gib")),
                    help="hidden-state variables up to this size (GiB) are loaded whole; larger ones "
@@ -91,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
             sample_sizes=args.sample_sizes or None, nonlinear=args.nonlinear,
             nonlinear_options={"epochs": args.nonlinear_epochs,
                                "batch_size": args.nonlinear_batch_size or None},
-            n_boot=args.n_boot, tom=args.tom, max_resident_bytes=int(args.max_resident_gib * 2**30),
+            n_boot=args.n_boot, tom=args.tom, equal_samples=args.equal_samples, surrogates=args.surrogates,
+            max_resident_bytes=int(args.max_resident_gib * 2**30),
             progress=not args.no_progress)
     except (AnalysisError, RidgeInputError) as e:
         print(f"synclib analyze: {e}", file=sys.stderr)

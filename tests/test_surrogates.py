@@ -1,0 +1,141 @@
+"""Surrogate partners (synclib.analysis.surrogates): the batched solver against one fit per
+target set, the partner rule, the null on states that share only what every dialog shares
+(5 %), and a planted synchrony that the surrogates do not have.  Units: SyncR² (R² averaged
+over source layers) and p-values."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import synclib.ridge as ridge
+from synclib import power
+from synclib.analysis import analyze
+from synclib.analysis.samples import build_dataset
+from synclib.analysis.surrogates import surrogate_partners, surrogate_rows
+from synclib.stats import bootstrap_p, rank_p
+from synclib.synthetic import make_synthetic_cube
+
+
+def test_r2_grid_targets_equals_one_fit_per_target_set(monkeypatch):
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((90, 3, 12))
+    Y = X[:, :2, :10] @ rng.standard_normal((10, 10)) * 0.3 + rng.standard_normal((90, 2, 10))
+    xtr, xte = np.arange(60), np.arange(60, 90)
+    sets = [(xtr, xte), (rng.permutation(xtr), rng.permutation(xte)), ((xtr + 7) % 90, (xte + 11) % 90)]
+    alphas = np.array([0.5, 2.0, 8.0])
+    groups = np.repeat(np.arange(6), 5)
+    solves = []
+    real = ridge.ridge_solve
+    monkeypatch.setattr(ridge, "ridge_solve", lambda *a, **k: solves.append(1) or real(*a, **k))
+    r2, (labels, loss, sizes) = ridge.r2_grid_targets(X, Y, xtr, xte, sets, alphas, test_groups=groups)
+    assert len(solves) == X.shape[1]  # one factorisation per source layer, whatever the number of sets
+    assert r2.shape == (3, 3, 2) and loss.shape == (3, 6, 3, 2)
+    for t, (ytr, yte) in enumerate(sets):
+        ref, (_, ref_loss, ref_sizes) = ridge.r2_grid(X, Y, (xtr, ytr), (xte, yte), alphas, test_groups=groups)
+        np.testing.assert_allclose(r2[t], ref, atol=1e-6)
+        np.testing.assert_allclose(loss[t], ref_loss, atol=1e-6)
+        np.testing.assert_array_equal(sizes, ref_sizes)
+    with pytest.raises(ridge.RidgeInputError, match=r"targets\[1\]"):
+        ridge.r2_grid_targets(X, Y, xtr, xte, [sets[0], (xtr[:5], xte)], alphas)
+    with pytest.raises(ridge.RidgeInputError, match="numeric alphas"):
+        ridge.r2_grid_targets(X, Y, xtr, xte, sets, "cv")
+
+
+def test_partners_follow_the_rule():
+    E, S = 10, 3
+    kw = dict(n_episodes=E, n_seeds=S, n_rounds=4, layers_a=2, dim_a=4, layers_b=2, dim_b=4, seed=3,
+              passive=False, tom=False)
+    full = make_synthetic_cube(min_utterances=8, **kw)  # every dialog plays all 8 utterances
+    pe, ps = surrogate_partners(full, build_dataset(full, "B->A", "genuine"), 12)
+    assert pe.shape == ps.shape == (E, S, 12)
+    own = (pe == np.arange(E)[:, None, None]) & (ps == np.arange(S)[None, :, None])
+    assert not own.any()  # no dialog is its own partner
+    # the first two partners: the same task under the other seeds (ascending seed order, cyclic)
+    np.testing.assert_array_equal(pe[:, :, :2], np.broadcast_to(np.arange(E)[:, None, None], (E, S, 2)))
+    np.testing.assert_array_equal(ps[:, 0, :2], np.tile([1, 2], (E, 1)))
+    np.testing.assert_array_equal(ps[:, 2, :2], np.tile([0, 1], (E, 1)))
+    # then the 9 other tasks under the same seed, those of the dialog's scenario first; then the list repeats
+    env = full["env_id"].values
+    assert (ps[:, :, 2:11] == np.arange(S)[None, :, None]).all()
+    assert all(sorted(pe[e, s, 2:11]) == sorted(set(range(E)) - {e}) for e in range(E) for s in range(S))
+    np.testing.assert_array_equal(pe[:, :, 11], pe[:, :, 0])
+    same = env[pe[:, 0, 2:11]] == env[:, None]
+    assert all(np.all(np.diff(row.astype(int)) <= 0) for row in same)
+    rows, share = surrogate_rows(full, build_dataset(full, "B->A", "genuine"), 12)
+    np.testing.assert_allclose(share["same_personas"][:2], 1.0)  # same task: same personas
+    # dialogs of different lengths: partners that hold every round a dialog needs come first
+    var = make_synthetic_cube(min_utterances=3, **kw)
+    samples = build_dataset(var, "B->A", "genuine")
+    rows, _ = surrogate_rows(var, samples, (S - 1) + (E - 1))  # every candidate once
+    for e in range(E):
+        for s in range(S):
+            mine = (samples.episode == e) & (samples.sim_seed == s)
+            if mine.any():
+                missing = (rows[mine] < 0).any(0).astype(int)
+                assert np.all(np.diff(missing) >= 0), (e, s, missing)
+    one = make_synthetic_cube(n_episodes=1, n_seeds=1, n_rounds=3, layers_a=2, dim_a=4, layers_b=2, dim_b=4,
+                              passive=False, tom=False)
+    assert surrogate_partners(one, build_dataset(one, "A->B", "genuine"), 5)[0].shape == (1, 1, 0)
+
+
+def _null_cube(i: int):
+    """A and B independent but for a state every dialog holds at each round (shared position in
+    the dialog, not interaction): the genuine pairing has nothing the surrogates lack."""
+    cube = make_synthetic_cube(n_episodes=24, n_seeds=1, n_rounds=6, layers_a=3, dim_a=16, layers_b=3, dim_b=16,
+                               coupling=0.0, relationship_effect=0.0, seed=100 + i, passive=False, tom=False)
+    rng = np.random.default_rng(i)
+    for v in ("hidden_a", "hidden_b"):
+        da = cube[v]
+        cube[v] = da + 2.0 * rng.standard_normal((1, 1) + da.shape[2:])
+    return cube
+
+
+def test_surrogate_null_holds_at_five_percent():
+    n, p_rank, p_boot, genuine = 40, [], [], []
+    for i in range(n):
+        ds = analyze(_null_cube(i), ["genuine"], alpha="cv", n_samples=None, split_seeds=(0,), n_boot=200,
+                     surrogates=20, cka=False, progress=False, log=lambda m: None)
+        g = float(ds["sync_r2_surrogate_genuine"].mean())
+        genuine.append(g)
+        p_rank.append(rank_p(g, ds["sync_r2_surrogate"].mean("direction").values))
+        p_boot.append(bootstrap_p(ds["surrogate_gap_boot"].mean("direction").values))
+    p = np.maximum(p_rank, p_boot)
+    # the old null: SyncR² > 0 holds on every one of these cubes, with no interaction at all
+    assert min(genuine) > 0 and np.mean(genuine) > 0.1
+    # the surrogate null: genuine's rank is uniform among the 21, rejected at 5 % about 1 in 20
+    assert np.mean(np.array(p) <= 0.05) <= 0.10
+    assert np.mean(np.array(p_rank) <= 0.05) <= 0.10
+    assert 0.35 < np.mean(p_rank) < 0.65
+
+
+def test_planted_synchrony_is_above_every_surrogate():
+    cube = make_synthetic_cube(n_episodes=30, n_seeds=1, n_rounds=6, layers_a=3, dim_a=16, layers_b=3, dim_b=16,
+                               coupling=0.8, seed=5, passive=False, tom=False)
+    ds = analyze(cube, ["genuine"], alpha="cv", n_samples=None, split_seeds=(0, 1), n_boot=200, surrogates=20,
+                 cka=False, progress=False, log=lambda m: None)
+    # every partner holds the rounds its dialog needs: the batch's genuine is the genuine condition
+    keep = (surrogate_rows(cube, build_dataset(cube, "A->B", "genuine"), 20)[0] >= 0).all(1)
+    if keep.all():
+        np.testing.assert_allclose(ds["sync_r2_surrogate_genuine"].values,
+                                   ds["sync_r2"].sel(condition="genuine").values, atol=1e-12)
+    g = ds["sync_r2_surrogate_genuine"].values
+    assert (g[:, None] > ds["sync_r2_surrogate"].values).all()
+    assert ds["surrogate_gap_boot"].shape == (2, 200)
+    assert bootstrap_p(ds["surrogate_gap_boot"].mean("direction").values) <= 0.05
+
+
+def test_surrogate_test_on_results(tmp_path):
+    from synclib.results import load_results
+    from synclib.synthetic import build_synthetic_results
+
+    root = build_synthetic_results(tmp_path / "r", n_episodes=30,
+                                   analyze_kwargs={"sample_sizes": None, "nonlinear": False, "relationship": False,
+                                                   "persona_disjoint": False, "tom": False, "n_boot": 200})
+    res = load_results(root)
+    t = power.surrogate_test(res)
+    assert t["n_surrogates"] == 20 and t["n_runs"] == len(res.runs)
+    assert t["p_rank"] == pytest.approx(1 / 21) and t["share_below"] == 1.0
+    assert t["p"] == max(t["p_rank"], t["p_episodes"]) and t["n_boot"] == 200
+    table = power.surrogate_table(res)
+    assert list(table["pair"]) == res.pair_names + ["all"]
+    assert table.iloc[-1]["genuine"] == pytest.approx(t["genuine"])
