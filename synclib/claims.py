@@ -336,7 +336,7 @@ def _setting_claim(res, key: str, setting: str, what: str, missing: str, one_sid
     if against:
         return Claim(key, what, DIFFERS, line + f"; {_who(res)} a difference at p < 0.05.")
     if found:  # table 5: the MLP significantly worse than the affine map, which is no better
-        return Claim(key, what, AGREES, line + f"; {_who(res)} the setting below the original at p < 0.05.")
+        return Claim(key, what, AGREES, line + f"; {_who(res)} it below 0 at p < 0.05 (worse, so no better).")
     if powered:
         return Claim(key, what, AGREES, line + f"; a change of {EQUIVALENCE_MARGIN} or more would be detected, "
                                                "and none is.")

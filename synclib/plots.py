@@ -422,7 +422,7 @@ def surrogate_strip(frame: pd.DataFrame, title: str, y_title: str = "SyncR²") -
     """Each pair's surrogate values as grey points and its genuine value as a red bar: ``frame``
     with columns ``pair``, ``kind`` ("surrogate" or "genuine"), ``surrogate`` and ``value``."""
     _need(frame, ["pair", "kind", "value"], "surrogate_strip")
-    xs = alt.X("pair:N", title="model pair", axis=alt.Axis(labelAngle=0, labelExpr=WRAPPED_LABEL))
+    xs = alt.X("pair:N", title="model pair", sort=None, axis=alt.Axis(labelAngle=0, labelExpr=WRAPPED_LABEL))
     tips = [alt.Tooltip("pair:N"), alt.Tooltip("kind:N"), alt.Tooltip("value:Q", format=".3f")]
     pts = alt.Chart(frame[frame["kind"] == "surrogate"]).mark_circle(size=40, opacity=0.6, color="grey").encode(
         x=xs, y=alt.Y("value:Q", title=y_title), xOffset=alt.XOffset("jitter:Q"), tooltip=tips + ["surrogate:O"]
