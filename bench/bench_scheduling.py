@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -63,13 +64,18 @@ def _model(preset: str, device: str, dtype, newline_every: int):
 def _summary(stats: dict, wall: float, utterances: int) -> dict:
     prefill, computed = stats.get("prefill_tokens", 0), stats.get("prefill_computed", 0)
     reused, steps, rows = stats.get("reused_tokens", 0), stats.get("decode_steps", 0), stats.get("generated_tokens", 0)
+    seconds = {k[len("seconds_"):]: round(v, 2) for k, v in stats.items() if k.startswith("seconds_")}
     return {"wall_s": round(wall, 2), "utterances": utterances, "utterances_per_s": round(utterances / wall, 3),
             "decode_steps": steps, "decode_row_steps": rows, "rows_per_step": round(rows / max(steps, 1), 2),
             "forward_calls": stats.get("forward_calls", 0), "prefill_tokens": prefill,
             "prefill_computed": computed, "prefill_useful_share": round(prefill / max(computed, 1), 4),
             "reused_tokens": reused, "reused_share_of_prompt_tokens": round(reused / max(reused + prefill, 1), 4),
             "stream_joins": stats.get("stream_joins", 0), "graph_steps": stats.get("graph_steps", 0),
-            "graph_fallbacks": stats.get("graph_fallbacks", 0)}
+            "graph_fallbacks": stats.get("graph_fallbacks", 0),
+            "host_reads_per_step": round(stats.get("host_reads", 0) / max(steps, 1), 3),
+            # where the wall time went (Engine.seconds; 'other': host work between the timed parts)
+            "seconds": {**seconds, "other": round(wall - sum(seconds.values()), 2)},
+            "counters": {k: v for k, v in stats.items() if not k.startswith("seconds_")}}
 
 
 def _agreement(a, b) -> dict:
@@ -86,7 +92,7 @@ def _agreement(a, b) -> dict:
 
 
 def run(preset: str, tasks: int, batch_size: int, device: str, dtype, tmp: Path, max_new_tokens: int = 24,
-        newline_every: int = 8, half_batch: bool = True, modes=MODES) -> dict:
+        newline_every: int = 8, half_batch: bool = True, modes=MODES, seeds=(0,), sync_timing=False) -> dict:
     from synclib.cube import open_cube
     from synclib.scenarios import load_tasks
     from synclib.simulate import simulate
@@ -98,9 +104,9 @@ def run(preset: str, tasks: int, batch_size: int, device: str, dtype, tmp: Path,
     for mode in modes:
         stats: dict = {}
         t0 = time.perf_counter()
-        path = simulate(lm, lm, sel, [0], tmp / f"{preset}-{mode}.nc", max_utterances=16, max_new_tokens=max_new_tokens,
-                        temperature=0.7, passive=True, tom=True, batch_size=batch_size, progress=False,
-                        scheduling=mode, engine_stats=stats)
+        path = simulate(lm, lm, sel, list(seeds), tmp / f"{preset}-{mode}.nc", max_utterances=16,
+                        max_new_tokens=max_new_tokens, temperature=0.7, passive=True, tom=True, batch_size=batch_size,
+                        progress=False, scheduling=mode, engine_stats=stats, sync_timing=sync_timing)
         wall = time.perf_counter() - t0
         cube = cubes[mode] = open_cube(path, chunks=None)
         utt = int(cube["n_utterances"].values.sum() + cube["n_utterances_tom"].values.clip(0).sum())
@@ -114,7 +120,7 @@ def run(preset: str, tasks: int, batch_size: int, device: str, dtype, tmp: Path,
         return out
     # the reference for that agreement: the same loop turn by turn at half the batch size
     # (other rows share each batch; in bf16 that alone changes the rounding, then the samples)
-    half = simulate(lm, lm, sel, [0], tmp / f"{preset}-half.nc", max_utterances=16, max_new_tokens=max_new_tokens,
+    half = simulate(lm, lm, sel, list(seeds), tmp / f"{preset}-half.nc", max_utterances=16, max_new_tokens=max_new_tokens,
                     temperature=0.7, passive=True, tom=True, batch_size=max(1, batch_size // 2), progress=False)
     out["agreement_turns_half_batch"] = _agreement(cubes["turns"], open_cube(half, chunks=None))
     return out
@@ -125,6 +131,9 @@ def main(argv=None) -> int:
     ap.add_argument("--presets", default="smollm2,tiny")
     ap.add_argument("--tasks", type=int, default=16)
     ap.add_argument("--batch-size", type=int, default=16)
+    ap.add_argument("--seeds", type=int, default=1, help="simulation seeds per task (dialogs = tasks x seeds)")
+    ap.add_argument("--sync-timing", action="store_true",
+                    help="wait for the device at the end of each timed part (Engine.sync_timing)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--max-new-tokens", type=int, default=24)
     ap.add_argument("--newline-every", type=int, default=8,
@@ -143,8 +152,11 @@ def main(argv=None) -> int:
         for preset in args.presets.split(","):
             results[preset] = run(preset, args.tasks, args.batch_size, args.device, dtype, Path(tmp),
                                   args.max_new_tokens, args.newline_every, not args.no_half_batch,
-                                  tuple(args.modes.split(",")))
-    record = {"benchmark": "scheduling", "settings": {"tasks": args.tasks, "seeds": [0], "max_utterances": 16,
+                                  tuple(args.modes.split(",")), range(args.seeds), args.sync_timing)
+    record = {"benchmark": "scheduling", "settings": {"tasks": args.tasks, "seeds": list(range(args.seeds)),
+                                                      "max_utterances": 16, "sync_timing": args.sync_timing,
+                                                      "cudnn_sdpa_deprioritized": os.environ.get(
+                                                          "TORCH_CUDNN_SDPA_DEPRIORITIZED", ""),
                                                       "max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size,
                                                       "passive": True, "tom": True, "dtype": str(dtype)},
               "results": results, "machine": machine_info(args.device), "date": time.strftime("%Y-%m-%d")}

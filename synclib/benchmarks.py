@@ -106,6 +106,59 @@ def _gpu_scheduling_lines(c, p=None) -> list[str]:
     return out
 
 
+#: the parts of the dialog loop's wall time (Engine.seconds), in the order the table lists them
+_LOOP_PARTS = (("join", "joins: prefill of the rows joining the stream, their copy into its slots"),
+               ("decode", "decoding steps (CUDA-graph replays, sampling, one host read each)"),
+               ("cube", "writing the cube (parts, then the compressed file)"),
+               ("passive", "passive reader (prefill only)"), ("tom", "ToM read-outs"),
+               ("other", "host work between the timed parts"))
+
+
+def _gpu_loop_lines(loop, library=None) -> list[str]:
+    """Where the dialog loop's time goes at the 7B shape (``loop_cuda_mistral7b.json``), and
+    synclib's stream against transformers' continuous batching (``library_cuda.json``)."""
+    if not loop:
+        return []
+    s = loop["settings"]
+    m = loop["results"]["mistral7b"]["modes"]["continuous"]
+    sec, c = m["seconds"], m["counters"]
+    out = [f"**Where the dialog loop's time goes** ({_gpu_name(loop)}, {loop['date']}, "
+           f"`bench/results/loop_cuda_mistral7b.json`: a Mistral-7B-shaped model with random weights, bf16, "
+           f"{s['tasks']} tasks x {len(s['seeds'])} seeds, continuous scheduling with the genuine and ToM dialogs "
+           f"in one stream, batch {s['batch_size']}, replies up to {s['max_new_tokens']} tokens, passive reader "
+           f"and ToM on; each part ends with a device sync): {m['utterances']:,} utterances in "
+           f"{_num(m['wall_s'])} s, **{_num(m['utterances_per_s'])} utterances/s** (the goal is 40).", "",
+           "| part | s | share |", "| --- | --- | --- |"]
+    for key, what in _LOOP_PARTS:
+        if key in sec:
+            out.append(f"| {what} | {_num(sec[key])} | {100 * sec[key] / m['wall_s']:.0f} % |")
+    out += ["", f"{m['stream_joins']} joins ({1000 * sec['join'] / max(m['stream_joins'], 1):.0f} ms each, "
+            f"{c.get('prefill_splits', 0)} of them split into prefill groups), {m['decode_steps']:,} decoding steps "
+            f"({1000 * sec['decode'] / max(m['decode_steps'], 1):.0f} ms each, {_num(m['rows_per_step'])} rows a step, "
+            f"{m['host_reads_per_step']:g} host read a step), {c.get('recomputed_tokens', 0):,} prompt tokens "
+            f"prefilled again because {c.get('cache_skips', 0)} sessions did not fit the cache budget, "
+            f"{m['graph_fallbacks']} failed captures. The joins take the largest share, then the decoding steps. "
+            f"{loop.get('note', '')}", ""]
+    if library and "synclib" in library.get("results", {}):
+        r = library["results"]
+        ours, lib, st = r["synclib"], r.get("library", {}), library["settings"]
+        out += [f"**Against transformers' continuous batching** (same card and call, `library_cuda.json`: "
+                f"{st['prompts']} opening prompts of {st['prompt_tokens_mean']:.0f} tokens, replies to their "
+                f"first line or {st['max_new_tokens']} tokens, generated once each):", "",
+                "| | s | tokens | tokens/s |", "| --- | --- | --- | --- |",
+                f"| synclib's stream (states of every layer recorded) | {_num(ours['wall_s'])} | {ours['tokens']:,} | "
+                f"{_num(ours['tokens_per_s'])} |"]
+        if "tokens" in lib:
+            out += [f"| transformers `generate_batch` (text only) | {_num(lib['wall_s'])} | {lib['tokens']:,} | "
+                    f"{_num(lib['tokens_per_s'])} |", "",
+                    f"Reading the states for the library's replies would add {_num(lib['states_s'])} s "
+                    f"(`Engine.read_states`). synclib's stream is {ours['tokens_per_s'] / lib['tokens_per_s']:.1f}x "
+                    f"the library's tokens/s here, so it stays. {library.get('note', '')}", ""]
+        else:
+            out += ["", f"The library path failed: {lib.get('error', 'no result')}.", ""]
+    return out
+
+
 def _gpu_engine_lines(s, loop, modes=None, dialog=None) -> list[str]:
     out = ["**A Mistral-7B-shaped model on a GPU** (random weights built from the config, "
            "`python bench/bench_simulate.py --device cuda`):", ""]
@@ -290,6 +343,7 @@ def benchmarks_markdown(bench_dir) -> str:
     out += _candidate_lines(load("candidates_cpu.json"))
     out += _scheduling_lines(load("scheduling_cpu.json"))
     out += _gpu_scheduling_lines(load("scheduling_cuda.json"), load("profile_stream_cuda.json"))
+    out += _gpu_loop_lines(load("loop_cuda_mistral7b.json"), load("library_cuda.json"))
     out += _gpu_engine_lines(load("simulate_cuda_mistral7b.json"), load("engine_cuda_decode_loop.json"),
                              load("engine_cuda_decode_modes.json"), load("dialog_loop_cuda_mistral7b.json"))
     out += _gpu_e2e_lines(load("e2e_cuda_mistral7b.json"))

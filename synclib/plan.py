@@ -169,6 +169,13 @@ def _latest_gpu_rate() -> tuple[float, str] | None:
         gpu = d.get("machine", {}).get("gpu", "a GPU")
         if d.get("benchmark") == "bench_simulate" and d.get("simulate", {}).get("utterances_per_s"):
             found.append((d.get("date", ""), d["simulate"]["utterances_per_s"], f"{f.name}, {gpu}"))
+        if d.get("benchmark") == "scheduling":  # bench_scheduling.py: the dialog loop itself
+            st = d.get("settings", {})
+            for preset, r in d.get("results", {}).items():
+                for mode, m in r.get("modes", {}).items():
+                    found.append((d.get("date", ""), m["utterances_per_s"],
+                                  f"{f.name}: {mode} scheduling, {st.get('tasks')} tasks x "
+                                  f"{len(st.get('seeds', [0]))} seed(s), {gpu}, {d.get('date', '')}"))
         for step in d.get("steps", []) if isinstance(d.get("steps"), list) else []:
             if isinstance(step, dict) and step.get("utterances_per_s"):
                 found.append((d.get("date", ""), step["utterances_per_s"],

@@ -41,6 +41,11 @@ Optional passes, run per batch after the genuine dialogs:
   ``tom_format_*`` (an addition) is 1 where the raw reply opened with an
   emotion word and then an action word, as instructed, else 0.
 
+With ``scheduling="continuous"`` (continuous batching) the genuine and the ToM dialogs of a
+batch share one stream of decoding rows per model (more rows in flight), and the passive
+reader reads afterwards; every row's request, seed and session are the same, so the cube is
+the same up to float rounding.
+
 Crash safety and resume: every finished batch is written as one part of the
 cube (:class:`synclib.cube.CubeWriter`); a re-run of the same command skips
 finished batches and re-runs the rest with the same composition, so the
@@ -52,6 +57,7 @@ import math
 import re
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -199,6 +205,22 @@ class _Progress:
 
 # --------------------------------------------------------------------------- the loop
 
+@dataclass(eq=False)
+class _Dialog:
+    """One dialog of the continuous loop: a unit (episode, seed) in one view, its utterances
+    so far, the utterance it is at and the request in flight.  ``status``: ``"speaking"``
+    (a request in flight), ``"reading"`` (ended; ToM read-outs of its replies pending),
+    ``"done"`` (its sessions forgotten)."""
+
+    unit: tuple
+    value: Unit
+    view: str
+    history: list = field(default_factory=list)
+    turn: int = 0
+    asked: object = None
+    status: str = "speaking"
+
+
 class _Runner:
     """Runs batches of units for one :func:`simulate` call.
 
@@ -213,7 +235,7 @@ class _Runner:
     def __init__(self, lms, spec: CubeSpec, tasks: dict, *, max_utterances, temperature,
                  max_new_tokens, batch_size, progress=None, sampling=({}, {}),
                  first_line_only=True, readers=None, tom_tasks=None, scheduling="turns", cache_budget=None,
-                 reply_end="line"):
+                 reply_end="line", sync_timing=False):
         from synclib.engine import Engine
 
         self.scheduling = scheduling
@@ -221,6 +243,8 @@ class _Runner:
         engine_a = Engine(lms[0], batch_size=batch_size, max_cache_bytes=cache_budget)
         self.engines = (engine_a, engine_a if lms[1] is lms[0]
                         else Engine(lms[1], batch_size=batch_size, max_cache_bytes=cache_budget))
+        for eng in self.engines:
+            eng.sync_timing = bool(sync_timing)
         self.spec = spec
         self.tasks = tasks
         self.max_utterances = max_utterances
@@ -237,14 +261,18 @@ class _Runner:
     def run_batch(self, units: Sequence[tuple[int, int]]) -> list[Unit]:
         """Genuine dialogs (+ passive, + ToM) for whole units; returns filled Units."""
         out = [Unit.empty(self.spec, e, s) for e, s in units]
+        tom = [i for i, (e, _) in enumerate(units)
+               if self.spec.tom and (self.tom_tasks is None or e in self.tom_tasks)]
         try:
-            histories = self._dialog(units, out, view="active")
+            if self.scheduling == "continuous":  # both views' dialogs in one stream, then the reader
+                histories = self._dialog_stream([_Dialog(u, v, "active") for u, v in zip(units, out)]
+                                                + [_Dialog(units[i], out[i], "tom") for i in tom])
+            else:
+                histories = self._dialog_turns(units, out, "active")
             if self.spec.passive:
                 self._passive(units, out, histories)
-            if self.spec.tom:
-                tom = [i for i, (e, _) in enumerate(units) if self.tom_tasks is None or e in self.tom_tasks]
-                if tom:
-                    self._dialog([units[i] for i in tom], [out[i] for i in tom], view="tom")
+            if tom and self.scheduling != "continuous":
+                self._dialog_turns([units[i] for i in tom], [out[i] for i in tom], "tom")
         finally:
             for eng in self.engines:
                 eng.clear()
@@ -301,29 +329,17 @@ class _Runner:
         v[var_name("action", side, "tom")][k] = act
         v[var_name("tom_format", side, "tom")][k] = formatted
 
-    def _dialog(self, units, out: list[Unit], view: str) -> list[list[str]]:
-        """Play the dialogs of ``units`` in the given view; fill ``out``.
+    def _dialog_turns(self, units, out: list[Unit], view: str) -> list[list[str]]:
+        """Play the dialogs of ``units`` in ``view`` turn by turn; fill ``out``.
 
-        Turn by turn (``scheduling="turns"``): at utterance ``t`` every live dialog asks
-        agent ``t % 2``'s model in one :meth:`~synclib.engine.Engine.generate` call, and
-        the next utterance waits for the call's longest reply.  ``"continuous"``:
-        :meth:`_dialog_stream`.
+        At utterance ``t`` every live dialog asks agent ``t % 2``'s model in one
+        :meth:`~synclib.engine.Engine.generate` call, and the next utterance waits for the
+        call's longest reply.
 
         Returns
         -------
         list of list of str: the post-processed utterances of every unit.
         """
-        if self.scheduling == "continuous":
-            histories = self._dialog_stream(units, out, view)
-        else:
-            histories = self._dialog_turns(units, out, view)
-        for i, h in enumerate(histories):
-            out[i].values[var_name("n_utterances", view=view)][...] = len(h)
-        for eng in self.engines:  # this view's sessions are done: free the budget for the next
-            eng.clear()
-        return histories
-
-    def _dialog_turns(self, units, out: list[Unit], view: str) -> list[list[str]]:
         histories: list[list[str]] = [[] for _ in units]
         live = list(range(len(units)))
         for t in range(self.max_utterances):
@@ -337,7 +353,9 @@ class _Runner:
                                on_step=self._on_step, first_line_only=self.first_line_only,
                                **self.sampling[agent])
             if view == "tom":
-                for j, row in enumerate(zip(*_tom_readout(eng, reqs, res))):
+                with eng.timed("tom"):
+                    rows = _tom_readout(eng, reqs, res)
+                for j, row in enumerate(zip(*rows)):
                     self._record_tom(out[live[j]], t, *row)
             still = []
             for j, i in enumerate(live):
@@ -346,67 +364,76 @@ class _Runner:
                 else:
                     self._forget(units[i], view)
             live = still
+        for value, h in zip(out, histories):
+            value.values[var_name("n_utterances", view=view)][...] = len(h)
+        for eng in self.engines:  # this view's sessions are done: free the budget for the next
+            eng.clear()
         return histories
 
-    def _dialog_stream(self, units, out: list[Unit], view: str) -> list[list[str]]:
-        """Continuous batching (:class:`synclib.engine.DecodeStream`): a dialog's next
+    def _dialog_stream(self, dialogs: list["_Dialog"]) -> list[list[str]]:
+        """Continuous batching (:class:`synclib.engine.DecodeStream`): each dialog's next
         utterance is submitted as soon as its reply ends, to the stream of the model that
-        speaks next, so no dialog waits for another's longer reply.  With two models the two
-        streams take turns stepping.  Every utterance's request, seed and session are the
-        turn-by-turn loop's, so the dialogs are the same up to float rounding.  ToM
-        read-outs wait until a stream has ``batch_size`` replies to read (or the dialogs end)
-        and are read in one batch (:func:`_tom_readout`)."""
+        speaks next, so no dialog waits for another's longer reply, and the dialogs of every
+        view (genuine and ToM) share the stream.  With two models the two streams take turns
+        stepping.  Every utterance's request, seed and session are the turn-by-turn loop's,
+        so the dialogs are the same up to float rounding.  ToM read-outs wait until a stream
+        has ``batch_size`` replies to read (or the dialogs end) and are read in one batch
+        (:func:`_tom_readout`).
+
+        Returns
+        -------
+        list of list of str: the post-processed utterances of the active view's dialogs.
+        """
         engines = list({id(e): e for e in self.engines}.values())
         streams = {id(e): e.stream(max_new_tokens=self.max_new_tokens, temperature=self.temperature,
-                                   first_line_only=self.first_line_only, capacity=len(units),
+                                   first_line_only=self.first_line_only, capacity=len(dialogs),
                                    on_step=self._on_step, **self.sampling[self.engines.index(e)])
                    for e in engines}
-        histories: list[list[str]] = [[] for _ in units]
-        turn = [0] * len(units)
-        asked = [None] * len(units)  # each dialog's request in flight
-        tom_wait = {id(e): [] for e in engines}  # (unit index, t, request, result) per engine
-        ended = []  # ToM dialogs whose sessions wait for their last read-outs
+        tom_wait = {id(e): [] for e in engines}  # (dialog, t, request, result) per engine
 
-        def submit(i):
-            asked[i] = self._request(units[i], turn[i], histories[i], view)
-            streams[id(self.engines[turn[i] % 2])].submit(i, asked[i])
+        def submit(d: _Dialog) -> None:
+            d.asked = self._request(d.unit, d.turn, d.history, d.view)
+            streams[id(self.engines[d.turn % 2])].submit(d, d.asked)
 
-        def read_tom(eng, final=False):
+        def read_tom(eng, final=False) -> None:
             wait = tom_wait[id(eng)]
             if wait and (final or len(wait) >= self.engines[0].batch_size):
-                rows = _tom_readout(eng, [w[2] for w in wait], [w[3] for w in wait], store=False)
-                for (i, t, _, _), row in zip(wait, zip(*rows)):
-                    self._record_tom(out[i], t, *row)
+                with eng.timed("tom"):
+                    rows = _tom_readout(eng, [w[2] for w in wait], [w[3] for w in wait], store=False)
+                for (d, t, _, _), row in zip(wait, zip(*rows)):
+                    self._record_tom(d.value, t, *row)
                 wait.clear()
-                pending = {i for w in tom_wait.values() for i, *_ in w}
-                for i in [i for i in ended if i not in pending]:
-                    self._forget(units[i], view)
-                    ended.remove(i)
+                pending = {id(d) for w in tom_wait.values() for d, *_ in w}
+                for d in dialogs:
+                    if d.status == "reading" and id(d) not in pending:
+                        self._forget(d.unit, d.view)
+                        d.status = "done"
 
-        for i in range(len(units)):
-            submit(i)
+        for d in dialogs:
+            submit(d)
         while any(len(st) for st in streams.values()):
             for eng in engines:
                 st = streams[id(eng)]
                 if not len(st):
                     continue
-                for i, res in st.step():
-                    t = turn[i]
-                    if view == "tom":
-                        tom_wait[id(eng)].append((i, t, asked[i], res))
-                    if self._record(units[i], out[i], t, res, view, histories[i]):
-                        turn[i] += 1
-                        submit(i)
-                    elif view == "tom":
-                        ended.append(i)  # forgotten once its replies are read out
+                for d, res in st.step():
+                    if d.view == "tom":
+                        tom_wait[id(eng)].append((d, d.turn, d.asked, res))
+                    if self._record(d.unit, d.value, d.turn, res, d.view, d.history):
+                        d.turn += 1
+                        submit(d)
+                    elif d.view == "tom":
+                        d.status = "reading"  # forgotten once its replies are read out
                     else:
-                        self._forget(units[i], view)
-                if view == "tom":
-                    read_tom(eng)
-        if view == "tom":
-            for eng in engines:
-                read_tom(eng, final=True)
-        return histories
+                        self._forget(d.unit, d.view)
+                        d.status = "done"
+                read_tom(eng)
+        for eng in engines:
+            read_tom(eng, final=True)
+            eng.clear()  # the views' sessions are done: free the budget for the passive reader
+        for d in dialogs:
+            d.value.values[var_name("n_utterances", view=d.view)][...] = len(d.history)
+        return [d.history for d in dialogs if d.view == "active"]
 
     def _passive(self, units, out: list[Unit], histories: list[list[str]]) -> None:
         """Re-read the genuine dialogs with the passive view (prefill only).
@@ -430,8 +457,9 @@ class _Runner:
                     break
                 prompts = [lm.chat_prompt(render_prompt(self.tasks[units[i][0]], agent, histories[i][:t],
                                                         "passive", persona=names[i])) for i in rows]
-                states = eng.read_states(prompts, sessions=[(units[i][0], units[i][1], agent, "passive")
-                                                            for i in rows])
+                with eng.timed("passive"):
+                    states = eng.read_states(prompts, sessions=[(units[i][0], units[i][1], agent, "passive")
+                                                                for i in rows])
                 for j, i in enumerate(rows):
                     out[i].values[var_name("hidden", side, "passive")][t // 2] = states[j]
                 self.progress.advance(len(rows))
@@ -519,10 +547,13 @@ def _batch_size(batch_size, out: Path, device) -> int:
 
 
 def _add_engine_stats(engine_stats: dict, engines) -> None:
-    """Add the engines' counters (each engine once) and their budgets' peaks to ``engine_stats``."""
+    """Add the engines' counters (each engine once), their budgets' peaks and their wall
+    seconds per category (``seconds_<category>``, see ``Engine.seconds``) to ``engine_stats``."""
     for eng in {id(e): e for e in engines}.values():
         for k, v in eng.stats.items():
             engine_stats[k] = engine_stats.get(k, 0) + int(v)
+        for k, v in eng.seconds.items():
+            engine_stats[f"seconds_{k}"] = round(engine_stats.get(f"seconds_{k}", 0) + v, 3)
     budgets = {id(e.budget): e.budget for e in engines}.values()
     engine_stats["cache_peak_bytes"] = engine_stats.get("cache_peak_bytes", 0) + sum(b.peak for b in budgets)
 
@@ -537,14 +568,19 @@ def _play(runner: "_Runner", writer: CubeWriter, units: list, batch_size: int, p
     planned = sum(runner.planned(u) for u in units)
     runner.progress = _Progress(planned, planned - sum(runner.planned(u) for _, b in todo for u in b),
                                 f"simulate {writer.path.name}", progress)
+    eng = runner.engines[0]
     try:
         for b, batch in todo:
-            writer.write_part(b, runner.run_batch(batch))
+            part = runner.run_batch(batch)
+            with eng.timed("cube"):
+                writer.write_part(b, part)
+        with eng.timed("cube"):
+            path = writer.finalize()
     finally:
         runner.progress.close()
         if engine_stats is not None:
             _add_engine_stats(engine_stats, runner.engines)
-    return writer.finalize()
+    return path
 
 
 def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
@@ -555,7 +591,8 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
              passive_seeds=None, taskset: TaskSet | None = None,
              prompt_formats: tuple[str, str] = ("chat_template", "chat_template"),
              tom_episodes: int | None = None, engine_stats: dict | None = None,
-             scheduling: str = "turns", cache_gib="auto", reply_end: str = "line") -> Path:
+             scheduling: str = "turns", cache_gib="auto", reply_end: str = "line",
+             sync_timing: bool = False) -> Path:
     """Run model A (agent 1) against model B (agent 2) and write a cube.
 
     Parameters
@@ -617,9 +654,11 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
         ``"auto"`` leaves each engine its own share of the device memory.
     engine_stats : dict, optional
         Filled with this call's engine counters, both models summed (``prefill_tokens``,
-        ``reused_tokens``, ``generated_tokens``, ``graph_steps``, ...; see
-        :class:`synclib.engine.Engine`), for throughput and prefix-reuse reports, and
-        ``cache_peak_bytes``, the most the session caches held at once.
+        ``reused_tokens``, ``graph_steps``, ...; see :class:`synclib.engine.Engine`),
+        ``cache_peak_bytes`` (the most the session caches held at once) and wall seconds per
+        part (``seconds_decode``/``_join``/``_generate``/``_passive``/``_tom``/``_cube``).
+    sync_timing : bool, default False
+        ``Engine.sync_timing``: those seconds count GPU work where it was launched (benchmarks).
     prompt_formats : (str, str)
         Prompt formats of A and B when they are given as specs
         (:data:`synclib.models.PROMPT_FORMATS`).
@@ -642,11 +681,9 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
     budget = session_budget(cache_gib)  # checks the setting before any model loads
     if is_complete(out) and not overwrite:
         return out
-
     lm_a, lm_b = _load_pair(model_a, model_b, dtype, device, prompt_formats)
     sampling = (resolve_sampling(lm_a, top_k, top_p), resolve_sampling(lm_b, top_k, top_p))
     batch_size = _batch_size(batch_size, out, lm_a.device)
-
     spec = _cube_spec(lm_a, lm_b, tasks, seeds, passive=passive, tom=tom, passive_seeds=passive_seeds,
                       store_dtype=store_dtype, sampling=sampling, attrs=dict(
                           temperature=float(temperature), max_new_tokens=int(max_new_tokens),
@@ -660,12 +697,11 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16,
     readers = {} if not passive or taskset is None else {
         (e, s): passive_persona(taskset, e, s) for e, s in units if s in spec.read_passive_seeds()}
 
+    shared = None if lm_a.device.type == "cuda" and cache_gib == "auto" else CacheBudget(budget)
     runner = _Runner((lm_a, lm_b), spec, {t.index: t for t in tasks}, max_utterances=max_utterances,
                      temperature=temperature, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                     sampling=sampling,
-                     first_line_only=stop_at_first_line, readers=readers, tom_tasks=tom_tasks,
-                     scheduling=scheduling, reply_end=reply_end, cache_budget=None if lm_a.device.type == "cuda" and cache_gib == "auto"
-                     else CacheBudget(budget))
+                     sampling=sampling, first_line_only=stop_at_first_line, readers=readers, tom_tasks=tom_tasks,
+                     scheduling=scheduling, reply_end=reply_end, cache_budget=shared, sync_timing=sync_timing)
     return _play(runner, writer, units, batch_size, progress, engine_stats)
 
 

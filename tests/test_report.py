@@ -121,3 +121,19 @@ def test_generalisation_sentence_states_the_summary():
     assert "embedded tiny models" not in report.sentence_generalisation(summary, published)
     empty = report.sentence_generalisation(summary.iloc[:0], published)
     assert "lack `train_r2`" in empty and "*Paper (" in empty
+
+
+def test_the_gpu_loop_section_quotes_its_json():
+    """Issue 52: where the dialog loop's time goes on a GPU (each part's seconds and share of
+    the wall time) and the library comparison come from their bench JSON files."""
+    from synclib.paths import BENCH_RESULTS
+
+    md = benchmarks_markdown(BENCH_RESULTS)
+    loop = json.loads((BENCH_RESULTS / "loop_cuda_mistral7b.json").read_text())
+    m = loop["results"]["mistral7b"]["modes"]["continuous"]
+    assert f"**{m['utterances_per_s']:.3g} utterances/s**" in md
+    for part in ("join", "decode", "cube", "passive", "tom"):
+        sec = m["seconds"][part]
+        assert f"| {sec:.3g} | {100 * sec / m['wall_s']:.0f} % |" in md, part
+    lib = json.loads((BENCH_RESULTS / "library_cuda.json").read_text())["results"]
+    assert f"| {lib['synclib']['tokens_per_s']:.3g} |" in md and f"| {lib['library']['tokens_per_s']:.3g} |" in md

@@ -500,6 +500,11 @@ def test_continuous_scheduling_plays_the_same_dialogs(tiny_models, tasks, tmp_pa
             np.testing.assert_array_equal(x[name].values, y[name].values, err_msg=name)
     assert stats["continuous"]["stream_joins"] > 0 and stats["turns"].get("stream_joins", 0) == 0
     assert stats["continuous"]["reused_tokens"] > 0.5 * stats["turns"]["reused_tokens"]
+    # one host read per decoding step; wall seconds per part of the loop (seconds_*)
+    assert stats["continuous"]["host_reads"] == stats["continuous"]["decode_steps"] > 0
+    parts = {"continuous": ("decode", "join", "passive", "tom", "cube"), "turns": ("generate", "passive", "tom", "cube")}
+    for mode, names in parts.items():
+        assert all(stats[mode][f"seconds_{n}"] > 0 for n in names), (mode, stats[mode])
     with pytest.raises(ValueError, match="scheduling must be one of turns, continuous"):
         simulate(a, b, sel, [0], tmp_path / "bad.nc", scheduling="fast", **kw)
 

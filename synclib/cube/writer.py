@@ -12,12 +12,10 @@ from typing import Iterable
 
 import numpy as np
 
-from synclib.cube.schema import (_CONVENTIONS, _INT_COORDS, CUBE_VERSION, EPISODE_COORDS, CubeError, CubeSpec,
-                                 Unit, _attr_value, _describe, is_complete, parts_dir)
+from synclib.cube.schema import (_CONVENTIONS, _INT_COORDS, _ZLIB_LEVEL, CUBE_VERSION, EPISODE_COORDS, CubeError,
+                                 CubeSpec, Unit, _attr_value, _describe, is_complete, parts_dir)
 
 __all__ = ["CubeWriter", "bitround"]
-
-_ZLIB_LEVEL = 4
 
 
 def _tmp_path(path: Path) -> Path:

@@ -11,6 +11,8 @@ only reads states (:meth:`Engine.read_states`), or scores candidates
 from __future__ import annotations
 
 from collections import Counter
+from contextlib import contextmanager
+from time import perf_counter
 from typing import Callable, Hashable, Sequence
 
 import numpy as np
@@ -78,7 +80,16 @@ class Engine:
         CUDA graph), ``graph_fallbacks`` (batches whose capture failed); with a
         :class:`DecodeStream`, ``stream_joins``; ``decode_steps``; ``slot_allocations`` (fixed-slot
         buffers allocated: one per ``static``/``graph`` batch, and a stream's each time its longest
-        prompt outgrows them).
+        prompt outgrows them); ``host_reads`` (device-to-host reads of sampled tokens: one per
+        decoding step of a stream).
+    seconds : collections.Counter
+        Wall seconds per category of work, added by :meth:`timed` (``decode``: a stream's
+        decoding steps, ``join``: its joining rows' prefill and admission, ``generate``: whole
+        :meth:`generate` calls, and the categories its callers time, e.g. the simulation's
+        ``passive`` and ``tom``).
+    sync_timing : bool
+        Wait for the device at the end of every timed section, so that asynchronous GPU
+        work is counted where it was launched (off by default: it costs a host sync each).
     """
 
 
@@ -112,11 +123,26 @@ class Engine:
         #: the session caches' budget (:class:`synclib.memory.CacheBudget`, possibly shared)
         self.budget = max_cache_bytes if isinstance(max_cache_bytes, CacheBudget) else CacheBudget(max_cache_bytes)
         self.stats: Counter = Counter()
+        self.seconds: Counter = Counter()
+        self.sync_timing = False
         self.sessions = SessionCache(self.budget, self.kv_reuse, self.stats)
         self._lines = None  # per-token line-break flags, see _line_flags
         self._work = None  # the CPU's sampling buffers, see _sample_work
         #: decoding steps between the host's checks for finished rows (None: 1 on CPU, 8 on GPUs)
         self.sync_every: int | None = None
+
+    @contextmanager
+    def timed(self, category: str):
+        """Add the wall time of the ``with`` block to ``seconds[category]`` (see ``sync_timing``)."""
+        t0 = perf_counter()
+        try:
+            yield
+        finally:
+            if self.sync_timing and self.lm.device.type == "cuda":
+                import torch
+
+                torch.cuda.synchronize(self.lm.device)
+            self.seconds[category] += perf_counter() - t0
 
     # -- session cache ---------------------------------------------------------------
     @property
@@ -316,10 +342,11 @@ class Engine:
         check_sampling(max_new_tokens, temperature, top_k, top_p)
         sampling = (temperature, top_k, top_p)
         reqs = list(requests)
-        return self._run_rows([r.prompt for r in reqs], [r.session for r in reqs],
-                              lambda chunk, rows: self._generate_batch(
-                                  [ids for ids, _ in rows], [reqs[i] for i in chunk], max_new_tokens,
-                                  sampling, on_step, first_line_only))
+        with self.timed("generate"):
+            return self._run_rows([r.prompt for r in reqs], [r.session for r in reqs],
+                                  lambda chunk, rows: self._generate_batch(
+                                      [ids for ids, _ in rows], [reqs[i] for i in chunk], max_new_tokens,
+                                      sampling, on_step, first_line_only))
 
     def stream(self, max_new_tokens: int = 300, temperature: float = 0.7, first_line_only: bool = False,
                top_k: int | None = None, top_p: float | None = None, capacity: int | None = None,

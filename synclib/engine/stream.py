@@ -67,8 +67,10 @@ class DecodeStream:
         attends to the full context through an explicit mask.  All give the same tokens up
         to float rounding.
 
-    The host reads each step's tokens.  Counters go to ``engine.stats``
-    (``decode_steps``, ``generated_tokens``, ``stream_joins``) as well as :attr:`stats`.
+    The host reads each step's tokens and end flags in one read.  Counters go to
+    ``engine.stats`` (``decode_steps``, ``generated_tokens``, ``stream_joins``, ``host_reads``)
+    as well as :attr:`stats`; wall times to ``engine.seconds`` (``join``: admitting rows,
+    their prefill included; ``decode``: the decoding steps).
     """
 
     def __init__(self, engine, max_new_tokens: int, sampling: tuple, first_line_only: bool,
@@ -111,11 +113,15 @@ class DecodeStream:
 
     def _admit(self) -> None:
         """Prefill queued rows and add them to the batch (see ``join_min``)."""
-        import torch
-
         room = self.capacity - len(self._rows)
         if not self._queue or room <= 0 or (self._rows and len(self._queue) < min(self.join_min, room)):
             return
+        with self.engine.timed("join"):
+            self._join(room)
+
+    def _join(self, room: int) -> None:
+        import torch
+
         take, self._queue = self._queue[:room], self._queue[room:]
         eng = self.engine
         ids = [eng._ids(r.prompt) for _, r in take]
@@ -141,11 +147,15 @@ class DecodeStream:
             The rows that ended at this step (a stop token, a complete first line with
             ``first_line_only``, or ``max_new_tokens``), in batch order.
         """
-        import torch
-
         self._admit()
         if not self._rows:
             return []
+        with self.engine.timed("decode"):
+            return self._decode_step()
+
+    def _decode_step(self) -> list[tuple[Hashable, Result]]:
+        import torch
+
         B = len(self._rows)
         logits = self._batch.logits_of([r.pos for r in self._rows])
         if self.first_line_only and self._lines is None:
@@ -156,8 +166,10 @@ class DecodeStream:
         keep, is_stop, at_line, self._seen = row_ends(tok, live, self._seen, self._stop, self._lines)
         self._step += 1
         ended = is_stop | at_line | (self._step >= self.max_new_tokens)
-        toks, kept, why, gone = (tok.tolist(), keep.tolist(),
-                                 torch.where(is_stop, 1, torch.where(at_line, 2, 0)).tolist(), ended.tolist())
+        why = torch.where(is_stop, 1, torch.where(at_line, 2, 0))
+        toks, kept, why, gone = torch.stack([tok, keep.long(), why, ended.long()]).tolist()  # one host read
+        self.stats["host_reads"] += 1
+        self.engine.stats["host_reads"] += 1
         self.engine._count_step(B, self.on_step, self.stats)
         finished, stay = [], []
         for i, row in enumerate(self._rows):
