@@ -321,12 +321,13 @@ def test_paper_dry_run_says_how_to_fetch_then_plans_36_runs(tmp_path, monkeypatc
     assert not (tmp_path / "r").exists()
 
 
-def test_the_default_run_plans_250_training_samples_per_dataset():
+def test_the_default_run_plans_enough_training_samples_per_dataset():
     """Issue 22: every ordered run of config/default.yaml, every condition, lag and direction,
-    plans at least 250 training samples (the dry run's plan, nothing run: an upper bound, as dialogs
-    that end early give fewer; the book quotes the counts the analysis used), above where the
-    measured curves say SyncR² leaves 0; a run cut to a few tasks is warned about, naming the
-    settings to change."""
+    plans at least 150 training samples and a quarter more than where the measured curves say
+    SyncR² leaves 0 (the dry run's plan, nothing run: an upper bound, as dialogs that end early
+    give fewer; the book quotes the counts the analysis used).  Issue 22 asked for 250 within a
+    30-minute job; the job now has 20 minutes and the simulation is prefill-bound, so the default
+    plays 40 tasks.  A run cut to a few tasks is warned about, naming the settings to change."""
     from synclib.sizing import format_sizes, run_sizes
 
     cfg = load_config(None)
@@ -334,8 +335,8 @@ def test_the_default_run_plans_250_training_samples_per_dataset():
     assert {s.run for s in sizes} == {"S-S", "G-G"}
     for s in sizes:
         trains = [v["train"] for cond in s.samples.values() for v in cond.values()]
-        assert min(trains) >= 250, (s.run, s.samples)
-        assert s.needed is not None and s.train > s.needed and not s.warning
+        assert min(trains) >= 150, (s.run, s.samples)
+        assert s.needed is not None and min(trains) >= 1.25 * s.needed and not s.warning, (s.run, s.needed)
     small = load_config(None, ["simulate.episodes=6", "simulate.max_utterances=8"])
     text = format_sizes(run_sizes(small, pipeline.runs(small)))
     assert "WARNING: S-S: at most" in text and "simulate.episodes" in text

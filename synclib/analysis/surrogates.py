@@ -43,17 +43,23 @@ SURROGATE_RULE = (
     "surrogates' mean on each resample of whole episodes (boot_rule).")
 
 
-def _dialog_order(cube) -> tuple[list, np.ndarray, np.ndarray]:
-    """Per episode, the other episodes: those of its scenario, then the rest, each in cube order
-    after it (cyclic); and the scenario and persona key of each episode."""
+def _episode_keys(cube) -> tuple[np.ndarray, np.ndarray]:
+    """The scenario and the persona key of each episode, ``(E,)`` str each."""
     E = cube.sizes["episode"]
     env = np.asarray(cube["env_id"].values).astype(str) if "env_id" in cube.coords else np.zeros(E, dtype=str)
     personas = persona_keys(cube) if "agent1_id" in cube.coords else np.arange(E).astype(str)
+    return env, personas
+
+
+def _dialog_order(env: np.ndarray) -> list[list[int]]:
+    """Per episode, the other episodes: those of its scenario (``env``), then the rest, each in
+    cube order after it (cyclic)."""
+    E = len(env)
     order = []
     for e in range(E):
         after = [(e + j) % E for j in range(1, E)]
         order.append([o for o in after if env[o] == env[e]] + [o for o in after if env[o] != env[e]])
-    return order, env, personas
+    return order
 
 
 def surrogate_partners(cube, samples: PairedSamples, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -84,7 +90,7 @@ def surrogate_partners(cube, samples: PairedSamples, n: int) -> tuple[np.ndarray
     need[samples.episode, samples.sim_seed, samples.round + shift] = True
     by_rank = np.argsort(sim_seed_rank(cube))   # seed positions in ascending seed order
     rank_of = np.argsort(by_rank)
-    order, _, _ = _dialog_order(cube)
+    order = _dialog_order(_episode_keys(cube)[0])
     for e in range(E):
         for s in range(S):
             r = rank_of[s]
@@ -107,7 +113,7 @@ def surrogate_rows(cube, samples: PairedSamples, n: int) -> tuple[np.ndarray, di
     k = samples.round + int(samples.info.get("round_shift", 0))
     rows = (pe[e, s] * S + ps[e, s]) * R + k[:, None]                       # (n_samples, n)
     rows = np.where(samples.Y.ok[rows], rows, -1) if rows.size else rows
-    _, env, personas = _dialog_order(cube)
+    env, personas = _episode_keys(cube)
     share = {"same_personas": (personas[pe[e, s]] == personas[e][:, None]).mean(0) if rows.size else np.zeros(0),
              "same_scenario": (env[pe[e, s]] == env[e][:, None]).mean(0) if rows.size else np.zeros(0)}
     return rows, share
