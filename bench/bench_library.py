@@ -1,16 +1,18 @@
 """Benchmark: synclib's continuous stream against transformers' continuous batching (issue 52, item 4).
 
 The same first-utterance prompts (every embedded task's first speaker, in the active and the ToM views: distinct
-prompts of about 900 tokens at the 7B shape) generated once each, replies ending at their
-first line break or at ``--max-new-tokens``, sampled at temperature 0.7 with no top-k/top-p:
+prompts of about 500 tokens with the random models' BPE tokenizer) generated once each, replies
+ending at their first line break or at ``--max-new-tokens``, sampled at temperature 0.7 with no
+top-k/top-p:
 
 * ``synclib``: :meth:`synclib.engine.Engine.stream` with every prompt submitted at once
   (capacity = the prompts; fixed slots and one CUDA-graph replay a step on CUDA), which also
   records each prompt's last-token states from every layer;
 * ``library``: ``model.generate_batch`` (transformers' continuous batching: paged cache,
-  block sharing, its own CUDA graphs; the line-break tokens as end tokens), text only; then
-  the states the dialog loop needs, read by :meth:`Engine.read_states` on the same prompts
-  (``library_states``), so that ``library + library_states`` is the library path's cost.
+  block sharing, its own CUDA graphs; every token holding a line break is an end token, where
+  ours ends at a line break only after some text), text only; then the states the dialog loop
+  needs, read by :meth:`Engine.read_states` on the same prompts (``states_s``), so that
+  ``wall_s + states_s`` is the library path's cost.
 
 Each side is warmed up first on four prompts.  Per side: wall seconds, replies, tokens
 generated, tokens/s and replies/s.  The two sides sample differently, so their replies

@@ -171,7 +171,7 @@ def _latest_gpu_rate() -> tuple[float, str] | None:
             found.append((d.get("date", ""), d["simulate"]["utterances_per_s"], f"{f.name}, {gpu}"))
         if d.get("benchmark") == "scheduling":  # bench_scheduling.py: the dialog loop itself
             st = d.get("settings", {})
-            for preset, r in d.get("results", {}).items():
+            for r in d.get("results", {}).values():
                 for mode, m in r.get("modes", {}).items():
                     found.append((d.get("date", ""), m["utterances_per_s"],
                                   f"{f.name}: {mode} scheduling, {st.get('tasks')} tasks x "
