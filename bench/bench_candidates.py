@@ -62,7 +62,7 @@ def tom_prompts(lm, cube, tasks):
     """The ToM-view prompt of the agent to speak before every utterance of every dialog."""
     import xarray as xr
 
-    from synclib.prompts import render_prompt
+    from synclib.tasks.prompts import render_prompt
 
     out = []
     with xr.open_dataset(cube) as ds:
@@ -81,7 +81,7 @@ def time_tom(spec, cube, tasks):
 
     from synclib.engine import Engine
     from synclib.models import load_model
-    from synclib.prompts import EMOTIONS
+    from synclib.tasks.prompts import EMOTIONS
 
     lm = load_model(spec)
     rows = tom_prompts(lm, cube, tasks)
@@ -107,12 +107,14 @@ def time_judge(cube, dialogs, tmp):
     import numpy as np
 
     from synclib.judge.evaluate import evaluate_cube
+    from synclib.judge.options import JudgeConnection, JudgeOptions
 
     res, tables = {}, {}
     for name in PATHS:
         with _path(name):
             t0 = time.perf_counter()
-            tables[name] = evaluate_cube(cube, judge_model="smollm2-135m", mode="constrained", sample=dialogs,
+            options = JudgeOptions(JudgeConnection("smollm2-135m"), mode="constrained", sample=dialogs)
+            tables[name] = evaluate_cube(cube, options,
                                          out=Path(tmp) / f"{name}.judge.csv", cache=Path(tmp) / f"{name}.jsonl",
                                          progress=False, log=lambda msg: None)
             secs = time.perf_counter() - t0
@@ -139,8 +141,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from synclib.scenarios import load_tasks
-    from synclib.simulate import simulate
+    from synclib.tasks.scenarios import load_tasks
+    from synclib.simulate import Passes, RunOptions, Sampling, simulate
 
     load_before = os.getloadavg()
     taskset = load_tasks("embedded")
@@ -149,7 +151,8 @@ def main(argv=None) -> int:
         cube = Path(tmp) / "dialogs.nc"
         t0 = time.perf_counter()
         simulate("smollm2-135m", "smollm2-135m", list(taskset.tasks[:args.episodes]), [0], cube,
-                 max_utterances=args.utterances, max_new_tokens=12, progress=False, taskset=taskset)
+                 max_utterances=args.utterances, sampling=Sampling(max_new_tokens=12),
+                 passes=Passes(taskset=taskset), options=RunOptions(progress=False))
         print(f"simulated {args.episodes} dialogs in {time.perf_counter() - t0:.1f}s", flush=True)
         tom = [time_tom(spec, cube, tasks) for spec in ("smollm2-135m", "gemma3-270m")]
         judge = time_judge(cube, args.judge_dialogs, tmp)

@@ -86,7 +86,7 @@ def write_config(path: Path, models: Path, results: Path, args) -> dict:
                        "label": f"random {label} (seed {i})"} for i, k in enumerate("MN")},
         "pairs": ["M-N"], "orders": "both",
         "simulate": {"episodes": args.tasks, "seeds": [0], "max_utterances": args.max_utterances,
-                     "max_new_tokens": args.max_new_tokens, "temperature": 0.7, "batch_size": args.tasks,
+                     "max_new_tokens": args.max_new_tokens, "temperature": 0.7, "units_per_part": args.tasks,
                      "passive": True, "tom": True, "store_dtype": "float32"},
         "judge": {"model": str(models / "M"), "url": None, "mode": "constrained", "concurrency": 8,
                   "sample": args.judge_sample},

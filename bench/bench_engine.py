@@ -53,7 +53,7 @@ print(t1 - t0, t2 - t1)
 
 
 def prompts_for(lm, tasks, histories, agent):
-    from synclib.prompts import render_prompt
+    from synclib.tasks.prompts import render_prompt
 
     return [lm.chat_prompt(render_prompt(task, agent, hist, "active")) for task, hist in zip(tasks, histories)]
 
@@ -61,7 +61,7 @@ def prompts_for(lm, tasks, histories, agent):
 def play(lm, tasks, utterances, max_new_tokens, batch_size, kv_reuse):
     """Run the dialog loop; return (texts per episode, seconds, engine stats)."""
     from synclib.engine import Engine, Request, row_seed
-    from synclib.prompts import postprocess_reply
+    from synclib.tasks.prompts import postprocess_reply
 
     eng = Engine(lm, batch_size=batch_size, kv_reuse=kv_reuse)
     histories = [[] for _ in tasks]
@@ -94,7 +94,7 @@ def main(argv=None) -> int:
     import torch
 
     from synclib.models import load_model
-    from synclib.scenarios import load_tasks
+    from synclib.tasks.scenarios import load_tasks
 
     if args.threads is not None:
         if args.threads < 1:

@@ -115,8 +115,8 @@ def measure_all(root, judge=None, work=None) -> tuple[list[dict], dict]:
 
 
 def main(argv=None) -> int:
-    from synclib import datasets
-    from synclib.judge import evaluate_episodes
+    from synclib.tasks import datasets
+    from synclib.judge import JudgeConnection, JudgeOptions, evaluate_episodes
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cache", default=None, help="the cache root (default: synclib's)")
@@ -131,7 +131,7 @@ def main(argv=None) -> int:
     if args.local_judge:
         def judge(subset: Path):
             # constrained mode (a local judge) asks one question per agent and dimension: no instructions file
-            return evaluate_episodes(subset, judge_model=args.local_judge, progress=False,
+            return evaluate_episodes(subset, JudgeOptions(JudgeConnection(args.local_judge)), progress=False,
                                      out=subset.with_name(f"gpt4-episodes.{args.local_judge}.judge.csv"),
                                      cache=subset.with_name(f"gpt4-episodes.{args.local_judge}.judge-cache.jsonl"))
     results, judged = measure_all(root, judge, args.work)

@@ -42,8 +42,8 @@ from bench_simulate import build_random_model, machine_info, sync  # noqa: E402
 def first_prompts(lm, n: int) -> list[list[int]]:
     """Token ids of the first ``n`` distinct opening prompts: each embedded task's agent 1 in the
     active view, then in the ToM view."""
-    from synclib.prompts import render_prompt
-    from synclib.scenarios import load_tasks
+    from synclib.tasks.prompts import render_prompt
+    from synclib.tasks.scenarios import load_tasks
 
     tasks = list(load_tasks("embedded"))
     prompts = [lm.encode(lm.chat_prompt(render_prompt(t, 0, [], view))) for view in ("active", "tom") for t in tasks]

@@ -2,14 +2,14 @@
 
 Reads a run's own records (``RESULTS/run-log.jsonl``: each job's seconds and peak resident
 memory; ``RESULTS/manifest.json``: its configuration) and writes
-``bench/results/main_job_cpu.json``: per job kind, the rate that :mod:`synclib.plan` turns
+``bench/results/main_job_cpu.json``: per job kind, the rate that :mod:`synclib.run.plan` turns
 into an estimate for another configuration:
 
 - simulate: seconds per planned utterance of each ordered run (genuine dialogs, passive
-  reads and ToM dialogs, each planned to ``max_utterances``: :func:`synclib.plan.simulate_work`);
+  reads and ToM dialogs, each planned to ``max_utterances``: :func:`synclib.run.plan.simulate_work`);
 - judge: seconds per judged dialog; analyze: seconds per ordered run and per episode;
 - each notebook's seconds (run ``notebooks_at_once`` at a time, sharing the cores), the pages
-  and the book; ``pipeline_seconds`` counts the notebooks so (:func:`synclib.plan.wall_seconds`).
+  and the book; ``pipeline_seconds`` counts the notebooks so (:func:`synclib.run.plan.wall_seconds`).
 
 With ``--float32 N``, it also times ``synclib simulate`` of the first pair on N tasks in
 bfloat16 and in float32 on this machine (the ``float32_factor`` the dry run applies on a
@@ -39,7 +39,7 @@ if str(REPO) not in sys.path:
 
 from synclib.models import cpu_has_native_bf16  # noqa: E402
 from synclib.notebook import AT_ONCE  # noqa: E402
-from synclib.plan import CALIBRATION, simulate_work, wall_seconds  # noqa: E402
+from synclib.run.plan import CALIBRATION, simulate_work, wall_seconds  # noqa: E402
 
 
 def last_run(log: Path) -> dict:
@@ -62,7 +62,7 @@ def time_dtypes(cfg: dict, n_tasks: int) -> dict:
             cmd = [sys.executable, "-m", "synclib", "simulate", "--model-a", cfg["models"][a]["spec"],
                    "--model-b", cfg["models"][b]["spec"], "--episodes", str(n_tasks), "--device", "cpu",
                    "--dtype", dtype, "--max-new-tokens", str(sim["max_new_tokens"]),
-                   "--max-utterances", str(sim["max_utterances"]), "--batch-size", str(sim["batch_size"]),
+                   "--max-utterances", str(sim["max_utterances"]), "--units-per-part", str(sim["units_per_part"]),
                    "--out", f"{tmp}/{dtype}.nc", "--no-progress"] + (["--passive"] if sim["passive"] else [])
             t0 = time.perf_counter()
             subprocess.run(cmd, check=True, cwd=REPO, capture_output=True)
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
                                     .splitlines() if ln.startswith("model name")), platform.processor())},
            "dtype": cfg.get("dtype"), "device": cfg.get("device"),
            "settings": {k: cfg["simulate"][k] for k in ("episodes", "seeds", "max_utterances", "max_new_tokens",
-                                                         "batch_size", "passive", "tom", "tom_episodes")},
+                                                         "units_per_part", "passive", "tom", "tom_episodes")},
            "jobs": kinds, "notebooks_at_once": AT_ONCE,
            "pipeline_seconds": round(wall_seconds((k, r["seconds"]) for k, r in jobs.items()), 1)}
     import torch

@@ -1,4 +1,4 @@
-"""Benchmark: batched ridge R^2 grids (synclib.ridge.r2_grid) vs the paper's
+"""Benchmark: batched ridge R^2 grids (synclib.analysis.ridge.r2_grid) vs the paper's
 per-layer-pair ridge, written faithfully as a baseline.
 
 Baseline (the paper's "manually implemented ridge regression", one solve per
@@ -19,7 +19,7 @@ default (CPU, the embedded scale): SmolLM2-like shapes, 30 layers x 576, n sampl
     3-seed time is extrapolated and marked so), with max |difference| of every
     grid against float32, the baseline and a float64 reference on sampled pairs.
 
-Needs only numpy, torch and synclib.ridge.  Writes JSON into bench/results/.
+Needs only numpy, torch and synclib.analysis.ridge.  Writes JSON into bench/results/.
 
     python bench/bench_ridge.py                 # CPU embedded scale
     python bench/bench_ridge.py --paper-scale   # GPU
@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from synclib.ridge import r2_grid, ridge_solve  # noqa: E402
+from synclib.analysis.ridge import ComputeOptions, r2_grid, ridge_solve  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -160,8 +160,8 @@ def bench_cpu(args):
 
     def ours_all():
         for s, (tr, te) in zip(seeds, sp):
-            grids[("A->B", s)] = r2_grid(A, B, tr, te, args.alpha)
-            grids[("B->A", s)] = r2_grid(B, A, (tr, tr + 1), (te, te + 1), args.alpha)
+            grids[("A->B", s)] = r2_grid(A, B, tr, te, args.alpha).r2
+            grids[("B->A", s)] = r2_grid(B, A, (tr, tr + 1), (te, te + 1), args.alpha).r2
 
     _, t_ours = timed(ours_all, device)
     res["ours_full_two_direction_3_seeds_s"] = t_ours
@@ -199,7 +199,7 @@ def _old_hat(Xtr, Xte, alpha, Ytr=None, *, form="predict"):
 def stage_times(X, Y, tr, te, alpha, precision, device):
     """One split seed's grid in its two stages: the source side (one factorisation per source
     layer, hat matrices) and the scoring (gram or direct), each timed."""
-    from synclib import ridge as R
+    from synclib.analysis import ridge as R
 
     cdtype = torch.bfloat16 if precision == "bf16" else torch.float32
     Ls, D = X.shape[1], X.shape[2]
@@ -276,10 +276,10 @@ def bench_paper(args):
     precisions = ["float32"] + (["tf32", "bf16"] if device.type == "cuda" else [])
     if args.precisions:
         precisions = [p for p in args.precisions.split(",") if p in precisions]
-    r2_grid(X[:, :2], Y[:, :2], sp[0][0], sp[0][1], args.alpha, device=device)  # warm-up
+    r2_grid(X[:, :2], Y[:, :2], sp[0][0], sp[0][1], args.alpha, compute=ComputeOptions(device=device))  # warm-up
     grids = {}
     for prec in precisions:
-        out, t = timed(lambda: [r2_grid(X, Y, tr, te, args.alpha, precision=prec, device=device)
+        out, t = timed(lambda: [r2_grid(X, Y, tr, te, args.alpha, compute=ComputeOptions(prec, device)).r2
                                 for tr, te in sp], device)
         grids[prec] = out
         res[f"ours_{prec}_3_seeds_s"] = t
@@ -287,13 +287,13 @@ def bench_paper(args):
             res[f"ours_{prec}_peak_gpu_mem_GiB"] = torch.cuda.max_memory_allocated(device) / 2 ** 30
             torch.cuda.reset_peak_memory_stats(device)
     # the same run's baseline: the hat matrices as computed before (n_train right-hand sides)
-    from synclib import ridge as R
+    from synclib.analysis import ridge as R
 
     old_prec = "tf32" if "tf32" in precisions else precisions[0]
     R.ridge_solve, new_solve = _old_hat, R.ridge_solve
     try:
-        old_grids, t = timed(lambda: [r2_grid(X, Y, tr, te, args.alpha, precision=old_prec,
-                                              device=device) for tr, te in sp], device)
+        old_grids, t = timed(lambda: [r2_grid(X, Y, tr, te, args.alpha, compute=ComputeOptions(old_prec, device)).r2
+                                      for tr, te in sp], device)
     finally:
         R.ridge_solve = new_solve
     res["old_hat_precision"] = old_prec

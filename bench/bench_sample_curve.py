@@ -11,8 +11,8 @@ the directional standard errors over split seeds, and the training / test sample
 counts actually used; plus machine, wall times and settings.
 
 What reads it: the book (the figure 9 page and the run summary quote it,
-:func:`synclib.report.sample_curve_markdown`) and the size guard of
-``synclib run`` (:mod:`synclib.sizing`), which warns when a run has fewer training
+:func:`synclib.figures.fig09_sample_size.sample_curve_markdown`) and the size guard of
+``synclib run`` (:mod:`synclib.analysis.sizing`), which warns when a run has fewer training
 samples than the curve needs to lift SyncR^2 off zero.
 
 Usage (about 6 minutes per pair on 2 cores)::
@@ -89,8 +89,8 @@ def main(argv=None) -> int:
 
     from synclib.analysis import analyze
     from synclib.cube import is_complete, open_cube
-    from synclib.scenarios import load_tasks, select_tasks
-    from synclib.simulate import simulate
+    from synclib.tasks.scenarios import load_tasks, select_tasks
+    from synclib.simulate import Batching, Passes, RunOptions, Sampling, simulate
 
     a, b = args.pair.split("-")
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -107,8 +107,8 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     reused = is_complete(cube_path)
     simulate(MODELS[a], MODELS[b], tasks, [0], cube_path, max_utterances=args.max_utterances,
-             max_new_tokens=args.max_new_tokens, passive=True, tom=False, batch_size=args.batch_size,
-             dtype=args.dtype, taskset=taskset, progress=False)
+             sampling=Sampling(max_new_tokens=args.max_new_tokens), passes=Passes(passive=True, taskset=taskset),
+             batching=Batching(units_per_part=args.batch_size), options=RunOptions(dtype=args.dtype, progress=False))
     t_sim = time.perf_counter() - t0
     cube = open_cube(cube_path)
     n_utt = cube["n_utterances"].to_numpy().ravel()

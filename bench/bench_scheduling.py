@@ -94,8 +94,8 @@ def _agreement(a, b) -> dict:
 def run(preset: str, tasks: int, batch_size: int, device: str, dtype, tmp: Path, max_new_tokens: int = 24,
         newline_every: int = 8, half_batch: bool = True, modes=MODES, seeds=(0,), sync_timing=False) -> dict:
     from synclib.cube import open_cube
-    from synclib.scenarios import load_tasks
-    from synclib.simulate import simulate
+    from synclib.tasks.scenarios import load_tasks
+    from synclib.simulate import Batching, Passes, RunOptions, Sampling, simulate
 
     lm, info = _model(preset, device, dtype, newline_every)
     sel = list(load_tasks("embedded"))[:tasks]
@@ -105,8 +105,10 @@ def run(preset: str, tasks: int, batch_size: int, device: str, dtype, tmp: Path,
         stats: dict = {}
         t0 = time.perf_counter()
         path = simulate(lm, lm, sel, list(seeds), tmp / f"{preset}-{mode}.nc", max_utterances=16,
-                        max_new_tokens=max_new_tokens, temperature=0.7, passive=True, tom=True, batch_size=batch_size,
-                        progress=False, scheduling=mode, engine_stats=stats, sync_timing=sync_timing)
+                        sampling=Sampling(max_new_tokens=max_new_tokens, temperature=0.7),
+                        passes=Passes(passive=True, tom=True),
+                        batching=Batching(units_per_part=batch_size, scheduling=mode),
+                        options=RunOptions(progress=False, engine_stats=stats, sync_timing=sync_timing))
         wall = time.perf_counter() - t0
         cube = cubes[mode] = open_cube(path, chunks=None)
         utt = int(cube["n_utterances"].values.sum() + cube["n_utterances_tom"].values.clip(0).sum())
@@ -120,8 +122,10 @@ def run(preset: str, tasks: int, batch_size: int, device: str, dtype, tmp: Path,
         return out
     # the reference for that agreement: the same loop turn by turn at half the batch size
     # (other rows share each batch; in bf16 that alone changes the rounding, then the samples)
-    half = simulate(lm, lm, sel, list(seeds), tmp / f"{preset}-half.nc", max_utterances=16, max_new_tokens=max_new_tokens,
-                    temperature=0.7, passive=True, tom=True, batch_size=max(1, batch_size // 2), progress=False)
+    half = simulate(lm, lm, sel, list(seeds), tmp / f"{preset}-half.nc", max_utterances=16,
+                    sampling=Sampling(max_new_tokens=max_new_tokens, temperature=0.7),
+                    passes=Passes(passive=True, tom=True),
+                    batching=Batching(units_per_part=max(1, batch_size // 2)), options=RunOptions(progress=False))
     out["agreement_turns_half_batch"] = _agreement(cubes["turns"], open_cube(half, chunks=None))
     return out
 

@@ -80,7 +80,7 @@ def scenario_corpus() -> list[str]:
 
     for f in sorted((REPO / "data" / "scenarios").glob("*.json")):
         walk(json.loads(f.read_text()))
-    from synclib.prompts import LEAVE_INSTRUCTION, TOM_INSTRUCTION
+    from synclib.tasks.prompts import LEAVE_INSTRUCTION, TOM_INSTRUCTION
 
     out += [LEAVE_INSTRUCTION, TOM_INSTRUCTION]
     return out
@@ -163,8 +163,8 @@ def sync(device):
 
 def fixed_length_prompts(lm, n: int, length: int) -> list[list[int]]:
     """``n`` distinct token-id prompts of exactly ``length`` tokens, from real scenario prompts."""
-    from synclib.prompts import render_prompt
-    from synclib.scenarios import load_tasks
+    from synclib.tasks.prompts import render_prompt
+    from synclib.tasks.scenarios import load_tasks
 
     tasks = load_tasks("embedded")
     out = []
@@ -337,7 +337,8 @@ def bench_simulate(lm, episodes, seeds, batch_size, max_utterances, new_tokens, 
     ``decode`` other than ``"auto"`` runs the loop without a cube, its engine set to that
     decoding mode (the comparison of modes)."""
     from synclib import simulate as S
-    from synclib.scenarios import load_tasks
+    from synclib.cube import CubeSpec
+    from synclib.tasks.scenarios import load_tasks
 
     tasks = load_tasks("embedded")
     if episodes > len(tasks):
@@ -355,7 +356,8 @@ def bench_simulate(lm, episodes, seeds, batch_size, max_utterances, new_tokens, 
     if write_cube:
         with tempfile.TemporaryDirectory() as d:
             path = S.simulate(lm, lm, sel, seeds, Path(d) / "bench.nc", max_utterances=max_utterances,
-                              max_new_tokens=new_tokens, batch_size=batch_size, progress=True)
+                              sampling=S.Sampling(max_new_tokens=new_tokens),
+                              batching=S.Batching(units_per_part=batch_size), options=S.RunOptions(progress=True))
             import netCDF4
 
             with netCDF4.Dataset(path) as nc:
@@ -364,11 +366,13 @@ def bench_simulate(lm, episodes, seeds, batch_size, max_utterances, new_tokens, 
             cube_bytes = path.stat().st_size
         engine_stats = {}
     else:
-        spec = S.CubeSpec(episodes=[S.episode_coords(t) for t in sel], seeds=seeds,
+        spec = CubeSpec(episodes=[S.episode_coords(t) for t in sel], seeds=seeds,
                           n_rounds=math.ceil(max_utterances / 2), n_layers_a=lm.n_layers, d_model_a=lm.d_model,
                           n_layers_b=lm.n_layers, d_model_b=lm.d_model)
+        sampling = S.Sampling(temperature=0.7, max_new_tokens=new_tokens).for_model(lm)
         runner = S._Runner((lm, lm), spec, {t.index: t for t in sel}, max_utterances=max_utterances,
-                           temperature=0.7, max_new_tokens=new_tokens, batch_size=batch_size)
+                           sampling=(sampling, sampling), batching=S.Batching(units_per_part=batch_size,
+                                                                              max_rows=batch_size))
         if decode != "auto":
             for eng in set(runner.engines):
                 eng.decode = decode
@@ -407,8 +411,8 @@ def bench_storage(lm, n_tasks: int, out_dir: Path) -> dict:
     """
     from synclib.cube import STORE_DTYPES, CubeSpec, CubeWriter, Unit, open_cube
     from synclib.engine import Engine
-    from synclib.prompts import render_prompt
-    from synclib.scenarios import load_tasks
+    from synclib.tasks.prompts import render_prompt
+    from synclib.tasks.scenarios import load_tasks
     from synclib.simulate import episode_coords
 
     tasks = list(load_tasks("embedded"))[:n_tasks]

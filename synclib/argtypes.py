@@ -110,8 +110,11 @@ def int_list(text: str, lo: int = 0) -> list[int]:
 
 
 def ridge_alpha(text):
-    """A ridge penalty > 0, or ``"cv"``."""
-    return "cv" if text == "cv" else positive_float(text)
+    """A ridge penalty > 0, or ``"cv"`` (checked by :meth:`synclib.penalty.Penalty.parse`);
+    returns the config's form, ``"cv"`` or a float."""
+    from synclib.penalty import Penalty
+
+    return Penalty.parse(text if text == "cv" else _float(text)).value
 
 
 def top_k(text):

@@ -25,10 +25,11 @@ from urllib.parse import urlparse
 
 import yaml
 
+from synclib import penalty as _penalty
 from synclib.engine import SCHEDULING
 from synclib.models import PROMPT_FORMATS
 from synclib.paths import DEFAULT_CONFIG, REPO_ROOT
-from synclib.prompts import REPLY_ENDS
+from synclib.tasks.prompts import REPLY_ENDS
 
 __all__ = ["ConfigError", "Key", "KEYS", "STEPS", "load_config", "validate_config", "default",
            "keys_of_step", "invalidation_table", "MODEL_KEYS"]
@@ -114,8 +115,15 @@ def _episodes(v):
     return int_list(0)(v)
 
 
-def _alpha(v):
-    return v if v == "cv" or (_is_num(v) and v > 0) else _BAD
+def _penalty_check(field: str, fn: Callable) -> Check:
+    """A check of the ridge penalty's ``field`` by :mod:`synclib.penalty` (its one home)."""
+    def check(v):
+        try:
+            out = fn(v)
+        except ValueError:
+            return _BAD
+        return list(out) if isinstance(out, tuple) else out
+    return Check(_penalty.FIELD_RULES[field], check)
 
 
 def _url(v):
@@ -212,8 +220,15 @@ KEYS: tuple[Key, ...] = (
        "simulate"),
     _k("simulate.passive_seeds", None, optional(int_list(0)),
        "simulation seeds the passive reader reads (null: all; the paper: 0-2)", "simulate"),
-    _k("simulate.batch_size", None, optional(integer(1)),
-       "episodes x seeds per batch (null: 64 on CUDA, 8 on CPU)", "simulate"),
+    _k("simulate.units_per_part", None, optional(integer(1)),
+       "episode x seed units played together and written as one crash-safe cube part (null: 64 on CUDA, "
+       "8 on CPU; a resumed run keeps its own; the cube attribute batch_size)", "simulate"),
+    _k("simulate.max_rows", None, optional(integer(1)),
+       "rows per forward pass of each model (null: units_per_part); halved by a model that runs out of "
+       "memory", None),
+    _k("simulate.max_in_flight", None, optional(integer(1)),
+       "scheduling continuous: rows a model's decoding stream holds at once (null: every dialog of the part)",
+       None),
     _k("simulate.cache_gib", "auto", Check("'auto' or a number >= 0", _cache_gib),
        "memory the session caches of a pair's models may hold, GiB (auto: a quarter of the memory "
        "available, 0.25-4 GiB); sessions that do not fit are recomputed: the same dialogs, more time", None),
@@ -246,8 +261,16 @@ KEYS: tuple[Key, ...] = (
        "judge a random sample of N dialogs per ordered run, drawn with judge.sample_seed (null: every dialog)",
        "judge"),
     _k("judge.sample_seed", 0, integer(0), "seed of the judged sample (judge.sample)", "judge"),
-    # the paper's penalty, synclib.ridge.PAPER_ALPHA (not imported: it would load torch with the config)
-    _k("analysis.alpha", 0.1, Check("a number > 0 or 'cv'", _alpha), "ridge penalty, or 'cv'", "analyze"),
+    _k("analysis.alpha", _penalty.PAPER_ALPHA, _penalty_check("alpha", _penalty.check_alpha_value),
+       "ridge penalty, or 'cv'", "analyze"),
+    _k("analysis.cv_alphas", list(_penalty.DEFAULT_CV_ALPHAS), _penalty_check("alphas", _penalty.check_alphas),
+       "alpha: cv's grid, multiples of each source layer's scale", "analyze"),
+    _k("analysis.cv_folds", 3, _penalty_check("folds", _penalty.check_folds),
+       "alpha: cv's folds (whole episodes of the training set)", "analyze"),
+    _k("analysis.cv_columns", 32, _penalty_check("columns", _penalty.check_columns),
+       "alpha: cv's target columns per layer in the criterion (null: all)", "analyze"),
+    _k("analysis.cv_seed", 0, _penalty_check("seed", _penalty.check_seed), "alpha: cv's seed of folds and columns",
+       "analyze"),
     _k("analysis.n_samples", 6500, optional(integer(2)), "samples per dataset (null: all)", "analyze"),
     _k("analysis.split_seeds", [0, 1, 2], int_list(0), "train/test split seeds", "analyze"),
     _k("analysis.lags", [1, 2], int_list(1, nonempty=False), "lag controls", "analyze"),
@@ -332,7 +355,14 @@ def invalidation_table() -> str:
 
 
 # --------------------------------------------------------------------------- loading
+#: keys that were renamed or split: old key -> what to write instead
+_RENAMED = {"simulate.batch_size": "simulate.units_per_part (episode x seed units per cube part) and, if "
+                                   "the rows per forward pass should differ, simulate.max_rows"}
+
+
 def _did_you_mean(path: str, candidates) -> str:
+    if path in _RENAMED:
+        return f" (it was renamed: use {_RENAMED[path]})"
     close = difflib.get_close_matches(path, list(candidates), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
@@ -497,10 +527,10 @@ def _cross_check(cfg: dict, flat: dict, source: str, base: Path) -> None:
         return str((base / p).resolve()) if p is not None and not Path(p).is_absolute() else p
 
     cfg["results_dir"] = resolve(cfg["results_dir"])
-    from synclib.datasets import TASK_SETS
+    from synclib.tasks.datasets import TASK_SETS
 
     if cfg["scenarios"] in TASK_SETS:
-        pass  # fetched into the user's cache (synclib.datasets); checked where it is used
+        pass  # fetched into the user's cache (synclib.tasks.datasets); checked where it is used
     elif cfg["scenarios"] != "embedded":
         cfg["scenarios"] = resolve(cfg["scenarios"])
         d = Path(cfg["scenarios"])
@@ -537,8 +567,8 @@ def _cross_check(cfg: dict, flat: dict, source: str, base: Path) -> None:
 def _check_episodes(cfg: dict, src: str) -> None:
     """The task set loads and holds the tasks ``simulate.episodes`` asks for (a dataset not
     fetched yet is checked once ``synclib run`` has fetched it)."""
-    from synclib import datasets
-    from synclib.scenarios import ScenarioError, load_tasks, select_tasks
+    from synclib.tasks import datasets
+    from synclib.tasks.scenarios import ScenarioError, load_tasks, select_tasks
 
     if cfg["scenarios"] in datasets.TASK_SETS and not datasets.is_cached(datasets.TASK_SETS[cfg["scenarios"]]):
         return

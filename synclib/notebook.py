@@ -23,9 +23,10 @@ import tempfile
 import traceback
 from pathlib import Path
 
+from synclib.figures.verdicts import page_lines
 from synclib.paths import NOTEBOOK_DIR
 
-__all__ = ["setup", "check_parameters", "refuse_unknown_parameters", "NotebookParameterError", "NotebookFailed",
+__all__ = ["setup", "claim_lines", "check_parameters", "refuse_unknown_parameters", "NotebookParameterError", "NotebookFailed",
            "failure", "execute", "read", "parameters", "parameter_table", "parameters_markdown", "figure_notebooks"]
 
 #: how many notebooks a local run executes at once, each in a kernel of its own: a kernel spends
@@ -77,7 +78,7 @@ def setup(results_dir, **params):
 
     Returns
     -------
-    res : synclib.results.Results
+    res : synclib.analysis.results.Results
     published : dict, the paper's numbers (``data/published.json``)
 
     Raises
@@ -88,7 +89,9 @@ def setup(results_dir, **params):
     """
     from IPython.display import Markdown, display
 
-    from synclib import plots, report, results
+    from synclib.figures import report
+    from synclib.analysis import results
+    from synclib.figures import charts
 
     if refuse_unknown_parameters():
         short_tracebacks()
@@ -97,7 +100,7 @@ def setup(results_dir, **params):
     except results.ResultsError as exc:
         raise NotebookParameterError(f"results_dir = {results_dir!r}: {exc}") from None
     check_parameters(res, **params)
-    plots.enable()
+    charts.enable()
     published = results.load_published()
     display(Markdown(report.banner(res) + res.describe()))
     return res, published
@@ -224,7 +227,7 @@ def failure(exc, executed) -> tuple[str, str]:
 
 def check_parameters(res, **params) -> None:
     """Check the parameters that name parts of a run against ``res``
-    (:class:`synclib.results.Results`); others are left to the notebook.
+    (:class:`synclib.analysis.results.Results`); others are left to the notebook.
 
     ``runs`` (None, a run name or a list of them) and ``example_run`` (None or a run name) must
     be ordered runs of the results; ``direction`` one of the analyses' directions; ``vmax``
@@ -359,3 +362,9 @@ def execute(nb, out, params: dict | None = None, *, kernel: str = "python3", hid
             if "injected-parameters" in tags and "remove-cell" not in tags:
                 cell.metadata.setdefault("tags", []).append("remove-cell")
         nbformat.write(doc, str(out))
+
+
+def claim_lines(figure, res, published: dict) -> str:
+    """Markdown: a figure's claims of the paper as the first page lists them (``figure``: the page's
+    module in :mod:`synclib.figures`, whose ``CLAIMS`` they are)."""
+    return page_lines(figure.CLAIMS, res, published)

@@ -1,7 +1,7 @@
 """Train/test, validation and CV splits by whole groups (episodes), as the reference code splits.
 
 numpy only: the dry run sizes a run's training sets with :func:`episode_split` without
-importing torch.  :mod:`synclib.ridge` fits on these splits.
+importing torch.  :mod:`synclib.analysis.ridge` fits on these splits.
 
 :func:`episode_split`     the reference's train/test split by whole groups (episodes)
 :func:`validation_split`  a training set's fitting and validation parts, by whole groups

@@ -1,6 +1,6 @@
 """The ``*.done.json`` stamps of finished jobs: one beside each job's output, holding the
-fingerprint of the inputs it was made from (:mod:`synclib.pipeline` writes them,
-:mod:`synclib.plan` reads them for the dry run)."""
+fingerprint of the inputs it was made from (:mod:`synclib.run.pipeline` writes them,
+:mod:`synclib.run.plan` reads them for the dry run)."""
 from __future__ import annotations
 
 import json

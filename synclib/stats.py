@@ -303,7 +303,7 @@ def pair_ability(pairs: pd.DataFrame, scores: pd.DataFrame, measures=("ifeval", 
     pairs : DataFrame
         Columns ``model_a``, ``model_b`` (model labels or specs, as in the ability CSV).
     scores : DataFrame
-        Columns ``model`` and the measures (see :func:`synclib.results.load_ability_scores`).
+        Columns ``model`` and the measures (see :func:`synclib.figures.fig06_table1_social.load_ability_scores`).
 
     Returns
     -------

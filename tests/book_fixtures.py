@@ -1,7 +1,7 @@
 """Shared set-up for tests/test_notebooks.py and tests/test_book.py.
 
 A tiny results directory (synthetic cubes -> ``analyze`` -> a synthetic judge table, see
-:func:`synclib.results.build_synthetic_results`), every notebook executed on it with
+:func:`synclib.analysis.results.build_synthetic_results`), every notebook executed on it with
 papermill, and a copy of the book sources with those executed notebooks, built with
 jupyter-book.  Each step is done once per test session and cached here, because both test
 modules need the executed notebooks.
@@ -31,7 +31,7 @@ def kernel_env() -> dict:
 def tiny_results(base: Path) -> Path:
     """The tiny synthetic results directory (built once per session)."""
     if "results" not in _CACHE:
-        from synclib.synthetic import build_synthetic_results
+        from synclib.analysis.synthetic import build_synthetic_results
 
         _CACHE["results"] = build_synthetic_results(base / "tiny-results")
     return _CACHE["results"]
@@ -65,7 +65,8 @@ def executed_notebooks(base: Path) -> dict[str, tuple[Path, subprocess.Completed
 def built_book(base: Path) -> tuple[Path, subprocess.CompletedProcess]:
     """A copy of the book sources with the executed notebooks, built: ``(html_dir, proc)``."""
     if "book" not in _CACHE:
-        from synclib import benchmarks, results, run_summary
+        from synclib.figures import benchmarks, run_summary
+        from synclib.analysis import results
         from synclib.config import invalidation_table
 
         executed = executed_notebooks(base)

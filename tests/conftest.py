@@ -55,7 +55,7 @@ SOTOPIA_ENV = "SYNCLIB_TEST_SOTOPIA"
 def sotopia_folder() -> Path | None:
     """The paper's Sotopia tasks for the tests: ``$SYNCLIB_TEST_SOTOPIA``, else the fetched
     cache, else None.  A variable naming a folder without the files is an error."""
-    from synclib import datasets
+    from synclib.tasks import datasets
 
     named = os.environ.get(SOTOPIA_ENV)
     if named:

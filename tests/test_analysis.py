@@ -14,10 +14,10 @@ import xarray as xr
 from conftest import write_chunked_cube
 from synclib.analysis import (AnalysisError, analyze, build_dataset, persona_keys, seed_aggregate,
                               shuffle_training_targets, sync_r2, sync_r2_noclip, sync_r2_se, sync_r2_topk)
+from synclib.analysis.synthetic import Planted, Shapes, make_synthetic_cube
 from synclib.splits import episode_split
-from synclib.scenarios import RELATIONSHIPS
 from synclib.stats import mean_se, reference_family_se
-from synclib.synthetic import make_synthetic_cube
+from synclib.tasks.scenarios import RELATIONSHIPS
 
 
 # --------------------------------------------------------------------------- hand-built cube
@@ -84,8 +84,8 @@ def test_unknown_condition_and_missing_variable():
 
 # --------------------------------------------------------------------------- splits
 def test_persona_disjoint_split():
-    cube = make_synthetic_cube(n_episodes=40, n_seeds=1, n_rounds=2, layers_a=2, dim_a=4,
-                               layers_b=2, dim_b=4, tom=False, passive=False)
+    cube = make_synthetic_cube(n_episodes=40, n_seeds=1, n_rounds=2,
+                               shapes=Shapes(layers_a=2, dim_a=4, layers_b=2, dim_b=4), tom=False, passive=False)
     keys = persona_keys(cube)
     assert len(set(keys)) < len(keys)  # pairs recur across scenarios
     ds = build_dataset(cube, "A->B")
@@ -183,8 +183,9 @@ def test_mean_se_over_split_seeds():
 # --------------------------------------------------------------------------- analyze
 @pytest.fixture(scope="module")
 def cube():
-    return make_synthetic_cube(n_episodes=40, n_seeds=2, n_rounds=6, layers_a=4, dim_a=16,
-                               layers_b=3, dim_b=12, coupling=0.85, seed=1, signal=3.0)
+    return make_synthetic_cube(n_episodes=40, n_seeds=2, n_rounds=6,
+                               shapes=Shapes(layers_a=4, dim_a=16, layers_b=3, dim_b=12), coupling=0.85, seed=1,
+                               planted=Planted(signal=3.0))
 
 
 @pytest.fixture(scope="module")
@@ -400,14 +401,14 @@ def test_nonlinear_targets_are_chosen_without_the_test_set(cube):
 
 def test_mlp_batch_equals_each_map_alone():
     """mlp_r2_batch trains P maps side by side, each exactly as mlp_r2 trains it alone."""
-    from synclib.analysis.mlp import mlp_r2, mlp_r2_batch
+    from synclib.analysis.mlp import MLPOptions, mlp_r2, mlp_r2_batch
 
     rng = np.random.default_rng(0)
     X = rng.normal(size=(3, 120, 6))
     Y = np.stack([np.tanh(x @ rng.normal(size=(6, 4))) for x in X])
-    opts = dict(epochs=8, hidden=16, lr=1e-2, batch_size=32, seed=3)
-    batch = mlp_r2_batch(X[:, :90], Y[:, :90], X[:, 90:], Y[:, 90:], **opts)
-    alone = [mlp_r2(X[p, :90], Y[p, :90], X[p, 90:], Y[p, 90:], **opts) for p in range(3)]
+    opts = MLPOptions(epochs=8, hidden=16, lr=1e-2, batch_size=32)
+    batch = mlp_r2_batch(X[:, :90], Y[:, :90], X[:, 90:], Y[:, 90:], opts, seed=3)
+    alone = [mlp_r2(X[p, :90], Y[p, :90], X[p, 90:], Y[p, 90:], opts, seed=3) for p in range(3)]
     np.testing.assert_allclose(batch, alone, atol=1e-5)
 
 
@@ -415,19 +416,19 @@ def test_mlp_early_stopping_picks_the_epochs_on_the_validation_part():
     """Noisy targets and a large learning rate: the MLP overfits, so the validation error turns
     up and the rule stops early; the refit on all rows for those epochs is the fixed-epoch MLP
     trained for them (each map at its own epoch count)."""
-    from synclib.analysis.mlp import mlp_r2_batch
+    from synclib.analysis.mlp import MLPOptions, mlp_r2_batch
 
     rng = np.random.default_rng(1)
     X = rng.normal(size=(2, 150, 8))
     Y = np.stack([np.tanh(x[:, :3]) + rng.normal(scale=1.0, size=(150, 3)) for x in X])
-    opts = dict(hidden=64, lr=3e-2, batch_size=32, seed=0)
+    opts = dict(hidden=64, lr=3e-2, batch_size=32)
     val = np.arange(90, 120)  # inside the training rows 0..119
-    r2, epochs = mlp_r2_batch(X[:, :120], Y[:, :120], X[:, 120:], Y[:, 120:], epochs=150, val=val, patience=10,
-                              return_epochs=True, **opts)
+    r2, epochs = mlp_r2_batch(X[:, :120], Y[:, :120], X[:, 120:], Y[:, 120:],
+                              MLPOptions(epochs=150, patience=10, **opts), seed=0, val=val, return_epochs=True)
     assert epochs.shape == (2,) and (1 <= epochs).all() and (epochs < 150).all()
     for p in range(2):
         alone = mlp_r2_batch(X[p:p + 1, :120], Y[p:p + 1, :120], X[p:p + 1, 120:], Y[p:p + 1, 120:],
-                             epochs=int(epochs[p]), **opts)
+                             MLPOptions(epochs=int(epochs[p]), **opts), seed=0)
         np.testing.assert_allclose(r2[p], alone[0], atol=1e-5)
 
 
@@ -565,9 +566,10 @@ def test_episode_resamples_all_once_give_the_reported_syncr2(cube, result):
     from synclib.analysis.blocks import episode_bootstrap, episode_draws
     from synclib.analysis.context import Context
     from synclib.analysis.samples import HiddenCache, build_dataset
+    from synclib.penalty import Penalty
     from synclib.splits import episode_split
 
-    ctx = Context(cube=cube, directions=("A->B",), split_seeds=[0, 1], n_samples=400, alpha=0.1, device=None,
+    ctx = Context(cube=cube, directions=("A->B",), split_seeds=[0, 1], n_samples=400, penalty=Penalty(), device=None,
                   precision="float32", max_resident_bytes=None, progress=False, log=lambda m: None,
                   arrays=HiddenCache(cube))
     samples = build_dataset(cube, "A->B")
@@ -597,3 +599,20 @@ def test_relationship_categories_count_their_scenarios(cube, result):
         sel = keep & (cube.relationship.values == code)
         assert int(result.relationship_n_episodes.sel(relationship=rel)) == sel.sum()
         assert int(result.relationship_n_scenarios.sel(relationship=rel)) == len(set(cube.codename.values[sel]))
+
+
+def test_relationships_skip_a_split_whose_maps_were_not_fitted(cube, monkeypatch):
+    """A split whose ridge fit raised (too few or degenerate samples) keeps NaN penalties; the
+    relationship block notes it and leaves the categories NaN instead of stopping the analysis."""
+    from synclib.analysis import context
+    from synclib.splits import RidgeInputError
+
+    def refuse(*args, **kwargs):
+        raise RidgeInputError("no usable training samples (test)")
+
+    monkeypatch.setattr(context, "r2_grid", refuse)
+    notes = []
+    out = analyze(cube, conditions=("genuine",), n_samples=400, split_seeds=(0,), relationship=True,
+                  relationship_min=3, cka=False, n_boot=0, progress=False, log=notes.append)
+    assert np.isnan(out["relationship_sync_r2"].values).all()
+    assert any("relationship" in n and "not fitted" in n for n in notes), notes

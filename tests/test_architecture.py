@@ -105,3 +105,54 @@ def test_the_config_and_the_engine_load_without_torch():
             "print([m for m in ('torch', 'transformers') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=REPO)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+MAX_PARAMETERS = 10
+
+
+def test_no_function_takes_more_than_10_parameters():
+    """Options that belong together travel as one validated object (a dataclass), as
+    scikit-learn's estimators and ``RidgeCV`` do, not as a long list of keywords."""
+    many = []
+    for path, module in _modules():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                a = node.args
+                n = len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + bool(a.vararg) + bool(a.kwarg)
+                n -= bool(a.args and a.args[0].arg in ("self", "cls"))
+                if n > MAX_PARAMETERS:
+                    many.append(f"{module}.{node.name}: {n} parameters")
+    assert not many, many
+
+
+def _notebook_imports(path: Path):
+    """``(module, name)`` of every synclib import in a notebook's code cells."""
+    text = path.read_text()
+    for cell in re.findall(r"^```\{code-cell\}[^\n]*\n(.*?)^```", text, flags=re.M | re.S):
+        code = "\n".join(line for line in cell.splitlines() if not line.startswith(":"))
+        for node in ast.walk(ast.parse(code)):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("synclib"):
+                yield from ((node.module, a.name) for a in node.names)
+            elif isinstance(node, ast.Import):
+                yield from ((a.name, None) for a in node.names if a.name.startswith("synclib"))
+
+
+def test_a_notebook_imports_only_synclib_notebook_and_its_own_figure_module():
+    """A student changing a figure opens the notebook and ``synclib/figures/NAME.py``, nothing else."""
+    notebooks = sorted((REPO / "notebooks").glob("*.md"))
+    assert notebooks
+    wrong = []
+    for nb in notebooks:
+        allowed = {("synclib", "notebook"), ("synclib.figures", nb.stem)}
+        wrong += [f"{nb.name}: {m} {n or ''}".rstrip() for m, n in _notebook_imports(nb) if (m, n) not in allowed]
+    assert not wrong, wrong
+
+
+def test_the_top_level_holds_at_most_15_modules():
+    """The rest lives in packages that show the layers (tasks, engine, cube, simulate, judge,
+    analysis, figures, run, cli), each opened by a docstring a newcomer reads first."""
+    top = sorted(p.name for p in PACKAGE.glob("*.py"))
+    assert len(top) <= 15, top
+    for pkg in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):
+        doc = ast.get_docstring(ast.parse((pkg / "__init__.py").read_text()))
+        assert doc and len(doc) > 200, f"synclib/{pkg.name}/__init__.py: no paragraph for a newcomer"

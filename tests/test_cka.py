@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from synclib import report
 from synclib.analysis import analyze, build_dataset, cka_grid, linear_cka, shuffle_training_targets, sim_seed_rank
 from synclib.analysis.blocks import CKA_SHUFFLE_SEED
-from synclib.synthetic import build_synthetic_results, make_synthetic_cube
+from synclib.analysis.synthetic import Planted, Shapes, build_synthetic_results, make_synthetic_cube
+from synclib.figures import fig03_04_controls as controls
 
 
 def hsic_cka(X, Y) -> float:
@@ -83,8 +83,9 @@ def test_cka_degenerate_inputs():
 # --------------------------------------------------------------------------- the analysis
 @pytest.fixture(scope="module")
 def cube():
-    return make_synthetic_cube(n_episodes=30, n_seeds=2, n_rounds=5, layers_a=4, dim_a=16,
-                               layers_b=3, dim_b=12, coupling=0.85, seed=2, signal=3.0, tom=False)
+    return make_synthetic_cube(n_episodes=30, n_seeds=2, n_rounds=5,
+                               shapes=Shapes(layers_a=4, dim_a=16, layers_b=3, dim_b=12), coupling=0.85, seed=2,
+                               planted=Planted(signal=3.0), tom=False)
 
 
 @pytest.fixture(scope="module")
@@ -127,16 +128,17 @@ def test_cka_leaves_the_other_variables_unchanged(cube, result):
 
 # --------------------------------------------------------------------------- results and the sentence
 def test_cka_table_frame_and_sentence(tmp_path):
-    from synclib import plots, results
+    from synclib.analysis import results
+    from synclib.figures import charts
 
     root = build_synthetic_results(tmp_path / "r", analyze_kwargs={"tom": False})
     res = results.load_results(root)
-    f = res.cka_frame(res.example_run())
+    f = controls.cka_frame(res, res.example_run())
     assert list(f.columns) == ["src_layer", "tgt_layer", "cka", "best"] and len(f)
     assert f["src_layer"].min() == 1 and f.groupby("src_layer")["best"].sum().eq(1).all()
     best = f[f["best"]].set_index("src_layer")["cka"]
     assert np.allclose(best, f.groupby("src_layer")["cka"].max().loc[best.index])
-    t = res.cka_table()
+    t = controls.cka_table(res)
     assert set(t["condition"]) == set(res.conditions()) and set(t["pair"]) == set(res.pair_names)
     assert t["mean"].between(0, 1).all() and (t["best"] >= t["mean"]).all()
     assert (t["n_min"] <= t["n_max"]).all()
@@ -145,16 +147,16 @@ def test_cka_table_frame_and_sentence(tmp_path):
     grids = [res.analysis(r)["cka"].sel(condition="genuine", direction=d).values
              for r in ("S-G", "G-S") for d in ("A->B", "B->A")]
     assert g["mean"] == pytest.approx(np.mean([np.nanmean(x) for x in grids]))
-    text = report.sentence_cka(t, embedded=True)
+    text = controls.sentence_cka(t, embedded=True)
     assert "embedded tiny models' numbers, never the paper's" in text and "no CKA" in text
     assert "shuffled: CKA puts genuine" in text and "samples of each dataset" in text
-    assert "synthetic test data" in report.sentence_cka(t, embedded=False, synthetic=True)
-    assert "lack `cka`" in report.sentence_cka(t.iloc[:0], embedded=True)
-    spec = str(plots.heatmap_grid({"x": f}, value="cka", value_title="linear CKA").to_dict())
+    assert "synthetic test data" in controls.sentence_cka(t, embedded=False, synthetic=True)
+    assert "lack `cka`" in controls.sentence_cka(t.iloc[:0], embedded=True)
+    spec = str(charts.heatmap_grid({"x": f}, value="cka", value_title="linear CKA").to_dict())
     assert "linear CKA" in spec and "test R²" not in spec
     # an analysis written before CKA: empty tables, a placeholder chart, a sentence that says so
     old = results.load_results(root)
     for n in old.run_names:
         old._analysis[n] = old.analysis(n).drop_vars("cka")
-    assert old.cka_frame(old.example_run()).empty and old.cka_table().empty
-    assert "no data" in str(plots.heatmap_grid({"none": old.cka_frame(old.example_run())}, value="cka").to_dict())
+    assert controls.cka_frame(old, old.example_run()).empty and controls.cka_table(old).empty
+    assert "no data" in str(charts.heatmap_grid({"none": controls.cka_frame(old, old.example_run())}, value="cka").to_dict())

@@ -18,7 +18,7 @@ import pandas as pd
 import pytest
 import xarray as xr
 
-from synclib import pipeline
+from synclib.run import pipeline
 
 distributed = pytest.importorskip("dask.distributed")
 
@@ -45,7 +45,7 @@ def grid_config(results_dir: Path, models, episodes: int = 6) -> dict:
         "orders": "first",  # the executors are compared; one order is enough
         # greedy decoding: the comparison is about the executor, not about sampling
         "simulate": {"episodes": episodes, "seeds": [0], "max_utterances": 6, "max_new_tokens": 5,
-                     "temperature": 0.0, "batch_size": 2, "passive": True, "tom": False},
+                     "temperature": 0.0, "units_per_part": 2, "passive": True, "tom": False},
         "judge": {"model": models[0], "mode": "constrained"},
         "analysis": {"alpha": 0.1, "n_samples": None, "split_seeds": [0, 1], "lags": [1],
                      "persona_disjoint": False, "relationship": False, "sample_sizes": None,

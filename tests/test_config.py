@@ -101,17 +101,20 @@ def test_judge_defaults_agree_with_the_judge_package():
 
 
 def test_analysis_defaults_agree_with_the_analysis_package():
-    """The paper's ridge penalty and the resample count live in the analysis package (which
-    loads torch); the schema's defaults, written out to keep the config light, match them."""
-    import inspect
-
-    from synclib.analysis import analyze
+    """The resample count lives in the analysis package (which loads torch); the schema's
+    default, written out to keep the config light, matches it.  The penalty's defaults are
+    read from synclib.penalty by both."""
+    from synclib.analysis import AnalysisSettings
     from synclib.analysis.blocks import N_BOOT
     from synclib.config import default
-    from synclib.ridge import PAPER_ALPHA
+    from synclib.penalty import PAPER_ALPHA, Penalty
 
-    assert default("analysis.alpha") == PAPER_ALPHA == inspect.signature(analyze).parameters["alpha"].default
-    assert default("analysis.n_boot") == N_BOOT == inspect.signature(analyze).parameters["n_boot"].default
+    settings = AnalysisSettings()
+    assert default("analysis.alpha") == PAPER_ALPHA == settings.penalty.alpha
+    assert default("analysis.n_boot") == N_BOOT == settings.n_boot
+    cv = Penalty.parse("cv")
+    assert (tuple(default("analysis.cv_alphas")), default("analysis.cv_folds"), default("analysis.cv_columns"),
+            default("analysis.cv_seed")) == (cv.alphas, cv.folds, cv.columns, cv.seed)
 
 
 def test_environment_yml_lists_pyproject_dependencies():

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from synclib.analysis import analyze
-from synclib.sizing import planned_samples
+from synclib.analysis.sizing import planned_samples
+from synclib.analysis.synthetic import Planted, Shapes, make_synthetic_cube
 from synclib.splits import RidgeInputError, episode_split, trim_split
-from synclib.synthetic import make_synthetic_cube
 
 QUIET = dict(progress=False, log=lambda m: None)
 
@@ -40,9 +40,9 @@ def test_trim_split_keeps_whole_episodes_in_the_order_taken_then_a_draw():
 
 
 def test_every_condition_has_the_same_training_and_test_counts():
-    cube = make_synthetic_cube(n_episodes=24, n_seeds=2, n_rounds=6, layers_a=3, dim_a=12, layers_b=3, dim_b=12,
-                               seed=1)
-    out = analyze(cube, ["genuine", "passive", "shuffled", "pseudo"], lags=[1, 2], n_samples=None, alpha=0.1,
+    cube = make_synthetic_cube(n_episodes=24, n_seeds=2, n_rounds=6,
+                               shapes=Shapes(layers_a=3, dim_a=12, layers_b=3, dim_b=12), seed=1)
+    out = analyze(cube, conditions=["genuine", "passive", "shuffled", "pseudo"], lags=[1, 2], n_samples=None, alpha=0.1,
                   equal_samples=True, n_boot=0, **QUIET)
     for counts in ("n_train", "n_test"):
         c = out[counts].values                                         # (condition, direction, split_seed)
@@ -53,7 +53,7 @@ def test_every_condition_has_the_same_training_and_test_counts():
     assert out.attrs["equal_samples"] == 1 and "trim_split" in out.attrs["equal_rule"]
     assert np.isfinite(out["sync_r2_unmatched"]).all()
     # without it, each condition on its own samples (the reference): the unmatched fits of the run above
-    ref = analyze(cube, ["genuine", "passive", "shuffled", "pseudo"], lags=[1, 2], n_samples=None, alpha=0.1,
+    ref = analyze(cube, conditions=["genuine", "passive", "shuffled", "pseudo"], lags=[1, 2], n_samples=None, alpha=0.1,
                   n_boot=0, **QUIET)
     assert "sync_r2_unmatched" not in ref and ref.attrs["equal_samples"] == 0
     assert np.array_equal(ref["n_train"].values, own.values)
@@ -64,13 +64,14 @@ def test_equal_samples_remove_a_planted_sample_size_effect():
     """The passive reader planted as the genuine source itself on every other episode: the same
     states, half the samples. Each on its own samples, genuine is far above passive (a sample-size
     effect: SyncR² climbs steeply over these counts); on equal samples the gap is gone."""
-    cube = make_synthetic_cube(n_episodes=40, n_seeds=1, n_rounds=6, layers_a=3, dim_a=32, layers_b=3, dim_b=32,
-                               seed=3, min_utterances=12, signal=3.0, coupling=0.9)
+    cube = make_synthetic_cube(n_episodes=40, n_seeds=1, n_rounds=6,
+                               shapes=Shapes(layers_a=3, dim_a=32, layers_b=3, dim_b=32), seed=3,
+                               planted=Planted(min_utterances=12, signal=3.0), coupling=0.9)
     for side in "ab":
         h = cube[f"hidden_{side}"].values.copy()
         h[::2] = np.nan
         cube[f"hidden_{side}_passive"] = (cube[f"hidden_{side}"].dims, h)
-    out = analyze(cube, ["genuine", "passive"], n_samples=None, alpha="cv", split_seeds=(0, 1, 2, 3),
+    out = analyze(cube, conditions=["genuine", "passive"], n_samples=None, alpha="cv", split_seeds=(0, 1, 2, 3),
                   equal_samples=True, n_boot=0, cka=False, **QUIET)
 
     def gap(var):
@@ -98,10 +99,11 @@ def results_dir(tmp_path_factory):
 
 
 def test_the_matching_table_and_sentence_are_the_analyses_numbers(results_dir):
-    from synclib import matching, report, results
+    from synclib.analysis import results
+    from synclib.figures import fig03_04_controls as controls
 
     res = results.load_results(results_dir)
-    table = matching.matching_table(res)
+    table = controls.matching_table(res)
     assert set(table["control"]) == set(res.conditions()) - {"genuine"}
     for _, row in table.iterrows():
         runs = res.runs_of(row["pair"])
@@ -113,17 +115,18 @@ def test_the_matching_table_and_sentence_are_the_analyses_numbers(results_dir):
         assert row["removed"] == pytest.approx(gap_own - gap)
         n = [res.analysis(r.name)["n_train"] for r in runs]
         assert row["n_train"] == pytest.approx(np.mean([v.sel(condition=row["control"]).mean() for v in n]))
-    text = report.sentence_matching(table, res.sample_counts(), res.embedded, res.synthetic)
+    text = controls.sentence_matching(table, res.sample_counts(), res.embedded, res.synthetic)
     lag2 = table[table["control"] == "lag2"]
     assert f"lag2 {lag2['gap_own'].mean():.3f} on each condition's own samples" in text
     assert f"{lag2['gap_equal'].mean():.3f} on equal ones" in text and "synthetic test data" in text
     # a run that fits each condition on its own samples says how unequal they are
-    off = report.sentence_matching(table.iloc[:0], res.sample_counts(), False)
+    off = controls.sentence_matching(table.iloc[:0], res.sample_counts(), False)
     assert "`analysis.equal_samples` is off" in off and "lag2" in off
 
 
 def test_the_passive_share_is_the_pairs_mean_ratio(results_dir):
-    from synclib import report, results
+    from synclib.figures import report
+    from synclib.analysis import results
 
     res = results.load_results(results_dir)
     g, p = res.sync_table(), res.sync_table("passive")
@@ -137,9 +140,10 @@ def test_the_passive_share_is_the_pairs_mean_ratio(results_dir):
 def test_the_method_page_says_where_the_penalties_fell(tmp_path):
     """alpha='cv' stores each fit's penalty over its layer's scale on the grid it searched; the
     method page counts the fits at the grid's ends, per run (a fixed penalty says so)."""
-    from synclib import results, run_summary
-    from synclib.ridge import DEFAULT_CV_ALPHAS
-    from synclib.synthetic import SYNTHETIC_PAIRS, build_synthetic_results
+    from synclib.analysis import results
+    from synclib.figures import run_summary
+    from synclib.analysis.ridge import DEFAULT_CV_ALPHAS
+    from synclib.analysis.synthetic import SYNTHETIC_PAIRS, build_synthetic_results
 
     root = build_synthetic_results(tmp_path / "cv", pairs=SYNTHETIC_PAIRS[:1], n_episodes=16,
                                    analyze_kwargs=dict(alpha="cv", persona_disjoint=False, relationship=False,
@@ -167,12 +171,13 @@ def test_a_layer_a_thousand_times_larger_chooses_the_same_relative_penalty():
     variance by 10^6, as Gemma-3's layers differ) is the same problem: the same relative penalty
     is chosen, its absolute value 10^6 times larger, and the same test R² results; an absolute
     grid would have had to reach 10^6 times further."""
-    cube = make_synthetic_cube(n_episodes=30, n_seeds=1, n_rounds=6, layers_a=3, dim_a=16, layers_b=3, dim_b=16,
-                               seed=4, min_utterances=12)
+    cube = make_synthetic_cube(n_episodes=30, n_seeds=1, n_rounds=6,
+                               shapes=Shapes(layers_a=3, dim_a=16, layers_b=3, dim_b=16), seed=4,
+                               planted=Planted(min_utterances=12))
     h = cube["hidden_a"].values.copy()
     h[..., 2, :] = h[..., 1, :] * 1000.0          # layer 2 = layer 1, a thousand times larger
     cube["hidden_a"] = (cube["hidden_a"].dims, h)
-    out = analyze(cube, ["genuine"], alpha="cv", n_samples=None, split_seeds=(0, 1), n_boot=0, cka=False, **QUIET)
+    out = analyze(cube, conditions=["genuine"], alpha="cv", n_samples=None, split_seeds=(0, 1), n_boot=0, cka=False, **QUIET)
     g = out.sel(condition="genuine", direction="A->B")
     np.testing.assert_allclose(g["alpha_relative"].values[:, 2], g["alpha_relative"].values[:, 1], rtol=1e-9)
     np.testing.assert_allclose(g["alpha"].values[:, 2], 1e6 * g["alpha"].values[:, 1], rtol=1e-3)

@@ -1,4 +1,4 @@
-"""synclib.datasets: the paper's tasks fetched into a cache, checked against recorded hashes.
+"""synclib.tasks.datasets: the paper's tasks fetched into a cache, checked against recorded hashes.
 
 Downloads go to a real HTTP server on 127.0.0.1 serving files of our own (good, truncated,
 changed, missing, server down), never to the internet; ``--from`` takes folders and
@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from synclib import cli, datasets
-from synclib.datasets import Dataset, DatasetError
+from synclib import cli
+from synclib.tasks import datasets
+from synclib.tasks.datasets import Dataset, DatasetError
 
 FILES = {"envs.json": b'{"e1": {"scenario": "a quiet library"}}\n',
          "agents.json": b'{"p1": {"first_name": "Ada"}}\n',
@@ -184,7 +185,7 @@ def test_sotopia_registry_matches_the_papers_files(sotopia_dir, tmp_path, monkey
     fills the cache and `scenarios: sotopia` then loads the 450 tasks and the paper's judge
     instructions from it."""
     from synclib.judge.prompt import load_instructions
-    from synclib.scenarios import load_tasks
+    from synclib.tasks.scenarios import load_tasks
 
     for name, (_, digest) in datasets.SOTOPIA.files.items():
         assert datasets.sha256(sotopia_dir / name) == digest, name

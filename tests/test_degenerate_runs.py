@@ -1,7 +1,7 @@
 """Every run size renders: each notebook executes on runs at the edges of what the config accepts,
 and where a quantity cannot be computed its page says so in a sentence (no "nan" in the text).
 
-The runs are synthetic results directories (:func:`synclib.synthetic.build_synthetic_results`:
+The runs are synthetic results directories (:func:`synclib.analysis.synthetic.build_synthetic_results`:
 cubes in the schema of a simulation, analysed by :func:`synclib.analysis.analyze`, the code path
 of a real run), each with one ordered run and one simulation seed:
 
@@ -21,15 +21,17 @@ import nbformat
 import pytest
 
 from book_fixtures import NOTEBOOKS, execute_notebook
-from synclib import illustrate, report, results, run_summary
-from synclib.synthetic import SYNTHETIC_PAIRS, build_synthetic_results
+from synclib.analysis import results
+from synclib.analysis.synthetic import SYNTHETIC_PAIRS, Planted, build_synthetic_results
+from synclib.figures import run_summary
+from synclib.figures import fig01_framework
 
 ONE_RUN = SYNTHETIC_PAIRS[:1]
 NO_BLOCKS = dict(lags=(), persona_disjoint=False, relationship=False, nonlinear=False, sample_sizes=None, tom=False)
 RUNS = {
     "no map fitted": dict(n_episodes=4, n_rounds=2, analyze_kwargs=dict(lags=(), n_samples=6500)),
     "one episode": dict(n_episodes=1, n_rounds=4),
-    "dialogs end at utterance 2": dict(n_episodes=6, n_rounds=1, cube_kwargs=dict(min_utterances=2)),
+    "dialogs end at utterance 2": dict(n_episodes=6, n_rounds=1, cube_kwargs=dict(planted=Planted(min_utterances=2))),
     "no optional block": dict(n_episodes=12, n_rounds=4, analyze_kwargs=NO_BLOCKS),
 }
 #: a number that could not be computed, printed as Python prints it
@@ -84,10 +86,10 @@ def test_figure1_says_why_no_map_was_drawn(tmp_path):
     """With every grid NaN, figure 1 keeps the dialog and its states, draws no scatter, and its
     sentence gives the reason the analysis recorded (the split left no training sample)."""
     res = results.load_results(_build(tmp_path / "r", RUNS["no map fitted"]))
-    fig = illustrate.figure1(res)
+    fig = fig01_framework.figure1(res)
     assert not fig.info["fitted"] and fig.scatter.empty
     assert len(fig.turns) and len(fig.states)
     assert "holds 8 samples" in fig.info["reason"] and "leaves none of the 8 available for training" in fig.info["reason"]
-    text = report.sentence_fig1(fig, results.load_published(), res.embedded)
+    text = fig01_framework.sentence(fig, results.load_published(), res.embedded)
     assert text.startswith("No map is drawn: the genuine A→B dataset holds 8 samples")
     assert fig.scatter_title == "No A→B map was fitted in this run"

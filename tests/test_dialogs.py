@@ -1,4 +1,4 @@
-"""The dialogs page (synclib.dialogs): what is collected from the cubes and judge tables,
+"""The dialogs page (synclib.figures.dialogs): what is collected from the cubes and judge tables,
 and the offline HTML widget that shows it.
 
 Data: a synthetic results directory (two ordered runs, minimal analysis), a real cube
@@ -19,11 +19,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from synclib import dialogs
+from synclib.analysis.synthetic import SYNTHETIC_PAIRS, Planted, Shapes, build_synthetic_results, make_synthetic_cube
+from synclib.figures import dialogs
 from synclib.judge import DIMENSIONS, TABLE_COLUMNS, save_table
-from synclib.prompts import is_leave, render_text
-from synclib.scenarios import load_tasks
-from synclib.synthetic import SYNTHETIC_PAIRS, build_synthetic_results, make_synthetic_cube
+from synclib.tasks.prompts import is_leave, render_text
+from synclib.tasks.scenarios import load_tasks
 
 CHROMIUM = "/usr/bin/chromium"
 
@@ -53,15 +53,15 @@ def tiny_run(tiny_model_dir, tmp_path_factory):
     """A results directory around a real cube of the tiny random model (two embedded tasks,
     one seed, passive and ToM runs) and a judge table for the first dialog."""
     from synclib.cube import open_cube
-    from synclib.simulate import simulate
+    from synclib.simulate import Passes, RunOptions, Sampling, simulate
 
     root = tmp_path_factory.mktemp("dlg-tiny")
     for sub in ("cubes", "judge"):
         (root / sub).mkdir()
     tasks = load_tasks("embedded")
     cube_path = simulate(tiny_model_dir, tiny_model_dir, [tasks[0], tasks[3]], [0], root / "cubes" / "T-T.nc",
-                         max_utterances=4, max_new_tokens=6, passive=True, tom=True, progress=False,
-                         taskset=tasks)
+                         max_utterances=4, sampling=Sampling(max_new_tokens=6),
+                         passes=Passes(passive=True, tom=True, taskset=tasks), options=RunOptions(progress=False))
     cube = open_cube(cube_path, chunks=None)
     ti = int(cube["task_index"].values[0])
     rows = [{"episode": ti, "task_index": ti, "sim_seed": 0, "agent": a, "agent_name": tasks[ti].names[a - 1],
@@ -95,8 +95,9 @@ def _crafted_cube(texts, max_utterances=6, tom=False):
     """A synthetic cube with one episode per entry of ``texts`` (one seed), its stored
     utterances replaced by ``texts[e]``."""
     E, R = len(texts), max_utterances // 2
-    cube = make_synthetic_cube(n_episodes=E, n_seeds=1, n_rounds=R, layers_a=2, dim_a=4, layers_b=2, dim_b=4,
-                               passive=False, tom=tom, min_utterances=1)
+    cube = make_synthetic_cube(n_episodes=E, n_seeds=1, n_rounds=R,
+                               shapes=Shapes(layers_a=2, dim_a=4, layers_b=2, dim_b=4), passive=False, tom=tom,
+                               planted=Planted(min_utterances=1))
     ta = np.full((E, 1, R), "", dtype=object)
     tb = np.full((E, 1, R), "", dtype=object)
     for e, utts in enumerate(texts):
@@ -160,7 +161,7 @@ def test_tom_readout_is_the_argmax_of_the_stored_distributions():
 
 # --------------------------------------------------------------------------- synthetic results
 def test_synthetic_every_utterance_verbatim_and_runs_listed(synthetic_dir, synthetic_html):
-    from synclib.results import load_results
+    from synclib.analysis.results import load_results
 
     found, page = synthetic_html
     res = load_results(synthetic_dir)
@@ -180,7 +181,7 @@ def test_synthetic_every_utterance_verbatim_and_runs_listed(synthetic_dir, synth
 
 
 def test_synthetic_judge_reasoning_scores_and_no_network(synthetic_dir, synthetic_html):
-    from synclib.results import load_results
+    from synclib.analysis.results import load_results
 
     found, page = synthetic_html
     assert "synthetic test data" in page  # the judge's reasoning column
@@ -312,22 +313,22 @@ def _boxes(page: str) -> dict:
     return dict(re.findall(r'<details class="spv-view" data-view="(\w+)"(.*?)</details>', page, re.S))
 
 
-def test_prompt_views_show_each_prompt_exactly_masked_parts_marked_and_escaped():
-    from synclib import prompt_views
-    from synclib.prompts import passive_persona, render_prompt
+def test_dialog_prompts_show_each_prompt_exactly_masked_parts_marked_and_escaped():
+    from synclib.figures import dialog_prompts
+    from synclib.tasks.prompts import passive_persona, render_prompt
 
     tasks = load_tasks("embedded")
     task = tasks[5]
     other = task.agents[1]
     history = ['Hi </div><script>alert("x")</script> & "you"', " <del>I'm fine</del> & <ins>you?</ins>"]
     tom = ["Joy. Assertive. <b>Hello</b>", "Fear. Directive. </details> ok"]
-    tp = prompt_views.turn_prompts(task, 0, history, 3, tasks, tom_history=tom)
+    tp = dialog_prompts.turn_prompts(task, 0, history, 3, tasks, tom_history=tom)
     reader = passive_persona(tasks, task.index, 3)
     assert tp.reader == reader and tp.turn == 2 and not tp.notes
     expected = {"active": render_prompt(task, 0, history, "active"),
                 "passive": render_prompt(task, 0, history, "passive", reader),
                 "tom": render_prompt(task, 0, tom, "tom")}
-    page = prompt_views.render_html(tp)
+    page = dialog_prompts.render_html(tp)
     boxes = _boxes(page)
     assert set(boxes) == {"active", "passive", "tom"}
     for view, text in expected.items():
@@ -344,15 +345,15 @@ def test_prompt_views_show_each_prompt_exactly_masked_parts_marked_and_escaped()
     assert "&lt;script&gt;" in page and "&lt;b&gt;Hello" in page and "Legend" in page
 
 
-def test_prompt_views_of_a_real_dialog(tiny_run, synthetic_dir):
-    from synclib import prompt_views
-    from synclib.prompts import passive_persona, render_prompt
+def test_dialog_prompts_of_a_real_dialog(tiny_run, synthetic_dir):
+    from synclib.figures import dialog_prompts
+    from synclib.tasks.prompts import passive_persona, render_prompt
 
     root, cube, tasks = tiny_run
     # from the fixture's open cube: opening its file again in this process can crash netCDF4
     found = dialogs.DialogSet(dialogs=dialogs.dialogs_from_cube(cube, run="T-T", tasks=tasks)[0], runs=[],
                               counts={})
-    tp = prompt_views.dialog_turn_prompts(found, tasks)
+    tp = dialog_prompts.dialog_turn_prompts(found, tasks)
     d = next(d for d in found.dialogs if f"episode {d.episode}" in tp.source and f"seed {d.sim_seed}" in tp.source)
     task = tasks[d.task_index]
     t = tp.turn
@@ -363,11 +364,11 @@ def test_prompt_views_of_a_real_dialog(tiny_run, synthetic_dir):
     assert tp.view("active").text == render_prompt(task, t % 2, genuine, "active")
     assert tp.view("passive").text == render_prompt(task, t % 2, genuine, "passive", tp.reader)
     assert tp.view("tom").text == render_prompt(task, t % 2, [x.text for x in d.tom.turns[:t]], "tom")
-    text, page = prompt_views.prompts_section(root, found)
+    text, page = dialog_prompts.prompts_section(root, found)
     assert f"turn {t}" in text and tp.reader.name in text
     boxes = _boxes(page)
     assert _prompt_of(boxes["passive"]) == tp.view("passive").text
     # synthetic data has no task texts: an illustration, labelled as such
-    text, page = prompt_views.prompts_section(synthetic_dir)
+    text, page = dialog_prompts.prompts_section(synthetic_dir)
     assert "illustration" in text and "Synthetic test data" in text and set(_boxes(page)) == {"active", "passive",
                                                                                              "tom"}

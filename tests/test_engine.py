@@ -431,7 +431,7 @@ def test_host_checks_every_few_steps_give_the_same_rows(lm, temperature):
 
 
 def test_first_line_only_keeps_the_first_line(lm, monkeypatch):
-    from synclib.prompts import postprocess_reply
+    from synclib.tasks.prompts import postprocess_reply
 
     # raise the line-break token's logit so that the random model writes several lines
     (nl,) = lm.tokenizer("\n", add_special_tokens=False)["input_ids"]

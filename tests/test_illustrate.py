@@ -1,4 +1,4 @@
-"""synclib.illustrate: figure 1 drawn from a run's own dialog, states and map."""
+"""synclib.figures.fig01_framework: figure 1 drawn from a run's own dialog, states and map."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,8 @@ import pytest
 import xarray as xr
 
 from book_fixtures import tiny_results
-from synclib import illustrate, results
+from synclib.analysis import results
+from synclib.figures import fig01_framework
 
 
 @pytest.fixture(scope="session")
@@ -15,7 +16,7 @@ def res(tmp_path_factory):
 
 
 def test_figure1_is_the_runs_own_dialog_states_and_map(res):
-    fig = illustrate.figure1(res, n_turns=3)
+    fig = fig01_framework.figure1(res, n_turns=3)
     info = fig.info
     assert info["run"] == res.example_run()
     with xr.open_dataset(res.run(info["run"]).cube) as cube:
@@ -45,4 +46,4 @@ def test_figure1_needs_the_cube(res, tmp_path):
     run = res.runs[0]
     moved = results.Results(res.root, res.manifest, [replace(run, cube=tmp_path / "missing.nc")] + res.runs[1:])
     with pytest.raises(FileNotFoundError, match="cube of run"):
-        illustrate.figure1(moved, run.name)
+        fig01_framework.figure1(moved, run.name)

@@ -37,7 +37,7 @@ def tasks_dir(tmp_path_factory) -> Path:
     our own, so that these tests run on any machine."""
     import shutil
 
-    from synclib.scenarios import embedded_dir
+    from synclib.tasks.scenarios import embedded_dir
 
     found = sotopia_folder()
     if found is not None:
@@ -153,8 +153,8 @@ def test_parse_accepts_tuple_and_object_forms():
 # ------------------------------------------------------------------------------ HTTP judge
 
 def run_http_batch(server, cache_path, concurrency=4):
-    backend = J.OpenAIBackend(server.url, "fake-judge", api_key_env="SYNCLIB_TEST_KEY",
-                              timeout=0.5, max_retries=2, backoff=0.01, max_backoff=0.05)
+    backend = J.OpenAIBackend(J.JudgeConnection("fake-judge", server.url, api_key_env="SYNCLIB_TEST_KEY",
+                                                timeout=0.5, max_retries=2, backoff=0.01, max_backoff=0.05))
     items = [make_item(c, episode=i) for i, c in enumerate(ALL_CASES)]
     t0 = time.perf_counter()
     table = J.judge_items(items, backend, mode="json", cache=J.JudgeCache(cache_path),
@@ -233,9 +233,10 @@ def test_http_judge_every_case_and_cache(tmp_path, monkeypatch, caplog, capsys):
     assert J.read_table(out).score.equals(table.score)
 
 
-def http_backend(server, **kw):
-    return J.OpenAIBackend(server.url, "fake-judge", api_key_env="SYNCLIB_UNSET_VAR", timeout=5,
-                           max_retries=1, backoff=0.01, max_backoff=0.05, **kw)
+def http_backend(server, **sampling):
+    return J.OpenAIBackend(J.JudgeConnection("fake-judge", server.url, api_key_env="SYNCLIB_UNSET_VAR",
+                                             timeout=5, max_retries=1, backoff=0.01, max_backoff=0.05),
+                           J.JudgeSampling(**sampling))
 
 
 def test_structured_request_carries_strict_object_schema():
@@ -308,13 +309,11 @@ def test_token_budget_covers_the_longest_valid_answer(chars, caplog):
     for layout in ({}, {"indent": 2}, {"ensure_ascii": False, "indent": 1}):
         assert len(json.dumps(longest, **layout).replace("\\u00e9", "x")) <= budget
     caplog.set_level(logging.WARNING)
-    J.OpenAIBackend("http://127.0.0.1:9/v1", "m", api_key_env="SYNCLIB_UNSET_VAR", max_tokens=budget,
-                    reasoning_max_chars=chars)
-    J.OpenAIBackend("http://127.0.0.1:9/v1", "m", api_key_env="SYNCLIB_UNSET_VAR", max_tokens=50,
-                    reasoning_max_chars=chars, structured=False)
+    conn = J.JudgeConnection("m", "http://127.0.0.1:9/v1", api_key_env="SYNCLIB_UNSET_VAR")
+    J.OpenAIBackend(conn, J.JudgeSampling(max_tokens=budget, reasoning_max_chars=chars))
+    J.OpenAIBackend(conn, J.JudgeSampling(max_tokens=50, reasoning_max_chars=chars, structured=False))
     assert not [r for r in caplog.records if "max_tokens" in r.getMessage()]
-    J.OpenAIBackend("http://127.0.0.1:9/v1", "m", api_key_env="SYNCLIB_UNSET_VAR",
-                    max_tokens=budget - 1, reasoning_max_chars=chars)
+    J.OpenAIBackend(conn, J.JudgeSampling(max_tokens=budget - 1, reasoning_max_chars=chars))
     warned = [r.getMessage() for r in caplog.records if "max_tokens" in r.getMessage()]
     assert len(warned) == 1 and f"max_tokens={budget - 1}" in warned[0] and str(budget) in warned[0]
 
@@ -433,8 +432,8 @@ def test_interrupted_run_keeps_paid_answers(tmp_path):
     """Answers are flushed one by one: a cache written by a run cut short serves them."""
     cache_path = tmp_path / "c.jsonl"
     with FakeJudgeServer() as server:
-        backend = J.OpenAIBackend(server.url, "fake-judge", api_key_env="SYNCLIB_UNSET_VAR",
-                                  timeout=5, max_retries=0)
+        backend = J.OpenAIBackend(J.JudgeConnection("fake-judge", server.url,
+                                                    api_key_env="SYNCLIB_UNSET_VAR", timeout=5, max_retries=0))
         cache = J.JudgeCache(cache_path)
         J.judge_items([make_item("valid", 0)], backend, cache=cache, progress=False)
         with open(cache_path, "a") as f:  # a torn line, as a crash mid-write leaves it
@@ -462,12 +461,77 @@ def test_a_damaged_cache_line_is_named_and_nothing_is_lost(tmp_path):
 
 def test_bad_configuration_is_reported():
     with pytest.raises(J.JudgeError, match="--judge-url"):
-        J.OpenAIBackend("localhost:8000", "m")
-    backend = J.OpenAIBackend("http://127.0.0.1:9/v1", "m", api_key_env="SYNCLIB_UNSET_VAR")
+        J.JudgeConnection("m", "localhost:8000")
+    with pytest.raises(J.JudgeError, match="--judge-url"):
+        J.OpenAIBackend(J.JudgeConnection("m"))  # a local judge's connection
+    backend = J.OpenAIBackend(J.JudgeConnection("m", "http://127.0.0.1:9/v1", api_key_env="SYNCLIB_UNSET_VAR"))
     with pytest.raises(J.JudgeError, match="constrained mode needs a local judge"):
         J.judge_items([make_item("valid")], backend, mode="constrained", progress=False)
     with pytest.raises(J.JudgeError, match="mode must be"):
         J.judge_items([make_item("valid")], backend, mode="free", progress=False)
+
+
+@pytest.mark.parametrize("make, field", [
+    (lambda: J.JudgeConnection(""), "JudgeConnection.model"),
+    (lambda: J.JudgeConnection("m", "ftp://x"), "JudgeConnection.url"),
+    (lambda: J.JudgeConnection("m", api_key_env=""), "JudgeConnection.api_key_env"),
+    (lambda: J.JudgeConnection("m", timeout=0), "JudgeConnection.timeout"),
+    (lambda: J.JudgeConnection("m", max_retries=-1), "JudgeConnection.max_retries"),
+    (lambda: J.JudgeConnection("m", backoff=-1.0), "JudgeConnection.backoff"),
+    (lambda: J.JudgeSampling(temperature=-0.5), "JudgeSampling.temperature"),
+    (lambda: J.JudgeSampling(seed=True), "JudgeSampling.seed"),
+    (lambda: J.JudgeSampling(max_tokens=0), "JudgeSampling.max_tokens"),
+    (lambda: J.JudgeSampling(structured="yes"), "JudgeSampling.structured"),
+    (lambda: J.JudgeSampling(reasoning_max_chars=2000), "JudgeSampling.reasoning_max_chars"),
+    (lambda: J.JudgeOptions(J.JudgeConnection("m"), mode="free"), "JudgeOptions.mode"),
+    (lambda: J.JudgeOptions(J.JudgeConnection("m", "http://h/v1"), mode="constrained"), "JudgeOptions.mode"),
+    (lambda: J.JudgeOptions(J.JudgeConnection("m"), layout="wide"), "JudgeOptions.layout"),
+    (lambda: J.JudgeOptions(J.JudgeConnection("m"), concurrency=0), "JudgeOptions.concurrency"),
+    (lambda: J.JudgeOptions(J.JudgeConnection("m"), sample=2.5), "JudgeOptions.sample"),
+    (lambda: J.JudgeOptions(J.JudgeConnection("m"), batch_size=0), "JudgeOptions.batch_size"),
+    (lambda: J.JudgeOptions("m"), "JudgeOptions.connection"),
+])
+def test_judge_settings_are_checked_once_naming_the_field(make, field):
+    with pytest.raises(J.JudgeError, match=re.escape(field)):
+        make()
+
+
+def test_judge_options_from_a_run_config_and_overrides(monkeypatch):
+    """One mapping from a run config to the judge's settings; the config's defaults are the
+    settings' defaults; overrides (the command line's options) win; the key is read, never kept."""
+    from synclib.config import KEYS, load_config
+
+    cfg = load_config(overrides=["judge.model=fake-judge", "judge.url=http://127.0.0.1:9/v1", "judge.mode=json",
+                                 "judge.sample=3", "judge.concurrency=2", "device=auto"])
+    opts = J.JudgeOptions.from_config(cfg)
+    assert opts.connection == J.JudgeConnection("fake-judge", "http://127.0.0.1:9/v1")
+    assert opts.sampling == J.JudgeSampling()
+    assert (opts.sample, opts.concurrency, opts.device, opts.judge_mode) == (3, 2, None, "json")
+    assert opts.scenarios == cfg["scenarios"] and opts.layout == cfg["judge"]["layout"]
+    # the config's defaults of the judge keys and the settings' own defaults agree
+    default = J.JudgeOptions(J.JudgeConnection("x"))
+    from synclib.judge.options import _CONFIG_FIELDS
+
+    assert {k.path for k in KEYS if k.path.startswith("judge.")} <= set(_CONFIG_FIELDS)  # none is left out
+    judge_keys = [k for k in KEYS if k.path.startswith("judge.") and not k.required]
+    assert len(judge_keys) >= 8
+    for key in judge_keys:
+        name = key.path.split(".", 1)[1]
+        holder = next(o for o in (default, default.connection, default.sampling) if hasattr(o, name))
+        assert getattr(holder, name) == key.default, key.path
+    local = J.JudgeOptions.from_config({"judge": {"model": "tiny"}, "device": "cpu"}, timeout=5,
+                                       seed=2, batch_size=4, mode="constrained")
+    assert local.connection.local and local.connection.timeout == 5 and local.sampling.seed == 2
+    assert (local.batch_size, local.device, local.judge_mode) == (4, "cpu", "constrained")
+    with pytest.raises(J.JudgeError, match="no judge setting 'colour'"):
+        J.JudgeOptions.from_config(cfg, colour=1)
+    with pytest.raises(J.JudgeError, match="judge model is missing"):
+        J.JudgeOptions.from_config({})
+    monkeypatch.setenv("SYNCLIB_TEST_KEY", SECRET)
+    conn = J.JudgeConnection("m", "http://127.0.0.1:9/v1", api_key_env="SYNCLIB_TEST_KEY")
+    backend = J.OpenAIBackend(conn)
+    assert SECRET not in repr(conn) + repr(J.JudgeOptions(conn)) + repr(backend)
+    backend.close()
 
 
 # ------------------------------------------------------------------------------ local judge
@@ -565,8 +629,8 @@ def write_cube(path: Path, task_indices, n_utt):
 
 
 def test_items_from_cube_reconstructs_dialog_order(tmp_path, tasks_dir):
-    from synclib.prompts import judge_intro
-    from synclib.scenarios import load_tasks
+    from synclib.tasks.prompts import judge_intro
+    from synclib.tasks.scenarios import load_tasks
 
     tasks = load_tasks(tasks_dir)
     n_utt = np.array([[5, 16], [0, 2]])
@@ -728,8 +792,8 @@ def test_embedded_smollm2_constrained_judge(tmp_path, tasks_dir):
     """The embedded SmolLM2-135M judges two episodes in constrained mode (the paper's Sotopia tasks
     where the suite has them, else embedded ones)."""
     from synclib.models import load_model
-    from synclib.prompts import judge_intro
-    from synclib.scenarios import load_tasks
+    from synclib.tasks.prompts import judge_intro
+    from synclib.tasks.scenarios import load_tasks
 
     loaded = load_model("smollm2-135m")
     tasks = load_tasks(tasks_dir)

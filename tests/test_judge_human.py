@@ -309,8 +309,8 @@ def test_published_ratings_fetched_prepared_and_held_against_a_judge(tmp_path):
     but not among the episodes a judge reads."""
     import hashlib
 
-    from synclib import datasets
-    from synclib.judge import evaluate_episodes, read_table
+    from synclib.tasks import datasets
+    from synclib.judge import JudgeConnection, JudgeOptions, evaluate_episodes, read_table
     from test_datasets import Server
 
     files = study_files(tmp_path)
@@ -345,8 +345,8 @@ def test_published_ratings_fetched_prepared_and_held_against_a_judge(tmp_path):
     assert (gpt4.loc[gpt4.episode_id == "ep3", "error"].str.contains("no published GPT-4 score")).all()
 
     with FakeJudgeServer(default_case="valid") as server:
-        ours = evaluate_episodes(episodes, judge_model="fake-judge", judge_url=server.url,
-                                 api_key_env="SYNCLIB_UNSET_VAR", timeout=5, progress=False)
+        ours = evaluate_episodes(episodes, JudgeOptions(JudgeConnection(
+            "fake-judge", server.url, api_key_env="SYNCLIB_UNSET_VAR", timeout=5)), progress=False)
     assert set(ours["episode_id"]) == {"ep0", "ep1", "ep3"}
     # the ratings of ep2 are accepted beside the judge's table that lacks it: they say dialog = no
     ratings = read_ratings(root / "ratings.csv", set(ours["episode_id"]))
@@ -400,8 +400,9 @@ def test_benchmark_uses_published_scores_on_every_episode_and_a_judge_on_those_w
     scores on all three GPT-4 episodes, the one without a dialog included; a judge (the fake
     server) on the two GPT-4 episodes with a dialog; each judge's episode set (rule, count,
     left-out ids and reasons) in its record and in the page's sentence; r as by hand."""
-    from synclib import report, results
-    from synclib.judge import evaluate_episodes
+    from synclib.analysis import results
+    from synclib.figures import table4_fig10_judge_human as page
+    from synclib.judge import JudgeConnection, JudgeOptions, evaluate_episodes
     from synclib.judge.human import NO_DIALOG
     from synclib.judge.sotopia_human import prepare
 
@@ -413,8 +414,8 @@ def test_benchmark_uses_published_scores_on_every_episode_and_a_judge_on_those_w
     bench = load_bench()
     with FakeJudgeServer(default_case="valid") as server:
         def judge(subset):
-            return evaluate_episodes(subset, judge_model="fake-judge", judge_url=server.url,
-                                     api_key_env="SYNCLIB_UNSET_VAR", timeout=5, progress=False)
+            return evaluate_episodes(subset, JudgeOptions(JudgeConnection(
+                "fake-judge", server.url, api_key_env="SYNCLIB_UNSET_VAR", timeout=5)), progress=False)
 
         res, judged = bench.measure_all(root, judge, work=tmp_path / "work")
         assert server.total_requests == 2  # the two GPT-4 episodes with a dialog, nothing else
@@ -440,14 +441,14 @@ def test_benchmark_uses_published_scores_on_every_episode_and_a_judge_on_those_w
     assert "PROLIFIC" not in text and "dishes" not in text and "Wren" not in text
 
     measured = {"ratings": {"source": "a toy study"}, "date": "today", "judges": res}
-    sentence = report.sentence_measured_judges(measured)
+    sentence = page.sentence_measured_judges(measured)
     assert (f"**GPT-4 (published scores)** on 3 of the 4 rated episodes (1 of them without a dialog: ep2). "
             f"Which and why: {bench.PUBLISHED_RULE}. Left out: 1, reason: no published GPT-4 score (only the "
             "GPT-4 episodes have one): ep3. Over these 3 episodes, 42 agent × dimension scores: r from") in sentence
     assert (f"**fake-judge** on 2 of the 4 rated episodes. Which and why: {bench.JUDGED_RULE}. Left out: 1, "
             f"reason: {NO_DIALOG}: ep2; 1, reason: {bench.NOT_JUDGED}: ep3. Over these 2 episodes, 28 agent × "
             "dimension scores: r from") in sentence
-    table = report.measured_judge_table(measured, results.load_published())
+    table = page.measured_judge_table(measured, results.load_published())
     assert {"GPT-4 (published scores) r (3 episodes)", "fake-judge r (2 episodes)"} <= set(table.columns)
 
 

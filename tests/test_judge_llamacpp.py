@@ -105,8 +105,8 @@ def test_a_refused_schema_falls_back_to_plain_json(llama_server):
     """The fallback against the real refusal: the same request once more without the format,
     and the refusal remembered for the rest of the run."""
     url, _ = llama_server
-    backend = J.OpenAIBackend(url, "smollm2", api_key_env="SYNCLIB_UNSET_VAR", timeout=600,
-                              max_retries=0, max_tokens=16, structured=True)
+    backend = J.OpenAIBackend(J.JudgeConnection("smollm2", url, api_key_env="SYNCLIB_UNSET_VAR", timeout=600,
+                                                max_retries=0), J.JudgeSampling(max_tokens=16, structured=True))
     # what a server cannot turn into a grammar: Sotopia's tuple form (not a public setting)
     backend._response_format["json_schema"]["schema"] = {
         "type": "object", "properties": {"agent_1_evaluation": TUPLE}}

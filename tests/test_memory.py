@@ -101,7 +101,7 @@ def test_a_job_in_a_child_process_returns_its_result_and_raises_its_error():
     import functools
     import math
 
-    from synclib.pipeline import run_in_child
+    from synclib.run.pipeline import run_in_child
 
     assert run_in_child(functools.partial(math.pow, 2), (10,)) == 1024
     with pytest.raises(ValueError, match="invalid literal"):
@@ -114,7 +114,7 @@ def test_a_job_in_a_child_process_asks_for_huge_pages(monkeypatch):
     import functools
 
     from synclib.memory import HUGE_PAGES_TUNABLE
-    from synclib.pipeline import run_in_child
+    from synclib.run.pipeline import run_in_child
 
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.check=0")
     seen = run_in_child(functools.partial(os.getenv, "GLIBC_TUNABLES"))
@@ -162,7 +162,7 @@ def test_a_job_in_a_child_dies_with_a_killed_run():
 
     from synclib.memory import _children
 
-    run = subprocess.Popen([sys.executable, "-c", "import time; from synclib.pipeline import run_in_child; "
+    run = subprocess.Popen([sys.executable, "-c", "import time; from synclib.run.pipeline import run_in_child; "
                             "run_in_child(time.sleep, (120,))"])
     try:
         deadline, jobs = time.time() + 60, []

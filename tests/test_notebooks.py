@@ -14,7 +14,10 @@ import pandas as pd
 import pytest
 
 from book_fixtures import NOTEBOOKS, ROOT, execute_notebook, executed_notebooks, tiny_results
-from synclib import notebook, plots, report, results, stats, synthetic
+from synclib import notebook, stats
+from synclib.analysis import results, synthetic
+from synclib.figures import report
+from synclib.figures import charts
 
 STEMS = [nb.stem for nb in NOTEBOOKS]
 CDN = re.compile(r"https?://(cdn|unpkg|fastly|cdnjs)[^\"' ]*", re.I)
@@ -95,8 +98,8 @@ def test_controls_page_has_the_pseudo_dyads_and_the_rounds(executed):
     assert proc.returncode == 0, proc.stderr[-3000:]
     outs = list(_outputs(nbformat.read(path, 4)))
     text = "\n".join(o["data"]["text/markdown"] for o in outs if "text/markdown" in o.get("data", {}))
-    titles = json.dumps([o["data"][plots.VEGALITE_MIME].get("title") for o in outs
-                         if plots.VEGALITE_MIME in o.get("data", {})], ensure_ascii=False)
+    titles = json.dumps([o["data"][charts.VEGALITE_MIME].get("title") for o in outs
+                         if charts.VEGALITE_MIME in o.get("data", {})], ensure_ascii=False)
     assert "SyncR², genuine dyads vs pseudo-dyads" in titles and "SyncR² per round of the dialog" in titles
     assert "Here the partner dialog is the same task under another simulation seed" in text
     assert "Pseudo-dyads, agents of different dialogs, below genuine (ours; not in the paper): **" in text
@@ -111,11 +114,11 @@ def test_notebook_runs_and_draws_its_figure(stem, executed, results_dir):
     nb = nbformat.read(path, 4)
     injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert injected and str(results_dir) in injected[0].source
-    charts = [o for o in _outputs(nb) if plots.VEGALITE_MIME in o.get("data", {})]
-    assert charts, f"{stem} produced no Vega-Lite chart"
-    for o in charts:
+    drawn = [o for o in _outputs(nb) if charts.VEGALITE_MIME in o.get("data", {})]
+    assert drawn, f"{stem} produced no Vega-Lite chart"
+    for o in drawn:
         data = o["data"]
-        spec = data[plots.VEGALITE_MIME]
+        spec = data[charts.VEGALITE_MIME]
         assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/v6")
         html = data["text/html"]
         assert 'class="synclib-vega"' in html and "vegaEmbed" in html
@@ -153,6 +156,8 @@ def test_table1_with_ability_scores_is_honest_about_n(results_dir, tmp_path):
 
 # --------------------------------------------------------------------------- results loader
 def test_results_tables(results_dir):
+    from synclib.figures import fig03_04_controls, fig06_table1_social, fig09_sample_size
+
     res = results.load_results(results_dir)
     assert res.synthetic and res.run_names == ["S-S", "S-G", "G-S", "G-G"]
     assert res.pair_names == ["S-S", "S-G", "G-G"] and res.orders_played() == "both"
@@ -171,7 +176,7 @@ def test_results_tables(results_dir):
     assert hm.groupby("src_layer")["best"].sum().eq(1).all(), "one best target per source layer"
     best = hm[hm["best"]].set_index("src_layer")["r2"]
     assert np.allclose(best, hm.groupby("src_layer")["r2"].max().loc[best.index])
-    lag = res.lag_table()
+    lag = fig03_04_controls.lag_table(res)
     assert set(lag["k"]) >= {0, 1, 2}
     # social performance: the mean over the pair's orders
     social = res.social_table().set_index("pair")["social"]
@@ -180,7 +185,8 @@ def test_results_tables(results_dir):
     assert pt["social"].notna().all() and not pt["fit"].any()  # one pair per family
     # table 1 as compute_partial_correlation: the order-1 run's social score, the A->B
     # SyncR² of both orders
-    ab = res.ability_table(pd.DataFrame({"model": ["synthetic-S", "synthetic-G"], "ifeval": [1, 2], "musr": [3, 4]}))
+    scores = pd.DataFrame({"model": ["synthetic-S", "synthetic-G"], "ifeval": [1, 2], "musr": [3, 4]})
+    ab = fig06_table1_social.ability_table(res, scores)
     row = ab.set_index("pair").loc["S-G"]
     assert row["social"] == pytest.approx(res.run_social("S-G"))
     assert row["sync"] == pytest.approx(np.mean([res.analysis(r)["sync_r2"].sel(condition="genuine",
@@ -188,7 +194,7 @@ def test_results_tables(results_dir):
                                                  for r in ("S-G", "G-S")]))
     assert row["ifeval"] == 1.5
     # figure 4a's error bar is the reference's
-    control = res.control_table()
+    control = fig03_04_controls.control_table(res)
     fam = control[(control.family == "Cross") & (control.condition == "genuine")].iloc[0]
     assert fam["se"] == pytest.approx(stats.reference_family_se([row_mean for row_mean in
                                                                  sync[sync.family == "Cross"]["mean"]], 3))
@@ -196,7 +202,7 @@ def test_results_tables(results_dir):
     judge = res.judge(res.run_names[0])
     assert (judge["judge"] == synthetic.SYNTHETIC_JUDGE).all()
     # figure 9: the sweep, then the run's full size (its mean training + test samples) where larger
-    size = res.sample_size_table()
+    size = fig09_sample_size.sample_size_table(res)
     for pair, t in size.groupby("pair"):
         sweep, full = t[t["point"] == "sweep"], t[t["point"] == "full run"]
         runs = res.runs_of(pair)
@@ -208,7 +214,7 @@ def test_results_tables(results_dir):
             assert full["mean"].item() == pytest.approx(sync.set_index("pair").loc[pair, "mean"])
         else:
             assert full.empty
-    assert "S-S from" in report.sentence_sample_size(size, results.load_published())
+    assert "S-S from" in fig09_sample_size.sentence_sample_size(size, results.load_published())
     # pages name a results directory inside the repository relative to it, never by a machine path
     inside = results.Results(root=ROOT / "results" / "x", manifest={"name": "x"}, runs=res.runs)
     assert "results: results/x (x," in inside.describe() and str(ROOT) not in inside.describe()
@@ -217,8 +223,10 @@ def test_results_tables(results_dir):
 def test_generalisation_table_is_the_analysis_averaged_by_hand(results_dir):
     """Issue 38 (3): training and test R² per layer pair are the analysis' ``train_r2`` and
     ``r2`` (genuine) averaged over split seeds; the summary and the sentence state its numbers."""
+    from synclib.figures import fig02_heatmaps as fig
+
     res = results.load_results(results_dir)
-    gen = res.generalisation_table()
+    gen = fig.generalisation_table(res)
     assert list(dict.fromkeys(gen["run"])) == res.run_names
     for name in res.run_names:
         ds, run = res.analysis(name), res.run(name)
@@ -240,7 +248,7 @@ def test_generalisation_table_is_the_analysis_averaged_by_hand(results_dir):
     hm = res.heatmap_frame("S-G", direction="B->A").set_index(["src_layer", "tgt_layer"])["r2"]
     sg = gen[(gen["run"] == "S-G") & (gen["direction"] == "B->A")].set_index(["src_layer", "tgt_layer"])["test_r2"]
     assert np.allclose(sg.sort_index(), hm.sort_index())
-    summary = res.generalisation_summary(gen)
+    summary = fig.generalisation_summary(res, gen)
     counts = res.sample_counts()
     for row in summary.itertuples():
         sub = gen[gen["run"] == row.run]
@@ -253,26 +261,26 @@ def test_generalisation_table_is_the_analysis_averaged_by_hand(results_dir):
         assert row.n_test == pytest.approx(counts[(counts["run"] == row.run)
                                                   & (counts["condition"] == "genuine")]["n_test"].mean())
     published = results.load_published()
-    text = report.sentence_generalisation(summary, published, embedded=res.embedded)
+    text = fig.sentence_generalisation(summary, published, embedded=res.embedded)
     for row in summary.itertuples():
         assert (f"{row.run} loses a median of {row.gap_median:.3f} (mean {row.gap_mean:.3f}; median training R² "
                 f"{row.train_median:.3f}, test {row.test_median:.3f}) and keeps a positive test R² in "
                 f"{100 * row.share_positive:.0f}% of its {row.layer_pairs} layer pairs, on a mean of {row.n_train:.0f} "
                 f"training and {row.n_test:.0f} test samples per dataset") in text
     assert "generalizes well to the test set" in text and "embedded tiny models" not in text
-    assert "embedded tiny models, not the paper's" in report.sentence_generalisation(summary, published, True)
+    assert "embedded tiny models, not the paper's" in fig.sentence_generalisation(summary, published, True)
     # the chart: one hoverable point per layer pair, the diagonal; a run without train_r2 is left out
-    spec = plots.generalisation_scatter(gen, "t").to_dict()
+    spec = fig.generalisation_scatter(gen, "t").to_dict()
     assert "tooltip" in json.dumps(spec) and len(spec["layer"]) == 3
     res._analysis["G-G"] = res.analysis("G-G").drop_vars("train_r2")
-    assert "G-G" not in set(res.generalisation_table()["run"])
+    assert "G-G" not in set(fig.generalisation_table(res)["run"])
     # an empty table: values that could not be computed, or analyses without train_r2 at all
-    assert "none of its values could be computed" in report.sentence_generalisation(
-        res.generalisation_summary(gen.iloc[:0]), published)
+    assert "none of its values could be computed" in fig.sentence_generalisation(
+        fig.generalisation_summary(res, gen.iloc[:0]), published)
     for name in res.run_names:
         res._analysis[name] = res.analysis(name).drop_vars("train_r2", errors="ignore")
-    assert "lack `train_r2`" in report.sentence_generalisation(res.generalisation_summary(), published)
-    assert plots.generalisation_scatter(gen.iloc[:0], "none").to_dict()["mark"]["type"] == "text"
+    assert "lack `train_r2`" in fig.sentence_generalisation(fig.generalisation_summary(res), published)
+    assert fig.generalisation_scatter(gen.iloc[:0], "none").to_dict()["mark"]["type"] == "text"
 
 
 def test_load_results_errors_name_the_file(tmp_path):
@@ -287,15 +295,17 @@ def test_load_results_errors_name_the_file(tmp_path):
 
 
 def test_load_ability_scores_validates(tmp_path):
+    from synclib.figures.fig06_table1_social import load_ability_scores
+
     bad = tmp_path / "a.csv"
     bad.write_text("model,ifeval\nx,1\n")
     with pytest.raises(results.ResultsError, match=r"missing column.*musr"):
-        results.load_ability_scores(bad)
+        load_ability_scores(bad)
     bad.write_text("Model,IFEval,MuSR\nx,high,3\n")
     with pytest.raises(results.ResultsError, match="non-numeric"):
-        results.load_ability_scores(bad)
+        load_ability_scores(bad)
     bad.write_text("Model,IFEval,MuSR,source\nx,50.5,3,leaderboard\n")
-    df = results.load_ability_scores(bad)
+    df = load_ability_scores(bad)
     assert df.loc[0, "ifeval"] == 50.5 and "source" in df
 
 
@@ -352,29 +362,31 @@ def test_mean_se_and_pair_ability():
 
 
 def test_partial_table_uses_ability(tmp_path):
+    from synclib.figures.fig06_table1_social import partial_table, sentence_table1
+
     rng = np.random.default_rng(3)
     n = 8
     t = pd.DataFrame({"family": ["F"] * n, "sync": rng.normal(size=n),
                       "social": rng.normal(size=n), "ifeval": rng.normal(size=n),
                       "musr": rng.normal(size=n)})
-    table = report.partial_table(t)
+    table = partial_table(t)
     assert list(table["family"]) == ["F", "All pairs"]
     assert np.isfinite(table["ifeval"]).all() and np.isfinite(table["musr"]).all()
-    assert "r = " in report.sentence_table1(table, "x.csv", results.load_published())
+    assert "r = " in sentence_table1(table, "x.csv", results.load_published())
 
 
 # --------------------------------------------------------------------------- plots
 def test_offline_renderer_bundle_has_no_cdn_and_a_drawn_png():
     frame = pd.DataFrame({"src_layer": [1, 1, 2, 2], "tgt_layer": [1, 2, 1, 2],
                           "r2": [0.5, -0.1, 0.2, 0.3], "best": [True, False, False, True]})
-    chart = plots.r2_heatmap(frame, title="t")
-    bundle = plots.offline_renderer(chart.to_dict())
-    assert set(bundle) == {plots.VEGALITE_MIME, "text/html", "text/plain", "image/png"}
+    chart = charts.r2_heatmap(frame, title="t")
+    bundle = charts.offline_renderer(chart.to_dict())
+    assert set(bundle) == {charts.VEGALITE_MIME, "text/html", "text/plain", "image/png"}
     assert not CDN.search(bundle["text/html"]) and "http" not in bundle["text/html"].split(
         "var spec")[0]
     assert _png_is_drawn(bundle["image/png"])
-    spec = json.dumps(bundle[plots.VEGALITE_MIME])
-    assert plots.NEGATIVE_GREY in spec and '"stroke": "black"' in spec
+    spec = json.dumps(bundle[charts.VEGALITE_MIME])
+    assert charts.NEGATIVE_GREY in spec and '"stroke": "black"' in spec
 
 
 @pytest.mark.parametrize("n_layers", [5, 9, 17, 25, 29, 31, 32, 33, 65])
@@ -384,7 +396,7 @@ def test_heatmap_layer_ticks_are_evenly_spaced(n_layers):
     grid = np.arange(n_layers)
     frame = pd.DataFrame({"src_layer": np.repeat(grid, n_layers), "tgt_layer": np.tile(grid, n_layers),
                           "r2": 0.1, "best": False})
-    spec = plots.r2_heatmap(frame, title="t").to_dict()
+    spec = charts.r2_heatmap(frame, title="t").to_dict()
     encoding = spec["layer"][0]["encoding"] if "layer" in spec else spec["encoding"]
     for axis in ("x", "y"):
         ticks = encoding[axis]["axis"]["values"]
@@ -407,7 +419,7 @@ def test_readable_tables_show_whole_text_and_formatted_numbers():
 
 
 def test_empty_frames_give_a_placeholder_chart():
-    chart = plots.lines_with_se(pd.DataFrame(), x="k", series="pair", title="none")
+    chart = charts.lines_with_se(pd.DataFrame(), x="k", series="pair", title="none")
     spec = chart.to_dict()
     assert spec["mark"]["type"] == "text" and "no data" in json.dumps(spec)
 
@@ -592,13 +604,15 @@ def test_topk_sentence_is_true_of_the_ks_drawn(results_dir):
     """Figure 7's sentence names the largest k of the table it is given: every partner layer only
     where that k is the partner's depth (a student who filters to k <= 2 gets "of its partner's 5
     layers"; a pair of models of two depths, "of the partners' 4 and 5 layers")."""
+    from synclib.figures import fig07_topk
+
     res = results.load_results(results_dir)
-    topk = res.topk_table()
+    topk = fig07_topk.topk_table(res)
     published = results.load_published()
-    full = report.sentence_topk(topk, res.topk_correlations(), published)
+    full = fig07_topk.sentence_topk(topk, fig07_topk.topk_correlations(res), published)
     assert "S-S from" in full and "(k = 5, all its partner's layers)" in full
     assert "(k = 4, of the partners' 4 and 5 layers)" in full  # S-G: its targets have 4 and 5 layers
-    few = report.sentence_topk(topk[topk["k"] <= 2], res.topk_correlations(), published)
+    few = fig07_topk.sentence_topk(topk[topk["k"] <= 2], fig07_topk.topk_correlations(res), published)
     assert "all its partner's layers" not in few and "(k = 2, of its partner's 5 layers)" in few
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from synclib import pipeline
 from synclib.config import ConfigError, load_config
-from synclib.pipeline import Job, build_jobs, execute
+from synclib.run import pipeline
+from synclib.run.pipeline import Job, build_jobs, execute
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -210,7 +210,7 @@ def test_a_failed_notebook_names_its_cell_and_synclib_frame_and_is_kept(tmp_path
     synclib's frame, the executed copy is kept under RESULTS/failed/, the log holds the traceback
     (the kernel printed it to the cell's stderr); a later success removes the kept copy."""
     from synclib.notebook import NotebookFailed
-    from synclib.synthetic import SYNTHETIC_PAIRS, build_synthetic_results
+    from synclib.analysis.synthetic import SYNTHETIC_PAIRS, build_synthetic_results
 
     root = build_synthetic_results(tmp_path / "results", pairs=SYNTHETIC_PAIRS[:1], n_episodes=6,
                                    analyze_kwargs={"nonlinear": False, "tom": False})
@@ -233,11 +233,11 @@ def test_a_failed_notebook_names_its_cell_and_synclib_frame_and_is_kept(tmp_path
     line = str(err.value)
     assert "\n" not in line and line.startswith("notebook:a_figure failed after ")
     assert ("cell In [4] raised KeyError: \"run 'X-Y' not in" in line
-            and "at `res.run('X-Y')` -> synclib/results.py:" in line and " in run; the executed notebook is " in line)
+            and "at `res.run('X-Y')` -> synclib/analysis/results.py:" in line and " in run; the executed notebook is " in line)
     assert line.endswith(f"{kept}; the full traceback is in {log}")
     assert kept.is_file() and not out.exists() and not list(out.parent.glob("*.tmp.ipynb"))
     event = json.loads(log.read_text().splitlines()[-1])
-    assert "Traceback (most recent call last)" in event["traceback"] and "synclib/results.py" in event["traceback"]
+    assert "Traceback (most recent call last)" in event["traceback"] and "synclib/analysis/results.py" in event["traceback"]
     assert isinstance(err.value.__cause__, NotebookFailed)
 
     nb.write_text(head + "# A figure\n\n" + params + setup + "```{code-cell}\nres.run('S-S')\n```\n")
@@ -255,7 +255,7 @@ def _finish(jobs, keys):
 
 
 def test_a_setting_reruns_exactly_its_step_and_dry_run_says_why(tmp_path):
-    from synclib.plan import format_plan, plan
+    from synclib.run.plan import format_plan, plan
 
     over = [f"results_dir={tmp_path / 'r'}", "pairs=[S-G]", "orders=first"]
     cfg = load_config(None, over)
@@ -303,7 +303,8 @@ def test_planning_a_run_imports_no_torch(tmp_path):
 def test_paper_dry_run_says_how_to_fetch_then_plans_36_runs(tmp_path, monkeypatch, capsys, sotopia_dir):
     """Without the paper's tasks the dry run says how to fetch them (no traceback, nothing
     fetched); with the cache filled by `synclib fetch sotopia --from`, it plans the 36 runs."""
-    from synclib import cli, datasets
+    from synclib import cli
+    from synclib.tasks import datasets
 
     monkeypatch.setenv(datasets.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setenv(datasets.SOTOPIA.url_env, "http://127.0.0.1:9/")  # nothing may be downloaded
@@ -328,7 +329,7 @@ def test_the_default_run_plans_enough_training_samples_per_dataset():
     give fewer; the book quotes the counts the analysis used).  Issue 22 asked for 250 within a
     30-minute job; the job now has 20 minutes and the simulation is prefill-bound, so the default
     plays 40 tasks.  A run cut to a few tasks is warned about, naming the settings to change."""
-    from synclib.sizing import format_sizes, run_sizes
+    from synclib.analysis.sizing import format_sizes, run_sizes
 
     cfg = load_config(None)
     sizes = run_sizes(cfg, pipeline.runs(cfg))
@@ -370,7 +371,7 @@ def test_dry_run_estimates_every_job_of_the_default_from_the_measured_run(tmp_pa
     import json
 
     from synclib.paths import BENCH_RESULTS
-    from synclib.plan import CALIBRATION, format_plan, plan, simulate_work
+    from synclib.run.plan import CALIBRATION, format_plan, plan, simulate_work
 
     cal = json.loads((BENCH_RESULTS / CALIBRATION).read_text())
     over = [f"results_dir={tmp_path / 'r'}", f"dtype={cal['dtype_used']}"]
@@ -397,7 +398,7 @@ def test_dry_run_estimates_every_job_of_the_default_from_the_measured_run(tmp_pa
 
 
 def test_run_clock_counts_steps_and_scales_what_is_left():
-    from synclib.plan import JobPlan
+    from synclib.run.plan import JobPlan
 
     rows = [JobPlan("a", "a", "will run", "x", seconds=100), JobPlan("b", "b", "up to date", ""),
             JobPlan("c", "c", "will run", "x", seconds=300), JobPlan("d", "d", "will run", "x", seconds=60)]
@@ -412,7 +413,7 @@ def test_run_clock_counts_steps_and_scales_what_is_left():
 def test_estimates_count_notebooks_running_at_once():
     """The plan, its summary and the run clock count the notebooks AT_ONCE at a time."""
     from synclib.notebook import AT_ONCE
-    from synclib.plan import JobPlan, plan_summary, wall_seconds
+    from synclib.run.plan import JobPlan, plan_summary, wall_seconds
 
     est = [("simulate:x", 600), ("notebook:a", 120 * AT_ONCE), ("notebook:b", 120 * AT_ONCE), ("book", 60)]
     assert wall_seconds(est) == 600 + 240 + 60
@@ -428,7 +429,7 @@ def test_the_dry_runs_gpu_rate_is_the_latest_dialog_loop_benchmark(tmp_path, mon
     loop on a GPU (utterances/s), naming the file, the scheduling, the size and the card."""
     import json
 
-    import synclib.plan as plan
+    import synclib.run.plan as plan
 
     (tmp_path / "simulate_cuda_old.json").write_text(json.dumps({
         "benchmark": "bench_simulate", "date": "2026-11-20", "machine": {"gpu": "NVIDIA H200"},

@@ -1,5 +1,6 @@
-"""synclib.power (paired control tests, minimum detectable differences), synclib.recovery
-(synthetic recovery) and synclib.power_text (tables and sentences)."""
+"""synclib.analysis.power (paired control tests, minimum detectable differences), synclib.analysis.recovery
+(synthetic recovery) and the pages' tables and sentences of the tests (synclib.figures.power,
+synclib.figures.fig03_04_controls)."""
 from __future__ import annotations
 
 import itertools
@@ -10,8 +11,10 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from synclib import power, power_text, recovery, results
-from synclib.synthetic import SYNTHETIC_PAIRS, build_synthetic_results
+from synclib.analysis import power, recovery, results
+from synclib.analysis.synthetic import SYNTHETIC_PAIRS, build_synthetic_results
+from synclib.figures import fig03_04_controls
+from synclib.figures import power as power_page
 
 
 def brute_force_sign_flip(d) -> float:
@@ -191,9 +194,9 @@ def test_paired_tests_by_run_and_the_corrected_columns(small_results):
     one = by[(by["run"] == res.run_names[0]) & (by["control"] == "passive")].iloc[0]
     ds = res.analysis(res.run_names[0])
     assert one["n_pairs"] == ds.sizes["direction"] * ds.sizes["split_seed"]
-    text = power_text.by_run_sentence(by, embedded=True)
+    text = fig03_04_controls.by_run_sentence(by, embedded=True)
     assert text.count("the embedded models show") == len(res.run_names)
-    shown = power_text.format_by_run(by)
+    shown = fig03_04_controls.format_by_run(by)
     assert {"p (re-splits)", "p (episodes)"} <= set(shown.columns) and len(shown) == len(by)
     # every verdict is worded from the larger p of the two tests
     assert (by["p"] == by[["p_corrected", "p_episodes"]].max(axis=1)).all()
@@ -260,13 +263,13 @@ def test_sample_sizes_and_sentences(small_results):
     assert 0 < sizes["n_train"] < sizes["n_samples"]
     assert sizes["n_runs"] == 2 and sizes["split_seeds"] == 3 and sizes["directions"] == 2
     table = power.paired_control_tests(res)
-    text = power_text.claims_text(table, None, sizes, results.load_published(), 0.1,
+    text = power_page.claims_text(table, None, sizes, results.load_published(), 0.1,
                                   conservative=power.paired_control_tests(res, unit="direction"))
     passive = table.set_index("control").loc["passive"]
     assert f"{passive['mean_diff']:.3f}" in text and "stated assumption" in text
     assert f"{sizes['n_samples']:.0f}" in text  # "this run has about K"
     both = pd.concat([table, power.paired_control_tests(res, unit="direction")], ignore_index=True)
-    shown = power_text.format_table(both)
+    shown = power_page.format_table(both)
     assert len(shown) == len(both) and "min. detectable difference" in shown.columns
     # one control's rows together, per split seed first
     assert list(shown.index[:2]) == [("passive", "per split seed"), ("passive", "seeds averaged")]
@@ -280,15 +283,15 @@ def test_sentences_follow_the_numbers():
     sizes = {"n_samples": 72.0, "n_train": 57.0, "n_runs": 4}
     noisy = pd.DataFrame([{**base, "n_pairs": 24, "mean_diff": 0.01, "sd_diff": 0.3, "p_t": 0.6, "p_perm": 0.6,
                            "mde": power.mde_paired(0.3, 24)}])
-    text = power_text.claims_text(noisy, None, sizes, published, 0.1)
+    text = power_page.claims_text(noisy, None, sizes, published, 0.1)
     assert "**cannot**" in text and f"{power.mde_paired(0.3, 24):.3f}" in text
     assert f"about {power.n_pairs_needed(0.1, 0.3)} paired values" in text
     assert "6,500" in text and "about 72" in text
     precise = noisy.assign(sd_diff=0.01, mde=power.mde_paired(0.01, 24), p_t=1e-5, p_perm=1e-4, mean_diff=0.08)
-    text = power_text.claims_text(precise, None, sizes, published, 0.1)
+    text = power_page.claims_text(precise, None, sizes, published, 0.1)
     assert "**can**" in text and "finds genuine above passive" in text
     # a run without controls
-    assert "no control" in power_text.claims_text(noisy.iloc[:0], None, sizes, published, 0.1)
+    assert "no control" in power_page.claims_text(noisy.iloc[:0], None, sizes, published, 0.1)
 
 
 # --------------------------------------------------------------------------- synthetic recovery
@@ -315,7 +318,8 @@ def test_planting_a_difference_calibrates_the_coupling():
     assert 0 < c1 < c2 < 0.7 and d1 == pytest.approx(0.05) and d2 == pytest.approx(0.1)
     with pytest.raises(ValueError, match="cannot be planted"):
         recovery.coupling_for_difference(0.9, calibration_samples=400)
-    curve = recovery.recovery_curve([320], 0.1, n_reps=2, n_runs=2, split_seeds=(0,), calibration_samples=400)
+    curve = recovery.recovery_curve([320], 0.1, n_reps=2, n_runs=2, split_seeds=(0,),
+                                    setting=recovery.SyntheticSetting(calibration_samples=400))
     assert curve["coupling"].iloc[0] == pytest.approx(c2)
     assert curve["calibrated_diff"].iloc[0] == pytest.approx(0.1)
     # measured at 320 samples per dataset, near (a little below) the planted difference
@@ -340,8 +344,9 @@ def test_power_curve_spans_the_range_with_the_corrected_test():
     assert pc["rate"].iloc[0] == 0.0 and pc["rate"].iloc[-1] == 1.0
     assert recovery.detection_size(pc, by="planted") in set(pc["planted"])
     sizes = {"n_samples": 120.0, "n_train": 96.0, "n_runs": 2}
-    text = power_text._curve_sentence(pc, sizes, None, 0.1)
+    text = power_page._curve_sentence(pc, sizes, None, 0.1)
     assert "corrected resampled t-test" in text and "recovered at least 80 % of the time" in text
     # the plain paired t-test, which ignores that the split seeds re-split the same samples, finds more
-    plain = recovery.recovery_curve([120], None, n_reps=4, n_runs=2, split_seeds=(0, 1, 2), coupling=0.3, test="t")
+    plain = recovery.recovery_curve([120], None, n_reps=4, n_runs=2, split_seeds=(0, 1, 2), coupling=0.3,
+                                    criterion=recovery.RecoveryTest(test="t"))
     assert plain["mean_mde"].iloc[0] < pc["mean_mde"].iloc[1]

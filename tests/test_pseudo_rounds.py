@@ -6,15 +6,16 @@ import numpy as np
 import pytest
 from sklearn.linear_model import Ridge
 
-from synclib import rounds, stats
+from synclib import stats
 from synclib.analysis import AnalysisError, analyze, build_dataset
+from synclib.analysis.ridge import r2_grid, resampled_r2
 from synclib.analysis.samples import pseudo_partners
 from synclib.analysis.scores import sync_r2, sync_r2_noclip
-from synclib.ridge import r2_grid, resampled_r2
+from synclib.analysis.synthetic import Planted, Shapes, make_synthetic_cube
+from synclib.figures import fig03_04_controls as controls
 from synclib.splits import episode_split
-from synclib.synthetic import make_synthetic_cube
 
-SMALL = dict(passive=False, tom=False, layers_a=4, layers_b=4, dim_a=16, dim_b=16)
+SMALL = dict(passive=False, tom=False, shapes=Shapes(layers_a=4, dim_a=16, layers_b=4, dim_b=16))
 FIT = dict(split_seeds=(0, 1, 2), n_samples=None, progress=False, log=lambda m: None, alpha=1.0, n_boot=0, cka=False)
 
 
@@ -72,7 +73,8 @@ def test_pseudo_samples_take_the_partners_next_state(direction, shift):
 # --------------------------------------------------------------------------- planted structure
 @pytest.mark.parametrize("seeds,shared_by,episodes", [(2, "task", 30), (1, "scenario", 60)])
 def test_pseudo_dyads_find_no_synchrony_where_none_was_planted_across_dialogs(seeds, shared_by, episodes):
-    cube = make_synthetic_cube(n_episodes=episodes, n_seeds=seeds, shared=0.0, shared_by=shared_by, **SMALL)
+    cube = make_synthetic_cube(n_episodes=episodes, n_seeds=seeds, planted=Planted(shared=0.0, shared_by=shared_by),
+                               **SMALL)
     out = analyze(cube, conditions=("genuine", "pseudo"), **FIT)
     assert (out["sync_r2"].sel(condition="genuine") > 0.15).all()
     assert (out["sync_r2"].sel(condition="pseudo") < 0.01).all()
@@ -82,7 +84,8 @@ def test_pseudo_dyads_find_no_synchrony_where_none_was_planted_across_dialogs(se
 def test_pseudo_dyads_recover_synchrony_planted_across_dialogs(seeds, shared_by, episodes):
     """Every dialog of a task (seeds) or scenario (tasks) follows one latent path: agents that
     never talked share it, and the pseudo-dyads find most of the genuine synchrony."""
-    cube = make_synthetic_cube(n_episodes=episodes, n_seeds=seeds, shared=1.0, shared_by=shared_by, **SMALL)
+    cube = make_synthetic_cube(n_episodes=episodes, n_seeds=seeds, planted=Planted(shared=1.0, shared_by=shared_by),
+                               **SMALL)
     out = analyze(cube, conditions=("genuine", "pseudo"), **FIT)
     pseudo, genuine = out["sync_r2"].sel(condition="pseudo"), out["sync_r2"].sel(condition="genuine")
     assert (pseudo > 0.05).all()
@@ -92,10 +95,10 @@ def test_pseudo_dyads_recover_synchrony_planted_across_dialogs(seeds, shared_by,
 
 def test_the_shared_option_leaves_the_default_cube_unchanged():
     a = make_synthetic_cube(n_episodes=6, n_seeds=2, seed=3, **SMALL)
-    b = make_synthetic_cube(n_episodes=6, n_seeds=2, seed=3, shared=0.0, **SMALL)
+    b = make_synthetic_cube(n_episodes=6, n_seeds=2, seed=3, planted=Planted(shared=0.0), **SMALL)
     np.testing.assert_array_equal(a["hidden_b"].values, b["hidden_b"].values)
     with pytest.raises(ValueError, match="shared_by"):
-        make_synthetic_cube(n_episodes=6, shared=0.5, shared_by="seed", **SMALL)
+        make_synthetic_cube(n_episodes=6, planted=Planted(shared=0.5, shared_by="seed"), **SMALL)
 
 
 # --------------------------------------------------------------------------- per round
@@ -105,7 +108,8 @@ def test_a_rounds_r2_is_its_mse_over_the_test_sets_variance_and_they_average_to_
     Y[:, 0] += X[:, 0, :4] * 0.8
     tr, te = np.arange(40), np.arange(40, 60)
     rnd = np.arange(20) % 3
-    r2, (labels, loss, sizes) = r2_grid(X, Y, tr, te, 2.0, test_groups=rnd)
+    fit = r2_grid(X, Y, tr, te, 2.0, test_groups=rnd)
+    r2, (labels, loss, sizes) = fit.r2, (fit.test_loss.labels, fit.test_loss.loss, fit.test_loss.sizes)
     yt = Y[te, 0]
     for r in range(3):
         m = rnd == r
@@ -162,8 +166,9 @@ def test_the_rounds_average_to_the_whole_test_value():
     """Issue 49: in every condition and direction the rounds' SyncR², weighted by their test
     samples, is the whole test set's unclipped SyncR² (up to the split seeds' slightly different
     weights), where the best target of each round, clipped, lifted every round."""
-    cube = make_synthetic_cube(n_episodes=40, n_seeds=1, n_rounds=6, layers_a=4, dim_a=8, layers_b=4, dim_b=8,
-                               min_utterances=12, signal=3.0)
+    cube = make_synthetic_cube(n_episodes=40, n_seeds=1, n_rounds=6,
+                               shapes=Shapes(layers_a=4, dim_a=8, layers_b=4, dim_b=8),
+                               planted=Planted(min_utterances=12, signal=3.0))
     out = analyze(cube, conditions=("genuine", "passive", "lag1"), **{**FIT, "split_seeds": (0, 1)})
     n = out["n_test_round"].mean("split_seed")
     weighted = (out["sync_r2_round"] * n).sum("round") / n.where(out["sync_r2_round"].notnull()).sum("round")
@@ -173,23 +178,23 @@ def test_the_rounds_average_to_the_whole_test_value():
 def test_a_trend_planted_over_the_rounds_is_found_and_tested(tmp_path):
     """The partner's states drown in noise that grows round by round: synchrony fades, and the
     trend table says so, its slope a least-squares fit of the round table's values."""
-    from synclib.results import load_results
-    from synclib.synthetic import SYNTHETIC_PAIRS, build_synthetic_results
+    from synclib.analysis.results import load_results
+    from synclib.analysis.synthetic import SYNTHETIC_PAIRS, build_synthetic_results
 
     root = build_synthetic_results(tmp_path / "res", pairs=SYNTHETIC_PAIRS[:1], analyze_kwargs=dict(
         persona_disjoint=False, relationship=False, sample_sizes=None, nonlinear=False, tom=False, n_boot=50))
-    cube = make_synthetic_cube(n_episodes=80, n_seeds=1, n_rounds=6, min_utterances=12, **SMALL)
+    cube = make_synthetic_cube(n_episodes=80, n_seeds=1, n_rounds=6, planted=Planted(min_utterances=12), **SMALL)
     noise = np.random.default_rng(1).standard_normal(cube["hidden_b"].shape) * np.arange(6)[None, None, :, None, None]
     cube["hidden_b"] = cube["hidden_b"] + (1.5 * noise).astype(np.float32)
     analyze(cube, conditions=("genuine", "pseudo"), **{**FIT, "n_boot": 400}).to_netcdf(root / "analysis" / "S-S.nc")
     res = load_results(root)
 
-    table = rounds.round_table(res)
+    table = controls.round_table(res)
     g = table[table["condition"] == "genuine"]
     assert g["kept"].all() and g["round"].tolist() == [1, 2, 3, 4, 5]  # round 6 has agent 1's direction only
     assert (g["ci_lo"] <= g["mean"]).all() and (g["mean"] <= g["ci_hi"]).all()
     assert g["mean"].iloc[0] > g["mean"].iloc[-1] + 0.1
-    trend = rounds.trend_table(res).set_index("condition")
+    trend = controls.trend_table(res).set_index("condition")
     t = trend.loc["genuine"]
     assert t["slope"] == pytest.approx(np.polyfit(g["round"], g["mean"], 1)[0])
     assert t["slope"] < 0 and t["ci_hi"] < 0 and t["p"] < 0.01 and t["n_boot"] == 400
@@ -220,4 +225,4 @@ def test_the_presets_pages_have_pseudo_dyads_and_rounds_with_their_intervals(nam
     cube = make_synthetic_cube(n_episodes=4, n_seeds=len(cfg["simulate"]["seeds"]), **SMALL)
     assert pseudo_partners(cube)[2].startswith(partner)
     page = (repo / "notebooks" / "fig03_04_controls.md").read_text()
-    assert "rounds.round_table(res)" in page and "report.sentence_pseudo(" in page
+    assert "fig.round_table(res)" in page and "fig.sentence_pseudo(" in page

@@ -1,13 +1,12 @@
-"""synclib.benchmarks.benchmarks_markdown: quotes bench/results JSON, says what is missing;
-synclib.report.sample_curve_markdown: the measured sample-size curves."""
+"""synclib.figures.benchmarks.benchmarks_markdown: quotes bench/results JSON, says what is missing;
+synclib.figures.fig09_sample_size.sample_curve_markdown: the measured sample-size curves."""
 from __future__ import annotations
 
 import json
 import shutil
 from pathlib import Path
 
-from synclib import report
-from synclib.benchmarks import benchmarks_markdown
+from synclib.figures.benchmarks import benchmarks_markdown
 
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
 
@@ -48,12 +47,13 @@ def test_sample_curve_page_quotes_the_benchmark_json():
     bench/results/sample_curve_*.json (read here directly), for every pair, condition and size."""
     import json
 
+    from synclib.figures.fig09_sample_size import sample_curve_markdown
     from synclib.paths import BENCH_RESULTS
-    from synclib.sizing import clip_size, curve_table, load_curves
+    from synclib.analysis.sizing import clip_size, curve_table, load_curves
 
     files = sorted(BENCH_RESULTS.glob("sample_curve_*.json"))
     assert {json.loads(f.read_text())["pair"] for f in files} >= {"S-S", "G-G"}
-    text = report.sample_curve_markdown(curve_table())
+    text = sample_curve_markdown(curve_table())
     for f in files:
         d = json.loads(f.read_text())
         assert f"`{f.name}`: one ordered run of {d['settings']['tasks']} embedded tasks" in text
@@ -74,10 +74,10 @@ def test_sample_curve_page_quotes_the_benchmark_json():
 
 def test_where_syncr2_leaves_zero_has_one_source():
     """The point where SyncR² leaves 0 used to read "about 82", "100-200", "80-120" and "122" on
-    four pages. The measured curves are its one source (synclib.sizing.leaves_zero_range /
+    four pages. The measured curves are its one source (synclib.analysis.sizing.leaves_zero_range /
     leaves_zero_text); the static pages quote the same rounded range."""
     from synclib.paths import REPO_ROOT
-    from synclib.sizing import leaves_zero_range, leaves_zero_text, load_curves
+    from synclib.analysis.sizing import leaves_zero_range, leaves_zero_text, load_curves
 
     lo, hi = leaves_zero_range()
     curves = load_curves()
@@ -101,7 +101,8 @@ def test_generalisation_sentence_states_the_summary():
 
     import pandas as pd
 
-    from synclib.results import load_published
+    from synclib.figures.fig02_heatmaps import sentence_generalisation
+    from synclib.analysis.results import load_published
 
     published = load_published()
     summary = pd.DataFrame([
@@ -111,15 +112,15 @@ def test_generalisation_sentence_states_the_summary():
         {"run": "G-S", "pair": "S-G", "family": "Cross", "layer_pairs": 60, "train_median": 0.7,
          "test_median": -0.05, "gap_median": 0.75, "gap_mean": 0.8, "share_positive": 0.4,
          "n_train": math.nan, "n_test": math.nan}])
-    text = report.sentence_generalisation(summary, published, embedded=True)
+    text = sentence_generalisation(summary, published, embedded=True)
     assert text.startswith("These are the embedded tiny models, not the paper's")
     assert ("S-G loses a median of 0.689 (mean 0.701; median training R² 0.812, test 0.123) and keeps a positive "
             "test R² in 65% of its 60 layer pairs, on a mean of 416 training and 104 test samples per dataset") in text
     assert "G-S loses a median of 0.750 (mean 0.800; median training R² 0.700, test -0.050) and keeps a positive " \
            "test R² in 40% of its 60 layer pairs." in text
     assert published["fig2"]["generalisation"] in text and published["fig2"]["generalisation_source"] in text
-    assert "embedded tiny models" not in report.sentence_generalisation(summary, published)
-    empty = report.sentence_generalisation(summary.iloc[:0], published)
+    assert "embedded tiny models" not in sentence_generalisation(summary, published)
+    empty = sentence_generalisation(summary.iloc[:0], published)
     assert "lack `train_r2`" in empty and "*Paper (" in empty
 
 

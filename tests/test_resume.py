@@ -41,7 +41,7 @@ models:
 pairs: [A-B]
 orders: both
 simulate: {{episodes: 3, seeds: [0, 1], passive_seeds: [0], max_utterances: 4, max_new_tokens: 6,
-            batch_size: 2, passive: true, tom: true}}
+            units_per_part: 2, passive: true, tom: true}}
 judge: {{model: {a}, mode: constrained, sample: 3}}
 analysis: {{alpha: 0.1, n_samples: null, split_seeds: [0, 1], lags: [1], sample_sizes: null,
             persona_disjoint: false, relationship: false, nonlinear: false, tom: true}}

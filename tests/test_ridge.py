@@ -1,4 +1,4 @@
-"""synclib.ridge: equality to scikit-learn, planted maps, CV, errors."""
+"""synclib.analysis.ridge: equality to scikit-learn, planted maps, CV, errors."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,7 +7,7 @@ import torch
 from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 
-from synclib.ridge import r2_grid, r2_grid_subsets, relative_alphas, ridge_solve
+from synclib.analysis.ridge import ComputeOptions, Penalty, r2_grid, r2_grid_subsets, relative_alphas, ridge_solve
 from synclib.splits import RidgeInputError, episode_folds, episode_split
 
 
@@ -78,7 +78,7 @@ def test_solver_errors_name_the_parameter():
 def test_equals_sklearn(shape, method):
     X, Y, tr, te = make(*shape)
     ref = sklearn_grid(X, Y, tr, te, 0.1)
-    got = r2_grid(X, Y, tr, te, 0.1, method=method)
+    got = r2_grid(X, Y, tr, te, 0.1, compute=ComputeOptions(method=method)).r2
     assert got.shape == (shape[1], shape[3])
     np.testing.assert_allclose(got, ref, atol=1e-5, rtol=0)
 
@@ -90,17 +90,18 @@ def test_constant_and_near_constant_target_columns_match_sklearn():
     Y[:, 1, 5] *= 1e-3                    # near-constant (tiny variance)
     ref = sklearn_grid(X, Y, tr, te, 0.1)
     for method in ("gram", "direct"):
-        np.testing.assert_allclose(r2_grid(X, Y, tr, te, 0.1, method=method), ref, atol=1e-5, rtol=0)
+        np.testing.assert_allclose(r2_grid(X, Y, tr, te, 0.1, compute=ComputeOptions(method=method)).r2, ref, atol=1e-5,
+                                   rtol=0)
 
 
 def test_torch_input_and_float16_storage():
     X, Y, tr, te = make(120, 3, 30, 2, 10, seed=2)
     ref = sklearn_grid(X, Y, tr, te, 0.1)
-    got = r2_grid(torch.from_numpy(X), torch.from_numpy(Y), torch.as_tensor(tr), torch.as_tensor(te))
+    got = r2_grid(torch.from_numpy(X), torch.from_numpy(Y), torch.as_tensor(tr), torch.as_tensor(te)).r2
     np.testing.assert_allclose(got, ref, atol=1e-5)
     # float16 storage is upcast per layer; compare with sklearn on the same float16 values
     X16, Y16 = X.astype(np.float16), Y.astype(np.float16)
-    np.testing.assert_allclose(r2_grid(X16, Y16, tr, te),
+    np.testing.assert_allclose(r2_grid(X16, Y16, tr, te).r2,
                                sklearn_grid(X16.astype(np.float32), Y16.astype(np.float32), tr, te, 0.1), atol=1e-5)
 
 
@@ -110,7 +111,7 @@ def test_paired_rows_and_per_layer_alpha():
     ref = sklearn_grid(X, Y, tr, te, alphas)
     # pair X rows with shifted Y rows explicitly
     Ys = np.concatenate([np.zeros((5, 2, 10), np.float32), Y])
-    got = r2_grid(X, Ys, (tr, tr + 5), (te, te + 5), alphas)
+    got = r2_grid(X, Ys, (tr, tr + 5), (te, te + 5), alphas).r2
     np.testing.assert_allclose(got, ref, atol=1e-5)
 
 
@@ -122,12 +123,12 @@ def test_planted_linear_map_recovered_and_shuffled_target_is_not():
     Y = np.stack([X[:, 0] @ W + 0.01 * rng.standard_normal((n, 15)),
                   rng.standard_normal((n, 15))], 1).astype(np.float32)
     tr, te = np.arange(400), np.arange(400, 500)
-    g = r2_grid(X, Y, tr, te, 0.1)
+    g = r2_grid(X, Y, tr, te, 0.1).r2
     assert g[0, 0] > 0.999
     assert g[1, 0] < 0.05 and g[0, 1] < 0.05  # unrelated layers
     Ysh = Y.copy()
     Ysh[:, 0] = Y[rng.permutation(n), 0]  # break the pairing
-    assert r2_grid(X, Ysh, tr, te, 0.1)[0, 0] < 0.05
+    assert r2_grid(X, Ysh, tr, te, 0.1).r2[0, 0] < 0.05
 
 
 def test_subsets_equal_separate_grids():
@@ -146,8 +147,8 @@ def test_cv_picks_the_grouped_cv_optimum():
     X[:, 1] *= 1000.0  # a layer of another scale
     groups = tr // 4  # 4 samples per "episode"
     grid = (0.01, 0.1, 1.0, 10.0, 100.0)
-    r2, al = r2_grid(X, Y, tr, te, "cv", groups=groups, cv_alphas=grid, cv_folds=3,
-                     cv_columns=None, return_alpha=True)
+    fit = r2_grid(X, Y, tr, te, Penalty("cv", None, alphas=grid, folds=3, columns=None), groups=groups)
+    r2, al = fit.r2, fit.alpha
     folds = episode_folds(groups, 3, seed=0)
     for l in range(2):
         Xc = X[tr, l].astype(float) - X[tr, l].astype(float).mean(0)
@@ -173,8 +174,8 @@ def test_cv_picks_the_grouped_cv_optimum():
     (dict(test=np.arange(50, 51)), "too few samples"),
     (dict(alpha=-1.0), "alpha"),
     (dict(alpha="auto"), "alpha"),
-    (dict(precision="fp8"), "precision"),
-    (dict(precision="tf32"), "CUDA"),
+    (dict(compute=dict(precision="fp8")), "precision"),
+    (dict(compute=dict(precision="tf32")), "CUDA"),
     (dict(train=np.arange(10, 60), test=(np.arange(5), np.arange(4))), "mismatched sample counts"),
     (dict(alpha=np.array([0.1, 1.0, 10.0])), "alpha: an array needs one penalty per source layer"),
 ])
@@ -183,6 +184,8 @@ def test_errors(kwargs, match):
     args = dict(X=X, Y=Y, train=np.arange(10, 60), test=np.arange(10), alpha=0.1)
     args.update(kwargs)
     with pytest.raises(RidgeInputError, match=match):
+        if "compute" in args:
+            args["compute"] = ComputeOptions(**args["compute"])
         r2_grid(args.pop("X"), args.pop("Y"), args.pop("train"), args.pop("test"), args.pop("alpha"), **args)
 
 
@@ -198,7 +201,7 @@ def test_error_nan_constant_and_count_mismatch():
         r2_grid(X, Yn, tr, te)
     Xn[tr[0], 1, 3] = 0
     Xn[tr[1]] = np.nan  # a NaN in a row that is not used is fine
-    np.testing.assert_allclose(r2_grid(Xn, Y, tr[2:], te), sklearn_grid(X, Y, tr[2:], te, 0.1), atol=1e-5)
+    np.testing.assert_allclose(r2_grid(Xn, Y, tr[2:], te).r2, sklearn_grid(X, Y, tr[2:], te, 0.1), atol=1e-5)
     Yc = Y.copy()
     Yc[:, 1] = 7.0
     with pytest.raises(RidgeInputError, match="target layer 1 is constant"):
@@ -214,17 +217,18 @@ def test_error_nan_constant_and_count_mismatch():
 @pytest.mark.parametrize("method", ["gram", "direct"])
 def test_train_r2_equals_sklearn_on_the_training_rows(shape, method):
     X, Y, tr, te = make(*shape)
-    r2, train_r2, al = r2_grid(X, Y, tr, te, 0.1, method=method, return_train=True, return_alpha=True)
+    fit = r2_grid(X, Y, tr, te, 0.1, train_r2=True, compute=ComputeOptions(method=method))
+    r2, train_r2, al = fit.r2, fit.train_r2, fit.alpha
     np.testing.assert_allclose(r2, sklearn_grid(X, Y, tr, te, 0.1), atol=1e-5, rtol=0)
     np.testing.assert_allclose(train_r2, sklearn_grid(X, Y, tr, tr, 0.1), atol=1e-5, rtol=0)
     assert al.shape == (shape[1],)
-    np.testing.assert_array_equal(r2, r2_grid(X, Y, tr, te, 0.1, method=method))  # same test scores
+    np.testing.assert_array_equal(r2, r2_grid(X, Y, tr, te, 0.1, compute=ComputeOptions(method=method)).r2)  # same
 
 
 def test_train_r2_with_a_column_constant_on_the_training_rows():
     X, Y, tr, te = make(200, 2, 10, 2, 6, seed=11)
     Y[tr, 0, 2] = 1.5  # constant on train: predicted exactly there (sklearn scores it 1)
-    _, train_r2 = r2_grid(X, Y, tr, te, 0.1, return_train=True)
+    train_r2 = r2_grid(X, Y, tr, te, 0.1, train_r2=True).train_r2
     np.testing.assert_allclose(train_r2, sklearn_grid(X, Y, tr, tr, 0.1), atol=1e-5)
 
 
@@ -322,11 +326,12 @@ def test_group_losses_resample_whole_groups(shape, method):
     """Each test group's share of the loss: all groups once gives the grid itself, and a resample
     of whole groups (repeats allowed) gives sklearn's maps scored on those rows with the test set's
     column variances, by the gram and the direct form alike."""
-    from synclib.ridge import resampled_r2
+    from synclib.analysis.ridge import resampled_r2
 
     X, Y, tr, te = make(*shape, seed=4)
     groups = (np.arange(len(te)) * 7) % 5 * 10 + 3  # five groups, labels 3, 13, ..., 43, interleaved
-    r2, (labels, loss, sizes) = r2_grid(X, Y, tr, te, 0.3, method=method, test_groups=groups)
+    fit = r2_grid(X, Y, tr, te, 0.3, test_groups=groups, compute=ComputeOptions(method=method))
+    r2, (labels, loss, sizes) = fit.r2, (fit.test_loss.labels, fit.test_loss.loss, fit.test_loss.sizes)
     assert list(labels) == [3, 13, 23, 33, 43] and sizes.sum() == len(te)
     assert loss.shape == (5,) + r2.shape
     np.testing.assert_allclose(resampled_r2(r2, loss, sizes, np.ones((1, 5)))[0], r2, atol=1e-10)

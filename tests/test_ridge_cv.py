@@ -1,4 +1,4 @@
-"""The CV criterion of ``alpha="cv"`` (:func:`synclib.ridge._cv_alpha`) against brute force:
+"""The CV criterion of ``alpha="cv"`` (:func:`synclib.analysis.ridge._cv_alpha`) against brute force:
 every (alpha, target layer) score, not only its argmax, in the primal (n > D) and the dual
 (n < D) form."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import torch
 from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 
-from synclib.ridge import _cv_alpha, _cv_setup
+from synclib.analysis.ridge import _cv_alpha, _cv_setup
 
 
 @pytest.mark.parametrize("n, D", [(180, 12), (90, 140)])  # primal, dual

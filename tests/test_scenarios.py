@@ -1,4 +1,4 @@
-"""Tests for synclib.scenarios (loading, validation) and synclib.prompts (the three prompt
+"""Tests for synclib.tasks.scenarios (loading, validation) and synclib.tasks.prompts (the three prompt
 views, masking, the reference parity of the prompt text and of the dialog rules, the leak
 guard).
 
@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from synclib import prompts as pr
-from synclib import scenarios as sc
 from synclib.judge import JudgeItem
 from synclib.judge.prompt import judge_prompt
-from synclib.prompts import render_prompt
-from synclib.scenarios import ScenarioError, load_tasks
+from synclib.tasks import prompts as pr
+from synclib.tasks import scenarios as sc
+from synclib.tasks.prompts import render_prompt
+from synclib.tasks.scenarios import ScenarioError, load_tasks
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DIGESTS = REPO_ROOT / "tests" / "data" / "reference_prompt_digests.json"

@@ -17,11 +17,11 @@ import torch
 
 from conftest import kill9_when
 from synclib import cli
-from synclib.cube import IncompleteCubeError, open_cube, parts_dir
-from synclib.prompts import ACTIONS, EMOTIONS, is_leave, postprocess_reply, render_prompt
-from synclib.scenarios import load_tasks
 from synclib.argtypes import index_list as parse_index_list
-from synclib.simulate import _tom_readout, simulate
+from synclib.cube import IncompleteCubeError, open_cube, parts_dir
+from synclib.simulate import Batching, Passes, RunOptions, Sampling, _tom_readout, simulate
+from synclib.tasks.prompts import ACTIONS, EMOTIONS, is_leave, postprocess_reply, render_prompt
+from synclib.tasks.scenarios import load_tasks
 
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
@@ -94,7 +94,7 @@ def test_cli_help_documents_every_option(capsys):
     text = capsys.readouterr().out
     for opt in ("--model-a", "--model-b", "--scenarios", "--episodes", "--tasks", "--seeds", "--out",
                 "--passive", "--tom", "--max-new-tokens", "--max-utterances", "--temperature",
-                "--batch-size", "--device", "--dtype", "--store-dtype", "--overwrite", "--no-progress"):
+                "--units-per-part", "--max-rows", "--max-in-flight", "--device", "--dtype", "--store-dtype", "--overwrite", "--no-progress"):
         assert opt in text, opt
 
 
@@ -107,7 +107,7 @@ def test_cli_dtype_defaults_to_the_run_configs_auto(tiny_models, tmp_path, monke
     monkeypatch.setattr(synclib.cli.simulate, "simulate", lambda *a, **k: seen.update(k) or str(tmp_path / "x.nc"))
     assert cli.main(["simulate", "--model-a", tiny_models[0], "--episodes", "1", "--out",
                      str(tmp_path / "x.nc"), "--no-progress"]) == 0
-    assert seen["dtype"] == "auto"
+    assert seen["options"].dtype == "auto"
     from synclib.config import load_config
 
     assert load_config(None, [])["dtype"] == "auto"
@@ -184,7 +184,9 @@ def test_tom_readout_at_the_generated_positions(tiny_model_dir):
 
 # ----------------------------------------------------------------------------- the loop
 
-SIM = dict(max_utterances=4, max_new_tokens=6, temperature=0.7, batch_size=2, progress=False)
+SIM = dict(max_utterances=4, sampling=Sampling(max_new_tokens=6, temperature=0.7), batching=Batching(units_per_part=2),
+           options=RunOptions(progress=False))
+BOTH = Passes(passive=True, tom=True)
 
 
 @pytest.fixture(scope="module")
@@ -192,7 +194,7 @@ def cube_ab(tiny_models, tasks, tmp_path_factory):
     """A (4x64) vs B (3x48) on tasks 0 and 3, seeds 0 and 2, with passive and ToM."""
     a, b = tiny_models
     out = tmp_path_factory.mktemp("cube") / "ab.nc"
-    simulate(a, b, [tasks[i] for i in (0, 3)], [0, 2], out, passive=True, tom=True, **SIM)
+    simulate(a, b, [tasks[i] for i in (0, 3)], [0, 2], out, passes=BOTH, **SIM)
     return out
 
 
@@ -263,14 +265,14 @@ def test_same_seeds_same_cube_and_other_seed_differs(cube_ab, tiny_models, tasks
     sel = [tasks[i] for i in (0, 3)]
     x = open_cube(cube_ab, chunks=None)
     out = tmp_path / "again.nc"
-    simulate(a, b, sel, [0, 2], out, passive=True, tom=True, **SIM)
+    simulate(a, b, sel, [0, 2], out, passes=BOTH, **SIM)
     y = open_cube(out, chunks=None)
     for name in x.data_vars:
         np.testing.assert_array_equal(x[name].values, y[name].values, err_msg=name)
     assert (x.text_a.sel(sim_seed=0).values != x.text_a.sel(sim_seed=2).values).any()
     # another batch size changes which rows share a batch, not the dialogs
     out4 = tmp_path / "batch4.nc"
-    simulate(a, b, sel, [0, 2], out4, **{**SIM, "batch_size": 4})
+    simulate(a, b, sel, [0, 2], out4, **{**SIM, "batching": Batching(units_per_part=4)})
     z = open_cube(out4, chunks=None)
     for name in ("text_a", "text_b", "prompt_len_a", "prompt_len_b", "n_utterances"):
         np.testing.assert_array_equal(x[name].values, z[name].values, err_msg=name)
@@ -283,8 +285,8 @@ def test_tom_episodes_plays_the_tom_dialogs_of_the_first_tasks_only(cube_ab, tin
     returns the engine counters (prefix reuse included)."""
     a, b = tiny_models
     out, stats = tmp_path / "tom1.nc", {}
-    simulate(a, b, [tasks[i] for i in (0, 3)], [0, 2], out, passive=True, tom=True, tom_episodes=1,
-             engine_stats=stats, **SIM)
+    simulate(a, b, [tasks[i] for i in (0, 3)], [0, 2], out, passes=Passes(passive=True, tom=True, tom_episodes=1),
+             **{**SIM, "options": RunOptions(progress=False, engine_stats=stats)})
     x, y = open_cube(cube_ab, chunks=None), open_cube(out, chunks=None)
     np.testing.assert_array_equal(x.text_a.values, y.text_a.values)
     np.testing.assert_array_equal(x.text_a_tom.values[0], y.text_a_tom.values[0])
@@ -311,12 +313,12 @@ def test_passive_reader_persona_and_seeds(tiny_models, tasks, tmp_path):
     """The passive reader reads only ``passive_seeds`` and is told it is the persona drawn
     for (task, seed), as the reference draws it; the cube records who."""
     from synclib.models import load_model
-    from synclib.prompts import passive_persona
+    from synclib.tasks.prompts import passive_persona
 
     a, b = tiny_models
     out = tmp_path / "p.nc"
-    simulate(a, b, [tasks[i] for i in (1, 4)], [0, 2], out, passive=True, passive_seeds=[2],
-             taskset=tasks, **SIM)
+    simulate(a, b, [tasks[i] for i in (1, 4)], [0, 2], out,
+             passes=Passes(passive=True, passive_seeds=[2], taskset=tasks), **SIM)
     ds = open_cube(out, chunks=None)
     assert ds.attrs["conventions"].startswith("synclib cube v2")
     assert "random.Random" in ds.attrs["passive_persona_rule"] and ds.attrs["passive_seeds"] == "2"
@@ -332,7 +334,7 @@ def test_passive_reader_persona_and_seeds(tiny_models, tasks, tmp_path):
         np.testing.assert_allclose(cell.hidden_a_passive.values[0], _fresh_states(lm_a, prompt),
                                    rtol=1e-4, atol=1e-4)
     with pytest.raises(ValueError, match="passive_seeds"):
-        simulate(a, b, [tasks[0]], [0], tmp_path / "bad.nc", passive=True, passive_seeds=[1], **SIM)
+        simulate(a, b, [tasks[0]], [0], tmp_path / "bad.nc", passes=Passes(passive=True, passive_seeds=[1]), **SIM)
     assert not (tmp_path / "bad.nc").exists()
 
 
@@ -349,7 +351,8 @@ def test_sampling_settings_recorded(tiny_models, tasks, tmp_path):
     with pytest.raises(ValueError, match="top_p"):
         resolve_sampling(lm, top_p=1.5)
     out = tmp_path / "s.nc"
-    simulate(tiny_models[0], tiny_models[1], [tasks[0]], [0], out, top_k=5, top_p="model", **SIM)
+    simulate(tiny_models[0], tiny_models[1], [tasks[0]], [0], out,
+             **{**SIM, "sampling": Sampling(max_new_tokens=6, top_k=5, top_p="model")})
     ds = open_cube(out, chunks=None)
     assert ds.attrs["top_k_a"] == 5 and ds.attrs["top_k_b"] == 5 and ds.attrs["top_p_a"] == 1.0
     assert ds.attrs["prompt_format_a"] == "chat_template" and ds.attrs["stop_at_first_line"] == 1
@@ -383,11 +386,12 @@ def test_newer_or_foreign_cube_is_refused_clearly(tmp_path, cube_ab):
 _RUN = """
 import sys
 sys.path.insert(0, {repo!r})
-from synclib.scenarios import load_tasks
-from synclib.simulate import simulate
+from synclib.simulate import Batching, Passes, RunOptions, Sampling, simulate
+from synclib.tasks.scenarios import load_tasks
 t = load_tasks("embedded")
-simulate({a!r}, {b!r}, [t[i] for i in (0, 3)], [0, 2], sys.argv[1], passive=True, tom=True,
-         max_utterances=4, max_new_tokens=6, temperature=0.7, batch_size=2, progress=False)
+simulate({a!r}, {b!r}, [t[i] for i in (0, 3)], [0, 2], sys.argv[1], passes=Passes(passive=True, tom=True),
+         max_utterances=4, sampling=Sampling(max_new_tokens=6, temperature=0.7), batching=Batching(units_per_part=2),
+         options=RunOptions(progress=False))
 print("finished", flush=True)
 """
 
@@ -483,12 +487,13 @@ def test_continuous_scheduling_plays_the_same_dialogs(tiny_models, tasks, tmp_pa
     a = stopper(tiny_models[0], 0)
     b = a if pair == "A-A" else stopper(tiny_models[1], 1)
     sel = [tasks[i] for i in (0, 1, 3, 5)]
-    kw = dict(max_utterances=6, max_new_tokens=12, temperature=0.7, batch_size=5, progress=False,
-              passive=True, tom=True)
+    kw = dict(max_utterances=6, sampling=Sampling(max_new_tokens=12, temperature=0.7), passes=BOTH)
     cubes, stats = {}, {}
     for mode in ("turns", "continuous"):
         stats[mode] = {}
-        path = simulate(a, b, sel, [0, 1], tmp_path / f"{mode}.nc", scheduling=mode, engine_stats=stats[mode], **kw)
+        path = simulate(a, b, sel, [0, 1], tmp_path / f"{mode}.nc",
+                        batching=Batching(units_per_part=5, scheduling=mode),
+                        options=RunOptions(progress=False, engine_stats=stats[mode]), **kw)
         cubes[mode] = open_cube(path, chunks=None)
     x, y = cubes["turns"], cubes["continuous"]
     lengths = np.array([len(t) for t in x.text_a.values.ravel() if t])
@@ -506,7 +511,7 @@ def test_continuous_scheduling_plays_the_same_dialogs(tiny_models, tasks, tmp_pa
     for mode, names in parts.items():
         assert all(stats[mode][f"seconds_{n}"] > 0 for n in names), (mode, stats[mode])
     with pytest.raises(ValueError, match="scheduling must be one of turns, continuous"):
-        simulate(a, b, sel, [0], tmp_path / "bad.nc", scheduling="fast", **kw)
+        simulate(a, b, sel, [0], tmp_path / "bad.nc", batching=Batching(scheduling="fast"), **kw)
 
 
 def test_a_small_session_budget_plays_the_same_dialogs(cube_ab, tiny_models, tasks, tmp_path):
@@ -517,9 +522,11 @@ def test_a_small_session_budget_plays_the_same_dialogs(cube_ab, tiny_models, tas
     sel = [tasks[i] for i in (0, 3)]
     full, small = {}, {}
     x = open_cube(cube_ab, chunks=None)
-    simulate(a, b, sel, [0, 2], tmp_path / "again.nc", passive=True, tom=True, engine_stats=full, **SIM)
+    simulate(a, b, sel, [0, 2], tmp_path / "again.nc", passes=BOTH,
+             **{**SIM, "options": RunOptions(progress=False, engine_stats=full)})
     out = tmp_path / "small.nc"
-    simulate(a, b, sel, [0, 2], out, passive=True, tom=True, engine_stats=small, cache_gib=0.75 / 1024, **SIM)
+    simulate(a, b, sel, [0, 2], out, passes=BOTH, **{**SIM, "options": RunOptions(progress=False, engine_stats=small),
+                                                     "batching": Batching(units_per_part=2, cache_gib=0.75 / 1024)})
     y = open_cube(out, chunks=None)
     for name in x.data_vars:
         if name.startswith(("hidden_", "emotion_", "action_")):
@@ -531,7 +538,7 @@ def test_a_small_session_budget_plays_the_same_dialogs(cube_ab, tiny_models, tas
     assert small["prefill_tokens"] > full["prefill_tokens"] and small["reused_tokens"] < full["reused_tokens"]
     assert 0 < small["cache_peak_bytes"] <= int(0.75 * 2**20) < full["cache_peak_bytes"]
     with pytest.raises(ValueError, match="cache_gib must be 'auto' or a number >= 0"):
-        simulate(a, b, sel, [0], tmp_path / "bad.nc", cache_gib=-1, **SIM)
+        simulate(a, b, sel, [0], tmp_path / "bad.nc", **{**SIM, "batching": Batching(cache_gib=-1)})
 
 
 class _Terminal(io.StringIO):
@@ -545,10 +552,10 @@ def test_progress_counts_utterances_and_its_plan_shrinks_to_the_truth(tiny_model
     done == total == the cube's utterances.  Off a terminal it prints nothing."""
     a, b = tiny_models
     sel = [tasks[i] for i in (0, 3, 5)]
-    kw = {**SIM, "progress": True, "max_utterances": 6, "batch_size": 3}
+    kw = {**SIM, "options": RunOptions(progress=True), "max_utterances": 6, "batching": Batching(units_per_part=3)}
     err = _Terminal()
     monkeypatch.setattr(sys, "stderr", err)
-    out = simulate(a, b, sel, [0], tmp_path / "bar.nc", passive=True, tom=True, tom_episodes=2, **kw)
+    out = simulate(a, b, sel, [0], tmp_path / "bar.nc", passes=Passes(passive=True, tom=True, tom_episodes=2), **kw)
     last = err.getvalue().replace("\r", "\n").strip().splitlines()[-1]
     c = open_cube(out, chunks=None)
     n = int(c.n_utterances.sum()) * 2 + int(c.n_utterances_tom.where(c.n_utterances_tom > 0).sum())
@@ -561,7 +568,7 @@ def test_progress_counts_utterances_and_its_plan_shrinks_to_the_truth(tiny_model
 
 
 def test_trim_to_sentence():
-    from synclib.prompts import trim_to_sentence
+    from synclib.tasks.prompts import trim_to_sentence
 
     assert trim_to_sentence("Hi there. I was going to") == "Hi there."
     assert trim_to_sentence('He said "fine." Then we') == 'He said "fine."'
@@ -574,15 +581,17 @@ def test_trim_to_sentence():
 def test_reply_end_sentence_cuts_a_capped_reply_back_to_its_last_sentence(tmp_path, tasks):
     """SmolLM2 itself, 20 new tokens: a reply cut by the cap ends at its last complete sentence
     with reply_end='sentence'; the first utterance of a dialog is generated alike either way."""
-    kw = dict(max_utterances=1, max_new_tokens=20, progress=False, dtype="float32", device="cpu")
+    kw = dict(max_utterances=1, options=RunOptions(progress=False, dtype="float32", device="cpu"))
     sel = tasks[:6]
     cubes = {end: open_cube(simulate("smollm2-135m", "smollm2-135m", sel, [0], tmp_path / f"{end}.nc",
-                                     reply_end=end, **kw), chunks=None) for end in ("line", "sentence")}
-    from synclib.prompts import trim_to_sentence
+                                     sampling=Sampling(max_new_tokens=20, reply_end=end), **kw), chunks=None)
+             for end in ("line", "sentence")}
+    from synclib.tasks.prompts import trim_to_sentence
 
     line, sentence = (cubes[e].text_a.values[:, 0, 0] for e in ("line", "sentence"))
     assert all(s in (l, trim_to_sentence(l)) for l, s in zip(line, sentence))
     assert any(s != l for l, s in zip(line, sentence))  # at least one reply was cut back
     assert cubes["sentence"].attrs["reply_end"] == "sentence" and cubes["line"].attrs["reply_end"] == "line"
     with pytest.raises(ValueError, match="reply_end must be one of line, sentence"):
-        simulate("smollm2-135m", "smollm2-135m", sel, [0], tmp_path / "bad.nc", reply_end="word", **kw)
+        simulate("smollm2-135m", "smollm2-135m", sel, [0], tmp_path / "bad.nc",
+                 sampling=Sampling(max_new_tokens=20, reply_end="word"), **kw)

@@ -7,13 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import synclib.ridge as ridge
-from synclib import power
+import synclib.analysis.ridge as ridge
+from synclib.analysis import power
 from synclib.analysis import analyze
 from synclib.analysis.samples import build_dataset
 from synclib.analysis.surrogates import surrogate_partners, surrogate_rows
+from synclib.analysis.synthetic import Planted, Shapes, make_synthetic_cube
 from synclib.stats import bootstrap_p, rank_p
-from synclib.synthetic import make_synthetic_cube
 
 
 def test_r2_grid_targets_equals_one_fit_per_target_set(monkeypatch):
@@ -27,11 +27,13 @@ def test_r2_grid_targets_equals_one_fit_per_target_set(monkeypatch):
     solves = []
     real = ridge.ridge_solve
     monkeypatch.setattr(ridge, "ridge_solve", lambda *a, **k: solves.append(1) or real(*a, **k))
-    r2, (labels, loss, sizes) = ridge.r2_grid_targets(X, Y, xtr, xte, sets, alphas, test_groups=groups)
+    fit = ridge.r2_grid_targets(X, Y, xtr, xte, sets, alphas, test_groups=groups)
+    r2, (labels, loss, sizes) = fit.r2, (fit.test_loss.labels, fit.test_loss.loss, fit.test_loss.sizes)
     assert len(solves) == X.shape[1]  # one factorisation per source layer, whatever the number of sets
     assert r2.shape == (3, 3, 2) and loss.shape == (3, 6, 3, 2)
     for t, (ytr, yte) in enumerate(sets):
-        ref, (_, ref_loss, ref_sizes) = ridge.r2_grid(X, Y, (xtr, ytr), (xte, yte), alphas, test_groups=groups)
+        one = ridge.r2_grid(X, Y, (xtr, ytr), (xte, yte), alphas, test_groups=groups)
+        ref, ref_loss, ref_sizes = one.r2, one.test_loss.loss, one.test_loss.sizes
         np.testing.assert_allclose(r2[t], ref, atol=1e-6)
         np.testing.assert_allclose(loss[t], ref_loss, atol=1e-6)
         np.testing.assert_array_equal(sizes, ref_sizes)
@@ -43,9 +45,9 @@ def test_r2_grid_targets_equals_one_fit_per_target_set(monkeypatch):
 
 def test_partners_follow_the_rule():
     E, S = 10, 3
-    kw = dict(n_episodes=E, n_seeds=S, n_rounds=4, layers_a=2, dim_a=4, layers_b=2, dim_b=4, seed=3,
+    kw = dict(n_episodes=E, n_seeds=S, n_rounds=4, shapes=Shapes(layers_a=2, dim_a=4, layers_b=2, dim_b=4), seed=3,
               passive=False, tom=False)
-    full = make_synthetic_cube(min_utterances=8, **kw)  # every dialog plays all 8 utterances
+    full = make_synthetic_cube(planted=Planted(min_utterances=8), **kw)  # every dialog plays all 8 utterances
     pe, ps = surrogate_partners(full, build_dataset(full, "B->A", "genuine"), 12)
     assert pe.shape == ps.shape == (E, S, 12)
     own = (pe == np.arange(E)[:, None, None]) & (ps == np.arange(S)[None, :, None])
@@ -64,7 +66,7 @@ def test_partners_follow_the_rule():
     rows, share = surrogate_rows(full, build_dataset(full, "B->A", "genuine"), 12)
     np.testing.assert_allclose(share["same_personas"][:2], 1.0)  # same task: same personas
     # dialogs of different lengths: partners that hold every round a dialog needs come first
-    var = make_synthetic_cube(min_utterances=3, **kw)
+    var = make_synthetic_cube(planted=Planted(min_utterances=3), **kw)
     samples = build_dataset(var, "B->A", "genuine")
     rows, _ = surrogate_rows(var, samples, (S - 1) + (E - 1))  # every candidate once
     for e in range(E):
@@ -73,16 +75,17 @@ def test_partners_follow_the_rule():
             if mine.any():
                 missing = (rows[mine] < 0).any(0).astype(int)
                 assert np.all(np.diff(missing) >= 0), (e, s, missing)
-    one = make_synthetic_cube(n_episodes=1, n_seeds=1, n_rounds=3, layers_a=2, dim_a=4, layers_b=2, dim_b=4,
-                              passive=False, tom=False)
+    one = make_synthetic_cube(n_episodes=1, n_seeds=1, n_rounds=3,
+                              shapes=Shapes(layers_a=2, dim_a=4, layers_b=2, dim_b=4), passive=False, tom=False)
     assert surrogate_partners(one, build_dataset(one, "A->B", "genuine"), 5)[0].shape == (1, 1, 0)
 
 
 def _null_cube(i: int):
     """A and B independent but for a state every dialog holds at each round (shared position in
     the dialog, not interaction): the genuine pairing has nothing the surrogates lack."""
-    cube = make_synthetic_cube(n_episodes=24, n_seeds=1, n_rounds=6, layers_a=3, dim_a=16, layers_b=3, dim_b=16,
-                               coupling=0.0, relationship_effect=0.0, seed=100 + i, passive=False, tom=False)
+    cube = make_synthetic_cube(n_episodes=24, n_seeds=1, n_rounds=6,
+                               shapes=Shapes(layers_a=3, dim_a=16, layers_b=3, dim_b=16), coupling=0.0,
+                               planted=Planted(relationship_effect=0.0), seed=100 + i, passive=False, tom=False)
     rng = np.random.default_rng(i)
     for v in ("hidden_a", "hidden_b"):
         da = cube[v]
@@ -93,7 +96,7 @@ def _null_cube(i: int):
 def test_surrogate_null_holds_at_five_percent():
     n, p_rank, p_boot, genuine = 40, [], [], []
     for i in range(n):
-        ds = analyze(_null_cube(i), ["genuine"], alpha="cv", n_samples=None, split_seeds=(0,), n_boot=200,
+        ds = analyze(_null_cube(i), conditions=["genuine"], alpha="cv", n_samples=None, split_seeds=(0,), n_boot=200,
                      surrogates=20, cka=False, progress=False, log=lambda m: None)
         g = float(ds["sync_r2_surrogate_genuine"].mean())
         genuine.append(g)
@@ -109,9 +112,10 @@ def test_surrogate_null_holds_at_five_percent():
 
 
 def test_planted_synchrony_is_above_every_surrogate():
-    cube = make_synthetic_cube(n_episodes=30, n_seeds=1, n_rounds=6, layers_a=3, dim_a=16, layers_b=3, dim_b=16,
-                               coupling=0.8, seed=5, passive=False, tom=False)
-    ds = analyze(cube, ["genuine"], alpha="cv", n_samples=None, split_seeds=(0, 1), n_boot=200, surrogates=20,
+    cube = make_synthetic_cube(n_episodes=30, n_seeds=1, n_rounds=6,
+                               shapes=Shapes(layers_a=3, dim_a=16, layers_b=3, dim_b=16), coupling=0.8, seed=5,
+                               passive=False, tom=False)
+    ds = analyze(cube, conditions=["genuine"], alpha="cv", n_samples=None, split_seeds=(0, 1), n_boot=200, surrogates=20,
                  cka=False, progress=False, log=lambda m: None)
     # every partner holds the rounds its dialog needs: the batch's genuine is the genuine condition
     keep = (surrogate_rows(cube, build_dataset(cube, "A->B", "genuine"), 20)[0] >= 0).all(1)
@@ -125,8 +129,8 @@ def test_planted_synchrony_is_above_every_surrogate():
 
 
 def test_surrogate_test_on_results(tmp_path):
-    from synclib.results import load_results
-    from synclib.synthetic import build_synthetic_results
+    from synclib.analysis.results import load_results
+    from synclib.analysis.synthetic import build_synthetic_results
 
     root = build_synthetic_results(tmp_path / "r", n_episodes=30,
                                    analyze_kwargs={"sample_sizes": None, "nonlinear": False, "relationship": False,

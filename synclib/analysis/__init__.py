@@ -14,7 +14,7 @@ Protocol (the paper's sections 3.2-3.3, appendices B-E, G, I, J):
   holds ``>= int(0.8 N)`` or the episodes run out (a cube with fewer than ``N``
   samples: training = all the rest; recorded in ``split_short``).  The
   persona-disjoint variant (ours) assigns whole (unordered) agent pairs instead.
-* ridge (:func:`synclib.ridge.r2_grid`) for every layer pair: test and training R^2.
+* ridge (:func:`synclib.analysis.ridge.r2_grid`) for every layer pair: test and training R^2.
 * SyncR^2 as the reference aggregates it (:mod:`synclib.analysis.scores`): grids
   averaged over split seeds first, then per source layer the best target layer, clip
   at 0, mean over source layers; its standard error from the variance over split
@@ -32,18 +32,53 @@ Modules
 ``cka``      linear CKA per layer pair (ours: a second measure, nothing fitted)
 ``context``  what the blocks share: settings, notes, the ridge fit of one split
 ``blocks``   one function per analysis block, each returning an ``xarray.Dataset``
-``core``     :func:`analyze`: checks the options, runs the blocks, merges their Datasets
+``settings`` :class:`AnalysisSettings`: analyze's options, checked once; ``from_config``
+``core``     :func:`analyze`: runs the blocks, merges their Datasets
+``ridge``    ridge maps and their R² grids: ridge_solve, r2_grid (GridFit), the CV penalty's solver
+``tom``      Theory-of-Mind probes (appendix J): tom_decode, tom_dataset, kl_divergence
+``power``    paired tests of the controls and settings, detectable sizes, surrogate_test
+``recovery`` how often the analysis recovers a planted difference (synthetic cubes)
+``sizing``   a run's training samples per dataset against the measured sample curves (numpy only)
+``results``  load_results -> Results: a results directory's analyses and judge tables, looked up
+``synthetic`` synthetic cubes and results directories (test fixtures)
 """
-from synclib.analysis.blocks import RELATIONSHIP_SOURCES
-from synclib.analysis.cka import cka_grid, linear_cka
-from synclib.analysis.core import analyze
-from synclib.analysis.mlp import mlp_r2
-from synclib.analysis.samples import (DIRECTIONS, AnalysisError, PairedSamples, build_dataset, parse_condition,
-                                      persona_keys, shuffle_training_targets, sim_seed_rank)
-from synclib.analysis.scores import SeedAggregate, seed_aggregate, sync_r2, sync_r2_noclip, sync_r2_se, sync_r2_topk
+import importlib
+
+#: where each public name lives; a name is imported when first used, so that the light modules of
+#: this package (``sizing``, ``settings``) load without torch for the config and the dry run
+_NAMES = {
+    "RELATIONSHIP_SOURCES": "synclib.analysis.blocks",
+    "cka_grid": "synclib.analysis.cka",
+    "linear_cka": "synclib.analysis.cka",
+    "analyze": "synclib.analysis.core",
+    "MLPOptions": "synclib.analysis.mlp",
+    "mlp_r2": "synclib.analysis.mlp",
+    "DIRECTIONS": "synclib.analysis.samples",
+    "AnalysisError": "synclib.analysis.samples",
+    "PairedSamples": "synclib.analysis.samples",
+    "build_dataset": "synclib.analysis.samples",
+    "parse_condition": "synclib.analysis.samples",
+    "persona_keys": "synclib.analysis.samples",
+    "shuffle_training_targets": "synclib.analysis.samples",
+    "sim_seed_rank": "synclib.analysis.samples",
+    "SeedAggregate": "synclib.analysis.scores",
+    "seed_aggregate": "synclib.analysis.scores",
+    "sync_r2": "synclib.analysis.scores",
+    "sync_r2_noclip": "synclib.analysis.scores",
+    "sync_r2_se": "synclib.analysis.scores",
+    "sync_r2_topk": "synclib.analysis.scores",
+    "AnalysisSettings": "synclib.analysis.settings",
+}
+
+
+def __getattr__(name: str):
+    if name in _NAMES:
+        return getattr(importlib.import_module(_NAMES[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
-    "analyze", "AnalysisError", "PairedSamples", "build_dataset", "parse_condition", "persona_keys",
+    "analyze", "AnalysisSettings", "MLPOptions", "AnalysisError", "PairedSamples", "build_dataset", "parse_condition", "persona_keys",
     "shuffle_training_targets", "sim_seed_rank", "sync_r2", "sync_r2_topk", "sync_r2_noclip", "sync_r2_se",
     "seed_aggregate", "SeedAggregate", "mlp_r2", "DIRECTIONS", "RELATIONSHIP_SOURCES", "linear_cka", "cka_grid",
 ]

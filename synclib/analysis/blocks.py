@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 import xarray as xr
@@ -34,16 +34,16 @@ from tqdm import tqdm
 
 from synclib.analysis.cka import cka_grid
 from synclib.analysis.context import Context, GenuineFits, SplitFit
-from synclib.analysis.mlp import STOPPING_RULE, mlp_defaults, mlp_r2_batch
+from synclib.analysis.mlp import STOPPING_RULE, MLPOptions, mlp_r2_batch
 from synclib.analysis.samples import (PairedSamples, build_dataset, persona_keys, shuffle_training_targets,
                                       sim_seed_rank)
 from synclib.analysis.scores import (best_targets, seed_aggregate, sync_r2, sync_r2_at, sync_r2_many, sync_r2_noclip,
                                      sync_r2_topk)
-from synclib.ridge import PAPER_ALPHA, r2_grid, r2_grid_subsets, resampled_r2
+from synclib.analysis.ridge import PAPER_ALPHA, ComputeOptions, r2_grid, r2_grid_subsets, resampled_r2
+from synclib.analysis.tom import tom_decode
 from synclib.splits import RidgeInputError, trim_split, validation_split
-from synclib.scenarios import RELATIONSHIPS
 from synclib.stats import mean_se
-from synclib.tom import tom_decode
+from synclib.tasks.scenarios import RELATIONSHIPS
 
 __all__ = ["conditions_block", "condition_splits", "episode_draws", "episode_bootstrap", "N_BOOT", "BOOT_SEED", "BOOT_RULE",
            "paper_alpha_block", "persona_block", "sample_size_block", "relationship_block",
@@ -225,7 +225,7 @@ class _ConditionArrays:
                 "r2": (cds + ("src_layer", "tgt_layer"), self.r2),
                 "train_r2": (cds + ("src_layer", "tgt_layer"), self.train_r2),
                 "alpha": (cds + ("src_layer",), self.alpha),
-                **({"alpha_relative": (cds + ("src_layer",), self.alpha_relative)} if isinstance(ctx.alpha, str) else {}),
+                **({"alpha_relative": (cds + ("src_layer",), self.alpha_relative)} if ctx.penalty.cv else {}),
                 "n_train": (cds, self.n_train),
                 "n_test": (cds, self.n_test),
                 "split_short": (cds, self.short),
@@ -256,7 +256,7 @@ BOOT_RULE = ("ours: each resample draws the cube's episodes (tasks, each with al
              "replacement, as many as there are, from numpy.random.default_rng(BOOT_SEED); the same draws serve "
              "every condition, direction and split seed (and every run of the same task set). Each split's maps "
              "are held fixed and its test R^2 grid is recomputed on the drawn test episodes "
-             "(synclib.ridge.resampled_r2: each column's test variance held at the whole test set's); the grids "
+             "(synclib.analysis.ridge.resampled_r2: each column's test variance held at the whole test set's); the grids "
              "are then aggregated over split seeds as sync_r2 (seed mean, max, clip, mean).")
 
 
@@ -270,7 +270,7 @@ def episode_draws(n_episodes: int, n_boot: int = N_BOOT, seed: int = BOOT_SEED) 
 ROUND_RULE = ("ours (the paper has no score per round): each split's maps, fitted on all rounds of its training "
               "episodes, scored on the test samples of one round (the source state's round): one minus the mean "
               "over target columns of the round's mean squared error over the whole test set's variance (ddof 0; "
-              "synclib.ridge.resampled_r2), so that the test R^2 is the rounds' mean weighted by their test samples; "
+              "synclib.analysis.ridge.resampled_r2), so that the test R^2 is the rounds' mean weighted by their test samples; "
               "then averaged over split seeds and scored at each source layer's target layer chosen on the whole "
               "test set (round_tgt_layer: the best target of the seed-mean grid, as sync_r2 chooses it; -1 "
               "padding), averaged over source layers without a clip (synclib.analysis.scores.sync_r2_at). Nothing "
@@ -389,7 +389,7 @@ def _fit_splits(ctx: Context, samples: PairedSamples, seed_rank: np.ndarray, spl
                 s = replace(samples, y_rows=shuffle_training_targets(samples, info["train_groups"], rs, seed_rank))
             full = alphas is None
             fits.append(ctx.fit(s, seed, tr, te, f"{label} split {seed}", train_r2=full and samples.condition == "genuine",
-                                split=info, episode_loss=full, alpha=alpha))
+                                split=info, episode_loss=full, penalty=alpha))
         ctx.bar.update(1)
     return fits
 
@@ -533,7 +533,7 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
 
 # --------------------------------------------------------------------------- the paper's penalty
 def paper_alpha_block(ctx: Context, genuine: GenuineFits) -> xr.Dataset:
-    """Genuine SyncR^2 with the paper's ridge penalty (:data:`synclib.ridge.PAPER_ALPHA`) on
+    """Genuine SyncR^2 with the paper's ridge penalty (:data:`synclib.analysis.ridge.PAPER_ALPHA`) on
     the genuine splits, clipped and not, for a run whose own penalty is another (e.g.
     ``alpha="cv"``): figure 8 (appendix C.2) shows what clipping does at the paper's setting,
     where maps fitted on few samples predict worse than the mean and R^2 goes negative.
@@ -553,7 +553,7 @@ def paper_alpha_block(ctx: Context, genuine: GenuineFits) -> xr.Dataset:
             fit = genuine.fits.get((d, seed))
             if fit is not None:
                 r2 = ctx.fit(fit.samples, seed, fit.train, fit.test, f"genuine {d} split {seed} at alpha "
-                             f"{PAPER_ALPHA}", alpha=PAPER_ALPHA).r2
+                             f"{PAPER_ALPHA}", penalty=PAPER_ALPHA).r2
                 grids[di, si, :r2.shape[0], :r2.shape[1]] = r2
             ctx.bar.update(1)
     ds = xr.Dataset({"paper_alpha_r2": (("direction", "split_seed", "src_layer", "tgt_layer"), grids),
@@ -680,7 +680,7 @@ def _subset_scores(ctx: Context, fit: SplitFit, groups: list, size: int, seeds) 
     uniq, inv = np.unique(rows, return_inverse=True)
     X, Y = fit.samples.take(uniq)
     pos = np.split(inv, np.cumsum([len(fit.train)] + [len(s) for s in subsets])[:-1])
-    grids = r2_grid_subsets(X, Y, pos[0], pos[1:], fit.alpha, device=ctx.device)
+    grids = r2_grid_subsets(X, Y, pos[0], pos[1:], fit.alpha, compute=ComputeOptions(device=ctx.device))
     return np.array([sync_r2(g) for g in grids]).reshape(len(seeds), len(groups))
 
 
@@ -688,7 +688,7 @@ def relationship_block(ctx: Context, genuine: GenuineFits, seeds=(0, 1, 2), min_
     """Appendix G: the genuine maps scored on equal-sized test subsets per relationship.
 
     Test samples from :data:`RELATIONSHIP_SOURCES` are split by relationship
-    (:data:`synclib.scenarios.RELATIONSHIPS`, in code order); relationships with at
+    (:data:`synclib.tasks.scenarios.RELATIONSHIPS`, in code order); relationships with at
     least ``min_samples`` of them are subsampled to the size of the smallest, the
     others stay NaN.
 
@@ -723,6 +723,9 @@ def relationship_block(ctx: Context, genuine: GenuineFits, seeds=(0, 1, 2), min_
         for si, seed in enumerate(ctx.split_seeds):
             fit = genuine.widest(d, seed)  # a comparison within genuine: its fit on all its samples
             if fit is None:  # the genuine split failed (noted there)
+                continue
+            if not np.isfinite(fit.alpha).all():  # the split's maps could not be fitted (noted there)
+                ctx.note(f"relationship {d} seed {seed}: the genuine maps of this split were not fitted; left NaN")
                 continue
             by_rel = _test_by_relationship(ctx, fit, codes)
             present = [i for i, t in enumerate(by_rel) if len(t) >= min_samples]
@@ -769,12 +772,12 @@ def _validation_targets(fit: SplitFit, xtr: np.ndarray, ytr: np.ndarray, sources
     samples of ``fit``.  Returns ``(targets, val_r2)``: the target layer of each source and
     the validation R^2 it was chosen by."""
     part, val = validation_split(fit.samples.episode[fit.train], fit.seed)
-    grid = r2_grid(xtr[:, sources], ytr, part, val, fit.alpha[sources], device=device)
+    grid = r2_grid(xtr[:, sources], ytr, part, val, fit.alpha[sources], compute=ComputeOptions(device=device)).r2
     targets = [int(np.nanargmax(row)) for row in grid]
     return targets, [float(grid[i, t]) for i, t in enumerate(targets)], val
 
 
-def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: dict | None = None,
+def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: MLPOptions | dict | None = None,
                     n_seeds: int | None = None) -> xr.Dataset:
     """Appendix I: a 2-layer MLP against the affine map, on the genuine splits, for a
     few layer pairs.
@@ -787,8 +790,8 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: dic
     pairs : list of (int, int), dict of them by direction, or None
         (source, target) layer pairs, the same on every split; None: chosen per split
         without its test set (:data:`NONLINEAR_SELECTION`).
-    options : dict, optional
-        Keywords of :func:`~synclib.analysis.mlp.mlp_r2`.
+    options : MLPOptions or a dict of its fields, optional
+        The MLPs (:class:`~synclib.analysis.mlp.MLPOptions`; default its defaults).
     n_seeds : int, optional
         Fit on the first ``n_seeds`` split seeds only (the MLPs cost far more than the
         affine grids); the other seeds' values are NaN.  None: all.
@@ -806,7 +809,7 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: dic
         fitted.  Attributes ``nonlinear_options``, ``nonlinear_selection``,
         ``nonlinear_stopping`` and ``nonlinear_max_epochs``.
     """
-    opts = dict(options or {})
+    opts = MLPOptions.of(options)
     fixed = None if pairs is None else {d: [tuple(map(int, p)) for p in (pairs[d] if isinstance(pairs, dict) else pairs)]
                                         for d in ctx.directions}
     L_src = {d: genuine.samples[d].X.shape[1] for d in ctx.directions if d in genuine.samples}
@@ -816,7 +819,7 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: dic
     src_layer = np.full((nd, npair), -1, dtype=np.int64)
     tgt_layer, epochs = (np.full((nd, ns, npair), -1, dtype=np.int64) for _ in range(2))
     n_steps = np.full((nd, ns), -1, dtype=np.int64)
-    bs = {**mlp_defaults(), **opts}["batch_size"]
+    bs = opts.batch_size
     fitted = ctx.split_seeds[:n_seeds] if n_seeds is not None else ctx.split_seeds
     bar = tqdm(total=nd * len(fitted) * npair, desc="nonlinear maps", disable=None if ctx.progress else True,
                file=sys.stderr)
@@ -845,7 +848,7 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: dic
             nl[di, si, :len(src)], epochs[di, si, :len(src)] = mlp_r2_batch(
                 np.moveaxis(xtr[:, src], 1, 0), np.moveaxis(ytr[:, tgt], 1, 0),
                 np.moveaxis(xte[:, src], 1, 0), np.moveaxis(yte[:, tgt], 1, 0),
-                seed=seed, device=ctx.device, val=val, return_epochs=True, **opts)
+                opts, seed=seed, device=ctx.device, val=val, return_epochs=True)
             n_steps[di, si] = -(-len(fit.train) // (bs or len(fit.train)))
             tgt_layer[di, si, :len(src)] = tgt
             af[di, si, :len(src)] = fit.r2[src, tgt]
@@ -857,10 +860,10 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: dic
          "nonlinear_val_r2": (dps, val_r2), "nonlinear_r2": (dps, nl), "affine_r2": (dps, af),
          "nonlinear_epochs": (dps, epochs), "nonlinear_steps_per_epoch": (dps[:2], n_steps)},
         coords=_coords(ctx, layer_pair=np.arange(npair)))
-    ds.attrs["nonlinear_options"] = repr({**mlp_defaults(), **opts})
+    ds.attrs["nonlinear_options"] = repr(asdict(opts))
     ds.attrs["nonlinear_selection"] = "given layer pairs" if fixed else NONLINEAR_SELECTION
     ds.attrs["nonlinear_stopping"] = STOPPING_RULE
-    ds.attrs["nonlinear_max_epochs"] = int({**mlp_defaults(), **opts}["epochs"])
+    ds.attrs["nonlinear_max_epochs"] = int(opts.epochs)
     return ds
 
 
@@ -872,12 +875,12 @@ def tom_block(ctx: Context, options: dict | None = None) -> xr.Dataset:
     ----------
     ctx : Context
     options : dict, optional
-        Other keywords of :func:`synclib.tom.tom_decode`.
+        Other keywords of :func:`synclib.analysis.tom.tom_decode`.
 
     Returns
     -------
     xarray.Dataset
-        That of :func:`synclib.tom.tom_decode`; empty (and a note) when the cube has
+        That of :func:`synclib.analysis.tom.tom_decode`; empty (and a note) when the cube has
         too few ToM samples to split.
     """
     try:

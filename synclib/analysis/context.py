@@ -7,8 +7,8 @@ from typing import Callable
 
 import numpy as np
 
+from synclib.analysis.ridge import ComputeOptions, GridFit, Penalty, r2_grid, relative_alphas
 from synclib.analysis.samples import HiddenCache, PairedSamples
-from synclib.ridge import r2_grid, relative_alphas
 from synclib.splits import RidgeInputError, episode_split
 
 __all__ = ["Context", "SplitFit", "GenuineFits"]
@@ -27,9 +27,9 @@ class SplitFit:
     split: dict | None = None           # the ``info`` of :func:`synclib.splits.episode_split`
     test_loss: tuple | None = None      # (episodes (G,), losses (G, L_src, L_tgt), samples (G,)) per group of
                                         # test samples of one episode and round, when asked for
-                                        # (:func:`synclib.ridge.r2_grid` test_groups)
+                                        # (:func:`synclib.analysis.ridge.r2_grid` test_groups)
     test_rounds: np.ndarray | None = None  # (G,) the round of each of those groups
-    alpha_relative: np.ndarray | None = None  # (L_src,) with alpha="cv": the penalty over the layer's scale
+    alpha_relative: np.ndarray | None = None  # (L_src,) with a CV penalty: the penalty over the layer's scale
 
 
 @dataclass
@@ -53,7 +53,7 @@ class Context:
     directions: tuple
     split_seeds: list
     n_samples: int | None
-    alpha: float | str
+    penalty: Penalty                    # the analysis' ridge penalty
     device: object
     precision: str
     max_resident_bytes: int | None
@@ -87,32 +87,31 @@ class Context:
         return tr, te, info, rs
 
     def fit(self, samples: PairedSamples, seed: int, train, test, what: str, *,
-            train_r2: bool = False, split: dict | None = None, alpha: float | str | None = None,
+            train_r2: bool = False, split: dict | None = None, penalty=None,
             episode_loss: bool = False) -> SplitFit:
         """The R^2 grid of ``samples`` fitted on ``train``, scored on ``test`` (sample
         indices), with ``train_r2`` also on ``train`` and with ``episode_loss`` the share of
         the test loss of each test episode's samples of each round (``test_loss`` and
         ``test_rounds``: the episode bootstrap and the scores per round); a split too small
         or degenerate to fit gives NaN and a note.  ``split`` is kept on the result;
-        ``alpha`` replaces the analysis' penalty."""
+        ``penalty`` (a :class:`~synclib.analysis.ridge.Penalty` or a fixed (L_src,) array, e.g. another
+        fit's) replaces the analysis' penalty."""
         Ls, Lt = samples.X.shape[1], samples.Y.shape[1]
-        alpha = self.alpha if alpha is None else alpha
         R = int(samples.round.max(initial=0)) + 1
         try:
+            penalty = self.penalty if penalty is None else Penalty.of(penalty)
             X, Y, tr, te = samples.ridge_inputs(train, test)
-            cv = isinstance(alpha, str)
-            out = r2_grid(X, Y, tr, te, alpha, groups=samples.episode[train] if cv else None,
-                          return_alpha=True, return_train=train_r2, device=self.device, precision=self.precision,
-                          test_groups=samples.episode[test] * R + samples.round[test] if episode_loss else None)
-            relative = relative_alphas(X, tr, out[1 + train_r2]) if cv else None
+            out = r2_grid(X, Y, tr, te, penalty, groups=samples.episode[train] if penalty.cv else None,
+                          test_groups=samples.episode[test] * R + samples.round[test] if episode_loss else None,
+                          train_r2=train_r2, compute=ComputeOptions(precision=self.precision, device=self.device))
+            relative = relative_alphas(X, tr, out.alpha) if penalty.cv else None
         except RidgeInputError as exc:
             self.note(f"{what}: not fitted ({exc}); left NaN")
-            out = (np.full((Ls, Lt), np.nan),) * (1 + train_r2) + (np.full(Ls, np.nan),) + (None,) * episode_loss
-            relative = None
+            nan = np.full((Ls, Lt), np.nan)
+            out, relative = GridFit(nan, np.full(Ls, np.nan), nan if train_r2 else None), None
         loss = rounds = None
-        if episode_loss and out[-1] is not None:
-            labels, losses, sizes = out[-1]
-            loss, rounds = (labels // R, losses, sizes), labels % R
-        out = out[:-1] if episode_loss else out
-        return SplitFit(samples, seed, np.asarray(train), np.asarray(test), out[0], out[-1],
-                        out[1] if train_r2 else None, split, loss, rounds, relative)
+        if out.test_loss is not None:
+            g = out.test_loss
+            loss, rounds = (g.labels // R, g.loss, g.sizes), g.labels % R
+        return SplitFit(samples, seed, np.asarray(train), np.asarray(test), out.r2, out.alpha,
+                        out.train_r2, split, loss, rounds, relative)

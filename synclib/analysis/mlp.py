@@ -2,19 +2,67 @@
 one target layer, scored by test R^2 like the ridge maps."""
 from __future__ import annotations
 
-import inspect
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
 
-__all__ = ["mlp_r2", "mlp_r2_batch", "mlp_defaults", "STOPPING_RULE"]
+__all__ = ["mlp_r2", "mlp_r2_batch", "mlp_defaults", "MLPOptions", "STOPPING_RULE"]
 
 
-def mlp_r2(Xtr, Ytr, Xte, Yte, *, hidden: int = 512, lr: float = 1e-4, weight_decay: float = 0.1,
-           epochs: int = 200, batch_size: int | None = 64, seed: int = 0, device=None) -> float:
+def _int_at_least(name: str, v, lo: int) -> None:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
+        raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
+
+
+@dataclass(frozen=True)
+class MLPOptions:
+    """The MLP of appendix I and its training, checked once (errors name the field).
+
+    hidden : hidden units of the Linear-ReLU-Linear network.
+    lr, weight_decay : AdamW's learning rate (> 0) and weight decay (>= 0).
+    epochs : training epochs (with a validation part: the most, :data:`STOPPING_RULE`).
+    batch_size : minibatch size; None: full batch (one step per epoch).
+    patience : epochs without a better validation MSE before early stopping.
+    """
+
+    hidden: int = 512
+    lr: float = 1e-4
+    weight_decay: float = 0.1
+    epochs: int = 200
+    batch_size: int | None = 64
+    patience: int = 20
+
+    def __post_init__(self):
+        _int_at_least("hidden", self.hidden, 1)
+        _int_at_least("epochs", self.epochs, 1)
+        _int_at_least("patience", self.patience, 1)
+        if self.batch_size is not None:
+            _int_at_least("batch_size", self.batch_size, 1)
+        for name, lo_open in (("lr", True), ("weight_decay", False)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 if lo_open else v >= 0):
+                raise ValueError(f"{name} must be a number {'>' if lo_open else '>='} 0, got {v!r}")
+
+    @classmethod
+    def of(cls, options) -> "MLPOptions":
+        """``options`` as MLPOptions: as it is, None (the defaults) or a dict of fields."""
+        if isinstance(options, cls):
+            return options
+        if options is None:
+            return cls()
+        if not isinstance(options, dict):
+            raise ValueError(f"nonlinear_options must be MLPOptions or a dict of its fields, got {options!r}")
+        unknown = sorted(set(options) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ValueError(f"nonlinear_options: unknown option(s) {unknown}; known: {list(cls.__dataclass_fields__)}")
+        return cls(**options)
+
+
+def mlp_r2(Xtr, Ytr, Xte, Yte, options: MLPOptions | None = None, *, seed: int = 0, device=None) -> float:
     """Test R^2 of a 2-layer MLP (appendix I).
 
-    Linear-ReLU-Linear with ``hidden`` units, trained with AdamW (``lr``,
+    Linear-ReLU-Linear with ``options.hidden`` units, trained with AdamW (``lr``,
     ``weight_decay``) for ``epochs`` on MSE.  Inputs and targets are standardised
     with training statistics (the paper does not say; R^2 is unaffected by the
     target rescaling, which is undone before scoring).  ``batch_size=None`` trains
@@ -27,7 +75,8 @@ def mlp_r2(Xtr, Ytr, Xte, Yte, *, hidden: int = 512, lr: float = 1e-4, weight_de
     Ytr : array, shape (n_train, D_tgt)
     Xte : array, shape (n_test, D_src)
     Yte : array, shape (n_test, D_tgt)
-    hidden, lr, weight_decay, epochs, batch_size : the MLP and its training.
+    options : MLPOptions, optional
+        The MLP and its training (default ``MLPOptions()``).
     seed : int
         Initialisation and minibatch order.
     device : torch device (default CPU).
@@ -38,13 +87,11 @@ def mlp_r2(Xtr, Ytr, Xte, Yte, *, hidden: int = 512, lr: float = 1e-4, weight_de
         Test R^2, uniform average over the target columns (as scikit-learn).
     """
     f = lambda a: np.asarray(a)[None]  # noqa: E731
-    return float(mlp_r2_batch(f(Xtr), f(Ytr), f(Xte), f(Yte), hidden=hidden, lr=lr, weight_decay=weight_decay,
-                              epochs=epochs, batch_size=batch_size, seed=seed, device=device)[0])
+    return float(mlp_r2_batch(f(Xtr), f(Ytr), f(Xte), f(Yte), options, seed=seed, device=device)[0])
 
 
-def mlp_r2_batch(Xtr, Ytr, Xte, Yte, *, hidden: int = 512, lr: float = 1e-4, weight_decay: float = 0.1,
-                 epochs: int = 200, batch_size: int | None = 64, seed: int = 0, device=None,
-                 val=None, patience: int = 20, return_epochs: bool = False):
+def mlp_r2_batch(Xtr, Ytr, Xte, Yte, options: MLPOptions | None = None, *, seed: int = 0, device=None,
+                 val=None, return_epochs: bool = False):
     """Test R^2 of ``P`` MLPs trained side by side on the same samples (e.g. several layer
     pairs of one split): each is exactly the :func:`mlp_r2` of its own arrays.
 
@@ -59,7 +106,7 @@ def mlp_r2_batch(Xtr, Ytr, Xte, Yte, *, hidden: int = 512, lr: float = 1e-4, wei
     after every epoch, and training stops once no map has improved for ``patience`` epochs (or
     at ``epochs``); each map's best epoch ``e`` is kept, and the maps are then trained again,
     from the same initialisation and minibatch seed, on all training rows for ``e`` epochs
-    each.  Without it every map trains for ``epochs``.
+    each.  Without it every map trains for ``options.epochs``.
 
     Parameters
     ----------
@@ -67,12 +114,11 @@ def mlp_r2_batch(Xtr, Ytr, Xte, Yte, *, hidden: int = 512, lr: float = 1e-4, wei
     Ytr : array, shape (P, n_train, D_tgt)
     Xte : array, shape (P, n_test, D_src)
     Yte : array, shape (P, n_test, D_tgt)
-    hidden, lr, weight_decay, epochs, batch_size, seed, device : as :func:`mlp_r2`.
+    options, seed, device : as :func:`mlp_r2` (``options.patience``: epochs without a better
+        validation MSE before stopping).
     val : int array, optional
         Training rows of the validation part (whole episodes, e.g.
         :func:`synclib.splits.validation_split`).
-    patience : int
-        Epochs without a better validation MSE before stopping.
     return_epochs : bool
         Also return each map's number of training epochs.
 
@@ -88,15 +134,15 @@ def mlp_r2_batch(Xtr, Ytr, Xte, Yte, *, hidden: int = 512, lr: float = 1e-4, wei
     if Xtr.ndim != 3 or Ytr.ndim != 3 or Xte.ndim != 3 or Yte.ndim != 3:
         raise ValueError("mlp_r2_batch: Xtr, Ytr, Xte, Yte must be 3-D (maps, samples, features)")
     P = Xtr.shape[0]
-    opts = dict(hidden=hidden, lr=lr, weight_decay=weight_decay, batch_size=batch_size, seed=seed, dev=dev)
+    options = MLPOptions.of(options)
     if val is not None:
         val = np.asarray(val, dtype=np.int64)
         part = np.setdiff1d(np.arange(Xtr.shape[1]), val)
-        stops = _train(Xtr[:, part], Ytr[:, part], np.full(P, epochs), xval=Xtr[:, val], yval=Ytr[:, val],
-                       patience=patience, **opts)[1]
+        stops = _train(Xtr[:, part], Ytr[:, part], np.full(P, options.epochs), options, seed=seed, dev=dev,
+                       val=(Xtr[:, val], Ytr[:, val]))[1]
     else:
-        stops = np.full(P, int(epochs))
-    net, _, scale = _train(Xtr, Ytr, stops, **opts)
+        stops = np.full(P, int(options.epochs))
+    net, _, scale = _train(Xtr, Ytr, stops, options, seed=seed, dev=dev)
     mx, sx, my, sy = scale
     with torch.no_grad():
         pred = (net(((Xte - mx) / sx).to(dev)).cpu() * sy + my).double()
@@ -115,15 +161,17 @@ STOPPING_RULE = ("ours (the paper trains 200 epochs): early stopping on the vali
                  "epoch count (nonlinear_epochs)")
 
 
-def _train(Xtr, Ytr, stop_at, *, hidden, lr, weight_decay, batch_size, seed, dev, xval=None, yval=None,
-           patience: int = 20):
+def _train(Xtr, Ytr, stop_at, options: MLPOptions, *, seed: int, dev, val=None):
     """Train the ``P`` batched maps on (P, n, D) rows, each map's parameters kept at epoch
-    ``stop_at[p]`` (training ends at the largest).  With ``xval``/``yval`` ``stop_at`` is the
-    most epochs, each map's epoch is instead the one of its best validation MSE (standardised
-    targets), and training ends once no map improved for ``patience`` epochs.
+    ``stop_at[p]`` (training ends at the largest).  With ``val = (xval, yval)`` ((P, n_val, D)
+    rows) ``stop_at`` is the most epochs, each map's epoch is instead the one of its best
+    validation MSE (standardised targets), and training ends once no map improved for
+    ``options.patience`` epochs.
 
     Returns ``(net, epochs (P,) int, (mx, sx, my, sy))``: the network with every map at its
     kept epoch, the epochs kept and the training rows' standardisation."""
+    hidden, lr, weight_decay, batch_size = options.hidden, options.lr, options.weight_decay, options.batch_size
+    xval, yval = val if val is not None else (None, None)
     g = torch.Generator().manual_seed(seed)
     P = Xtr.shape[0]
     mx, sx = Xtr.mean(1, keepdim=True), Xtr.std(1, keepdim=True).clamp_min(1e-6)
@@ -174,7 +222,7 @@ def _train(Xtr, Ytr, stop_at, *, hidden, lr, weight_decay, batch_size, seed, dev
             with torch.no_grad():
                 for k, t in zip(kept, params):
                     k[mark.to(k.device)] = t.detach()[mark.to(k.device)]
-        if validate and epoch - int(stop_at.max()) >= patience:
+        if validate and epoch - int(stop_at.max()) >= options.patience:
             break
     with torch.no_grad():
         for k, t in zip(kept, params):
@@ -184,7 +232,5 @@ def _train(Xtr, Ytr, stop_at, *, hidden, lr, weight_decay, batch_size, seed, dev
 
 def mlp_defaults() -> dict:
     """The MLP settings of :func:`mlp_r2` by default: ``hidden``, ``lr``, ``weight_decay``,
-    ``epochs``, ``batch_size`` (read from its signature, so they cannot drift)."""
-    params = inspect.signature(mlp_r2).parameters
-    return {name: p.default for name, p in params.items()
-            if p.kind is p.KEYWORD_ONLY and name not in ("seed", "device")}
+    ``epochs``, ``batch_size``, ``patience`` (:class:`MLPOptions`' fields, so they cannot drift)."""
+    return asdict(MLPOptions())

@@ -89,7 +89,7 @@ class PairedSamples:
         return self.X[self.x_rows[idx]], self.Y[self.y_rows[idx]]
 
     def ridge_inputs(self, tr, te):
-        """``(X, Y, train, test)`` for :func:`synclib.ridge.r2_grid` on samples ``tr``/``te``:
+        """``(X, Y, train, test)`` for :func:`synclib.analysis.ridge.r2_grid` on samples ``tr``/``te``:
         the whole arrays with paired row indices when both variables are in memory;
         otherwise only the rows of these samples, read from disk."""
         if self.X.resident and self.Y.resident:

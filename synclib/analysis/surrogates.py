@@ -6,7 +6,7 @@ interaction.  Here each dialog gets ``n`` partner dialogs it did not take part i
 (:func:`surrogate_partners`); surrogate ``m`` pairs every genuine sample's source state with
 the target state its dialog's ``m``-th partner holds at the same round.  A surrogate keeps
 the genuine split, source rows and penalties and changes only the targets, so one
-factorisation of the source side serves every surrogate (:func:`synclib.ridge.r2_grid_targets`):
+factorisation of the source side serves every surrogate (:func:`synclib.analysis.ridge.r2_grid_targets`):
 the analysis grows by the scoring products only, not by a fit per surrogate.
 
 The same batch scores the genuine targets on the same rows (``sync_r2_surrogate_genuine``),
@@ -23,9 +23,9 @@ import numpy as np
 import xarray as xr
 
 from synclib.analysis.context import Context, GenuineFits
+from synclib.analysis.ridge import ComputeOptions, r2_grid_targets, resampled_r2
 from synclib.analysis.samples import PairedSamples, persona_keys, sim_seed_rank
 from synclib.analysis.scores import sync_r2_many
-from synclib.ridge import r2_grid_targets, resampled_r2
 from synclib.splits import RidgeInputError
 
 __all__ = ["SURROGATE_RULE", "surrogate_partners", "surrogate_rows", "surrogate_block"]
@@ -120,7 +120,7 @@ def surrogate_rows(cube, samples: PairedSamples, n: int) -> tuple[np.ndarray, di
 
 
 def _inputs(samples: PairedSamples, tr, te, y_sets):
-    """``X, Y, x_train, x_test, targets`` for :func:`synclib.ridge.r2_grid_targets`: the whole
+    """``X, Y, x_train, x_test, targets`` for :func:`synclib.analysis.ridge.r2_grid_targets`: the whole
     arrays when both are in memory, otherwise only the rows needed, read from disk."""
     xtr, xte = samples.x_rows[tr], samples.x_rows[te]
     if samples.X.resident and samples.Y.resident:
@@ -140,10 +140,10 @@ def _seed_fit(ctx: Context, samples: PairedSamples, fit, rows: np.ndarray):
     tr, te = fit.train[keep[fit.train]], fit.test[keep[fit.test]]
     y_sets = [(samples.y_rows[tr], samples.y_rows[te])] + [(rows[tr, m], rows[te, m]) for m in range(rows.shape[1])]
     X, Y, xtr, xte, targets = _inputs(samples, tr, te, y_sets)
-    r2, (labels, loss, sizes) = r2_grid_targets(X, Y, xtr, xte, targets, fit.alpha,
-                                                test_groups=samples.episode[te], device=ctx.device,
-                                                precision=ctx.precision)
-    return r2, (labels, loss, sizes), len(tr), len(te)
+    out = r2_grid_targets(X, Y, xtr, xte, targets, fit.alpha, test_groups=samples.episode[te],
+                          compute=ComputeOptions(precision=ctx.precision, device=ctx.device))
+    g = out.test_loss
+    return out.r2, (g.labels, g.loss, g.sizes), len(tr), len(te)
 
 
 def _gap_resamples(grids: list, losses: list, counts: np.ndarray) -> np.ndarray:

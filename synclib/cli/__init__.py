@@ -13,10 +13,10 @@ Modules
 simulate   ``synclib simulate``: two models play tasks into a cube (:mod:`synclib.simulate`)
 analyze    ``synclib analyze``: SyncR^2 from a cube, to netCDF (:mod:`synclib.analysis`)
 evaluate   ``synclib evaluate``: judge a cube or an episodes file (:mod:`synclib.judge`)
-run        ``synclib run``: the main job (:mod:`synclib.pipeline`)
+run        ``synclib run``: the main job (:mod:`synclib.run.pipeline`)
 notebooks  ``synclib notebooks``: execute figure notebooks (:mod:`synclib.notebook`); also
            ``python -m synclib.cli.notebooks NB OUT`` for one notebook
-fetch      ``synclib fetch``: a dataset into the user's cache (:mod:`synclib.datasets`)
+fetch      ``synclib fetch``: a dataset into the user's cache (:mod:`synclib.tasks.datasets`)
 """
 from __future__ import annotations
 

@@ -1,7 +1,10 @@
 """``synclib analyze CUBE --out RESULT``: :func:`synclib.analysis.analyze` on a cube
 file, written to netCDF.
 
-The options' defaults are the run-config schema's (:func:`synclib.config.default`).
+The settings are those of a run config (``--config``, mapped by
+:meth:`synclib.analysis.AnalysisSettings.from_config`, the main job's one mapping), else the
+run-config schema's defaults (:func:`synclib.config.default`) with the optional blocks off; an
+option given on the command line overrides either.
 :mod:`synclib.analysis` (and with it torch) is imported when the command runs, not for
 ``--help``.
 """
@@ -13,7 +16,7 @@ import sys
 from pathlib import Path
 
 from synclib import argtypes as at
-from synclib.config import default
+from synclib.config import KEYS, default
 
 __all__ = ["configure_parser", "run"]
 
@@ -32,54 +35,126 @@ def _conditions(text: str) -> list[str]:
     return conds
 
 
+#: the optional blocks, off unless asked for when no --config is given
+_BLOCKS_OFF = dict(persona_disjoint=False, relationship=False, sample_sizes=None, nonlinear=False, tom=False,
+                   equal_samples=False, surrogates=0)
+
+
 def configure_parser(p: argparse.ArgumentParser) -> None:
-    """Options of ``synclib analyze``; defaults are the configuration schema's (:mod:`synclib.config`)."""
-    seeds = ",".join(str(s) for s in default("analysis.split_seeds"))
+    """Options of ``synclib analyze``; each defaults to the config's value (``--config``, else the
+    schema's, :mod:`synclib.config`), so only the options given change it."""
+    d = default
+    cv = at.arg_type(at.ridge_alpha, "alpha")
+    on_off = argparse.BooleanOptionalAction
     p.add_argument("cube", help="activation cube (.nc) written by `synclib simulate`")
     p.add_argument("--out", required=True, help="result file (.nc) to write")
+    p.add_argument("--config", default=None,
+                   help="run config (YAML) whose analysis.* settings to use, as the main job does "
+                        "(default: the schema's defaults, with the optional blocks off)")
     p.add_argument("--conditions", type=at.arg_type(_conditions, "conditions"), default=None,
                    help="comma-separated conditions: genuine, passive, shuffled, pseudo (pseudo-dyads), lagJ "
-                        "(default: all of them, with lags 1 and 2)")
-    p.add_argument("--alpha", type=at.arg_type(at.ridge_alpha, "alpha"), default=default("analysis.alpha"),
-                   help="ridge penalty, or 'cv' for episode-grouped CV per source layer (default: %(default)s)")
-    p.add_argument("--n-samples", type=at.arg_type(at.nonneg_int, "sample count"),
-                   default=default("analysis.n_samples"),
-                   help="fixed sample size per dataset; 0 = all (default: %(default)s)")
-    p.add_argument("--split-seeds", type=at.arg_type(at.seed_list, "split seeds"), default=seeds,
-                   help="split seeds, e.g. 0,1,2 (default: %(default)s)")
-    p.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: cpu)")
-    p.add_argument("--precision", default=default("analysis.precision"), choices=["float32", "tf32", "bf16"],
-                   help="matmul precision of the big products (default: %(default)s)")
-    p.add_argument("--persona-disjoint", action="store_true", help="also the persona-disjoint split (table 2)")
-    p.add_argument("--relationship", action="store_true", help="also relationship subsets (appendix G)")
-    p.add_argument("--sample-sizes", type=at.arg_type(lambda t: at.int_list(t, 2), "sample sizes"), default="",
-                   help="comma-separated sample sizes for the appendix D sweep (default: none)")
-    p.add_argument("--nonlinear", action="store_true", help="also the 2-layer MLP comparison (appendix I)")
-    p.add_argument("--nonlinear-epochs", type=at.arg_type(at.positive_int, "epochs"),
-                   default=default("analysis.nonlinear_epochs"), help="MLP epochs (default: %(default)s)")
-    p.add_argument("--nonlinear-batch-size", type=at.arg_type(at.nonneg_int, "batch size"),
-                   default=default("analysis.nonlinear_batch_size"),
-                   help="MLP minibatch size; 0 = full batch (default: %(default)s)")
-    p.add_argument("--n-boot", type=at.arg_type(at.nonneg_int, "resamples"), default=default("analysis.n_boot"),
-                   help="resamples of whole episodes for the dialog-level tests; 0 = none (default: %(default)s)")
-    p.add_argument("--tom", action="store_true", help="also ToM decoding (appendix J; needs the ToM variables)")
-    p.add_argument("--equal-samples", action="store_true",
+                        "(default: all of them, with --lags)")
+    p.add_argument("--lags", type=at.arg_type(lambda t: at.int_list(t, 1), "lags"), default=None,
+                   help=f"lag controls, e.g. 1,2; empty: none (default: {','.join(map(str, d('analysis.lags')))})")
+    p.add_argument("--alpha", type=cv, default=None,
+                   help="ridge penalty, or 'cv' for episode-grouped CV per source layer "
+                        f"(default: {d('analysis.alpha')})")
+    p.add_argument("--cv-alphas", type=at.arg_type(_positive_floats, "cv alphas"), default=None,
+                   help="alpha=cv: the grid, multiples of each source layer's scale "
+                        "(default: 1e-3 .. 1e3, half decades)")
+    p.add_argument("--cv-folds", type=at.arg_type(at.positive_int, "cv folds"), default=None,
+                   help=f"alpha=cv: folds over whole episodes (default: {d('analysis.cv_folds')})")
+    p.add_argument("--cv-columns", type=at.arg_type(at.nonneg_int, "cv columns"), default=None,
+                   help=f"alpha=cv: target columns per layer in the criterion; 0 = all "
+                        f"(default: {d('analysis.cv_columns')})")
+    p.add_argument("--cv-seed", type=at.arg_type(at.nonneg_int, "cv seed"), default=None,
+                   help=f"alpha=cv: seed of the folds and columns (default: {d('analysis.cv_seed')})")
+    p.add_argument("--n-samples", type=at.arg_type(at.nonneg_int, "sample count"), default=None,
+                   help=f"fixed sample size per dataset; 0 = all (default: {d('analysis.n_samples')})")
+    p.add_argument("--split-seeds", type=at.arg_type(at.seed_list, "split seeds"), default=None,
+                   help=f"split seeds, e.g. 0,1,2 (default: {','.join(map(str, d('analysis.split_seeds')))})")
+    p.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: the config's, else cpu)")
+    p.add_argument("--precision", default=None, choices=["float32", "tf32", "bf16"],
+                   help=f"matmul precision of the big products (default: {d('analysis.precision')})")
+    p.add_argument("--persona-disjoint", action=on_off, default=None, help="also the persona-disjoint split (table 2)")
+    p.add_argument("--relationship", action=on_off, default=None, help="also relationship subsets (appendix G)")
+    p.add_argument("--sample-sizes", type=at.arg_type(lambda t: at.int_list(t, 2), "sample sizes"), default=None,
+                   help="comma-separated sample sizes for the appendix D sweep; empty: none (default: none)")
+    p.add_argument("--nonlinear", action=on_off, default=None, help="also the 2-layer MLP comparison (appendix I)")
+    p.add_argument("--nonlinear-epochs", type=at.arg_type(at.positive_int, "epochs"), default=None,
+                   help=f"MLP epochs (default: {d('analysis.nonlinear_epochs')})")
+    p.add_argument("--nonlinear-batch-size", type=at.arg_type(at.nonneg_int, "batch size"), default=None,
+                   help=f"MLP minibatch size; 0 = full batch (default: {d('analysis.nonlinear_batch_size')})")
+    p.add_argument("--nonlinear-seeds", type=at.arg_type(at.nonneg_int, "split seeds"), default=None,
+                   help="fit the MLPs on the first this many split seeds only; 0 = all (default: all)")
+    p.add_argument("--n-boot", type=at.arg_type(at.nonneg_int, "resamples"), default=None,
+                   help=f"resamples of whole episodes for the dialog-level tests; 0 = none "
+                        f"(default: {d('analysis.n_boot')})")
+    p.add_argument("--tom", action=on_off, default=None, help="also ToM decoding (appendix J; needs the ToM variables)")
+    p.add_argument("--equal-samples", action=on_off, default=None,
                    help="fit every condition at the smallest condition's sample counts (ours; the reference "
                         "splits each condition's own samples), each also on all its samples")
-    p.add_argument("--surrogates", type=at.arg_type(at.nonneg_int, "surrogates"), default=0,
+    p.add_argument("--surrogates", type=at.arg_type(at.nonneg_int, "surrogates"), default=None,
                    help="also genuine against this many surrogate partners per dialog (ours; "
-                        f"the main job's default: {default('analysis.surrogates')}); 0 = none (default: %(default)s)")
-    p.add_argument("--max-resident-gib", type=at.arg_type(at.nonneg_float, "GiB"),
-                   default=float(default("analysis.max_resident_gib")),
+                        f"the main job's default: {d('analysis.surrogates')}); 0 = none (default: 0)")
+    p.add_argument("--max-resident-gib", type=at.arg_type(at.nonneg_float, "GiB"), default=None,
                    help="hidden-state variables up to this size (GiB) are loaded whole; larger ones "
-                        "stream from disk, each fit reading only its rows (default: %(default)s)")
+                        f"stream from disk, each fit reading only its rows (default: {d('analysis.max_resident_gib')})")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _positive_floats(text: str) -> list[float]:
+    """``"0.1,1,10"`` -> ``[0.1, 1.0, 10.0]`` (checked by :func:`synclib.penalty.check_alphas`)."""
+    from synclib.penalty import check_alphas
+
+    return list(check_alphas([float(x) for x in text.split(",") if x.strip()]))
+
+
+def _schema_defaults() -> dict:
+    """The run config's analysis keys at the schema's defaults (what a run without --config uses)."""
+    return {"analysis": {k.path.split(".", 1)[1]: default(k.path) for k in KEYS if k.path.startswith("analysis.")}}
+
+
+def settings_from_args(args: argparse.Namespace):
+    """The :class:`~synclib.analysis.AnalysisSettings` of ``synclib analyze``: the config's
+    (:meth:`~synclib.analysis.AnalysisSettings.from_config` of ``--config``, else of the schema's
+    defaults with the optional blocks off), overridden by each option given."""
+    from synclib.analysis import AnalysisSettings
+    from synclib.config import load_config
+
+    if args.config:
+        base = AnalysisSettings.from_config(load_config(args.config))
+    else:
+        base = AnalysisSettings.from_config(_schema_defaults()).replace(**_BLOCKS_OFF)
+    zero_none = lambda v: v or None  # noqa: E731 - 0 on the command line: all / full batch / none
+    given = {
+        "conditions": args.conditions, "lags": args.lags, "alpha": args.alpha, "cv_alphas": args.cv_alphas,
+        "cv_folds": args.cv_folds, "cv_seed": args.cv_seed, "split_seeds": args.split_seeds,
+        "device": args.device, "precision": args.precision, "persona_disjoint": args.persona_disjoint,
+        "relationship": args.relationship, "nonlinear": args.nonlinear, "n_boot": args.n_boot, "tom": args.tom,
+        "equal_samples": args.equal_samples, "surrogates": args.surrogates}
+    options = {k: v for k, v in given.items() if v is not None}
+    if args.conditions is not None and args.lags is None:
+        options["lags"] = None  # the conditions as given
+    for key, value in (("cv_columns", args.cv_columns), ("n_samples", args.n_samples),
+                       ("sample_sizes", args.sample_sizes), ("nonlinear_seeds", args.nonlinear_seeds)):
+        if value is not None:
+            options[key] = zero_none(value)
+    mlp = {} if args.nonlinear_epochs is None else {"epochs": args.nonlinear_epochs}
+    if args.nonlinear_batch_size is not None:
+        mlp["batch_size"] = zero_none(args.nonlinear_batch_size)
+    if mlp:
+        options["nonlinear_options"] = mlp
+    if args.max_resident_gib is not None:
+        options["max_resident_bytes"] = int(args.max_resident_gib * 2**30)
+    return base.replace(**options)
 
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``synclib analyze``."""
     from synclib.analysis.core import analyze
     from synclib.analysis.samples import AnalysisError
+    from synclib.config import ConfigError
     from synclib.cube import open_cube
     from synclib.splits import RidgeInputError
 
@@ -90,17 +165,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"synclib analyze: {e}", file=sys.stderr)
         return 2
     try:
-        res = analyze(
-            cube, **({"conditions": args.conditions} if args.conditions else {}), alpha=args.alpha,
-            n_samples=args.n_samples or None, split_seeds=args.split_seeds, device=args.device,
-            precision=args.precision, persona_disjoint=args.persona_disjoint, relationship=args.relationship,
-            sample_sizes=args.sample_sizes or None, nonlinear=args.nonlinear,
-            nonlinear_options={"epochs": args.nonlinear_epochs,
-                               "batch_size": args.nonlinear_batch_size or None},
-            n_boot=args.n_boot, tom=args.tom, equal_samples=args.equal_samples, surrogates=args.surrogates,
-            max_resident_bytes=int(args.max_resident_gib * 2**30),
-            progress=not args.no_progress)
-    except (AnalysisError, RidgeInputError) as e:
+        res = analyze(cube, settings_from_args(args), progress=not args.no_progress)
+    except (AnalysisError, RidgeInputError, ConfigError) as e:
         print(f"synclib analyze: {e}", file=sys.stderr)
         return 2
     out.parent.mkdir(parents=True, exist_ok=True)

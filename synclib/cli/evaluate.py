@@ -1,7 +1,10 @@
 """``synclib evaluate``: judge a cube's dialogs, or a file of finished episodes, and write
 ``SOURCE.judge.csv`` (:func:`synclib.judge.evaluate_cube`, :func:`synclib.judge.evaluate_episodes`).
 
-The options' defaults are the run-config schema's (:func:`synclib.config.default`).
+The options' defaults are the run-config schema's (:func:`synclib.config.default`) or, for
+the options a run config lacks, :mod:`synclib.judge.options`'s.  The options become a
+:class:`~synclib.judge.options.JudgeOptions` through the mapping the pipeline's judge step
+uses (:meth:`~synclib.judge.options.JudgeOptions.from_config`).
 """
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ from synclib.config import default
 from synclib.judge.errors import JudgeError
 from synclib.judge.evaluate import MODES, evaluate_cube, evaluate_episodes
 from synclib.judge.items import LAYOUTS
+from synclib.judge.options import LOCAL_MAX_NEW_TOKENS, JudgeConnection, JudgeOptions, JudgeSampling
 
 __all__ = ["configure_parser", "run"]
 
@@ -31,7 +35,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "(episodes_to_jsonl) or synclib's own {episode_id, scenario, agents: "
                              "[{name, background, goal}] x 2, utterances} (formats: the book's "
                              "page on table 4 and figure 10)")
-    parser.add_argument("--scenarios", default="embedded",
+    parser.add_argument("--scenarios", default=JudgeOptions.scenarios,
                         help="the task set the cube was simulated from: a Sotopia-format "
                              "directory, 'sotopia' (the paper's tasks, fetched on first use) or "
                              "'embedded' (default). A judge_instructions.txt "
@@ -51,11 +55,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--concurrency", type=at.arg_type(at.positive_int, "concurrency"),
                         default=default("judge.concurrency"),
                         help="requests in flight at once (HTTP judge; default %(default)s)")
-    parser.add_argument("--timeout", type=at.arg_type(at.positive_float, "seconds"), default=300.0,
-                        help="seconds to wait to connect and for each read (default 300)")
-    parser.add_argument("--max-retries", type=at.arg_type(at.nonneg_int, "retries"), default=5,
+    parser.add_argument("--timeout", type=at.arg_type(at.positive_float, "seconds"),
+                        default=JudgeConnection.timeout,
+                        help="seconds to wait to connect and for each read (default %(default)g)")
+    parser.add_argument("--max-retries", type=at.arg_type(at.nonneg_int, "retries"),
+                        default=JudgeConnection.max_retries,
                         help="retries on 429/5xx/timeouts/dropped connections, with "
-                             "exponential backoff (default 5)")
+                             "exponential backoff (default %(default)s)")
     parser.add_argument("--mode", choices=MODES, default=None,
                         help="json: the judge writes the whole evaluation (default for "
                              "--judge-url); constrained: one agent and dimension at a time, "
@@ -77,11 +83,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         default=default("judge.reasoning_max_chars"),
                         help="with structured output, the longest reasoning per dimension, in "
                              "characters (1-1999; default %(default)s)")
-    parser.add_argument("--seed", type=at.arg_type(at.nonneg_int, "seed"), default=0, help="judge seed (default 0)")
-    parser.add_argument("--max-tokens", type=at.arg_type(at.positive_int, "token count"), default=None,
-                        help="answer length limit (HTTP default: the server's; local: 1024)")
-    parser.add_argument("--batch-size", type=at.arg_type(at.positive_int, "batch size"), default=16,
-                        help="rows per forward pass in constrained scoring (default 16)")
+    parser.add_argument("--seed", type=at.arg_type(at.nonneg_int, "seed"), default=JudgeSampling.seed,
+                        help="judge seed (default %(default)s)")
+    parser.add_argument("--max-tokens", type=at.arg_type(at.positive_int, "token count"),
+                        default=JudgeSampling.max_tokens,
+                        help=f"answer length limit (HTTP default: the server's; local: {LOCAL_MAX_NEW_TOKENS})")
+    parser.add_argument("--batch-size", type=at.arg_type(at.positive_int, "batch size"),
+                        default=JudgeOptions.batch_size,
+                        help="rows per forward pass in constrained scoring (default %(default)s)")
     parser.add_argument("--device", default=None, help="device of a local judge (default: auto)")
     parser.add_argument("--sample", type=at.arg_type(at.positive_int, "dialog count"), default=None,
                         help="judge a random sample of N dialogs (episode x sim seed; default: all)")
@@ -96,18 +105,22 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """``synclib evaluate``: judge a cube or an episodes file and write ``SOURCE.judge.csv``."""
-    judge = dict(scenarios=args.scenarios, judge_model=args.judge_model,
-                 judge_url=args.judge_url, api_key_env=args.api_key_env, mode=args.mode,
-                 concurrency=args.concurrency, out=args.out, cache=args.cache,
-                 device=args.device, sample=args.sample, sample_seed=args.sample_seed, timeout=args.timeout,
-                 max_retries=args.max_retries, seed=args.seed, max_tokens=args.max_tokens,
-                 batch_size=args.batch_size, progress=not args.no_progress,
-                 structured=args.structured, reasoning_max_chars=args.reasoning_max_chars)
+    # the options named as the run config's keys, mapped as the pipeline maps a run config;
+    # the options the run config lacks override the defaults
+    cfg = {"scenarios": args.scenarios, "device": args.device, "judge": {
+        "model": args.judge_model, "url": args.judge_url, "api_key_env": args.api_key_env,
+        "mode": args.mode, "layout": args.layout, "structured": args.structured,
+        "reasoning_max_chars": args.reasoning_max_chars, "concurrency": args.concurrency,
+        "sample": args.sample, "sample_seed": args.sample_seed}}
+    outputs = dict(out=args.out, cache=args.cache, progress=not args.no_progress)
     try:
+        options = JudgeOptions.from_config(cfg, timeout=args.timeout, max_retries=args.max_retries,
+                                           seed=args.seed, max_tokens=args.max_tokens,
+                                           batch_size=args.batch_size)
         if str(args.source).endswith((".jsonl", ".json")):
-            evaluate_episodes(args.source, **judge)
+            evaluate_episodes(args.source, options, **outputs)
         else:
-            evaluate_cube(args.source, layout=args.layout, **judge)
+            evaluate_cube(args.source, options, **outputs)
     except JudgeError as exc:
         raise SystemExit(f"synclib evaluate: {exc}") from None
     return 0

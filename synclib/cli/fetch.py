@@ -1,4 +1,4 @@
-"""``synclib fetch NAME``: a dataset into the user's cache (:func:`synclib.datasets.fetch`),
+"""``synclib fetch NAME``: a dataset into the user's cache (:func:`synclib.tasks.datasets.fetch`),
 then how to use it.
 """
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from synclib.datasets import CACHE_ENV, DATASETS, DatasetError, fetch
+from synclib.tasks.datasets import CACHE_ENV, DATASETS, DatasetError, fetch
 
 __all__ = ["configure_parser", "run"]
 

@@ -1,9 +1,9 @@
-"""``synclib run``: the main job (:mod:`synclib.pipeline`) from a run config and ``--set``
+"""``synclib run``: the main job (:mod:`synclib.run.pipeline`) from a run config and ``--set``
 overrides: simulate, judge, analyse, execute notebooks, build the book.
 
 The config is checked (:func:`synclib.config.load_config`) and a task set that is not
 cached yet is fetched before any job starts; ``--dry-run`` prints the plan
-(:mod:`synclib.plan`) and the training samples per dataset (:mod:`synclib.sizing`) instead.
+(:mod:`synclib.run.plan`) and the training samples per dataset (:mod:`synclib.analysis.sizing`) instead.
 """
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import sys
 import time
 
 from synclib.config import STEPS, ConfigError, load_config
-from synclib.datasets import TASK_SETS, DatasetError, how_to_fetch, is_cached
-from synclib.datasets import fetch as fetch_dataset
 from synclib.paths import DEFAULT_CONFIG, display
-from synclib.pipeline import JobFailed, build_jobs, clear_failed, clocked, execute, runs
-from synclib.plan import format_plan, plan, plan_summary
+from synclib.run.pipeline import JobFailed, build_jobs, clear_failed, clocked, execute, runs
+from synclib.run.plan import format_plan, plan, plan_summary
 from synclib.stamps import stamp_path
+from synclib.tasks.datasets import TASK_SETS, DatasetError, how_to_fetch, is_cached
+from synclib.tasks.datasets import fetch as fetch_dataset
 
 __all__ = ["configure_parser", "run"]
 
@@ -46,9 +46,9 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 def _dataset_sizes(cfg: dict, steps) -> str:
     """The training samples per dataset of each ordered run, and a warning where the
-    measured sample-size curves say SyncR² would stay at 0 (:mod:`synclib.sizing`);
+    measured sample-size curves say SyncR² would stay at 0 (:mod:`synclib.analysis.sizing`);
     empty when the run analyses nothing."""
-    from synclib.sizing import format_sizes, run_sizes
+    from synclib.analysis.sizing import format_sizes, run_sizes
 
     if "analyze" not in steps:
         return ""

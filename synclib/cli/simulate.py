@@ -16,8 +16,8 @@ from synclib.config import default
 from synclib.cube import STORE_DTYPES, CubeError, is_complete
 from synclib.engine import SCHEDULING
 from synclib.models import PROMPT_FORMATS
-from synclib.scenarios import ScenarioError, load_tasks
-from synclib.simulate import simulate
+from synclib.simulate import Batching, Passes, RunOptions, Sampling, simulate
+from synclib.tasks.scenarios import ScenarioError, load_tasks
 
 __all__ = ["configure_parser", "run", "main"]
 
@@ -62,9 +62,15 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--temperature", type=at.arg_type(at.nonneg_float, "temperature"),
                         default=default("simulate.temperature"), metavar="T",
                         help="sampling temperature, 0 = greedy (default %(default)s)")
-    parser.add_argument("--batch-size", type=at.arg_type(at.positive_int, "batch size"), metavar="N",
-                        help="episode x seed rows per batch and per crash-safe part "
+    parser.add_argument("--units-per-part", type=at.arg_type(at.positive_int, "unit count"), metavar="N",
+                        help="episode x seed units played together and written as one crash-safe part "
                              "(default 64 on CUDA, 8 on CPU; a resumed run keeps its own)")
+    parser.add_argument("--max-rows", type=at.arg_type(at.positive_int, "row count"), metavar="N",
+                        help="rows per forward pass of each model (default: --units-per-part); halved by a "
+                             "model that runs out of memory")
+    parser.add_argument("--max-in-flight", type=at.arg_type(at.positive_int, "row count"), metavar="N",
+                        help="--scheduling continuous: rows a model's decoding stream holds at once "
+                             "(default: every dialog of the part)")
     parser.add_argument("--device", metavar="DEV",
                         help="torch device, e.g. cpu, cuda, cuda:1 (default: cuda if available)")
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
@@ -145,16 +151,17 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 0
     try:
-        path = simulate(args.model_a, args.model_b or args.model_a, tasks, args.seeds, out,
-                        max_utterances=args.max_utterances, temperature=args.temperature,
-                        max_new_tokens=args.max_new_tokens, passive=args.passive, tom=args.tom,
-                        batch_size=args.batch_size, device=args.device, dtype=args.dtype,
-                        store_dtype=args.store_dtype, overwrite=args.overwrite,
-                        progress=not args.no_progress, top_k=args.top_k, top_p=args.top_p,
-                        stop_at_first_line=not args.no_first_line_stop, passive_seeds=args.passive_seeds,
-                        taskset=taskset, tom_episodes=args.tom_episodes, scheduling=args.scheduling,
-                        cache_gib=args.cache_gib,
-                        prompt_formats=(args.prompt_format_a, args.prompt_format_b or args.prompt_format_a))
+        path = simulate(
+            args.model_a, args.model_b or args.model_a, tasks, args.seeds, out, max_utterances=args.max_utterances,
+            sampling=Sampling(temperature=args.temperature, max_new_tokens=args.max_new_tokens, top_k=args.top_k,
+                              top_p=args.top_p, stop_at_first_line=not args.no_first_line_stop),
+            passes=Passes(passive=args.passive, passive_seeds=args.passive_seeds, taskset=taskset, tom=args.tom,
+                          tom_episodes=args.tom_episodes),
+            batching=Batching(units_per_part=args.units_per_part, max_rows=args.max_rows,
+                              max_in_flight=args.max_in_flight, scheduling=args.scheduling, cache_gib=args.cache_gib),
+            options=RunOptions(device=args.device, dtype=args.dtype, store_dtype=args.store_dtype,
+                               overwrite=args.overwrite, progress=not args.no_progress,
+                               prompt_formats=(args.prompt_format_a, args.prompt_format_b or args.prompt_format_a)))
     except CubeError as exc:
         return _fail(str(exc))
     except Exception as exc:  # model loading problems carry their own clear message

@@ -15,6 +15,9 @@ episodes  finished episodes from a JSON-lines file (Sotopia's export or synclib'
 prompt    the judge's messages: JSON-mode prompt and repair, constrained questions
 parse     strict parsing and field-by-field validation of a JSON answer
 cache     the append-only JSON-lines answer cache
+options   the judge's settings checked once: :class:`JudgeConnection` (model, URL, API-key
+          variable, timeout, retries), :class:`JudgeSampling` (what each request asks
+          for), :class:`JudgeOptions` (a run; ``from_config`` maps a run config)
 backends  the OpenAI-compatible HTTP judge (structured output where the server offers
           it) and the local judge (constrained scoring on :class:`synclib.engine.Engine`)
 evaluate  judging items, whole cubes and episode files, the two modes (``json``,
@@ -49,6 +52,7 @@ _LAZY = {
     "extract_json": "parse", "parse_evaluation": "parse",
     "JudgeCache": "cache",
     "OpenAIBackend": "backends", "LocalBackend": "backends", "score_candidates": "backends",
+    "JudgeConnection": "options", "JudgeSampling": "options", "JudgeOptions": "options",
     "MODES": "evaluate", "judge_items": "evaluate", "evaluate_cube": "evaluate",
     "evaluate_episodes": "evaluate", "judge_to_file": "evaluate", "request_key": "evaluate",
     "read_episodes": "episodes",

@@ -29,7 +29,8 @@ import numpy as np
 
 from synclib.engine import Engine
 from synclib.judge.errors import JudgeError, JudgeRequestError
-from synclib.judge.rubric import REASONING_MAX_CHARS, structured_schema, structured_token_budget
+from synclib.judge.options import LOCAL_MAX_NEW_TOKENS, JudgeConnection, JudgeOptions, JudgeSampling
+from synclib.judge.rubric import structured_schema, structured_token_budget
 
 __all__ = ["OpenAIBackend", "LocalBackend", "score_candidates", "RESPONSE_FORMAT_NAME"]
 
@@ -57,39 +58,36 @@ class OpenAIBackend:
 
     Parameters
     ----------
-    base_url : str
-        The API root, e.g. ``http://localhost:8000/v1``; requests go to
-        ``{base_url}/chat/completions``.
-    model : str
-        The served model name; also the judge id in tables and cache keys.
-    api_key_env : str
-        Environment variable holding the API key (read now; when unset or empty
-        no ``Authorization`` header is sent, as a local vLLM needs none).
-    timeout : float
-        Seconds allowed for connecting and for each read.
-    max_retries : int
-        Retries after the first attempt on 429, 5xx, timeouts and dropped
-        connections; other errors are not retried.
-    backoff, max_backoff : float
-        Wait ``min(backoff * 2**attempt, max_backoff)`` seconds before retry
-        ``attempt + 1`` (a 429's ``Retry-After`` is honoured up to ``max_backoff``).
-    temperature, seed, max_tokens : sampling settings sent with every request.
-        ``max_tokens=None`` (default) sends none: the server's own limit applies, and a
-        server enforcing the schema stops where the schema ends.  Under structured output
-        a ``max_tokens`` below :func:`synclib.judge.rubric.structured_token_budget` is
-        warned about, since it can cut a valid answer short.
-    structured : bool
-        Ask for structured output (default): every request carries
-        ``response_format = {"type": "json_schema", "json_schema": {"name":
-        "sotopia_evaluation", "schema": ..., "strict": true}}`` with the schema of
-        :func:`synclib.judge.rubric.structured_schema`: one **object**
-        ``{"reasoning", "score"}`` per dimension, the reasoning at most
-        ``reasoning_max_chars`` characters, the score an integer within the
-        dimension's range.  Servers that enforce it (vLLM, llama.cpp) can then only
-        answer with a complete, valid evaluation.  False: plain JSON mode (the
-        instructions alone ask for JSON), as before.
-    reasoning_max_chars : int
-        ``maxLength`` of every reasoning string under structured output (1 to 1999).
+    connection : JudgeConnection
+        The endpoint (``connection.url``, the API root, e.g. ``http://localhost:8000/v1``;
+        requests go to ``{url}/chat/completions``), the served model (also the judge id
+        in tables and cache keys), the environment variable holding the API key (read
+        now; when unset or empty no ``Authorization`` header is sent, as a local vLLM
+        needs none), timeout, retries and backoff
+        (:class:`~synclib.judge.options.JudgeConnection`).
+    sampling : JudgeSampling, optional
+        Sent with every request (:class:`~synclib.judge.options.JudgeSampling`; default
+        its defaults): ``temperature``, ``seed`` and ``max_tokens``
+        (``max_tokens=None`` sends none: the server's own limit applies, and a server
+        enforcing the schema stops where the schema ends; under structured output a
+        ``max_tokens`` below :func:`synclib.judge.rubric.structured_token_budget` is
+        warned about, since it can cut a valid answer short); ``structured`` and
+        ``reasoning_max_chars`` as below.
+    sleep : callable
+        Waits between retries (``time.sleep``; tests pass a stand-in).
+
+    ``sampling.structured`` asks for structured output (default): every request carries
+    ``response_format = {"type": "json_schema", "json_schema": {"name":
+    "sotopia_evaluation", "schema": ..., "strict": true}}`` with the schema of
+    :func:`synclib.judge.rubric.structured_schema`: one **object** ``{"reasoning",
+    "score"}`` per dimension, the reasoning at most ``sampling.reasoning_max_chars``
+    characters (1 to 1999), the score an integer within the dimension's range.  Servers
+    that enforce it (vLLM, llama.cpp) can then only answer with a complete, valid
+    evaluation.  False: plain JSON mode (the instructions alone ask for JSON), as before.
+    Retries: after the first attempt, ``connection.max_retries`` more on 429, 5xx,
+    timeouts and dropped connections, waiting ``min(backoff * 2**attempt,
+    max_backoff)`` seconds (a 429's ``Retry-After`` honoured up to ``max_backoff``);
+    other errors are not retried.
 
     Notes
     -----
@@ -114,27 +112,27 @@ class OpenAIBackend:
 
     RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
-    def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY",
-                 timeout: float = 120.0, max_retries: int = 5, backoff: float = 1.0,
-                 max_backoff: float = 60.0, temperature: float = 0.0, seed: int = 0,
-                 max_tokens: int | None = None, sleep: Callable[[float], None] = time.sleep,
-                 structured: bool = True, reasoning_max_chars: int = REASONING_MAX_CHARS):
+    def __init__(self, connection: JudgeConnection, sampling: JudgeSampling | None = None, *,
+                 sleep: Callable[[float], None] = time.sleep):
         import httpx
 
-        if not base_url or not base_url.startswith(("http://", "https://")):
-            raise JudgeError(f"--judge-url must be an http(s) URL, got {base_url!r}")
-        if not model:
-            raise JudgeError("--judge-model must name the served model")
-        if max_retries < 0 or timeout <= 0:
-            raise JudgeError("max_retries must be >= 0 and timeout > 0")
-        self.url = base_url.rstrip("/") + "/chat/completions"
-        self.model = model
-        self.api_key_env = api_key_env
-        self.temperature, self.seed, self.max_tokens = temperature, seed, max_tokens
-        self.max_retries, self.backoff, self.max_backoff = max_retries, backoff, max_backoff
+        if not isinstance(connection, JudgeConnection):
+            raise JudgeError(f"OpenAIBackend needs a JudgeConnection, got {connection!r}")
+        if connection.url is None:
+            raise JudgeError("JudgeConnection.url must be an http(s) URL for an HTTP judge "
+                             "(--judge-url), got None")
+        sampling = JudgeSampling() if sampling is None else sampling
+        if not isinstance(sampling, JudgeSampling):
+            raise JudgeError(f"OpenAIBackend needs a JudgeSampling, got {sampling!r}")
+        self.connection = c = connection
+        self.sampling = s = sampling
+        self.url = c.url.rstrip("/") + "/chat/completions"
+        self.model, self.api_key_env = c.model, c.api_key_env
+        self.max_retries, self.backoff, self.max_backoff = c.max_retries, c.backoff, c.max_backoff
+        self.temperature, self.seed, self.max_tokens = s.temperature, s.seed, s.max_tokens
+        self.structured, self.reasoning_max_chars = s.structured, s.reasoning_max_chars
         self._sleep = sleep
-        self.structured = bool(structured)
-        self.reasoning_max_chars = reasoning_max_chars
+        api_key_env, max_tokens, reasoning_max_chars = c.api_key_env, s.max_tokens, s.reasoning_max_chars
         self._response_format = {
             "type": "json_schema",
             "json_schema": {"name": RESPONSE_FORMAT_NAME,
@@ -153,7 +151,7 @@ class OpenAIBackend:
                         "API key", api_key_env)
         self._secret = key
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self._client = httpx.Client(timeout=httpx.Timeout(timeout), headers=headers)
+        self._client = httpx.Client(timeout=httpx.Timeout(connection.timeout), headers=headers)
         self.requests_sent = 0
         self._count_lock = threading.Lock()
 
@@ -168,7 +166,7 @@ class OpenAIBackend:
     @property
     def settings(self) -> dict:
         """Everything besides the messages that changes the answer (part of the cache key)."""
-        return {"temperature": self.temperature, "seed": self.seed, "max_tokens": self.max_tokens}
+        return self.sampling.settings
 
     def redact(self, text: str) -> str:
         """``text`` with the API key replaced by ``***``."""
@@ -286,8 +284,8 @@ class LocalBackend:
         completeness).
     """
 
-    def __init__(self, loaded: Any, max_new_tokens: int = 1024, batch_size: int = 16,
-                 seed: int = 0):
+    def __init__(self, loaded: Any, max_new_tokens: int = LOCAL_MAX_NEW_TOKENS,
+                 batch_size: int = JudgeOptions.batch_size, seed: int = JudgeSampling.seed):
         self.loaded = loaded
         self.max_new_tokens, self.batch_size, self.seed = max_new_tokens, batch_size, seed
         self.engine = Engine(loaded, batch_size=batch_size)

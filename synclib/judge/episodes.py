@@ -26,7 +26,7 @@ to the judge as Sotopia rendered it (``social_interactions``), not re-rendered. 
 fields (``reasoning``, ``rewards``) are ignored.
 
 Both become :class:`~synclib.judge.items.JudgeItem` objects whose intro is the same
-context block a cube's dialogs get (:func:`synclib.prompts.context_lines`);
+context block a cube's dialogs get (:func:`synclib.tasks.prompts.context_lines`);
 ``episode`` is the line's position (0-based, blank lines not counted) and
 ``episode_id`` the file's id, written into the score table beside it.
 """
@@ -38,7 +38,7 @@ from pathlib import Path
 
 from synclib.judge.errors import JudgeError
 from synclib.judge.items import JudgeItem
-from synclib.prompts import context_lines
+from synclib.tasks.prompts import context_lines
 
 __all__ = ["read_episodes", "EPISODE_FORMATS"]
 

@@ -19,8 +19,9 @@ In JSON mode an HTTP judge asks, by default, for structured output: the server i
 held to the evaluation's schema (one ``{"reasoning", "score"}`` object per dimension,
 bounded reasoning, scores within range; see
 :class:`~synclib.judge.backends.OpenAIBackend`), with a fallback to plain JSON
-mode when the server refuses it.  ``structured=False`` (``--no-structured``) asks for
-plain JSON mode throughout.
+mode when the server refuses it.  ``JudgeSampling(structured=False)`` (``--no-structured``)
+asks for plain JSON mode throughout.  The settings of a run are one
+:class:`~synclib.judge.options.JudgeOptions` (:mod:`synclib.judge.options`).
 
 Which mode produced a score is recorded in the ``mode`` column.  Every answer is
 cached (:class:`~synclib.judge.cache.JudgeCache`); the key holds the judge, its
@@ -34,7 +35,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import netCDF4
 import numpy as np
@@ -44,22 +45,20 @@ from tqdm import tqdm
 from synclib.judge.backends import LocalBackend, OpenAIBackend
 from synclib.judge.cache import JudgeCache, cache_key
 from synclib.judge.errors import JudgeError, JudgeRequestError
-from synclib.judge.items import LAYOUTS, JudgeItem, items_from_cube, sample_items
+from synclib.judge.items import JudgeItem, items_from_cube, sample_items
+from synclib.judge.options import LOCAL_MAX_NEW_TOKENS, MODES, JudgeOptions
 from synclib.judge.parse import parse_evaluation
 from synclib.judge.prompt import (SYSTEM_MESSAGE, constrained_question, judge_messages,
                                   load_instructions, repair_messages)
-from synclib.judge.rubric import EMBEDDED_INSTRUCTIONS, FIELDS, REASONING_MAX_CHARS, SCORE_RANGES
+from synclib.judge.rubric import EMBEDDED_INSTRUCTIONS, FIELDS, SCORE_RANGES
 from synclib.judge.table import make_row, make_table, save_table, social_performance
 from synclib.models import load_model
-from synclib.scenarios import load_tasks
+from synclib.tasks.scenarios import load_tasks
 
 __all__ = ["MODES", "judge_items", "judge_item_json", "judge_item_constrained", "evaluate_cube",
            "evaluate_episodes", "judge_to_file", "request_key"]
 
 log = logging.getLogger(__name__)
-
-#: The judging modes (see the module docstring).
-MODES = ("json", "constrained")
 
 
 def _failed(item: JudgeItem, judge: str, mode: str, error: str) -> list[dict]:
@@ -198,7 +197,7 @@ def judge_items(items: Sequence[JudgeItem], backend, mode: str = "json",
     structured : bool, optional
         JSON mode with an HTTP judge: ask for structured output (a ``json_schema``
         ``response_format``; plain JSON mode when the server refuses it) or not.
-        None: the backend's own setting (``OpenAIBackend(structured=True)`` by
+        None: the backend's own setting (``JudgeSampling.structured``, True by
         default).  A local judge generates freely either way.
 
     Returns
@@ -243,16 +242,21 @@ def judge_items(items: Sequence[JudgeItem], backend, mode: str = "json",
     return make_table(rows)
 
 
-def evaluate_cube(cube: str | os.PathLike, *, scenarios: str | os.PathLike = "embedded",
-                  layout: str = "sotopia", **judge) -> pd.DataFrame:
+def evaluate_cube(cube: str | os.PathLike, options: JudgeOptions, *,
+                  out: str | os.PathLike | None = None, cache: str | os.PathLike | None = None,
+                  progress: bool = True, log: Callable[[str], None] | None = None) -> pd.DataFrame:
     """Judge every dialog of a cube and write the tidy table (``CUBE.judge.csv``).
 
-    The library form of ``synclib evaluate CUBE`` (same parameters as its options).
-    ``scenarios`` is the task set the cube was simulated from (its judge instructions are
-    used when it ships them); ``layout`` lays the message out as Sotopia does or as the
-    paper's code did (:data:`synclib.judge.items.LAYOUTS`).  The other keyword arguments
-    are :func:`judge_to_file`'s.  Returns the table that was written.
+    The library form of ``synclib evaluate CUBE``.  ``options``
+    (:class:`~synclib.judge.options.JudgeOptions`, e.g. from
+    :meth:`~synclib.judge.options.JudgeOptions.from_config`) names the judge and the
+    run: ``options.scenarios`` is the task set the cube was simulated from (its judge
+    instructions are used when it ships them); ``options.layout`` lays the message out
+    as Sotopia does or as the paper's code did (:data:`synclib.judge.items.LAYOUTS`).
+    ``out``, ``cache``, ``progress`` and ``log`` are :func:`judge_to_file`'s.  Returns
+    the table that was written.
     """
+    _check_options(options)
     cube = Path(cube)
     if not cube.is_file():
         raise JudgeError(f"cube {cube} does not exist")
@@ -262,88 +266,86 @@ def evaluate_cube(cube: str | os.PathLike, *, scenarios: str | os.PathLike = "em
     except OSError as exc:
         raise JudgeError(f"{cube} is not a finished cube: it cannot be read as netCDF ({exc}); a truncated "
                          "or foreign file? Re-run the simulation that writes it") from None
-    if layout not in LAYOUTS:
-        raise JudgeError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    _check_mode(judge.get("mode"), judge.get("judge_url"))
-    tasks = load_tasks(scenarios)
-    items = items_from_cube(cube, tasks, layout=layout)
-    return judge_to_file(items, cube, scenarios=scenarios, **judge)
+    tasks = load_tasks(options.scenarios)
+    items = items_from_cube(cube, tasks, layout=options.layout)
+    return judge_to_file(items, cube, options, out=out, cache=cache, progress=progress, log=log)
 
 
-def evaluate_episodes(path: str | os.PathLike, *, scenarios: str | os.PathLike = "embedded",
-                      **judge) -> pd.DataFrame:
+def evaluate_episodes(path: str | os.PathLike, options: JudgeOptions, *,
+                      out: str | os.PathLike | None = None, cache: str | os.PathLike | None = None,
+                      progress: bool = True, log: Callable[[str], None] | None = None) -> pd.DataFrame:
     """Judge the finished episodes of a JSON-lines file and write ``FILE.judge.csv``.
 
     The library form of ``synclib evaluate EPISODES.jsonl``: Sotopia's episode export or
     synclib's own format (:mod:`synclib.judge.episodes`; every line is checked before
-    anything is judged).  ``scenarios`` only chooses the judge instructions (a task
-    directory's ``judge_instructions.txt``, e.g. ``sotopia`` for the paper's).  The
-    table gets an ``episode_id`` column beside ``episode`` (the line's position).  The
-    other keyword arguments are :func:`judge_to_file`'s.
+    anything is judged).  ``options.scenarios`` only chooses the judge instructions (a
+    task directory's ``judge_instructions.txt``, e.g. ``sotopia`` for the paper's) and
+    ``options.layout`` is not used.  The table gets an ``episode_id`` column beside
+    ``episode`` (the line's position).  ``out``, ``cache``, ``progress`` and ``log`` are
+    :func:`judge_to_file`'s.
     """
     from synclib.judge.episodes import read_episodes
 
-    _check_mode(judge.get("mode"), judge.get("judge_url"))
+    _check_options(options)
     items = read_episodes(path)
-    return judge_to_file(items, Path(path), scenarios=scenarios, **judge)
+    return judge_to_file(items, Path(path), options, out=out, cache=cache, progress=progress, log=log)
 
 
-def _check_mode(mode: str | None, judge_url: str | None) -> None:
-    if mode is not None and mode not in MODES:
-        raise JudgeError(f"mode must be one of {MODES}, got {mode!r}")
-    if mode == "constrained" and judge_url:
-        raise JudgeError("mode 'constrained' needs a local judge (no judge_url): an HTTP "
-                         "endpoint gives no score distributions")
+def _check_options(options: JudgeOptions) -> None:
+    if not isinstance(options, JudgeOptions):
+        raise JudgeError(f"options must be a JudgeOptions (JudgeOptions.from_config builds one from a "
+                         f"run config), got {type(options).__name__}")
 
 
-def judge_to_file(items: list[JudgeItem], source: Path, *, scenarios: str | os.PathLike = "embedded",
-                  judge_model: str, judge_url: str | None = None,
-                  api_key_env: str = "OPENAI_API_KEY", mode: str | None = None,
-                  concurrency: int = 8, out: str | os.PathLike | None = None,
-                  cache: str | os.PathLike | None = None, device: str | None = None,
-                  sample: int | None = None, sample_seed: int = 0, timeout: float = 300.0, max_retries: int = 5,
-                  seed: int = 0, max_tokens: int | None = None, batch_size: int = 16,
-                  progress: bool = True, log=None, structured: bool = True,
-                  reasoning_max_chars: int = REASONING_MAX_CHARS) -> pd.DataFrame:
+def _backend(options: JudgeOptions):
+    """The backend ``options`` name: HTTP with a URL, else the local judge model."""
+    conn, sampling = options.connection, options.sampling
+    if not conn.local:
+        return OpenAIBackend(conn, sampling)
+    return LocalBackend(load_model(conn.model, device=options.device),
+                        max_new_tokens=sampling.max_tokens or LOCAL_MAX_NEW_TOKENS,
+                        batch_size=options.batch_size, seed=sampling.seed)
+
+
+def judge_to_file(items: list[JudgeItem], source: Path, options: JudgeOptions, *,
+                  out: str | os.PathLike | None = None, cache: str | os.PathLike | None = None,
+                  progress: bool = True, log: Callable[[str], None] | None = None) -> pd.DataFrame:
     """Judge ``items`` (a cube's dialogs or a file's episodes) and write the tidy table.
 
-    ``mode`` defaults to ``json`` with ``judge_url`` and ``constrained`` for a local
-    judge.  ``sample``: judge a random sample of that many dialogs, drawn with
-    ``sample_seed`` (:func:`~synclib.judge.items.sample_items`); default every dialog.
-    Answers are cached in ``cache`` (default ``SOURCE.judge-cache.jsonl``), so an
-    interrupted call loses nothing paid for and a second call asks nothing again.
-    ``structured`` (HTTP judge, JSON mode) asks the server for structured output, each
-    reasoning at most ``reasoning_max_chars`` characters, falling back to plain JSON mode
-    when the server refuses it (:class:`~synclib.judge.backends.OpenAIBackend`);
-    ``structured=False`` is plain JSON mode throughout.  The table goes to ``out``
-    (default ``SOURCE.judge.csv``); items that carry an ``episode_id`` add that column.
-    Returns the table that was written.
+    ``options`` (:class:`~synclib.judge.options.JudgeOptions`) names the judge
+    (``options.connection``: an HTTP endpoint, or a local model without a URL), what its
+    requests ask for (``options.sampling``) and the run: ``options.mode`` defaults to
+    ``json`` with a URL and ``constrained`` for a local judge; ``options.sample`` judges a
+    random sample of that many dialogs, drawn with ``options.sample_seed``
+    (:func:`~synclib.judge.items.sample_items`; default every dialog).  Answers are cached
+    in ``cache`` (default ``SOURCE.judge-cache.jsonl``), so an interrupted call loses
+    nothing paid for and a second call asks nothing again.  ``sampling.structured`` (HTTP
+    judge, JSON mode) asks the server for structured output, each reasoning at most
+    ``sampling.reasoning_max_chars`` characters, falling back to plain JSON mode when the
+    server refuses it (:class:`~synclib.judge.backends.OpenAIBackend`); False is plain JSON
+    mode throughout.  The table goes to ``out`` (default ``SOURCE.judge.csv``); items that
+    carry an ``episode_id`` add that column.  ``progress`` shows a bar; ``log`` gets the
+    two summary lines (default: stderr).  Returns the table that was written.
     """
+    _check_options(options)
     log = log or (lambda msg: print(msg, file=sys.stderr))
-    mode = mode or ("json" if judge_url else "constrained")
-    _check_mode(mode, judge_url)
-    instructions, instr_source = load_instructions(scenarios)
+    mode, http, sampling = options.judge_mode, not options.connection.local, options.sampling
+    instructions, instr_source = load_instructions(options.scenarios)
     n_dialogs = len(items)
-    items = sample_items(items, sample, sample_seed)
-    if judge_url:
-        backend: Any = OpenAIBackend(judge_url, judge_model, api_key_env, timeout=timeout,
-                                     max_retries=max_retries, seed=seed, max_tokens=max_tokens,
-                                     structured=structured,
-                                     reasoning_max_chars=reasoning_max_chars)
-    else:
-        backend = LocalBackend(load_model(judge_model, device=device),
-                               max_new_tokens=max_tokens or 1024, batch_size=batch_size, seed=seed)
+    items = sample_items(items, options.sample, options.sample_seed)
+    backend: Any = _backend(options)
     out = Path(out) if out else source.with_suffix(".judge.csv")
     cache_ = JudgeCache(cache if cache else source.with_suffix(".judge-cache.jsonl"))
     what = f"instructions: {instr_source}" if mode == "json" else "one question per agent and dimension"
-    if mode == "json" and judge_url:
+    if mode == "json" and http:
         what += ("; structured output, reasoning at most "
-                 f"{reasoning_max_chars} characters" if structured else "; no structured output")
+                 f"{sampling.reasoning_max_chars} characters" if sampling.structured
+                 else "; no structured output")
     log(f"judging {len(items)} {'of ' + str(n_dialogs) + ' ' if len(items) < n_dialogs else ''}dialogs with {backend.judge_id} ({mode} mode, {what}); "
         f"cache {cache_.path} holds {len(cache_)} answers")
     try:
         table = judge_items(items, backend, mode=mode, cache=cache_, instructions=instructions,
-                            concurrency=concurrency, progress=progress)
+                            concurrency=options.concurrency, progress=progress)
     finally:
         backend.close()
     if any(it.episode_id for it in items):

@@ -9,7 +9,7 @@ import numpy as np
 import xarray as xr
 
 from synclib.judge.errors import JudgeError
-from synclib.prompts import complete_intro, judge_intro
+from synclib.tasks.prompts import complete_intro, judge_intro
 
 __all__ = ["JudgeItem", "items_from_cube", "sample_items", "LAYOUTS"]
 
@@ -74,8 +74,8 @@ def items_from_cube(cube: str | os.PathLike | xr.Dataset, tasks: Any,
         The task set the cube was simulated from (``.tasks``, each with
         ``.index``, ``.names``).
     intro : callable, optional
-        ``task -> str``; default :func:`synclib.prompts.judge_intro` (``sotopia``
-        layout) or :func:`synclib.prompts.complete_intro` (``reference``).
+        ``task -> str``; default :func:`synclib.tasks.prompts.judge_intro` (``sotopia``
+        layout) or :func:`synclib.tasks.prompts.complete_intro` (``reference``).
     layout : {"sotopia", "reference"}
 
     Returns

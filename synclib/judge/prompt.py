@@ -3,7 +3,7 @@
 The JSON-mode prompt (protocol, "Social performance") is one user message after a
 ``"You are a helpful assistant."`` system message::
 
-    {complete, unmasked intro}            (synclib.prompts.judge_intro)
+    {complete, unmasked intro}            (synclib.tasks.prompts.judge_intro)
     Turn #0: {agent 1} said: "{utterance 0}"
     Turn #1: {agent 2} said: "{utterance 1}"
     ...
@@ -15,7 +15,7 @@ agents' own ``Turn t: {name} said:{utterance}`` lines and no separators.
 
 The transcript lines follow Sotopia's own evaluator history (``Turn #n: `` from its
 ``Observation`` followed by ``{name} said: "{argument}"`` from its ``AgentAction``);
-they differ from the agents' own history lines (``synclib.prompts.render_history``:
+they differ from the agents' own history lines (``synclib.tasks.prompts.render_history``:
 no ``#``, no quotes).  ``{instructions}`` is ``judge_instructions.txt`` read from the
 scenarios directory when it holds one (the paper's text: Sotopia's format
 instructions with its JSON schema); otherwise, e.g. for the embedded task set,
@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 from synclib.judge.errors import JudgeError
 from synclib.judge.items import JudgeItem
 from synclib.judge.rubric import DIMENSIONS, EMBEDDED_INSTRUCTIONS, SCORE_RANGES, rubric_lines
-from synclib.prompts import speaker_line
+from synclib.tasks.prompts import speaker_line
 
 __all__ = ["SYSTEM_MESSAGE", "render_transcript", "item_transcript", "judge_prompt", "judge_messages",
            "repair_messages", "constrained_question", "load_instructions"]
@@ -49,7 +49,7 @@ def render_transcript(agent_names: Sequence[str], utterances: Sequence[str],
                       layout: str = "sotopia") -> str:
     """The dialog lines, agent 1 at even ``t``: ``Turn #t: {name} said: "{utterance}"``
     (``sotopia``) or the agents' own ``Turn t: {name} said:{utterance}`` (``reference``,
-    :func:`synclib.prompts.speaker_line`).
+    :func:`synclib.tasks.prompts.speaker_line`).
 
     Parameters
     ----------
@@ -166,7 +166,7 @@ def load_instructions(scenarios: str | os.PathLike | None) -> tuple[str, str]:
         ``source`` is the file path or ``"embedded"``.
     """
     if scenarios is not None and str(scenarios) != "embedded":
-        from synclib.scenarios import task_dir
+        from synclib.tasks.scenarios import task_dir
 
         p = task_dir(scenarios)  # a folder, or a dataset name ("sotopia": its cache folder)
         f = p / INSTRUCTIONS_FILENAME if p.is_dir() else p

@@ -1,6 +1,6 @@
 """The published human Sotopia-eval ratings (Sotopia-π's study) in synclib's formats.
 
-``synclib fetch sotopia-human`` (:data:`synclib.datasets.SOTOPIA_HUMAN`) checks the study's
+``synclib fetch sotopia-human`` (:data:`synclib.tasks.datasets.SOTOPIA_HUMAN`) checks the study's
 files against their hashes and then calls :func:`prepare`, which writes beside them:
 
 ``episodes.jsonl``
@@ -51,7 +51,7 @@ from synclib.judge.rubric import DIMENSIONS, SCORE_RANGES
 
 __all__ = ["RATING_FILES", "SCORES_FILE", "OUTPUTS", "GPT4_JUDGE", "prepare", "usage"]
 
-#: the study's rating files, one per kind of agent (in :data:`synclib.datasets.SOTOPIA_HUMAN`)
+#: the study's rating files, one per kind of agent (in :data:`synclib.tasks.datasets.SOTOPIA_HUMAN`)
 RATING_FILES = ("gpt4_final.csv", "gpt3.5_final.csv", "mistral-instruct_final.csv", "BC_final.csv",
                 "SR_final.csv", "BC+SR_final.csv")
 #: GPT-4's scores of the GPT-4 episodes

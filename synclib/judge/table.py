@@ -104,7 +104,7 @@ def social_performance(table: pd.DataFrame, column: str = "score",
     A dialog (episode, sim seed) counts only when both agents have an overall score; each
     agent's overall scores are averaged over the valid seeds of an episode, then over the
     episodes with at least one valid seed; the run's score is the mean of its two agents.
-    (The mean over both speaking orders is the caller's: :meth:`synclib.results.Results.social_table`.)
+    (The mean over both speaking orders is the caller's: :meth:`synclib.analysis.results.Results.social_table`.)
 
     Returns
     -------

@@ -1,0 +1,776 @@
+"""Statistical power: what a run's genuine-vs-control comparisons can and cannot detect.
+
+A run's headline numbers (a few dozen training samples per dataset, SyncR² of a few
+hundredths with standard errors as large) cannot by themselves tell "no difference between
+genuine and passive" apart from "too few samples to see one".  This module gives the
+numbers that can:
+
+* :func:`paired_control_tests`: for each control condition of a run (passive, shuffled,
+  lagJ) a *paired* comparison with the genuine condition.  The pairable values are the
+  per-split-seed scores ``sync_r2_per_seed`` (dims ``condition, direction, split_seed``) of
+  every ordered run: genuine and control share the run, the direction and the split seed.
+  Per comparison: a paired t-test (:func:`scipy.stats.ttest_rel`), an exact sign-flip
+  permutation test (:func:`sign_flip_pvalue`) and the minimum detectable difference
+  (:func:`mde_paired`, alpha 0.05 two-sided, power 0.8) at the run's number of pairs and
+  standard deviation of the paired differences.
+* :func:`episode_test`, :func:`episode_interval`: the same comparisons with the episode (the
+  dialog) as the unit, from the analyses' resamples of whole episodes; :func:`setting_test`
+  and :func:`tom_tests` for tables 2 and 5 and figure 11.
+* :func:`paired_tests_by_run` (the tests per ordered run) and :func:`run_sample_sizes` (how
+  many samples the run's datasets have).
+
+Two modules build on these numbers: :mod:`synclib.analysis.recovery` (how often the analysis recovers
+a planted difference, per sample size, on synthetic cubes) and :mod:`synclib.figures.power_text`
+(the tests' tables for display and the power page's generated argument).
+
+Independence caveat
+-------------------
+The split seeds of one ordered run re-split the *same* samples, so their scores are
+positively correlated; a test that treats the per-seed values as independent pairs
+(``unit="split_seed"``, the default) overstates the number of independent replicates.
+``unit="direction"`` averages the split seeds first (one paired value per ordered run and
+direction), which is more conservative.  The notebook ``notebooks/power.md`` shows both.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+from scipy import optimize
+from scipy import stats as sps
+
+from synclib import stats
+from synclib.penalty import Penalty
+
+__all__ = [
+    "EXACT_MAX_N",
+    "N_RANDOM_FLIPS",
+    "SETTINGS",
+    "TABLE_COLUMNS",
+    "TWO_TESTS",
+    "UNITS",
+    "corrected_resampled_test",
+    "conservative_p",
+    "episode_interval",
+    "episode_test",
+    "mde_paired",
+    "n_pairs_needed",
+    "paired_control_tests",
+    "paired_test",
+    "paired_tests_by_run",
+    "paired_values",
+    "reported_difference",
+    "run_sample_sizes",
+    "setting_test",
+    "significantly_above",
+    "sign_flip_pvalue",
+    "surrogate_table",
+    "surrogate_test",
+    "tom_tests",
+]
+
+#: the pairable units of :func:`paired_values`
+UNITS = ("split_seed", "direction")
+#: up to this many paired values the sign-flip test enumerates all 2^n sign vectors
+EXACT_MAX_N = 16
+#: random sign vectors above :data:`EXACT_MAX_N`
+N_RANDOM_FLIPS = 10_000
+#: the order in which controls are listed
+_CONTROL_ORDER = ("passive", "shuffled", "pseudo")
+
+
+# --------------------------------------------------------------------------- tests on paired values
+def _diffs(diffs) -> np.ndarray:
+    d = np.asarray(diffs, dtype=np.float64).ravel()
+    return d[np.isfinite(d)]
+
+
+def sign_flip_pvalue(diffs, n_random: int = N_RANDOM_FLIPS, seed: int = 0,
+                     exact_max_n: int = EXACT_MAX_N) -> float:
+    """Two-sided sign-flip permutation p-value of the mean of paired differences.
+
+    Under the null hypothesis of no difference the sign of each paired difference is
+    exchangeable.  The statistic is ``|mean(d)|``; the p-value is the fraction of sign
+    vectors ``s`` with ``|mean(s * d)| >= |mean(d)|`` (up to a relative tolerance of 1e-9
+    for floating-point ties).
+
+    Parameters
+    ----------
+    diffs : array-like, shape (n,)
+        Paired differences (e.g. genuine minus control); non-finite values are dropped.
+    n_random : int
+        Number of random sign vectors when ``n > exact_max_n``.
+    seed : int
+        Seed of ``numpy.random.default_rng`` for the random sign vectors (fixed: the result
+        is deterministic).
+    exact_max_n : int
+        Up to this ``n`` all ``2**n`` sign vectors are enumerated (exact p-value, at least
+        ``2**-(n-1)`` when every difference is non-zero).
+
+    Returns
+    -------
+    float
+        Exact: ``count / 2**n``.  Random: ``(1 + count) / (1 + n_random)`` (the observed
+        signs counted once, so the p-value is never 0).  NaN without differences.
+    """
+    d = _diffs(diffs)
+    n = d.size
+    if n == 0:
+        return math.nan
+    obs = abs(d.mean())
+    tol = 1e-9 * max(obs, np.abs(d).max(initial=0.0), 1e-300)
+    if n <= exact_max_n:
+        bits = (np.arange(2 ** n)[:, None] >> np.arange(n)[None, :]) & 1  # (2^n, n)
+        signs = 1.0 - 2.0 * bits
+        stat = np.abs(signs @ d) / n
+        return float(np.mean(stat >= obs - tol))
+    rng = np.random.default_rng(seed)
+    signs = rng.choice(np.array([-1.0, 1.0]), size=(n_random, n))
+    stat = np.abs(signs @ d) / n
+    return float((1 + np.sum(stat >= obs - tol)) / (1 + n_random))
+
+
+def paired_test(a, b, seed: int = 0) -> dict:
+    """Paired comparison of ``a`` and ``b`` (e.g. genuine and a control).
+
+    Parameters
+    ----------
+    a, b : array-like, shape (n,)
+        Paired values; pairs with a non-finite member are dropped.
+    seed : int
+        For :func:`sign_flip_pvalue` when ``n > 16``.
+
+    Returns
+    -------
+    dict
+        ``n_pairs`` (int), ``mean_a``, ``mean_b``, ``mean_diff`` (mean of ``a - b``),
+        ``sd_diff`` (ddof 1), ``t``, ``p_t`` (:func:`scipy.stats.ttest_rel`, two-sided),
+        ``p_perm`` (:func:`sign_flip_pvalue`), ``mde`` (:func:`mde_paired` at ``n_pairs``
+        and ``sd_diff``).  t and p_t are NaN for fewer than two pairs or when every
+        difference is the same (no variance).
+    """
+    a = np.asarray(a, dtype=np.float64).ravel()
+    b = np.asarray(b, dtype=np.float64).ravel()
+    if a.shape != b.shape:
+        raise ValueError(f"paired_test: a has shape {a.shape} but b has {b.shape}")
+    keep = np.isfinite(a) & np.isfinite(b)
+    a, b = a[keep], b[keep]
+    d = a - b
+    n = int(d.size)
+    sd = float(np.std(d, ddof=1)) if n > 1 else math.nan
+    t = p_t = math.nan
+    if n > 1 and sd > 0:
+        res = sps.ttest_rel(a, b)
+        t, p_t = float(res.statistic), float(res.pvalue)
+    return {"n_pairs": n, "mean_a": float(a.mean()) if n else math.nan,
+            "mean_b": float(b.mean()) if n else math.nan,
+            "mean_diff": float(d.mean()) if n else math.nan, "sd_diff": sd, "t": t, "p_t": p_t,
+            "p_perm": sign_flip_pvalue(d, seed=seed), "mde": mde_paired(sd, n)}
+
+
+def corrected_resampled_test(diffs, test_train_ratio: float) -> dict:
+    """Nadeau and Bengio's corrected resampled t-test of paired differences from re-splits.
+
+    Differences measured on ``n`` random train/test splits of the *same* samples are
+    positively correlated, so the plain paired t-test's variance of the mean, ``var / n``,
+    is too small.  The correction (Nadeau & Bengio 2003, *Machine Learning* 52:239) uses
+    ``var * (1 / n + n_test / n_train)``, with ``n - 1`` degrees of freedom.  Differences
+    pooled from several independent ordered runs or directions get the same correction,
+    which is then conservative.
+
+    Parameters
+    ----------
+    diffs : array-like, shape (n,)
+        Paired differences (e.g. genuine minus control SyncR², one per split seed); non-finite
+        values are dropped.
+    test_train_ratio : float
+        ``n_test / n_train`` of the splits.
+
+    Returns
+    -------
+    dict
+        ``n``, ``mean``, ``t``, ``p`` (two-sided) and ``mde`` (the smallest true difference
+        detected at alpha 0.05 with power 0.8: :func:`mde_paired` at the inflated spread
+        ``sd * sqrt(1 + n * test_train_ratio)``); NaN where the differences do not vary or
+        ``n < 2``.
+    """
+    d = _diffs(diffs)
+    n = int(d.size)
+    out = {"n": n, "mean": float(d.mean()) if n else math.nan, "t": math.nan, "p": math.nan, "mde": math.nan}
+    if n < 2 or not np.isfinite(test_train_ratio) or test_train_ratio < 0:
+        return out
+    sd = float(np.std(d, ddof=1))
+    if sd <= 1e-12 * max(1.0, abs(out["mean"])):   # equal up to rounding: no spread, no test
+        return out
+    se = sd * math.sqrt(1.0 / n + float(test_train_ratio))
+    t = out["mean"] / se
+    out.update(t=float(t), p=float(2 * sps.t.sf(abs(t), n - 1)),
+               mde=mde_paired(sd * math.sqrt(1 + n * float(test_train_ratio)), n))
+    return out
+
+
+def _power_t(delta: float, sd: float, n: int, alpha: float) -> float:
+    """Power of the two-sided one-sample (paired) t-test at true mean difference ``delta``."""
+    df = n - 1
+    tc = sps.t.ppf(1 - alpha / 2, df)
+    ncp = delta * math.sqrt(n) / sd
+    up, down = sps.nct.sf(tc, df, ncp), sps.nct.cdf(-tc, df, ncp)
+    # scipy's nct can return NaN far out in a tail: that tail's probability is 0 (or 1)
+    up = (1.0 if ncp > tc else 0.0) if not np.isfinite(up) else up
+    down = (1.0 if ncp < -tc else 0.0) if not np.isfinite(down) else down
+    return float(min(1.0, up + down))
+
+
+def mde_paired(sd, n, alpha: float = 0.05, power: float = 0.8, method: str = "t") -> float:
+    """Minimum detectable difference of a two-sided paired t-test.
+
+    The smallest true mean difference ``delta`` that the test at level ``alpha`` detects
+    with probability ``power``, given ``n`` paired values whose differences have standard
+    deviation ``sd``.
+
+    Parameters
+    ----------
+    sd : float
+        Standard deviation of the paired differences (ddof 1).
+    n : int
+        Number of paired values.
+    alpha, power : float
+    method : {"t", "normal"}
+        ``"t"`` (default, used in the tables): solves the power equation of the t-test
+        exactly with the noncentral t distribution (``scipy.stats.nct``, ``n - 1`` degrees
+        of freedom, noncentrality ``delta sqrt(n) / sd``; both tails).  ``"normal"``: the
+        normal approximation ``(z_{1-alpha/2} + z_power) sd / sqrt(n)``, which is too small
+        for small ``n``.
+
+    Returns
+    -------
+    float
+        In the units of ``sd``; proportional to ``sd``, shrinking with ``n``.  NaN for
+        ``n < 2`` or an ``sd`` that is not finite and positive (differences that do not
+        vary, e.g. every value clipped to 0, define no test).
+    """
+    n = int(n)
+    if n < 2 or sd is None or not np.isfinite(sd) or sd <= 0:
+        return math.nan
+    sd = float(sd)
+    z = sps.norm.ppf(1 - alpha / 2) + sps.norm.ppf(power)
+    normal = z * sd / math.sqrt(n)
+    if method == "normal":
+        return float(normal)
+    if method != "t":
+        raise ValueError(f"mde_paired: method must be 't' or 'normal', got {method!r}")
+    hi = normal
+    while _power_t(hi, sd, n, alpha) < power:  # the t-test needs more than the normal approx
+        hi *= 2
+    return float(optimize.brentq(lambda x: _power_t(x, sd, n, alpha) - power, 0.0, hi, xtol=1e-12 * sd))
+
+
+def n_pairs_needed(diff, sd, alpha: float = 0.05, power: float = 0.8, max_n: int = 10 ** 6) -> int | None:
+    """The smallest number of paired values at which a two-sided paired t-test detects a
+    true mean difference ``diff`` with probability ``power``, when the paired differences
+    have standard deviation ``sd`` (exact, :func:`mde_paired` with ``method="t"``).
+
+    Returns
+    -------
+    int or None
+        At least 2; None when ``diff`` or ``sd`` is not finite or positive, or more than
+        ``max_n`` pairs would be needed.
+    """
+    if not (np.isfinite(diff) and np.isfinite(sd)) or diff <= 0 or sd <= 0:
+        return None
+    if mde_paired(sd, max_n, alpha, power) > diff:
+        return None
+    z = sps.norm.ppf(1 - alpha / 2) + sps.norm.ppf(power)
+    lo = hi = max(2, math.ceil((z * sd / diff) ** 2))  # the normal approximation: a lower bound
+    while mde_paired(sd, hi, alpha, power) > diff:
+        lo, hi = hi, hi * 2
+    while lo < hi:  # mde decreases with n
+        mid = (lo + hi) // 2
+        if mde_paired(sd, mid, alpha, power) <= diff:
+            hi = mid
+        else:
+            lo = mid + 1
+    return int(lo)
+
+
+# --------------------------------------------------------------------------- a run's paired values
+def _per_seed(results, name: str, condition: str):
+    """``sync_r2_per_seed`` of one run and condition as (direction, split_seed) DataArray, or None."""
+    ds = results.analysis(name)
+    if "sync_r2_per_seed" not in ds or condition not in ds["sync_r2_per_seed"]["condition"].values:
+        return None
+    return ds["sync_r2_per_seed"].sel(condition=condition).transpose("direction", "split_seed")
+
+
+def _controls(results) -> list[str]:
+    """Every condition other than genuine that some run has: passive, shuffled, pseudo, then lags by k."""
+    seen = []
+    for r in results.runs:
+        ds = results.analysis(r.name)
+        if "sync_r2_per_seed" in ds:
+            seen += [str(c) for c in ds["sync_r2_per_seed"]["condition"].values]
+    seen = [c for c in dict.fromkeys(seen) if c != "genuine"]
+
+    def key(c):
+        if c in _CONTROL_ORDER:
+            return (0, _CONTROL_ORDER.index(c), c)
+        if c.startswith("lag") and c[3:].isdigit():
+            return (1, int(c[3:]), c)
+        return (2, 0, c)
+    return sorted(seen, key=key)
+
+
+def paired_values(results, control: str, unit: str = "split_seed") -> pd.DataFrame:
+    """The paired genuine and control SyncR² values of a run.
+
+    Parameters
+    ----------
+    results : synclib.analysis.results.Results
+    control : str
+        A condition of the analysis (``"passive"``, ``"shuffled"``, ``"lag1"``, ...).
+    unit : {"split_seed", "direction"}
+        ``"split_seed"``: one pair per (ordered run, direction, split seed) from
+        ``sync_r2_per_seed`` (dims ``condition, direction, split_seed``).  ``"direction"``:
+        the split seeds averaged first (over the seeds where both values are finite), one
+        pair per (ordered run, direction).
+
+    Returns
+    -------
+    DataFrame
+        Columns ``run, direction, split_seed`` (-1 for ``unit="direction"``), ``genuine``,
+        ``control``; one row per pair with both values finite.  Runs without the control or
+        without ``sync_r2_per_seed`` contribute nothing.
+    """
+    if unit not in UNITS:
+        raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
+    rows = []
+    for r in results.runs:
+        g, c = _per_seed(results, r.name, "genuine"), _per_seed(results, r.name, control)
+        if g is None or c is None:
+            continue
+        gv, cv = g.to_numpy().astype(float), c.to_numpy().astype(float)  # (Dir, S)
+        ok = np.isfinite(gv) & np.isfinite(cv)
+        for di, d in enumerate(g["direction"].values):
+            if unit == "direction":
+                if ok[di].any():
+                    rows.append({"run": r.name, "direction": str(d), "split_seed": -1,
+                                 "genuine": float(gv[di, ok[di]].mean()), "control": float(cv[di, ok[di]].mean())})
+                continue
+            for si, s in enumerate(g["split_seed"].values):
+                if ok[di, si]:
+                    rows.append({"run": r.name, "direction": str(d), "split_seed": int(s),
+                                 "genuine": float(gv[di, si]), "control": float(cv[di, si])})
+    return pd.DataFrame(rows, columns=["run", "direction", "split_seed", "genuine", "control"])
+
+
+TABLE_COLUMNS = ["comparison", "control", "unit", "n_runs", "n_pairs", "mean_genuine", "mean_control",
+                 "mean_diff", "sd_diff", "t", "p_t", "p_perm", "mde", "mde_normal", "test_train_ratio",
+                 "t_corrected", "p_corrected", "mde_corrected", "n_episodes", "n_boot", "sync_genuine",
+                 "sync_control", "sync_diff", "se_episodes", "ci_lo", "ci_hi", "p_episodes", "p"]
+
+#: the two tests of a control's difference, named in every sentence that quotes :func:`conservative_p`
+TWO_TESTS = ("the corrected resampled t-test over re-splits and the bootstrap over whole episodes; "
+             "the larger p of the two")
+
+
+def _pooled_resamples(results, conditions, quantity, runs=None) -> tuple[float, np.ndarray, int]:
+    """``quantity`` of the reported SyncR² (``sync_r2``) and of its resamples of whole episodes
+    (``sync_r2_boot``), each averaged over the ordered runs (or those in ``runs``) and directions,
+    over the runs whose analyses have the resamples and ``conditions``.
+
+    ``quantity`` maps a DataArray with a ``condition`` dim to one without (e.g. genuine minus
+    passive).  Returns ``(value, draws (B,) finite, n_episodes of the first run)``; NaN and no
+    draws where no run qualifies."""
+    vals, boots, n_ep = [], [], 0
+    for r in results.runs:
+        if runs is not None and r.name not in runs:
+            continue
+        ds = results.analysis(r.name)
+        if "sync_r2_boot" not in ds or not set(conditions) <= set(ds["condition"].values):
+            continue
+        vals.append(quantity(ds["sync_r2"]).to_numpy().astype(float))                          # (direction,)
+        boots.append(quantity(ds["sync_r2_boot"]).transpose("direction", "boot").to_numpy().astype(float))
+        n_ep = n_ep or int(ds.attrs.get("n_episodes", 0))
+    if not boots:
+        return math.nan, np.array([]), n_ep
+    with warnings.catch_warnings():  # runs without a value (too few samples to fit): NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        b = np.nanmean(np.concatenate(boots), axis=0)                                          # (B,)
+        value = float(np.nanmean(np.concatenate(vals)))
+    return value, b[np.isfinite(b)], n_ep
+
+
+def episode_test(results, control: str, runs=None) -> dict:
+    """Genuine against ``control`` with the episode (dialog) as the unit: a bootstrap of whole
+    episodes, the maps held fixed (``sync_r2_boot`` of the analyses; the rule is their
+    ``boot_rule`` attribute).
+
+    The statistic is the difference of the reported SyncR² (reference aggregation over split
+    seeds), genuine minus control, averaged over the ordered runs and directions; each
+    resample gives it again on the drawn episodes.  Where the runs play the same tasks the
+    same draws serve all of them (the analyses use one seed), so a task drawn counts in every
+    run at once.
+
+    Returns
+    -------
+    dict
+        ``n_episodes`` (episodes of the first run's cube), ``n_boot``, ``sync_genuine`` and
+        ``sync_control`` (the reported SyncR², mean over runs and directions), ``sync_diff``
+        (their difference), ``se_episodes`` (sd of the resampled differences), ``ci_lo``/``ci_hi``
+        (2.5 and 97.5 percentiles), ``p_episodes`` (two-sided:
+        ``2 min(1 + #{d_b <= 0}, 1 + #{d_b >= 0}) / (1 + B)``, at most 1); NaN where no run
+        has ``sync_r2_boot`` for both conditions.
+    """
+    conds = ("genuine", control)
+    d, db, n_ep = _pooled_resamples(results, conds, lambda v: v.sel(condition="genuine") - v.sel(condition=control),
+                                    runs)
+    out = {"n_episodes": n_ep, "n_boot": 0, "sync_genuine": math.nan, "sync_control": math.nan,
+           "sync_diff": math.nan, "se_episodes": math.nan, "ci_lo": math.nan, "ci_hi": math.nan,
+           "p_episodes": math.nan}
+    if not db.size or not np.isfinite(d):
+        return out
+    B = db.size
+    lo, hi = stats.bootstrap_interval(db)
+    out.update(sync_genuine=_pooled_resamples(results, conds, lambda v: v.sel(condition="genuine"), runs)[0],
+               sync_control=_pooled_resamples(results, conds, lambda v: v.sel(condition=control), runs)[0],
+               n_boot=B, sync_diff=d, se_episodes=float(np.std(db, ddof=1)) if B > 1 else math.nan,
+               ci_lo=lo, ci_hi=hi, p_episodes=stats.bootstrap_p(db))
+    return out
+
+
+def episode_interval(results, condition: str = "genuine") -> dict:
+    """The reported SyncR² of ``condition`` (mean over runs and directions) with its interval over
+    resamples of whole episodes (``sync_r2_boot``; :func:`episode_test` for the rule).
+
+    Returns
+    -------
+    dict
+        ``value``, ``ci_lo``, ``ci_hi`` (2.5 and 97.5 percentiles), ``p_zero`` (one-sided,
+        ``(1 + #{s_b <= 0}) / (1 + B)``: that SyncR² is 0, no synchrony), ``n_boot``,
+        ``n_episodes``; NaN where no run has the resamples.
+    """
+    v, b, n_ep = _pooled_resamples(results, (condition,), lambda x: x.sel(condition=condition))
+    out = {"value": math.nan, "ci_lo": math.nan, "ci_hi": math.nan, "p_zero": math.nan, "n_boot": 0,
+           "n_episodes": n_ep}
+    if b.size:
+        lo, hi = stats.bootstrap_interval(b)
+        out.update(value=v, ci_lo=lo, ci_hi=hi, p_zero=float((1 + np.sum(b <= 0)) / (1 + b.size)), n_boot=int(b.size))
+    return out
+
+
+def surrogate_test(results, runs=None) -> dict:
+    """Genuine SyncR² against its surrogate partners (``sync_r2_surrogate`` of the analyses;
+    :data:`synclib.analysis.surrogates.SURROGATE_RULE`), each averaged over the ordered runs (or
+    those in ``runs``) and directions: the null that can happen, in place of SyncR² = 0.
+
+    Two tests: the rank of genuine among the surrogates (``p_rank``,
+    :func:`synclib.stats.rank_p`: at least ``1 / (1 + n_surrogates)``) and the bootstrap of
+    whole episodes of the gap, genuine minus the surrogates' mean (``surrogate_gap_boot``,
+    ``p_episodes`` two-sided as :func:`episode_test`); ``p`` is the larger.
+
+    Returns
+    -------
+    dict
+        ``genuine`` (genuine on the surrogates' rows: ``sync_r2_surrogate_genuine``),
+        ``surrogate_mean``, ``surrogate_sd``, ``surrogate_max``, ``surrogates`` (the
+        distribution, (n,)), ``n_surrogates``, ``share_below`` (surrogates below genuine),
+        ``gap``, ``ci_lo``/``ci_hi``, ``p_rank``, ``p_episodes``, ``p``, ``n_boot``,
+        ``n_episodes``, ``same_personas`` (share of surrogate samples whose partner dialog
+        has the same persona pair), ``n_runs``, ``n_sim_seeds`` (the fewest simulation seeds of the
+        runs' cubes: with one, no surrogate keeps the task); NaN and 0 where no run has surrogates.
+    """
+    gen, sur, gaps, same, n_ep, n_seeds = [], [], [], [], 0, []
+    for r in results.runs:
+        if runs is not None and r.name not in runs:
+            continue
+        ds = results.analysis(r.name)
+        if "sync_r2_surrogate" not in ds:
+            continue
+        gen.append(ds["sync_r2_surrogate_genuine"].to_numpy().astype(float))
+        sur.append(ds["sync_r2_surrogate"].transpose("direction", "surrogate").to_numpy().astype(float))
+        same.append(ds["surrogate_same_personas"].to_numpy().astype(float))
+        if "surrogate_gap_boot" in ds:
+            gaps.append(ds["surrogate_gap_boot"].transpose("direction", "boot").to_numpy().astype(float))
+        n_ep = n_ep or int(ds.attrs.get("n_episodes", 0))
+        n_seeds.append(int(ds.attrs.get("n_sim_seeds", 1)))
+    nan = math.nan
+    out = {"n_sim_seeds": min(n_seeds, default=0), "genuine": nan, "surrogate_mean": nan, "surrogate_sd": nan, "surrogate_max": nan,
+           "surrogates": np.array([]), "n_surrogates": 0, "share_below": nan, "gap": nan, "ci_lo": nan,
+           "ci_hi": nan, "p_rank": nan, "p_episodes": nan, "p": nan, "n_boot": 0, "n_episodes": n_ep,
+           "same_personas": nan, "n_runs": len(gen)}
+    if not gen or len({s.shape[1] for s in sur}) != 1:
+        return out
+    with warnings.catch_warnings():  # a direction without a value: NaN
+        warnings.simplefilter("ignore", RuntimeWarning)
+        g = float(np.nanmean(np.concatenate(gen)))
+        dist = np.nanmean(np.concatenate(sur), axis=0)                                # (n,)
+        same_p = float(np.nanmean(np.concatenate(same)))
+        gb = np.nanmean(np.concatenate(gaps), axis=0) if gaps else np.array([])
+    if not np.isfinite(g) or not np.isfinite(dist).any():
+        return out
+    ok = dist[np.isfinite(dist)]
+    out.update(genuine=g, surrogate_mean=float(ok.mean()), surrogate_sd=float(ok.std(ddof=1)) if ok.size > 1 else nan,
+               surrogate_max=float(ok.max()), surrogates=dist, n_surrogates=int(ok.size),
+               share_below=float(np.mean(ok < g)), gap=float(g - ok.mean()), p_rank=stats.rank_p(g, ok),
+               same_personas=same_p)
+    gb = gb[np.isfinite(gb)]
+    if gb.size:
+        lo, hi = stats.bootstrap_interval(gb)
+        out.update(ci_lo=lo, ci_hi=hi, p_episodes=stats.bootstrap_p(gb), n_boot=int(gb.size))
+    out["p"] = max(out["p_rank"], out["p_episodes"]) if gb.size else out["p_rank"]
+    return out
+
+
+def surrogate_table(results) -> pd.DataFrame:
+    """:func:`surrogate_test` per pair (both orders) and over all runs (``pair`` "all"); rows
+    only where a surrogate value could be computed (``attrs["present"]``: some run's analysis
+    has the surrogates).  Columns: ``pair``, then the test's scalar entries."""
+    rows, present = [], False
+    units = [(p, [r.name for r in results.runs_of(p)]) for p in results.pair_names]
+    for name, runs in units + ([("all", None)] if len(units) > 1 else []):
+        t = surrogate_test(results, runs)
+        present |= bool(t["n_runs"])
+        if t["n_surrogates"]:
+            rows.append({"pair": name, **{k: v for k, v in t.items() if k != "surrogates"}})
+    out = pd.DataFrame(rows)
+    out.attrs["present"] = present
+    return out
+
+
+#: the settings :func:`setting_test` compares with the genuine condition: (variable, reduced dims, label)
+SETTINGS = {"persona": ("persona_disjoint_sync_r2_per_seed", (), "persona-disjoint minus original SyncR²"),
+            "nonlinear": ("nonlinear_r2", ("layer_pair",), "the MLP's minus the affine map's test R²")}
+
+
+def setting_test(results, setting: str) -> dict:
+    """Table 2 or 5: a setting against the original, paired by run, direction and split seed, with
+    the corrected resampled t-test (:func:`corrected_resampled_test`; the split seeds re-split the
+    same samples).
+
+    ``"persona"``: ``persona_disjoint_sync_r2_per_seed`` minus the genuine ``sync_r2_per_seed``
+    (n_test / n_train of the persona-disjoint splits).  ``"nonlinear"``: ``nonlinear_r2`` minus
+    ``affine_r2``, averaged over the layer pairs (the genuine splits' ratio).
+
+    Returns
+    -------
+    dict
+        :func:`corrected_resampled_test`'s ``n``, ``mean``, ``t``, ``p``, ``mde``, and
+        ``n_layer_pairs`` (nonlinear; 0 otherwise).
+    """
+    if setting not in SETTINGS:
+        raise ValueError(f"setting must be one of {sorted(SETTINGS)}, got {setting!r}")
+    var, reduce, _ = SETTINGS[setting]
+    diffs, ratios, n_lp = [], [], 0
+    for r in results.runs:
+        ds = results.analysis(r.name)
+        if var not in ds:
+            continue
+        if setting == "persona":
+            a, b = ds[var], ds["sync_r2_per_seed"].sel(condition="genuine")
+            ntr, nte = ds["persona_disjoint_n_train"], ds["persona_disjoint_n_test"]
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                a, b = ds[var].mean(list(reduce)), ds["affine_r2"].mean(list(reduce))
+            ntr, nte = (ds[f"n_{k}"].sel(condition="genuine") for k in ("train", "test"))
+            n_lp = max(n_lp, int((ds["nonlinear_src_layer"] >= 0).sum("layer_pair").max()))
+        diffs.append((a - b).transpose("direction", "split_seed").to_numpy().astype(float).ravel())
+        ok = ntr.to_numpy().ravel() > 0
+        ratios += list(nte.to_numpy().ravel()[ok] / ntr.to_numpy().ravel()[ok])
+    d = np.concatenate(diffs) if diffs else np.array([])
+    out = corrected_resampled_test(d, float(np.mean(ratios)) if ratios else math.nan)
+    out["n_layer_pairs"] = n_lp
+    return out
+
+
+def tom_tests(results) -> pd.DataFrame:
+    """Figure 11: each decoder against the train-mean baseline, paired by run, reading agent and
+    split seed (baseline minus decoder test KL: positive when the decoder is better), with the
+    corrected resampled t-test (n_test / n_train of its own probes).
+
+    Returns
+    -------
+    DataFrame
+        ``target, relation, n, mean, p, mde, format_followed`` (whether the decoded replies
+        followed the instructed format: the format filter was on); empty without ToM results.
+    """
+    cols = ["target", "relation", "n", "mean", "p", "mde", "format_followed"]
+    names = results.runs_with("tom_kl_best")
+    if not names:
+        return pd.DataFrame(columns=cols)
+    first = results.analysis(names[0])
+    rows = []
+    for target in first["tom_target"].values:
+        for rel in first["tom_relation"].values:
+            diffs, ratios, followed = [], [], True
+            for name in names:
+                ds = results.analysis(name)
+                at = {"tom_target": target, "tom_relation": rel}
+                diffs.append((ds["tom_kl_baseline"] - ds["tom_kl_best"]).sel(**at).to_numpy().astype(float).ravel())
+                sel = {k: v for k, v in at.items() if k in ds["tom_n_train"].dims}
+                ntr = ds["tom_n_train"].sel(**sel).to_numpy().ravel()
+                nte = ds["tom_n_test"].sel(**sel).to_numpy().ravel()
+                ratios += list(nte[ntr > 0] / ntr[ntr > 0])
+                followed &= str(ds.attrs.get("tom_format_filter", "applied")).startswith("applied")
+            res = corrected_resampled_test(np.concatenate(diffs), float(np.mean(ratios)) if ratios else math.nan)
+            rows.append({"target": str(target), "relation": str(rel).replace("_", " "), "n": res["n"],
+                         "mean": res["mean"], "p": res["p"], "mde": res["mde"], "format_followed": followed})
+    return pd.DataFrame(rows, columns=cols)
+
+
+def conservative_p(row) -> float:
+    """The larger p of a comparison's two tests (:data:`TWO_TESTS`), or the one there is."""
+    ps = [row.get("p_corrected", math.nan), row.get("p_episodes", math.nan)]
+    ps = [float(p) for p in ps if p is not None and np.isfinite(p)]
+    return max(ps) if ps else math.nan
+
+
+def _test_train_ratio(results, runs, condition: str) -> float:
+    """Mean ``n_test / n_train`` of ``condition`` over the analyses of ``runs`` (NaN without)."""
+    ratios = []
+    for name in runs:
+        ds = results.analysis(name)
+        if "n_train" not in ds or condition not in ds["n_train"]["condition"].values:
+            continue
+        a = ds["n_train"].sel(condition=condition).to_numpy().astype(float).ravel()
+        b = ds["n_test"].sel(condition=condition).to_numpy().astype(float).ravel()
+        ratios += list(b[a > 0] / a[a > 0])
+    return float(np.mean(ratios)) if ratios else math.nan
+
+
+def paired_control_tests(results, controls=None, unit: str = "split_seed", seed: int = 0,
+                         runs=None) -> pd.DataFrame:
+    """Genuine against each control condition: paired tests across the run's replicates.
+
+    Parameters
+    ----------
+    results : synclib.analysis.results.Results
+    controls : sequence of str, optional
+        Default: every condition other than ``genuine`` that some run has (passive,
+        shuffled, pseudo, then the lags by k).
+    unit : {"split_seed", "direction"}
+        The paired values (:func:`paired_values`).  The split seeds of a run re-split the
+        same samples, so ``"split_seed"`` overstates the number of independent replicates;
+        ``"direction"`` is the conservative choice.
+    seed : int
+        For the random sign flips (more than 16 pairs).
+    runs : sequence of str, optional
+        Only these ordered runs (default: all).
+
+    Returns
+    -------
+    DataFrame
+        One row per control, columns :data:`TABLE_COLUMNS`: ``comparison`` (e.g.
+        ``"genuine - passive"``), ``control``, ``unit``, ``n_runs`` (ordered runs with
+        pairs), ``n_pairs`` (paired values), ``mean_genuine``, ``mean_control``,
+        ``mean_diff`` (genuine minus control), ``sd_diff`` (ddof 1), ``t`` and ``p_t``
+        (:func:`scipy.stats.ttest_rel`), ``p_perm`` (:func:`sign_flip_pvalue`: exact up to
+        16 pairs, else 10,000 random sign vectors with a fixed seed), ``mde`` (the minimum
+        detectable difference at alpha 0.05 two-sided and power 0.8 of a paired t-test with
+        this ``n_pairs`` and ``sd_diff``, solved exactly with the noncentral t) and
+        ``mde_normal`` (the normal approximation ``(z_0.975 + z_0.8) sd / sqrt(n)``);
+        with ``unit="split_seed"`` also ``test_train_ratio`` and the corrected resampled
+        t-test of :func:`corrected_resampled_test` (``t_corrected``, ``p_corrected``,
+        ``mde_corrected``), the test to read for re-split values, and the bootstrap over whole
+        episodes of :func:`episode_test` (``n_episodes``, ``n_boot``, ``sync_genuine``,
+        ``sync_control``, ``sync_diff``,
+        ``se_episodes``, ``ci_lo``, ``ci_hi``, ``p_episodes``); ``p``: the larger p of the two
+        (:func:`conservative_p`), the one every claim is worded from (NaN for ``"direction"``).
+    """
+    controls = _controls(results) if controls is None else list(controls)
+    rows = []
+    for c in controls:
+        pv = paired_values(results, c, unit)
+        if runs is not None:
+            pv = pv[pv["run"].isin(list(runs))]
+        res = paired_test(pv["genuine"], pv["control"], seed=seed)
+        ratio = _test_train_ratio(results, pv["run"].unique(), c) if unit == "split_seed" else math.nan
+        cor = corrected_resampled_test(pv["genuine"] - pv["control"], ratio)
+        row = {"comparison": f"genuine - {c}", "control": c, "unit": unit,
+               "n_runs": int(pv["run"].nunique()), "n_pairs": res["n_pairs"],
+               "mean_genuine": res["mean_a"], "mean_control": res["mean_b"],
+               "mean_diff": res["mean_diff"], "sd_diff": res["sd_diff"], "t": res["t"],
+               "p_t": res["p_t"], "p_perm": res["p_perm"], "mde": res["mde"],
+               "mde_normal": mde_paired(res["sd_diff"], res["n_pairs"], method="normal"),
+               "test_train_ratio": ratio, "t_corrected": cor["t"], "p_corrected": cor["p"],
+               "mde_corrected": cor["mde"]}
+        if unit == "split_seed":
+            row.update(episode_test(results, c, runs))
+        row["p"] = conservative_p(row)
+        rows.append(row)
+    return pd.DataFrame(rows, columns=TABLE_COLUMNS)
+
+
+def paired_tests_by_run(results, controls=None) -> pd.DataFrame:
+    """:func:`paired_control_tests` (per-split-seed values, corrected resampled t-test) for
+    each ordered run alone, then for all runs pooled (``run`` = ``"all runs"``; only when
+    there are several).  Columns ``run`` and :data:`TABLE_COLUMNS`."""
+    names = [r.name for r in results.runs]
+    parts = [paired_control_tests(results, controls, runs=[n]).assign(run=n) for n in names]
+    if len(names) > 1:
+        parts.append(paired_control_tests(results, controls).assign(run="all runs"))
+    if not parts:
+        return pd.DataFrame(columns=["run"] + TABLE_COLUMNS)
+    out = pd.concat(parts, ignore_index=True)
+    return out[["run"] + TABLE_COLUMNS]
+
+
+def reported_difference(row) -> float:
+    """The difference a sentence quotes: of the reported SyncR² (:func:`episode_test`), else the
+    mean of the per-split-seed differences."""
+    return row["sync_diff"] if np.isfinite(row.get("sync_diff", math.nan)) else row["mean_diff"]
+
+
+def significantly_above(row, level: float = 0.05) -> bool:
+    """Genuine significantly above the control, by the larger p of the two tests."""
+    return bool(np.isfinite(row["p"]) and row["p"] < level and reported_difference(row) > 0)
+
+
+def run_sample_sizes(results, condition: str = "genuine") -> dict:
+    """How many samples the run's datasets of ``condition`` have
+    (:meth:`synclib.analysis.results.Results.sample_counts`, the one count every page quotes).
+
+    Returns
+    -------
+    dict
+        ``n_train``, ``n_samples`` (training plus test samples per dataset): means over
+        ordered runs, directions and split seeds of ``condition`` (NaN without them);
+        ``n_train_min``, ``n_train_max``; ``split_seeds`` (the number of split seeds of the
+        first run); ``n_runs``; ``directions`` (number of directions of the first run);
+        ``dims`` (sorted hidden widths of the run's models, from the cubes' ``d_model_*``
+        attributes where the cube files are there; empty otherwise); ``alpha`` (the ridge
+        penalty of the first run's analysis: a float, ``"cv"``, or None).
+    """
+    counts = results.sample_counts()
+    c = counts[counts["condition"] == condition]
+    ntr, nte = c["n_train"].to_numpy(float), c["n_test"].to_numpy(float)
+    first = results.analysis(results.runs[0].name)
+    dims = set()
+    for r in results.runs:
+        if r.cube is not None and r.cube.is_file():
+            import xarray as xr
+
+            try:
+                with xr.open_dataset(r.cube) as cube:
+                    dims |= {int(cube.attrs[k]) for k in ("d_model_a", "d_model_b") if k in cube.attrs}
+            except (OSError, ValueError):
+                pass
+    return {"n_train": float(ntr.mean()) if ntr.size else math.nan,
+            "n_samples": float((ntr + nte).mean()) if ntr.size else math.nan,
+            "n_train_min": int(ntr.min()) if ntr.size else 0, "n_train_max": int(ntr.max()) if ntr.size else 0,
+            "split_seeds": int(first.sizes.get("split_seed", 0)), "n_runs": len(results.runs),
+            "directions": int(first.sizes.get("direction", 0)), "dims": sorted(dims),
+            "alpha": _ridge_alpha(first.attrs)}
+
+
+def _ridge_alpha(attrs):
+    """The penalty an analysis recorded, in the config's form (:attr:`synclib.penalty.Penalty.value`:
+    a float or ``"cv"``), or None when absent or unreadable."""
+    if "alpha" not in attrs:
+        return None
+    try:
+        return Penalty.from_attrs(attrs).value
+    except (TypeError, ValueError):
+        return None

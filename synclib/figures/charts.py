@@ -1,0 +1,351 @@
+"""Altair charts for the notebooks, and an offline renderer for them.
+
+Every chart function takes a tidy :class:`pandas.DataFrame` (built by
+:mod:`synclib.analysis.results`) and returns an altair chart with tooltips.  Nothing here computes
+results; it only draws.
+
+Offline rendering
+-----------------
+``enable()`` registers and turns on the ``synclib`` altair renderer.  A chart displayed in
+a notebook then carries
+
+* ``application/vnd.vegalite.v6+json``: the spec (JupyterLab draws it natively),
+* ``text/html``: a ``<div class="synclib-vega">`` holding a PNG of the chart and a script
+  that calls ``vegaEmbed`` on it.  The book serves ``vega``, ``vega-lite`` and
+  ``vega-embed`` from ``book/_static/vendor`` (see ``_config.yml``), so the interactive
+  chart replaces the PNG without any network access; readers without JavaScript (or a
+  notebook viewer without the libraries) keep the PNG,
+* ``image/png``: the same PNG, for PDF builds and plain viewers.
+
+No CDN URL is ever written into the output.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import json
+import uuid
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+RENDERER = "synclib"
+VEGALITE_MIME = f"application/vnd.vegalite.v{alt.SCHEMA_VERSION.lstrip('v').split('.')[0]}+json"
+NEGATIVE_GREY = "#c8c8c8"
+HEATMAP_SCHEME = "viridis"
+#: faceted charts put this many panels in a row (with the legend below, two fit the book's text column)
+FACET_COLUMNS = 2
+PNG_SCALE = 1.0
+EMBED_OPTIONS = {"renderer": "svg", "actions": {"export": True, "source": False,
+                                                "compiled": False, "editor": False}}
+
+
+# --------------------------------------------------------------------------- rendering
+def chart_png(spec: dict, scale: float = PNG_SCALE) -> bytes:
+    """A PNG of a Vega-Lite spec, drawn by vl-convert (no browser, no network)."""
+    import vl_convert as vlc
+
+    version = alt.SCHEMA_VERSION.lstrip("v").rsplit(".", 1)[0]
+    return vlc.vegalite_to_png(spec, vl_version=version, scale=scale)
+
+
+def chart_html(spec: dict, png: bytes | None = None, div_id: str | None = None) -> str:
+    """The ``text/html`` output: a div with the PNG fallback, and a ``vegaEmbed`` call.
+
+    The script only uses a ``vegaEmbed`` that the page already has (the book loads it from
+    ``_static/vendor``); where there is none, the PNG stays.
+    """
+    div_id = div_id or f"synclib-vega-{uuid.uuid4().hex[:12]}"
+    img = ""
+    if png is not None:
+        desc = html.escape(str(spec.get("description") or _title_text(spec) or "chart"), quote=True)
+        img = (f'<img src="data:image/png;base64,{base64.b64encode(png).decode()}" '
+               f'alt="{desc}" style="max-width:100%">')
+    spec_js = json.dumps(spec).replace("</", "<\\/")
+    opts_js = json.dumps(EMBED_OPTIONS)
+    return (
+        f'<div class="synclib-vega" id="{div_id}">{img}</div>\n'
+        "<script type=\"text/javascript\">\n"
+        "(function () {\n"
+        f"  var el = document.getElementById({json.dumps(div_id)});\n"
+        f"  var spec = {spec_js};\n"
+        "  function draw() {\n"
+        "    if (typeof window.vegaEmbed !== 'function') { return; }\n"
+        "    var keep = el.innerHTML;\n"
+        f"    window.vegaEmbed(el, spec, {opts_js}).then(function () {{\n"
+        "      el.setAttribute('data-rendered', 'true');\n"
+        "    }).catch(function (err) {\n"
+        "      el.innerHTML = keep; el.setAttribute('data-error', String(err));\n"
+        "    });\n"
+        "  }\n"
+        "  if (document.readyState === 'complete') { draw(); }\n"
+        "  else { window.addEventListener('load', draw); }\n"
+        "})();\n"
+        "</script>"
+    )
+
+
+def _title_text(spec: dict) -> str:
+    t = spec.get("title")
+    if isinstance(t, dict):
+        t = t.get("text")
+    if isinstance(t, list):
+        t = " ".join(map(str, t))
+    return str(t) if t else ""
+
+
+def offline_renderer(spec: dict, **metadata) -> dict:
+    """Altair renderer: a MIME bundle with the spec, offline HTML and a PNG (see module doc)."""
+    png = chart_png(spec) if metadata.get("png", True) else None
+    bundle = {
+        VEGALITE_MIME: spec,
+        "text/html": chart_html(spec, png),
+        "text/plain": f"<Vega-Lite chart: {_title_text(spec) or 'untitled'}>",
+    }
+    if png is not None:
+        bundle["image/png"] = base64.b64encode(png).decode()
+    return bundle
+
+
+def enable(png: bool = True) -> None:
+    """Register and enable the offline ``synclib`` renderer; lift altair's 5000-row cap."""
+    if RENDERER not in alt.renderers.names():
+        alt.renderers.register(RENDERER, offline_renderer)
+    alt.renderers.enable(RENDERER, png=png)
+    alt.data_transformers.disable_max_rows()
+
+
+# --------------------------------------------------------------------------- helpers
+#: a category axis label broken onto lines at spaces and underscores ("romantic_relationship",
+#: "partner previous"): narrow panels side by side never overlap their labels
+WRAPPED_LABEL = "split(replace(datum.label, regexp('_', 'g'), ' '), ' ')"
+
+
+def placeholder(title: str, message: str) -> alt.Chart:
+    """A chart that only says why there is nothing to draw (e.g. an analysis not run),
+    the message wrapped to the chart's width."""
+    import textwrap
+
+    lines = textwrap.wrap(message, 64) or [""]
+    return alt.Chart(pd.DataFrame({"message": ["\n".join(lines)]})).mark_text(
+        align="left", baseline="top", fontSize=13, color="#555", lineBreak="\n", x=0, y=0).encode(
+        text="message:N").properties(title=alt.TitleParams(wrap_title(title, 460, 13)), width=460,
+                                     height=18 * len(lines))
+
+
+def placeholder_if_empty(func):
+    """Decorator: an empty ``frame`` (first argument) gives a :func:`placeholder` chart."""
+    import functools
+
+    @functools.wraps(func)
+    def wrapper(frame, *args, **kw):
+        if isinstance(frame, pd.DataFrame) and frame.empty:
+            title = kw.get("title", args[0] if args and isinstance(args[0], str) else "")
+            return placeholder(title, "no data in this run for this chart")
+        return func(frame, *args, **kw)
+
+    return wrapper
+
+
+def with_bounds(frame: pd.DataFrame, mean: str = "mean", se: str = "se") -> pd.DataFrame:
+    out = frame.copy()
+    s = out[se].fillna(0.0) if se in out else 0.0
+    out["lo"] = out[mean] - s
+    out["hi"] = out[mean] + s
+    return out
+
+
+def need_columns(frame: pd.DataFrame, cols, what: str) -> None:
+    missing = [c for c in cols if c not in frame.columns]
+    if missing:
+        raise KeyError(f"{what}: frame lacks column(s) {missing}; has {list(frame.columns)}")
+
+
+# --------------------------------------------------------------------------- figure 2, 3
+@placeholder_if_empty
+def r2_heatmap(frame: pd.DataFrame, title: str, src_title: str = "source layer",
+               tgt_title: str = "target layer", vmax: float | None = None,
+               size: int = 220, value: str = "r2", value_title: str = "test R²") -> alt.LayerChart:
+    """Test R² per layer pair; negative cells grey; each source layer's best target boxed.
+
+    Parameters
+    ----------
+    frame : DataFrame
+        Columns ``src_layer, tgt_layer, r2, best`` (``best``: the maximum over targets for
+        that source layer); rows with NaN ``r2`` (padding) are dropped.
+    vmax : float, optional
+        Upper end of the colour scale (share it across panels); default the frame's max.
+    value, value_title : the column drawn instead of ``r2`` (e.g. ``cka``) and its legend title
+    """
+    need_columns(frame, ["src_layer", "tgt_layer", value, "best"], "r2_heatmap")
+    d = frame.dropna(subset=[value]).rename(columns={value: "r2"})
+    if d.empty:
+        return placeholder(title, f"no finite {value_title} in this run for this panel (too few samples?)")
+    top = float(vmax if vmax is not None else max(d["r2"].max(), 1e-6))
+    base = alt.Chart(d).encode(
+        x=alt.X("src_layer:O", title=src_title, axis=alt.Axis(labelAngle=0, values=axis_ticks(d["src_layer"]))),
+        y=alt.Y("tgt_layer:O", title=tgt_title, sort="descending", axis=alt.Axis(values=axis_ticks(d["tgt_layer"]))),
+        tooltip=[alt.Tooltip("src_layer:O", title="source layer"),
+                 alt.Tooltip("tgt_layer:O", title="target layer"),
+                 alt.Tooltip("r2:Q", title=value_title, format=".3f")],
+    )
+    cells = base.mark_rect().encode(
+        color=alt.when(alt.datum.r2 >= 0)
+        .then(alt.Color("r2:Q", title=value_title,
+                        scale=alt.Scale(scheme=HEATMAP_SCHEME, domain=[0, top])))
+        .otherwise(alt.value(NEGATIVE_GREY))
+    )
+    boxes = base.mark_rect(fill=None, stroke="black", strokeWidth=1.5).transform_filter(
+        alt.datum.best)
+    # a title longer than the panel would widen it: wrapped onto lines of the panel's width
+    return alt.layer(cells, boxes).properties(
+        title=alt.TitleParams(wrap_title(title, size, 12), fontSize=12), width=size, height=size)
+
+
+def wrap_title(text: str, width: int, font_size: int = 12) -> list[str]:
+    """``text`` broken at spaces into lines that fit ``width`` pixels at ``font_size`` (a
+    character taken as 0.6 of the font size, wide for Vega's default sans-serif), so that no
+    title is cut; a single word longer than a line stays whole."""
+    most = max(8, int(width / (0.6 * font_size)))
+    lines: list[str] = []
+    for word in str(text).split():
+        if lines and len(lines[-1]) + 1 + len(word) <= most:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines or [""]
+
+
+def axis_ticks(layers: pd.Series, most: int = 8) -> list[int]:
+    """Layer ticks: every layer up to ``most`` layers, else every few, first and last kept.
+
+    The last layer replaces the regular tick before it when the two would sit less than a
+    step apart (31 layers: 0, 4, ..., 24, 30, not ..., 24, 28, 30 with 28 and 30 crowded)."""
+    vals = sorted({int(v) for v in layers})
+    step = max(1, -(-len(vals) // most))
+    idx = list(range(0, len(vals), step))
+    if idx[-1] != len(vals) - 1:
+        if len(idx) > 1 and len(vals) - 1 - idx[-1] < step:
+            idx[-1] = len(vals) - 1
+        else:
+            idx.append(len(vals) - 1)
+    return [vals[i] for i in idx]
+
+
+def heatmap_grid(frames: dict[str, pd.DataFrame], columns: int = 2, size: int | None = None,
+                 vmax: float | None = None, **kw) -> alt.VConcatChart:
+    """:func:`r2_heatmap` panels in rows of ``columns`` with one shared colour scale.
+
+    Sized to fit a book's text column (about 650 pixels at a laptop's width): two 210-pixel
+    panels per row with their axes and the shared legend, or one 360-pixel panel; layer ticks
+    every few layers; hover shows both layers and R².  ``vmax`` fixes the top of the shared
+    colour scale (default: the largest R² shown).
+    """
+    if not frames:
+        raise ValueError("heatmap_grid: no panels to draw")
+    value = kw.get("value", "r2")
+    finite = [f[value].to_numpy(dtype=float) for f in frames.values() if value in f and len(f)]
+    finite = [v[np.isfinite(v)] for v in finite]
+    if vmax is None:
+        vmax = max((float(v.max()) for v in finite if v.size), default=1e-6)
+    columns = max(1, min(columns, len(frames)))
+    size = size or (210 if columns > 1 else 360)
+    panels = [r2_heatmap(f, title=t, vmax=max(vmax, 1e-6), size=size, **kw) for t, f in frames.items()]
+    rows = [alt.hconcat(*panels[i:i + columns]) for i in range(0, len(panels), columns)]
+    return alt.vconcat(*rows).resolve_scale(color="shared")
+
+
+# --------------------------------------------------------------------------- bars / lines
+@placeholder_if_empty
+def grouped_bars(frame: pd.DataFrame, x: str, group: str, title: str, y_title: str = "SyncR²",
+                 column: str | None = None, x_title: str | None = None,
+                 group_title: str | None = None, sort=None, width: int = 220) -> alt.Chart:
+    """Bars of ``mean`` by ``x`` and ``group`` with ± standard-error bars.
+
+    Parameters
+    ----------
+    frame : DataFrame
+        Columns ``x``, ``group``, ``mean``, ``se`` (and ``column`` when faceting); extra
+        columns show in the tooltip.
+    column : facet by ``column``, :data:`FACET_COLUMNS` panels per row, legend below
+    """
+    need_columns(frame, [x, group, "mean", "se"] + ([column] if column else []), "grouped_bars")
+    d = with_bounds(frame)
+    extra = [c for c in d.columns if c not in {x, group, "mean", "se", "lo", "hi", column}]
+    tips = [alt.Tooltip(f"{x}:N"), alt.Tooltip(f"{group}:N"),
+            alt.Tooltip("mean:Q", format=".3f"), alt.Tooltip("se:Q", format=".3f")]
+    tips += [alt.Tooltip(f"{c}:N") for c in extra if d[c].dtype == object]
+    xs = alt.X(f"{x}:N", title=x_title or x, sort=sort, axis=alt.Axis(labelAngle=0, labelExpr=WRAPPED_LABEL))
+    bars = alt.Chart().mark_bar().encode(
+        x=xs, xOffset=alt.XOffset(f"{group}:N", sort=None),
+        y=alt.Y("mean:Q", title=y_title),
+        color=alt.Color(f"{group}:N", title=group_title or group, sort=None,
+                        legend=alt.Legend(orient="bottom") if column else alt.Undefined), tooltip=tips)
+    err = alt.Chart().mark_errorbar(ticks=True).encode(
+        x=xs, xOffset=alt.XOffset(f"{group}:N", sort=None),
+        y=alt.Y("lo:Q", title=y_title), y2="hi:Q", tooltip=tips)
+    layered = alt.layer(bars, err, data=d).properties(width=width)
+    if column:
+        return layered.facet(facet=alt.Facet(f"{column}:N", title=None, sort=None),
+                             columns=FACET_COLUMNS).properties(title=title)
+    return layered.properties(title=title)
+
+
+@placeholder_if_empty
+def lines_with_se(frame: pd.DataFrame, x: str, series: str, title: str,
+                  y_title: str = "SyncR²", x_title: str | None = None,
+                  column: str | None = None, x_type: str = "O", log_x: bool = False,
+                  width: int = 260) -> alt.Chart:
+    """Lines of ``mean`` against ``x``, one per ``series``, with ± SE bars.
+
+    Parameters
+    ----------
+    frame : DataFrame
+        Columns ``x``, ``series``, ``mean``, ``se`` (and ``column`` when faceting).
+    x_type : {"O", "Q"}
+        Ordinal (lags) or quantitative (sample sizes) x axis.
+    column : facet by ``column``, :data:`FACET_COLUMNS` panels of 220 pixels per row, legend below
+    """
+    need_columns(frame, [x, series, "mean", "se"] + ([column] if column else []), "lines_with_se")
+    d = with_bounds(frame)
+    scale = alt.Scale(type="log") if log_x else alt.Undefined
+    xs = alt.X(f"{x}:{x_type}", title=x_title or x, scale=scale,
+               axis=alt.Axis(labelAngle=0) if x_type == "O" else alt.Undefined)
+    tips = [alt.Tooltip(f"{series}:N"), alt.Tooltip(f"{x}:{x_type}"),
+            alt.Tooltip("mean:Q", format=".3f"), alt.Tooltip("se:Q", format=".3f")]
+    color = alt.Color(f"{series}:N", title=series,
+                      legend=alt.Legend(orient="bottom", columns=4) if column else alt.Undefined)
+    line = alt.Chart().mark_line(point=True).encode(x=xs, y=alt.Y("mean:Q", title=y_title),
+                                                   color=color, tooltip=tips)
+    err = alt.Chart().mark_errorbar(ticks=True).encode(x=xs, y=alt.Y("lo:Q", title=y_title),
+                                                       y2="hi:Q", color=color, tooltip=tips)
+    layered = alt.layer(line, err, data=d).properties(width=min(width, 220) if column else width)
+    if column:
+        return layered.facet(facet=alt.Facet(f"{column}:N", title=None, sort=None),
+                             columns=FACET_COLUMNS).properties(title=title)
+    return layered.properties(title=title)
+
+
+# --------------------------------------------------------------------------- tables 2, 5
+@placeholder_if_empty
+def comparison_bars(frame: pd.DataFrame, title: str, setting_title: str = "setting",
+                    x_title: str = "SyncR²") -> alt.Chart:
+    """Horizontal grouped bars for a two-setting table, ours and the paper's side by side.
+
+    ``frame`` columns: ``label`` (e.g. ``"ours: S-S"``, ``"paper: M2&M2"``), ``setting``,
+    ``mean``, ``se``, ``source``.
+    """
+    need_columns(frame, ["label", "setting", "mean", "se", "source"], "comparison_bars")
+    d = with_bounds(frame)
+    ys = alt.Y("label:N", title=None, sort=None)
+    yo = alt.YOffset("setting:N", sort=None)
+    tips = [alt.Tooltip("label:N", title="pair"), alt.Tooltip("setting:N"),
+            alt.Tooltip("source:N"), alt.Tooltip("mean:Q", format=".3f"),
+            alt.Tooltip("se:Q", format=".3f")]
+    bars = alt.Chart().mark_bar().encode(
+        y=ys, yOffset=yo, x=alt.X("mean:Q", title=x_title),
+        color=alt.Color("setting:N", title=setting_title, sort=None), tooltip=tips)
+    err = alt.Chart().mark_errorbar(ticks=True).encode(y=ys, yOffset=yo,
+                                                       x=alt.X("lo:Q", title=x_title), x2="hi:Q")
+    return alt.layer(bars, err, data=d).properties(title=title, width=380)

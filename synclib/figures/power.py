@@ -1,0 +1,241 @@
+"""The power page: what this run's size can detect, and why a claim cannot be tested.
+
+The notebook ``notebooks/power.md`` draws this page from the functions here:
+
+* the paired tests of genuine against each control (:func:`paired_control_tests`, per split
+  seed and with the seeds averaged, and :func:`run_sample_sizes`, both of :mod:`synclib.analysis.power`)
+  as one narrow table (:func:`format_table`);
+* the simulation of which planted differences this run's test finds
+  (:func:`synclib.analysis.recovery.power_curve`), drawn with the shared :func:`lines_with_se`;
+* the page's argument, generated from those numbers (:func:`claims_text`), on what the
+  controls' comparisons can and cannot show; the difference taken as the paper's is
+  :data:`synclib.figures.power_text.ASSUMED_PAPER_DIFFERENCE` (shared with figures 3-4's claims).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from synclib.analysis.power import n_pairs_needed, paired_control_tests, run_sample_sizes
+from synclib.analysis.recovery import detection_size, power_curve
+from synclib.figures.charts import lines_with_se
+from synclib.figures.power_text import ASSUMED_PAPER_DIFFERENCE, interval_text
+from synclib.figures.report import sample_counts_text
+from synclib.stats import fmt, format_p
+from synclib.stats import p_clause as _p
+
+__all__ = ["ASSUMED_PAPER_DIFFERENCE", "paired_control_tests", "run_sample_sizes", "sample_counts_text",
+           "power_curve", "lines_with_se", "format_table", "claims_text"]
+
+
+def _f(x, digits: int = 3) -> str:
+    """A number of this page's tables and sentences: three decimals unless told."""
+    return fmt(x, digits)
+
+
+# --------------------------------------------------------------------------- the paired tests' table
+def format_table(table: pd.DataFrame) -> pd.DataFrame:
+    """:func:`synclib.analysis.power.paired_control_tests` for display, narrow enough for a book's text column.
+
+    Indexed by the control and the kind of paired value (rows of one control together),
+    numbers to three decimals, p-values as :func:`synclib.stats.format_p` writes them and
+    the minimum detectable difference in the last column (of the corrected test for
+    per-seed values, of the paired t-test for seed-averaged ones: :func:`_mde`).  t and the spread of the
+    differences are left out to keep it narrow (the sentences of :func:`claims_text` give
+    the spread)."""
+    units = {"split_seed": "per split seed", "direction": "seeds averaged"}
+    order = {c: i for i, c in enumerate(dict.fromkeys(table["control"]))}
+    t = table.assign(_c=table["control"].map(order), _u=table["unit"].map({"split_seed": 0}).fillna(1))
+    t = t.sort_values(["_c", "_u"], kind="stable")
+    out = pd.DataFrame({
+        "genuine vs": t["control"], "paired values": t["unit"].map(units).fillna(t["unit"]),
+        "n": t["n_pairs"], "genuine": t["mean_genuine"].map(_f), "control": t["mean_control"].map(_f),
+        "difference": t["mean_diff"].map(_f), "p (paired t)": t["p_t"].map(format_p),
+        "p (re-splits)": t["p_corrected"].map(lambda p: format_p(p) if np.isfinite(p) else "—"),
+        "p (episodes)": t["p_episodes"].map(lambda p: format_p(p) if np.isfinite(p) else "—"),
+        "min. detectable difference": t.apply(_mde, axis=1).map(_f)})
+    return out.set_index(["genuine vs", "paired values"])
+
+
+# --------------------------------------------------------------------------- the page's argument
+def _pval(row) -> float:
+    """The row's ``p`` (the larger of :data:`synclib.analysis.power.TWO_TESTS`) where it has one, else its paired t's."""
+    return row["p"] if np.isfinite(row.get("p", math.nan)) else row["p_t"]
+
+
+def _significant(row, level: float = 0.05) -> bool:
+    p = _pval(row)
+    return bool(np.isfinite(p) and p < level)
+
+
+def _mde(row) -> float:
+    """The minimum detectable difference of the test the claims use: the corrected resampled
+    t-test's where the row has it, else the paired t-test's."""
+    m = row.get("mde_corrected", math.nan)
+    return float(m) if np.isfinite(m) else float(row["mde"])
+
+
+def _can_detect(row, difference: float) -> bool:
+    """Can the comparison ``row`` speak to a true ``difference`` (its minimum detectable
+    difference is defined and no larger)?"""
+    return bool(np.isfinite(_mde(row)) and _mde(row) <= difference)
+
+
+def _row_sentence(row) -> str:
+    what = row["control"]
+    n, mde = int(row["n_pairs"]), _mde(row)
+    if n < 2:
+        return f"*Genuine vs {what}*: fewer than two paired values; nothing can be tested."
+    head = (f"*Genuine vs {what}*: mean difference {_f(row['mean_diff'])} (sd {_f(row['sd_diff'])}, "
+            f"{n} paired values), paired t {_p(row['p_t'])}, sign flips {_p(row['p_perm'])}")
+    if np.isfinite(row.get("p", math.nan)):
+        head += (f"; corrected for re-splits {_p(row['p_corrected'])}, bootstrap over {int(row['n_episodes'])} "
+                 f"episodes {_p(row['p_episodes'])} (difference of the reported SyncR² {_f(row['sync_diff'])}, 95 % "
+                 f"interval {interval_text(row)})")
+    head += "."
+    if _significant(row):
+        word = "above" if row["mean_diff"] > 0 else "below"
+        agree = ("" if np.isfinite(row["p_perm"]) and row["p_perm"] < 0.05
+                 else " (the sign-flip test does not agree at 0.05)")
+        by = " by the larger p of the corrected and the episode test" if np.isfinite(row.get("p", math.nan)) else ""
+        return head + f" Genuine SyncR² is {word} {what}{by}{agree}."
+    if np.isfinite(mde):
+        return head + (f" Not significant: with {n} paired values this noisy, only a true difference above "
+                       f"about {_f(mde)} is detected with 80 % power by the corrected test, so this is no evidence "
+                       f"either way about a difference smaller than that.")
+    return head + " The differences do not vary, so no test or detectable size is defined."
+
+
+def claims_text(table: pd.DataFrame, curve: pd.DataFrame | None, sizes: dict, published: dict,
+                paper_difference: float, paper_difference_source: str | None = None,
+                conservative: pd.DataFrame | None = None) -> str:
+    """Plain sentences on what the run can and cannot speak to, from the numbers.
+
+    Parameters
+    ----------
+    table : DataFrame
+        :func:`synclib.analysis.power.paired_control_tests` (per-split-seed pairs).
+    curve : DataFrame or None
+        :func:`synclib.analysis.recovery.power_curve` at this run's size (None: no simulation).
+    sizes : dict
+        :func:`synclib.analysis.power.run_sample_sizes`.
+    published : dict
+        ``data/published.json`` (:func:`synclib.analysis.results.load_published`).
+    paper_difference : float
+        The genuine-passive SyncR² difference taken as the paper's.
+    paper_difference_source : str, optional
+        Where ``paper_difference`` comes from (default: a sentence saying the paper prints
+        no number for it, so it is a stated assumption).
+    conservative : DataFrame, optional
+        :func:`synclib.analysis.power.paired_control_tests` with ``unit="direction"``.
+
+    Returns
+    -------
+    str
+        Markdown: one paragraph per point.
+    """
+    paras = []
+    K, Ktr = sizes.get("n_samples", math.nan), sizes.get("n_train", math.nan)
+    if len(table):
+        paras.append(" ".join(_row_sentence(r) for _, r in table.iterrows()))
+    else:
+        paras.append("This run has no control condition to compare with the genuine one.")
+    if conservative is not None and len(conservative):
+        parts = [f"{r['control']} {_p(r['p_t'])}, detectable from about {_f(r['mde'])} ({int(r['n_pairs'])} values)"
+                 for _, r in conservative.iterrows()]
+        paras.append("The split seeds of a run re-split the same samples, so the per-seed values are not "
+                     "independent and the tests above overstate the evidence. With the split seeds averaged "
+                     "first (one value per ordered run and direction): " + "; ".join(parts) + ".")
+
+    src = paper_difference_source or (
+        "The paper prints no number for the genuine-passive difference (figure 4a is a bar chart "
+        "without printed values, and data/published.json holds only the claim), so this page takes "
+        f"{_f(paper_difference, 2)} SyncR² as the paper's difference: a stated assumption, not a published number.")
+    claim = published.get("fig3_4", {})
+    pas = table[table["control"] == "passive"] if len(table) else table
+    if len(pas):
+        r = pas.iloc[0]
+        need = n_pairs_needed(paper_difference, r["sd_diff"])
+        can = _can_detect(r, paper_difference)
+        s = (f"Paper claim (section 4.2): \"{claim.get('claim_passive', 'passive SyncR² is below genuine')}\" "
+             f"{src} With {int(r['n_pairs'])} paired values whose differences have sd {_f(r['sd_diff'])}, this run ")
+        if can:
+            s += (f"**can** speak to a difference of that size (it detects differences above about {_f(_mde(r))} "
+                  f"with 80 % power)")
+            s += (", and it finds genuine above passive." if _significant(r) and r["mean_diff"] > 0 else
+                  f", yet it does not find genuine above passive ({_p(_pval(r))}): evidence against a difference "
+                  f"of the paper's size in this run.")
+        else:
+            s += (f"**cannot** speak to a difference of that size: it detects only differences above about "
+                  f"{_f(_mde(r))} with 80 % power.")
+        if need:
+            s += f" At this sd, a difference of {_f(paper_difference, 2)} needs about {need} paired values."
+        paras.append(s)
+    else:
+        paras.append(f"Paper claim (section 4.2) on the passive reader: this run has no passive condition, so it "
+                     f"cannot speak to it. {src}")
+
+    lags = table[table["control"].str.startswith("lag")] if len(table) else table
+    if len(lags):
+        s = f"Paper claim (section 4.2): \"{claim.get('claim_lag', 'synchrony collapses at lag k >= 1')}\" "
+        parts = []
+        for _, r in lags.iterrows():
+            if _significant(r) and r["mean_diff"] > 0:
+                parts.append(f"{r['control']}: genuine is above it ({_p(_pval(r))})")
+            else:
+                parts.append(f"{r['control']}: not detected ({_p(_pval(r))}; detectable from about {_f(_mde(r))})")
+        paras.append(s + "In this run, " + "; ".join(parts) + ".")
+
+    if curve is not None and len(curve):
+        paras.append(_curve_sentence(curve, sizes, pas.iloc[0] if len(pas) else None, paper_difference))
+
+    f9 = published.get("fig9", {})
+    if f9.get("n_samples") and np.isfinite(K):
+        paras.append(f"Paper claim (appendix D): \"{f9.get('claim', '')}\" The paper uses {f9['n_samples']:,} samples "
+                     f"per dataset; this run has about {K:.0f} ({Ktr:.0f} for training), so it cannot speak to what "
+                     f"happens near {f9['n_samples']:,}.")
+    return "\n\n".join(paras)
+
+
+def _curve_sentence(curve: pd.DataFrame, sizes: dict, passive_row, paper_difference: float) -> str:
+    """The simulation's paragraph of :func:`claims_text`: a :func:`synclib.analysis.recovery.power_curve`
+    at this run's size."""
+    c = curve.sort_values("planted").reset_index(drop=True)
+    st = curve.attrs.get("setting", {})
+    K, Ktr = sizes.get("n_samples", math.nan), sizes.get("n_train", math.nan)
+    n_runs, run_runs = st.get("n_runs", "?"), sizes.get("n_runs")
+    capped = (f" (capped from this run's {run_runs})" if isinstance(n_runs, int) and run_runs and run_runs > n_runs
+              else "")
+    test = {"corrected": "the corrected resampled t-test, as the claims", "t": "the paired t-test",
+            "perm": "the sign-flip test"}.get(st.get("test", "corrected"), st.get("test", "?"))
+    first, last = c.iloc[0], c.iloc[-1]
+    s = (f"Simulation: on synthetic cubes ({st.get('layers', '?')} layers of width {st.get('dim', '?')}) of "
+         f"{int(first['n_samples'])} samples per dataset, analysed as this run is ({n_runs} ordered runs{capped} x 2 "
+         f"directions x {len(st.get('split_seeds', []))} split seeds = {int(first['n_pairs'])} paired values, ridge "
+         f"penalty {st.get('ridge_alpha', '?')}, {test}), a planted genuine-passive difference (as measured with "
+         f"{st.get('calibration_samples', 'many')} samples per dataset) is recovered at p < 0.05 in "
+         f"{int(first['detected'])} of {int(first['n_reps'])} replicates at {_f(first['planted'], 3)} and "
+         f"{int(last['detected'])} of {int(last['n_reps'])} at {_f(last['planted'], 3)}")
+    m = detection_size(c, by="planted")
+    if m is None:
+        s += f"; even {_f(last['planted'], 3)} is recovered less than 80 % of the time."
+    else:
+        s += f"; from about **{_f(m, 3)}** on it is recovered at least 80 % of the time."
+    near = c.iloc[int(np.argmin(np.abs(c["planted"].to_numpy(float) - paper_difference)))]
+    if np.isfinite(paper_difference) and abs(near["planted"] - paper_difference) <= 0.02:
+        s += (f" Near the difference taken as the paper's ({_f(paper_difference, 2)}) it is recovered in "
+              f"{int(near['detected'])} of {int(near['n_reps'])}.")
+    if np.isfinite(K):
+        s += f" This run has about {K:.0f} samples per dataset ({Ktr:.0f} for training)"
+        if passive_row is not None and np.isfinite(passive_row["sd_diff"]):
+            s += (f"; the simulated paired differences have sd {_f(float(c['mean_sd_diff'].median()))}, this run's "
+                  f"genuine-passive ones {_f(passive_row['sd_diff'])}")
+        s += "."
+    dims = sizes.get("dims") or []
+    s += (" The synthetic states are tiny"
+          + (f" (width {st.get('dim', '?')}, against {', '.join(map(str, dims))} in this run)" if dims else "")
+          + ": a ridge map over wider states needs more samples, so for the real models these differences are a "
+          "lower bound, and the synthetic noise is not the models' noise.")
+    return s

@@ -1,0 +1,665 @@
+"""The main job: one config -> simulate, judge, analyse, execute notebooks, build the book.
+
+A run is a graph of jobs, one per (model pair, step), plus the notebooks and the book:
+
+    simulate[pair] --> judge[pair]   --.
+                  \--> analyze[pair] --+--> manifest --> notebook[i] --> book
+
+The graph is executed by Dask.  Locally it runs in-process, one job after the
+other (the default, ``scheduler: sync``).  With ``--scheduler ADDRESS`` or a
+``cluster:`` section in the config the jobs go to a ``dask.distributed``
+cluster; jobs that need a GPU ask for the worker resource ``GPU=1`` so that
+two never share one (start GPU workers with ``--resources GPU=1``).
+
+Every job is idempotent and skipped when its output exists and was made from
+the same inputs (a fingerprint of the config section it depends on and of its
+upstream outputs, stored beside the output as ``*.done.json``).  Simulation
+resumes a cube that was interrupted, so a worker that dies mid-job loses
+nothing already written: the job is retried and continues where it stopped.
+
+The command line, ``synclib run``, is :mod:`synclib.cli.run`.
+"""
+from __future__ import annotations
+
+import gc
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from synclib.config import STEPS, ConfigError, keys_of_step
+from synclib.tasks.datasets import TASK_SETS
+from synclib.paths import (BENCH_RESULTS, BUILD_DIR, EXECUTED_DIR, GENERATED_DIR,
+                           REPO_ROOT, display)
+from synclib.memory import PeakRSS, die_with_parent, huge_pages_in_children, release_free_memory
+from synclib.notebook import AT_ONCE, NotebookFailed, figure_notebooks
+from synclib.run.plan import duration_text, wall_seconds
+from synclib.stamps import mark_done, read_stamp, stamp_path, up_to_date
+
+
+
+@dataclass(frozen=True)
+class Run:
+    """One ordered run: model ``a`` plays agent 1 and ``b`` agent 2.
+
+    ``name`` is ``"A-B"`` (the cube is ``cubes/A-B.nc``); ``pair`` is the configured
+    (unordered) pair it belongs to; ``order`` is 1 for the order as written, 2 for the
+    reversed one.
+    """
+
+    name: str
+    pair: str
+    a: str
+    b: str
+    order: int
+
+
+def runs(cfg: dict) -> list[Run]:
+    """The ordered runs of a config: each pair as written, and reversed when ``orders`` is
+    ``both`` and its two models differ (the paper's 36 ordered runs of 21 pairs)."""
+    out = []
+    for pair in cfg["pairs"]:
+        a, b = pair.split("-")
+        out.append(Run(pair, pair, a, b, 1))
+        if cfg["orders"] == "both" and a != b:
+            out.append(Run(f"{b}-{a}", pair, b, a, 2))
+    return out
+
+
+def pair_family(cfg: dict, pair: str) -> str:
+    a, b = pair.split("-")
+    fa, fb = cfg["models"][a]["family"], cfg["models"][b]["family"]
+    return fa if fa == fb else "Cross"
+
+
+# --------------------------------------------------------------------------- fingerprints
+def fingerprint(*parts: Any) -> str:
+    blob = json.dumps(parts, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def log_event(log: Path | None, job: str, event: str, **info) -> None:
+    """Append one line to the run's own log of what it did (``RESULTS/run-log.jsonl``)."""
+    if log is None:
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "job": job, "event": event, **info})
+    with open(log, "a") as f:
+        f.write(line + "\n")
+
+
+class JobFailed(RuntimeError):
+    """A job of the run raised: one line naming the job, what it raised and where the full
+    traceback is (the run's log, :func:`log_event`)."""
+
+
+def _one_line(exc: BaseException) -> str:
+    """An exception in one line: a notebook's own line (:class:`synclib.notebook.NotebookFailed`),
+    else its type and the first line of its message."""
+    if isinstance(exc, NotebookFailed):
+        return str(exc)
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+
+
+@dataclass(frozen=True)
+class Job:
+    """One node of the run graph: ``func(*deps_results)`` produces ``output``.
+
+    ``inputs`` is everything the output depends on (settings, upstream fingerprints, file
+    hashes); its hash is the job's fingerprint, and the stamp keeps it so that a dry run can
+    say which input changed.  ``log`` is the run's log (:func:`log_event`).
+    """
+
+    key: str
+    output: Path
+    inputs: dict
+    func: Callable[..., Any]
+    deps: tuple[str, ...] = ()
+    gpu: bool = False
+    log: Path | None = None
+
+    @property
+    def fp(self) -> str:
+        return fingerprint(self.inputs)
+
+    def __call__(self, *dep_outputs):
+        if up_to_date(self.output, self.fp):
+            print(f"[synclib] {self.key}: up to date ({self.output.name})", flush=True)
+            log_event(self.log, self.key, "skipped")
+            return str(self.output)
+        t0 = time.perf_counter()
+        step = _CLOCK.start(self.key) if _CLOCK is not None else ""
+        print(f"[synclib] {step}{self.key}: running -> {display(self.output)}", flush=True)
+        log_event(self.log, self.key, "started")
+        self.output.parent.mkdir(parents=True, exist_ok=True)
+        _reset_gpu_peak()
+        heavy = self.key.split(":")[0] in _HEAVY
+        isolate = heavy and _ISOLATE
+        if not isolate:  # in this process: what the previous job left (cycles, free heap pages) goes first
+            gc.collect()
+            release_free_memory()
+        try:
+            with PeakRSS(tree=isolate) as rss:
+                # a dict of facts for the stamp (e.g. engine counters), or None
+                extra = run_in_child(self.func, dep_outputs) if isolate else self.func(*dep_outputs)
+        except Exception as exc:
+            self._fail(exc, time.perf_counter() - t0)
+        dt = time.perf_counter() - t0
+        info = {"seconds": round(dt, 1), **(extra if isinstance(extra, dict) else {})}
+        if rss.bytes is not None and heavy:
+            info["peak_rss_gib"] = round(rss.bytes / 2**30, 2)
+        peak = _gpu_peak_gib()
+        if peak is not None:
+            info["peak_gpu_gib"] = peak
+        mark_done(self.output, self.fp, inputs=self.inputs, **info)
+        log_event(self.log, self.key, "finished", **info)
+        left = _CLOCK.finish(self.key, dt) if _CLOCK is not None else ""
+        print(f"[synclib] {self.key}: done in {dt:.0f} s"
+              + (f", peak memory {info['peak_rss_gib']} GiB" if "peak_rss_gib" in info else "")
+              + (f", peak GPU memory {peak} GiB" if peak is not None else "") + left, flush=True)
+        return str(self.output)
+
+    def _fail(self, exc: Exception, seconds: float):
+        """Log ``exc`` with its full traceback and raise it again as one line (:class:`JobFailed`)."""
+        line = _one_line(exc)
+        log_event(self.log, self.key, "failed", seconds=round(seconds, 1), error=line,
+                  traceback=getattr(exc, "details", "") or traceback.format_exc())
+        where = f"; the full traceback is in {display(self.log)}" if self.log is not None else ""
+        raise JobFailed(f"{self.key} failed after {seconds:.0f} s: {line}{where}") from exc
+
+
+#: the jobs that load models or whole cubes.  A local run gives each its own child process
+#: (:func:`run_in_child`): what one job leaves in the heap is not resident under the next,
+#: and the run's peak memory is its largest job's, not their sum.  Their stamps record the
+#: peak of this process and the child together (notebooks run in kernels, the book in a
+#: subprocess: theirs is not measured)
+_HEAVY = ("simulate", "judge", "analyze")
+#: whether heavy jobs run in a child process (set by :func:`execute` for local runs; a Dask
+#: worker runs them in its own process)
+_ISOLATE = False
+
+
+def _child_init(parent: int) -> None:
+    die_with_parent()  # a killed run leaves no job running on behind it
+    if os.getppid() != parent:  # the run died before the line above took effect
+        os._exit(1)
+    # glibc's allocator as it comes: the engine makes it hand freed blocks back where its
+    # session caches need that (synclib.memory.return_freed_memory); an analysis in a fresh
+    # process does not, and the page faults of that setting cost it 1.8 times its time (314 against 172 s)
+
+
+def _in_child(func: Callable, args: tuple):
+    try:
+        return func(*args)
+    finally:
+        sys.stdout.flush()  # the job's own lines before the parent's "done"
+        sys.stderr.flush()
+
+
+def run_in_child(func: Callable, args: tuple = ()):
+    """``func(*args)`` in a fresh child process (``spawn``: nothing of this process's heap is
+    inherited) that dies with this one; its result or its exception comes back.  ``func``
+    and ``args`` must pickle (module-level functions, ``functools.partial`` of them).  The
+    child's malloc asks for huge pages (:func:`synclib.memory.huge_pages_in_children`)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with huge_pages_in_children(), ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                                                       initializer=_child_init, initargs=(os.getpid(),)) as pool:
+        return pool.submit(_in_child, func, tuple(args)).result()
+
+
+class _RunClock:
+    """Which step of how many a run is at, and about how long is left: the dry run's
+    estimates of the jobs still to run (:mod:`synclib.run.plan`), scaled by how the finished
+    jobs' times compared with their own estimates."""
+
+    def __init__(self, rows):
+        self.order = [r.key for r in rows if r.status == "will run"]
+        self.estimate = {r.key: r.seconds for r in rows if r.status == "will run"}
+        self.done: dict[str, float] = {}
+        self.started = 0
+
+    def start(self, key: str) -> str:
+        if key not in self.estimate:
+            return ""
+        self.started += 1  # notebooks run a few at a time: each start gets its own number
+        return f"step {self.started} of {len(self.order)}: "
+
+    def finish(self, key: str, seconds: float) -> str:
+        if key not in self.estimate:
+            return ""
+        self.done[key] = seconds
+        todo = [k for k in self.order if k not in self.done]
+        if not todo or any(self.estimate[k] is None for k in todo):
+            return ""
+        known = [k for k in self.done if self.estimate[k]]
+        scale = (sum(self.done[k] for k in known) / sum(self.estimate[k] for k in known)) if known else 1.0
+        scale = min(max(scale, 0.5), 2.0)  # a resumed or cached job says little about the rest
+        left = scale * wall_seconds((k, self.estimate[k]) for k in todo)
+        return f"; {len(todo)} step(s) left, about {duration_text(left)}"
+
+
+#: the running job graph's clock (set by :func:`clocked` for in-process runs)
+_CLOCK: _RunClock | None = None
+
+
+@contextmanager
+def clocked(rows):
+    """While the block runs, each job run in this process says which step of how many it is
+    and, when done, about how long the rest will take; ``rows`` is the run's plan
+    (:func:`synclib.run.plan.plan`).  ``synclib run`` executes its job graph inside it."""
+    global _CLOCK
+    _CLOCK = _RunClock(rows)
+    try:
+        yield _CLOCK
+    finally:
+        _CLOCK = None
+
+
+def _cuda():
+    """``torch.cuda`` when torch is already imported and CUDA initialised, else None."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available() or not torch.cuda.is_initialized():
+        return None
+    return torch.cuda
+
+
+def _reset_gpu_peak() -> None:
+    if (cuda := _cuda()) is not None:
+        cuda.reset_peak_memory_stats()
+
+
+def _gpu_peak_gib() -> float | None:
+    """Peak GPU memory allocated by this process since the last reset (GiB), if CUDA ran."""
+    cuda = _cuda()
+    return None if cuda is None else round(cuda.max_memory_allocated() / 2**30, 2)
+
+
+# --------------------------------------------------------------------------- steps
+def _device(cfg: dict) -> str | None:
+    return None if cfg["device"] in (None, "auto") else cfg["device"]
+
+
+def _dtype(cfg: dict) -> str | None:
+    return cfg["dtype"]  # "auto": synclib.models.default_dtype on the machine that simulates
+
+
+def _taskset(cfg: dict):
+    from synclib.tasks.scenarios import load_tasks
+
+    return load_tasks(cfg["scenarios"])
+
+
+def step_simulate(cfg: dict, run: Run, out: Path) -> dict:
+    """Simulate one ordered run; returns the engine counters for the job's stamp."""
+    from synclib.tasks.scenarios import select_tasks
+    from synclib.simulate import Batching, Passes, RunOptions, Sampling, simulate
+
+    sim = cfg["simulate"]
+    models = cfg["models"]
+    taskset = _taskset(cfg)
+    if read_stamp(out) is not None:
+        # the job runs although it finished once: its settings changed, so its cube is stale.
+        # The cube goes first, then the stamp: a kill in between still finds the stale stamp.
+        out.unlink(missing_ok=True)
+        stamp_path(out).unlink(missing_ok=True)
+    simulate(
+        models[run.a]["spec"], models[run.b]["spec"], select_tasks(taskset, sim["episodes"]),
+        sim["seeds"], out, max_utterances=sim["max_utterances"],
+        sampling=Sampling(temperature=sim["temperature"], max_new_tokens=sim["max_new_tokens"], top_k=sim["top_k"],
+                          top_p=sim["top_p"], stop_at_first_line=sim["stop_at_first_line"],
+                          reply_end=sim["reply_end"]),
+        passes=Passes(passive=sim["passive"], passive_seeds=sim["passive_seeds"], taskset=taskset, tom=sim["tom"],
+                      tom_episodes=sim["tom_episodes"]),
+        batching=Batching(units_per_part=sim["units_per_part"], max_rows=sim["max_rows"],
+                          max_in_flight=sim["max_in_flight"], scheduling=sim["scheduling"],
+                          cache_gib=sim["cache_gib"]),
+        options=RunOptions(device=_device(cfg), dtype=_dtype(cfg), store_dtype=sim["store_dtype"],
+                           prompt_formats=(models[run.a]["prompt_format"], models[run.b]["prompt_format"]),
+                           engine_stats=(stats := {})),
+    )
+    return {"engine": stats}
+
+
+def step_judge(cfg: dict, run: Run, out: Path, cube: str) -> None:
+    from synclib.judge import JudgeOptions, evaluate_cube
+
+    evaluate_cube(cube, JudgeOptions.from_config(cfg), out=out)
+
+
+def step_analyze(cfg: dict, run: Run, out: Path, cube: str) -> None:
+    from synclib.analysis import AnalysisSettings, analyze
+    from synclib.cube import open_cube
+
+    result = analyze(open_cube(cube), AnalysisSettings.from_config(cfg))  # the config's one mapping
+    tmp = out.with_name(out.name + ".tmp")
+    result.to_netcdf(tmp)
+    os.replace(tmp, out)
+
+
+def step_manifest(cfg: dict, out: Path, *dep_outputs: str) -> None:
+    pairs = []
+    for run in runs(cfg):
+        m = cfg["models"]
+        pairs.append({
+            "name": run.name, "pair": run.pair, "order": run.order,
+            "model_a": m[run.a]["label"], "model_b": m[run.b]["label"],
+            "spec_a": m[run.a]["spec"], "spec_b": m[run.b]["spec"],
+            "family": pair_family(cfg, run.pair),
+            "cube": f"cubes/{run.name}.nc", "analysis": f"analysis/{run.name}.nc",
+            "judge": f"judge/{run.name}.judge.csv",
+        })
+    from synclib.models import EMBEDDED
+
+    embedded = all(str(m["spec"]) in EMBEDDED for m in cfg["models"].values())
+    public_cfg = {k: v for k, v in cfg.items() if k != "cluster"}
+    manifest = {"name": cfg["name"], "pairs": pairs, "config": public_cfg, "embedded": embedded,
+                "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(manifest, indent=1, default=str))
+    os.replace(tmp, out)
+
+
+def _write_generated(name: str, text: str) -> Path:
+    out = GENERATED_DIR / name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, out)
+    return out
+
+
+def step_pages(cfg: dict, out: Path, manifest: str) -> None:
+    """The book's generated pages (``book/_generated/``): the intro's run summary, the embedded
+    models page's account of the run, the benchmarks quoted from ``bench/results`` and the
+    settings table of the reproduce page."""
+    from synclib.figures import benchmarks, run_summary
+    from synclib import config
+    from synclib.analysis import results
+
+    _write_generated("benchmarks.md", benchmarks.benchmarks_markdown(BENCH_RESULTS))
+    _write_generated("settings.md", config.invalidation_table() + "\n")
+    res = results.load_results(Path(manifest).parent)
+    _write_generated("embedded_run.md", run_summary.embedded_run_markdown(res))
+    _write_generated("penalty.md", run_summary.penalty_markdown(res))
+    # the run summary last: its file is this job's output (its stamp marks the whole step done)
+    _write_generated("run_summary.md", run_summary.run_summary_markdown(res))
+
+
+#: config keys ``notebooks.KEY`` naming input files -> the notebook parameter each feeds
+NOTEBOOK_FILES = {"ability_scores": "ability_scores", "human_ratings": "ratings",
+                  "human_judge_scores": "judge_scores"}
+
+
+def failed_notebook(results_dir: str | Path, stem: str) -> Path:
+    """Where a run keeps the executed copy of a notebook that failed, for inspection (until the
+    next run starts: :func:`clear_failed`)."""
+    return Path(results_dir) / "failed" / f"{stem}.ipynb"
+
+
+def clear_failed(results_dir: str | Path) -> None:
+    """Forget the notebooks an earlier run kept as failed (``synclib run`` does it as it starts)."""
+    import shutil
+
+    shutil.rmtree(failed_notebook(results_dir, "x").parent, ignore_errors=True)
+
+
+def step_notebook(cfg: dict, nb: Path, out: Path, manifest: str) -> None:
+    from papermill.exceptions import PapermillExecutionError
+
+    from synclib.notebook import execute, failure
+
+    params = {"results_dir": display(Path(manifest).parent)}
+    for key, param in NOTEBOOK_FILES.items():  # execute() drops those a notebook has no parameter for
+        path = cfg["notebooks"].get(key)
+        params[param] = display(path) if path else None
+    tmp = out.with_name(out.stem + ".tmp.ipynb")
+    kept = failed_notebook(Path(manifest).parent, nb.stem)
+    try:
+        execute(nb, tmp, params)
+    except PapermillExecutionError as exc:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp, kept)
+        line, details = failure(exc, kept)
+        raise NotebookFailed(line, details) from None
+    kept.unlink(missing_ok=True)
+    os.replace(tmp, out)
+
+
+def step_book(cfg: dict, out: Path, *inputs: str) -> None:
+    from synclib.notebook import parameters_markdown
+
+    # the notebooks' parameters page, read from the notebooks (the book re-runs whenever one changes)
+    _write_generated("parameters.md", parameters_markdown())
+    # jupyter-book's own entry point, run by this interpreter: works where its
+    # console script is not on PATH (e.g. packages installed with --target)
+    cmd = [sys.executable, "-c", "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
+           "build", str(REPO_ROOT)]
+    subprocess.run(cmd, check=True, cwd=REPO_ROOT)
+
+
+# --------------------------------------------------------------------------- graph
+def _settings(cfg: dict, step: str) -> dict:
+    """The values of the config keys that feed ``step`` (see :mod:`synclib.config`); a path the
+    config resolved is kept relative to the repository when it lies there, so a checkout that
+    moved keeps its stamps (files a step reads are fingerprinted by their content as well)."""
+    out = {}
+    for path in keys_of_step(step):
+        head, _, sub = path.partition(".")
+        value = cfg[head][sub] if sub else cfg[head]
+        out[path] = display(value) if isinstance(value, str) and Path(value).is_absolute() else value
+    if step == "simulate":  # the pair's specs are fingerprinted per pair; labels feed the notebooks
+        out.pop("models", None)
+        out.pop("pairs", None)
+    return out
+
+
+def _file_hash(*paths: Path) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        if p and Path(p).is_file():
+            h.update(Path(p).read_bytes())
+    return h.hexdigest()[:16]
+
+
+def build_jobs(cfg: dict, steps=STEPS) -> dict[str, Job]:
+    """The run graph as ``{key: Job}``; ``Job.deps`` name other keys.
+
+    A job's ``inputs`` hold exactly what its output depends on: the config keys of its
+    step (:func:`synclib.config.keys_of_step`), its upstream jobs' fingerprints, and the
+    hashes of the files it reads (scenario files, notebooks, the library's code for the
+    notebooks and pages, the book's own pages).
+    """
+    from functools import partial
+
+    from synclib import __version__
+
+    R = Path(cfg["results_dir"])
+    log = R / "run-log.jsonl"
+    jobs: dict[str, Job] = {}
+
+    def add(key, output, inputs, func, deps=(), gpu=False):
+        jobs[key] = Job(key, output, inputs, func, tuple(deps), gpu, log)
+        return jobs[key]
+
+    if cfg["scenarios"] == "embedded":
+        scen = "embedded"
+    elif cfg["scenarios"] in TASK_SETS:  # fetched files are checked against these hashes
+        scen = f"{cfg['scenarios']}:{fingerprint(sorted(TASK_SETS[cfg['scenarios']].files.items()))}"
+    else:
+        scen = _file_hash(*(Path(cfg["scenarios"]) / f for f in ("envs.json", "agents.json", "env_agent_combos.json")))
+    code = _file_hash(*sorted((REPO_ROOT / "synclib").rglob("*.py")))
+    final, upstream = [], []
+    for run in runs(cfg):
+        ma, mb = cfg["models"][run.a], cfg["models"][run.b]
+        models = {"model_a": ma["spec"], "model_b": mb["spec"],
+                  "prompt_format_a": ma["prompt_format"], "prompt_format_b": mb["prompt_format"]}
+        sim = add(f"simulate:{run.name}", R / "cubes" / f"{run.name}.nc",
+                  {**models, "scenario_files": scen, **_settings(cfg, "simulate"), "synclib": __version__},
+                  partial(step_simulate, cfg, run, R / "cubes" / f"{run.name}.nc"), gpu=True)
+        judge_out, analysis_out = R / "judge" / f"{run.name}.judge.csv", R / "analysis" / f"{run.name}.nc"
+        per_run = {
+            "judge": Job(f"judge:{run.name}", judge_out, {"cube": sim.fp, **_settings(cfg, "judge")},
+                         partial(step_judge, cfg, run, judge_out), (sim.key,), cfg["judge"]["url"] is None, log),
+            "analyze": Job(f"analyze:{run.name}", analysis_out, {"cube": sim.fp, **_settings(cfg, "analyze")},
+                           partial(step_analyze, cfg, run, analysis_out), (sim.key,), False, log)}
+        for step, job in per_run.items():
+            # the manifest depends on both whichever steps run now, so that `--steps notebooks,book`
+            # and a whole run give it the same fingerprint (and re-run no notebook)
+            upstream.append(job.fp)
+            if step in steps:
+                jobs[job.key] = job
+                final.append(job.key)
+        if "judge" not in steps and "analyze" not in steps:
+            final.append(sim.key)
+    if "notebooks" not in steps:
+        return jobs
+    labels = {k: {"family": m["family"], "label": m["label"]} for k, m in cfg["models"].items()}
+    manifest = add("manifest", R / "manifest.json",
+                   {"upstream": upstream, "models": labels, "runs": [r.name for r in runs(cfg)],
+                    **_settings(cfg, "notebooks")},
+                   partial(step_manifest, cfg, R / "manifest.json"), final)
+    nb_keys = []
+    for nb in figure_notebooks():
+        out = EXECUTED_DIR / f"{nb.stem}.ipynb"
+        nb_keys.append(add(f"notebook:{nb.stem}", out,
+                           {"manifest": manifest.fp, "notebook": _file_hash(nb), "code": code,
+                            **{f"{key}_file": _file_hash(Path(cfg["notebooks"][key] or ""))
+                               for key in NOTEBOOK_FILES}},
+                           partial(step_notebook, cfg, nb, out), [manifest.key]).key)
+    if "book" in steps:
+        # the generated pages: the run summary (from the manifest), the benchmarks and the
+        # settings table (from the code and bench/results)
+        out = GENERATED_DIR / "run_summary.md"
+        pages = add("pages", out, {"manifest": manifest.fp, "code": code,
+                                   "bench_results": _file_hash(*sorted(BENCH_RESULTS.glob("*.json")))},
+                    partial(step_pages, cfg, out), [manifest.key])
+        own = [p for p in sorted((REPO_ROOT / "book").rglob("*"))
+               if p.is_file() and not {"_generated", "executed"} & set(p.parts)]
+        own += [REPO_ROOT / "_config.yml", REPO_ROOT / "_toc.yml"]
+        index = BUILD_DIR / "html" / "index.html"
+        add("book", index, {"notebooks": [jobs[k].fp for k in nb_keys], "pages": pages.fp,
+                            "book_sources": _file_hash(*own)},
+            partial(step_book, cfg, index), nb_keys + [pages.key])
+    return jobs
+
+
+def execute(jobs: dict[str, Job], scheduler: str | None = None, cluster: dict | None = None,
+            retries: int = 2, isolate: bool = True) -> dict[str, str]:
+    """Run the job graph with Dask and return ``{key: output path}``.
+
+    ``scheduler``: ``None`` runs on this machine one job at a time, but the notebooks
+    :data:`synclib.notebook.AT_ONCE` at a time (each in its own kernel); ``"sync"`` runs every
+    job one at a time; ``"threads"`` uses a local thread pool; any other string is the address of
+    a running ``dask.distributed`` scheduler.  ``cluster`` (from the config)
+    creates a dask-jobqueue cluster instead, e.g. ``{type: slurm, jobs: 4,
+    cores: 8, memory: 64GB, job_extra_directives: ["--gres=gpu:1"]}``.  ``isolate``: a local
+    run gives each simulation, judge and analysis job a child process of its own
+    (:func:`run_in_child`); False runs them here (for debuggers and profilers).
+    """
+    import dask
+
+    distributed = scheduler not in (None, "sync", "threads") or bool(cluster)
+    keys = list(jobs)
+    if not distributed:
+        global _ISOLATE
+        before, _ISOLATE = _ISOLATE, isolate
+        try:
+            if scheduler is not None:
+                nodes = to_delayed(jobs)
+                values = dask.compute(*[nodes[k] for k in keys], scheduler=scheduler, optimize_graph=False)
+                return dict(zip(keys, values))
+            # one job at a time, then the notebooks (and what needs them) notebook.AT_ONCE at a
+            # time in threads: each waits on a kernel of its own.  Only after the heavy jobs, so
+            # that an interrupt never waits for a simulation running on in a thread
+            later = _needing(jobs, {k for k in keys if k.startswith("notebook:")})
+            first = [k for k in keys if k not in later]
+            nodes = to_delayed({k: jobs[k] for k in first})
+            done = dict(zip(first, dask.compute(*[nodes[k] for k in first], scheduler="sync", optimize_graph=False)))
+            nodes = to_delayed(jobs, done=done)
+            rest = [k for k in keys if k in later]
+            done.update(zip(rest, dask.compute(*[nodes[k] for k in rest], scheduler="threads",
+                                               num_workers=AT_ONCE, optimize_graph=False)))
+            return {k: done[k] for k in keys}
+        finally:
+            _ISOLATE = before
+    nodes = to_delayed(jobs, distributed)
+    targets = [nodes[k] for k in keys]
+    from dask.distributed import Client
+
+    cl = make_cluster(cluster) if cluster else None
+    client = Client(cl if cl is not None else scheduler)
+    try:
+        # a job whose worker dies is rescheduled by dask; `retries` re-runs jobs that raised
+        futures = client.compute(targets, optimize_graph=False, retries=retries)
+        values = client.gather(futures)
+    finally:
+        client.close()
+        if cl is not None:
+            cl.close()
+    return dict(zip(keys, values))
+
+
+def _needing(jobs: dict[str, Job], keys: set[str]) -> set[str]:
+    """``keys`` and every job that depends on one of them, directly or not."""
+    out = set(keys)
+    for key, job in jobs.items():  # insertion order is a topological order
+        if any(d in out for d in job.deps):
+            out.add(key)
+    return out
+
+
+def to_delayed(jobs: dict[str, Job], distributed: bool = False, done: dict | None = None) -> dict[str, Any]:
+    """One ``dask.delayed`` node per job, keyed like ``jobs``, wired by ``Job.deps``; the jobs
+    in ``done`` (key -> output) are not run again, their outputs feed the jobs that need them.
+
+    With ``distributed``, jobs that need a GPU are annotated with the worker
+    resource ``GPU=1``.
+    """
+    import dask
+    from dask import delayed
+
+    nodes: dict[str, Any] = dict(done or {})
+
+    def node(key: str):
+        if key not in nodes:
+            job = jobs[key]
+            deps = [node(d) for d in job.deps]
+            annotations = {"resources": {"GPU": 1}} if (distributed and job.gpu) else {}
+            with dask.annotate(**annotations):
+                nodes[key] = delayed(job, pure=False)(*deps, dask_key_name=key)
+        return nodes[key]
+
+    for key in jobs:
+        node(key)
+    return nodes
+
+
+def make_cluster(spec: dict):
+    """Create a dask-jobqueue (or local) cluster from a config mapping."""
+    spec = dict(spec)
+    kind = spec.pop("type", "local").lower()
+    n_jobs = int(spec.pop("jobs", 1))
+    if kind == "local":
+        from dask.distributed import LocalCluster
+
+        return LocalCluster(n_workers=n_jobs, **spec)
+    try:
+        import dask_jobqueue
+    except ImportError:  # pragma: no cover - optional extra
+        raise ConfigError("cluster.type needs dask-jobqueue: pip install 'synclib[cluster]'") from None
+    classes = {"slurm": "SLURMCluster", "pbs": "PBSCluster", "sge": "SGECluster", "lsf": "LSFCluster"}
+    if kind not in classes:
+        raise ConfigError(f"cluster.type must be one of local, {', '.join(classes)}; got {kind!r}")
+    cl = getattr(dask_jobqueue, classes[kind])(**spec)
+    cl.scale(jobs=n_jobs)
+    return cl
+

@@ -1,0 +1,161 @@
+"""A dialog of the simulation as one object, and the scheduler that holds the queues of them.
+
+A :class:`Dialog` is a unit (episode, seed) played in one view (``"active"`` or ``"tom"``):
+its utterances so far, the utterance it is at, the request in flight, the ToM replies of it
+not read out yet, and its :class:`Status`::
+
+    WAITING --schedule--> RUNNING --reply, goes on--> WAITING
+                             |--reply, ends, ToM replies unread--> AWAITING_TOM --read--> FINISHED
+                             `--reply, ends-----------------------------------------> FINISHED
+
+A :class:`Scheduler` holds the dialogs of one part in queues by status (as nano-vllm's
+scheduler holds its sequences): :meth:`Scheduler.schedule` takes the waiting dialogs (their
+next utterance is due) and marks them running, :meth:`Scheduler.advance`,
+:meth:`Scheduler.await_tom` and :meth:`Scheduler.finish` move a dialog on once its reply is
+recorded, and :meth:`Scheduler.queue_readout` / :meth:`Scheduler.take_readouts` keep the ToM
+replies that wait for their read-out, per engine.  The loops of
+:mod:`synclib.simulate.runner` are: schedule, run (one ``generate`` call or one stream step),
+postprocess (record, advance, finish).
+"""
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Hashable
+
+from synclib.cube import Unit
+
+__all__ = ["Status", "Dialog", "Scheduler"]
+
+
+class Status(enum.Enum):
+    """Where a :class:`Dialog` stands."""
+
+    WAITING = "waiting"            #: its next utterance is due, not yet submitted
+    RUNNING = "running"            #: a request of it is in flight
+    AWAITING_TOM = "awaiting_tom"  #: ended; ToM read-outs of its replies pending
+    FINISHED = "finished"          #: ended and read; its sessions forgotten
+
+
+@dataclass(eq=False)
+class Dialog:
+    """One dialog: a unit (episode, seed) in one view, filling ``value`` (its cube cells).
+
+    Attributes
+    ----------
+    unit : (int, int)
+        (task index, simulation seed).
+    value : Unit
+        The unit's cube cells; the dialog writes its view's variables.
+    view : {"active", "tom"}
+    history : list of str
+        The post-processed utterances so far.
+    turn : int
+        The utterance it is at (agent ``turn % 2`` speaks).
+    request : Request or None
+        The request of ``turn`` in flight.
+    unread : int
+        Its ToM replies whose read-out is pending.
+    status : Status
+    """
+
+    unit: tuple
+    value: Unit
+    view: str
+    history: list = field(default_factory=list)
+    turn: int = 0
+    request: object = None
+    unread: int = 0
+    status: Status = Status.WAITING
+
+    @property
+    def agent(self) -> int:
+        """The agent who speaks at ``turn`` (0: agent 1, 1: agent 2)."""
+        return self.turn % 2
+
+    def session(self, agent: int) -> tuple:
+        """The engine session of ``agent`` in this dialog: (task index, seed, agent, view)."""
+        return self.unit[0], self.unit[1], agent, self.view
+
+
+class Scheduler:
+    """The queues of one part's dialogs: waiting, running, awaiting their ToM read-out, finished.
+
+    Parameters
+    ----------
+    dialogs : sequence of Dialog
+        All start WAITING at utterance 0, in this order (the order their requests go out).
+    """
+
+    def __init__(self, dialogs):
+        self.dialogs = list(dialogs)
+        for d in self.dialogs:
+            if d.status is not Status.WAITING:
+                raise ValueError(f"a new dialog must be WAITING, {d.unit} {d.view} is {d.status.name}")
+        self.waiting: deque[Dialog] = deque(self.dialogs)
+        self.running: dict[int, Dialog] = {}
+        self.awaiting_tom: dict[int, Dialog] = {}
+        self.finished: list[Dialog] = []
+        self._readouts: dict[Hashable, list] = {}
+
+    def __bool__(self) -> bool:
+        """Dialogs still to speak or speaking."""
+        return bool(self.waiting or self.running)
+
+    def schedule(self) -> list[Dialog]:
+        """The waiting dialogs, in order, now RUNNING (the caller submits their requests)."""
+        out = list(self.waiting)
+        self.waiting.clear()
+        for d in out:
+            d.status = Status.RUNNING
+            self.running[id(d)] = d
+        return out
+
+    def _leave_running(self, d: Dialog) -> None:
+        if self.running.pop(id(d), None) is None:
+            raise ValueError(f"dialog {d.unit} {d.view} is not running ({d.status.name})")
+
+    def advance(self, d: Dialog) -> None:
+        """A running dialog goes on: its next utterance waits to be scheduled."""
+        self._leave_running(d)
+        d.turn += 1
+        d.request = None
+        d.status = Status.WAITING
+        self.waiting.append(d)
+
+    def await_tom(self, d: Dialog) -> None:
+        """A running dialog ended with ToM replies unread."""
+        self._leave_running(d)
+        d.status = Status.AWAITING_TOM
+        self.awaiting_tom[id(d)] = d
+
+    def finish(self, d: Dialog) -> None:
+        """A running dialog ended (or an awaiting one has been read)."""
+        if d.status is Status.AWAITING_TOM:
+            del self.awaiting_tom[id(d)]
+        else:
+            self._leave_running(d)
+        d.status = Status.FINISHED
+        self.finished.append(d)
+
+    # -- ToM replies waiting for their read-out ---------------------------------------
+    def queue_readout(self, key: Hashable, d: Dialog, result) -> None:
+        """Keep the reply ``result`` of ``d``'s current request for the read-out of engine ``key``."""
+        self._readouts.setdefault(key, []).append((d, d.turn, d.request, result))
+        d.unread += 1
+
+    def readouts(self, key: Hashable) -> int:
+        """ToM replies waiting for engine ``key``'s read-out."""
+        return len(self._readouts.get(key, ()))
+
+    def take_readouts(self, key: Hashable) -> list[tuple]:
+        """Engine ``key``'s waiting replies ``(dialog, turn, request, result)``, now taken."""
+        out = self._readouts.pop(key, [])
+        for d, *_ in out:
+            d.unread -= 1
+        return out
+
+    def read_out(self) -> list[Dialog]:
+        """The dialogs AWAITING_TOM whose replies have all been read, in their original order."""
+        return [d for d in self.dialogs if d.status is Status.AWAITING_TOM and d.unread == 0]

@@ -1,0 +1,256 @@
+"""The settings of one :func:`synclib.simulate.simulate` call, in small frozen groups.
+
+Each group checks its fields once, when it is made, and an error names the field
+(``Sampling.temperature must be >= 0, got -1``):
+
+=================  ==========================================================================
+:class:`Sampling`  how a reply is sampled and where it ends (temperature, new tokens, top-k/p,
+                   first-line stop, reply end)
+:class:`Passes`    the optional passes: the passive reader (and its seeds and persona set),
+                   the Theory-of-Mind dialogs (and their tasks)
+:class:`Batching`  how the dialogs share the models: units per cube part, rows per forward,
+                   rows a stream holds, the ToM read-out's batch, the scheduling, the cache
+:class:`RunOptions` where and how the run executes and reports: device, dtypes, prompt
+                   formats, overwrite, progress, counters, timing
+=================  ==========================================================================
+
+:func:`resolve_sampling` turns a model's ``"model"`` filters into numbers;
+:func:`default_units_per_part` is the units per part when none is given.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from synclib.cube import STORE_DTYPES, CubeWriter
+from synclib.engine import SCHEDULING
+from synclib.memory import session_budget
+from synclib.tasks.prompts import REPLY_ENDS
+
+__all__ = ["Sampling", "Passes", "Batching", "RunOptions", "resolve_sampling", "default_units_per_part"]
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _positive_or_none(owner: str, name: str, value) -> None:
+    if value is not None and not (_is_int(value) and value >= 1):
+        raise ValueError(f"{owner}.{name} must be None or an integer >= 1, got {value!r}")
+
+
+def _filter(owner: str, name: str, value, ok) -> None:
+    if not (value is None or value == "model" or ok(value)):
+        kind = "an integer >= 0" if name == "top_k" else "a number in (0, 1]"
+        raise ValueError(f"{owner}.{name} must be 'model', None or {kind}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How every reply is sampled and where it ends.
+
+    Attributes
+    ----------
+    temperature : float, default 0.7
+        0 is greedy.
+    max_new_tokens : int, default 300
+        New tokens per utterance.
+    top_k, top_p : "model", None or a number
+        Sampling filters per :func:`resolve_sampling` (default: each model's own, as the
+        paper's code sampled with ``transformers``' ``generate``).
+    stop_at_first_line : bool, default True
+        Stop a reply at its first complete line (only that line is kept).
+    reply_end : {"line", "sentence"}, default "line"
+        A reply cut by ``max_new_tokens``: kept (the reference), or cut back to its last
+        complete sentence where it has one (:func:`synclib.tasks.prompts.trim_to_sentence`).
+    """
+
+    temperature: float = 0.7
+    max_new_tokens: int = 300
+    top_k: object = "model"
+    top_p: object = "model"
+    stop_at_first_line: bool = True
+    reply_end: str = "line"
+
+    def __post_init__(self):
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
+                or not self.temperature >= 0:
+            raise ValueError(f"Sampling.temperature must be >= 0, got {self.temperature!r}")
+        if not (_is_int(self.max_new_tokens) and self.max_new_tokens >= 1):
+            raise ValueError(f"Sampling.max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
+        _filter("Sampling", "top_k", self.top_k, lambda v: _is_int(v) and v >= 0)
+        _filter("Sampling", "top_p", self.top_p,
+                lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1)
+        if self.reply_end not in REPLY_ENDS:
+            raise ValueError(f"Sampling.reply_end must be one of {', '.join(REPLY_ENDS)}, got {self.reply_end!r}")
+
+    def for_model(self, lm) -> "Sampling":
+        """These settings with ``top_k`` / ``top_p`` resolved for ``lm`` (:func:`resolve_sampling`):
+        numbers, or None where a filter is off."""
+        return replace(self, **resolve_sampling(lm, self.top_k, self.top_p))
+
+    @property
+    def filters(self) -> dict:
+        """``{"top_k", "top_p"}`` as :meth:`synclib.engine.Engine.generate` takes them (resolved ones)."""
+        if "model" in (self.top_k, self.top_p):
+            raise ValueError("Sampling.top_k/top_p: 'model' must be resolved first (Sampling.for_model)")
+        return {"top_k": self.top_k, "top_p": self.top_p}
+
+
+@dataclass(frozen=True)
+class Passes:
+    """The optional passes after (or beside) the genuine dialogs.
+
+    Attributes
+    ----------
+    passive : bool, default False
+        Re-read the genuine dialogs as a passive reader (``hidden_*_passive``).
+    passive_seeds : tuple of int, optional
+        The seeds the passive reader reads (default: every simulated seed; the paper: 0-2).
+    taskset : TaskSet, optional
+        The set the passive reader's persona is drawn from
+        (:func:`synclib.tasks.prompts.passive_persona`); default the simulated tasks when they are
+        a TaskSet.  Without one the reader is told it is the agent it replaces.
+    tom : bool, default False
+        Run the Theory-of-Mind dialogs (``*_tom``, ``emotion_*``, ``action_*``).
+    tom_episodes : int, optional
+        With ``tom``: the ToM dialogs for the first this many tasks only (all their seeds);
+        the other units' ToM variables stay unreached.  Default: every task.
+    """
+
+    passive: bool = False
+    passive_seeds: tuple | None = None
+    taskset: object = field(default=None, compare=False)
+    tom: bool = False
+    tom_episodes: int | None = None
+
+    def __post_init__(self):
+        if self.passive_seeds is not None:
+            seeds = tuple(self.passive_seeds)
+            if not all(_is_int(s) and s >= 0 for s in seeds):
+                raise ValueError(f"Passes.passive_seeds must be integers >= 0, got {self.passive_seeds!r}")
+            object.__setattr__(self, "passive_seeds", seeds)
+        _positive_or_none("Passes", "tom_episodes", self.tom_episodes)
+
+
+@dataclass(frozen=True)
+class Batching:
+    """How a simulation's dialogs share the models; each knob has one meaning.
+
+    Attributes
+    ----------
+    units_per_part : int, optional
+        (episode, seed) units played together and written as one crash-safe cube part; a
+        resumed run must keep its own (the cube attribute ``batch_size``).  Default: the
+        unfinished run's value when resuming, else :func:`default_units_per_part`.
+    max_rows : int, optional
+        Rows per forward pass of each engine's ``generate``, ``read_states`` and candidate
+        scoring (``Engine(batch_size=max_rows)``); an engine that runs out of memory halves
+        its own copy, nothing else.  Default: ``units_per_part``.
+    max_in_flight : int, optional
+        With ``scheduling="continuous"``: rows a decoding stream holds at once (its
+        capacity); the others wait in its queue.  Default: every dialog of the part
+        (genuine and ToM).
+    tom_flush : int, optional
+        With ``scheduling="continuous"``: ToM replies a stream collects before their
+        read-out runs in one batch.  Default: ``max_rows`` as given or resolved (not an
+        engine's halved value).
+    scheduling : {"turns", "continuous"}, default "turns"
+        How a part's dialogs share the models (:data:`synclib.engine.SCHEDULING`).
+    cache_gib : "auto" or number, default "auto"
+        Memory the session caches of both models may hold together, in GiB
+        (:func:`synclib.memory.session_budget`).
+    """
+
+    units_per_part: int | None = None
+    max_rows: int | None = None
+    max_in_flight: int | None = None
+    tom_flush: int | None = None
+    scheduling: str = "turns"
+    cache_gib: object = "auto"
+
+    def __post_init__(self):
+        for name in ("units_per_part", "max_rows", "max_in_flight", "tom_flush"):
+            _positive_or_none("Batching", name, getattr(self, name))
+        if self.scheduling not in SCHEDULING:
+            raise ValueError(f"Batching.scheduling must be one of {', '.join(SCHEDULING)}, got {self.scheduling!r}")
+        if self.cache_gib != "auto":
+            session_budget(self.cache_gib)  # the one check of the setting
+
+    def resolve(self, out: Path, device) -> "Batching":
+        """These knobs with ``units_per_part``, ``max_rows`` and ``tom_flush`` filled in:
+        ``units_per_part`` from an unfinished run at ``out`` (its parts' attribute
+        ``batch_size``) or :func:`default_units_per_part` of ``device``."""
+        units = self.units_per_part
+        if units is None:
+            old = CubeWriter.existing_spec(out)
+            attrs = (old or {}).get("attrs", {})
+            units = int(attrs["batch_size"]) if "batch_size" in attrs else default_units_per_part(device)
+        rows = self.max_rows or units
+        return replace(self, units_per_part=units, max_rows=rows, tom_flush=self.tom_flush or rows)
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Where and how a simulation runs and what it reports.
+
+    Attributes
+    ----------
+    device, dtype : passed to :func:`synclib.models.load_model` for model specs.
+    prompt_formats : (str, str)
+        Prompt formats of A and B when they are given as specs
+        (:data:`synclib.models.PROMPT_FORMATS`).
+    store_dtype : {"float32", "float16", "bfloat16"}
+        Precision of the stored states.
+    overwrite : bool
+        Replace a finished cube at ``out`` (otherwise it is returned untouched).
+    progress : bool
+        A tqdm bar on stderr where it is a terminal.
+    engine_stats : dict, optional
+        Filled with the call's engine counters and wall seconds (see
+        :func:`synclib.simulate.simulate`).
+    sync_timing : bool
+        ``Engine.sync_timing``: the seconds count GPU work where it was launched.
+    """
+
+    device: object = None
+    dtype: object = None
+    prompt_formats: tuple = ("chat_template", "chat_template")
+    store_dtype: str = "float32"
+    overwrite: bool = False
+    progress: bool = True
+    engine_stats: dict | None = field(default=None, compare=False)
+    sync_timing: bool = False
+
+    def __post_init__(self):
+        if self.store_dtype not in STORE_DTYPES:
+            raise ValueError(f"RunOptions.store_dtype must be one of {sorted(STORE_DTYPES)}, got {self.store_dtype!r}")
+        if len(tuple(self.prompt_formats)) != 2:
+            raise ValueError(f"RunOptions.prompt_formats must be two formats (A, B), got {self.prompt_formats!r}")
+        if self.engine_stats is not None and not isinstance(self.engine_stats, dict):
+            raise ValueError(f"RunOptions.engine_stats must be None or a dict, got {type(self.engine_stats).__name__}")
+
+
+def default_units_per_part(device) -> int:
+    """(episode, seed) units per part when none is given: 64 on CUDA, 8 on CPU."""
+    return 64 if str(device).startswith("cuda") else 8
+
+
+def resolve_sampling(lm, top_k="model", top_p="model") -> dict:
+    """The top-k / top-p a model samples with: ``"model"`` takes the model's own
+    ``generation_config`` (:func:`synclib.models.sampling_settings`, transformers' defaults
+    where it sets none), None switches the filter off, a number is used as it is.
+
+    Returns
+    -------
+    dict ``{"top_k": int or None, "top_p": float or None}`` for
+    :meth:`synclib.engine.Engine.generate`.
+    """
+    own = getattr(lm, "generation_defaults", None) or {"top_k": 50, "top_p": 1.0}
+    k = own.get("top_k") if top_k == "model" else top_k
+    p = own.get("top_p") if top_p == "model" else top_p
+    if k is not None and (isinstance(k, bool) or int(k) != k or k < 0):
+        raise ValueError(f"top_k must be 'model', None or an integer >= 0, got {top_k!r}")
+    if p is not None and not 0 < float(p) <= 1:
+        raise ValueError(f"top_p must be 'model', None or a number in (0, 1], got {top_p!r}")
+    return {"top_k": None if not k else int(k), "top_p": None if p is None or float(p) >= 1 else float(p)}

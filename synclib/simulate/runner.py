@@ -1,0 +1,328 @@
+"""The loops that play a part's dialogs: :class:`_Runner` and its progress bar.
+
+A part's units become :class:`~synclib.simulate.dialog.Dialog` objects (one per unit and
+view) held by a :class:`~synclib.simulate.dialog.Scheduler`.  Both loops repeat one step:
+schedule (the waiting dialogs' next requests go out), run (``scheduling="turns"``: one
+:meth:`~synclib.engine.Engine.generate` call for every dialog at that utterance;
+``"continuous"``: one step of each model's :class:`~synclib.engine.DecodeStream`),
+postprocess (record the reply, advance the dialog or finish it).
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Sequence
+
+from synclib.cube import CubeSpec, Unit, var_name
+from synclib.memory import release_free_memory
+from synclib.simulate.dialog import Dialog, Scheduler
+from synclib.simulate.options import Batching, Sampling
+from synclib.simulate.readout import _tom_readout
+from synclib.tasks.prompts import is_leave, postprocess_reply, render_prompt, trim_to_sentence
+
+__all__ = ["_Runner", "_Progress"]
+
+# run kinds, mixed into the per-row seeds
+_GENUINE, _TOM = 0, 1
+
+
+class _Progress:
+    """The simulation's progress in utterances: generated (genuine and ToM dialogs) and read
+    (the passive reader) of those planned.  The plan is every dialog's ``max_utterances``,
+    an upper bound that shrinks as dialogs end early, so the bar's total and time left
+    converge on the truth.  A tqdm bar on stderr, shown on terminals only (``disable=None``):
+    a log gets the job's own start and end lines instead of redrawn bars.
+
+    Parameters
+    ----------
+    total : int
+        Utterances planned.
+    done : int
+        Of which already done (a resumed run's finished batches).
+    desc : str
+    show : bool
+    """
+
+    def __init__(self, total: int, done: int, desc: str, show: bool):
+        self.new_tokens = 0
+        self.started = time.perf_counter()
+        self.shown = 0.0
+        self.bar = None
+        if show:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=done, unit="utt", desc=desc, file=sys.stderr,
+                            dynamic_ncols=True, disable=None, smoothing=0.1)
+
+    def advance(self, n: int) -> None:
+        """``n`` utterances generated or read."""
+        if self.bar is not None:
+            self.bar.update(n)
+            self._postfix()
+
+    def drop(self, n: int) -> None:
+        """``n`` planned utterances that will not happen (a dialog ended early)."""
+        if self.bar is not None and n:
+            self.bar.total -= n
+            self.bar.refresh()
+
+    def tokens(self, n: int) -> None:
+        """``n`` new tokens sampled (redraws at most twice a second)."""
+        self.new_tokens += n
+        if self.bar is not None and time.perf_counter() - self.shown > 0.5:
+            self._postfix()
+
+    def _postfix(self) -> None:
+        self.shown = time.perf_counter()
+        rate = self.new_tokens / max(self.shown - self.started, 1e-9)
+        self.bar.set_postfix_str(f"{rate:.0f} tok/s", refresh=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class _Runner:
+    """Plays parts of units for one :func:`~synclib.simulate.simulate` call.
+
+    Parameters
+    ----------
+    lms : (LoadedModel, LoadedModel)
+        Models of agent 1 and agent 2 (possibly the same object).
+    spec : CubeSpec
+    tasks : dict task_index -> Task
+    max_utterances : int
+    sampling : (Sampling, Sampling)
+        Each agent's sampling, its filters resolved for its model (:meth:`Sampling.for_model`).
+    batching : Batching
+        ``max_rows`` must be set (:meth:`Batching.resolve`): each engine's rows per forward;
+        ``max_in_flight`` and ``tom_flush`` as there.
+    readers : dict (episode, seed) -> Persona, optional
+        The passive reader's personas.
+    tom_tasks : set of int, optional
+        The task indices that get the ToM dialogs (None: all).
+    cache_budget : CacheBudget, optional
+        The session caches' budget both engines share (None: each engine's own default).
+    """
+
+    def __init__(self, lms, spec: CubeSpec, tasks: dict, *, max_utterances: int, sampling: tuple[Sampling, Sampling],
+                 batching: Batching = Batching(), readers=None, tom_tasks=None, cache_budget=None):
+        from synclib.engine import Engine
+
+        if batching.max_rows is None:
+            raise ValueError("batching.max_rows must be set (Batching.resolve fills it in)")
+        self.lms = lms
+        self.batching = batching
+        #: ToM replies a stream collects before one read-out (``batching.tom_flush``, else ``max_rows``)
+        self.tom_flush = batching.tom_flush or batching.max_rows
+        engine_a = Engine(lms[0], batch_size=batching.max_rows, max_cache_bytes=cache_budget)
+        self.engines = (engine_a, engine_a if lms[1] is lms[0]
+                        else Engine(lms[1], batch_size=batching.max_rows, max_cache_bytes=cache_budget))
+        self.spec = spec
+        self.tasks = tasks
+        self.max_utterances = max_utterances
+        self.sampling = tuple(sampling)
+        if len(self.sampling) != 2:
+            raise ValueError(f"sampling must be one Sampling per agent (two), got {len(self.sampling)}")
+        self.readers = readers or {}
+        self.tom_tasks = tom_tasks
+        self.progress = _Progress(0, 0, "", show=False)
+
+    # -- one part ----------------------------------------------------------------------
+    def plays_tom(self, unit) -> bool:
+        """Whether ``unit`` (episode, seed) gets a ToM dialog."""
+        return self.spec.tom and (self.tom_tasks is None or unit[0] in self.tom_tasks)
+
+    def run_batch(self, units: Sequence[tuple[int, int]]) -> list[Unit]:
+        """Genuine dialogs (+ passive, + ToM) for whole units; returns filled Units."""
+        out = [Unit.empty(self.spec, e, s) for e, s in units]
+        active = [Dialog(u, v, "active") for u, v in zip(units, out)]
+        tom = [Dialog(u, v, "tom") for u, v in zip(units, out) if self.plays_tom(u)]
+        continuous = self.batching.scheduling == "continuous"
+        try:
+            if continuous:  # both views' dialogs in one stream, then the reader
+                self._dialog_stream(active + tom)
+            else:
+                self._dialog_turns(active)
+            if self.spec.passive:
+                self._passive(active)
+            if tom and not continuous:
+                self._dialog_turns(tom)
+        finally:
+            for eng in self.engines:
+                eng.clear()
+            release_free_memory()  # the part's sessions, freed: their pages go back
+        return out
+
+    def planned(self, unit) -> int:
+        """Utterances planned for ``unit`` (episode, seed): its genuine dialog, the passive
+        reader's reads and its ToM dialog, each to ``max_utterances``."""
+        views = 1 + int(self.spec.passive and unit[1] in self.spec.read_passive_seeds())
+        views += int(self.plays_tom(unit))
+        return views * self.max_utterances
+
+    def _on_step(self, n_tokens: int) -> None:
+        self.progress.tokens(n_tokens)
+
+    def _engine_args(self, agent: int) -> dict:
+        """``generate`` / ``stream`` keywords of ``agent``'s model."""
+        s = self.sampling[agent]
+        return dict(max_new_tokens=s.max_new_tokens, temperature=s.temperature, on_step=self._on_step,
+                    first_line_only=s.stop_at_first_line, **s.filters)
+
+    # -- schedule, run, postprocess ------------------------------------------------------
+    def _request(self, d: Dialog):
+        """The request of ``d``'s current utterance."""
+        from synclib.engine import Request, row_seed
+
+        agent = d.agent
+        return Request(prompt=self.lms[agent].chat_prompt(render_prompt(self.tasks[d.unit[0]], agent, d.history,
+                                                                        d.view)),
+                       seed=row_seed(d.unit[1], d.unit[0], d.turn, _TOM if d.view == "tom" else _GENUINE),
+                       session=d.session(agent))
+
+    def _record(self, d: Dialog, res) -> bool:
+        """Store the reply ``res`` to ``d``'s current utterance in its cube cells and history;
+        True when the dialog goes on (no LEAVE, limit not reached)."""
+        t = d.turn
+        side, k = "ab"[t % 2], t // 2
+        reply = postprocess_reply(res.text)
+        if self.sampling[d.agent].reply_end == "sentence" and res.finish_reason == "length":  # cut by the cap
+            reply = trim_to_sentence(reply)
+        v = d.value.values
+        v[var_name("hidden", side, d.view)][k] = res.states
+        v[var_name("text", side, d.view)][k] = reply
+        v[var_name("prompt_len", side, d.view)][k] = res.prompt_len
+        d.history.append(reply)
+        self.progress.advance(1)
+        if is_leave(reply, self.tasks[d.unit[0]], t) or t + 1 >= self.max_utterances:
+            reads = 1 + int(d.view == "active" and self.spec.passive and d.unit[1] in self.spec.read_passive_seeds())
+            self.progress.drop(reads * (self.max_utterances - t - 1))
+            return False
+        return True
+
+    def _postprocess(self, sched: Scheduler, d: Dialog, res) -> None:
+        """Record ``d``'s reply, then advance it, let it await its ToM read-outs, or finish it."""
+        if self._record(d, res):
+            sched.advance(d)
+        elif d.unread:
+            sched.await_tom(d)
+        else:
+            self._finish(sched, d)
+
+    def _finish(self, sched: Scheduler, d: Dialog) -> None:
+        """An ended dialog: its sessions (both agents) dropped, its length recorded."""
+        for a in (0, 1):
+            self.engines[a].forget(d.session(a))
+        d.value.values[var_name("n_utterances", view=d.view)][...] = len(d.history)
+        sched.finish(d)
+
+    def _record_tom(self, value: Unit, t: int, emo, act, formatted) -> None:
+        side, k = "ab"[t % 2], t // 2
+        v = value.values
+        v[var_name("emotion", side, "tom")][k] = emo
+        v[var_name("action", side, "tom")][k] = act
+        v[var_name("tom_format", side, "tom")][k] = formatted
+
+    # -- the loops ---------------------------------------------------------------------
+    def _dialog_turns(self, dialogs: list[Dialog]) -> None:
+        """Play ``dialogs`` (one view) turn by turn.
+
+        Each step schedules every waiting dialog (all at the same utterance ``t``), asks agent
+        ``t % 2``'s model in one :meth:`~synclib.engine.Engine.generate` call, reads the ToM
+        replies out at once, and postprocesses; the next utterance waits for the call's
+        longest reply.
+        """
+        sched = Scheduler(dialogs)
+        while sched:
+            batch = sched.schedule()
+            agent = batch[0].agent
+            eng = self.engines[agent]
+            for d in batch:
+                d.request = self._request(d)
+            reqs = [d.request for d in batch]
+            # only the first line of a reply is kept (postprocess_reply): generation may stop there
+            res = eng.generate(reqs, **self._engine_args(agent))
+            if batch[0].view == "tom":
+                with eng.timed("tom"):
+                    rows = _tom_readout(eng, reqs, res)
+                for d, row in zip(batch, zip(*rows)):
+                    self._record_tom(d.value, d.turn, *row)
+            for d, r in zip(batch, res):
+                self._postprocess(sched, d, r)
+        for eng in self.engines:  # this view's sessions are done: free the budget for the next
+            eng.clear()
+
+    def _dialog_stream(self, dialogs: list[Dialog]) -> None:
+        """Continuous batching (:class:`synclib.engine.DecodeStream`): each dialog's next
+        utterance is submitted as soon as its reply ends, to the stream of the model that
+        speaks next, so no dialog waits for another's longer reply, and the dialogs of every
+        view (genuine and ToM) share the stream (at most ``batching.max_in_flight`` rows
+        decoding, default all).  With two models the two streams take turns stepping.  Every
+        utterance's request, seed and session are the turn-by-turn loop's, so the dialogs are
+        the same up to float rounding.  ToM read-outs wait until a stream has ``tom_flush``
+        replies to read (or the dialogs end) and are read in one batch (:func:`_tom_readout`).
+        """
+        engines = list({id(e): e for e in self.engines}.values())
+        capacity = self.batching.max_in_flight or len(dialogs)
+        streams = {id(e): e.stream(capacity=capacity, **self._engine_args(self.engines.index(e)))
+                   for e in engines}
+        sched = Scheduler(dialogs)
+        while sched:
+            for eng in engines:
+                for d in sched.schedule():
+                    d.request = self._request(d)
+                    streams[id(self.engines[d.agent])].submit(d, d.request)
+                st = streams[id(eng)]
+                if not len(st):
+                    continue
+                for d, res in st.step():
+                    if d.view == "tom":
+                        sched.queue_readout(id(eng), d, res)
+                    self._postprocess(sched, d, res)
+                self._read_tom(sched, eng)
+        for eng in engines:
+            self._read_tom(sched, eng, final=True)
+            eng.clear()  # the views' sessions are done: free the budget for the passive reader
+
+    def _read_tom(self, sched: Scheduler, eng, final: bool = False) -> None:
+        """Read out the ToM replies ``eng``'s stream has collected once there are ``tom_flush``
+        of them (or at the end); finish the dialogs whose replies are all read."""
+        n = sched.readouts(id(eng))
+        if not n or not (final or n >= self.tom_flush):
+            return
+        wait = sched.take_readouts(id(eng))
+        with eng.timed("tom"):
+            rows = _tom_readout(eng, [w[2] for w in wait], [w[3] for w in wait], store=False)
+        for (d, t, _, _), row in zip(wait, zip(*rows)):
+            self._record_tom(d.value, t, *row)
+        for d in sched.read_out():
+            self._finish(sched, d)
+
+    def _passive(self, dialogs: list[Dialog]) -> None:
+        """Re-read the genuine ``dialogs`` with the passive view (prefill only).
+
+        Only the units whose seed is among the spec's ``passive_seeds`` are read; the reader
+        is told it is the persona drawn for (task, seed) (:func:`passive_persona`), recorded
+        in ``passive_reader``.  Round by round, so that each reader's prompt extends its
+        previous one and the engine re-uses that prefix's keys/values.
+        """
+        read = [d for d in dialogs if d.unit[1] in self.spec.read_passive_seeds()]
+        for d in read:
+            persona = self.readers.get(d.unit)
+            d.value.values[var_name("reader", view="passive")][...] = persona.pk if persona is not None else ""
+        for agent in (0, 1):
+            lm, eng, side = self.lms[agent], self.engines[agent], "ab"[agent]
+            for t in range(agent, self.max_utterances, 2):
+                rows = [d for d in read if t < len(d.history)]
+                if not rows:
+                    break
+                prompts = [lm.chat_prompt(render_prompt(self.tasks[d.unit[0]], agent, d.history[:t], "passive",
+                                                        persona=self.readers.get(d.unit))) for d in rows]
+                with eng.timed("passive"):
+                    states = eng.read_states(prompts, sessions=[(d.unit[0], d.unit[1], agent, "passive")
+                                                                for d in rows])
+                for j, d in enumerate(rows):
+                    d.value.values[var_name("hidden", side, "passive")][t // 2] = states[j]
+                self.progress.advance(len(rows))
+            eng.clear()
