@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import re
 
+from synclib.penalty import Penalty
+
 __all__ = ["arg_type", "positive_int", "nonneg_int", "nonneg_float", "positive_float", "index_list",
            "seed_list", "int_list", "ridge_alpha", "top_k", "top_p"]
 
@@ -112,8 +114,6 @@ def int_list(text: str, lo: int = 0) -> list[int]:
 def ridge_alpha(text):
     """A ridge penalty > 0, or ``"cv"`` (checked by :meth:`synclib.penalty.Penalty.parse`);
     returns the config's form, ``"cv"`` or a float."""
-    from synclib.penalty import Penalty
-
     return Penalty.parse(text if text == "cv" else _float(text)).value
 
 

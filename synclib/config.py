@@ -29,7 +29,10 @@ from synclib import penalty as _penalty
 from synclib.engine import SCHEDULING
 from synclib.models import PROMPT_FORMATS
 from synclib.paths import DEFAULT_CONFIG, REPO_ROOT
+from synclib.tasks import datasets
+from synclib.tasks.datasets import TASK_SETS
 from synclib.tasks.prompts import REPLY_ENDS
+from synclib.tasks.scenarios import ScenarioError, load_tasks, select_tasks
 
 __all__ = ["ConfigError", "Key", "KEYS", "STEPS", "load_config", "validate_config", "default",
            "keys_of_step", "invalidation_table", "MODEL_KEYS"]
@@ -527,7 +530,6 @@ def _cross_check(cfg: dict, flat: dict, source: str, base: Path) -> None:
         return str((base / p).resolve()) if p is not None and not Path(p).is_absolute() else p
 
     cfg["results_dir"] = resolve(cfg["results_dir"])
-    from synclib.tasks.datasets import TASK_SETS
 
     if cfg["scenarios"] in TASK_SETS:
         pass  # fetched into the user's cache (synclib.tasks.datasets); checked where it is used
@@ -567,9 +569,6 @@ def _cross_check(cfg: dict, flat: dict, source: str, base: Path) -> None:
 def _check_episodes(cfg: dict, src: str) -> None:
     """The task set loads and holds the tasks ``simulate.episodes`` asks for (a dataset not
     fetched yet is checked once ``synclib run`` has fetched it)."""
-    from synclib.tasks import datasets
-    from synclib.tasks.scenarios import ScenarioError, load_tasks, select_tasks
-
     if cfg["scenarios"] in datasets.TASK_SETS and not datasets.is_cached(datasets.TASK_SETS[cfg["scenarios"]]):
         return
     try:
@@ -584,6 +583,7 @@ def _check_human(nb: dict, flat: dict, source, resolve) -> None:
     """``notebooks.human_ratings`` and ``notebooks.human_judge_scores``: both or neither,
     the judge table readable with an ``episode_id`` column, the ratings checked line by
     line against its episodes (:func:`synclib.judge.human.read_ratings`)."""
+    # lazy: pandas (through synclib.judge) only when human ratings are checked (synclib.config stays light)
     from synclib.judge import JudgeError, read_ratings, read_table
 
     keys = ("human_ratings", "human_judge_scores")

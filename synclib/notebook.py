@@ -23,8 +23,9 @@ import tempfile
 import traceback
 from pathlib import Path
 
+from synclib.figures import report
 from synclib.figures.verdicts import page_lines
-from synclib.paths import NOTEBOOK_DIR
+from synclib.paths import NOTEBOOK_DIR, display
 
 __all__ = ["setup", "claim_lines", "check_parameters", "refuse_unknown_parameters", "NotebookParameterError", "NotebookFailed",
            "failure", "execute", "read", "parameters", "parameter_table", "parameters_markdown", "figure_notebooks"]
@@ -89,8 +90,9 @@ def setup(results_dir, **params):
     """
     from IPython.display import Markdown, display
 
-    from synclib.figures import report
+    # lazy: xarray loads in the kernel's process only (the dry run stays light)
     from synclib.analysis import results
+    # lazy: altair (the book extra) only for the pages
     from synclib.figures import charts
 
     if refuse_unknown_parameters():
@@ -148,8 +150,6 @@ def _where(tb) -> str:
     """Where ``tb`` went wrong: the cell's own line, then the innermost frame in synclib (else the
     innermost at all; an installed package's path from the package on), as
     ```line``` -> file:line in function``."""
-    from synclib.paths import display
-
     frames = traceback.extract_tb(tb)
     cell = next((f for f in frames if f.name == "<module>"), None)  # a cell runs as a module's code
     home = str(Path(__file__).resolve().parent) + os.sep
@@ -203,8 +203,6 @@ def failure(exc, executed) -> tuple[str, str]:
         for a log.
     """
     import nbformat
-
-    from synclib.paths import display
 
     tb = [_ANSI.sub("", t) for t in (exc.traceback or [])]
     if len(tb) == 2 and tb[1] == TRACEBACK_NOTE:

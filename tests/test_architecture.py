@@ -107,6 +107,31 @@ def test_the_config_and_the_engine_load_without_torch():
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
+def test_imports_inside_functions_say_why():
+    """Imports sit at the top of a module; one of the package's own modules imported inside a
+    function (to keep torch, xarray, pandas or altair out of a light module, or to break a cycle
+    at load time) says why in a comment on its line or on the line just above."""
+    silent = []
+    for path, _ in _modules():
+        lines = path.read_text().split("\n")
+        for fn in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom):
+                    names = [node.module or ""] if node.level == 0 else []
+                elif isinstance(node, ast.Import):
+                    names = [a.name for a in node.names]
+                else:
+                    continue
+                if not any(n == "synclib" or n.startswith("synclib.") for n in names):
+                    continue
+                line, above = lines[node.lineno - 1], lines[node.lineno - 2].strip()
+                if "#" not in line and not above.startswith("#"):
+                    silent.append(f"{path.relative_to(REPO)}:{node.lineno}: {line.strip()}")
+    assert not silent, "imports inside functions without a comment saying why:\n" + "\n".join(silent)
+
+
 MAX_PARAMETERS = 10
 
 

@@ -13,8 +13,8 @@ image; the cells' code may differ):
 
     python tools/page_text.py outputs before.ipynb after.ipynb
 
-``snapshot`` keeps, for every page under ``book/``, the visible text of its article (one line
-per block, whitespace collapsed) and the SHA-256 of every embedded image (the charts are PNGs
+``snapshot`` keeps, for every page under ``book/``, the text of its article without the notebooks'
+code cells (one line per block, whitespace collapsed) and the SHA-256 of every embedded image (the charts are PNGs
 drawn by the offline renderer).  ``compare`` prints a unified diff of each page whose text
 differs and the pages whose charts differ, and exits 1 if anything does.
 """
@@ -37,6 +37,8 @@ def page_record(html: str) -> dict:
     soup = BeautifulSoup(html, "html.parser")
     article = soup.find("article") or soup.find("main") or soup.body
     for tag in article.find_all(["script", "style"]):
+        tag.decompose()
+    for tag in article.select("div.cell_input"):  # the notebooks' (hidden) code: what it shows is compared
         tag.decompose()
     images = []
     for img in article.find_all("img"):

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib.util
 import json
 import os
@@ -63,7 +64,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from synclib.analysis import analyze, build_dataset, sim_seed_rank, sync_r2_noclip, sync_r2_topk  # noqa: E402
-from synclib.analysis.synthetic import make_synthetic_cube  # noqa: E402
+from synclib.analysis.synthetic import Planted, Shapes, make_synthetic_cube  # noqa: E402
 from synclib.cube import open_cube  # noqa: E402
 from synclib.splits import episode_split  # noqa: E402
 
@@ -80,8 +81,14 @@ CONDITIONS = {"genuine": ("combined_metrics", False, False), "passive": ("combin
 DIRECTIONS = {"A->B": "A", "B->A": "B"}   # synclib direction -> the reference's setting[0]
 QUANTITIES = ("r2_per_seed", "r2_mean", "train_r2_per_seed", "sync_r2", "sync_r2_se", "sync_r2_noclip",
               "sync_r2_topk")
-SYNTHETIC = dict(n_episodes=120, n_seeds=5, n_rounds=8, layers_a=4, dim_a=8, layers_b=3, dim_b=6,
-                 coupling=0.8, seed=0, signal=2.0)
+SYNTHETIC = dict(n_episodes=120, n_seeds=5, n_rounds=8, shapes=Shapes(layers_a=4, dim_a=8, layers_b=3, dim_b=6),
+                 coupling=0.8, seed=0, planted=Planted(signal=2.0))
+
+
+def _synthetic_record(n_episodes: int) -> dict:
+    """The synthetic cube's settings as JSON (the option objects as dicts)."""
+    return {**{k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v for k, v in SYNTHETIC.items()},
+            "n_episodes": n_episodes}
 
 
 # --------------------------------------------------------------------------- export
@@ -337,7 +344,7 @@ def main(argv=None) -> int:
                 "playground/data_analysis.py (get_r2_scores_setting, get_se=True) on the same cube",
         "reference": {"repository": "zzn-nzz/LM_neural_synchrony", "commit": COMMIT, "path": str(ref)},
         "cube": {"source": str(args.cube) if args.cube else "synthetic",
-                 **({} if args.cube else {"synthetic": {**SYNTHETIC, "n_episodes": args.n_episodes}}),
+                 **({} if args.cube else {"synthetic": _synthetic_record(args.n_episodes)}),
                  **{k: int(v) for k, v in cube.sizes.items() if k in ("episode", "sim_seed", "round", "layer_a",
                                                                       "dim_a", "layer_b", "dim_b")},
                  "files_exported": layout["files"]},

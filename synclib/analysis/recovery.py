@@ -65,7 +65,9 @@ def _synthetic_pairs(n_samples: int, coupling: float, cube_seed: int, *, layers:
     samples per dataset, analysed on genuine and passive; its paired values.
 
     Returns ``{"genuine": (m,), "passive": (m,), "n_train": mean training samples}``."""
+    # lazy: torch loads only when a simulation runs (synclib.figures.power imports this module)
     from synclib.analysis import analyze
+    # lazy: xarray (the synthetic cubes) loads only when a simulation runs
     from synclib.analysis.synthetic import Planted, Shapes, make_synthetic_cube
 
     # B->A has n_rounds - 1 samples per full episode, A->B n_rounds

@@ -39,7 +39,10 @@ import pandas as pd
 import xarray as xr
 
 from synclib import stats
+from synclib.judge import read_table, social_performance
+from synclib.judge.table import overall_scores
 from synclib.paths import PUBLISHED_NUMBERS, display, in_repo
+from synclib.penalty import Penalty
 from synclib.tasks.scenarios import RELATIONSHIPS
 
 MANIFEST = "manifest.json"
@@ -220,8 +223,6 @@ class Results:
     def judge(self, name: str) -> pd.DataFrame | None:
         """The run's judge table, or ``None`` when the run has none for it."""
         if name not in self._judge:
-            from synclib.judge import read_table
-
             path = self.run(name).judge
             self._judge[name] = read_table(path) if path.is_file() else None
         return self._judge[name]
@@ -408,8 +409,6 @@ class Results:
     def run_social(self, name: str) -> float:
         """One ordered run's social performance (:func:`synclib.judge.social_performance`),
         NaN without a judge table."""
-        from synclib.judge import social_performance
-
         table = self.judge(name)
         return float(social_performance(table)) if table is not None else math.nan
 
@@ -437,8 +436,6 @@ class Results:
         DataFrame
             ``run, pair, episode, sim_seed, score``.
         """
-        from synclib.judge.table import overall_scores
-
         parts = []
         for r in self.runs:
             t = self.judge(r.name)
@@ -490,8 +487,6 @@ class Results:
     def penalty(self):
         """The run's ridge penalty as its analyses recorded it (:class:`synclib.penalty.Penalty`,
         :meth:`~synclib.penalty.Penalty.from_attrs`): ``.kind`` is ``"fixed"`` or ``"cv"``."""
-        from synclib.penalty import Penalty
-
         return Penalty.from_attrs(self.analysis(self.runs[0].name).attrs)
 
     def penalty_label(self) -> str:

@@ -32,6 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from synclib.paths import BENCH_RESULTS
+from synclib.splits import RidgeInputError, episode_split
+from synclib.tasks.scenarios import load_tasks, select_tasks
 
 __all__ = ["EMBEDDED_SHAPES", "LEAVES_ZERO", "planned_samples", "model_shape", "Curve", "load_curves",
            "curve_table", "leaves_zero_range", "leaves_zero_text", "clip_size", "RunSize", "run_sizes",
@@ -81,8 +83,6 @@ def planned_samples(n_tasks: int, n_seeds: int, max_utterances: int, n_samples: 
         a partner dialog that ends sooner drops samples) and ``lag{k}``; ``train`` is 0
         where the test set takes everything (the analysis then fits nothing).
     """
-    from synclib.splits import RidgeInputError, episode_split
-
     out: dict = {}
     for cond, lag in [("genuine", 0)] + [(f"lag{int(k)}", int(k)) for k in lags]:
         out[cond] = {}
@@ -293,8 +293,6 @@ def run_sizes(cfg: dict, ordered_runs, curves: list[Curve] | None = None) -> lis
     ``ordered_runs`` are the config's runs (:func:`synclib.run.pipeline.runs`: ``name``, ``a``,
     ``b`` model keys); ``curves`` default to :func:`load_curves`.
     """
-    from synclib.tasks.scenarios import load_tasks, select_tasks
-
     sim, ana = cfg["simulate"], cfg["analysis"]
     n_tasks = len(select_tasks(load_tasks(cfg["scenarios"]), sim["episodes"]))
     samples = planned_samples(n_tasks, len(sim["seeds"]), sim["max_utterances"], ana["n_samples"],

@@ -44,7 +44,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from synclib import __version__
 from synclib.analysis.results import MANIFEST
+from synclib.judge import DIMENSIONS, SCORE_RANGES, TABLE_COLUMNS, save_table
 # the ToM words, in the cube's order, and Sotopia's eight scenario sources
 from synclib.tasks.prompts import ACTIONS, EMOTIONS
 from synclib.tasks.scenarios import SOURCES
@@ -169,8 +171,6 @@ def _cube_attrs(models: tuple[str, str], shapes: tuple[int, int, int, int], n_ut
     ``models``: (model_a, model_b); ``shapes``: (layers_a, dim_a, layers_b, dim_b); ``views``:
     ``{"passive": bool, "tom": bool}``; ``generator``: ``{"coupling", "seed",
     "relationship_effect"}``."""
-    from synclib import __version__
-
     (model_a, model_b), (layers_a, dim_a, layers_b, dim_b) = models, shapes
     return {
         "title": "synclib synthetic activation cube",
@@ -371,8 +371,6 @@ def synthetic_judge_table(cube: xr.Dataset, seed: int) -> pd.DataFrame:
     One row per (episode, sim_seed, agent, dimension) of ``cube``, scores drawn uniformly
     from each dimension's range by ``numpy.random.default_rng(seed)``.
     """
-    from synclib.judge import DIMENSIONS, SCORE_RANGES, TABLE_COLUMNS
-
     rng = np.random.default_rng(seed)
     tasks = np.asarray(cube["task_index"]) if "task_index" in cube.coords else np.arange(cube.sizes["episode"])
     rows = []
@@ -423,8 +421,8 @@ def build_synthetic_results(root: str | os.PathLike, pairs=SYNTHETIC_PAIRS, seed
     """
     import importlib.util
 
+    # lazy: torch loads only when the synthetic results are analysed
     from synclib.analysis import analyze
-    from synclib.judge import save_table
 
     root = Path(root)
     for sub in ("cubes", "analysis", "judge"):

@@ -24,6 +24,8 @@ import argparse
 import importlib
 import sys
 
+from synclib import __version__
+
 __all__ = ["SUBCOMMANDS", "build_parser", "main"]
 
 # subcommand -> (module, one-line help)
@@ -38,8 +40,6 @@ SUBCOMMANDS = {
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    from synclib import __version__
-
     parser = argparse.ArgumentParser(
         prog="synclib",
         description="Neural synchrony between socially interacting language models.",

@@ -16,14 +16,16 @@ import sys
 from pathlib import Path
 
 from synclib import argtypes as at
-from synclib.config import KEYS, default
+from synclib.analysis.samples import AnalysisError, parse_condition
+from synclib.config import KEYS, ConfigError, default, load_config
+from synclib.cube import open_cube
+from synclib.penalty import check_alphas
+from synclib.splits import RidgeInputError
 
 __all__ = ["configure_parser", "run"]
 
 
 def _conditions(text: str) -> list[str]:
-    from synclib.analysis.samples import AnalysisError, parse_condition
-
     conds = [c.strip() for c in text.split(",") if c.strip()]
     if not conds:
         raise ValueError("no conditions")
@@ -105,8 +107,6 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 def _positive_floats(text: str) -> list[float]:
     """``"0.1,1,10"`` -> ``[0.1, 1.0, 10.0]`` (checked by :func:`synclib.penalty.check_alphas`)."""
-    from synclib.penalty import check_alphas
-
     return list(check_alphas([float(x) for x in text.split(",") if x.strip()]))
 
 
@@ -119,8 +119,8 @@ def settings_from_args(args: argparse.Namespace):
     """The :class:`~synclib.analysis.AnalysisSettings` of ``synclib analyze``: the config's
     (:meth:`~synclib.analysis.AnalysisSettings.from_config` of ``--config``, else of the schema's
     defaults with the optional blocks off), overridden by each option given."""
+    # lazy: torch loads only when the command runs (synclib --help stays light)
     from synclib.analysis import AnalysisSettings
-    from synclib.config import load_config
 
     if args.config:
         base = AnalysisSettings.from_config(load_config(args.config))
@@ -152,11 +152,8 @@ def settings_from_args(args: argparse.Namespace):
 
 def run(args: argparse.Namespace) -> int:
     """Entry point of ``synclib analyze``."""
+    # lazy: torch loads only when the command runs (synclib --help stays light)
     from synclib.analysis.core import analyze
-    from synclib.analysis.samples import AnalysisError
-    from synclib.config import ConfigError
-    from synclib.cube import open_cube
-    from synclib.splits import RidgeInputError
 
     out = Path(args.out)
     try:

@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> int:
     if ds.kind == "tasks":
         print(f"{ds.name}: {len(ds.files)} files ready in {root} (use `scenarios: {ds.name}`)")
     else:
+        # lazy: pandas (through synclib.judge) only for the human ratings' usage note
         from synclib.judge.sotopia_human import usage
 
         print(f"{ds.name}: {len(ds.files)} files ready in {root}\n{usage(root)}")

@@ -11,6 +11,7 @@ import argparse
 import sys
 import time
 
+from synclib.analysis.sizing import format_sizes, run_sizes
 from synclib.config import STEPS, ConfigError, load_config
 from synclib.paths import DEFAULT_CONFIG, display
 from synclib.run.pipeline import JobFailed, build_jobs, clear_failed, clocked, execute, runs
@@ -48,8 +49,6 @@ def _dataset_sizes(cfg: dict, steps) -> str:
     """The training samples per dataset of each ordered run, and a warning where the
     measured sample-size curves say SyncR² would stay at 0 (:mod:`synclib.analysis.sizing`);
     empty when the run analyses nothing."""
-    from synclib.analysis.sizing import format_sizes, run_sizes
-
     if "analyze" not in steps:
         return ""
     return format_sizes(run_sizes(cfg, runs(cfg)))

@@ -12,10 +12,11 @@ import sys
 from pathlib import Path
 
 from synclib import argtypes as at
+from synclib.cli import main as cli_main
 from synclib.config import default
 from synclib.cube import STORE_DTYPES, CubeError, is_complete
 from synclib.engine import SCHEDULING
-from synclib.models import PROMPT_FORMATS
+from synclib.models import PROMPT_FORMATS, ModelNotFoundError
 from synclib.simulate import Batching, Passes, RunOptions, Sampling, simulate
 from synclib.tasks.scenarios import ScenarioError, load_tasks
 
@@ -165,8 +166,6 @@ def run(args: argparse.Namespace) -> int:
     except CubeError as exc:
         return _fail(str(exc))
     except Exception as exc:  # model loading problems carry their own clear message
-        from synclib.models import ModelNotFoundError
-
         if isinstance(exc, ModelNotFoundError):
             return _fail(f"--model-a/--model-b: {exc}")
         raise
@@ -176,8 +175,6 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m synclib.cli.simulate ...`` (same as ``synclib simulate ...``)."""
-    from synclib.cli import main as cli_main
-
     return cli_main(["simulate", *(sys.argv[1:] if argv is None else argv)])
 
 

@@ -78,6 +78,7 @@ def claims() -> tuple[tuple[Callable, str], ...]:
 
 def claim(key: str, res, published: dict) -> list:
     """The claims of one ``data/published.json`` entry (e.g. ``"fig3_4"``: passive, lags, shuffled, pseudo)."""
+    # lazy: synclib.figures.verdicts imports this package (a cycle at load time)
     from synclib.figures.verdicts import evaluate
 
     every = claims()
@@ -89,6 +90,7 @@ def claim(key: str, res, published: dict) -> list:
 
 def claims_summary(res, published: dict) -> list[str]:
     """One Markdown line per claim of the paper (:func:`claims`, each function once)."""
+    # lazy: synclib.figures.verdicts imports this package (a cycle at load time)
     from synclib.figures.verdicts import evaluate
 
     return [c.line() for c in evaluate(claims(), res, published)]

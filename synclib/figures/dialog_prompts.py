@@ -27,6 +27,9 @@ import html
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from synclib.tasks.prompts import masked_prompt, passive_persona
+from synclib.tasks.scenarios import load_tasks
+
 __all__ = ["VIEW_TITLES", "WHAT_LABELS", "ViewPrompt", "TurnPrompts", "turn_prompts", "dialog_turn_prompts",
            "render_html", "prompts_section"]
 
@@ -100,8 +103,6 @@ def turn_prompts(task, agent: int, history: Sequence[str], sim_seed: int, taskse
         :func:`synclib.tasks.prompts.passive_persona` ``(taskset, task.index, sim_seed)``, or the
         replaced agent itself without a task set (as the simulator does)
     """
-    from synclib.tasks.prompts import masked_prompt, passive_persona
-
     history = list(history)
     t = len(history)
     notes = []
@@ -271,7 +272,9 @@ def prompts_section(results, found=None, *, run: str | None = None, episode: int
     texts are not available (e.g. synthetic test data) an illustration on embedded task 0,
     turn 0, seed 0, labelled as not from the run.
     """
+    # lazy: synclib.figures.dialogs imports this module (a cycle at load time)
     from synclib.figures import dialogs
+    # lazy: xarray (through synclib.analysis.results) only when a results directory is read
     from synclib.analysis.results import Results, load_results
 
     res = results if isinstance(results, Results) else load_results(results)
@@ -285,7 +288,6 @@ def prompts_section(results, found=None, *, run: str | None = None, episode: int
                 f"{_masked_sentence(tp)} The passive reader is told it is "
                 f"{tp.reader.name if tp.reader is not None else 'the agent itself'}.")
         return text, render_html(tp)
-    from synclib.tasks.scenarios import load_tasks
 
     embedded = load_tasks("embedded")
     tp = turn_prompts(embedded[0], 0, [], 0, embedded,

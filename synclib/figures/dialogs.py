@@ -53,7 +53,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from synclib.cube import open_cube
 from synclib.figures.dialog_prompts import prompts_section
+from synclib.tasks import datasets
+from synclib.tasks.prompts import ACTIONS, EMOTIONS, is_leave, is_leave_line, render_text, speaker_line
+from synclib.tasks.scenarios import RELATIONSHIPS, ScenarioError, load_tasks
 
 __all__ = ["END_REASONS", "Turn", "Transcript", "Score", "Dialog", "RunDialogs", "DialogSet",
            "end_reason", "load_run_tasks", "dialogs_from_cube", "collect_dialogs", "render_html",
@@ -209,8 +213,6 @@ def end_reason(utterances, max_utterances: int | None, task=None, names=None) ->
         anyway), ``"limit"`` (``len(utterances) >= max_utterances``) or ``"other"``;
         ``detail`` is one sentence for readers.
     """
-    from synclib.tasks.prompts import is_leave, is_leave_line, speaker_line
-
     n = len(utterances)
     if n == 0:
         return "other", "No utterance is stored for this dialog."
@@ -248,9 +250,6 @@ def load_run_tasks(scenarios):
     (TaskSet or None, note)
         ``note`` is ``""`` when the tasks loaded.
     """
-    from synclib.tasks import datasets
-    from synclib.tasks.scenarios import ScenarioError, load_tasks
-
     if not scenarios:
         return None, "The results manifest names no scenario set, so the goals cannot be shown."
     if scenarios in datasets.TASK_SETS and not datasets.is_cached(datasets.TASK_SETS[scenarios]):
@@ -316,6 +315,7 @@ def _judge_index(table):
     """``{(task_index, sim_seed): (rows, judge name)}`` of a judge table."""
     if table is None or len(table) == 0:
         return {}
+    # lazy: pandas (through synclib.judge) only where a judge table is read
     from synclib.judge import DIMENSIONS
 
     order = {d: i for i, d in enumerate(DIMENSIONS)}
@@ -372,8 +372,6 @@ def _tom_arrays(ds, dims) -> dict | None:
     """The cube's Theory-of-Mind run: its texts and utterance counts, both speakers' emotion and
     action distributions and format flags (``None`` where missing) and the candidate words;
     ``None`` when the cube has no ToM run."""
-    from synclib.tasks.prompts import ACTIONS, EMOTIONS
-
     if not all(v in ds.variables for v in ("text_a_tom", "text_b_tom", "n_utterances_tom")):
         return None
     return {"text": {s: _arr(ds, f"text_{s}_tom", dims) for s in "ab"},
@@ -403,7 +401,6 @@ def _task_texts(task) -> tuple:
     """A task's scenario and both goals as the judge sees them; ``(None, None)`` without a task."""
     if task is None:
         return None, None
-    from synclib.tasks.prompts import render_text
 
     return render_text(task.env.scenario), tuple(render_text(g) for g in task.env.agent_goals)
 
@@ -448,8 +445,6 @@ def dialogs_from_cube(cube, *, run: str = "run", pair: str | None = None, order:
         missing.
     """
     import xarray as xr
-
-    from synclib.tasks.scenarios import RELATIONSHIPS
 
     if not isinstance(cube, xr.Dataset):
         with xr.open_dataset(cube) as opened:
@@ -555,6 +550,7 @@ def collect_dialogs(results, max_dialogs_per_run: int | None = 12, runs=None) ->
     -------
     DialogSet
     """
+    # lazy: xarray (through synclib.analysis.results) only when a results directory is read
     from synclib.analysis.results import Results, load_results
 
     res = results if isinstance(results, Results) else load_results(results)
@@ -578,7 +574,6 @@ def collect_dialogs(results, max_dialogs_per_run: int | None = 12, runs=None) ->
         if r.cube is None or not r.cube.is_file():
             info.notes.append("its cube is not in the results directory")
             continue
-        from synclib.cube import open_cube
 
         ds = open_cube(r.cube)
         try:
@@ -612,6 +607,7 @@ def _n(k: int, one: str, many: str | None = None) -> str:
 
 def source_note(results) -> str:
     """One sentence saying whose dialogs these are (Markdown)."""
+    # lazy: xarray (through synclib.analysis.results) only when a results directory is read
     from synclib.analysis.results import Results, load_results
 
     res = results if isinstance(results, Results) else load_results(results)
@@ -812,6 +808,7 @@ def _scores_html(d: Dialog, judge_sample: int | None) -> str:
         why = (f" (the run's config judges a random sample of {_n(judge_sample, 'dialog')} per run)"
                if judge_sample is not None else "")
         return f'<p class="sdlg-note">No judge scores for this dialog{why}.</p>'
+    # lazy: pandas (through synclib.judge) only where a judge table is read
     from synclib.judge import SCORE_RANGES
 
     dims = list(dict.fromkeys(s.dimension for s in d.scores))

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from synclib.analysis.samples import build_dataset
 from synclib.figures.charts import need_columns, placeholder_if_empty, axis_ticks, wrap_title
 from synclib.figures.report import paper_note, readable
 from synclib.stats import fmt as _f
@@ -129,8 +130,9 @@ def _best_map(res, run: str, cube: xr.Dataset) -> tuple[pd.DataFrame, dict]:
     an empty scatter and ``info["fitted"] = False`` with the reason where no map was fitted."""
     import torch  # the analysis' imports load only for the figure, not with every figure's claims
 
+    # lazy: torch loads only for this figure, not with every figure's claims
     from synclib.analysis.core import analysis_split
-    from synclib.analysis.samples import build_dataset
+    # lazy: torch loads only for this figure, not with every figure's claims
     from synclib.analysis.ridge import ridge_solve
 
     ana = res.analysis(run)

@@ -16,6 +16,7 @@ import pandas as pd
 from synclib.figures.charts import need_columns, placeholder_if_empty, with_bounds
 from synclib.figures.report import empty_note, paper_note
 from synclib.figures.verdicts import AGREES, CANNOT, DIFFERS, Claim
+from synclib.penalty import PAPER_ALPHA
 from synclib.stats import fmt as _f
 
 __all__ = ["clipping_table", "clipping_summary", "clipping_panels", "sentence_clipping", "clipping", "CLAIMS"]
@@ -50,8 +51,6 @@ def clipping_summary(table: pd.DataFrame) -> dict:
     over pairs of the clipped and kept SyncR² (``clipped``, ``kept``), the median over pairs
     of the ratio of their standard errors (``se_ratio``) and ``alpha`` (the penalty's value,
     NaN for the run's own when it is not a number)."""
-    from synclib.penalty import PAPER_ALPHA
-
     c = table[table["method"] == "clipped at 0"].set_index("pair")
     k = table[table["method"] == "kept"].set_index("pair")
     both = c.join(k, lsuffix="_c", rsuffix="_k").dropna(subset=["mean_c", "mean_k"])

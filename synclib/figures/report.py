@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from synclib.stats import fmt as _f
+from synclib.stats import format_p
 
 __all__ = ["banner", "readable",
            "sample_counts_text", "comparison_with_paper", "wide_table", "sentence_comparison",
@@ -72,8 +73,6 @@ def readable(table: pd.DataFrame, digits: int = 3):
     ``p`` or ending in `` p`` as :func:`synclib.stats.format_p` writes p-values, missing
     values as a dash, text cells whole (pandas would cut them at 50 characters)."""
     import html
-
-    from synclib.stats import format_p
 
     def cell(write):
         return lambda x: "–" if x is None or not np.isfinite(x) else write(x)

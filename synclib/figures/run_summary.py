@@ -15,6 +15,9 @@ import numpy as np
 import pandas as pd
 
 from synclib import stats
+from synclib.analysis import power
+from synclib.analysis.sizing import clip_size, leaves_zero_text, load_curves
+from synclib.figures import claims_summary
 from synclib.figures.report import banner, join_words, passive_share, sample_counts_text
 from synclib.penalty import PAPER_ALPHA, Penalty
 from synclib.stats import fmt as _f
@@ -39,9 +42,6 @@ def _judge_line(judge: dict) -> str:
 
 def _size_lines(res) -> list[str]:
     """Why the run has the size it has: its training samples against the measured curves."""
-    from synclib.analysis import power
-    from synclib.analysis.sizing import clip_size, leaves_zero_text, load_curves
-
     counts = res.sample_counts()
     gen = counts[counts["condition"] == "genuine"]["n_train"]
     dims = power.run_sample_sizes(res).get("dims") or []
@@ -62,8 +62,6 @@ def _size_lines(res) -> list[str]:
 def embedded_run_markdown(res) -> str:
     """Markdown for ``book/_generated/embedded_run.md``: what the run being read has, for the
     *embedded models* page (everything there that depends on the run comes from here)."""
-    from synclib.analysis.sizing import leaves_zero_text
-
     cfg = res.config
     sim = cfg.get("simulate") or {}
     counts = res.sample_counts()
@@ -179,7 +177,7 @@ def run_summary_markdown(res) -> str:
     if share := passive_share(sync, passive):
         lines += ["", f"{share[0].upper()}{share[1:]}: that part of what the maps predict comes from the input "
                   "the two agents share, not from taking part; the controls page tests the rest."]
-    from synclib.figures import claims_summary
+    # lazy: xarray (through synclib.analysis.results) only when the summary is written
     from synclib.analysis.results import load_published
 
     lines += ["", "**Every claim of the paper, and what this run finds** (agrees, differs, or cannot test, with the "

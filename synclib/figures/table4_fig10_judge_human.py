@@ -19,7 +19,11 @@ from synclib.figures.charts import NEGATIVE_GREY, need_columns, placeholder_if_e
 from synclib.figures.verdicts import CANNOT, Claim
 from synclib.judge.human import (agreement, differences, episode_coverage, load_measured, measured_differences,
                                  paired_scores, read_ratings, within_share)
+from synclib.judge.sotopia_human import GPT4_JUDGE
+from synclib.judge.table import read_table
 from synclib.figures.report import join_words, paper_note, readable
+from synclib.models import EMBEDDED
+from synclib.paths import in_repo
 from synclib.stats import fmt as _f
 
 __all__ = ["setup", "HumanComparison", "against_humans", "judge_human_table", "measured_judge_table",
@@ -30,6 +34,7 @@ __all__ = ["setup", "HumanComparison", "against_humans", "judge_human_table", "m
 def setup() -> dict:
     """This page's first step (it reads no run): interactive charts on; the paper's published
     numbers (:func:`synclib.analysis.results.load_published`)."""
+    # lazy: xarray (through synclib.analysis.results) only when the page runs, not with its claims
     from synclib.analysis.results import load_published
 
     enable()
@@ -60,9 +65,6 @@ def against_humans(ratings, judge_scores) -> HumanComparison | None:
     """The page's ``ratings`` (CSV of human ratings) against its ``judge_scores`` (the judge's
     table of the same episodes, ``synclib evaluate EPISODES.jsonl``), both relative to the
     repository root or absolute; None when neither is given.  Refuses one without the other."""
-    from synclib.judge.table import read_table
-    from synclib.paths import in_repo
-
     if (ratings is None) != (judge_scores is None):
         raise ValueError("give both ratings and judge_scores, or neither")
     if ratings is None:
@@ -90,9 +92,6 @@ def judge_human_table(agree: pd.DataFrame | None, published: dict) -> pd.DataFra
 
 
 def _judge_label(judge: str) -> str:
-    from synclib.judge.sotopia_human import GPT4_JUDGE
-    from synclib.models import EMBEDDED
-
     if judge == GPT4_JUDGE:
         return "GPT-4 (published scores)"
     return f"{judge} (tiny, embedded)" if judge in EMBEDDED else judge
@@ -148,7 +147,6 @@ def sentence_measured_judges(measured: dict | None) -> str:
                      f"{100 * j['within_one_sd']:.1f} % of its scores within one standard deviation of the "
                      "human ratings." if ok else
                      f"**{_judge_label(j['judge'])}** on {on} No dimension has a correlation.")
-    from synclib.models import EMBEDDED
 
     tiny = [j for j in measured["judges"] if j["judge"] in EMBEDDED]
     note = (" The embedded judges are tiny models (135M / 270M parameters), measured here to show how far "
@@ -206,8 +204,6 @@ def difference_histogram(frame: pd.DataFrame, title: str) -> alt.LayerChart:
 
 def judge(res, published: dict) -> Claim:
     """Table 4 and figure 10: the paper's judge agrees with people."""
-    from synclib.models import EMBEDDED
-
     what = "The paper's judge (gpt-oss-120b) agrees with human ratings (appendix H, table 4, figure 10)"
     measured = load_measured()
     text = "gpt-oss-120b is not run here"

@@ -44,6 +44,7 @@ from tqdm import tqdm
 
 from synclib.judge.backends import LocalBackend, OpenAIBackend
 from synclib.judge.cache import JudgeCache, cache_key
+from synclib.judge.episodes import read_episodes
 from synclib.judge.errors import JudgeError, JudgeRequestError
 from synclib.judge.items import JudgeItem, items_from_cube, sample_items
 from synclib.judge.options import LOCAL_MAX_NEW_TOKENS, MODES, JudgeOptions
@@ -284,8 +285,6 @@ def evaluate_episodes(path: str | os.PathLike, options: JudgeOptions, *,
     ``episode`` (the line's position).  ``out``, ``cache``, ``progress`` and ``log`` are
     :func:`judge_to_file`'s.
     """
-    from synclib.judge.episodes import read_episodes
-
     _check_options(options)
     items = read_episodes(path)
     return judge_to_file(items, Path(path), options, out=out, cache=cache, progress=progress, log=log)

@@ -55,6 +55,8 @@ import pandas as pd
 
 from synclib.judge.errors import JudgeError
 from synclib.judge.rubric import DIMENSIONS, SCORE_RANGES
+from synclib.paths import BENCH_RESULTS
+from synclib.stats import pearson
 
 __all__ = ["RATING_COLUMNS", "MEASURED_FILE", "read_ratings", "mean_ratings", "paired_scores", "agreement",
            "differences", "within_share", "episode_coverage", "load_measured", "measured_differences"]
@@ -181,8 +183,6 @@ def agreement(paired: pd.DataFrame) -> pd.DataFrame:
         One row per dimension in Sotopia's order: ``dimension``, ``r``, ``p``, ``n``,
         ``reason`` (why r is missing, else empty).
     """
-    from synclib.stats import pearson
-
     rows = []
     for dim in DIMENSIONS:
         sub = paired[paired["dimension"] == dim]
@@ -275,8 +275,6 @@ def load_measured(bench_dir=None) -> dict | None:
     """``bench/results/judge_human_sotopia_pi.json`` (judges measured on the published human
     ratings by ``bench/bench_judge_human.py``), or None where it was not measured."""
     import json
-
-    from synclib.paths import BENCH_RESULTS
 
     path = Path(bench_dir or BENCH_RESULTS) / MEASURED_FILE
     return json.loads(path.read_text()) if path.is_file() else None

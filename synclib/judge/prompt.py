@@ -30,6 +30,7 @@ from synclib.judge.errors import JudgeError
 from synclib.judge.items import JudgeItem
 from synclib.judge.rubric import DIMENSIONS, EMBEDDED_INSTRUCTIONS, SCORE_RANGES, rubric_lines
 from synclib.tasks.prompts import speaker_line
+from synclib.tasks.scenarios import task_dir
 
 __all__ = ["SYSTEM_MESSAGE", "render_transcript", "item_transcript", "judge_prompt", "judge_messages",
            "repair_messages", "constrained_question", "load_instructions"]
@@ -166,8 +167,6 @@ def load_instructions(scenarios: str | os.PathLike | None) -> tuple[str, str]:
         ``source`` is the file path or ``"embedded"``.
     """
     if scenarios is not None and str(scenarios) != "embedded":
-        from synclib.tasks.scenarios import task_dir
-
         p = task_dir(scenarios)  # a folder, or a dataset name ("sotopia": its cache folder)
         f = p / INSTRUCTIONS_FILENAME if p.is_dir() else p
         if f.is_file():

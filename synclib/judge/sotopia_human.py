@@ -48,6 +48,7 @@ import pandas as pd
 
 from synclib.judge.errors import JudgeError
 from synclib.judge.rubric import DIMENSIONS, SCORE_RANGES
+from synclib.judge.table import make_table
 
 __all__ = ["RATING_FILES", "SCORES_FILE", "OUTPUTS", "GPT4_JUDGE", "prepare", "usage"]
 
@@ -135,8 +136,6 @@ def _gpt4_table(root: Path, rated: dict) -> pd.DataFrame:
     """GPT-4's scores as a judge table with ``episode_id``: rows for every rated episode
     (``rated``: pk -> agent names, empty where the files hold no dialog), a score where
     Sotopia published one; a published score needs no dialog."""
-    from synclib.judge.table import make_table
-
     scores = json.loads((root / SCORES_FILE).read_text(encoding="utf-8"))
     order = {pk: i for i, pk in enumerate(rated)}
     rows = []

@@ -34,14 +34,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from synclib import __version__, config
 from synclib.config import STEPS, ConfigError, keys_of_step
 from synclib.tasks.datasets import TASK_SETS
+from synclib.cube import open_cube
+from synclib.figures import benchmarks, run_summary
 from synclib.paths import (BENCH_RESULTS, BUILD_DIR, EXECUTED_DIR, GENERATED_DIR,
                            REPO_ROOT, display)
 from synclib.memory import PeakRSS, die_with_parent, huge_pages_in_children, release_free_memory
-from synclib.notebook import AT_ONCE, NotebookFailed, figure_notebooks
+from synclib.models import EMBEDDED
+from synclib.notebook import AT_ONCE, NotebookFailed, failure, figure_notebooks, parameters_markdown
 from synclib.run.plan import duration_text, wall_seconds
+from synclib.simulate import Batching, Passes, RunOptions, Sampling, simulate
 from synclib.stamps import mark_done, read_stamp, stamp_path, up_to_date
+from synclib.tasks.scenarios import load_tasks, select_tasks
 
 
 
@@ -293,16 +299,11 @@ def _dtype(cfg: dict) -> str | None:
 
 
 def _taskset(cfg: dict):
-    from synclib.tasks.scenarios import load_tasks
-
     return load_tasks(cfg["scenarios"])
 
 
 def step_simulate(cfg: dict, run: Run, out: Path) -> dict:
     """Simulate one ordered run; returns the engine counters for the job's stamp."""
-    from synclib.tasks.scenarios import select_tasks
-    from synclib.simulate import Batching, Passes, RunOptions, Sampling, simulate
-
     sim = cfg["simulate"]
     models = cfg["models"]
     taskset = _taskset(cfg)
@@ -330,14 +331,15 @@ def step_simulate(cfg: dict, run: Run, out: Path) -> dict:
 
 
 def step_judge(cfg: dict, run: Run, out: Path, cube: str) -> None:
+    # lazy: xarray and netCDF4 load only when the judge step runs (the dry run stays light)
     from synclib.judge import JudgeOptions, evaluate_cube
 
     evaluate_cube(cube, JudgeOptions.from_config(cfg), out=out)
 
 
 def step_analyze(cfg: dict, run: Run, out: Path, cube: str) -> None:
+    # lazy: torch loads only when the analysis step runs (the dry run stays light)
     from synclib.analysis import AnalysisSettings, analyze
-    from synclib.cube import open_cube
 
     result = analyze(open_cube(cube), AnalysisSettings.from_config(cfg))  # the config's one mapping
     tmp = out.with_name(out.name + ".tmp")
@@ -357,7 +359,6 @@ def step_manifest(cfg: dict, out: Path, *dep_outputs: str) -> None:
             "cube": f"cubes/{run.name}.nc", "analysis": f"analysis/{run.name}.nc",
             "judge": f"judge/{run.name}.judge.csv",
         })
-    from synclib.models import EMBEDDED
 
     embedded = all(str(m["spec"]) in EMBEDDED for m in cfg["models"].values())
     public_cfg = {k: v for k, v in cfg.items() if k != "cluster"}
@@ -381,8 +382,7 @@ def step_pages(cfg: dict, out: Path, manifest: str) -> None:
     """The book's generated pages (``book/_generated/``): the intro's run summary, the embedded
     models page's account of the run, the benchmarks quoted from ``bench/results`` and the
     settings table of the reproduce page."""
-    from synclib.figures import benchmarks, run_summary
-    from synclib import config
+    # lazy: xarray loads only when the pages step runs (the dry run stays light)
     from synclib.analysis import results
 
     _write_generated("benchmarks.md", benchmarks.benchmarks_markdown(BENCH_RESULTS))
@@ -415,7 +415,8 @@ def clear_failed(results_dir: str | Path) -> None:
 def step_notebook(cfg: dict, nb: Path, out: Path, manifest: str) -> None:
     from papermill.exceptions import PapermillExecutionError
 
-    from synclib.notebook import execute, failure
+    # lazy: this module has its own execute() (a name clash at the top)
+    from synclib.notebook import execute
 
     params = {"results_dir": display(Path(manifest).parent)}
     for key, param in NOTEBOOK_FILES.items():  # execute() drops those a notebook has no parameter for
@@ -435,8 +436,6 @@ def step_notebook(cfg: dict, nb: Path, out: Path, manifest: str) -> None:
 
 
 def step_book(cfg: dict, out: Path, *inputs: str) -> None:
-    from synclib.notebook import parameters_markdown
-
     # the notebooks' parameters page, read from the notebooks (the book re-runs whenever one changes)
     _write_generated("parameters.md", parameters_markdown())
     # jupyter-book's own entry point, run by this interpreter: works where its
@@ -479,8 +478,6 @@ def build_jobs(cfg: dict, steps=STEPS) -> dict[str, Job]:
     notebooks and pages, the book's own pages).
     """
     from functools import partial
-
-    from synclib import __version__
 
     R = Path(cfg["results_dir"])
     log = R / "run-log.jsonl"

@@ -16,9 +16,12 @@ from pathlib import Path
 
 
 from synclib.analysis.sizing import EMBEDDED_SHAPES
+from synclib.memory import GiB, available_bytes, session_budget
+from synclib.models import cpu_has_native_bf16
 from synclib.notebook import AT_ONCE
 from synclib.paths import BENCH_RESULTS, display
 from synclib.stamps import read_stamp
+from synclib.tasks.scenarios import load_tasks, select_tasks
 
 __all__ = ["JobPlan", "plan", "format_plan", "wall_seconds"]
 
@@ -77,8 +80,6 @@ def simulate_work(cfg: dict) -> dict:
     """The utterances one ordered run of ``cfg`` plans: its genuine dialogs, the passive
     reader's reads and the ToM dialogs, each to ``max_utterances`` (an upper bound: dialogs
     end early), with the counts behind it."""
-    from synclib.tasks.scenarios import load_tasks, select_tasks
-
     sim = cfg["simulate"]
     n_tasks = len(select_tasks(load_tasks(cfg["scenarios"]), sim["episodes"]))
     seeds = len(sim["seeds"])
@@ -91,8 +92,6 @@ def simulate_work(cfg: dict) -> dict:
 
 def _dtype(cfg: dict) -> tuple[str, str]:
     """The compute dtype a CPU run of ``cfg`` gets, and why."""
-    from synclib.models import cpu_has_native_bf16
-
     if cfg["dtype"] not in (None, "auto"):
         return cfg["dtype"], "set in the configuration"
     if cpu_has_native_bf16():
@@ -292,8 +291,6 @@ def format_plan(rows: list[JobPlan], cfg: dict | None = None) -> str:
 
 def _cpu_lines(cfg: dict, todo: list[JobPlan], secs: float) -> list[str]:
     """The time estimate's basis and the memory a CPU run expects."""
-    from synclib.memory import GiB, available_bytes, session_budget
-
     cal = _bench(CALIBRATION)
     out = []
     dtype, why = _dtype(cfg)

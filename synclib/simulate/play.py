@@ -7,6 +7,7 @@ from pathlib import Path
 from synclib import __version__
 from synclib.cube import CubeSpec, CubeWriter, is_complete
 from synclib.memory import CacheBudget, session_budget
+from synclib.models import load_model
 from synclib.simulate.options import Batching, Passes, RunOptions, Sampling
 from synclib.simulate.runner import _Progress, _Runner
 from synclib.tasks.prompts import ACTIONS, EMOTIONS, PASSIVE_PERSONA_RULE, passive_persona
@@ -24,8 +25,6 @@ def episode_coords(task: Task) -> dict:
 
 
 def _as_model(m, dtype, device, prompt_format="chat_template"):
-    from synclib.models import load_model
-
     if isinstance(m, str):
         return load_model(m, dtype=dtype, device=device, prompt_format=prompt_format)
     return m

@@ -14,6 +14,7 @@ import time
 from typing import Sequence
 
 from synclib.cube import CubeSpec, Unit, var_name
+from synclib.engine import Engine, Request, row_seed
 from synclib.memory import release_free_memory
 from synclib.simulate.dialog import Dialog, Scheduler
 from synclib.simulate.options import Batching, Sampling
@@ -107,8 +108,6 @@ class _Runner:
 
     def __init__(self, lms, spec: CubeSpec, tasks: dict, *, max_utterances: int, sampling: tuple[Sampling, Sampling],
                  batching: Batching = Batching(), readers=None, tom_tasks=None, cache_budget=None):
-        from synclib.engine import Engine
-
         if batching.max_rows is None:
             raise ValueError("batching.max_rows must be set (Batching.resolve fills it in)")
         self.lms = lms
@@ -173,8 +172,6 @@ class _Runner:
     # -- schedule, run, postprocess ------------------------------------------------------
     def _request(self, d: Dialog):
         """The request of ``d``'s current utterance."""
-        from synclib.engine import Request, row_seed
-
         agent = d.agent
         return Request(prompt=self.lms[agent].chat_prompt(render_prompt(self.tasks[d.unit[0]], agent, d.history,
                                                                         d.view)),

@@ -36,6 +36,7 @@ from types import MappingProxyType
 from typing import Any, Iterator, Mapping
 
 from synclib.paths import EMBEDDED_SCENARIOS
+from synclib.tasks import datasets
 
 __all__ = [
     "RELATIONSHIPS", "CLOSENESS_CODES", "SOURCES", "GENDER_WORDS", "select_tasks",
@@ -211,8 +212,6 @@ def task_dir(path: str | Path = "embedded", download: bool = True) -> Path:
     folder, fetched on first use unless ``download`` is False (then a missing file raises
     :class:`synclib.tasks.datasets.DatasetError`, saying how to fetch it); anything else is a folder.
     """
-    from synclib.tasks import datasets
-
     if str(path) == "embedded":
         return embedded_dir()
     if str(path) in datasets.TASK_SETS:
