@@ -143,31 +143,31 @@ def test_a_local_run_executes_notebooks_at_once_after_the_other_jobs(tmp_path):
         pytest.skip("one core: notebooks run one at a time")
     events = []
 
-    def jobs_with(barrier):
+    def jobs_with(barrier, run):  # run: the outputs' suffix, new for each graph (so none is up to date)
         def make(tag):
             def func(*deps):
                 events.append(("start", tag))
                 if tag.startswith("notebook:"):
                     barrier.wait()
                 events.append(("end", tag))
-                (tmp_path / f"{tag.replace(':', '_')}.{id(barrier)}").write_text(tag)
+                (tmp_path / f"{tag.replace(':', '_')}.{run}").write_text(tag)
             return func
 
         def job(key, deps=()):
-            return Job(key, tmp_path / f"{key.replace(':', '_')}.{id(barrier)}", f"fp-{key}", make(key), deps=deps)
+            return Job(key, tmp_path / f"{key.replace(':', '_')}.{run}", f"fp-{key}", make(key), deps=deps)
         return {"simulate:x": job("simulate:x"), "analyze:x": job("analyze:x", ("simulate:x",)),
                 "manifest": job("manifest", ("analyze:x",)),
                 "notebook:a": job("notebook:a", ("manifest",)), "notebook:b": job("notebook:b", ("manifest",)),
                 "book": job("book", ("notebook:a", "notebook:b"))}
 
-    out = execute(jobs_with(threading.Barrier(2, timeout=30)), isolate=False)  # heavy jobs in this process
+    out = execute(jobs_with(threading.Barrier(2, timeout=30), "together"), isolate=False)  # heavy jobs in this process
     assert set(out) == {"simulate:x", "analyze:x", "manifest", "notebook:a", "notebook:b", "book"}
     assert events[:6] == [(e, k) for k in ("simulate:x", "analyze:x", "manifest") for e in ("start", "end")]
     assert {k for _, k in events[6:10]} == {"notebook:a", "notebook:b"} and events[10:] == [("start", "book"),
                                                                                            ("end", "book")]
     events.clear()
     with pytest.raises(pipeline.JobFailed, match="BrokenBarrierError"):  # one at a time: the first notebook waits alone
-        execute(jobs_with(threading.Barrier(2, timeout=1)), scheduler="sync", isolate=False)
+        execute(jobs_with(threading.Barrier(2, timeout=1), "sync"), scheduler="sync", isolate=False)
 
 
 def test_failed_job_leaves_no_stamp(tmp_path):
@@ -346,14 +346,12 @@ def test_the_default_run_plans_enough_training_samples_per_dataset():
 def test_changed_simulation_settings_replace_a_finished_cube(tmp_path, monkeypatch):
     """A simulate job that runs although it finished once (its settings changed) must not hand
     back the stale cube; one that finished without a stamp (killed in between) re-uses it."""
-    import synclib.simulate
-
     cfg = load_config(None, ["simulate.episodes=2", f"results_dir={tmp_path}"])
     run = pipeline.runs(cfg)[0]
     out = tmp_path / "cubes" / f"{run.name}.nc"
     out.parent.mkdir(parents=True)
     seen = []
-    monkeypatch.setattr(synclib.simulate, "simulate", lambda *a, **k: seen.append(out.exists()))
+    monkeypatch.setattr(pipeline, "simulate", lambda *a, **k: seen.append(out.exists()))
     out.write_text("stale cube")
     pipeline.mark_done(out, "old-fingerprint")
     pipeline.step_simulate(cfg, run, out)

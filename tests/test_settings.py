@@ -79,7 +79,7 @@ def test_the_pipeline_and_the_cli_share_one_mapping_from_the_config(monkeypatch,
                         "analysis:\n  alpha: cv\n  cv_folds: 4\n  cv_seed: 7\n  lags: [1]\n  nonlinear_seeds: 1\n")
     cfg = load_config(cfg_path)
     seen = {}
-    monkeypatch.setattr("synclib.cube.open_cube", lambda path: "cube")
+    monkeypatch.setattr(pipeline, "open_cube", lambda path: "cube")
     monkeypatch.setattr("synclib.analysis.analyze", lambda cube, settings: seen.setdefault("pipeline", settings))
     with pytest.raises(AttributeError):  # the fake result has no to_netcdf: the settings were taken
         pipeline.step_analyze(cfg, None, tmp_path / "out.nc", "cube.nc")
