@@ -64,16 +64,7 @@ def module(name: str) -> ModuleType:
 
 def claims() -> tuple[tuple[Callable, str], ...]:
     """Every claim of the paper, in the paper's order: ``(function, data/published.json key)``."""
-    out = []
-    for name in FIGURES:
-        try:
-            mod = module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != f"{__name__}.{name}":
-                raise
-            continue
-        out.extend(getattr(mod, "CLAIMS", ()))
-    return tuple(out)
+    return tuple(c for name in FIGURES for c in getattr(module(name), "CLAIMS", ()))
 
 
 def claim(key: str, res, published: dict) -> list:

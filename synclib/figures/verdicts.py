@@ -102,10 +102,9 @@ def evaluate(claims: tuple[tuple[Callable, str], ...], res, published: dict) -> 
     """Each function of ``claims`` once, on one run; the claims that read the paired tests of the
     controls (a ``table`` parameter) share one table of them."""
     fns = list(dict.fromkeys(f for f, _ in claims))
-    shared = {}
-    if any("table" in inspect.signature(f).parameters for f in fns):
-        shared["table"] = power.paired_control_tests(res)
-    return [f(res, published, **(shared if "table" in inspect.signature(f).parameters else {})) for f in fns]
+    reads = {f for f in fns if "table" in inspect.signature(f).parameters}
+    table = power.paired_control_tests(res) if reads else None
+    return [f(res, published, table=table) if f in reads else f(res, published) for f in fns]
 
 
 def page_lines(claims: tuple[tuple[Callable, str], ...], res, published: dict) -> str:
