@@ -158,7 +158,7 @@ def return_freed_memory() -> bool:
     changing sizes fragment it.  The price is the page faults of every such allocation;
     the engine keeps them out of its decoding steps (:func:`synclib.engine.with_room`), and
     what is left cost the simulation of 32 tasks of 6 utterances 160 s against 154 s with
-    glibc's own setting, for 2.49 against 3.39 GiB (same session, the README has the runs).
+    glibc's own setting, for 2.49 against 3.39 GiB (same session; the benchmarks page has the runs).
     Once per process is enough; True where it applies (Linux with glibc)."""
     libc = _glibc()
     if libc is None:

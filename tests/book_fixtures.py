@@ -65,7 +65,7 @@ def executed_notebooks(base: Path) -> dict[str, tuple[Path, subprocess.Completed
 def built_book(base: Path) -> tuple[Path, subprocess.CompletedProcess]:
     """A copy of the book sources with the executed notebooks, built: ``(html_dir, proc)``."""
     if "book" not in _CACHE:
-        from synclib.figures import benchmarks, run_summary
+        from synclib.figures import benchmarks, run_summary, scorecard
         from synclib.analysis import results
         from synclib.config import invalidation_table
 
@@ -89,6 +89,8 @@ def built_book(base: Path) -> tuple[Path, subprocess.CompletedProcess]:
         (gen / "run_summary.md").write_text(run_summary.run_summary_markdown(res))
         (gen / "embedded_run.md").write_text(run_summary.embedded_run_markdown(res))
         (gen / "penalty.md").write_text(run_summary.penalty_markdown(res))
+        (gen / "overview.png").write_bytes(scorecard.overview_png(res))
+        (gen / "overview.md").write_text(scorecard.overview_markdown(res, results.load_published()))
         (gen / "benchmarks.md").write_text(benchmarks.benchmarks_markdown(ROOT / "bench" / "results"))
         (gen / "settings.md").write_text(invalidation_table())
         from synclib.notebook import parameters_markdown

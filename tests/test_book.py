@@ -7,11 +7,15 @@ proxy answers it with an error.  The test fails if there is any.
 """
 from __future__ import annotations
 
+import json
+import os
 import re
+import select
 import shutil
 import socket
 import subprocess
 import threading
+import time
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -330,3 +334,344 @@ def test_rendered_pages_show_no_raw_tables_warnings_or_stderr(book):
         assert not RAW_TABLE.search(text), f"{page}: raw table syntax: {RAW_TABLE.search(text).group(0)!r}"
         assert not WARNINGS.search(text), f"{page}: shows {WARNINGS.search(text).group(0)!r}"
         assert not [c for c in scan.outputs if "stderr" in c], f"{page}: a cell wrote to stderr"
+
+
+# --------------------------------------------------------------------------- what a reader sees wrong
+# Each page opened in headless Chromium driven over the DevTools protocol (a pipe, standard
+# library only) at a laptop's size; the page's own state read after its charts are drawn and
+# MathJax has typeset.  Run on the book built from tiny synthetic results (``book``) and on the
+# book in ``_build/html`` (the last ``make book`` of the real run; skipped where there is none),
+# because some defects only show with the real run's data (figure 7's 30 values of k).
+
+class DevTools:
+    """Headless Chromium over ``--remote-debugging-pipe``: the browser reads commands on its
+    fd 3 and writes replies and events on its fd 4, each message JSON ended by a NUL byte."""
+
+    def __init__(self, profile: Path, proxy_port: int, size=LAPTOP):
+        if CHROMIUM is None:
+            pytest.fail("Chromium is not installed: `apt-get install chromium` (make test does it)")
+        to_child, self._w = os.pipe()
+        self._r, from_child = os.pipe()
+        cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+               "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-default-apps",
+               "--disable-extensions", "--disable-features=NetworkTimeServiceQuerying,MediaRouter,"
+               "OptimizationHints,Translate", "--disable-domain-reliability", "--no-pings",
+               "--disable-client-side-phishing-detection", "--disable-breakpad", "--metrics-recording-only",
+               f"--user-data-dir={profile}", f"--proxy-server=127.0.0.1:{proxy_port}",
+               "--proxy-bypass-list=<-loopback>", f"--window-size={size[0]},{size[1]}",
+               "--remote-debugging-pipe", "about:blank"]
+        actions = [(os.POSIX_SPAWN_DUP2, to_child, 3), (os.POSIX_SPAWN_DUP2, from_child, 4),
+                   (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                   (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                   (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)]
+        self.pid = os.posix_spawn(cmd[0], cmd, dict(os.environ), file_actions=actions)
+        os.close(to_child)
+        os.close(from_child)
+        self._buf, self._id, self.session, self.events = b"", 0, None, []
+        try:
+            page = next(t for t in self.call("Target.getTargets")["targetInfos"] if t["type"] == "page")
+            self.session = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)["sessionId"]
+            for domain in ("Runtime", "Log", "Page"):
+                self.call(f"{domain}.enable")
+        except BaseException:
+            self.close()
+            raise
+
+    def _read(self, deadline: float) -> dict:
+        while b"\0" not in self._buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self._r], [], [], left)[0]:
+                raise TimeoutError("no message from Chromium")
+            chunk = os.read(self._r, 1 << 20)
+            if not chunk:
+                raise RuntimeError("Chromium closed the DevTools pipe")
+            self._buf += chunk
+        msg, self._buf = self._buf.split(b"\0", 1)
+        return json.loads(msg)
+
+    def call(self, method: str, timeout: float = 60, **params):
+        self._id += 1
+        msg = {"id": self._id, "method": method, "params": params}
+        if self.session:
+            msg["sessionId"] = self.session
+        os.write(self._w, json.dumps(msg).encode() + b"\0")
+        deadline = time.monotonic() + timeout
+        while True:
+            m = self._read(deadline)
+            if m.get("id") == self._id:
+                if "error" in m:
+                    raise RuntimeError(f"{method}: {m['error']}")
+                return m.get("result", {})
+            self.events.append(m)
+
+    def evaluate(self, expression: str, timeout: float = 60):
+        r = self.call("Runtime.evaluate", timeout=timeout, expression=expression, returnByValue=True,
+                      awaitPromise=True)
+        assert "exceptionDetails" not in r, f"the probe failed: {r['exceptionDetails']}"
+        return r["result"].get("value")
+
+    def open(self, url: str, timeout: float = 90) -> None:
+        """Load ``url``; wait for its load event, MathJax's typesetting and every chart."""
+        self.call("Page.navigate", url=url)
+        deadline = time.monotonic() + timeout
+        while not any(e.get("method") == "Page.loadEventFired" for e in self.events):
+            self.events.append(self._read(deadline))
+        while not self.evaluate(READY):
+            assert time.monotonic() < deadline, f"{url}: charts or equations never finished"
+            self.drain(0.25)
+        self.drain(0.5)  # late console messages
+
+    def drain(self, seconds: float) -> None:
+        """Collect the events of the next ``seconds``."""
+        deadline = time.monotonic() + seconds
+        try:
+            while True:
+                self.events.append(self._read(deadline))
+        except TimeoutError:
+            pass
+
+    def console_errors(self) -> list[str]:
+        """What the page logged as an error: uncaught exceptions, ``console.error`` and
+        ``console.assert`` calls, the browser's own error entries (a failed load)."""
+        out = []
+        for e in self.events:
+            m, p = e.get("method"), e.get("params", {})
+            if m == "Runtime.exceptionThrown":
+                d = p["exceptionDetails"]
+                out.append((d.get("exception") or {}).get("description") or d.get("text", "exception"))
+            elif m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
+                out.append(" ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", [])))
+            elif m == "Log.entryAdded" and p["entry"].get("level") == "error":
+                out.append(f"{p['entry'].get('text')} ({p['entry'].get('url', '')})")
+        return out
+
+    def close(self) -> None:
+        try:
+            self.session = None
+            self.call("Browser.close", timeout=10)
+        except Exception:
+            pass
+        for _ in range(100):
+            if os.waitpid(self.pid, os.WNOHANG)[0]:
+                break
+            time.sleep(0.1)
+        else:
+            os.kill(self.pid, 9)
+            os.waitpid(self.pid, 0)
+        os.close(self._r)
+        os.close(self._w)
+
+
+#: true once the page has loaded, MathJax has typeset and every chart is drawn (or failed)
+READY = """(async () => {
+  if (document.readyState !== 'complete') return false;
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) await MathJax.startup.promise;
+  return !window.vegaEmbed || Array.from(document.querySelectorAll('.synclib-vega')).every(
+    e => e.getAttribute('data-rendered') || e.getAttribute('data-error'));
+})()"""
+
+#: display equations wider than their box, axis labels closer than 2 pixels (or overlapping)
+#: within one axis, charts with no drawn data mark (only text, e.g. a frame with a message)
+PROBE = r"""(() => {
+  const out = {math: [], labels: [], empty: [], charts: 0, equations: 0};
+  document.querySelectorAll('mjx-container[display="true"]').forEach(el => {
+    out.equations++;
+    const m = el.querySelector('mjx-math'), w = m ? m.getBoundingClientRect().width : 0;
+    if (el.scrollWidth > el.clientWidth + 1 || w > el.clientWidth + 1)
+      out.math.push({width: Math.round(Math.max(w, el.scrollWidth)), column: el.clientWidth,
+                     text: el.textContent.slice(0, 80)});
+  });
+  const shown = t => t.getAttribute('opacity') !== '0' && getComputedStyle(t).opacity !== '0';
+  document.querySelectorAll('.synclib-vega').forEach(c => {
+    const svg = c.querySelector('svg');
+    if (!svg) return;
+    out.charts++;
+    const title = Array.from(svg.querySelectorAll('.role-title-text text')).map(t => t.textContent).join(' ');
+    let items = 0;
+    svg.querySelectorAll('g.role-mark').forEach(g => {
+      if (/\bmark-(group|text)\b/.test(g.getAttribute('class'))) return;
+      items += Array.from(g.children).filter(k => /^(path|line|rect|circle|image)$/.test(k.tagName)).length;
+    });
+    if (items === 0) out.empty.push(`${c.id} (${title || 'untitled'})`);
+    svg.querySelectorAll('g.role-axis-label').forEach(g => {
+      const boxes = Array.from(g.querySelectorAll('text')).filter(shown)
+        .map(t => [t.textContent, t.getBoundingClientRect()]).filter(b => b[1].width > 0);
+      for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+        const a = boxes[i][1], b = boxes[j][1];
+        const w = Math.min(a.right, b.right) - Math.max(a.left, b.left);
+        const h = Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top);
+        if (w > -2 && h > -2) out.labels.push(`${title || c.id}: "${boxes[i][0]}" and "${boxes[j][0]}"`);
+      }
+    });
+  });
+  return out;
+})()"""
+
+
+def probe_pages(html_dir: Path, pages, proxy_port: int, profiles: Path) -> dict[str, dict]:
+    """:data:`PROBE`'s findings and the console errors of each page (a fresh browser each)."""
+    found = {}
+    for i, page in enumerate(pages):
+        browser = DevTools(profiles / f"cdp{i}", proxy_port)
+        try:
+            browser.open((html_dir / f"{page}.html").as_uri())
+            found[page] = {**browser.evaluate(PROBE), "errors": browser.console_errors()}
+        finally:
+            browser.close()
+    return found
+
+
+@pytest.fixture(scope="module", params=["tiny", "built"])
+def reader_view(request, tmp_path_factory, proxy):
+    """``(which book, {page: findings})`` for the tiny book and for ``_build/html``."""
+    if request.param == "tiny":
+        html = request.getfixturevalue("book")
+    else:
+        html = ROOT / "_build" / "html"
+        if not (html / "book" / "intro.html").is_file():
+            pytest.skip("no book in _build/html: `make book` builds it")
+    profiles = tmp_path_factory.mktemp(f"reader-{request.param}")
+    return request.param, probe_pages(html, toc_pages(), proxy.port, profiles)
+
+
+def test_display_math_fits_its_column(reader_view):
+    """No display equation is wider than the text column (the method page's two SyncR²
+    equations were 974 and 919 pixels in a 676-pixel column and only scrolled)."""
+    which, found = reader_view
+    assert sum(f["equations"] for f in found.values()) >= 5, f"{which}: MathJax typeset nothing"
+    wide = {p: f["math"] for p, f in found.items() if f["math"]}
+    assert not wide, f"{which} book: equations wider than the text column: {wide}"
+
+
+def test_axis_labels_stand_apart(reader_view):
+    """No two labels of one axis overlap or touch (closer than 2 pixels): figure 7's k = 1..30
+    ran together, figure 9's "600700", figure 2's scatter "-0.3-0.2"."""
+    which, found = reader_view
+    close = {p: f["labels"] for p, f in found.items() if f["labels"]}
+    assert not close, f"{which} book: axis labels overlap: {close}"
+
+
+def test_no_empty_chart(reader_view):
+    """Every chart draws data (figure 7's correlation chart was a frame holding only a message:
+    a chart with nothing to draw is a sentence, :func:`synclib.figures.charts.placeholder_html`)."""
+    which, found = reader_view
+    assert sum(f["charts"] for f in found.values()) >= 10, f"{which}: charts were not drawn"
+    empty = {p: f["empty"] for p, f in found.items() if f["empty"]}
+    assert not empty, f"{which} book: charts with no data mark: {empty}"
+
+
+def test_no_console_errors(reader_view):
+    """No page logs an error (every page threw "Identifier 'THEBE_JS_URL' has already been
+    declared", and the theme logged "Got invalid theme mode" to a new visitor)."""
+    which, found = reader_view
+    errors = {p: f["errors"] for p, f in found.items() if f["errors"]}
+    assert not errors, f"{which} book: console errors: {errors}"
+
+
+class HeaderRows(HTMLParser):
+    """The number of ``<tr>`` in each ``<thead>``, and the header cells' text."""
+
+    def __init__(self):
+        super().__init__()
+        self.heads: list[list[str]] = []
+        self._in = False
+        self._cell = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "thead":
+            self._in = True
+            self.heads.append([])
+        elif tag == "tr" and self._in:
+            self.heads[-1].append("")
+        elif tag == "th" and self._in:
+            self._cell = ""
+
+    def handle_endtag(self, tag):
+        if tag == "thead":
+            self._in = False
+        elif tag == "th" and self._in and self.heads[-1]:
+            self.heads[-1][-1] += f"[{(self._cell or '').strip()}]"
+            self._cell = None
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+
+
+@pytest.mark.parametrize("which", ["tiny", "built"])
+def test_tables_have_one_header_row(which, request):
+    """No table on any page has two header rows (pandas wrote a second one for a named index or
+    columns: table 2's "setting / label", the controls page's "run / genuine vs"):
+    :func:`synclib.figures.charts.flat_table` shows DataFrames flat."""
+    html = request.getfixturevalue("book") if which == "tiny" else ROOT / "_build" / "html"
+    if not (html / "book" / "intro.html").is_file():
+        pytest.skip("no book in _build/html: `make book` builds it")
+    bad = {}
+    for page in toc_pages():
+        scan = HeaderRows()
+        scan.feed((html / f"{page}.html").read_text())
+        two = [rows for rows in scan.heads if len(rows) > 1]
+        if two:
+            bad[page] = two
+    assert not bad, f"{which} book: tables with more than one header row: {bad}"
+
+
+DEFECTS = r"""<!DOCTYPE html><html><head><meta charset="utf-8"></head><body style="width:600px">
+<div class="math"><mjx-container display="true" style="display:block;overflow-x:auto">
+  <mjx-math style="display:inline-block;width:900px">x</mjx-math></mjx-container></div>
+<div class="synclib-vega" id="v1" data-rendered="true"><svg width="300" height="100">
+  <g class="mark-text role-title-text"><text x="0" y="10">A frame with a message</text></g>
+  <g class="mark-text role-mark"><text x="0" y="40">nothing to draw</text></g>
+  <g class="mark-text role-axis-label"><text x="10" y="80" font-size="10">600</text><text x="24" y="80" font-size="10">700</text></g>
+</svg></div>
+<script>console.error("a logged error"); const once = 1;</script><script>const once = 2;</script>
+<table><thead><tr><th>setting</th><th>a</th></tr><tr><th>label</th><th></th></tr></thead><tbody></tbody></table>
+</body></html>"""
+
+
+def test_reader_checks_catch_each_defect(tmp_path, proxy):
+    """The checks above are real: a page with a too-wide equation, touching axis labels, a
+    chart without data marks, a redeclared constant and console.error, and a two-row header
+    fails each of them."""
+    page = tmp_path / "defects.html"
+    page.write_text(DEFECTS)
+    found = probe_pages(tmp_path, ["defects"], proxy.port, tmp_path)["defects"]
+    assert found["math"] and found["math"][0]["width"] >= 899
+    assert found["labels"] == ['A frame with a message: "600" and "700"']
+    assert found["empty"] == ["v1 (A frame with a message)"]
+    assert any("already been declared" in e for e in found["errors"])
+    assert "a logged error" in found["errors"]
+    scan = HeaderRows()
+    scan.feed(DEFECTS)
+    assert scan.heads == [["[setting][a]", "[label][]"]]
+
+
+def test_prompt_shows_glyphless_characters_by_code_point(tmp_path, proxy):
+    """A model's emoji, zero-width joiner or U+FFFD in a prompt shows as its code point (the
+    ToM prompt drew "□□□□" in a monospace font without emoji), while the prompt's text, the
+    ``<ins>`` tags unwrapped, stays exact."""
+    import html as html_lib
+
+    from synclib.figures.dialog_prompts import render_html, turn_prompts
+    from synclib.tasks.scenarios import load_tasks
+
+    tasks = load_tasks("embedded")
+    odd = "Hi \U0001F469\u200d\U0001F368\U0001F41D\ufffd"
+    tp = turn_prompts(tasks[0], 0, ["Hello there.", odd], 0, tasks)
+    page = render_html(tp)
+    for cp in ("U+1F469", "U+200D", "U+1F368", "U+1F41D", "U+FFFD"):
+        assert f'data-cp="{cp}"' in page
+    box = re.search(r'data-view="active".*?<div class="spv-text">(.*?)</div>', page, re.S).group(1)
+    box = re.sub(r'<del class="spv-cut"[^>]*>.*?</del>', "", box, flags=re.S)
+    assert odd in html_lib.unescape(re.sub(r"</?ins[^>]*>", "", box))
+    # in a browser: the code points are drawn, the glyphs are not
+    (tmp_path / "p.html").write_text(f'<!DOCTYPE html><meta charset="utf-8"><body>{page}</body>')
+    browser = DevTools(tmp_path / "profile", proxy.port)
+    try:
+        browser.open((tmp_path / "p.html").as_uri())
+        got = browser.evaluate("""Array.from(document.querySelectorAll('.synclib-cp')).map(e =>
+          [getComputedStyle(e, '::before').content, e.getBoundingClientRect().width > 10,
+           parseFloat(getComputedStyle(e).fontSize)])""")
+    finally:
+        browser.close()
+    assert got and all(c.startswith('"U+') and wide and size == 0 for c, wide, size in got), got

@@ -11,12 +11,15 @@ import pytest
 from book_fixtures import tiny_results
 from synclib import figures, notebook, stats
 from synclib.analysis import power, results
-from synclib.figures import report, run_summary
+from synclib.analysis.synthetic import SYNTHETIC_PAIRS, build_synthetic_results
+from synclib.figures import power as power_page
+from synclib.figures import report, run_summary, scorecard
 from synclib.figures import (
     fig02_heatmaps, fig03_04_controls, fig05_relationship, fig08_clipping, fig09_sample_size, table2_persona_disjoint,
     table5_nonlinear, verdicts,
 )
-from synclib.paths import PUBLISHED_NUMBERS
+from synclib.paths import PUBLISHED_NUMBERS, REPO_ROOT
+from synclib.run import pipeline
 
 VERDICT = re.compile(r": \*\*(agrees|differs|cannot test)\*\*: ")
 
@@ -59,14 +62,19 @@ def test_the_first_page_lists_every_claim_once(res, published):
 
 
 def test_control_lines_are_worded_from_the_larger_p(res, published):
+    """A control's line quotes the p that counts (the larger of the two tests) and links to the one
+    description of the tests on the power page, with the gap's interval over episodes."""
     table = power.paired_control_tests(res)
     for fn, control in ((fig03_04_controls.passive, "passive"), (fig03_04_controls.shuffled, "shuffled")):
         r = table.set_index("control").loc[control]
-        line = fn(res, published, table=table).line()
+        claim = fn(res, published, table=table)
+        line = claim.line()
         assert r["p"] == max(r["p_corrected"], r["p_episodes"])
-        for p in (r["p"], r["p_corrected"], r["p_episodes"]):
-            assert stats.p_clause(p) in line
-        assert f"over {int(r['n_pairs'])} split-seed values" in line and f"{int(r['n_episodes'])} episodes" in line
+        assert f"{stats.p_clause(r['p'])} ([test](#{verdicts.TEST_LABEL}))" in line
+        assert "split-seed values" not in line and "the larger of" not in line
+        assert f"95 % interval {r['ci_lo']:.3f} to {r['ci_hi']:.3f} over episodes" in line
+        (m,) = claim.measures
+        assert (m.value, m.lo, m.hi, m.p) == (r["sync_diff"], r["ci_lo"], r["ci_hi"], r["p"])
         if r["p"] < 0.05 and r["sync_diff"] > 0:
             assert "**agrees**" in line and f"genuine above {control} by {r['sync_diff']:.3f}" in line
         else:
@@ -188,7 +196,9 @@ def test_synchrony_is_tested_against_the_surrogates_not_zero(res, published, mon
     t = power.surrogate_test(res)
     c = fig02_heatmaps.synchrony(res, published)
     assert t["n_surrogates"] == 20 and c.verdict == ("agrees" if t["p"] < 0.05 and t["gap"] > 0 else "differs")
-    assert f"against {t['n_surrogates']} surrogate partners" in c.text and stats.p_clause(t["p_rank"]) in c.text
+    assert f"against {t['n_surrogates']} surrogate partners" in c.text
+    assert f"{stats.p_clause(t['p'])} ([test](#{verdicts.TEST_LABEL}))" in c.text and "the larger of" not in c.text
+    assert c.measures[0].value == t["gap"] and (c.measures[0].lo, c.measures[0].hi) == (t["ci_lo"], t["ci_hi"])
     fake = {**t, "genuine": 0.2, "surrogate_mean": 0.25, "surrogate_max": 0.4, "gap": -0.05, "p_rank": 0.6,
             "p_episodes": 0.3, "p": 0.6}
     monkeypatch.setattr(power, "surrogate_test", lambda r: fake)
@@ -216,3 +226,112 @@ def test_table5_reports_how_long_each_mlp_trained(res):
     assert (t["epochs"] >= 1).all() and (t["epochs"] <= t["cap"]).all() and (t["steps"] >= t["epochs"]).all()
     text = table5_nonlinear.sentence_mlp_training(t)
     assert f"{int(t['epochs'].min())}-{int(t['epochs'].max())} epochs" in text and f"for the {len(t)} maps" in text
+
+
+# --------------------------------------------------------------------------- the first page's overview
+#: the full wording of the controls' test, which only the power page spells out
+LONG_TEST = re.compile(r"the larger of the corrected re-split t-test over \d+ split-seed values and the bootstrap "
+                       r"over \d+ episodes")
+
+
+def test_the_scorecard_has_one_row_per_claim_with_its_verdict(res, published):
+    """The first page's scorecard reads the claims' own evaluation: one row per claim, in order, each
+    with the claim's verdict and a link to its figure's page."""
+    every = figures.claims()
+    evaluated = verdicts.evaluate(every, res, published)
+    rows = scorecard.scorecard_rows(res, published)
+    assert len(rows) == len(evaluated) == len(figures.claims_summary(res, published))
+    assert list(rows["claim"]) == [c.what for c in evaluated]
+    assert list(rows["verdict"]) == [c.verdict for c in evaluated]
+    assert set(rows["verdict"]) <= set(verdicts.VERDICTS)
+    table = scorecard.scorecard_table(res, published).splitlines()
+    header, body = table[0], table[2:]
+    assert "the paper (Mistral/Llama" in header and "this run (synthetic test data)" in header
+    assert "95 % interval" in header and len(body) == len(evaluated)
+    for line, r in zip(body, rows.itertuples()):
+        assert line.endswith(f"| **{r.verdict}** |") and f"](executed/{r.module}.ipynb)" in line
+        assert "nan" not in line.lower() and "n/a" not in line
+
+
+def test_the_scorecards_numbers_are_the_claims(res, published):
+    """This run's values and intervals are the evaluated claims' (the episode bootstrap of the gaps),
+    and the paper's come from data/published.json."""
+    rows = scorecard.scorecard_rows(res, published).set_index("claim")
+    table = power.paired_control_tests(res).set_index("control")
+    passive = fig03_04_controls.passive(res, published)
+    r = table.loc["passive"]
+    row = rows.loc[passive.what]
+    assert f"{r['sync_diff']:.3f}" in row["run"] and stats.p_clause(r["p"]) in row["run"]
+    assert row["interval"] == f"{r['ci_lo']:.3f} to {r['ci_hi']:.3f}"
+    assert row["paper"] == published["fig3_4"]["claim_passive"]
+    lags = rows.loc[fig03_04_controls.lags(res, published).what]
+    for c in (c for c in table.index if c.startswith("lag")):
+        assert f"{c}: {table.loc[c, 'ci_lo']:.3f} to {table.loc[c, 'ci_hi']:.3f}" in lags["interval"]
+    t = power.surrogate_test(res)
+    syn = rows.loc[fig02_heatmaps.synchrony(res, published).what]
+    assert f"{t['gap']:.3f}" in syn["run"] and syn["interval"] == f"{t['ci_lo']:.3f} to {t['ci_hi']:.3f}"
+    social = rows.loc[[w for w in rows.index if "social performance" in w][0]]
+    assert all(f"{x['r']:.2f}" in social["paper"] for x in published["fig6"]["pearson"])
+    assert all(f"{x['musr']:.2f}" in social["paper"] for x in published["table1"]["partial_r"])
+    persona = rows.loc[table2_persona_disjoint.persona(res, published).what]
+    d = power.setting_test(res, "persona")
+    assert f"{d['mean']:.3f}" in persona["run"] and persona["interval"] == "—"
+    assert all(f"{x['original'][0]:.2f} → {x['persona-disjoint'][0]:.2f}" in persona["paper"]
+               for x in published["table2"]["rows"])
+
+
+def test_the_overview_names_its_caveats_and_chart(res, published):
+    """Three sentences of caveats from the run (the passive reader's share, the sizes, how many claims
+    cannot be tested), the chart with its caption, then the scorecard."""
+    text = scorecard.overview_markdown(res, published)
+    evaluated = verdicts.evaluate(figures.claims(), res, published)
+    share = report.passive_share_value(res.sync_table(), res.sync_table("passive"))
+    assert f"keeps {share:.0f} % of genuine SyncR²" in text
+    n_cannot = sum(c.verdict == verdicts.CANNOT for c in evaluated)
+    assert f"so {n_cannot} of the {len(evaluated)} claims below read *cannot test*" in text
+    assert "against the paper's 6,500" in text
+    assert text.index("Read this first") < text.index("```{figure} _generated/overview.png") < text.index("| claim")
+    frame = scorecard.overview_frame(res)
+    assert {"genuine", "passive", "shuffled", "pseudo", "surrogates"} <= set(frame["condition"])
+    assert set(frame["run"]) == set(res.run_names) and (frame["lo"] <= frame["hi"]).all()
+    gen = frame[frame["condition"] == "genuine"].set_index("run")["mean"]
+    by_run = res.sync_table(separate=True).set_index("pair")["mean"]
+    assert np.allclose(gen.loc[by_run.index], by_run)
+
+
+def test_the_pages_step_writes_the_overview_and_its_chart(res, tmp_path, monkeypatch):
+    """The pipeline's pages step writes the chart (a PNG) and the overview that shows it."""
+    monkeypatch.setattr(pipeline, "GENERATED_DIR", tmp_path / "_generated")
+    pipeline.step_pages({}, tmp_path / "_generated" / "run_summary.md", str(res.root / "manifest.json"))
+    png = tmp_path / "_generated" / "overview.png"
+    assert png.stat().st_size > 1000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "_generated/overview.png" in (tmp_path / "_generated" / "overview.md").read_text()
+    assert "{include} _generated/overview.md" in (REPO_ROOT / "book" / "intro.md").read_text()
+
+
+def test_the_tests_full_wording_is_on_the_power_page_only(res, published):
+    """The claims say "p = ... (test)" and link to the power page's section, the one place that spells
+    out the test in full."""
+    table = power.paired_control_tests(res)
+    description = power_page.test_description(table, power.surrogate_test(res))
+    assert len(LONG_TEST.findall(description)) == 1
+    pages = [scorecard.overview_markdown(res, published), run_summary.run_summary_markdown(res)]
+    pages += [notebook.claim_lines(figures.module(n), res, published) for n in figures.FIGURES
+              if hasattr(figures.module(n), "CLAIMS")]
+    assert not any(LONG_TEST.search(p) for p in pages)
+    assert all("the larger of" not in line for line in figures.claims_summary(res, published))
+    assert f"(#{verdicts.TEST_LABEL})" in pages[1]
+    nb = (REPO_ROOT / "notebooks" / "power.md").read_text()
+    assert f"({verdicts.TEST_LABEL})=\n## " in nb and "fig.test_description(" in nb
+
+
+def test_the_overview_of_a_run_without_a_fitted_map(tmp_path, published):
+    """Every grid NaN (the paper's 6,500 samples on a tiny run): the overview says so, in words, and
+    its chart is empty, not broken."""
+    root = build_synthetic_results(tmp_path / "r", pairs=SYNTHETIC_PAIRS[:1], n_seeds=1, n_episodes=4, n_rounds=2,
+                                   analyze_kwargs=dict(lags=(), n_samples=6500))
+    res = results.load_results(root)
+    text = scorecard.overview_markdown(res, published)
+    assert not re.search(r"(?<![\w.])(nan|NaN|inf|None)(?![\w])", text), text
+    assert "no dataset split into training and test samples" in text and "the chart is empty" in text
+    assert scorecard.overview_frame(res).empty and len(scorecard.overview_png(res)) > 1000

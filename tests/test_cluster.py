@@ -142,7 +142,7 @@ def test_killed_worker_mid_simulation_still_completes_the_same(tmp_path, two_mod
 
 
 def test_gpu_jobs_ask_for_a_gpu_resource(tmp_path, two_models):
-    """Simulation and a local judge hold a GPU; analysis does not."""
+    """Simulation and a local judge hold a GPU; analysis only where it fits on the GPU (device cuda)."""
     cfg = grid_config(tmp_path, two_models)
     jobs = pipeline.build_jobs(cfg, STEPS)
     assert jobs["simulate:T-T"].gpu and jobs["judge:T-T"].gpu and not jobs["analyze:T-T"].gpu
@@ -159,6 +159,8 @@ def test_gpu_jobs_ask_for_a_gpu_resource(tmp_path, two_models):
     assert resources("simulate:T-T") == {"GPU": 1}
     assert resources("judge:T-U") == {"GPU": 1}
     assert resources("analyze:T-T") is None
+    cfg_cuda = {**grid_config(tmp_path, two_models), "device": "cuda"}
+    assert pipeline.build_jobs(cfg_cuda, STEPS)["analyze:T-T"].gpu
     # in-process runs carry no resource annotations (the sync scheduler has no workers)
     local = pipeline.to_delayed(jobs, distributed=False)
     assert local["simulate:T-T"].__dask_graph__().layers["simulate:T-T"].annotations in (None, {})

@@ -422,21 +422,22 @@ def test_estimates_count_notebooks_running_at_once():
     assert clock.finish("simulate:x", 600) == "; 3 step(s) left, about 5 min"
 
 
-def test_the_dry_runs_gpu_rate_is_the_latest_dialog_loop_benchmark(tmp_path, monkeypatch):
-    """The paper's dry run prices simulations at the most recent measured rate of the dialog
+def test_the_dry_runs_gpu_rate_is_the_latest_dialog_loop_benchmark(tmp_path):
+    """The paper's dry run prices simulations from the most recent measured run of the dialog
     loop on a GPU (utterances/s), naming the file, the scheduling, the size and the card."""
     import json
 
-    import synclib.run.plan as plan
+    from synclib.run import price
 
     (tmp_path / "simulate_cuda_old.json").write_text(json.dumps({
         "benchmark": "bench_simulate", "date": "2026-11-20", "machine": {"gpu": "NVIDIA H200"},
-        "simulate": {"utterances_per_s": 2.1}}))
+        "simulate": {"utterances_per_s": 2.1, "seconds": 100.0, "utterances": 210}}))
     (tmp_path / "loop_cuda_new.json").write_text(json.dumps({
         "benchmark": "scheduling", "date": "2026-11-27", "machine": {"gpu": "NVIDIA H100 80GB HBM3"},
         "settings": {"tasks": 32, "seeds": [0, 1]},
-        "results": {"mistral7b": {"modes": {"continuous": {"utterances_per_s": 6.729}}}}}))
-    monkeypatch.setattr(plan, "BENCH_RESULTS", tmp_path)
-    rate, what = plan._latest_gpu_rate()
-    assert rate == 6.729
-    assert "loop_cuda_new.json: continuous scheduling, 32 tasks x 2 seed(s), NVIDIA H100 80GB HBM3" in what
+        "results": {"mistral7b": {"modes": {"continuous": {"utterances_per_s": 6.729, "wall_s": 100.0,
+                                                           "utterances": 673}}}}}))
+    ref = price.loop_reference(tmp_path)
+    assert ref.rate == 6.73 and ref.card == "H100"
+    assert ref.describe().startswith("loop_cuda_new.json (2026-11-27, NVIDIA H100 80GB HBM3): continuous "
+                                     "scheduling, 32 tasks x 2 seed(s), 6.73 utterances/s")

@@ -86,7 +86,7 @@ def test_where_syncr2_leaves_zero_has_one_source():
     assert f"about {lo}-{hi}" in text
     for c in curves:
         assert f"first reaches 0.05 at {c.leaves_zero:.0f}" in text
-    for doc in ("README.md", "book/embedded_models.md", "config/default.yaml"):
+    for doc in ("book/reproduce.md", "book/embedded_models.md", "config/default.yaml"):
         body = " ".join((REPO_ROOT / doc).read_text().split())  # line breaks as spaces
         assert f"about {lo}-{hi} training samples" in body, doc
         for stale in ("100-200 training samples", "about 82 training", "has at least 250 training samples"):

@@ -12,11 +12,9 @@ anything runs, and holds them against those curves:
     (dialogs that end early by LEAVE give fewer): total, training and test counts per
     condition and direction, split by the analysis' own rule
     (:func:`synclib.splits.episode_split`).
-:func:`model_shape`
-    ``(layers, width)`` of a model spec without loading its weights, where it can be read.
 :func:`load_curves`, :func:`clip_size`
     The measured curves, and the training samples below which SyncR² is still about 0
-    for a model of a given width.
+    for a model of a given width (read without loading it: :func:`synclib.shapes.model_shape`).
 :func:`run_sizes`, :func:`format_sizes`
     All of it for a run config: one line per ordered run, and a warning naming the
     settings to change where a run is too small (``synclib run`` and its ``--dry-run``
@@ -32,15 +30,14 @@ from pathlib import Path
 import numpy as np
 
 from synclib.paths import BENCH_RESULTS
+from synclib.shapes import model_shape
 from synclib.splits import RidgeInputError, episode_split
 from synclib.tasks.scenarios import load_tasks, select_tasks
 
-__all__ = ["EMBEDDED_SHAPES", "LEAVES_ZERO", "planned_samples", "model_shape", "Curve", "load_curves",
+__all__ = ["LEAVES_ZERO", "planned_samples", "Curve", "load_curves",
            "curve_table", "leaves_zero_range", "leaves_zero_text", "clip_size", "RunSize", "run_sizes",
            "format_sizes"]
 
-#: (layers, width) of the embedded models' recorded states
-EMBEDDED_SHAPES = {"smollm2-135m": (30, 576), "gemma3-270m": (18, 640)}
 #: a curve "leaves zero" at the first measured size whose genuine SyncR² reaches this
 LEAVES_ZERO = 0.05
 #: the settings that make a run's datasets bigger, named in the warning
@@ -104,46 +101,6 @@ def planned_samples(n_tasks: int, n_seeds: int, max_utterances: int, n_samples: 
                 if split and v[d]["train"] > 0:
                     v[d].update(train=min(x["train"] for x in split), test=min(x["test"] for x in split))
     return out
-
-
-def model_shape(spec: str) -> tuple[int, int] | None:
-    """``(layers, width)`` of a model spec, read without loading weights; None when unknown.
-
-    Embedded names from :data:`EMBEDDED_SHAPES`; a local Hugging Face directory from its
-    ``config.json``; a ``.gguf`` file from its metadata; a hub id from the local hub cache
-    only (nothing is downloaded).
-    """
-    if spec in EMBEDDED_SHAPES:
-        return EMBEDDED_SHAPES[spec]
-    p = Path(str(spec)).expanduser()
-    try:
-        if p.suffix == ".gguf" and p.is_file():
-            return _gguf_shape(p)
-        from transformers import AutoConfig
-
-        local = p.is_dir()
-        cfg = AutoConfig.from_pretrained(str(p) if local else str(spec), local_files_only=True)
-        text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-        return int(text.num_hidden_layers), int(text.hidden_size)
-    except Exception:  # noqa: BLE001 - unknown, not an error: the dry run says so
-        return None
-
-
-def _gguf_shape(path: Path) -> tuple[int, int] | None:
-    from gguf import GGUFReader
-
-    reader = GGUFReader(str(path))
-    field_ = reader.fields.get("general.architecture")
-    if field_ is None:
-        return None
-    arch = bytes(field_.parts[field_.data[0]]).decode()
-    vals = {}
-    for key in ("block_count", "embedding_length"):
-        f = reader.fields.get(f"{arch}.{key}")
-        if f is None:
-            return None
-        vals[key] = int(f.parts[f.data[0]][0])
-    return vals["block_count"], vals["embedding_length"]
 
 
 # --------------------------------------------------------------------------- measured curves
@@ -223,7 +180,7 @@ def curve_table(bench_dir=BENCH_RESULTS):
 def leaves_zero_range(curves: list[Curve] | None = None, step: int = 10) -> tuple[int, int] | None:
     """The training samples at which the measured curves' genuine SyncR² first reaches
     :data:`LEAVES_ZERO`, fewest and most over the pairs, rounded to ``step``: the "about 80-120"
-    that the README, the config and the book's static pages quote (a test holds them to it)."""
+    that the config and the book's static pages quote (a test holds them to it)."""
     pts = [c.leaves_zero for c in (load_curves() if curves is None else curves) if c.leaves_zero is not None]
     if not pts:
         return None
@@ -287,6 +244,11 @@ class RunSize:
         return min(v["train"] for v in self.samples["genuine"].values())
 
 
+def _layers_width(spec: str) -> tuple[int, int] | None:
+    shape = model_shape(spec)
+    return None if shape is None else (shape.layers, shape.width)
+
+
 def run_sizes(cfg: dict, ordered_runs, curves: list[Curve] | None = None) -> list[RunSize]:
     """:class:`RunSize` of each ordered run of a validated config.
 
@@ -300,7 +262,7 @@ def run_sizes(cfg: dict, ordered_runs, curves: list[Curve] | None = None) -> lis
     curves = load_curves() if curves is None else curves
     out = []
     for r in ordered_runs:
-        shapes = tuple(model_shape(cfg["models"][k]["spec"]) for k in (r.a, r.b))
+        shapes = tuple(_layers_width(cfg["models"][k]["spec"]) for k in (r.a, r.b))
         rs = RunSize(r.name, shapes, samples, equal=bool(ana["equal_samples"]))
         widths = [s[1] for s in shapes if s]
         got = clip_size(max(widths), curves) if len(widths) == 2 else None

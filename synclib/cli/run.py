@@ -16,6 +16,7 @@ from synclib.config import STEPS, ConfigError, load_config
 from synclib.paths import DEFAULT_CONFIG, display
 from synclib.run.pipeline import JobFailed, build_jobs, clear_failed, clocked, execute, runs
 from synclib.run.plan import format_plan, plan, plan_summary
+from synclib.run.price import check_scheduler
 from synclib.stamps import stamp_path
 from synclib.tasks.datasets import TASK_SETS, DatasetError, how_to_fetch, is_cached
 from synclib.tasks.datasets import fetch as fetch_dataset
@@ -60,6 +61,20 @@ def _scheduler_ok(text: str) -> bool:
     return text in ("sync", "threads") or bool(re.fullmatch(r"(tcp|tls|inproc|ucx)://\S+|[\w.-]+:\d+", text))
 
 
+#: seconds a dry run waits for a scheduler to answer
+SCHEDULER_TIMEOUT = 5.0
+
+
+def _probe_scheduler(args: argparse.Namespace, cfg: dict) -> dict | None:
+    """A dry run's look at the named dask scheduler (``--scheduler`` or ``cluster.scheduler``):
+    whether it answers within :data:`SCHEDULER_TIMEOUT` s, its workers and GPU workers; None for
+    ``sync``/``threads`` or none named."""
+    address = args.scheduler or (cfg.get("cluster") or {}).get("scheduler")
+    if not address or address in ("sync", "threads"):
+        return None
+    return {"address": address, **check_scheduler(address, SCHEDULER_TIMEOUT)}
+
+
 def run(args: argparse.Namespace) -> int:
     """``synclib run``: check the config, fetch a task set not cached yet, then print the plan
     (``--dry-run``) or execute the job graph; 0 when done, 1 when a job failed (one line), 2 on a
@@ -94,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     sizes = _dataset_sizes(cfg, steps)
     if args.dry_run:
         print(f"run {cfg['name']!r}, results in {display(cfg['results_dir'])} (dry run: nothing is started)")
-        print(format_plan(plan(jobs, cfg), cfg))
+        print(format_plan(plan(jobs, cfg), cfg, scheduler=_probe_scheduler(args, cfg)))
         if sizes:
             print(sizes)
         return 0

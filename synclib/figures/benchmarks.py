@@ -10,7 +10,26 @@ storage, the analysis streamed from disk and bf16 against float32 states.
 """
 from __future__ import annotations
 
+import re
+
 __all__ = ["benchmarks_markdown", "main_job_lines"]
+
+
+def _section(title: str, script: str) -> list[str]:
+    """A section's heading (short: a long one wrapped, leaving its last word alone on a line)
+    and the script that measures it."""
+    return [f"## {title}", "", f"Measured by `{script}`.", ""]
+
+
+#: sentences of a result file's notes that are for the developers, not the page's readers: the
+#: tests that ran beside a benchmark, issue numbers, a failed first try's details
+_INTERNAL = re.compile(r"tests?/|\btest_\w+|\bissue \d+|graph_fallbacks", re.I)
+
+
+def _for_readers(note: str | None) -> str:
+    """``note`` less its sentences that :data:`_INTERNAL` matches."""
+    sentences = re.split(r"(?<=[.!?])\s+(?=[A-Z(])", (note or "").strip())
+    return " ".join(s for s in sentences if s and not _INTERNAL.search(s))
 
 
 def _num(x, digits=3):
@@ -93,8 +112,7 @@ def _gpu_scheduling_lines(c, p=None) -> list[str]:
     t, k = r["modes"]["turns"], r["modes"]["continuous"]
     out = [f"**At the Mistral-7B shape on {_gpu_name(c)}** (random weights, bf16, {s['tasks']} embedded tasks x 1 "
            f"seed, {s['max_utterances']} utterances, replies up to {s['max_new_tokens']} tokens, batch "
-           f"{s['batch_size']}, passive reader and ToM dialogs; CUDA-graph decoding, the default on CUDA, whose "
-           f"stream capture passed `tests/test_engine_cuda.py` in the same call; measured "
+           f"{s['batch_size']}, passive reader and ToM dialogs; CUDA-graph decoding, the default on CUDA; measured "
            f"{c['date']}, `bench/results/scheduling_cuda.json`):", "",
            "| scheduling | s | utterances/s | steps | rows / step | reused |", "| --- | --- | --- | --- | --- | --- |"]
     for mode, v in (("turns", t), ("continuous", k)):
@@ -102,7 +120,7 @@ def _gpu_scheduling_lines(c, p=None) -> list[str]:
                    f"{_num(v['rows_per_step'])} | {100 * v['reused_share_of_prompt_tokens']:.1f} % |")
     out += ["", f"Continuous batching needed {100 * (1 - k['decode_steps'] / t['decode_steps']):.0f} % fewer "
             f"decoding steps but took only {100 * (1 - k['wall_s'] / t['wall_s']):.0f} % less time. "
-            f"{_stream_step_sentence(p)}Far from the 40 utterances/s that issue 39 asks for. {c.get('note', '')}", ""]
+            f"{_stream_step_sentence(p)}Far from the goal of 40 utterances/s. {_for_readers(c.get('note'))}", ""]
     return out
 
 
@@ -138,7 +156,7 @@ def _gpu_loop_lines(loop, library=None) -> list[str]:
             f"{m['host_reads_per_step']:g} host read a step), {c.get('recomputed_tokens', 0):,} prompt tokens "
             f"prefilled again because {c.get('cache_skips', 0)} sessions did not fit the cache budget, "
             f"{m['graph_fallbacks']} failed captures. The joins take the largest share, then the decoding steps. "
-            f"{loop.get('note', '')}", ""]
+            f"{_for_readers(loop.get('note'))}", ""]
     if library and "synclib" in library.get("results", {}):
         r = library["results"]
         ours, lib, st = r["synclib"], r.get("library", {}), library["settings"]
@@ -153,7 +171,7 @@ def _gpu_loop_lines(loop, library=None) -> list[str]:
                     f"{_num(lib['tokens_per_s'])} |", "",
                     f"Reading the states for the library's replies would add {_num(lib['states_s'])} s "
                     f"(`Engine.read_states`). synclib's stream is {ours['tokens_per_s'] / lib['tokens_per_s']:.1f}x "
-                    f"the library's tokens/s here, so it stays. {library.get('note', '')}", ""]
+                    f"the library's tokens/s here, so it stays. {_for_readers(library.get('note'))}", ""]
         else:
             out += ["", f"The library path failed: {lib.get('error', 'no result')}.", ""]
     return out
@@ -231,7 +249,7 @@ def _gpu_e2e_lines(e) -> list[str]:
     out += [f"{_gpu_name(e)}: two random Mistral-7B-shaped models, {st['tasks']} tasks, both orders, "
             f"{st['max_utterances']} utterances, {st['max_new_tokens']} new tokens, passive and ToM passes."]
     if e.get("status"):
-        out += [f"*{e['status']}.*"]
+        out += [f"*{_for_readers(e['status'])}.*"]
     if e.get("engine_note"):
         out += [f"*Engine: {e['engine_note']}.*"]
     jobs = e.get("jobs_finished") or e.get("jobs") or {}
@@ -251,7 +269,7 @@ def _gpu_e2e_lines(e) -> list[str]:
 def main_job_lines(m: dict | None) -> list[str]:
     """The benchmarks page's section on the measured main job (``bench/bench_main_job.py``):
     each job kind's seconds and peak resident memory, the rates the dry run scales."""
-    out = ["## The main job on the CPU (`bench/bench_main_job.py`)", ""]
+    out = _section("The main job on the CPU", "bench/bench_main_job.py")
     if not m:
         return out + ["*No result yet: run `make book`, then `python bench/bench_main_job.py`.*", ""]
     mc, j = m["machine"], m["jobs"]
@@ -306,7 +324,7 @@ def benchmarks_markdown(bench_dir) -> str:
 
     out = []
     r = load("ridge_embedded_cpu.json")
-    out += ["## Batched ridge (`bench/bench_ridge.py`)", ""]
+    out += _section("Batched ridge", "bench/bench_ridge.py")
     if r:
         env = r.get("env", {})
         out += [
@@ -325,7 +343,7 @@ def benchmarks_markdown(bench_dir) -> str:
     out += _gpu_ridge_lines(load("ridge_paper_cuda.json"))
     out += _gpu_ridge_solve_lines(load("ridge_paper_cuda_h200.json"))
     e = load("engine_cpu.json")
-    out += ["## Hooked generation (`bench/bench_engine.py`)", ""]
+    out += _section("Hooked generation", "bench/bench_engine.py")
     if e:
         s = e["settings"]
         out += [f"CPU, {e['model']}, {s['episodes']} tasks x {s['utterances_per_episode']} utterances, "
@@ -349,7 +367,7 @@ def benchmarks_markdown(bench_dir) -> str:
     out += _gpu_e2e_lines(load("e2e_cuda_mistral7b.json"))
     out += main_job_lines(load("main_job_cpu.json"))
     c = load("cube_storage_smollm2.json")
-    out += ["## Cube storage (`bench/bench_simulate.py`)", ""]
+    out += _section("Cube storage", "bench/bench_simulate.py")
     if c:
         out += [f"{c['values']:,} real SmolLM2 hidden-state values ({c['n_tasks']} tasks), zlib-compressed netCDF4:", "",
                 "| store dtype | bytes per value | max relative error | mean relative error |",
@@ -359,7 +377,7 @@ def benchmarks_markdown(bench_dir) -> str:
                        f"{_num(v['mean_relative_error'])} |")
         out.append("")
     a = load("analysis_stream_cpu.json")
-    out += ["## Analysis streamed from disk (`bench/bench_analysis.py`)", ""]
+    out += _section("Analysis streamed from disk", "bench/bench_analysis.py")
     if a:
         sh, m = a["shape"], a["analysis"]
         out += [
@@ -384,7 +402,7 @@ def benchmarks_markdown(bench_dir) -> str:
 
 def _candidate_lines(c) -> list[str]:
     """Candidate scoring, prefix tree against per-prefix cache copies (``bench/bench_candidates.py``)."""
-    out = ["## Scoring candidate words and answers (`bench/bench_candidates.py`)", ""]
+    out = _section("Scoring candidate words", "bench/bench_candidates.py")
     if not c:
         return out + ["*No result yet: run `python bench/bench_candidates.py`.*", ""]
     m, j = c["machine"], c["constrained_judge"]
@@ -408,7 +426,7 @@ def _candidate_lines(c) -> list[str]:
 
 def _scheduling_lines(c) -> list[str]:
     """The dialog loop turn by turn against continuous batching (``bench/bench_scheduling.py``)."""
-    out = ["## Continuous batching of dialogs (`bench/bench_scheduling.py`)", ""]
+    out = _section("Continuous batching", "bench/bench_scheduling.py")
     if not c:
         return out + ["*No result yet: run `python bench/bench_scheduling.py`.*", ""]
     s, m = c["settings"], c["machine"]
@@ -447,18 +465,17 @@ def _scheduling_lines(c) -> list[str]:
     out += ["", "On the CPU a decoding step costs about as much per row whatever the batch, so fewer steps "
             "with more rows in each save little, and each join's prefill and cache merge cost something: "
             "`scheduling: turns` stays the default. On a GPU a step costs about the same for 1 or 128 rows, "
-            "which is where fewer steps count; measuring that, and CUDA graphs for a batch whose rows change "
-            "at every step, is the device part of issue 25. Where texts differ, a sampled token moved at float "
+            "which is where fewer steps count (the GPU measurement is below). Where texts differ, a sampled token moved at float "
             "rounding and the dialog went its own way from there: in bfloat16 the rows that share a batch "
             "already change the rounding (the reference line above), and a random model's nearly flat "
             "distribution over 32,000 tokens turns the smallest difference into another token. In float32 "
-            "`tests/test_simulate.py` finds the two schedulings' cubes equal to float rounding.", ""]
+            "the two schedulings' cubes agree to float rounding.", ""]
     return out
 
 
 def _dtype_lines(d) -> list[str]:
     """bf16 against float32 hidden states on the CPU (``bench/bench_simulate.py --dtype float32,bfloat16``)."""
-    out = ["## bf16 against float32 hidden states on the CPU (`bench/bench_simulate.py`)", ""]
+    out = _section("bf16 against float32 states", "bench/bench_simulate.py")
     diff = (d or {}).get("state_difference_vs_first_dtype", {}).get("bfloat16")
     if not diff:
         return out + ["*No result yet: run `python bench/bench_simulate.py --device cpu --preset tiny "

@@ -18,6 +18,11 @@ a notebook then carries
 * ``image/png``: the same PNG, for PDF builds and plain viewers.
 
 No CDN URL is ever written into the output.
+
+Every spec gets :data:`CHART_CONFIG` (axis labels kept apart, see there) where it sets nothing
+itself.  A :func:`placeholder` shown on its own (nothing to draw) becomes a sentence, not an
+empty chart.  ``enable()`` also shows every pandas DataFrame with one header row
+(:func:`flat_table`).
 """
 from __future__ import annotations
 
@@ -39,6 +44,16 @@ FACET_COLUMNS = 2
 PNG_SCALE = 1.0
 EMBED_OPTIONS = {"renderer": "svg", "actions": {"export": True, "source": False,
                                                 "compiled": False, "editor": False}}
+#: config every chart gets (where its spec sets none): axis labels at least 4 pixels apart.  Vega
+#: hides labels that would overlap (quantitative axes: every other one; log axes: greedily), but
+#: by default it lets labels touch, and its text measure is a pixel off the browser's, so "600700"
+#: and "-0.3-0.2" read as one number; ordinal point axes (figure 7's k = 1..30) drop every other
+#: label until they fit.  tests/test_book.py fails on labels less than 2 pixels apart.
+CHART_CONFIG = {"axis": {"labelSeparation": 4},
+                "axisPoint": {"labelOverlap": "parity"},
+                "axisQuantitative": {"labelOverlap": True}}
+#: the ``name`` of a :func:`placeholder` chart: shown on its own it renders as a sentence
+PLACEHOLDER_NAME = "synclib-placeholder"
 
 
 # --------------------------------------------------------------------------- rendering
@@ -95,8 +110,45 @@ def _title_text(spec: dict) -> str:
     return str(t) if t else ""
 
 
+def with_config(spec: dict) -> dict:
+    """``spec`` with :data:`CHART_CONFIG` under what its own ``config`` sets (a copy)."""
+    spec = dict(spec)
+    config = dict(spec.get("config") or {})
+    for key, values in CHART_CONFIG.items():
+        config[key] = {**values, **(config.get(key) or {})}
+    spec["config"] = config
+    return spec
+
+
+def placeholder_text(spec: dict) -> tuple[str, str] | None:
+    """``(title, message)`` when ``spec`` is a :func:`placeholder` alone, else None."""
+    if spec.get("name") != PLACEHOLDER_NAME:
+        return None
+    data = spec.get("data") or {}
+    rows = (spec.get("datasets") or {}).get(data.get("name"), data.get("values")) or []
+    message = str(rows[0].get("message", "")) if rows else ""
+    return _title_text(spec), " ".join(message.split())
+
+
+def placeholder_html(title: str, message: str) -> str:
+    """A placeholder as the page shows it: one sentence, no chart frame."""
+    text = message[:1].upper() + message[1:]
+    if text and text[-1] not in ".!?":
+        text += "."
+    return (f'<p class="synclib-placeholder"><b>{html.escape(title or "Chart")}</b>: not drawn. '
+            f"{html.escape(text)}</p>")
+
+
 def offline_renderer(spec: dict, **metadata) -> dict:
-    """Altair renderer: a MIME bundle with the spec, offline HTML and a PNG (see module doc)."""
+    """Altair renderer: a MIME bundle with the spec, offline HTML and a PNG (see module doc).
+
+    A :func:`placeholder` on its own gives a sentence (``text/html`` and ``text/plain``)
+    instead: a chart frame with nothing drawn in it reads as a broken chart."""
+    empty = placeholder_text(spec)
+    if empty is not None:
+        return {"text/html": placeholder_html(*empty),
+                "text/plain": f"{empty[0] or 'Chart'}: not drawn. {empty[1]}"}
+    spec = with_config(spec)
     png = chart_png(spec) if metadata.get("png", True) else None
     bundle = {
         VEGALITE_MIME: spec,
@@ -109,11 +161,51 @@ def offline_renderer(spec: dict, **metadata) -> dict:
 
 
 def enable(png: bool = True) -> None:
-    """Register and enable the offline ``synclib`` renderer; lift altair's 5000-row cap."""
+    """Register and enable the offline ``synclib`` renderer; lift altair's 5000-row cap; in an
+    IPython kernel, show DataFrames through :func:`flat_table` (one header row)."""
     if RENDERER not in alt.renderers.names():
         alt.renderers.register(RENDERER, offline_renderer)
     alt.renderers.enable(RENDERER, png=png)
     alt.data_transformers.disable_max_rows()
+    try:
+        from IPython import get_ipython
+    except ImportError:  # altair without IPython: nothing displays DataFrames
+        return
+    shell = get_ipython()
+    if shell is not None:
+        shell.display_formatter.formatters["text/html"].for_type(pd.DataFrame, flat_table_html)
+
+
+# --------------------------------------------------------------------------- tables
+def flat_table(frame: pd.DataFrame) -> tuple[pd.DataFrame, bool]:
+    """``frame`` as a table with one header row, and whether to show its index.
+
+    pandas writes a second header row for a named index (``label`` under a pivot's
+    ``setting``) or a MultiIndex of rows (``run``, ``genuine vs``), and stacks the levels of
+    MultiIndex columns: named index levels become ordinary first columns, column levels are
+    joined with " / ", the columns' own name is dropped.  An unnamed index stays (pandas
+    shows it in the header row's first, empty cell)."""
+    out = frame.copy()
+    if isinstance(out.columns, pd.MultiIndex):
+        out.columns = [" / ".join(str(v) for v in col if str(v) != "") for col in out.columns]
+    out.columns.name = None
+    if any(n is not None for n in out.index.names):
+        out.index.names = [n if n is not None else f"level {i}" for i, n in enumerate(out.index.names)]
+        return out.reset_index(), False
+    return out, True
+
+
+def flat_table_html(frame: pd.DataFrame) -> str:
+    """The ``text/html`` of a DataFrame in a page: pandas' own, of :func:`flat_table` (of
+    ``frame`` itself where an index level's name is also a column's)."""
+    try:
+        flat, index = flat_table(frame)
+    except ValueError:  # reset_index: "cannot insert NAME, already exists"
+        return frame._repr_html_()
+    if index:
+        return flat._repr_html_()
+    return flat.to_html(index=False, notebook=True, max_rows=pd.get_option("display.max_rows"),
+                        max_cols=pd.get_option("display.max_columns"))
 
 
 # --------------------------------------------------------------------------- helpers
@@ -131,7 +223,12 @@ def placeholder(title: str, message: str) -> alt.Chart:
     return alt.Chart(pd.DataFrame({"message": ["\n".join(lines)]})).mark_text(
         align="left", baseline="top", fontSize=13, color="#555", lineBreak="\n", x=0, y=0).encode(
         text="message:N").properties(title=alt.TitleParams(wrap_title(title, 460, 13)), width=460,
-                                     height=18 * len(lines))
+                                     height=18 * len(lines), name=PLACEHOLDER_NAME)
+
+
+def is_placeholder(chart) -> bool:
+    """Whether ``chart`` is a :func:`placeholder` (shown alone, a sentence: :func:`offline_renderer`)."""
+    return getattr(chart, "name", None) == PLACEHOLDER_NAME
 
 
 def placeholder_if_empty(func):
@@ -233,6 +330,32 @@ def axis_ticks(layers: pd.Series, most: int = 8) -> list[int]:
     return [vals[i] for i in idx]
 
 
+def point_ticks(values: pd.Series, width: int, label_px: int = 30):
+    """Ticks of an ordinal axis of ``width`` pixels: every value while each gets ``label_px``,
+    else every few integer values (:func:`axis_ticks`: 1, 5, 9, ..., 25, 30 for k = 1..30);
+    ``alt.Undefined`` (all) for values that are not integers."""
+    vals = pd.Series(values).dropna().unique()
+    most = max(2, width // label_px)
+    integers = all(isinstance(v, (int, float, np.number)) and float(v).is_integer() for v in vals)
+    if len(vals) <= most or not integers:
+        return alt.Undefined
+    return axis_ticks(pd.Series(vals), most=most)
+
+
+def log_ticks(values: pd.Series) -> list[float]:
+    """Ticks of a log axis over ``values``: 1, 2 and 5 times the powers of ten (only the
+    powers over more than three decades), from the power of ten below the smallest value to
+    the one above the largest (Vega's default ticks, 100, 200, ..., 900, crowd at the top)."""
+    v = pd.to_numeric(pd.Series(values), errors="coerce")
+    v = v[np.isfinite(v) & (v > 0)]
+    if v.empty:
+        return alt.Undefined
+    lo, hi = int(np.floor(np.log10(v.min()))), int(np.ceil(np.log10(v.max())))
+    steps = (1,) if hi - lo > 3 else (1, 2, 5)
+    return [float(m * 10.0 ** e) if e < 0 else m * 10 ** e for e in range(lo, hi + 1) for m in steps
+            if m * 10.0 ** e <= 10.0 ** hi]
+
+
 def heatmap_grid(frames: dict[str, pd.DataFrame], columns: int = 2, size: int | None = None,
                  vmax: float | None = None, **kw) -> alt.VConcatChart:
     """:func:`r2_heatmap` panels in rows of ``columns`` with one shared colour scale.
@@ -252,6 +375,10 @@ def heatmap_grid(frames: dict[str, pd.DataFrame], columns: int = 2, size: int | 
     columns = max(1, min(columns, len(frames)))
     size = size or (210 if columns > 1 else 360)
     panels = [r2_heatmap(f, title=t, vmax=max(vmax, 1e-6), size=size, **kw) for t, f in frames.items()]
+    if all(is_placeholder(p) for p in panels):  # no panel has anything to draw: one sentence, no frames
+        what = kw.get("value_title", "test R²")
+        return placeholder("; ".join(frames), f"no finite {what} in this run for any panel (too few samples?)"
+                           if any(len(f) for f in frames.values()) else "no data in this run for this chart")
     rows = [alt.hconcat(*panels[i:i + columns]) for i in range(0, len(panels), columns)]
     return alt.vconcat(*rows).resolve_scale(color="shared")
 
@@ -310,8 +437,12 @@ def lines_with_se(frame: pd.DataFrame, x: str, series: str, title: str,
     need_columns(frame, [x, series, "mean", "se"] + ([column] if column else []), "lines_with_se")
     d = with_bounds(frame)
     scale = alt.Scale(type="log") if log_x else alt.Undefined
-    xs = alt.X(f"{x}:{x_type}", title=x_title or x, scale=scale,
-               axis=alt.Axis(labelAngle=0) if x_type == "O" else alt.Undefined)
+    panel = min(width, 220) if column else width
+    if x_type == "O":
+        axis = alt.Axis(labelAngle=0, values=point_ticks(d[x], panel))
+    else:
+        axis = alt.Axis(values=log_ticks(d[x])) if log_x else alt.Undefined
+    xs = alt.X(f"{x}:{x_type}", title=x_title or x, scale=scale, axis=axis)
     tips = [alt.Tooltip(f"{series}:N"), alt.Tooltip(f"{x}:{x_type}"),
             alt.Tooltip("mean:Q", format=".3f"), alt.Tooltip("se:Q", format=".3f")]
     color = alt.Color(f"{series}:N", title=series,

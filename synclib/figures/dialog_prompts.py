@@ -16,7 +16,9 @@ profile masked.
 * :func:`render_html` shows a :class:`TurnPrompts` as one self-contained HTML fragment
   (inline CSS, no script, no external asset): each prompt verbatim and HTML-escaped, a
   stand-in in ``<ins>``, a cut in ``<del>`` holding the hidden text (not part of the prompt:
-  drop the ``<del>`` elements and the prompt is exact), and a legend.
+  drop the ``<del>`` elements and the prompt is exact), and a legend.  A character that a
+  page's fonts may not draw (an emoji, an invisible joiner, U+FFFD) shows as its code point
+  (:func:`visible_html`), in an ``<ins>`` that still holds the character.
 * :func:`dialog_turn_prompts` picks one turn of one dialog of a run (:mod:`synclib.figures.dialogs`)
   and :func:`prompts_section` gives the dialogs page its sentence and HTML.
 """
@@ -24,6 +26,8 @@ from __future__ import annotations
 
 import hashlib
 import html
+import re
+import unicodedata
 from dataclasses import dataclass, replace
 from typing import Sequence
 
@@ -31,7 +35,7 @@ from synclib.tasks.prompts import masked_prompt, passive_persona
 from synclib.tasks.scenarios import load_tasks
 
 __all__ = ["VIEW_TITLES", "WHAT_LABELS", "ViewPrompt", "TurnPrompts", "turn_prompts", "dialog_turn_prompts",
-           "render_html", "prompts_section"]
+           "render_html", "prompts_section", "visible_html"]
 
 #: the three prompts of a turn, in the page's order
 VIEW_TITLES = {"active": "the speaker (active view)", "passive": "the passive reader (control 1)",
@@ -198,6 +202,9 @@ padding:0 0.1em}
 #{id} del.spv-cut{text-decoration:none;font-family:inherit;font-style:italic;opacity:0.8;
 background:rgba(214,39,40,0.08);border:1px dashed rgba(214,39,40,0.75);border-radius:3px;padding:0 0.25em;margin:0 0.1em}
 #{id} .spv-tag{font-style:normal;font-weight:600;font-size:0.85em;color:rgb(170,30,30)}
+#{id} .synclib-cp{text-decoration:none;font-size:0}
+#{id} .synclib-cp::before{content:attr(data-cp);font-size:0.72rem;font-style:normal;padding:0 0.2em;margin:0 0.05em;
+border:1px solid rgba(128,128,128,0.7);border-radius:3px}
 """
 
 
@@ -205,16 +212,53 @@ def _e(x) -> str:
     return html.escape(str(x), quote=True)
 
 
+#: candidates for :func:`visible_html` (everything outside printable ASCII; the test is :func:`_by_code`)
+_UNUSUAL = re.compile(r"[^\x20-\x7e\n\t]")
+
+
+def _by_code(ch: str) -> bool:
+    """Whether a page shows ``ch`` by its code point: characters beyond the Basic Multilingual
+    Plane (emoji: fonts often lack them, and the prompt's monospace font drew them as boxes),
+    U+FFFD (decoded from a token that ends inside a character), variation selectors, and
+    control, format (zero-width joiner), private-use and unassigned characters."""
+    o = ord(ch)
+    return (o > 0xFFFF or o == 0xFFFD or 0xFE00 <= o <= 0xFE0F
+            or unicodedata.category(ch) in ("Cc", "Cf", "Co", "Cn", "Cs"))
+
+
+def visible_html(text, tag: str = "span", classes: str = "synclib-cp") -> str:
+    """``text`` HTML-escaped, each character of :func:`_by_code` wrapped in ``<tag class=classes
+    data-cp="U+1F469" title="U+1F469 WOMAN">`` around the character itself: the book's CSS
+    (and :func:`render_html`'s) shows the code point and hides the glyph, so nothing is drawn
+    as an empty box, while the text (copied, or read from the page) stays exact."""
+    def one(m):
+        ch = m.group(0)
+        if not _by_code(ch):
+            return ch
+        cp = f"U+{ord(ch):04X}"
+        name = unicodedata.name(ch, "")
+        return (f'<{tag} class="{classes}" data-cp="{cp}" title="{_e((cp + " " + name).strip())}">'
+                f"{ch}</{tag}>")
+
+    return _UNUSUAL.sub(one, _e(text))
+
+
+def _text(x) -> str:
+    """Prompt text: escaped, unusual characters by their code point in an ``<ins>`` (unwrapping
+    the ``<ins>`` tags gives the text back, :func:`render_html`)."""
+    return visible_html(x, tag="ins", classes="spv-cp synclib-cp")
+
+
 def _part_html(p) -> str:
     label = WHAT_LABELS.get(p.what, p.what or "hidden text")
     cut = (f'<del class="spv-cut" data-what="{_e(p.what)}" title="not in the prompt: {_e(label)}">'
            f'<span class="spv-tag">[not shown: {_e(p.what or "hidden")}]</span> {_e(p.hidden)}</del>')
     if p.kind == "replaced":
-        return (f'<ins class="spv-rep" data-what="{_e(p.what)}" title="stands for {_e(label)}">{_e(p.text)}</ins>'
+        return (f'<ins class="spv-rep" data-what="{_e(p.what)}" title="stands for {_e(label)}">{_text(p.text)}</ins>'
                 + cut)
     if p.kind == "removed":
         return cut
-    return _e(p.text)
+    return _text(p.text)
 
 
 def _view_html(v: ViewPrompt, number: int) -> str:

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from synclib.cube import open_cube
-from synclib.figures.dialog_prompts import prompts_section
+from synclib.figures.dialog_prompts import prompts_section, visible_html
 from synclib.tasks import datasets
 from synclib.tasks.prompts import ACTIONS, EMOTIONS, is_leave, is_leave_line, render_text, speaker_line
 from synclib.tasks.scenarios import RELATIONSHIPS, ScenarioError, load_tasks
@@ -785,7 +785,7 @@ def _p(x: float | None) -> str:
 def _turns_html(tr: Transcript) -> str:
     out = ['<ol class="sdlg-turns">']
     for t in tr.turns:
-        text = (f'<span class="sd-x">{_e(t.text)}</span>' if t.text != ""
+        text = (f'<span class="sd-x">{visible_html(t.text)}</span>' if t.text != ""
                 else '<span class="sdlg-empty">(empty after post-processing)</span>')
         tom = ""
         if tr.view == "tom":

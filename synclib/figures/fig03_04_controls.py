@@ -29,8 +29,8 @@ from synclib import stats
 from synclib.analysis import power
 from synclib.figures.charts import (WRAPPED_LABEL, need_columns, placeholder_if_empty, grouped_bars, heatmap_grid,
                                     lines_with_se)
-from synclib.figures.verdicts import AGREES, CANNOT, DIFFERS, Claim, who
-from synclib.analysis.power import (TWO_TESTS, paired_tests_by_run, reported_difference, significantly_above,
+from synclib.figures.verdicts import AGREES, CANNOT, DIFFERS, Claim, Measure, p_test, test_link, who
+from synclib.analysis.power import (paired_tests_by_run, reported_difference, significantly_above,
                            surrogate_table, surrogate_test)
 from synclib.analysis.results import grid_frame
 from synclib.figures.power_text import ASSUMED_PAPER_DIFFERENCE, interval_text
@@ -628,7 +628,7 @@ def by_run_sentence(table: pd.DataFrame, embedded: bool) -> str:
         s += (f", significantly above {', '.join(above)}" if above else ", above no control significantly")
         s += (f"; not significantly above {', '.join(rest)}." if rest else ".")
         out.append(s)
-    return " ".join(out) + (f" Each p is the larger of two tests: {TWO_TESTS.split(';')[0]}." if out else "")
+    return " ".join(out) + (f" Each p is the larger of two tests ({test_link('the test')})." if out else "")
 
 
 def why_untestable(row) -> str | None:
@@ -645,9 +645,17 @@ def why_untestable(row) -> str | None:
 
 # --------------------------------------------------------------------------- claims of the paper
 def _found(r) -> str:
-    return (f"by {_f(power.reported_difference(r), 3)} SyncR² ({_p(r['p'])}: the larger of the corrected re-split "
-            f"t-test over {int(r['n_pairs'])} split-seed values, {_p(r['p_corrected'])}, and the bootstrap over "
-            f"{int(r['n_episodes'])} episodes, {_p(r['p_episodes'])})")
+    """``"by 0.033 SyncR² (95 % interval 0.012 to 0.055 over episodes), p = 0.0042 (test)"``: the p that counts
+    (the larger of the two tests, described once on the power page: :func:`synclib.figures.verdicts.test_link`)."""
+    ci = interval_text(r)
+    ci = f" (95 % interval {ci} over episodes)" if ci != "—" else ""
+    return f"by {_f(power.reported_difference(r), 3)} SyncR²{ci}, {p_test(r['p'])}"
+
+
+def _measure(r, control: str) -> tuple:
+    """The scorecard's number of a control's claim: the gap genuine minus ``control`` with its interval and p."""
+    return (Measure(f"gap to {control}", power.reported_difference(r), r.get("ci_lo", math.nan),
+                    r.get("ci_hi", math.nan), r["p"], label=control, unit="SyncR²"),)
 
 
 def _control_line(res, table, control: str, key: str, what: str, paper_difference: float | None) -> Claim:
@@ -657,17 +665,18 @@ def _control_line(res, table, control: str, key: str, what: str, paper_differenc
     r = rows.iloc[0]
     if why := why_untestable(r):
         return Claim(key, what, CANNOT, why + ".")
+    m = _measure(r, control)
     if power.significantly_above(r):
-        return Claim(key, what, AGREES, f"{who(res)} genuine above {control} {_found(r)}.")
+        return Claim(key, what, AGREES, f"{who(res)} genuine above {control} {_found(r)}.", m)
     mde = r["mde_corrected"]
     if np.isfinite(r["p"]) and r["p"] < 0.05:  # significant, but genuine below the control
-        return Claim(key, what, DIFFERS, f"{who(res)} genuine below {control} {_found(r)}.")
+        return Claim(key, what, DIFFERS, f"{who(res)} genuine below {control} {_found(r)}.", m)
     if paper_difference is not None and np.isfinite(mde) and mde <= paper_difference:
         return Claim(key, what, DIFFERS, (
             f"not found, where a difference of {_f(paper_difference)} SyncR² (assumed; the paper prints no number) "
-            f"would be detected from about {_f(mde, 3)}: {_found(r)}."))
+            f"would be detected from about {_f(mde, 3)}: {_found(r)}."), m)
     return Claim(key, what, CANNOT, f"not detected: {_found(r)}; this run detects differences from about "
-                                    f"{_f(mde, 3)} only.")
+                                    f"{_f(mde, 3)} only.", m)
 
 
 def passive(res, published: dict, paper_difference: float = ASSUMED_PAPER_DIFFERENCE, table=None) -> Claim:
@@ -688,7 +697,7 @@ def lags(res, published: dict, table=None) -> Claim:
     verdict = (AGREES if all(p.verdict == AGREES for p in parts) else
                DIFFERS if any(p.verdict == DIFFERS for p in parts) else CANNOT)
     text = "; ".join(f"{c}: {p.text.rstrip('.')}" for c, p in zip(rows["control"], parts))
-    return Claim("fig3_4", what, verdict, text + ".")
+    return Claim("fig3_4", what, verdict, text + ".", tuple(m for p in parts for m in p.measures))
 
 
 def shuffled(res, published: dict, table=None) -> Claim:

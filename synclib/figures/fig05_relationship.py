@@ -14,7 +14,7 @@ import pandas as pd
 from synclib import stats
 from synclib.figures.charts import WRAPPED_LABEL, need_columns, placeholder_if_empty
 from synclib.figures.report import empty_note, join_words, paper_note
-from synclib.figures.verdicts import AGREES, CANNOT, DIFFERS, Claim
+from synclib.figures.verdicts import AGREES, CANNOT, DIFFERS, Claim, Measure
 from synclib.stats import MIN_N_CORR
 from synclib.stats import fmt as _f
 from synclib.tasks.scenarios import CLOSENESS_CODES, RELATIONSHIPS
@@ -118,14 +118,15 @@ def relationships(res, published: dict) -> Claim:
         text += "; scenarios per category: " + ", ".join(f"{k} {v}" for k, v in scen.items())
     if others:
         text += " (outside the five codes, not in the correlation: " + ", ".join(f"{k} {v}" for k, v in others.items()) + ")"
+    m = (Measure(f"Pearson r over {c.n} categories", c.r, p=c.p, digits=2),) if c.ok else ()
     if few:
         return Claim("fig5", what, CANNOT, text + (
-            f". Relationship is confounded with scenario: {', '.join(few)} come from fewer than 3 scenarios each."))
+            f". Relationship is confounded with scenario: {', '.join(few)} come from fewer than 3 scenarios each."), m)
     if c.n < MIN_N_CORR + 2:
-        return Claim("fig5", what, CANNOT, text + f". {c.n} categories are too few for a correlation.")
+        return Claim("fig5", what, CANNOT, text + f". {c.n} categories are too few for a correlation.", m)
     if c.ok and c.r > 0 and c.p < 0.05:
-        return Claim("fig5", what, AGREES, text + ".")
-    return Claim("fig5", what, DIFFERS, text + ": no positive correlation at p < 0.05.")
+        return Claim("fig5", what, AGREES, text + ".", m)
+    return Claim("fig5", what, DIFFERS, text + ": no positive correlation at p < 0.05.", m)
 
 
 #: this page's claims of the paper: (function, data/published.json key)

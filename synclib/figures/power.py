@@ -9,7 +9,9 @@ The notebook ``notebooks/power.md`` draws this page from the functions here:
   (:func:`synclib.analysis.recovery.power_curve`), drawn with the shared :func:`lines_with_se`;
 * the page's argument, generated from those numbers (:func:`claims_text`), on what the
   controls' comparisons can and cannot show; the difference taken as the paper's is
-  :data:`synclib.figures.power_text.ASSUMED_PAPER_DIFFERENCE` (shared with figures 3-4's claims).
+  :data:`synclib.figures.power_text.ASSUMED_PAPER_DIFFERENCE` (shared with figures 3-4's claims);
+* the one full description of the tests every claim's p comes from (:func:`test_description`,
+  under the label :data:`synclib.figures.verdicts.TEST_LABEL` that every claim's "test" links to).
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from synclib.analysis.power import n_pairs_needed, paired_control_tests, run_sample_sizes
+from synclib.analysis.power import n_pairs_needed, paired_control_tests, run_sample_sizes, surrogate_test
 from synclib.analysis.recovery import detection_size, power_curve
 from synclib.figures.charts import lines_with_se
 from synclib.figures.power_text import ASSUMED_PAPER_DIFFERENCE, interval_text
@@ -27,7 +29,7 @@ from synclib.stats import fmt, format_p
 from synclib.stats import p_clause as _p
 
 __all__ = ["ASSUMED_PAPER_DIFFERENCE", "paired_control_tests", "run_sample_sizes", "sample_counts_text",
-           "power_curve", "lines_with_se", "format_table", "claims_text"]
+           "power_curve", "lines_with_se", "format_table", "claims_text", "surrogate_test", "test_description"]
 
 
 def _f(x, digits: int = 3) -> str:
@@ -57,6 +59,49 @@ def format_table(table: pd.DataFrame) -> pd.DataFrame:
         "p (episodes)": t["p_episodes"].map(lambda p: format_p(p) if np.isfinite(p) else "—"),
         "min. detectable difference": t.apply(_mde, axis=1).map(_f)})
     return out.set_index(["genuine vs", "paired values"])
+
+
+# --------------------------------------------------------------------------- the tests the claims quote
+def test_description(table: pd.DataFrame, surrogates: dict | None = None) -> str:
+    """Markdown: the tests every claim's p comes from, in full, once (the claims' lines say "p = 0.004
+    (test)" and link here).
+
+    Parameters
+    ----------
+    table : DataFrame
+        :func:`synclib.analysis.power.paired_control_tests` (per-split-seed values).
+    surrogates : dict, optional
+        :func:`synclib.analysis.power.surrogate_test` over all runs.
+    """
+    n = int(table["n_pairs"].max()) if len(table) else 0
+    boot = table[table["n_boot"].astype(float) > 0] if len(table) else table
+    m = int(boot["n_episodes"].max()) if len(boot) else 0
+    if len(boot):
+        controls = (f"**Genuine against a control** (the passive reader, the shuffled and lagged targets, the "
+                    f"pseudo-dyads; figures 3-4): p is the larger of the corrected re-split t-test over {n} "
+                    f"split-seed values and the bootstrap over {m} episodes. The first asks whether genuine "
+                    "beats the control across re-splits of the same samples, corrected for their overlap (Nadeau "
+                    "and Bengio); the second whether it does across the dialogs themselves, drawing whole episodes "
+                    "with replacement with the maps held fixed. A claim counts a difference only where both find "
+                    "it. The 95 % intervals of the claims and of the first page's scorecard are the bootstrap's "
+                    "percentile intervals over the same episodes.")
+    elif n:
+        controls = (f"**Genuine against a control** (figures 3-4): p is the corrected re-split t-test's over {n} "
+                    "split-seed values; this run's analyses have no resampled episodes, so there is no second test "
+                    "and no interval.")
+    else:
+        controls = "**Genuine against a control** (figures 3-4): this run has no control to test."
+    out = [controls]
+    t = surrogates or {}
+    if t.get("n_surrogates"):
+        out.append(f"**Genuine against its surrogate partners** (figure 2): p is the larger of genuine's rank among "
+                   f"its {t['n_surrogates']} surrogates (it cannot go below {fmt(1 / (1 + t['n_surrogates']), 3)}) "
+                   f"and the bootstrap of the gap over {t.get('n_episodes') or m} episodes" +
+                   (", whose percentile interval the claim quotes." if t.get("n_boot") else "."))
+    out.append("**A setting against the original** (tables 2 and 5) and **a decoder against its baseline** "
+               "(figure 11): p is the corrected re-split t-test's alone, over the paired values each line names; "
+               "these analyses have no resampled episodes.")
+    return "\n\n".join(out)
 
 
 # --------------------------------------------------------------------------- the page's argument

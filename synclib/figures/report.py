@@ -19,7 +19,7 @@ from synclib.stats import format_p
 
 __all__ = ["banner", "readable",
            "sample_counts_text", "comparison_with_paper", "wide_table", "sentence_comparison",
-           "passive_share"]
+           "passive_share", "passive_share_value"]
 
 
 def paper_note(entry: dict, text: str) -> str:
@@ -52,16 +52,28 @@ def empty_note(what: str, var: str, table: pd.DataFrame | None = None) -> str:
 
 
 # --------------------------------------------------------------------------- figures 3, 4 (and the run summary)
+def _passive_pairs(sync: pd.DataFrame, passive: pd.DataFrame | None) -> pd.DataFrame:
+    """Genuine (``mean_g``) and passive (``mean_p``) SyncR² of the pairs that have both, genuine above 0."""
+    if passive is None or passive.empty:
+        return pd.DataFrame(columns=["pair", "mean_g", "mean_p"])
+    m = sync[["pair", "mean"]].merge(passive[["pair", "mean"]], on="pair", suffixes=("_g", "_p"))
+    return m[np.isfinite(m["mean_g"]) & np.isfinite(m["mean_p"]) & (m["mean_g"] > 0)]
+
+
+def passive_share_value(sync: pd.DataFrame, passive: pd.DataFrame | None) -> float:
+    """The share (in %) of genuine SyncR² the passive reader keeps, the mean over the pairs that
+    have both (:func:`passive_share` words it); NaN where none has."""
+    m = _passive_pairs(sync, passive)
+    return float(100 * (m["mean_p"] / m["mean_g"]).mean()) if len(m) else float("nan")
+
+
 def passive_share(sync: pd.DataFrame, passive: pd.DataFrame | None) -> str:
     """What share of genuine SyncR² the passive reader keeps, over the pairs that have both:
     ``"the passive reader keeps 92 % of genuine SyncR² (S-S 0.40 of 0.43, ...)"``, or ``""``."""
-    if passive is None or passive.empty:
-        return ""
-    m = sync[["pair", "mean"]].merge(passive[["pair", "mean"]], on="pair", suffixes=("_g", "_p"))
-    m = m[np.isfinite(m["mean_g"]) & np.isfinite(m["mean_p"]) & (m["mean_g"] > 0)]
+    m = _passive_pairs(sync, passive)
     if m.empty:
         return ""
-    share = 100 * (m["mean_p"] / m["mean_g"]).mean()
+    share = passive_share_value(sync, passive)
     return (f"the passive reader, who reads the same dialog without taking part in it, keeps {share:.0f} % of "
             f"genuine SyncR² (the mean over pairs; " + join_words([f"{r.pair} {_f(r.mean_p)} of {_f(r.mean_g)}"
                                                            for r in m.itertuples()]) + ")")

@@ -4,6 +4,7 @@
 (``book/_generated/run_summary.md``): the run's settings, its models (the paper's table 3),
 its size against the measured sample curves, its headline SyncR² per model pair and the line
 of every claim of the paper (:func:`synclib.figures.claims_summary`).
+The first page's overview above it (caveats, chart and scorecard) is :mod:`synclib.figures.scorecard`'s.
 :func:`embedded_run_markdown` writes ``book/_generated/embedded_run.md``: what the run being
 read has, for the *embedded models* page.  Both are written by the pipeline's pages step
 (:func:`synclib.run.pipeline.step_pages`); the sentences shared with the figure pages (the
@@ -19,6 +20,7 @@ from synclib.analysis import power
 from synclib.analysis.sizing import clip_size, leaves_zero_text, load_curves
 from synclib.figures import claims_summary
 from synclib.figures.report import banner, join_words, passive_share, sample_counts_text
+from synclib.figures.verdicts import test_link
 from synclib.penalty import PAPER_ALPHA, Penalty
 from synclib.stats import fmt as _f
 
@@ -181,8 +183,8 @@ def run_summary_markdown(res) -> str:
     from synclib.analysis.results import load_published
 
     lines += ["", "**Every claim of the paper, and what this run finds** (agrees, differs, or cannot test, with the "
-              "reason; each figure's page "
-              "repeats its line; the argument behind the controls' tests is on the page *Statistical power*):", ""]
+              "reason; the first page's scorecard sums them up, each figure's page repeats its line, and each p is "
+              f"the one that counts, its {test_link()} described once on the page *Statistical power*):", ""]
     lines += [f"- {s}" for s in claims_summary(res, load_published())]
     return "\n".join(lines) + "\n"
 

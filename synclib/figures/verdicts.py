@@ -1,13 +1,16 @@
 """What a run can say about a claim of the paper: the verdict vocabulary and the wording shared by figures.
 
 Each figure's module (:mod:`synclib.figures`) owns its claims; this module holds what they share:
-:class:`Claim`, :data:`VERDICTS`, how a line names the run (:func:`who`, :func:`tiny`), the count
-of model pairs a correlation over pairs needs (:func:`pairs_text`) and the test of a setting
-against the original (:func:`setting_claim`, tables 2 and 5).
+:class:`Claim` (with the :class:`Measure` its verdict rests on, for the first page's scorecard),
+:data:`VERDICTS`, the link from a claim's p to the one description of its test on the power page
+(:func:`test_link`, :func:`p_test`), how a line names the run (:func:`who`, :func:`tiny`), the
+count of model pairs a correlation over pairs needs (:func:`pairs_text`) and the test of a
+setting against the original (:func:`setting_claim`, tables 2 and 5).
 """
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -18,8 +21,8 @@ from synclib.stats import MIN_N_CORR
 from synclib.stats import fmt as _f
 from synclib.stats import p_clause as _p
 
-__all__ = ["Claim", "VERDICTS", "AGREES", "DIFFERS", "CANNOT", "PAPER_PAIRS", "EQUIVALENCE_MARGIN", "who", "tiny",
-           "pairs_text", "setting_claim", "evaluate", "page_lines"]
+__all__ = ["Claim", "Measure", "VERDICTS", "TEST_LABEL", "test_link", "p_test", "AGREES", "DIFFERS", "CANNOT",
+           "PAPER_PAIRS", "EQUIVALENCE_MARGIN", "who", "tiny", "pairs_text", "setting_claim", "evaluate", "page_lines"]
 
 #: what a run can find about a claim of the paper
 AGREES, DIFFERS, CANNOT = "agrees", "differs", "cannot test"
@@ -27,9 +30,54 @@ VERDICTS = (AGREES, DIFFERS, CANNOT)
 
 #: model pairs in the paper's figure 6
 PAPER_PAIRS = 21
+#: the scorecard's name and unit of a setting's difference (:data:`synclib.analysis.power.SETTINGS`)
+SETTING_MEASURES = {"persona": ("persona-disjoint − original", "SyncR²"), "nonlinear": ("MLP − affine map", "test R²")}
 #: a "largely unchanged" claim (tables 2, 5) can be spoken to when the test detects a change this
 #: large (SyncR² or R²) with 80 % power: the paper's own differences there are up to 0.05
 EQUIVALENCE_MARGIN = 0.05
+
+
+#: the label of the power page's section that describes, once and in full, the tests the claims
+#: quote (``(claims-test)=`` in notebooks/power.md); a claim's line links to it as "test"
+TEST_LABEL = "claims-test"
+
+
+def test_link(word: str = "test") -> str:
+    """MyST: a link to the power page's description of the tests (:data:`TEST_LABEL`); it resolves
+    from every page, the first page's included run summary and a figure page's printed Markdown alike."""
+    return f"[{word}](#{TEST_LABEL})"
+
+
+def p_test(p: float, word: str = "test") -> str:
+    """``"p = 0.0042 ([test](#claims-test))"``: the p-value that counts, linked to its test's description."""
+    return f"{_p(p)} ({test_link(word)})"
+
+
+@dataclass(frozen=True)
+class Measure:
+    """A number a claim's verdict rests on, as the first page's scorecard shows it
+    (:mod:`synclib.figures.scorecard`): the same number the claim's line quotes."""
+
+    quantity: str              # what it is: "gap to passive" (genuine minus the passive reader)
+    value: float
+    lo: float = math.nan       # its 95 % interval (e.g. over resampled episodes), where the claim has one
+    hi: float = math.nan
+    p: float = math.nan        # the p-value that counts, where there is a test
+    digits: int = 3
+    label: str = ""            # which of a claim's several numbers (e.g. "lag1"), where it has several
+    unit: str = ""             # "SyncR²", "test R²"; "" for a correlation
+
+    def value_text(self) -> str:
+        """``"gap to passive 0.033 SyncR², p = 0.0042"``."""
+        unit = f" {self.unit}" if self.unit else ""
+        p = f", {_p(self.p)}" if np.isfinite(self.p) else ""
+        return f"{self.quantity} {_f(self.value, self.digits)}{unit}{p}"
+
+    def interval_text(self) -> str:
+        """``"0.012 to 0.055"``, or ``"—"`` where the claim has no interval."""
+        if not (np.isfinite(self.lo) and np.isfinite(self.hi)):
+            return "—"
+        return f"{_f(self.lo, self.digits)} to {_f(self.hi, self.digits)}"
 
 
 @dataclass
@@ -40,6 +88,7 @@ class Claim:
     what: str      # the claim, short, with where the paper makes it
     verdict: str   # one of VERDICTS: "agrees", "differs" or "cannot test"
     text: str      # the effect, the test and p, or why the run cannot test it
+    measures: tuple = ()  # the numbers the verdict rests on (Measure), for the scorecard; () where none
 
     def line(self) -> str:
         """Markdown: ``what: **verdict**: text``."""
@@ -63,7 +112,7 @@ def pairs_text(res) -> tuple[bool, str]:
 
 
 def resplit_line(d: dict, quantity: str) -> str:
-    return (f"{quantity} {_f(d['mean'], 3)} ({_p(d['p'])}, corrected re-split t-test over {d['n']} paired values; "
+    return (f"{quantity} {_f(d['mean'], 3)} ({_p(d['p'])}, {test_link('re-split test')} over {d['n']} paired values; "
             f"detectable from about {_f(d['mde'], 3)})")
 
 
@@ -87,15 +136,17 @@ def setting_claim(res, key: str, setting: str, what: str, missing: str, one_side
     # the paper finds the setting no better (table 5: the MLP) or unchanged (table 2)
     against = found and (d["mean"] > 0 if one_sided else True)
     line = resplit_line(d, quantity)
+    name, unit = SETTING_MEASURES[setting]
+    m = (Measure(name, d["mean"], p=d["p"], unit=unit),)
     if against:
-        return Claim(key, what, DIFFERS, line + f"; {who(res)} a difference at p < 0.05.")
+        return Claim(key, what, DIFFERS, line + f"; {who(res)} a difference at p < 0.05.", m)
     if found:  # table 5: the MLP significantly worse than the affine map, which is no better
-        return Claim(key, what, AGREES, line + f"; {who(res)} it below 0 at p < 0.05 (worse, so no better).")
+        return Claim(key, what, AGREES, line + f"; {who(res)} it below 0 at p < 0.05 (worse, so no better).", m)
     if powered:
         return Claim(key, what, AGREES, line + f"; a change of {EQUIVALENCE_MARGIN} or more would be detected, "
-                                               "and none is.")
+                                               "and none is.", m)
     return Claim(key, what, CANNOT, line + f"; a change of {EQUIVALENCE_MARGIN} (the paper's largest) would not be "
-                                           "detected with 80 % power.")
+                                           "detected with 80 % power.", m)
 
 
 def evaluate(claims: tuple[tuple[Callable, str], ...], res, published: dict) -> list[Claim]:

@@ -369,27 +369,34 @@ def step_manifest(cfg: dict, out: Path, *dep_outputs: str) -> None:
     os.replace(tmp, out)
 
 
-def _write_generated(name: str, text: str) -> Path:
+def _write_generated(name: str, text: str | bytes) -> Path:
     out = GENERATED_DIR / name
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".tmp")
-    tmp.write_text(text)
+    if isinstance(text, bytes):
+        tmp.write_bytes(text)
+    else:
+        tmp.write_text(text)
     os.replace(tmp, out)
     return out
 
 
 def step_pages(cfg: dict, out: Path, manifest: str) -> None:
-    """The book's generated pages (``book/_generated/``): the intro's run summary, the embedded
+    """The book's generated pages (``book/_generated/``): the intro's overview and run summary, the embedded
     models page's account of the run, the benchmarks quoted from ``bench/results`` and the
     settings table of the reproduce page."""
     # lazy: xarray loads only when the pages step runs (the dry run stays light)
     from synclib.analysis import results
+    from synclib.figures import scorecard  # lazy: altair too
 
     _write_generated("benchmarks.md", benchmarks.benchmarks_markdown(BENCH_RESULTS))
     _write_generated("settings.md", config.invalidation_table() + "\n")
     res = results.load_results(Path(manifest).parent)
     _write_generated("embedded_run.md", run_summary.embedded_run_markdown(res))
     _write_generated("penalty.md", run_summary.penalty_markdown(res))
+    # the first page's overview: its chart, then the caveats and the scorecard that show it
+    _write_generated("overview.png", scorecard.overview_png(res))
+    _write_generated("overview.md", scorecard.overview_markdown(res, results.load_published()))
     # the run summary last: its file is this job's output (its stamp marks the whole step done)
     _write_generated("run_summary.md", run_summary.run_summary_markdown(res))
 
@@ -507,7 +514,8 @@ def build_jobs(cfg: dict, steps=STEPS) -> dict[str, Job]:
             "judge": Job(f"judge:{run.name}", judge_out, {"cube": sim.fp, **_settings(cfg, "judge")},
                          partial(step_judge, cfg, run, judge_out), (sim.key,), cfg["judge"]["url"] is None, log),
             "analyze": Job(f"analyze:{run.name}", analysis_out, {"cube": sim.fp, **_settings(cfg, "analyze")},
-                           partial(step_analyze, cfg, run, analysis_out), (sim.key,), False, log)}
+                           partial(step_analyze, cfg, run, analysis_out), (sim.key,),
+                           str(cfg["device"]).startswith("cuda"), log)}  # ridge grids on the GPU
         for step, job in per_run.items():
             # the manifest depends on both whichever steps run now, so that `--steps notebooks,book`
             # and a whole run give it the same fingerprint (and re-run no notebook)

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 
-from synclib.analysis.sizing import EMBEDDED_SHAPES
 from synclib.memory import GiB, available_bytes, session_budget
 from synclib.models import cpu_has_native_bf16
 from synclib.notebook import AT_ONCE
 from synclib.paths import BENCH_RESULTS, display
+from synclib.run import price
+from synclib.shapes import model_shape
 from synclib.stamps import read_stamp
 from synclib.tasks.scenarios import load_tasks, select_tasks
 
@@ -41,6 +42,11 @@ class JobPlan:
     seconds: float | None = None
     note: str = ""
     peak_gib: float | None = None  # peak resident memory (GiB) the measured run of this kind needed
+    gpu_gib: float | None = None   # GPU memory the job needs (CUDA configs: weights + key/value cache)
+    host_gib: float | None = None  # host memory the job needs (CUDA configs: the analysis' rows)
+    variable_gib: float | None = None  # the analysis' largest hidden variable (GiB)
+    requests: int | None = None    # requests a judge job sends to its endpoint
+    gpu: bool = False              # the job asks for a GPU (dask resource GPU=1)
 
 
 def _short(v, n: int = 40) -> str:
@@ -143,60 +149,58 @@ def _cpu_estimate(cfg: dict, job, cal: dict, work: dict) -> tuple[float | None, 
 
 
 def _simulate_estimate(cfg: dict, job, work: dict) -> tuple[float | None, float | None, str]:
-    """Disk bytes and seconds of one simulate job on a GPU, from the latest measurement."""
-    sim = cfg["simulate"]
-    specs = (job.inputs["model_a"], job.inputs["model_b"])
-    shapes = [EMBEDDED_SHAPES.get(s) for s in specs]
-    disk = None
-    if all(shapes):
-        views = 1 + int(sim["passive"]) + int(sim["tom"])
-        disk = work["dialogs"] * math.ceil(sim["max_utterances"] / 2) * views * sum(L * D for L, D in shapes) * 4.0
-    utterances = work["planned"]
-    if str(cfg["device"]).startswith("cuda"):
-        g = _latest_gpu_rate()
-        if g is not None:
-            rate, what = g
-            return disk, utterances / rate, f"at most {utterances:,} utterances at {rate:.2g}/s ({what})"
-    return disk, None, f"at most {utterances:,} utterances; no benchmark for these models on this device"
+    """Disk bytes of one simulate job on the CPU (its seconds come from the measured main job)."""
+    shapes = [model_shape(s) for s in (job.inputs["model_a"], job.inputs["model_b"])]
+    disk = price.cube_bytes(cfg, work, shapes) if all(shapes) else None
+    return disk, None, f"at most {work['planned']:,} utterances; no benchmark for these models on this device"
 
 
-def _latest_gpu_rate() -> tuple[float, str] | None:
-    """The most recent measured utterances/s of the dialog loop on a GPU, and what was measured."""
-    found = []
-    for f in BENCH_RESULTS.glob("*cuda*.json"):
-        d = json.loads(f.read_text())
-        gpu = d.get("machine", {}).get("gpu", "a GPU")
-        if d.get("benchmark") == "bench_simulate" and d.get("simulate", {}).get("utterances_per_s"):
-            found.append((d.get("date", ""), d["simulate"]["utterances_per_s"], f"{f.name}, {gpu}"))
-        if d.get("benchmark") == "scheduling":  # bench_scheduling.py: the dialog loop itself
-            st = d.get("settings", {})
-            for r in d.get("results", {}).values():
-                for mode, m in r.get("modes", {}).items():
-                    found.append((d.get("date", ""), m["utterances_per_s"],
-                                  f"{f.name}: {mode} scheduling, {st.get('tasks')} tasks x "
-                                  f"{len(st.get('seeds', [0]))} seed(s), {gpu}, {d.get('date', '')}"))
-        for step in d.get("steps", []) if isinstance(d.get("steps"), list) else []:
-            if isinstance(step, dict) and step.get("utterances_per_s"):
-                found.append((d.get("date", ""), step["utterances_per_s"],
-                              f"{f.name}: {step.get('label', 'dialog loop')}, {gpu}, {d.get('date', '')}"))
-    if not found:
-        return None
-    date = max(f[0] for f in found)
-    best = [f for f in found if f[0] == date][-1]
-    return best[1], f"a 7B-shaped model: {best[2]}"
+def _is_cuda(cfg: dict) -> bool:
+    return str(cfg["device"]).startswith("cuda")
+
+
+def _gpu_estimate(cfg: dict, job, p: JobPlan, work: dict, cal: dict | None, ref) -> None:
+    """Fill ``p`` for a job of a CUDA config (:mod:`synclib.run.price`): simulation and analysis
+    priced on the card of ``ref`` (:func:`synclib.run.price.loop_reference`), a judge's requests,
+    the CPU jobs from the measured main job."""
+    kind, _, name = job.key.partition(":")
+    if kind == "simulate":
+        sp = price.price_simulation(cfg, (job.inputs["model_a"], job.inputs["model_b"]), work, ref)
+        p.seconds, p.note, p.disk_bytes, p.gpu_gib = sp.seconds, sp.note, sp.disk, sp.gpu_gib
+    elif kind == "analyze":
+        specs = tuple(cfg["models"][k]["spec"] for k in name.split("-"))  # a run's name is "A-B"
+        a = price.price_analysis(cfg, specs, work, ref.card if ref else "")
+        p.seconds, p.note, p.gpu_gib = a["seconds"], a["note"], a["gpu_gib"]
+        p.host_gib = None if a["host_bytes"] is None else a["host_bytes"] / GiB
+        p.variable_gib = None if a["variable_bytes"] is None else a["variable_bytes"] / GiB
+    elif kind == "judge":
+        j = price.price_judge(cfg, work)
+        p.requests = j["requests"]
+        p.note = (f"{j['requests']:,} requests ({j['what']}); the time depends on your endpoint"
+                  if j["url"] else f"{j['requests']:,} questions to the local judge; no GPU judge rate measured")
+    elif cal is not None:
+        secs, p.peak_gib, note = _cpu_estimate(cfg, job, cal, work)
+        if secs is not None:
+            p.seconds, p.note = secs, f"on the CPU, as measured in {CALIBRATION} (the embedded run's results)"
 
 
 def plan(jobs: dict, cfg: dict) -> list[JobPlan]:
     """The plan of ``jobs`` (a graph from :func:`synclib.run.pipeline.build_jobs`), in run order."""
     running: set[str] = set()
     out = []
-    cal = _bench(CALIBRATION) if not str(cfg["device"]).startswith("cuda") else None
+    cuda = _is_cuda(cfg)
+    cal = _bench(CALIBRATION)
+    ref = price.loop_reference() if cuda else None
     work = functools.cache(lambda: simulate_work(cfg))  # the task set is read once, when a job needs it
     for key, job in jobs.items():  # insertion order is a topological order
         why = _why(job, read_stamp(job.output), running)
-        p = JobPlan(key, display(job.output), "will run" if why else "up to date", why)
+        p = JobPlan(key, display(job.output), "will run" if why else "up to date", why, gpu=bool(job.gpu))
         if why:
             running.add(key)
+            if cuda:
+                _gpu_estimate(cfg, job, p, work(), cal, ref)
+                out.append(p)
+                continue
             if key.startswith("simulate:"):
                 p.disk_bytes, p.seconds, p.note = _simulate_estimate(cfg, job, work())
             if cal is not None:
@@ -254,18 +258,29 @@ def _minutes(secs: float) -> str:
     return "~" + duration_text(secs)
 
 
-def format_plan(rows: list[JobPlan], cfg: dict | None = None) -> str:
+def format_plan(rows: list[JobPlan], cfg: dict | None = None, scheduler: dict | None = None) -> str:
     """The plan as text, one job per line, then the totals: disk, time (with the compute
-    dtype it assumes) and memory (with what the machine has available)."""
+    dtype it assumes) and memory (with what the machine has available).  A CUDA config gets
+    the price lines (:func:`_gpu_lines`: GPU-hours, GPU and host memory, disk, logins and, with
+    ``scheduler`` (:func:`synclib.run.price.check_scheduler` and its ``address``), the wall time
+    on that cluster's GPU workers)."""
     lines = []
+    cuda = cfg is not None and _is_cuda(cfg)
+    ref = price.loop_reference() if cuda else None
+    on = f" on {ref.card}" if ref else ""
     for r in rows:
         extra = ""
         if r.status == "will run" and (r.disk_bytes is not None or r.seconds is not None or r.note):
             est = []
             if r.disk_bytes is not None:
-                est.append(f"~{_size(r.disk_bytes)}")
+                est.append(f"~{_size(r.disk_bytes)}" + (" disk" if cuda else ""))
             if r.seconds is not None:
-                est.append(_minutes(r.seconds))
+                est.append(f"~{r.seconds / 3600:.2f} GPU-hours{on}" if cuda and r.gpu_gib is not None
+                           else _minutes(r.seconds))
+            if r.gpu_gib is not None:
+                est.append(f"GPU memory ~{r.gpu_gib:.1f} GiB")
+            if r.host_gib is not None:
+                est.append(f"host memory ~{r.host_gib:.1f} GiB")
             extra = f"  [{', '.join(est)}{'; ' if est and r.note else ''}{r.note}]"
         lines.append(f"{'RUN ' if r.status == 'will run' else 'ok  '} {r.key:34s} {r.output}"
                      + (f"\n       because {r.reason}" if r.reason else "") + extra)
@@ -280,13 +295,147 @@ def format_plan(rows: list[JobPlan], cfg: dict | None = None) -> str:
         writes = "simulation writes an amount not known before the models load (their shapes)"
     else:
         writes = f"simulation writes ~{_size(disk)}" + (f" plus {unknown} job(s) of unknown size" if unknown else "")
-    missing = sum(r.seconds is None for r in todo)
+    missing = [r for r in todo if r.seconds is None]
+    judges = [r for r in missing if r.requests is not None]
+    why = ""
+    if missing:
+        why = f"; {len(missing)} job(s) without an estimate"
+        if judges:
+            why += (f" ({len(judges)} judge job(s): {sum(r.requests for r in judges):,} requests, their time "
+                    f"depends on the endpoint" + (")" if len(judges) == len(missing) else
+                                                 f"; {len(missing) - len(judges)} with no measurement)"))
     lines.append(f"{len(todo)} of {len(rows)} jobs would run; {writes}"
                  + (f"; the jobs take {_minutes(secs)} (estimated" if secs else "")
-                 + (f"; {missing} job(s) without an estimate" if secs and missing else "") + (")" if secs else ""))
-    if cfg is not None and todo and not str(cfg["device"]).startswith("cuda"):
+                 + (why if secs else "") + (")" if secs else ""))
+    if cfg is not None and todo and not cuda:
         lines += _cpu_lines(cfg, todo, secs)
+    if cfg is not None and cuda:
+        lines += _gpu_lines(cfg, rows, scheduler)
+    elif scheduler is not None:
+        lines.append("cluster: " + _cluster_text(scheduler, [], 0).lstrip("; "))
     return "\n".join(lines)
+
+
+def hours_text(h: float) -> str:
+    """GPU-hours as the price prints them: whole hours from 10, else one or two decimals."""
+    return f"{h:,.0f}" if h >= 10 else f"{h:.1f}" if h >= 1 else f"{h:.2f}"
+
+
+def _gib(b: float) -> str:
+    return f"{b / GiB:.1f} GiB"
+
+
+def _range(vals, fmt) -> str:
+    lo, hi = min(vals), max(vals)
+    return fmt(hi) if math.isclose(lo, hi, rel_tol=5e-3) else f"{fmt(lo)}-{fmt(hi)}"
+
+
+def _gpu_lines(cfg: dict, rows: list[JobPlan], scheduler: dict | None = None) -> list[str]:
+    """The price of a CUDA config's jobs that will run (:mod:`synclib.run.price`)."""
+    todo = [r for r in rows if r.status == "will run"]
+    out = ["price (each number from the measurement it names; the simulations' utterances are an upper bound: "
+           "every dialog to simulate.max_utterances):"]
+    ref = price.loop_reference()
+    card = ref.card if ref else "a GPU"
+    sims = [r for r in todo if r.key.startswith("simulate:")]
+    anas = [r for r in todo if r.key.startswith("analyze:")]
+    judges = [r for r in todo if r.key.startswith("judge:")]
+    sim_h = sum(r.seconds or 0 for r in sims) / 3600
+    ana_h = sum(r.seconds or 0 for r in anas) / 3600
+    dtype = price.compute_dtype(cfg)
+    if sims and ref is not None:
+        conv = ""
+        if dtype != ref.dtype:
+            pr = price.prefill_dtype_ratio()
+            conv = (f", {ref.dtype} -> {dtype} x{price.DTYPE_BYTES[dtype] / price.DTYPE_BYTES.get(ref.dtype, 2):g} "
+                    f"decoding" + (f" / x{pr[0] if dtype == 'float32' else 1 / pr[0]:.2f} prefill (measured)" if pr else ""))
+        priced = [r for r in sims if r.seconds is not None]
+        shape = (f"a {ref.params / 1e9:.2f}B-parameter {ref.layers}x{ref.width} shape"
+                 + (" (Mistral-7B's)" if (ref.layers, ref.width, ref.params) == (32, 4096, 7_241_732_096) else ""))
+        out.append(f"{len(sims)} simulations: ~{hours_text(sim_h)} GPU-hours on {card} (from {ref.file}, {ref.date}, "
+                   f"{ref.gpu}; rate {ref.rate:.2f} utterances/s, {shape}, {ref.dtype}{conv}); "
+                   + (f"per job {_range([r.seconds / 3600 for r in priced], hours_text)} h" if priced else "no job priced")
+                   + (f"; {len(sims) - len(priced)} job(s) of unknown shape not priced" if len(priced) < len(sims) else ""))
+        out += price.price_basis(cfg, ref)
+    elif sims:
+        out.append(f"{len(sims)} simulations: no measured dialog loop on a GPU in bench/results: no GPU-hours")
+    if anas:
+        note = next((r.note for r in anas if r.note), "")
+        out.append(f"{len(anas)} analyses: ~{hours_text(ana_h)} GPU-hours on {card}, the ridge grids only ({note}); not "
+                   "counted, not measured at paper scale: reading the cube, surrogates, relationship, MLP, ToM probes")
+        host = [r.host_gib for r in anas if r.host_gib is not None]
+        gpu = [r.gpu_gib for r in anas if r.gpu_gib is not None]
+        if host:
+            ana = cfg["analysis"]
+            var = max(r.variable_gib or 0 for r in anas)
+            stream = _bench("analysis_stream_cpu.json")
+            out.append(f"  analysis memory: host ~{max(host):.1f} GiB (each fit's rows: {ana['n_samples'] or 'all'} samples x "
+                       f"both models' layers x width in float32, + hidden variables up to analysis.max_resident_gib "
+                       f"{ana['max_resident_gib']} GiB held whole; these runs' are up to {var:.1f} GiB each"
+                       + (", so they stream from disk" if var > ana["max_resident_gib"] else "") + ")"
+                       + (f"; measured: a streamed grid at the 7B shape peaked at {stream['analysis']['peak_rss_gib']} GiB "
+                          f"resident (analysis_stream_cpu.json, {stream['shape']['episodes']} tasks x "
+                          f"{stream['shape']['seeds']} seeds)" if stream and "analysis" in stream else "")
+                       + (f"; GPU ~{max(gpu):.1f} GiB (the ridge benchmark's peak)" if gpu else ""))
+    if judges:
+        n = sum(r.requests or 0 for r in judges)
+        jd = cfg["judge"]
+        if jd["url"]:
+            out.append(f"{len(judges)} judge jobs: {n:,} requests to {jd['url']} ({jd['model']}; "
+                       f"{judges[0].note.split('(', 1)[1].split(')')[0]}), {jd['concurrency']} in flight: the time "
+                       "depends on your endpoint (no HTTP judge throughput is measured in bench/results)")
+        else:
+            out.append(f"{len(judges)} judge jobs: {n:,} questions to the local judge {jd['model']} on the GPU "
+                       "(no GPU judge rate measured)")
+    mem = [r for r in sims if r.gpu_gib is not None]
+    if mem:
+        worst = max(mem, key=lambda r: r.gpu_gib)
+        prompt, src = price.kv_prompt_tokens()
+        sim = cfg["simulate"]
+        rows_, what = price._rows(cfg, ())
+        limit = ref.gpu_gib if ref and ref.gpu_gib else None
+        over = [r for r in mem if limit and r.gpu_gib > limit]
+        out.append(f"GPU memory per simulation job: up to {worst.gpu_gib:.1f} GiB ({worst.key[9:]}): the weights of both "
+                   f"models ({dtype}) + the key/value cache of one batch, {rows_} rows ({what}) x ({prompt:,} + "
+                   f"{sim['max_new_tokens']}) tokens ({src}); the session caches take more "
+                   + ("(simulate.cache_gib auto: a quarter of the GPU memory free at start)" if sim["cache_gib"] == "auto"
+                      else f"(simulate.cache_gib {sim['cache_gib']} GiB)"))
+        if over:
+            out.append(f"  WARNING: {len(over)} of {len(mem)} simulation jobs need more than the {limit:.1f} GiB of the "
+                       f"{card} measured ({', '.join(r.key[9:] for r in over[:6])}{', ...' if len(over) > 6 else ''}): "
+                       "the engine halves its rows when it runs out of memory (slower than priced); set "
+                       "simulate.max_rows (or bfloat16) to fit")
+    disks = [r.disk_bytes for r in sims if r.disk_bytes is not None]
+    if disks:
+        per_run = _range([d / GiB for d in disks], lambda g: f"{g:.1f}")
+        out.append(f"disk: ~{per_run} GiB per run, ~{_size(sum(disks))} in all for {len(disks)} runs (the cubes' hidden "
+                   f"states uncompressed in {cfg['simulate']['store_dtype']}: dialogs + passive reads + ToM dialogs x "
+                   f"rounds x layers x width of both models; zlib keeps most of it)")
+    out += price.logins(cfg)
+    gpu_jobs = [r for r in todo if (r.gpu or r.key.startswith("analyze:")) and r.seconds]
+    total_h = sum(r.seconds for r in gpu_jobs) / 3600
+    if gpu_jobs:
+        out.append(f"total: ~{hours_text(total_h)} GPU-hours on {card} ({len(gpu_jobs)} jobs on a GPU, one GPU each)"
+                   + _cluster_text(scheduler, gpu_jobs, total_h))
+    elif scheduler is not None:
+        out.append(_cluster_text(scheduler, [], 0).lstrip("; "))
+    return out
+
+
+def _cluster_text(scheduler: dict | None, gpu_jobs: list[JobPlan], total_h: float) -> str:
+    if scheduler is None:
+        return ""
+    addr = scheduler.get("address", "the scheduler")
+    if not scheduler.get("ok"):
+        return f"; scheduler {addr} does not answer ({scheduler.get('error', '')}): no wall time on it"
+    w, g = scheduler["workers"], scheduler["gpu_workers"]
+    text = f"; scheduler {addr} answers: {w} worker(s), {g} with resource GPU"
+    if not g:
+        return text + " (start GPU workers with --resources GPU=1: the GPU jobs wait for one)"
+    longest = max(r.seconds for r in gpu_jobs) / 3600 if gpu_jobs else 0
+    wall = max(total_h / g, longest)
+    return text + (f": wall time ~{hours_text(wall)} h with {g} GPU worker(s) (GPU-hours / workers, at least the "
+                   f"longest job, {hours_text(longest)} h)")
 
 
 def _cpu_lines(cfg: dict, todo: list[JobPlan], secs: float) -> list[str]:

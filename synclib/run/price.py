@@ -1,0 +1,439 @@
+"""What a GPU run costs before it starts: the price lines of ``synclib run --dry-run`` on CUDA.
+
+Every number names the measurement it comes from (``bench/results/*.json``) and the rule that
+scales it to the configured grid:
+
+(A model's layers, width, heads and parameters come from :func:`synclib.shapes.model_shape`.)
+:func:`loop_reference`
+    The newest measured dialog loop on a GPU (file, card, date, rate, where its time went).
+:func:`price_simulation`
+    GPU seconds of one simulation job, scaled from the reference part by part: decoding steps
+    in proportion to parameter bytes (a memory-bound loop: every step reads the weights), the
+    prefills (joins, ToM read-outs, the passive reader) in proportion to parameters x the
+    measured float32/bfloat16 prefill ratio, writing the cube in proportion to its bytes; the
+    utterances are the plan's upper bound (every dialog to ``max_utterances``).  GPU memory:
+    weights (parameters x bytes per parameter, both models of a pair) + the key/value cache of
+    one batch.  Disk: the cube's hidden states.
+:func:`price_analysis`, :func:`price_judge`
+    The ridge grids the analysis fits x the measured ridge grid at paper scale; the judge's
+    requests (an endpoint's throughput is not measured: its time depends on the endpoint).
+:func:`logins`, :func:`check_scheduler`
+    What needs a login (gated models, the judge's API key: set or not, never its value) and
+    what a dask scheduler offers (workers, GPU workers).
+
+Nothing here imports torch or loads a model: the dry run stays light.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from synclib import paths
+from synclib.memory import GiB
+from synclib.shapes import DTYPE_BYTES, model_shape
+
+__all__ = ["LoopRef", "loop_reference",
+           "prefill_dtype_ratio", "scheduling_ratio", "kv_prompt_tokens", "SimPrice", "price_simulation",
+           "analysis_grids", "price_analysis", "price_judge", "logins", "check_scheduler", "card_name"]
+
+
+
+#: hub organisations whose models are gated (config/paper.yaml: "Llama models are gated")
+GATED = ("meta-llama/",)
+
+
+def card_name(gpu: str) -> str:
+    """The device class of a card name: ``"NVIDIA H100 80GB HBM3"`` -> ``"H100"``."""
+    m = re.search(r"\b([A-Z]{1,2}\d{2,4}[A-Za-z]?)\b", gpu or "")
+    return m.group(1) if m else (gpu or "a GPU")
+
+
+# --------------------------------------------------------------------------- measurements
+def _load(name: str, bench: Path | None = None) -> dict | None:
+    f = Path(bench or paths.BENCH_RESULTS) / name
+    try:
+        return json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+@dataclass
+class LoopRef:
+    """One measured run of the dialog loop on a GPU."""
+
+    file: str
+    gpu: str
+    gpu_gib: float | None
+    date: str
+    label: str
+    mode: str                  # scheduling: "turns" | "continuous"
+    dtype: str
+    params: int
+    layers: int
+    width: int
+    tasks: int
+    seeds: int
+    batch: int | None
+    wall: float
+    generated: int             # genuine + ToM utterances generated
+    reads: int                 # passive reader's utterances read (prefill only)
+    passive: bool
+    tom: bool
+    max_utterances: int
+    parts: dict | None         # seconds per part of the loop (join, decode, tom, passive, cube, other)
+
+    @property
+    def card(self) -> str:
+        return card_name(self.gpu)
+
+    @property
+    def rate(self) -> float:
+        return self.generated / self.wall
+
+    @property
+    def stored_values(self) -> int:
+        """Hidden-state values the measured run stored (a self-pair: both agents the same shape)."""
+        views = self.tasks * self.seeds * (1 + int(self.passive) + int(self.tom))
+        return views * math.ceil(self.max_utterances / 2) * 2 * self.layers * self.width
+
+    def describe(self) -> str:
+        return (f"{self.file} ({self.date}, {self.gpu}): {self.label}, {self.tasks} tasks x {self.seeds} seed(s), "
+                f"{self.rate:.2f} utterances/s, a {self.params / 1e9:.2f}B-parameter {self.layers}x{self.width} "
+                f"shape in {self.dtype}")
+
+
+def _dtype_name(d) -> str:
+    return str(d or "bfloat16").replace("torch.", "")
+
+
+def loop_reference(bench: Path | None = None) -> LoopRef | None:
+    """The newest measured dialog loop on a GPU in ``bench`` (default ``bench/results``): a
+    ``scheduling`` benchmark (``bench/bench_scheduling.py``: the whole ``simulate`` call with the
+    passive reader and ToM, its seconds per part where recorded) or ``bench_simulate``'s loop
+    (no passive reader, no ToM); the latest date wins, a scheduling benchmark on a tie."""
+    found = []
+    for f in sorted(Path(bench or paths.BENCH_RESULTS).glob("*cuda*.json")):
+        try:
+            d = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        m = d.get("machine", {})
+        gpu, gib, date = m.get("gpu", "a GPU"), m.get("gpu_memory_gib"), str(d.get("date", ""))[:10]
+        if d.get("benchmark") == "scheduling":
+            st = d.get("settings", {})
+            for r in d.get("results", {}).values():
+                model = r.get("model", {})
+                for mode, v in r.get("modes", {}).items():
+                    seeds = len(st.get("seeds", [0]))
+                    u = int(st.get("max_utterances", 16))
+                    passive, tom = bool(st.get("passive")), bool(st.get("tom"))
+                    found.append((date, 1, LoopRef(
+                        f.name, gpu, gib, date, f"{mode} scheduling", mode,
+                        _dtype_name(st.get("dtype") or model.get("dtype")),
+                        int(model.get("n_params") or 7_241_732_096), int(model.get("n_layers") or 32),
+                        int(model.get("d_model") or 4096), int(st.get("tasks", 0)), seeds, st.get("batch_size"),
+                        float(v["wall_s"]), int(v["utterances"]), st.get("tasks", 0) * seeds * u if passive else 0,
+                        passive, tom, u, v.get("seconds"))))
+        steps = d.get("steps") if isinstance(d.get("steps"), list) else []
+        sims = [(s.get("label", "dialog loop"), s.get("simulate", {})) for s in steps if isinstance(s, dict)]
+        if d.get("benchmark") == "bench_simulate" and isinstance(d.get("simulate"), dict):
+            sims.append(("bench_simulate's dialog loop", d["simulate"]))
+        model = d.get("model") or {}
+        for label, s in sims:
+            if not s.get("utterances_per_s") or not s.get("seconds"):
+                continue
+            found.append((date, 0, LoopRef(
+                f.name, gpu, gib, date, label + " (no passive reader, no ToM)", "turns", _dtype_name(s.get("dtype")),
+                int(model.get("n_params") or 7_241_732_096), int(model.get("n_layers") or 32),
+                int(model.get("d_model") or 4096), int(s.get("episodes", 0)), len(s.get("seeds", [0])),
+                s.get("batch_size"), float(s["seconds"]), int(s["utterances"]), 0, False, False,
+                int(s.get("max_utterances", 16)), None)))
+    if not found:
+        return None
+    return max(found, key=lambda t: (t[0], t[1]))[2]
+
+
+def prefill_dtype_ratio(bench: Path | None = None) -> tuple[float, str] | None:
+    """Measured float32 / bfloat16 prefill time of the same shape on a GPU
+    (``simulate_cuda_*.json``: ``prefill_only_s`` at the largest batch measured in both)."""
+    for f in sorted(Path(bench or paths.BENCH_RESULTS).glob("simulate_cuda*.json")):
+        d = json.loads(f.read_text())
+        eng = d.get("engine", {})
+        f32 = {r["batch_size"]: r for r in eng.get("float32", []) if r.get("prefill_only_s")}
+        bf = {r["batch_size"]: r for r in eng.get("bfloat16", []) if r.get("prefill_only_s")}
+        both = sorted(set(f32) & set(bf))
+        if both:
+            b = both[-1]
+            r = f32[b]["prefill_only_s"] / bf[b]["prefill_only_s"]
+            return r, (f"{f.name}: prefill of {b} x {f32[b].get('prompt_tokens', '?')} tokens "
+                       f"{f32[b]['prefill_only_s']} s in float32, {bf[b]['prefill_only_s']} s in bfloat16, "
+                       f"{d.get('machine', {}).get('gpu', 'a GPU')}")
+    return None
+
+
+def scheduling_ratio(measured: str, wanted: str, bench: Path | None = None) -> tuple[float, str] | None:
+    """Time with ``wanted`` scheduling over time with ``measured``, from a scheduling benchmark
+    that ran both (None when the same or never measured together)."""
+    if measured == wanted:
+        return None
+    for f in sorted(Path(bench or paths.BENCH_RESULTS).glob("*cuda*.json")):
+        d = json.loads(f.read_text())
+        if d.get("benchmark") != "scheduling":
+            continue
+        for r in d.get("results", {}).values():
+            modes = r.get("modes", {})
+            if measured in modes and wanted in modes:
+                a, b = modes[measured]["utterances_per_s"], modes[wanted]["utterances_per_s"]
+                return a / b, (f"{f.name}: {wanted} {b} against {measured} {a} utterances/s, "
+                               f"{d.get('machine', {}).get('gpu', 'a GPU')}")
+    return None
+
+
+def kv_prompt_tokens(bench: Path | None = None) -> tuple[int, str]:
+    """The longest prompt a measured dialog loop reached (tokens), and where it was measured;
+    2,048 tokens when no benchmark recorded one."""
+    best = None
+    for f in sorted(Path(bench or paths.BENCH_RESULTS).glob("*cuda*.json")):
+        d = json.loads(f.read_text())
+        sims = [s.get("simulate", {}) for s in d.get("steps", []) if isinstance(s, dict)] \
+            if isinstance(d.get("steps"), list) else []
+        sims.append(d.get("simulate") or {})
+        for s in sims:
+            n = (s.get("prompt_tokens_agent1") or {}).get("max") if isinstance(s, dict) else None
+            if n and (best is None or n > best[0]):
+                best = (int(n), f"the longest prompt of a measured 16-utterance dialog, {f.name}")
+    return best or (2048, "an assumed 2,048-token prompt (no benchmark recorded one)")
+
+
+# --------------------------------------------------------------------------- a simulation job
+@dataclass
+class SimPrice:
+    seconds: float | None
+    note: str
+    weights: float | None = None     # bytes
+    kv: float | None = None          # bytes of one batch's keys/values (the larger model's)
+    disk: float | None = None        # bytes of the cube's hidden states
+    gpu_bytes: float | None = None   # weights + kv
+
+    @property
+    def gpu_gib(self) -> float | None:
+        return None if self.gpu_bytes is None else self.gpu_bytes / GiB
+
+
+def compute_dtype(cfg: dict) -> str:
+    """The dtype a CUDA run computes in (``dtype: auto`` is bfloat16 on CUDA)."""
+    return "bfloat16" if cfg["dtype"] in (None, "auto") else cfg["dtype"]
+
+
+def cube_bytes(cfg: dict, work: dict, shapes) -> float:
+    """Bytes of the hidden states one ordered run stores (uncompressed: an upper bound; zlib
+    keeps about 87 % of float32 states, ``cube_storage_*.json``): (genuine dialogs + passive
+    reads + ToM dialogs) x rounds x (layers x width of A + of B) x the store dtype's bytes."""
+    rounds = math.ceil(cfg["simulate"]["max_utterances"] / 2)
+    units = work["dialogs"] + work["passive_reads"] + work["tom_dialogs"]
+    per = sum(s.layers * s.width for s in shapes)
+    return float(units * rounds * per * DTYPE_BYTES[cfg["simulate"]["store_dtype"]])
+
+
+def _rows(cfg: dict, specs) -> tuple[int, str]:
+    sim = cfg["simulate"]
+    units = sim["units_per_part"] or 64
+    if sim["scheduling"] == "continuous":
+        rows = sim["max_in_flight"] or units * (1 + int(sim["tom"]))
+        return rows, ("simulate.max_in_flight" if sim["max_in_flight"] else
+                      f"{units} units{' x 2 (genuine + ToM)' if sim['tom'] else ''} in one stream")
+    rows = sim["max_rows"] or units
+    return rows, "simulate.max_rows" if sim["max_rows"] else f"simulate.units_per_part {units}"
+
+
+def price_simulation(cfg: dict, specs: tuple, work: dict, ref: LoopRef | None,
+                     bench: Path | None = None) -> SimPrice:
+    """Seconds on ``ref``'s card, GPU memory and disk of one simulation job (see the module doc)."""
+    shapes = [model_shape(s) for s in specs]
+    unknown = [s for s, sh in zip(specs, shapes) if sh is None]
+    sim = cfg["simulate"]
+    if unknown:
+        return SimPrice(None, f"the shape of {', '.join(unknown)} is not known before it loads (not among the "
+                              "known models, no local config.json): no estimate")
+    dtype = compute_dtype(cfg)
+    bpp = DTYPE_BYTES[dtype]
+    same = specs[0] == specs[1]
+    weights = float(sum(s.n_params for s in shapes[: 1 if same else 2]) * bpp)
+    prompt, _ = kv_prompt_tokens(bench)
+    rows, _ = _rows(cfg, specs)
+    cols = prompt + sim["max_new_tokens"]
+    kv_each = [rows * cols * s.kv_bytes_per_token(bpp) for s in shapes]
+    # turns: one model's batch at a time; continuous: each model's stream holds its slots
+    kv = float(sum(kv_each) if (sim["scheduling"] == "continuous" and not same) else max(kv_each))
+    disk = cube_bytes(cfg, work, shapes)
+    out = SimPrice(None, "", weights, kv, disk, weights + kv)
+    if ref is None:
+        out.note = "no measured dialog loop on a GPU in bench/results: no time estimate"
+        return out
+    gen = sim["max_utterances"] * (work["dialogs"] + work["tom_dialogs"])
+    reads = sim["max_utterances"] * work["passive_reads"]
+    ref_bpp = DTYPE_BYTES.get(ref.dtype, 2)
+    f_dec = sum(s.n_params * bpp for s in shapes) / (ref.params * ref_bpp)
+    f_dec *= 1.0 if (sim["scheduling"] == "continuous" and not same) else 0.5
+    f_pre = sum(s.n_params for s in shapes) / (2 * ref.params)
+    if dtype != ref.dtype:
+        pr = prefill_dtype_ratio(bench)
+        r = pr[0] if pr else bpp / ref_bpp
+        f_pre *= r if dtype == "float32" else 1 / r
+    sched = scheduling_ratio(ref.mode, sim["scheduling"], bench)
+    f_sched = sched[0] if sched else 1.0
+    if ref.parts:
+        p = ref.parts
+        pre = p.get("join", 0) + p.get("tom", 0)
+        secs = (p.get("decode", 0) / ref.generated * gen * f_dec + pre / ref.generated * gen * f_pre
+                + p.get("other", 0) / ref.generated * gen
+                + (p.get("passive", 0) / ref.reads * reads * f_pre if ref.reads else 0)
+                + p.get("cube", 0) * disk / (ref.stored_values * 4))
+    else:
+        secs = ref.wall / ref.generated * (gen + reads) * (f_dec + f_pre) / 2
+    out.seconds = secs * f_sched
+    out.note = (f"{gen:,} utterances generated + {reads:,} read at most, x{f_dec:.2f} decoding, x{f_pre:.2f} prefill"
+                + (f", x{f_sched:.3f} {sim['scheduling']}" if sched else "") + f" of {ref.file}")
+    return out
+
+
+def price_basis(cfg: dict, ref: LoopRef, bench: Path | None = None) -> list[str]:
+    """The lines that say where the simulations' price comes from and how it scales."""
+    dtype = compute_dtype(cfg)
+    lines = [f"  measured: {ref.describe()}"]
+    if ref.parts:
+        lines.append("  its seconds by part: " + ", ".join(f"{k} {v:.0f}" for k, v in ref.parts.items()))
+    two = cfg["simulate"]["scheduling"] == "continuous"
+    lines.append("  scaled per model: decoding steps (memory-bound: every step reads the weights) by parameter "
+                 "bytes; prefills (joins, ToM read-outs, passive reader) by parameters; the cube's writing by its "
+                 "bytes; a pair of two models: "
+                 + ("the sum of their parameter bytes for decoding (two streams take turns), the mean for prefill"
+                    if two else "the mean of the two (each model speaks half the turns)"))
+    if dtype != ref.dtype:
+        pr = prefill_dtype_ratio(bench)
+        bpp, rb = DTYPE_BYTES[dtype], DTYPE_BYTES.get(ref.dtype, 2)
+        lines.append(f"  {ref.dtype} -> {dtype}: decoding x{bpp / rb:g} (bytes per parameter; no graph-decoding "
+                     f"{dtype} rate measured), prefill x" + (f"{pr[0] if dtype == 'float32' else 1 / pr[0]:.2f} "
+                                                             f"(measured: {pr[1]})" if pr else f"{bpp / rb:g} (bytes)"))
+    sched = scheduling_ratio(ref.mode, cfg["simulate"]["scheduling"], bench)
+    if sched:
+        lines.append(f"  {ref.mode} -> {cfg['simulate']['scheduling']} scheduling: x{sched[0]:.3f} ({sched[1]})")
+    return lines
+
+
+# --------------------------------------------------------------------------- analysis, judge
+def analysis_grids(cfg: dict) -> int:
+    """Ridge grids (one direction, one split seed each) one analysis job fits, counted as the
+    analysis' own progress bar counts them (:func:`synclib.analysis.core.analyze`): directions x
+    split seeds x (conditions (x2 with equal samples) + the paper's alpha beside a CV one +
+    persona-disjoint + each sample size)."""
+    ana, sim = cfg["analysis"], cfg["simulate"]
+    conds = ["genuine", "shuffled"] + (["passive"] if sim["passive"] else []) \
+        + (["pseudo"] if ana["pseudo_dyads"] else []) + [f"lag{int(k)}" for k in ana["lags"]]
+    alpha = ana["alpha"]
+    paper_alpha = alpha == "cv" or not (isinstance(alpha, (int, float)) and math.isclose(alpha, 0.1))
+    per = (len(conds) * (1 + bool(ana["equal_samples"])) + int(paper_alpha) + int(bool(ana["persona_disjoint"]))
+           + len(ana["sample_sizes"] or ()))
+    return 2 * len(ana["split_seeds"]) * per
+
+
+def ridge_reference(card: str, bench: Path | None = None) -> dict | None:
+    """The ridge grid at paper scale measured on ``card`` (else on any GPU)."""
+    cands = []
+    for f in sorted(Path(bench or paths.BENCH_RESULTS).glob("ridge_paper_cuda*.json")):
+        d = json.loads(f.read_text())
+        d["_file"] = f.name
+        cands.append(d)
+    same = [d for d in cands if card_name(d.get("env", {}).get("gpu", "")) == card]
+    pick = (same or cands)
+    return max(pick, key=lambda d: str(d.get("date", ""))) if pick else None
+
+
+def price_analysis(cfg: dict, specs: tuple, work: dict, card: str, bench: Path | None = None) -> dict:
+    """GPU seconds of the ridge grids, host and GPU memory of one analysis job."""
+    shapes = [model_shape(s) for s in specs]
+    ana = cfg["analysis"]
+    out = {"seconds": None, "note": "", "host_bytes": None, "gpu_gib": None, "variable_bytes": None}
+    if not all(shapes):
+        out["note"] = "model shapes unknown before they load: no estimate"
+        return out
+    rounds = math.ceil(cfg["simulate"]["max_utterances"] / 2)
+    n = ana["n_samples"] or work["dialogs"] * rounds
+    var = [work["dialogs"] * rounds * s.layers * s.width * DTYPE_BYTES[cfg["simulate"]["store_dtype"]]
+           for s in shapes]
+    fit = n * sum(s.layers * s.width for s in shapes) * 4
+    resident = ana["max_resident_gib"] * GiB
+    out["variable_bytes"] = max(var)
+    out["host_bytes"] = fit + sum(v for v in var if v <= resident)
+    grids = analysis_grids(cfg)
+    ref = ridge_reference(card, bench)
+    if ref is None:
+        out["note"] = f"{grids} ridge grids; no ridge benchmark on a GPU: no estimate"
+        return out
+    prec = ana.get("precision", "float32")
+    key = f"ours_{prec}_3_seeds_s"
+    per_grid = ref[key] / len(ref["split_seeds"])
+    # the source side (a Gram matrix and its Cholesky factor per source layer) dominates: layers x width^2
+    scale = sum(s.layers * s.width ** 2 for s in shapes) / (2 * ref["layers"] * ref["width"] ** 2)
+    out["seconds"] = grids * per_grid * scale
+    out["gpu_gib"] = ref.get(f"ours_{prec}_peak_gpu_mem_GiB")
+    out["note"] = (f"{grids} ridge grids x {per_grid:.2f} s ({ref['_file']}, {prec}, {ref['n_samples']} samples, "
+                   f"{ref['layers']}x{ref['layers']} layers of {ref['width']}, {ref['env'].get('gpu')})"
+                   + (f" x{scale:.2f} for these shapes" if abs(scale - 1) > 1e-3 else ""))
+    return out
+
+
+def price_judge(cfg: dict, work: dict) -> dict:
+    """Requests one judge job sends (JSON mode: one per dialog, both agents' seven scores)."""
+    jd = cfg["judge"]
+    dialogs = min(int(jd["sample"] or work["dialogs"]), work["dialogs"])
+    mode = jd["mode"] or ("json" if jd["url"] else "constrained")
+    requests = dialogs if mode == "json" else dialogs * 2 * 7
+    what = "one per dialog, both agents' 7 scores" if mode == "json" else "one per agent and dimension"
+    return {"requests": requests, "dialogs": dialogs, "what": what, "url": jd["url"],
+            "concurrency": jd["concurrency"]}
+
+
+# --------------------------------------------------------------------------- logins, cluster
+def logins(cfg: dict) -> list[str]:
+    """What the run needs a login or key for: gated models (``hf auth login``) and the judge's
+    API key (whether its variable is set, never its value)."""
+    out = []
+    specs = sorted({m["spec"] for m in cfg["models"].values()} | ({cfg["judge"]["model"]} if not cfg["judge"]["url"]
+                                                                  else set()))
+    gated = [s for s in specs if str(s).startswith(GATED) and not Path(str(s)).expanduser().exists()]
+    if gated:
+        tok = "HF_TOKEN is set" if os.environ.get("HF_TOKEN") else "HF_TOKEN is not set; a token saved by it also works"
+        out.append(f"login: Llama models are gated: accept each licence on the hub and run `hf auth login` ({tok}): "
+                   + ", ".join(gated))
+    if cfg["judge"]["url"]:
+        var = cfg["judge"]["api_key_env"]
+        out.append(f"login: the judge at {cfg['judge']['url']} reads its API key from ${var}: "
+                   + ("set" if os.environ.get(var) else "not set (requests go without a key; a local vLLM needs none)"))
+    return out
+
+
+def check_scheduler(address: str, timeout: float = 5.0) -> dict:
+    """Whether the dask scheduler at ``address`` answers within ``timeout`` seconds, its workers
+    and how many offer the resource ``GPU`` (the resource the run's GPU jobs ask for)."""
+    try:
+        from distributed import Client
+    except ImportError:
+        return {"ok": False, "error": "dask.distributed is not installed"}
+    try:
+        client = Client(address, timeout=timeout, set_as_default=False)
+    except Exception as exc:  # noqa: BLE001 - any failure to connect is "does not answer"
+        return {"ok": False, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+    try:
+        workers = client.scheduler_info(n_workers=-1).get("workers", {})
+    except TypeError:
+        workers = client.scheduler_info().get("workers", {})
+    finally:
+        client.close()
+    gpus = [w for w in workers.values() if float((w.get("resources") or {}).get("GPU", 0)) >= 1]
+    return {"ok": True, "workers": len(workers), "gpu_workers": len(gpus),
+            "threads": sum(int(w.get("nthreads", 0)) for w in workers.values())}
