@@ -262,7 +262,10 @@ def _gpu_e2e_lines(e) -> list[str]:
     p = e.get("projection_from_finished_order") or e.get("projection") or {}
     if p:
         out += ["", f"Projected simulation time of the paper's grid ({p['paper_grid_episodes']:,} episodes) at this "
-                f"rate: **{_num(p['paper_grid_simulate_gpu_hours'])} GPU-hours** (the goal is 24)."]
+                f"run's rate, every model at its 7B shape and dtype: **{_num(p['paper_grid_simulate_gpu_hours'])} "
+                "GPU-hours** (the goal is 24). The dry run of `config/paper.yaml` prices the grid from the newest "
+                "dialog-loop benchmark instead, scaled to each pair's models and to float32 (the *How to reproduce* "
+                "page quotes it)."]
     return out + [""]
 
 
