@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import math
 import uuid
 
 import altair as alt
@@ -130,6 +131,39 @@ def placeholder_text(spec: dict) -> tuple[str, str] | None:
     return _title_text(spec), " ".join(message.split())
 
 
+def _leaf_fields(spec) -> list[set[str]]:
+    """Per drawn mark of a spec (its layers, panels, facets): the fields on a quantitative x or y axis."""
+    out: list[set[str]] = []
+    if not isinstance(spec, dict):
+        return out
+    enc = spec.get("encoding") or {}
+    fields = {e["field"] for ch in ("x", "y") if isinstance(e := enc.get(ch), dict)
+              and e.get("type") == "quantitative" and isinstance(e.get("field"), str)}
+    if fields and "mark" in spec:
+        out.append(fields)
+    for key in ("layer", "vconcat", "hconcat", "concat"):
+        for sub in spec.get(key) or ():
+            out += _leaf_fields(sub)
+    if isinstance(spec.get("spec"), dict):  # a facet's or a repeat's inner chart
+        out += _leaf_fields(spec["spec"])
+    return out
+
+
+def nothing_to_draw(spec: dict) -> bool:
+    """Whether no mark of ``spec`` has a record with finite values in all the fields it draws on
+    quantitative axes (every SyncR² NaN: a run too small to fit the maps), so the chart would be an
+    empty frame.  Marks without a quantitative field, or a spec without inline data, are not judged."""
+    leaves = _leaf_fields(spec)
+    records = [r for rows in (spec.get("datasets") or {}).values() for r in rows if isinstance(r, dict)]
+    if not leaves or not records:
+        return False
+
+    def finite(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    return not any(all(finite(r.get(f)) for f in fields) for fields in leaves for r in records)
+
+
 def placeholder_html(title: str, message: str) -> str:
     """A placeholder as the page shows it: one sentence, no chart frame."""
     text = message[:1].upper() + message[1:]
@@ -145,6 +179,8 @@ def offline_renderer(spec: dict, **metadata) -> dict:
     A :func:`placeholder` on its own gives a sentence (``text/html`` and ``text/plain``)
     instead: a chart frame with nothing drawn in it reads as a broken chart."""
     empty = placeholder_text(spec)
+    if empty is None and nothing_to_draw(spec):
+        empty = (_title_text(spec), "no finite value in this run for this chart (too few samples to fit the maps?)")
     if empty is not None:
         return {"text/html": placeholder_html(*empty),
                 "text/plain": f"{empty[0] or 'Chart'}: not drawn. {empty[1]}"}
