@@ -18,7 +18,7 @@ from pathlib import Path
 from synclib.memory import GiB, available_bytes, session_budget
 from synclib.models import cpu_has_native_bf16
 from synclib.notebook import AT_ONCE
-from synclib.paths import BENCH_RESULTS, display
+from synclib.paths import display
 from synclib.run import price
 from synclib.shapes import model_shape
 from synclib.stamps import read_stamp
@@ -71,11 +71,6 @@ def _why(job, stamp: dict | None, running: set) -> str:
     if upstream and all(c == "upstream output changed" for c in changed):
         return f"upstream job(s) {', '.join(upstream)} will run"
     return "; ".join(dict.fromkeys(changed)) or "fingerprint differs"
-
-
-def _bench(name: str) -> dict | None:
-    f = BENCH_RESULTS / name
-    return json.loads(f.read_text()) if f.is_file() else None
 
 
 #: the measured main job on the CPU (``bench/bench_main_job.py``): the rates the estimates scale
@@ -189,7 +184,7 @@ def plan(jobs: dict, cfg: dict) -> list[JobPlan]:
     running: set[str] = set()
     out = []
     cuda = _is_cuda(cfg)
-    cal = _bench(CALIBRATION)
+    cal = price.load_bench(CALIBRATION)
     ref = price.loop_reference() if cuda else None
     work = functools.cache(lambda: simulate_work(cfg))  # the task set is read once, when a job needs it
     for key, job in jobs.items():  # insertion order is a topological order
@@ -368,7 +363,7 @@ def _gpu_lines(cfg: dict, rows: list[JobPlan], scheduler: dict | None = None) ->
         if host:
             ana = cfg["analysis"]
             var = max(r.variable_gib or 0 for r in anas)
-            stream = _bench("analysis_stream_cpu.json")
+            stream = price.load_bench("analysis_stream_cpu.json")
             out.append(f"  analysis memory: host ~{max(host):.1f} GiB (each fit's rows: {ana['n_samples'] or 'all'} samples x "
                        f"both models' layers x width in float32, + hidden variables up to analysis.max_resident_gib "
                        f"{ana['max_resident_gib']} GiB held whole; these runs' are up to {var:.1f} GiB each"
@@ -440,7 +435,7 @@ def _cluster_text(scheduler: dict | None, gpu_jobs: list[JobPlan], total_h: floa
 
 def _cpu_lines(cfg: dict, todo: list[JobPlan], secs: float) -> list[str]:
     """The time estimate's basis and the memory a CPU run expects."""
-    cal = _bench(CALIBRATION)
+    cal = price.load_bench(CALIBRATION)
     out = []
     dtype, why = _dtype(cfg)
     if cal is not None:

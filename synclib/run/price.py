@@ -36,7 +36,7 @@ from synclib import paths
 from synclib.memory import GiB
 from synclib.shapes import DTYPE_BYTES, model_shape
 
-__all__ = ["LoopRef", "loop_reference",
+__all__ = ["load_bench", "LoopRef", "loop_reference",
            "prefill_dtype_ratio", "scheduling_ratio", "kv_prompt_tokens", "SimPrice", "price_simulation",
            "analysis_grids", "price_analysis", "price_judge", "logins", "check_scheduler", "card_name"]
 
@@ -53,7 +53,8 @@ def card_name(gpu: str) -> str:
 
 
 # --------------------------------------------------------------------------- measurements
-def _load(name: str, bench: Path | None = None) -> dict | None:
+def load_bench(name: str, bench: Path | None = None) -> dict | None:
+    """``NAME`` in ``bench`` (default ``bench/results``) as a dict; None when it is missing or unreadable."""
     f = Path(bench or paths.BENCH_RESULTS) / name
     try:
         return json.loads(f.read_text())
