@@ -23,7 +23,7 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["GiB", "CacheBudget", "available_bytes", "session_budget", "return_freed_memory", "release_free_memory",
+__all__ = ["GiB", "CacheBudget", "DeviceBudget", "device_free_bytes", "available_bytes", "session_budget", "return_freed_memory", "release_free_memory",
            "huge_pages_in_children", "rss_bytes", "tree_rss_bytes", "die_with_parent", "PeakRSS"]
 
 GiB = 1 << 30
@@ -126,6 +126,76 @@ class CacheBudget:
 
     def __repr__(self) -> str:
         return f"CacheBudget({self.used / GiB:.2f} of {self.limit / GiB:.2f} GiB used)"
+
+
+#: the device memory a :class:`DeviceBudget` leaves free: the decoding slots' growth, one
+#: forward's working set, the allocator's slack (a share of the device's total, at least 2 GiB)
+DEVICE_RESERVE_SHARE, DEVICE_RESERVE_FLOOR = 0.10, 2 * GiB
+
+
+def device_free_bytes(device) -> int:
+    """Bytes a CUDA ``device`` can still hand out: free on the card plus what PyTorch's
+    caching allocator holds reserved but unused."""
+    import torch
+
+    free, _ = torch.cuda.mem_get_info(device)
+    return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+
+
+class DeviceBudget(CacheBudget):
+    """A session-cache budget that follows the device's memory: a session is stored while the
+    device keeps ``reserve`` bytes free after it.
+
+    A fixed share of the memory free when the engine starts (the old rule, a quarter) cannot
+    know how much the decoding slots will take later, and at the 7B shape it left 95 of a
+    run's sessions out (174k prompt tokens prefilled again, ``bench/gpu_notes.md``).  This
+    budget asks the device at every store instead.  When a later allocation (the slots'
+    growth, a larger prefill) runs out of memory anyway, the engine drops the session caches
+    and retries (``stats["oom_cache_drops"]``): the caches only save work.
+
+    Parameters
+    ----------
+    free_bytes : callable
+        ``free_bytes() -> int``: bytes the device can still hand out
+        (:func:`device_free_bytes` of the model's device).
+    reserve : int
+        Bytes to leave free.
+    """
+
+    def __init__(self, free_bytes, reserve: int):
+        if int(reserve) < 0:
+            raise ValueError(f"reserve must be >= 0 bytes, got {reserve}")
+        super().__init__(0)
+        self.free_bytes, self.reserve = free_bytes, int(reserve)
+
+    @classmethod
+    def for_device(cls, device) -> "DeviceBudget":
+        """The budget of a CUDA ``device``: :data:`DEVICE_RESERVE_SHARE` of its memory left free
+        (at least :data:`DEVICE_RESERVE_FLOOR`)."""
+        import torch
+
+        total = torch.cuda.get_device_properties(device).total_memory
+        return cls(lambda: device_free_bytes(device), max(DEVICE_RESERVE_FLOOR, int(DEVICE_RESERVE_SHARE * total)))
+
+    @property
+    def limit(self) -> int:
+        """The bytes held now plus those the device could still give (changes as it fills)."""
+        return self.used + max(0, self.free_bytes() - self.reserve)
+
+    @limit.setter
+    def limit(self, value) -> None:  # CacheBudget.__init__ sets it; the device decides instead
+        pass
+
+    def take(self, nbytes: int) -> bool:
+        if self.free_bytes() - nbytes < self.reserve:
+            return False
+        self.used += nbytes
+        self.peak = max(self.peak, self.used)
+        return True
+
+    def __repr__(self) -> str:
+        return (f"DeviceBudget({self.used / GiB:.2f} GiB used, {self.reserve / GiB:.2f} GiB of the device "
+                f"kept free)")
 
 
 _LIBC = None

@@ -191,6 +191,47 @@ def test_partial_file_refused_and_resume_state(tmp_path):
         CubeWriter(path, spec)
 
 
+def test_parts_written_in_the_background_in_any_order_and_their_errors_reach_the_caller(tmp_path, monkeypatch):
+    """submit_part writes a part in a background thread (one at a time): parts count once
+    complete, in whatever order their ids come; an error in the thread is re-raised, with its
+    message, at the next submit_part (which then writes nothing) or at finalize; the parts
+    written before it survive, and a new writer resumes with exactly the missing ones."""
+    spec = make_spec()
+    path = tmp_path / "bg.nc"
+    units = {u: make_unit(spec, *u) for u in spec.units()}  # six units: (4, 0) ... (2, 1)
+    w = CubeWriter(path, spec)
+    w.submit_part(5, [units[4, 0], units[4, 1]])
+    w.submit_part(2, [units[9, 0]])  # waits for part 5 first
+    w.wait()
+    assert not w.writing and w.has_part(5) and w.has_part(2) and len(w.done) == 3
+    real = CubeWriter.write_part
+
+    def failing(self, part_id, us):
+        if part_id == 7:
+            raise OSError("no space left on device for part 7")
+        return real(self, part_id, us)
+
+    monkeypatch.setattr(CubeWriter, "write_part", failing)
+    w.submit_part(7, [units[9, 1]])  # returns at once; the error comes with the next call
+    with pytest.raises(OSError, match="no space left on device for part 7"):
+        w.submit_part(8, [units[2, 0]])
+    assert not w.has_part(7) and not w.has_part(8)
+    w.submit_part(7, [units[9, 1]])
+    with pytest.raises(OSError, match="part 7"):
+        w.finalize()  # waits for the pending write, re-raises its error
+    assert not path.exists()
+    monkeypatch.undo()
+    w2 = CubeWriter(path, spec)  # a resumed run sees exactly the parts written
+    assert sorted(f.name for f in parts_dir(path).glob("part-*")) == ["part-00002.nc", "part-00005.nc"]
+    assert w2.done == {(4, 0), (4, 1), (9, 0)}
+    for i, u in enumerate(u for u in spec.units() if u not in w2.done):
+        w2.submit_part(20 - i, [units[u]])
+    assert w2.finalize() == path and is_complete(path)
+    x, y = open_cube(path, chunks=None), open_cube(write_all(tmp_path / "ref.nc", spec), chunks=None)
+    for name in x.data_vars:
+        np.testing.assert_array_equal(x[name].values, y[name].values, err_msg=name)
+
+
 _KILL_SCRIPT = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {repo!r})

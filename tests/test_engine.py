@@ -671,3 +671,70 @@ def test_stream_checks_its_arguments(lm):
     with pytest.raises(ValueError, match="decode must be 'dynamic', 'static' or 'graph'"):
         Engine(lm).stream(decode="fast")
     assert Engine(lm).stream().decode == "dynamic"  # the engine's own mode on the CPU
+
+
+@pytest.mark.parametrize("where", ["prefill", "slots"])
+def test_stream_out_of_memory_drops_the_sessions_then_halves_the_join(lm, where, monkeypatch):
+    """A join that runs out of memory (its prefill, or the fixed slots growing for a longer
+    prompt) first drops the session caches and retries, then admits half the rows; the rows
+    not admitted wait in the queue, and every row generates what generate does."""
+    from synclib.engine.fixed import FixedSlots
+
+    monkeypatch.setattr(FixedSlots, "ROUND", 16)
+    prompts = [dialog(lm, n, filler=2) for n in range(6)]
+    reqs = [Request(p, seed=row_seed(0, i, 0), session=f"s{i}") for i, p in enumerate(prompts)]
+    want = Engine(lm, batch_size=6).generate(reqs, max_new_tokens=6, temperature=0.7)
+    eng = Engine(lm, batch_size=6)
+    for i, r in enumerate(reqs[:3]):  # the first turns' prompts, so that joins find sessions to drop
+        eng.read_states([r.prompt], sessions=[r.session])
+    if where == "prefill":
+        real = lm.model.forward
+
+        def forward(*args, **kwargs):
+            if kwargs["input_ids"].shape[0] > 2 and kwargs["input_ids"].shape[1] > 1:
+                raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(lm.model, "forward", forward)
+    else:
+        real_allocate, failed = FixedSlots._allocate, []
+
+        def allocate(self, T, like):
+            if self.T and not failed:  # the first growth after the first join
+                failed.append(T)
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+            return real_allocate(self, T, like)
+
+        monkeypatch.setattr(FixedSlots, "_allocate", allocate)
+    stream = eng.stream(max_new_tokens=6, temperature=0.7, capacity=6, join_min=1,
+                        decode="dynamic" if where == "prefill" else "static")
+    for i, r in enumerate(reqs):
+        stream.submit(i, r)
+        if where == "slots" and i == 0:
+            stream.step()  # one row in the slots: the next, longer prompts make them grow
+    got = dict(stream.run())
+    for i, w in enumerate(want):
+        assert (got[i].token_ids, got[i].finish_reason) == (w.token_ids, w.finish_reason)
+        np.testing.assert_allclose(got[i].states, w.states, atol=TOL, rtol=0)
+    assert eng.stats["oom_retries"] >= 1 and eng.stats["oom_cache_drops"] >= 1
+    if where == "prefill":  # no sessions left to drop: the join was halved to the 2 rows that fit
+        assert eng.stats["oom_retries"] > eng.stats["oom_cache_drops"] and stream.stats["joins"] >= 3
+    else:
+        assert failed and eng.stats["slot_allocations"] >= 2
+
+
+def test_session_stores_copy_a_slice_of_the_batch(lm):
+    """A stored session owns a contiguous copy of its row's unpadded columns (not a view
+    that would keep the whole batch's cache alive), equal to the row run alone."""
+    prompts = [dialog(lm, 1), dialog(lm, 4, filler=3)]
+    eng = Engine(lm)
+    eng.read_states(prompts, sessions=["short", "long"])
+    alone = Engine(lm)
+    alone.read_states([prompts[0]], sessions=["short"])
+    short, ref = eng.sessions._sessions["short"], alone.sessions._sessions["short"]
+    assert short.ids == lm.encode(prompts[0])
+    for (k, v), (k0, v0) in zip(short.kv, ref.kv):
+        assert k.is_contiguous() and k.shape == k0.shape == (1, k.shape[1], len(short.ids), k.shape[3])
+        assert k.untyped_storage().nbytes() == k.numel() * k.element_size()
+        torch.testing.assert_close(k, k0, atol=TOL, rtol=0)
+        torch.testing.assert_close(v, v0, atol=TOL, rtol=0)

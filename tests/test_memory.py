@@ -180,3 +180,22 @@ def test_a_job_in_a_child_dies_with_a_killed_run():
         assert all(_gone(p) for p in jobs)
     finally:
         run.kill()
+
+
+def test_device_budget_stores_while_the_device_keeps_its_reserve():
+    """On CUDA the session caches take what the device can give beyond a reserve, asked at
+    every store (a fixed share at start left sessions out once the slots had grown)."""
+    from synclib.memory import DeviceBudget
+
+    free = [10 * GiB]
+    budget = DeviceBudget(lambda: free[0], reserve=2 * GiB)
+    assert budget.take(5 * GiB) and budget.used == 5 * GiB
+    free[0] -= 5 * GiB                      # the device gave those bytes
+    assert budget.limit == 8 * GiB          # held + what is left beyond the reserve
+    assert not budget.take(4 * GiB) and budget.used == 5 * GiB
+    free[0] -= 2 * GiB                      # the decoding slots grew meanwhile
+    assert not budget.take(2 * GiB) and budget.take(1 * GiB) and budget.peak == 6 * GiB
+    budget.give(6 * GiB)
+    assert budget.used == 0
+    with pytest.raises(ValueError, match="reserve must be >= 0"):
+        DeviceBudget(lambda: 0, reserve=-1)

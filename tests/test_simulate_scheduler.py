@@ -3,19 +3,23 @@
 The scheduler is checked on its own (statuses and queues) and inside the continuous loop on
 tiny random models: every dialog ends FINISHED, the ToM dialogs through AWAITING_TOM, and the
 ToM read-out's batch follows its own knob, not an engine's row cap that an out-of-memory error
-halved.
+halved.  Across parts: one stream per model serves them all (the next part's dialogs start
+before the part before is written), with the cube of the turn-by-turn run; a writer's error
+in its thread reaches the caller, and a resumed run writes only the parts missing.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 
+import numpy as np
 import pytest
 
-from synclib.cube import CubeSpec, parts_dir
+from synclib.cube import CubeSpec, CubeWriter, open_cube, parts_dir
 from synclib.tasks.prompts import ACTIONS, EMOTIONS
 from synclib.tasks.scenarios import load_tasks
 from synclib.simulate import (Batching, Dialog, Passes, RunOptions, Sampling, Scheduler, Status, default_units_per_part,
-                              episode_coords)
+                              episode_coords, simulate)
 from synclib.simulate import runner as runner_module
 
 
@@ -30,7 +34,7 @@ def test_the_scheduler_moves_a_dialog_through_its_statuses():
     talk.request = "req"
     sched.advance(talk)  # its reply recorded, the dialog goes on
     assert talk.status is Status.WAITING and talk.turn == 1 and talk.request is None and talk.agent == 1
-    assert talk.session(1) == (0, 0, 1, "active")
+    assert talk.session(1) == (0, 0, 1, "active") and talk.session(0, "passive") == (0, 0, 0, "passive")
     sched.queue_readout("engine", tom, "reply")  # a ToM reply waits for its read-out
     assert tom.unread == 1 and sched.readouts("engine") == 1
     sched.await_tom(tom)  # the ToM dialog ended with that reply unread
@@ -46,6 +50,13 @@ def test_the_scheduler_moves_a_dialog_through_its_statuses():
         sched.advance(talk)
     with pytest.raises(ValueError, match="must be WAITING"):
         Scheduler([talk])
+    later = Dialog((1, 0), None, "active")  # a dialog of the next part joins
+    sched.add([later])
+    assert sched and list(sched.waiting) == [later] and sched.dialogs == [talk, tom, later]
+    with pytest.raises(ValueError, match="only a finished dialog can leave"):
+        sched.drop([later])
+    sched.drop([talk, tom])  # their part is done
+    assert sched.dialogs == [later] and sched.finished == []
 
 
 # ----------------------------------------------------------------------------- the knobs
@@ -98,10 +109,12 @@ def _runner(lms, tasks, batching: Batching):
 
 
 @pytest.mark.parametrize("tom_flush", [None, 1000])
-def test_the_tom_flush_keeps_its_own_knob_after_an_engine_halved_its_rows(tiny_models, monkeypatch, tom_flush):
+def test_the_tom_flush_keeps_its_own_knob_after_an_engine_halved_its_rows(tiny_models, monkeypatch, tmp_path,
+                                                                          tom_flush):
     """An engine that ran out of memory keeps a lower row cap (``Engine._batched``); the ToM
     read-out of the continuous loop still collects ``tom_flush`` replies (default: the
-    configured ``max_rows``), and every dialog ends FINISHED, the ToM ones via AWAITING_TOM."""
+    configured ``max_rows``), and every dialog ends FINISHED, the ToM ones via AWAITING_TOM,
+    and leaves the scheduler with its written part."""
     from synclib.models import load_model
 
     lms = (load_model(tiny_models[0]), load_model(tiny_models[1]))
@@ -111,7 +124,7 @@ def test_the_tom_flush_keeps_its_own_knob_after_an_engine_halved_its_rows(tiny_m
     for eng in runner.engines:
         eng.batch_size = 1  # as an out-of-memory error leaves it
     assert runner.tom_flush == (tom_flush or 4) and runner.batching.max_rows == 4
-    sizes, scheds, awaited = [], [], []
+    sizes, scheds, added, awaited = [], [], [], []
     real = runner_module._tom_readout
 
     def readout(eng, requests, results, store=True):
@@ -119,9 +132,14 @@ def test_the_tom_flush_keeps_its_own_knob_after_an_engine_halved_its_rows(tiny_m
         return real(eng, requests, results, store=store)
 
     class Spy(Scheduler):
-        def __init__(self, dialogs):
+        def __init__(self, dialogs=()):
             super().__init__(dialogs)
             scheds.append(self)
+
+        def add(self, dialogs):
+            dialogs = list(dialogs)
+            added.extend(dialogs)
+            super().add(dialogs)
 
         def await_tom(self, d):
             awaited.append(d)
@@ -129,15 +147,156 @@ def test_the_tom_flush_keeps_its_own_knob_after_an_engine_halved_its_rows(tiny_m
 
     monkeypatch.setattr(runner_module, "_tom_readout", readout)
     monkeypatch.setattr(runner_module, "Scheduler", Spy)
-    values = runner.run_batch(spec.units())
-    assert len(values) == 4 and len(scheds) == 1
+    writer = CubeWriter(tmp_path / "x.nc", spec)
+    runner.play([(0, spec.units())], writer)
+    writer.wait()
+    assert writer.done == set(spec.units()) and len(scheds) == 1
     sched = scheds[0]
-    assert len(sched.dialogs) == 8 and all(d.status is Status.FINISHED for d in sched.dialogs)
-    assert not (sched.waiting or sched.running or sched.awaiting_tom) and len(sched.finished) == 8
-    assert {id(d) for d in awaited} == {id(d) for d in sched.dialogs if d.view == "tom"}
-    n_tom = sum(len(d.history) for d in sched.dialogs if d.view == "tom")
+    assert len(added) == 8 and all(d.status is Status.FINISHED for d in added)
+    assert not (sched.dialogs or sched.waiting or sched.running or sched.awaiting_tom or sched.finished)
+    assert {id(d) for d in awaited} == {id(d) for d in added if d.view == "tom"}
+    n_tom = sum(len(d.history) for d in added if d.view == "tom")
     assert sum(sizes) == n_tom
-    if tom_flush == 1000:  # nothing reaches the flush: one read-out per engine, at the end
+    if tom_flush == 1000:  # nothing reaches the flush: one read-out per engine, when the part's dialogs end
         assert len(sizes) == 2
     else:  # every read-out but the two final ones collected at least max_rows replies
         assert all(n >= 4 for n in sizes[:-2]) and len(sizes) < n_tom
+
+
+# ----------------------------------------------------------------------------- across parts
+
+def _stopper(spec: str, seed: int):
+    """A tiny model whose replies end at different steps (a random twelfth of the vocabulary stops them)."""
+    from synclib.models import load_model
+
+    lm = load_model(spec)
+    vocab = lm.model.config.vocab_size
+    pick = np.random.default_rng(seed).choice(vocab, vocab // 12, replace=False)
+    return dataclasses.replace(lm, stop_token_ids=frozenset(int(t) for t in pick) | frozenset(lm.stop_token_ids))
+
+
+def _assert_same_cube(x, y) -> None:
+    """Texts, lengths and prompts exactly; states and ToM distributions to float rounding."""
+    assert set(x.data_vars) == set(y.data_vars)
+    for name in x.data_vars:
+        if name.startswith(("hidden_", "emotion_", "action_")):
+            np.testing.assert_allclose(x[name].values, y[name].values, rtol=1e-4, atol=1e-4, err_msg=name)
+        else:
+            np.testing.assert_array_equal(x[name].values, y[name].values, err_msg=name)
+
+
+_SEEDS = [0, 1]
+_RUN = dict(max_utterances=4, sampling=Sampling(max_new_tokens=8), passes=Passes(passive=True, tom=True))
+
+
+def _simulate(pair, out, units_per_part: int, scheduling: str = "continuous", stats=None):
+    tasks = [load_tasks("embedded")[i] for i in (0, 3)]  # with two seeds: four units
+    return simulate(*pair, tasks, _SEEDS, out, batching=Batching(units_per_part=units_per_part, scheduling=scheduling),
+                    options=RunOptions(progress=False, engine_stats=stats), **_RUN)
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_models):
+    return _stopper(tiny_models[0], 0), _stopper(tiny_models[1], 1)
+
+
+@pytest.fixture(scope="module")
+def four_parts(pair, tmp_path_factory):
+    """The continuous run of four units in four parts (A against B, ToM and passive on), watched:
+    when each dialog joined the scheduler and each part went to the writer, the sessions the
+    runner dropped, the requests it made, the engines' session-cache clears."""
+    from synclib.engine import Engine
+
+    log, forgotten, clears, engines, stats = [], set(), [], set(), {}
+    real_add, real_submit = Scheduler.add, CubeWriter.submit_part
+    real_forget, real_clear, real_request = Engine.forget, Engine.clear, runner_module._Runner._request
+
+    def add(self, dialogs):
+        dialogs = list(dialogs)
+        log.extend(("start", d.unit) for d in dialogs)
+        real_add(self, dialogs)
+
+    def submit_part(self, part_id, units):
+        log.append(("write", part_id))
+        real_submit(self, part_id, units)
+
+    def forget(self, session):
+        engines.add(self)
+        forgotten.add(session)
+        real_forget(self, session)
+
+    def clear(self):
+        clears.append(self)
+        real_clear(self)
+
+    def request(self, d):
+        req = real_request(self, d)
+        assert req.session not in forgotten, f"{req.session} was dropped while its dialog went on"
+        return req
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Scheduler, "add", add)
+        mp.setattr(CubeWriter, "submit_part", submit_part)
+        mp.setattr(Engine, "forget", forget)
+        mp.setattr(Engine, "clear", clear)
+        mp.setattr(runner_module._Runner, "_request", request)
+        path = _simulate(pair, tmp_path_factory.mktemp("parts") / "four.nc", 1, stats=stats)
+    return dict(cube=open_cube(path, chunks=None), log=log, forgotten=forgotten, clears=clears, engines=engines,
+                stats=stats)
+
+
+def test_a_continuous_run_refills_its_streams_across_parts_and_plays_the_same_dialogs(pair, four_parts, tmp_path):
+    """One stream per model for the four parts: the next part's dialogs start before the part
+    before it is written, each part goes to the writer once, no in-flight dialog's session is
+    dropped (only finished dialogs' and the passive reader's, never all of an engine's), and
+    none is left at the end.  The cube is the one-part continuous run's and the turn-by-turn
+    run's (texts exactly, states to float rounding)."""
+    log = four_parts["log"]
+    units = [(e, s) for e in (0, 3) for s in _SEEDS]  # cube order: part b holds units[b]
+    assert sorted(b for kind, b in log if kind == "write") == [0, 1, 2, 3]
+    first_start = {b: log.index(("start", units[b])) for b in range(4)}
+    written_at = {b: log.index(("write", b)) for b in range(4)}
+    assert all(first_start[b + 1] < written_at[b] for b in range(3)), log  # refilled across every part
+    assert not four_parts["clears"]
+    assert {(e, s, a, "passive") for e, s in units for a in (0, 1)} <= four_parts["forgotten"]
+    assert all(eng.cached_sessions == 0 for eng in four_parts["engines"])
+    assert four_parts["stats"]["seconds_cube"] > 0 and four_parts["stats"]["stream_joins"] > 0
+    x = four_parts["cube"]
+    lengths = np.array([len(t) for t in x.text_a.values.ravel() if t])
+    assert lengths.min() < lengths.max()  # replies of different lengths
+    for units_per_part, scheduling in ((4, "continuous"), (1, "turns")):
+        y = open_cube(_simulate(pair, tmp_path / f"{scheduling}.nc", units_per_part, scheduling), chunks=None)
+        _assert_same_cube(x, y)
+
+
+def test_a_writer_error_reaches_the_caller_and_a_resume_writes_only_the_missing_parts(pair, four_parts, tmp_path,
+                                                                                      monkeypatch):
+    """The second part's write fails in the writer's thread: ``simulate`` raises that error with
+    its message, the parts written before it stay; the same call again plays and writes only
+    the parts missing, and the cube is the uninterrupted run's."""
+    out = tmp_path / "crash.nc"
+    real, written = CubeWriter.write_part, []
+
+    def failing(self, part_id, units):
+        if part_id == 1:
+            raise OSError("no space left on device while writing part 1")
+        written.append(part_id)
+        return real(self, part_id, units)
+
+    monkeypatch.setattr(CubeWriter, "write_part", failing)
+    with pytest.raises(OSError, match="no space left on device while writing part 1"):
+        _simulate(pair, out, 1)
+    kept = sorted(int(f.stem.split("-")[1]) for f in parts_dir(out).glob("part-*.nc"))
+    assert kept == sorted(written) and 0 in kept and 1 not in kept and not out.exists()
+    assert not list(parts_dir(out).glob("*.tmp"))
+
+    resumed = []
+
+    def recording(self, part_id, units):
+        resumed.append(part_id)
+        return real(self, part_id, units)
+
+    monkeypatch.setattr(CubeWriter, "write_part", recording)
+    _simulate(pair, out, 1)
+    assert sorted(resumed) == sorted(set(range(4)) - set(kept))
+    _assert_same_cube(four_parts["cube"], open_cube(out, chunks=None))

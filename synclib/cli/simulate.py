@@ -97,7 +97,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "at its first line, which is all that is kept")
     parser.add_argument("--cache-gib", type=at.arg_type(at.cache_gib, "cache size"), default="auto",
                         metavar="GIB|auto", help="memory the session caches of both models may hold, GiB "
-                        "(default auto: a quarter of the memory available, 0.25-4 GiB); sessions that do not "
+                        "(default auto: on the CPU a quarter of the memory available, 0.25-4 GiB; on a GPU what the "
+                        "device can give beyond a tenth of its memory); sessions that do not "
                         "fit are recomputed: the same dialogs, more time")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace a finished cube at --out (default: leave it and exit)")

@@ -33,7 +33,10 @@ Crash safety
 A run writes *parts*: every finished batch of whole (episode, seed) *units*
 goes to ``PATH.parts/part-NNNNN.nc``, written under a temporary name, fsynced
 and atomically renamed, so a part either exists completely or not at all, even
-after ``kill -9``.  ``PATH.parts/spec.json`` records the run's settings; a
+after ``kill -9``.  A part may be written in a background thread while the run goes on
+(:meth:`CubeWriter.submit_part`, one at a time; its error is re-raised in the caller's
+thread); it counts only once its file is complete.  Parts are keyed by their id, in
+whatever order they are written.  ``PATH.parts/spec.json`` records the run's settings; a
 re-run with the same settings skips the units already in parts.  When every
 unit is in, :meth:`CubeWriter.finalize` streams the parts into ``PATH.tmp``
 (one unit at a time, never the whole cube in memory), sets the global

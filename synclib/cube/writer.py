@@ -1,4 +1,5 @@
-"""Writing a cube crash-safely: parts of whole units, then one streamed finalisation.
+"""Writing a cube crash-safely: parts of whole units (in the caller's thread or a background
+one), then one streamed finalisation.
 
 See the package docstring (:mod:`synclib.cube`, "Crash safety" and "Storage").
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Iterable
 
@@ -100,7 +102,11 @@ class CubeWriter:
     >>> w = CubeWriter("pair.nc", spec)              # doctest: +SKIP
     >>> todo = [u for u in spec.units() if u not in w.done]   # doctest: +SKIP
     >>> w.write_part(batch_id, [unit, ...])           # doctest: +SKIP
+    >>> w.submit_part(batch_id, [unit, ...])          # doctest: +SKIP
     >>> w.finalize()                                  # doctest: +SKIP
+
+    :meth:`write_part` writes a part and returns when it is complete; :meth:`submit_part`
+    writes it in a background thread (one part at a time) and returns at once.
     """
 
     def __init__(self, path: str | os.PathLike, spec: CubeSpec, *, overwrite: bool = False):
@@ -138,6 +144,8 @@ class CubeWriter:
         foreign = self.done - valid
         if foreign:
             raise CubeError(f"{self.parts} holds units not in this run: {sorted(foreign)[:5]}")
+        self._writing: threading.Thread | None = None  # the background write (submit_part)
+        self._failed: BaseException | None = None  # its error, for wait() to re-raise
 
     @staticmethod
     def existing_spec(path: str | os.PathLike) -> dict | None:
@@ -199,9 +207,43 @@ class CubeWriter:
         self.done.update((u.episode, u.seed) for u in units)
         return final
 
+    def submit_part(self, part_id: int, units: Iterable[Unit]) -> None:
+        """Write part ``part_id`` as :meth:`write_part` does, in a background thread; return at once.
+
+        One write at a time: the call first waits for the part being written (:meth:`wait`,
+        which re-raises that write's error).  A part counts (:meth:`has_part`, :attr:`done`)
+        once its file is complete, as with :meth:`write_part`; :meth:`finalize` waits for it.
+        """
+        self.wait()
+        units = list(units)
+        self._writing = threading.Thread(target=self._write_in_background, args=(part_id, units),
+                                         name=f"{self.path.name} part {part_id}")
+        self._writing.start()
+
+    def _write_in_background(self, part_id: int, units: list) -> None:
+        try:
+            self.write_part(part_id, units)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread by wait()
+            self._failed = exc
+
+    @property
+    def writing(self) -> bool:
+        """Whether a part submitted with :meth:`submit_part` is still being written."""
+        return self._writing is not None and self._writing.is_alive()
+
+    def wait(self) -> None:
+        """Wait for the part being written in the background, if any; re-raise its error."""
+        if self._writing is not None:
+            self._writing.join()
+            self._writing = None
+        failed, self._failed = self._failed, None
+        if failed is not None:
+            raise failed
+
     # ------------------------------------------------------------------ final
     def finalize(self) -> Path:
-        """Stream all parts into the final cube, mark it complete, clean up.
+        """Stream all parts into the final cube, mark it complete, clean up (after waiting for
+        the part being written in the background, whose error it re-raises).
 
         Raises
         ------
@@ -210,6 +252,7 @@ class CubeWriter:
         """
         import netCDF4
 
+        self.wait()
         spec = self.spec
         missing = [u for u in spec.units() if u not in self.done]
         if missing:

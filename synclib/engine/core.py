@@ -29,7 +29,7 @@ from synclib.engine.requests import DECODE_MODES, Request, Result, check_samplin
 from synclib.engine.sampling import Replies, SampleWork, line_flags, sample
 from synclib.engine.sessions import SessionCache
 from synclib.engine.stream import DecodeStream
-from synclib.memory import CacheBudget, return_freed_memory, session_budget
+from synclib.memory import CacheBudget, DeviceBudget, return_freed_memory, session_budget
 
 __all__ = ["Engine", "generate", "read_states", "word_distributions"]
 
@@ -55,9 +55,10 @@ class Engine:
         one would drop exactly the one the next turn needs: over budget, LRU reuses nothing
         while this keeps the share that fits.)
         Default: on the CPU :func:`synclib.memory.session_budget` (a quarter of the memory
-        available, 256 MiB to 4 GiB); on CUDA a quarter of the device memory that is free
-        when the engine is created (after its model is loaded), so that two engines of a
-        model pair and their live batches fit beside each other.
+        available, 256 MiB to 4 GiB); on CUDA a :class:`synclib.memory.DeviceBudget`, which
+        stores a session while the device keeps a tenth of its memory (at least 2 GiB) free
+        for the decoding slots and the forward passes (when they run out anyway, the
+        session caches are dropped and the work retried: ``stats["oom_cache_drops"]``).
     decode : {"auto", "graph", "static", "dynamic"}, default "auto"
         How the decoding steps run.  ``"dynamic"``: the cache and mask grow by a column per
         step and finished rows leave the batch every ``sync_every`` steps (best on the CPU,
@@ -95,8 +96,6 @@ class Engine:
 
     def __init__(self, lm, batch_size: int = 16, kv_reuse: bool = True,
                  max_cache_bytes: "int | CacheBudget | None" = None, decode: str = "auto"):
-        import torch
-
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if decode not in DECODE_MODES:
@@ -114,10 +113,8 @@ class Engine:
         self.batch_size = int(batch_size)
         self.kv_reuse = bool(kv_reuse)
         if max_cache_bytes is None:
-            if lm.device.type == "cuda":
-                max_cache_bytes = int(0.25 * torch.cuda.mem_get_info(lm.device)[0])
-            else:
-                max_cache_bytes = session_budget("auto")
+            max_cache_bytes = DeviceBudget.for_device(lm.device) if lm.device.type == "cuda" \
+                else session_budget("auto")
         if lm.device.type == "cpu":
             return_freed_memory()
         #: the session caches' budget (:class:`synclib.memory.CacheBudget`, possibly shared)
@@ -273,7 +270,7 @@ class Engine:
         self._count_prefill(rows, batch)
         states = torch.stack(sink, dim=1).cpu().numpy()  # (B, L, D)
         if self.kv_reuse and store:
-            self.sessions.store_rows(rows, batch.mask, cache)
+            self.sessions.store_rows(rows, cache)
         return Prefill(logits=logits[:, -1, :].float(), states=states, cache=cache, mask=batch.mask,
                        next_pos=batch.positions[:, -1] + 1, reused=batch.reused)
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import warnings
 
-from synclib.engine.forward import forward
+from synclib.engine.forward import forward, index_tensor
 from synclib.engine.masks import additive_mask, decode_attention, eager_dtype
 from synclib.engine.prefill import Prefill
 
@@ -72,6 +72,7 @@ class FixedSlots:
         self.keys = self.values = None
         self.graph = None
         self.captured = False
+        self._pos = None  # (slot list, its device index), see _index
         #: why the last capture failed (``"TypeName: message"``), None when it did not
         self.error: str | None = None
 
@@ -93,12 +94,14 @@ class FixedSlots:
         """Buffers of ``T`` columns (the old contents copied over), then the step's capture."""
         import torch
 
+        dev, C = like.mask.device, self.capacity
+        # the large buffers first: out of memory here leaves the slots as they were
+        keys = [layer.keys.new_zeros((C, layer.keys.shape[1], T, layer.keys.shape[3])) for layer in like.cache.layers]
+        values = [layer.values.new_zeros((C, layer.values.shape[1], T, layer.values.shape[3]))
+                  for layer in like.cache.layers]
         old = None if self.keys is None else (self.keys, self.values, self.allowed, self.col, self.pos,
                                               self.active, self.tok, self.logits)
-        dev, C = like.mask.device, self.capacity
-        self.keys = [layer.keys.new_zeros((C, layer.keys.shape[1], T, layer.keys.shape[3])) for layer in like.cache.layers]
-        self.values = [layer.values.new_zeros((C, layer.values.shape[1], T, layer.values.shape[3]))
-                       for layer in like.cache.layers]
+        self.keys, self.values = keys, values
         self.allowed = torch.zeros((C, 1, 1, T), dtype=torch.bool, device=dev)
         self.allowed[:, 0, 0, 0] = True  # a free slot attends to its column 0: no empty softmax
         self.col = torch.zeros(C, dtype=torch.long, device=dev)
@@ -156,38 +159,49 @@ class FixedSlots:
     # -- the rows ---------------------------------------------------------------------
     def add(self, pre: Prefill) -> list[int]:
         """Copy a prefilled group into free slots; their slot numbers."""
+        import torch
+
         W = pre.mask.shape[1]
         need = W + self.steps
         if need > self.T:
             self._allocate(-(-need // self.round_to) * self.round_to, pre)
         slots, self.free = self.free[:pre.mask.shape[0]], self.free[pre.mask.shape[0]:]
-        for r, s in enumerate(slots):
-            for dst, layer in zip(self.keys, pre.cache.layers):
-                dst[s, :, :W] = layer.keys[r]
-            for dst, layer in zip(self.values, pre.cache.layers):
-                dst[s, :, :W] = layer.values[r]
-            self.allowed[s, 0, 0, :] = False
-            self.allowed[s, 0, 0, :W] = pre.mask[r].bool()
-        self.col[slots] = W
-        self.pos[slots] = pre.next_pos
-        self.active[slots] = True
-        self.logits[slots] = pre.logits
+        # one copy per layer for all the group's rows (an index_copy_, no host sync)
+        idx = index_tensor(slots, self.col.device)
+        for dst, layer in zip(self.keys, pre.cache.layers):
+            dst[:, :, :W].index_copy_(0, idx, layer.keys)
+        for dst, layer in zip(self.values, pre.cache.layers):
+            dst[:, :, :W].index_copy_(0, idx, layer.values)
+        allowed = torch.zeros((len(slots), 1, 1, self.T), dtype=torch.bool, device=self.col.device)
+        allowed[:, 0, 0, :W] = pre.mask.bool()
+        self.allowed.index_copy_(0, idx, allowed)
+        self.col.index_fill_(0, idx, W)
+        self.pos.index_copy_(0, idx, pre.next_pos)
+        self.active.index_fill_(0, idx, True)
+        self.logits.index_copy_(0, idx, pre.logits)
         pre.cache = None  # copied into the slots
         return slots
+
+    def _index(self, pos: list[int]):
+        """``pos`` as a device index, made again only when the rows change (a join or a leave)."""
+        if self._pos is None or self._pos[0] != pos:
+            self._pos = (list(pos), index_tensor(pos, self.col.device))
+        return self._pos[1]
 
     def logits_of(self, pos: list[int]):
         """The next-token logits ``(len(pos), V)`` of the slots ``pos`` (a buffer the next step
         overwrites when ``pos`` is every slot in order)."""
-        return self.logits if pos == list(range(self.capacity)) else self.logits[pos]
+        return self.logits if pos == list(range(self.capacity)) else self.logits.index_select(0, self._index(pos))
 
     def keep(self, pos: list[int]) -> list[int]:
         """Free the occupied slots not in ``pos``; the kept rows stay where they are."""
         gone = sorted(set(range(self.capacity)) - set(self.free) - set(pos))
         if gone:
-            self.active[gone] = False
-            self.col[gone] = 0
-            self.allowed[gone] = False
-            self.allowed[gone, 0, 0, 0] = True
+            idx = index_tensor(gone, self.col.device)
+            self.active.index_fill_(0, idx, False)
+            self.col.index_fill_(0, idx, 0)
+            self.allowed.index_fill_(0, idx, False)
+            self.allowed[:, 0, 0, 0].index_fill_(0, idx, True)  # a free slot attends to its column 0
             self.free = sorted(self.free + gone)
         return pos
 
@@ -195,7 +209,7 @@ class FixedSlots:
         """One step of every slot, the slots ``pos`` fed ``tok``."""
         import torch
 
-        self.tok[pos] = tok
+        self.tok.index_copy_(0, self._index(pos), tok)
         self.engine.stats["forward_calls"] += 1
         if self.graph is not None:
             self.graph.replay()

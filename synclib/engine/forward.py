@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 
-__all__ = ["forward", "is_oom"]
+__all__ = ["forward", "is_oom", "index_tensor"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -45,6 +45,18 @@ def forward(model, input_ids, attention_mask, position_ids, cache, last_only: bo
     out = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                 use_cache=True, **{keyword: cache}, **extra)
     return out.logits, out[keyword] if keyword in out else cache
+
+
+def index_tensor(values, device):
+    """The host list of ints ``values`` as a long tensor on ``device``.  On CUDA it goes through
+    pinned memory with ``non_blocking``: a plain copy from the host makes the host wait for all
+    the work queued on the device, which in the decoding loop means a stall every step."""
+    import torch
+
+    t = torch.tensor(values, dtype=torch.long)
+    if device.type != "cuda":
+        return t
+    return t.pin_memory().to(device, non_blocking=True)
 
 
 def is_oom(exc: BaseException) -> bool:

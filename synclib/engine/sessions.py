@@ -94,14 +94,18 @@ class SessionCache:
         self._sessions[session] = Session(list(ids), kv, nbytes)
         self._bytes += nbytes
 
-    def store_rows(self, rows: Sequence[tuple[list, Hashable]], mask, cache) -> None:
-        """Store each row of a prefilled batch in its session: its unpadded columns of ``cache``
-        (``mask`` (B, T) marks them), copied so that the session owns its tensors."""
+    def store_rows(self, rows: Sequence[tuple[list, Hashable]], cache) -> None:
+        """Store each row of a prefilled batch in its session: its unpadded columns of ``cache``,
+        copied so that the session owns its tensors.  A prefill batch is left padded without
+        holes (:func:`~synclib.engine.prefill.layout`), so row ``i``'s tokens are its last
+        ``len(ids)`` columns: a slice, which (unlike a boolean mask) makes the host wait for
+        nothing."""
         for i, (ids, session) in enumerate(rows):
             if session is None:
                 continue
-            keep = mask[i].bool()
-            kv = [(layer.keys[i:i + 1][:, :, keep], layer.values[i:i + 1][:, :, keep]) for layer in cache.layers]
+            n = len(ids)
+            kv = [(layer.keys[i:i + 1, :, -n:].clone(), layer.values[i:i + 1, :, -n:].clone())
+                  for layer in cache.layers]
             self.store(session, ids, kv)
 
     def forget(self, session: Hashable) -> None:

@@ -16,6 +16,7 @@ import numpy as np
 
 from synclib.engine.dynamic import DynamicRows
 from synclib.engine.fixed import FixedSlots
+from synclib.engine.forward import index_tensor, is_oom
 from synclib.engine.masks import full_attention_only
 from synclib.engine.requests import Request, Result, make_result, uniforms
 from synclib.engine.sampling import row_ends, sample
@@ -120,15 +121,35 @@ class DecodeStream:
             self._join(room)
 
     def _join(self, room: int) -> None:
+        """Admit up to ``room`` queued rows in one prefill.  Out of memory (in the prefill, or
+        when fixed slots grow), the session caches are dropped and the join retried (they
+        only save work), then with half the rows, as :meth:`Engine._batched` does; the rows
+        not admitted stay queued.  (A dynamic batch that runs out of memory while merging the
+        new rows in is half rebuilt: that error is raised.)"""
         import torch
 
-        take, self._queue = self._queue[:room], self._queue[room:]
         eng = self.engine
-        ids = [eng._ids(r.prompt) for _, r in take]
-        pre = eng._prefill([(x, r.session) for x, (_, r) in zip(ids, take)])
+        while True:
+            take = self._queue[:room]
+            handed_over = eng.sessions.handed_over
+            try:
+                ids = [eng._ids(r.prompt) for _, r in take]
+                pre = eng._prefill([(x, r.session) for x, (_, r) in zip(ids, take)])
+                states, reused = pre.states, pre.reused
+                # FixedSlots.add is all or nothing, so it is retried; a dynamic batch's merge is not
+                pos = self._batch.add(pre) if isinstance(self._batch, FixedSlots) else None
+                break
+            except Exception as exc:  # noqa: BLE001 - only OOM is handled
+                if not is_oom(exc):
+                    raise
+                room = self._recover(room, len(take), handed_over)
+                del exc
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+        if pos is None:
+            pos = self._batch.add(pre)
+        self._queue = self._queue[len(take):]
         U = uniforms([r.seed for _, r in take], self.max_new_tokens)
-        states, reused = pre.states, pre.reused
-        pos = self._batch.add(pre)
         self._rows += [_StreamRow(tag, r, x, states[i], reused[i], pos[i])
                        for i, ((tag, r), x) in enumerate(zip(take, ids))]
         self._U = torch.cat([self._U, U.to(self._U.device)])
@@ -136,6 +157,19 @@ class DecodeStream:
         self._seen = torch.cat([self._seen, self._seen.new_zeros(len(take))])
         self.stats["joins"] += 1
         eng.stats["stream_joins"] += 1
+
+    def _recover(self, room: int, took: int, handed_over: int) -> int:
+        """After a join ran out of memory: drop the session caches if any (or any the failed
+        prefill had taken over), else halve the rows; the room for the next try."""
+        eng = self.engine
+        eng.stats["oom_retries"] += 1
+        if len(eng.sessions) or eng.sessions.handed_over > handed_over:
+            eng.stats["oom_cache_drops"] += 1
+            eng.clear()
+            return room
+        if took == 1:
+            raise  # the error being handled: one row does not fit
+        return max(1, took // 2)
 
     def step(self) -> list[tuple[Hashable, Result]]:
         """Admit queued rows, then sample one token for every row and advance the rows that
@@ -187,15 +221,13 @@ class DecodeStream:
 
     def _leave(self, stay: list[int], tok):
         """Keep the rows at indices ``stay`` of this step; the tokens they are fed next."""
-        import torch
-
         new_pos = self._batch.keep([self._rows[i].pos for i in stay])
         self._rows = [self._rows[i] for i in stay]
         for row, p in zip(self._rows, new_pos):
             row.pos = p
-        idx = torch.tensor(stay, dtype=torch.long, device=self._U.device)
+        idx = index_tensor(stay, self._U.device)
         self._U, self._step, self._seen = self._U[idx], self._step[idx], self._seen[idx]
-        return tok[torch.tensor(stay, dtype=torch.long, device=tok.device)]
+        return tok[idx]
 
     def run(self) -> list[tuple[Hashable, Result]]:
         """Step until every queued and decoding row has ended; all their results."""

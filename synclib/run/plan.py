@@ -393,7 +393,7 @@ def _gpu_lines(cfg: dict, rows: list[JobPlan], scheduler: dict | None = None) ->
         out.append(f"GPU memory per simulation job: up to {worst.gpu_gib:.1f} GiB ({worst.key[9:]}): the weights of both "
                    f"models ({dtype}) + the key/value cache of one batch, {rows_} rows ({what}) x ({prompt:,} + "
                    f"{sim['max_new_tokens']}) tokens ({src}); the session caches take more "
-                   + ("(simulate.cache_gib auto: a quarter of the GPU memory free at start)" if sim["cache_gib"] == "auto"
+                   + ("(simulate.cache_gib auto: what the GPU can give beyond a tenth of its memory)" if sim["cache_gib"] == "auto"
                       else f"(simulate.cache_gib {sim['cache_gib']} GiB)"))
         if over:
             out.append(f"  WARNING: {len(over)} of {len(mem)} simulation jobs need more than the {limit:.1f} GiB of the "

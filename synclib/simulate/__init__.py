@@ -12,8 +12,8 @@ at most 300 new tokens, from the distribution ``transformers``' ``generate`` sam
 Batching (:class:`Batching`, one meaning a knob).  The (episode, seed) *units* are cut, in
 cube order, into parts of ``units_per_part`` (one crash-safe cube part each; the cube's
 attribute ``batch_size``).  The engines run at most ``max_rows`` rows per forward pass
-(halved by an engine that runs out of memory, for that engine only).  Inside a part all live
-episodes advance together: at
+(halved by an engine that runs out of memory, for that engine only).  With
+``scheduling="turns"`` all live episodes of a part advance together: at
 utterance ``t`` every live row is agent ``t % 2``'s turn, so one call of
 :func:`synclib.engine.generate` on that agent's model serves them all;
 finished episodes drop out.  Every row samples with its own generator, seeded
@@ -24,7 +24,8 @@ session per episode, seed and agent).  The hidden states of every decoder layer 
 the last prompt token of utterance ``t`` go to round ``t // 2`` of
 ``hidden_a`` (even ``t``) or ``hidden_b`` (odd ``t``).
 
-Optional passes (:class:`Passes`), run per part after the genuine dialogs:
+Optional passes (:class:`Passes`), run per part (the passive reader once its genuine dialogs
+have ended):
 
 * passive (``Passes(passive=True)``): the genuine dialogs of the ``passive_seeds`` are re-read
   with the passive prompt view, model A in agent 1's slot (``hidden_a_passive``) and
@@ -44,20 +45,24 @@ Optional passes (:class:`Passes`), run per part after the genuine dialogs:
   ``tom_format_*`` (an addition) is 1 where the raw reply opened with an
   emotion word and then an action word, as instructed, else 0.
 
-With ``scheduling="continuous"`` (continuous batching) the genuine and the ToM dialogs of a
-part share one stream of decoding rows per model (``max_in_flight`` rows at most, default all;
-ToM read-outs in batches of ``tom_flush``), and the passive reader reads afterwards; every
-row's request, seed and session are the same, so the cube is the same up to float rounding.
+With ``scheduling="continuous"`` (continuous batching) the genuine and the ToM dialogs share
+one stream of decoding rows per model for the whole call (``max_in_flight`` rows at most,
+default the dialogs of one part; ToM read-outs in batches of ``tom_flush``).  The next part
+is in play beside the oldest one, so the places a part's ending dialogs free are taken by the
+next part's; a part is re-read by the passive reader, between steps, once its genuine dialogs
+have ended.  Every row's request, seed and session are the same, so the cube is the same up
+to float rounding.
 
-Crash safety and resume: every finished part is written as one part of the
-cube (:class:`synclib.cube.CubeWriter`); a re-run of the same command skips
-finished parts and re-runs the rest with the same composition (an unfinished run's
-``batch_size`` attribute is its ``units_per_part``), so the resumed cube equals an
-uninterrupted one.
+Crash safety and resume: every part is written, as soon as its units are done, as one part of
+the cube, in a background thread while the loop goes on (:class:`synclib.cube.CubeWriter`,
+:meth:`~synclib.cube.CubeWriter.submit_part`; the parts of a continuous run may end out of
+order); a re-run of the same command skips the parts written and re-runs the rest with the
+same composition (an unfinished run's ``batch_size`` attribute is its ``units_per_part``),
+so the resumed cube equals an uninterrupted one.
 
 The package: :mod:`~synclib.simulate.options` (the settings' groups),
 :mod:`~synclib.simulate.dialog` (a dialog with its status; the scheduler's queues),
-:mod:`~synclib.simulate.runner` (the loops), :mod:`~synclib.simulate.readout` (the ToM reply
+:mod:`~synclib.simulate.runner` (the loops over the parts), :mod:`~synclib.simulate.readout` (the ToM reply
 format), :mod:`~synclib.simulate.play` (:func:`simulate`).
 """
 from synclib.simulate.dialog import Dialog, Scheduler, Status

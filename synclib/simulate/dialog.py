@@ -8,9 +8,11 @@ not read out yet, and its :class:`Status`::
                              |--reply, ends, ToM replies unread--> AWAITING_TOM --read--> FINISHED
                              `--reply, ends-----------------------------------------> FINISHED
 
-A :class:`Scheduler` holds the dialogs of one part in queues by status (as nano-vllm's
-scheduler holds its sequences): :meth:`Scheduler.schedule` takes the waiting dialogs (their
-next utterance is due) and marks them running, :meth:`Scheduler.advance`,
+A :class:`Scheduler` holds the dialogs in play in queues by status (as nano-vllm's scheduler
+holds its sequences): those of one part, or, with continuous scheduling, of the parts in
+play, which join it (:meth:`Scheduler.add`) as the stream has room and leave it
+(:meth:`Scheduler.drop`) with their part.  :meth:`Scheduler.schedule` takes the waiting
+dialogs (their next utterance is due) and marks them running, :meth:`Scheduler.advance`,
 :meth:`Scheduler.await_tom` and :meth:`Scheduler.finish` move a dialog on once its reply is
 recorded, and :meth:`Scheduler.queue_readout` / :meth:`Scheduler.take_readouts` keep the ToM
 replies that wait for their read-out, per engine.  The loops of
@@ -74,34 +76,52 @@ class Dialog:
         """The agent who speaks at ``turn`` (0: agent 1, 1: agent 2)."""
         return self.turn % 2
 
-    def session(self, agent: int) -> tuple:
-        """The engine session of ``agent`` in this dialog: (task index, seed, agent, view)."""
-        return self.unit[0], self.unit[1], agent, self.view
+    def session(self, agent: int, view: str | None = None) -> tuple:
+        """The engine session of ``agent`` in this dialog: (task index, seed, agent, view), in
+        its own view or in ``view`` (the passive reader's re-reading: ``"passive"``)."""
+        return self.unit[0], self.unit[1], agent, view or self.view
 
 
 class Scheduler:
-    """The queues of one part's dialogs: waiting, running, awaiting their ToM read-out, finished.
+    """The queues of the dialogs in play: waiting, running, awaiting their ToM read-out, finished.
 
     Parameters
     ----------
-    dialogs : sequence of Dialog
-        All start WAITING at utterance 0, in this order (the order their requests go out).
+    dialogs : sequence of Dialog, optional
+        The first dialogs (:meth:`add`).
     """
 
-    def __init__(self, dialogs):
-        self.dialogs = list(dialogs)
-        for d in self.dialogs:
-            if d.status is not Status.WAITING:
-                raise ValueError(f"a new dialog must be WAITING, {d.unit} {d.view} is {d.status.name}")
-        self.waiting: deque[Dialog] = deque(self.dialogs)
+    def __init__(self, dialogs=()):
+        self.dialogs: list[Dialog] = []
+        self.waiting: deque[Dialog] = deque()
         self.running: dict[int, Dialog] = {}
         self.awaiting_tom: dict[int, Dialog] = {}
         self.finished: list[Dialog] = []
         self._readouts: dict[Hashable, list] = {}
+        self.add(dialogs)
 
     def __bool__(self) -> bool:
         """Dialogs still to speak or speaking."""
         return bool(self.waiting or self.running)
+
+    def add(self, dialogs) -> None:
+        """New dialogs join the waiting queue; all must be WAITING (at their first utterance),
+        and their requests go out in this order."""
+        dialogs = list(dialogs)
+        for d in dialogs:
+            if d.status is not Status.WAITING:
+                raise ValueError(f"a new dialog must be WAITING, {d.unit} {d.view} is {d.status.name}")
+        self.dialogs += dialogs
+        self.waiting.extend(dialogs)
+
+    def drop(self, dialogs) -> None:
+        """FINISHED dialogs leave the scheduler (their part is done), which then holds none of them."""
+        gone = {id(d) for d in dialogs}
+        for d in dialogs:
+            if d.status is not Status.FINISHED:
+                raise ValueError(f"only a finished dialog can leave, {d.unit} {d.view} is {d.status.name}")
+        self.dialogs = [d for d in self.dialogs if id(d) not in gone]
+        self.finished = [d for d in self.finished if id(d) not in gone]
 
     def schedule(self) -> list[Dialog]:
         """The waiting dialogs, in order, now RUNNING (the caller submits their requests)."""

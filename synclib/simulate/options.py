@@ -140,17 +140,19 @@ class Batching:
     Attributes
     ----------
     units_per_part : int, optional
-        (episode, seed) units played together and written as one crash-safe cube part; a
-        resumed run must keep its own (the cube attribute ``batch_size``).  Default: the
-        unfinished run's value when resuming, else :func:`default_units_per_part`.
+        (episode, seed) units played together and written as one crash-safe cube part (with
+        ``scheduling="continuous"`` the next part's dialogs join as a part's end); a resumed
+        run must keep its own (the cube attribute ``batch_size``).  Default: the unfinished
+        run's value when resuming, else :func:`default_units_per_part`.
     max_rows : int, optional
         Rows per forward pass of each engine's ``generate``, ``read_states`` and candidate
         scoring (``Engine(batch_size=max_rows)``); an engine that runs out of memory halves
         its own copy, nothing else.  Default: ``units_per_part``.
     max_in_flight : int, optional
         With ``scheduling="continuous"``: rows a decoding stream holds at once (its
-        capacity); the others wait in its queue.  Default: every dialog of the part
-        (genuine and ToM).
+        capacity); the others wait in its queue, and a new dialog (of this part or the next)
+        starts only while agent 1's stream holds fewer, queued or decoding.  Default: the
+        dialogs (genuine and ToM) of one part, the largest.
     tom_flush : int, optional
         With ``scheduling="continuous"``: ToM replies a stream collects before their
         read-out runs in one batch.  Default: ``max_rows`` as given or resolved (not an

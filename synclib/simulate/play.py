@@ -1,6 +1,8 @@
-"""The entry point :func:`simulate`: load the pair, lay out the cube, play its parts, write it."""
+"""The entry point :func:`simulate`: load the pair, lay out the cube, play its parts, write them (in the
+background) and finish it."""
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 
@@ -64,27 +66,31 @@ def _add_engine_stats(engine_stats: dict, engines) -> None:
 
 def _play(runner: _Runner, writer: CubeWriter, units: list, units_per_part: int, progress: bool,
           engine_stats: dict | None) -> Path:
-    """Play the parts of ``units`` the cube does not hold yet, each written when it ends; the
-    finished cube."""
+    """Play the parts of ``units`` the cube does not hold yet (:meth:`_Runner.play`), each
+    written in the background as soon as it ends; the finished cube.
+
+    The loop waits for the writer only while a part is still being written when the next
+    one ends, and for the last part and the finalisation (``seconds_cube``).  If the loop
+    fails, the part being written is still written whole before its error goes on.
+    """
     parts = [units[i:i + units_per_part] for i in range(0, len(units), units_per_part)]
     todo = [(b, part) for b, part in enumerate(parts)
             if not (writer.has_part(b) and all(u in writer.done for u in part))]
     planned = sum(runner.planned(u) for u in units)
     runner.progress = _Progress(planned, planned - sum(runner.planned(u) for _, p in todo for u in p),
                                 f"simulate {writer.path.name}", progress)
-    eng = runner.engines[0]
     try:
-        for b, part in todo:
-            values = runner.run_batch(part)
-            with eng.timed("cube"):
-                writer.write_part(b, values)
-        with eng.timed("cube"):
-            path = writer.finalize()
+        runner.play(todo, writer)
+        with runner.engines[0].timed("cube"):
+            return writer.finalize()
+    except BaseException:
+        with contextlib.suppress(Exception):
+            writer.wait()  # the part being written ends whole; the loop's own error goes on
+        raise
     finally:
         runner.progress.close()
         if engine_stats is not None:
             _add_engine_stats(engine_stats, runner.engines)
-    return path
 
 
 def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16, sampling: Sampling = Sampling(),
@@ -114,10 +120,12 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16, s
         ``units_per_part`` (one crash-safe cube part; default
         :func:`~synclib.simulate.options.default_units_per_part`, or the unfinished run's value
         when resuming), ``max_rows`` (rows per forward, default ``units_per_part``),
-        ``max_in_flight``, ``tom_flush``, ``scheduling`` (``"turns"``: utterance by utterance,
-        each waiting for the part's longest reply; ``"continuous"``: each dialog's next
-        utterance joins the running batch as soon as its reply ends; the same requests, seeds
-        and sessions, so texts and states agree up to float rounding) and ``cache_gib`` (the
+        ``max_in_flight``, ``tom_flush``, ``scheduling`` (``"turns"``: part by part, utterance
+        by utterance, each waiting for the part's longest reply; ``"continuous"``: each
+        dialog's next utterance joins the running batch as soon as its reply ends, one stream
+        per model for all the parts, the next part's dialogs taking the places of a part's
+        ending ones; the same requests, seeds and sessions, so texts and states agree up to
+        float rounding) and ``cache_gib`` (the
         session caches of both models; sessions that do not fit are recomputed:
         ``engine_stats["recomputed_tokens"]``; on CUDA ``"auto"`` leaves each engine its own
         share of the device memory) (:class:`~synclib.simulate.options.Batching`).
@@ -127,12 +135,17 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16, s
         generated and read, on terminals), ``engine_stats`` (a dict filled with this call's
         engine counters, both models summed: ``prefill_tokens``, ``reused_tokens``, ...;
         ``cache_peak_bytes``; wall seconds ``seconds_decode``/``_join``/``_generate``/
-        ``_passive``/``_tom``/``_cube``), ``sync_timing``
+        ``_passive``/``_tom``/``_cube``, the last the loop's time lost to the cube: its waits
+        for the part being written and the finalisation), ``sync_timing``
         (:class:`~synclib.simulate.options.RunOptions`).
 
     Returns
     -------
     Path of the finished cube.
+
+    Each part of the cube is written in a background thread as soon as its units are done
+    (:meth:`synclib.cube.CubeWriter.submit_part`), in whatever order the parts end; a re-run
+    after a crash plays only the parts not written.
     """
     out = Path(out)
     seeds = [int(s) for s in seeds]

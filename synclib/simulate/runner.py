@@ -1,22 +1,28 @@
-"""The loops that play a part's dialogs: :class:`_Runner` and its progress bar.
+"""The loops that play the parts of a run: :class:`_Runner` and its progress bar.
 
 A part's units become :class:`~synclib.simulate.dialog.Dialog` objects (one per unit and
 view) held by a :class:`~synclib.simulate.dialog.Scheduler`.  Both loops repeat one step:
 schedule (the waiting dialogs' next requests go out), run (``scheduling="turns"``: one
 :meth:`~synclib.engine.Engine.generate` call for every dialog at that utterance;
 ``"continuous"``: one step of each model's :class:`~synclib.engine.DecodeStream`),
-postprocess (record the reply, advance the dialog or finish it).
+postprocess (record the reply, advance the dialog or finish it).  ``"turns"`` plays the parts
+one after the other; ``"continuous"`` keeps one stream per model for all of them, and the next
+part's dialogs take the places the ending ones free.  Each part goes to the cube's writer as
+soon as all its units are done (:meth:`synclib.cube.CubeWriter.submit_part`: written in a
+background thread while the loop goes on).
 """
 from __future__ import annotations
 
 import sys
 import time
+from collections import deque
+from dataclasses import dataclass
 from typing import Sequence
 
-from synclib.cube import CubeSpec, Unit, var_name
+from synclib.cube import CubeSpec, CubeWriter, Unit, var_name
 from synclib.engine import Engine, Request, row_seed
 from synclib.memory import release_free_memory
-from synclib.simulate.dialog import Dialog, Scheduler
+from synclib.simulate.dialog import Dialog, Scheduler, Status
 from synclib.simulate.options import Batching, Sampling
 from synclib.simulate.readout import _tom_readout
 from synclib.tasks.prompts import is_leave, postprocess_reply, render_prompt, trim_to_sentence
@@ -83,8 +89,25 @@ class _Progress:
             self.bar.close()
 
 
+@dataclass(eq=False)
+class _Part:
+    """A cube part in play: its id, its units' cube cells, its dialogs (genuine, then ToM) and
+    whether the passive reader has still to read it."""
+
+    id: int
+    values: list
+    dialogs: list
+    passive_due: bool
+
+    @property
+    def active(self) -> list[Dialog]:
+        """The genuine dialogs."""
+        return [d for d in self.dialogs if d.view == "active"]
+
+
 class _Runner:
-    """Plays parts of units for one :func:`~synclib.simulate.simulate` call.
+    """Plays the parts of one :func:`~synclib.simulate.simulate` call and hands each to the
+    cube's writer as it ends (:meth:`play`).
 
     Parameters
     ----------
@@ -127,31 +150,50 @@ class _Runner:
         self.tom_tasks = tom_tasks
         self.progress = _Progress(0, 0, "", show=False)
 
-    # -- one part ----------------------------------------------------------------------
+    # -- the parts ---------------------------------------------------------------------
     def plays_tom(self, unit) -> bool:
         """Whether ``unit`` (episode, seed) gets a ToM dialog."""
         return self.spec.tom and (self.tom_tasks is None or unit[0] in self.tom_tasks)
 
+    def play(self, parts: Sequence[tuple[int, Sequence]], writer: CubeWriter) -> None:
+        """Play ``parts`` ((part id, units) pairs) and hand each to ``writer`` as soon as all its
+        units are done (:meth:`CubeWriter.submit_part`): ``scheduling="turns"`` part after part
+        (:meth:`run_batch`), ``"continuous"`` all in one stream per model (:meth:`_dialog_stream`)."""
+        if self.batching.scheduling == "continuous":
+            self._dialog_stream(parts, writer)
+            return
+        for b, units in parts:
+            self._write(writer, b, self.run_batch(units))
+
     def run_batch(self, units: Sequence[tuple[int, int]]) -> list[Unit]:
-        """Genuine dialogs (+ passive, + ToM) for whole units; returns filled Units."""
-        out = [Unit.empty(self.spec, e, s) for e, s in units]
-        active = [Dialog(u, v, "active") for u, v in zip(units, out)]
-        tom = [Dialog(u, v, "tom") for u, v in zip(units, out) if self.plays_tom(u)]
-        continuous = self.batching.scheduling == "continuous"
+        """One part turn by turn (the ``"turns"`` loop, whatever ``batching.scheduling``): the
+        genuine dialogs, the passive reader, the ToM dialogs; the filled Units."""
+        part = self._part(0, units)
+        tom = [d for d in part.dialogs if d.view == "tom"]
         try:
-            if continuous:  # both views' dialogs in one stream, then the reader
-                self._dialog_stream(active + tom)
-            else:
-                self._dialog_turns(active)
+            self._dialog_turns(part.active)
             if self.spec.passive:
-                self._passive(active)
-            if tom and not continuous:
+                self._passive(part.active)
+            if tom:
                 self._dialog_turns(tom)
         finally:
             for eng in self.engines:
                 eng.clear()
             release_free_memory()  # the part's sessions, freed: their pages go back
-        return out
+        return part.values
+
+    def _part(self, part_id: int, units: Sequence[tuple[int, int]]) -> _Part:
+        """Part ``part_id`` of ``units``: empty cube cells, a genuine dialog per unit, then the ToM ones."""
+        values = [Unit.empty(self.spec, e, s) for e, s in units]
+        dialogs = [Dialog(u, v, "active") for u, v in zip(units, values)]
+        dialogs += [Dialog(u, v, "tom") for u, v in zip(units, values) if self.plays_tom(u)]
+        return _Part(part_id, values, dialogs, passive_due=self.spec.passive)
+
+    def _write(self, writer: CubeWriter, part_id: int, values: list[Unit]) -> None:
+        """Hand a finished part to ``writer``: the loop waits only while the previous part is
+        still being written (``seconds_cube``)."""
+        with self.engines[0].timed("cube"):
+            writer.submit_part(part_id, values)
 
     def planned(self, unit) -> int:
         """Utterances planned for ``unit`` (episode, seed): its genuine dialog, the passive
@@ -250,26 +292,39 @@ class _Runner:
         for eng in self.engines:  # this view's sessions are done: free the budget for the next
             eng.clear()
 
-    def _dialog_stream(self, dialogs: list[Dialog]) -> None:
-        """Continuous batching (:class:`synclib.engine.DecodeStream`): each dialog's next
-        utterance is submitted as soon as its reply ends, to the stream of the model that
-        speaks next, so no dialog waits for another's longer reply, and the dialogs of every
-        view (genuine and ToM) share the stream (at most ``batching.max_in_flight`` rows
-        decoding, default all).  With two models the two streams take turns stepping.  Every
+    def _dialog_stream(self, parts: Sequence[tuple[int, Sequence]], writer: CubeWriter) -> None:
+        """Continuous batching (:class:`synclib.engine.DecodeStream`) over all ``parts``.
+
+        One stream per model for the whole call.  Each dialog's next utterance is submitted as
+        soon as its reply ends, to the stream of the model that speaks next, so no dialog waits
+        for another's longer reply; the dialogs of every view (genuine and ToM) share the
+        streams, and a new dialog starts (its first utterance: agent 1's model) while that
+        stream holds fewer than ``batching.max_in_flight`` rows, queued or decoding (default:
+        the dialogs of the largest part).  The next part is in play beside the oldest one
+        (look ahead one part: at most two parts' cells are held, the one being written
+        included), so the places that a part's ending dialogs free are taken by the next
+        part's.  With two models the two streams take turns stepping.  ToM read-outs wait
+        until a stream has ``tom_flush`` replies to read, or a part's dialogs have all ended,
+        and are read in one batch (:func:`_tom_readout`).  Between steps a part whose genuine
+        dialogs have all ended is read by the passive reader, and a part whose units are all
+        done goes to ``writer`` (:meth:`_write`), in whatever order the parts end.  Every
         utterance's request, seed and session are the turn-by-turn loop's, so the dialogs are
-        the same up to float rounding.  ToM read-outs wait until a stream has ``tom_flush``
-        replies to read (or the dialogs end) and are read in one batch (:func:`_tom_readout`).
+        the same up to float rounding; a dialog's sessions are dropped when it ends
+        (:meth:`_finish`), the passive reader's when it has read a part.
         """
+        if not parts:
+            return
         engines = list({id(e): e for e in self.engines}.values())
-        capacity = self.batching.max_in_flight or len(dialogs)
-        streams = {id(e): e.stream(capacity=capacity, **self._engine_args(self.engines.index(e)))
-                   for e in engines}
-        sched = Scheduler(dialogs)
-        while sched:
+        capacity = self.batching.max_in_flight or max(sum(1 + self.plays_tom(u) for u in us) for _, us in parts)
+        streams = {id(e): e.stream(capacity=capacity, **self._engine_args(self.engines.index(e))) for e in engines}
+        todo, in_play, fresh, sched = deque(parts), [], deque(), Scheduler()
+        while todo or in_play:
+            while todo and len(in_play) + int(writer.writing) < 2:
+                part = self._part(*todo.popleft())
+                in_play.append(part)
+                fresh.extend(part.dialogs)
             for eng in engines:
-                for d in sched.schedule():
-                    d.request = self._request(d)
-                    streams[id(self.engines[d.agent])].submit(d, d.request)
+                self._submit(sched, streams, fresh, capacity)
                 st = streams[id(eng)]
                 if not len(st):
                     continue
@@ -278,13 +333,42 @@ class _Runner:
                         sched.queue_readout(id(eng), d, res)
                     self._postprocess(sched, d, res)
                 self._read_tom(sched, eng)
-        for eng in engines:
-            self._read_tom(sched, eng, final=True)
-            eng.clear()  # the views' sessions are done: free the budget for the passive reader
+            for part in [p for p in in_play if self._settle(sched, p)]:
+                in_play.remove(part)
+                sched.drop(part.dialogs)
+                self._write(writer, part.id, part.values)
+                release_free_memory()  # the part's sessions, freed: their pages go back
+
+    def _submit(self, sched: Scheduler, streams: dict, fresh: deque, capacity: int) -> None:
+        """Submit the waiting dialogs' next requests, each to the stream of the model that
+        speaks; start ``fresh`` dialogs while agent 1's stream holds fewer than ``capacity`` rows."""
+        first = streams[id(self.engines[0])]
+        while True:
+            for d in sched.schedule():
+                d.request = self._request(d)
+                streams[id(self.engines[d.agent])].submit(d, d.request)
+            room = min(len(fresh), capacity - len(first))
+            if room <= 0:
+                return
+            sched.add([fresh.popleft() for _ in range(room)])
+
+    def _settle(self, sched: Scheduler, part: _Part) -> bool:
+        """Between stream steps: the passive reader reads ``part`` once its genuine dialogs have
+        all ended, and its ToM replies are read out once all its dialogs have; True when every
+        unit of it is done."""
+        if part.passive_due and all(d.status is Status.FINISHED for d in part.active):
+            self._passive(part.active)
+            part.passive_due = False
+        if any(d.status in (Status.WAITING, Status.RUNNING) for d in part.dialogs):
+            return False
+        if any(d.status is Status.AWAITING_TOM for d in part.dialogs):
+            for eng in self.engines:
+                self._read_tom(sched, eng, final=True)
+        return True
 
     def _read_tom(self, sched: Scheduler, eng, final: bool = False) -> None:
         """Read out the ToM replies ``eng``'s stream has collected once there are ``tom_flush``
-        of them (or at the end); finish the dialogs whose replies are all read."""
+        of them (with ``final``: at once); finish the dialogs whose replies are all read."""
         n = sched.readouts(id(eng))
         if not n or not (final or n >= self.tom_flush):
             return
@@ -317,9 +401,9 @@ class _Runner:
                 prompts = [lm.chat_prompt(render_prompt(self.tasks[d.unit[0]], agent, d.history[:t], "passive",
                                                         persona=self.readers.get(d.unit))) for d in rows]
                 with eng.timed("passive"):
-                    states = eng.read_states(prompts, sessions=[(d.unit[0], d.unit[1], agent, "passive")
-                                                                for d in rows])
+                    states = eng.read_states(prompts, sessions=[d.session(agent, "passive") for d in rows])
                 for j, d in enumerate(rows):
                     d.value.values[var_name("hidden", side, "passive")][t // 2] = states[j]
                 self.progress.advance(len(rows))
-            eng.clear()
+            for d in read:  # only the reader's sessions: other dialogs may be in flight
+                eng.forget(d.session(agent, "passive"))
