@@ -738,3 +738,45 @@ def test_session_stores_copy_a_slice_of_the_batch(lm):
         assert k.untyped_storage().nbytes() == k.numel() * k.element_size()
         torch.testing.assert_close(k, k0, atol=TOL, rtol=0)
         torch.testing.assert_close(v, v0, atol=TOL, rtol=0)
+
+
+@pytest.mark.parametrize("decode", ["dynamic", "static"])
+def test_stream_reads_ride_with_the_joins_and_equal_read_states(lm, decode):
+    """Prefill-only rows queued with :meth:`DecodeStream.read` are prefilled in the forward of
+    the rows that join next (no forward of their own), their sessions stored as read_states
+    stores them; their states are read_states', and the generation rows still generate what
+    generate does."""
+    prompts = [dialog(lm, n, filler=1) for n in range(4)]
+    reads = [dialog(lm, n + 2, filler=3) for n in range(3)]
+    reqs = [Request(p, seed=row_seed(0, i, 0), session=f"g{i}") for i, p in enumerate(prompts)]
+    want = Engine(lm, batch_size=4).generate(reqs, max_new_tokens=5, temperature=0.7)
+    ref = Engine(lm)
+    want_states = ref.read_states(reads, sessions=[f"r{i}" for i in range(3)])
+    eng = Engine(lm, batch_size=8)
+    stream = eng.stream(max_new_tokens=5, temperature=0.7, capacity=4, join_min=1, decode=decode)
+    for i in range(2):
+        stream.submit(i, reqs[i])
+    stream.read("r0", reads[0], "r0")
+    stream.step()  # the first join: two rows and a read, one forward
+    assert eng.stats["forward_calls"] == 2 and stream.stats["reads"] == 1 and stream.reads_waiting == 0
+    got_reads = dict(stream.take_reads())
+    assert list(got_reads) == ["r0"] and stream.take_reads() == []
+    for i in (2, 3):
+        stream.submit(i, reqs[i])
+    stream.read("r1", reads[1], "r1")
+    stream.read("r2", reads[2], "r2")
+    got = dict(stream.step())
+    got_reads.update(stream.take_reads())
+    got.update(stream.run())
+    assert stream.stats["joins"] == 2 and eng.stats["stream_reads"] == 3
+    for i, w in enumerate(want):
+        assert got[i].token_ids == w.token_ids
+        np.testing.assert_allclose(got[i].states, w.states, atol=TOL, rtol=0)
+    for i in range(3):
+        np.testing.assert_allclose(got_reads[f"r{i}"], want_states[i], atol=TOL, rtol=0)
+        assert eng.sessions._sessions[f"r{i}"].ids == lm.encode(reads[i])
+    # reads with no row decoding are prefilled at the next step, alone
+    stream.read("alone", reads[0] + " more", "r0")
+    assert stream.reads_waiting == 1 and not len(stream)
+    assert stream.run() == [] and [t for t, _ in stream.take_reads()] == ["alone"]
+    assert eng.stats["reused_tokens"] > 0

@@ -25,8 +25,10 @@ from typing import Sequence
 
 import numpy as np
 
+from synclib.engine.forward import index_tensor
+
 __all__ = ["Prefill", "Layout", "layout", "gather_prefixes", "last_token_states", "prefill_groups",
-           "merge_prefills"]
+           "merge_prefills", "select_rows"]
 
 
 @dataclass
@@ -178,3 +180,18 @@ def merge_prefills(parts: list[Prefill], groups: list[list[int]]) -> Prefill:
             reused[i] = r
     return Prefill(logits=logits, states=states, cache=DynamicCache(ddp_cache_data=merged), mask=mask,
                    next_pos=next_pos, reused=reused)
+
+
+def select_rows(pre: Prefill, rows: list[int]) -> Prefill:
+    """The prefill of rows ``rows`` of ``pre`` (its cache selected in place), without the
+    leading columns that only other rows used: a batch stays left padded without holes."""
+    idx = index_tensor(rows, pre.mask.device)
+    pre.cache.batch_select_indices(idx)
+    mask = pre.mask[idx]
+    first = int(mask.any(0).nonzero()[0])
+    if first:
+        for layer in pre.cache.layers:
+            layer.keys, layer.values = layer.keys[:, :, first:], layer.values[:, :, first:]
+        mask = mask[:, first:]
+    return Prefill(logits=pre.logits[idx], states=pre.states[rows], cache=pre.cache, mask=mask,
+                   next_pos=pre.next_pos[idx], reused=[pre.reused[i] for i in rows])

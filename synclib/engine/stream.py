@@ -18,6 +18,7 @@ from synclib.engine.dynamic import DynamicRows
 from synclib.engine.fixed import FixedSlots
 from synclib.engine.forward import index_tensor, is_oom
 from synclib.engine.masks import full_attention_only
+from synclib.engine.prefill import select_rows
 from synclib.engine.requests import Request, Result, make_result, uniforms
 from synclib.engine.sampling import row_ends, sample
 
@@ -41,7 +42,9 @@ class DecodeStream:
     """Continuous batching: generation rows that join and leave a decoding batch at any step.
 
     A caller that turns a finished reply into the next request (a dialog's next turn) submits
-    it at once, so the batch stays full.  What a row generates does not depend on the batch:
+    it at once, so the batch stays full.  A caller may also queue prefill-only rows
+    (:meth:`read`: the passive reader's states), which are prefilled in the same forward as
+    the next rows that join, instead of in forwards of their own between the steps.  What a row generates does not depend on the batch:
     it samples with its own seeded uniforms, one per token of its own reply, exactly as in
     :meth:`Engine.generate`; its logits and states equal a solo run's up to float rounding.
 
@@ -69,8 +72,8 @@ class DecodeStream:
         to float rounding.
 
     The host reads each step's tokens and end flags in one read.  Counters go to
-    ``engine.stats`` (``decode_steps``, ``generated_tokens``, ``stream_joins``, ``host_reads``)
-    as well as :attr:`stats`; wall times to ``engine.seconds`` (``join``: admitting rows,
+    ``engine.stats`` (``decode_steps``, ``generated_tokens``, ``stream_joins``, ``host_reads``,
+    ``stream_reads``: rows read with a join) as well as :attr:`stats`; wall times to ``engine.seconds`` (``join``: admitting rows,
     their prefill included; ``decode``: the decoding steps).
     """
 
@@ -93,6 +96,8 @@ class DecodeStream:
         self.decode = decode
         self.stats: Counter = Counter()
         self._queue: list = []          # (tag, Request)
+        self._reads: list = []          # (tag, prompt, session): prefill-only rows, see read
+        self._read: list = []           # (tag, states) read, for take_reads
         self._rows: list[_StreamRow] = []
         self._batch = DynamicRows(engine, self.stats) if decode == "dynamic" else \
             FixedSlots(engine, self.capacity, self.max_new_tokens - 1, graph=decode == "graph",
@@ -108,47 +113,77 @@ class DecodeStream:
         """Queue a row; :meth:`step` returns its :class:`Result` with ``tag`` when it ends."""
         self._queue.append((tag, request))
 
+    def read(self, tag: Hashable, prompt, session: Hashable = None) -> None:
+        """Queue a prefill-only row: its states at the last prompt token, as
+        :meth:`Engine.read_states` gives them (with ``session``'s keys/values reused, and the
+        prompt stored there).  It is prefilled in the forward of the next rows that join; when
+        none join, once :attr:`Engine.batch_size` reads wait or no row is decoding.
+        :meth:`take_reads` returns it."""
+        self._reads.append((tag, prompt, session))
+
+    def take_reads(self) -> list[tuple[Hashable, np.ndarray]]:
+        """The rows read since the last call: ``(tag, states (n_layers, d_model) float32)``."""
+        out, self._read = self._read, []
+        return out
+
+    @property
+    def reads_waiting(self) -> int:
+        """Reads queued (:meth:`read`), not prefilled yet."""
+        return len(self._reads)
+
     def __len__(self) -> int:
         """Rows queued or decoding."""
         return len(self._queue) + len(self._rows)
 
     def _admit(self) -> None:
-        """Prefill queued rows and add them to the batch (see ``join_min``)."""
+        """Prefill queued rows and add them to the batch (see ``join_min``), with the waiting reads."""
         room = self.capacity - len(self._rows)
-        if not self._queue or room <= 0 or (self._rows and len(self._queue) < min(self.join_min, room)):
-            return
-        with self.engine.timed("join"):
-            self._join(room)
+        joins = bool(self._queue) and room > 0 and not (self._rows and len(self._queue) < min(self.join_min, room))
+        reads = bool(self._reads) and (joins or not self._rows or len(self._reads) >= self.engine.batch_size)
+        if joins or reads:
+            with self.engine.timed("join"):
+                self._join(room if joins else 0)
 
     def _join(self, room: int) -> None:
-        """Admit up to ``room`` queued rows in one prefill.  Out of memory (in the prefill, or
-        when fixed slots grow), the session caches are dropped and the join retried (they
-        only save work), then with half the rows, as :meth:`Engine._batched` does; the rows
-        not admitted stay queued.  (A dynamic batch that runs out of memory while merging the
-        new rows in is half rebuilt: that error is raised.)"""
+        """Admit up to ``room`` queued rows and up to :attr:`Engine.batch_size` waiting reads in
+        one prefill.  Out of memory (in the prefill, or when fixed slots grow), the session
+        caches are dropped and the join retried (they only save work), then with half the
+        rows, as :meth:`Engine._batched` does; the rows not admitted stay queued.  (A dynamic
+        batch that runs out of memory while merging the new rows in is half rebuilt: that
+        error is raised.)"""
         import torch
 
         eng = self.engine
+        n_reads = min(len(self._reads), max(1, eng.batch_size))
         while True:
-            take = self._queue[:room]
+            take, reads = self._queue[:room], self._reads[:n_reads]
             handed_over = eng.sessions.handed_over
             try:
-                ids = [eng._ids(r.prompt) for _, r in take]
-                pre = eng._prefill([(x, r.session) for x, (_, r) in zip(ids, take)])
+                ids = [eng._ids(r.prompt) for _, r in take] + [eng._ids(prompt) for _, prompt, _ in reads]
+                sessions = [r.session for _, r in take] + [session for _, _, session in reads]
+                pre = eng._prefill(list(zip(ids, sessions)))
                 states, reused = pre.states, pre.reused
+                if reads:
+                    pre = select_rows(pre, list(range(len(take)))) if take else None
                 # FixedSlots.add is all or nothing, so it is retried; a dynamic batch's merge is not
-                pos = self._batch.add(pre) if isinstance(self._batch, FixedSlots) else None
+                pos = self._batch.add(pre) if take and isinstance(self._batch, FixedSlots) else None
                 break
             except Exception as exc:  # noqa: BLE001 - only OOM is handled
                 if not is_oom(exc):
                     raise
-                room = self._recover(room, len(take), handed_over)
+                if self._recover(len(take) + len(reads), handed_over):  # fewer rows: the reads first
+                    n_reads, room = (len(reads) // 2, room) if reads else (0, len(take) // 2)
                 del exc
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
+        self._queue, self._reads = self._queue[len(take):], self._reads[len(reads):]
+        self._read += [(tag, states[len(take) + i]) for i, (tag, _, _) in enumerate(reads)]
+        self.stats["reads"] += len(reads)
+        eng.stats["stream_reads"] += len(reads)
+        if not take:
+            return
         if pos is None:
             pos = self._batch.add(pre)
-        self._queue = self._queue[len(take):]
         U = uniforms([r.seed for _, r in take], self.max_new_tokens)
         self._rows += [_StreamRow(tag, r, x, states[i], reused[i], pos[i])
                        for i, ((tag, r), x) in enumerate(zip(take, ids))]
@@ -158,18 +193,19 @@ class DecodeStream:
         self.stats["joins"] += 1
         eng.stats["stream_joins"] += 1
 
-    def _recover(self, room: int, took: int, handed_over: int) -> int:
-        """After a join ran out of memory: drop the session caches if any (or any the failed
-        prefill had taken over), else halve the rows; the room for the next try."""
+    def _recover(self, took: int, handed_over: int) -> bool:
+        """After a join of ``took`` rows ran out of memory: drop the session caches if any (or
+        any the failed prefill had taken over, counted from ``handed_over``) and return False
+        (retry as it was), else True (retry with fewer rows)."""
         eng = self.engine
         eng.stats["oom_retries"] += 1
         if len(eng.sessions) or eng.sessions.handed_over > handed_over:
             eng.stats["oom_cache_drops"] += 1
             eng.clear()
-            return room
+            return False
         if took == 1:
             raise  # the error being handled: one row does not fit
-        return max(1, took // 2)
+        return True
 
     def step(self) -> list[tuple[Hashable, Result]]:
         """Admit queued rows, then sample one token for every row and advance the rows that
@@ -230,8 +266,9 @@ class DecodeStream:
         return tok[idx]
 
     def run(self) -> list[tuple[Hashable, Result]]:
-        """Step until every queued and decoding row has ended; all their results."""
+        """Step until every queued and decoding row has ended and every read is made; the
+        generation rows' results (the reads': :meth:`take_reads`)."""
         out = []
-        while len(self):
+        while len(self) or self._reads:
             out += self.step()
         return out

@@ -125,10 +125,12 @@ def _gpu_scheduling_lines(c, p=None) -> list[str]:
 
 
 #: the parts of the dialog loop's wall time (Engine.seconds), in the order the table lists them
-_LOOP_PARTS = (("join", "joins: prefill of the rows joining the stream, their copy into its slots"),
+_LOOP_PARTS = (("join", "joins: prefill of the rows joining the stream (and of the passive reader's prompts where "
+                         "the loop reads them there), their copy into its slots"),
                ("decode", "decoding steps (CUDA-graph replays, sampling, one host read each)"),
-               ("cube", "writing the cube (parts, then the compressed file)"),
-               ("passive", "passive reader (prefill only)"), ("tom", "ToM read-outs"),
+               ("cube", "the cube: the loop's time writing its parts (or waiting for the background writer), "
+                        "then the compressed file"),
+               ("passive", "passive reader (prefill only, between the steps)"), ("tom", "ToM read-outs"),
                ("other", "host work between the timed parts"))
 
 

@@ -59,6 +59,8 @@ class Dialog:
         The request of ``turn`` in flight.
     unread : int
         Its ToM replies whose read-out is pending.
+    reads : int
+        Its passive reads in flight (the continuous loop reads them with its requests).
     status : Status
     """
 
@@ -69,6 +71,7 @@ class Dialog:
     turn: int = 0
     request: object = None
     unread: int = 0
+    reads: int = 0
     status: Status = Status.WAITING
 
     @property

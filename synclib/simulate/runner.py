@@ -91,13 +91,11 @@ class _Progress:
 
 @dataclass(eq=False)
 class _Part:
-    """A cube part in play: its id, its units' cube cells, its dialogs (genuine, then ToM) and
-    whether the passive reader has still to read it."""
+    """A cube part in play: its id, its units' cube cells and its dialogs (genuine, then ToM)."""
 
     id: int
     values: list
     dialogs: list
-    passive_due: bool
 
     @property
     def active(self) -> list[Dialog]:
@@ -187,7 +185,7 @@ class _Runner:
         values = [Unit.empty(self.spec, e, s) for e, s in units]
         dialogs = [Dialog(u, v, "active") for u, v in zip(units, values)]
         dialogs += [Dialog(u, v, "tom") for u, v in zip(units, values) if self.plays_tom(u)]
-        return _Part(part_id, values, dialogs, passive_due=self.spec.passive)
+        return _Part(part_id, values, dialogs)
 
     def _write(self, writer: CubeWriter, part_id: int, values: list[Unit]) -> None:
         """Hand a finished part to ``writer``: the loop waits only while the previous part is
@@ -198,7 +196,7 @@ class _Runner:
     def planned(self, unit) -> int:
         """Utterances planned for ``unit`` (episode, seed): its genuine dialog, the passive
         reader's reads and its ToM dialog, each to ``max_utterances``."""
-        views = 1 + int(self.spec.passive and unit[1] in self.spec.read_passive_seeds())
+        views = 1 + int(self.reads_passive(unit))
         views += int(self.plays_tom(unit))
         return views * self.max_utterances
 
@@ -235,7 +233,7 @@ class _Runner:
         d.history.append(reply)
         self.progress.advance(1)
         if is_leave(reply, self.tasks[d.unit[0]], t) or t + 1 >= self.max_utterances:
-            reads = 1 + int(d.view == "active" and self.spec.passive and d.unit[1] in self.spec.read_passive_seeds())
+            reads = 1 + int(d.view == "active" and self.reads_passive(d.unit))
             self.progress.drop(reads * (self.max_utterances - t - 1))
             return False
         return True
@@ -305,12 +303,13 @@ class _Runner:
         included), so the places that a part's ending dialogs free are taken by the next
         part's.  With two models the two streams take turns stepping.  ToM read-outs wait
         until a stream has ``tom_flush`` replies to read, or a part's dialogs have all ended,
-        and are read in one batch (:func:`_tom_readout`).  Between steps a part whose genuine
-        dialogs have all ended is read by the passive reader, and a part whose units are all
+        and are read in one batch (:func:`_tom_readout`).  The passive reader's prompt of each
+        genuine utterance goes to the same stream as the utterance's request and is read in
+        the same prefill (:meth:`DecodeStream.read`).  Between steps a part whose units are all
         done goes to ``writer`` (:meth:`_write`), in whatever order the parts end.  Every
         utterance's request, seed and session are the turn-by-turn loop's, so the dialogs are
         the same up to float rounding; a dialog's sessions are dropped when it ends
-        (:meth:`_finish`), the passive reader's when it has read a part.
+        (:meth:`_finish`), the passive reader's when its part is done.
         """
         if not parts:
             return
@@ -326,12 +325,14 @@ class _Runner:
             for eng in engines:
                 self._submit(sched, streams, fresh, capacity)
                 st = streams[id(eng)]
-                if not len(st):
+                if not (len(st) or st.reads_waiting):
                     continue
                 for d, res in st.step():
                     if d.view == "tom":
                         sched.queue_readout(id(eng), d, res)
                     self._postprocess(sched, d, res)
+                for (d, t), states in st.take_reads():
+                    self._record_passive(d, t, states)
                 self._read_tom(sched, eng)
             for part in [p for p in in_play if self._settle(sched, p)]:
                 in_play.remove(part)
@@ -346,24 +347,31 @@ class _Runner:
         while True:
             for d in sched.schedule():
                 d.request = self._request(d)
-                streams[id(self.engines[d.agent])].submit(d, d.request)
+                st = streams[id(self.engines[d.agent])]
+                st.submit(d, d.request)
+                if d.view == "active" and self.reads_passive(d.unit):  # the reader's turn, in the same join
+                    if d.turn == 0:
+                        self._mark_reader(d)
+                    st.read((d, d.turn), self._passive_prompt(d, d.agent, d.turn), d.session(d.agent, "passive"))
+                    d.reads += 1
             room = min(len(fresh), capacity - len(first))
             if room <= 0:
                 return
             sched.add([fresh.popleft() for _ in range(room)])
 
     def _settle(self, sched: Scheduler, part: _Part) -> bool:
-        """Between stream steps: the passive reader reads ``part`` once its genuine dialogs have
-        all ended, and its ToM replies are read out once all its dialogs have; True when every
-        unit of it is done."""
-        if part.passive_due and all(d.status is Status.FINISHED for d in part.active):
-            self._passive(part.active)
-            part.passive_due = False
-        if any(d.status in (Status.WAITING, Status.RUNNING) for d in part.dialogs):
+        """Between stream steps: whether every unit of ``part`` is done (its dialogs ended, its
+        passive reads made, its ToM replies read out: at once, when only they are left); the
+        reader's sessions of a done part are dropped."""
+        if any(d.status in (Status.WAITING, Status.RUNNING) or d.reads for d in part.dialogs):
             return False
         if any(d.status is Status.AWAITING_TOM for d in part.dialogs):
             for eng in self.engines:
                 self._read_tom(sched, eng, final=True)
+        for d in part.active:  # the reader's sessions: read to the end
+            if self.reads_passive(d.unit):
+                for agent in (0, 1):
+                    self.engines[agent].forget(d.session(agent, "passive"))
         return True
 
     def _read_tom(self, sched: Scheduler, eng, final: bool = False) -> None:
@@ -380,30 +388,53 @@ class _Runner:
         for d in sched.read_out():
             self._finish(sched, d)
 
+    def reads_passive(self, unit) -> bool:
+        """Whether the passive reader reads ``unit`` (episode, seed): its seed is among the
+        spec's ``passive_seeds``."""
+        return self.spec.passive and unit[1] in self.spec.read_passive_seeds()
+
+    def _mark_reader(self, d: Dialog) -> None:
+        """Record in ``passive_reader`` the persona the reader of ``d`` is told it is
+        (:func:`passive_persona` of (task, seed); empty when it is told it is the agent it replaces)."""
+        persona = self.readers.get(d.unit)
+        d.value.values[var_name("reader", view="passive")][...] = persona.pk if persona is not None else ""
+
+    def _passive_prompt(self, d: Dialog, agent: int, t: int) -> str:
+        """The passive reader's prompt for utterance ``t`` of ``d`` in ``agent``'s place: the
+        dialog before it, in the passive view."""
+        return self.lms[agent].chat_prompt(render_prompt(self.tasks[d.unit[0]], agent, d.history[:t], "passive",
+                                                         persona=self.readers.get(d.unit)))
+
+    def _record_passive(self, d: Dialog, t: int, states) -> None:
+        """Store the reader's states of utterance ``t`` of ``d``."""
+        d.value.values[var_name("hidden", "ab"[t % 2], "passive")][t // 2] = states
+        d.reads -= 1
+        self.progress.advance(1)
+
     def _passive(self, dialogs: list[Dialog]) -> None:
-        """Re-read the genuine ``dialogs`` with the passive view (prefill only).
+        """Re-read the genuine ``dialogs`` with the passive view (prefill only), after they ended
+        (the turn-by-turn loop; the continuous one reads each utterance's prompt in the join of
+        its request, :meth:`_submit`).
 
         Only the units whose seed is among the spec's ``passive_seeds`` are read; the reader
         is told it is the persona drawn for (task, seed) (:func:`passive_persona`), recorded
         in ``passive_reader``.  Round by round, so that each reader's prompt extends its
         previous one and the engine re-uses that prefix's keys/values.
         """
-        read = [d for d in dialogs if d.unit[1] in self.spec.read_passive_seeds()]
+        read = [d for d in dialogs if self.reads_passive(d.unit)]
         for d in read:
-            persona = self.readers.get(d.unit)
-            d.value.values[var_name("reader", view="passive")][...] = persona.pk if persona is not None else ""
+            self._mark_reader(d)
         for agent in (0, 1):
-            lm, eng, side = self.lms[agent], self.engines[agent], "ab"[agent]
+            eng = self.engines[agent]
             for t in range(agent, self.max_utterances, 2):
                 rows = [d for d in read if t < len(d.history)]
                 if not rows:
                     break
-                prompts = [lm.chat_prompt(render_prompt(self.tasks[d.unit[0]], agent, d.history[:t], "passive",
-                                                        persona=self.readers.get(d.unit))) for d in rows]
                 with eng.timed("passive"):
-                    states = eng.read_states(prompts, sessions=[d.session(agent, "passive") for d in rows])
+                    states = eng.read_states([self._passive_prompt(d, agent, t) for d in rows],
+                                             sessions=[d.session(agent, "passive") for d in rows])
                 for j, d in enumerate(rows):
-                    d.value.values[var_name("hidden", side, "passive")][t // 2] = states[j]
-                self.progress.advance(len(rows))
+                    d.reads += 1
+                    self._record_passive(d, t, states[j])
             for d in read:  # only the reader's sessions: other dialogs may be in flight
                 eng.forget(d.session(agent, "passive"))
