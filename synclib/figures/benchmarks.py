@@ -467,13 +467,23 @@ def _scheduling_lines(c) -> list[str]:
                      f"texts {100 * h['identical_text_share']:.1f} %, largest state difference "
                      f"{_num(h['max_abs_diff_hidden'])}")
         out.append(line + ".")
+        for mode, v in r["modes"].items():  # where the time went, where the JSON says (seconds per part)
+            if v.get("seconds"):
+                parts = ", ".join(f"{label} {_num(v['seconds'][key])}" for key, label in
+                                  (("generate", "generate calls"), ("join", "joins"), ("decode", "decoding steps"),
+                                   ("passive", "passive reader"), ("tom", "ToM read-outs"), ("cube", "cube"),
+                                   ("other", "other")) if key in v["seconds"])
+                reads = v.get("counters", {}).get("stream_reads")
+                out.append(f"  - {mode}, seconds by part: {parts}"
+                           + (f" ({reads} passive prompts read in the joins)" if reads else "") + ".")
+    reference = any(r.get("agreement_turns_half_batch") for r in c["results"].values())
     out += ["", "On the CPU a decoding step costs about as much per row whatever the batch, so fewer steps "
             "with more rows in each save little, and each join's prefill and cache merge cost something: "
             "`scheduling: turns` stays the default. On a GPU a step costs about the same for 1 or 128 rows, "
             "which is where fewer steps count (the GPU measurement is below). Where texts differ, a sampled token moved at float "
             "rounding and the dialog went its own way from there: in bfloat16 the rows that share a batch "
-            "already change the rounding (the reference line above), and a random model's nearly flat "
-            "distribution over 32,000 tokens turns the smallest difference into another token. In float32 "
+            f"already change the rounding{' (the reference line above)' if reference else ''}, and where the "
+            "next-token distribution is nearly flat the smallest difference picks another token. In float32 "
             "the two schedulings' cubes agree to float rounding.", ""]
     return out
 
