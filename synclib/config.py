@@ -234,7 +234,8 @@ KEYS: tuple[Key, ...] = (
        None),
     _k("simulate.cache_gib", "auto", Check("'auto' or a number >= 0", _cache_gib),
        "memory the session caches of a pair's models may hold, GiB (auto: on the CPU a quarter of the "
-       "memory available, 0.25-4 GiB; on a GPU what the device can give beyond a tenth of its memory); sessions that do not fit are recomputed: the same dialogs, more time", None),
+       "memory available, 0.25-4 GiB; on a GPU what the device can give beyond a tenth of its memory); "
+       "sessions that do not fit are recomputed: the same dialogs, more time", None),
     _k("simulate.passive", True, BOOL, "also record the passive reader (control 1)", "simulate"),
     _k("simulate.tom", True, BOOL, "also run the Theory-of-Mind dialogs (appendix J)", "simulate"),
     _k("simulate.tom_episodes", None, optional(integer(1)),

@@ -23,7 +23,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["GiB", "CacheBudget", "DeviceBudget", "device_free_bytes", "available_bytes", "session_budget", "return_freed_memory", "release_free_memory",
+__all__ = ["GiB", "CacheBudget", "DeviceBudget", "device_free_bytes", "available_bytes", "session_budget",
+           "return_freed_memory", "release_free_memory",
            "huge_pages_in_children", "rss_bytes", "tree_rss_bytes", "die_with_parent", "PeakRSS"]
 
 GiB = 1 << 30
@@ -187,6 +188,8 @@ class DeviceBudget(CacheBudget):
         pass
 
     def take(self, nbytes: int) -> bool:
+        # the engine asks once the session's copy exists, so its bytes count twice here: the
+        # check errs on the side of leaving the device more free
         if self.free_bytes() - nbytes < self.reserve:
             return False
         self.used += nbytes

@@ -44,9 +44,10 @@ class DecodeStream:
     A caller that turns a finished reply into the next request (a dialog's next turn) submits
     it at once, so the batch stays full.  A caller may also queue prefill-only rows
     (:meth:`read`: the passive reader's states), which are prefilled in the same forward as
-    the next rows that join, instead of in forwards of their own between the steps.  What a row generates does not depend on the batch:
-    it samples with its own seeded uniforms, one per token of its own reply, exactly as in
-    :meth:`Engine.generate`; its logits and states equal a solo run's up to float rounding.
+    the next rows that join, instead of in forwards of their own between the steps.  What a
+    row generates does not depend on the batch: it samples with its own seeded uniforms, one
+    per token of its own reply, exactly as in :meth:`Engine.generate`; its logits and states
+    equal a solo run's up to float rounding.
 
     Parameters
     ----------
@@ -73,8 +74,9 @@ class DecodeStream:
 
     The host reads each step's tokens and end flags in one read.  Counters go to
     ``engine.stats`` (``decode_steps``, ``generated_tokens``, ``stream_joins``, ``host_reads``,
-    ``stream_reads``: rows read with a join) as well as :attr:`stats`; wall times to ``engine.seconds`` (``join``: admitting rows,
-    their prefill included; ``decode``: the decoding steps).
+    ``stream_reads``: rows read with a join) as well as :attr:`stats`; wall times to
+    ``engine.seconds`` (``join``: admitting rows and making the reads, their prefill
+    included; ``decode``: the decoding steps).
     """
 
     def __init__(self, engine, max_new_tokens: int, sampling: tuple, first_line_only: bool,
