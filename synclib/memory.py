@@ -115,11 +115,15 @@ class CacheBudget:
 
     def take(self, nbytes: int) -> bool:
         """Reserve ``nbytes``; False (nothing reserved) if they do not fit."""
-        if self.used + nbytes > self.limit:
+        if not self.fits(nbytes):
             return False
         self.used += nbytes
         self.peak = max(self.peak, self.used)
         return True
+
+    def fits(self, nbytes: int) -> bool:
+        """Whether ``nbytes`` more fit in the budget."""
+        return self.used + nbytes <= self.limit
 
     def give(self, nbytes: int) -> None:
         """Release ``nbytes`` reserved by :meth:`take`."""
@@ -166,8 +170,8 @@ class DeviceBudget(CacheBudget):
     def __init__(self, free_bytes, reserve: int):
         if int(reserve) < 0:
             raise ValueError(f"reserve must be >= 0 bytes, got {reserve}")
-        super().__init__(0)
         self.free_bytes, self.reserve = free_bytes, int(reserve)
+        self.used = self.peak = 0
 
     @classmethod
     def for_device(cls, device) -> "DeviceBudget":
@@ -183,18 +187,11 @@ class DeviceBudget(CacheBudget):
         """The bytes held now plus those the device could still give (changes as it fills)."""
         return self.used + max(0, self.free_bytes() - self.reserve)
 
-    @limit.setter
-    def limit(self, value) -> None:  # CacheBudget.__init__ sets it; the device decides instead
-        pass
-
-    def take(self, nbytes: int) -> bool:
-        # the engine asks once the session's copy exists, so its bytes count twice here: the
-        # check errs on the side of leaving the device more free
-        if self.free_bytes() - nbytes < self.reserve:
-            return False
-        self.used += nbytes
-        self.peak = max(self.peak, self.used)
-        return True
+    def fits(self, nbytes: int) -> bool:
+        """Whether the device keeps ``reserve`` bytes free after ``nbytes`` more.  (The engine
+        asks once the session's copy exists, so its bytes count twice here: the check errs on
+        the side of leaving the device more free.)"""
+        return self.free_bytes() - nbytes >= self.reserve
 
     def __repr__(self) -> str:
         return (f"DeviceBudget({self.used / GiB:.2f} GiB used, {self.reserve / GiB:.2f} GiB of the device "

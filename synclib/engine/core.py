@@ -219,18 +219,27 @@ class Engine:
             except Exception as exc:  # noqa: BLE001 - only OOM is handled
                 if not is_oom(exc):
                     raise
-                self.stats["oom_retries"] += 1
-                if len(self.sessions) or self.sessions.handed_over > handed_over:
-                    self.stats["oom_cache_drops"] += 1
-                    self.clear()
-                elif len(chunk) == 1:
-                    raise
-                else:
+                if self._out_of_memory(len(chunk), handed_over):
                     self.batch_size = max(1, len(chunk) // 2)
                 del exc
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
         return out
+
+    def _out_of_memory(self, rows: int, handed_over: int) -> bool:
+        """The one rule after work on ``rows`` rows ran out of memory (call it in the ``except``):
+        count it; drop the session caches if any are held, or if the failed work took some over
+        (``sessions.handed_over`` grew from ``handed_over``), and return False (retry as it was:
+        the caches only save work); else return True (retry with fewer rows).  One row that
+        does not fit re-raises the error being handled."""
+        self.stats["oom_retries"] += 1
+        if len(self.sessions) or self.sessions.handed_over > handed_over:
+            self.stats["oom_cache_drops"] += 1
+            self.clear()
+            return False
+        if rows == 1:
+            raise  # the out-of-memory error the caller is handling
+        return True
 
     # -- prefill -------------------------------------------------------------------------
     def _prefill(self, rows: list[tuple[list, Hashable]], store: bool = True) -> Prefill:

@@ -150,9 +150,9 @@ class DecodeStream:
         """Admit up to ``room`` queued rows and up to :attr:`Engine.batch_size` waiting reads in
         one prefill.  Out of memory (in the prefill, or when fixed slots grow), the session
         caches are dropped and the join retried (they only save work), then with half the
-        rows, as :meth:`Engine._batched` does; the rows not admitted stay queued.  (A dynamic
-        batch that runs out of memory while merging the new rows in is half rebuilt: that
-        error is raised.)"""
+        reads or rows (:meth:`Engine._out_of_memory`, the rule of every batch); the rows not
+        admitted stay queued.  (A dynamic batch that runs out of memory while merging the new
+        rows in is half rebuilt: that error is raised.)"""
         import torch
 
         eng = self.engine
@@ -173,7 +173,7 @@ class DecodeStream:
             except Exception as exc:  # noqa: BLE001 - only OOM is handled
                 if not is_oom(exc):
                     raise
-                if self._recover(len(take) + len(reads), handed_over):  # fewer rows: the reads first
+                if eng._out_of_memory(len(take) + len(reads), handed_over):  # fewer rows: the reads first
                     n_reads, room = (len(reads) // 2, room) if reads else (0, len(take) // 2)
                 del exc
                 if torch.cuda.is_available():
@@ -194,20 +194,6 @@ class DecodeStream:
         self._seen = torch.cat([self._seen, self._seen.new_zeros(len(take))])
         self.stats["joins"] += 1
         eng.stats["stream_joins"] += 1
-
-    def _recover(self, took: int, handed_over: int) -> bool:
-        """After a join of ``took`` rows ran out of memory: drop the session caches if any (or
-        any the failed prefill had taken over, counted from ``handed_over``) and return False
-        (retry as it was), else True (retry with fewer rows)."""
-        eng = self.engine
-        eng.stats["oom_retries"] += 1
-        if len(eng.sessions) or eng.sessions.handed_over > handed_over:
-            eng.stats["oom_cache_drops"] += 1
-            eng.clear()
-            return False
-        if took == 1:
-            raise  # the error being handled: one row does not fit
-        return True
 
     def step(self) -> list[tuple[Hashable, Result]]:
         """Admit queued rows, then sample one token for every row and advance the rows that

@@ -24,8 +24,8 @@ session per episode, seed and agent).  The hidden states of every decoder layer 
 the last prompt token of utterance ``t`` go to round ``t // 2`` of
 ``hidden_a`` (even ``t``) or ``hidden_b`` (odd ``t``).
 
-Optional passes (:class:`Passes`), run per part (the passive reader once its genuine dialogs
-have ended):
+Optional passes (:class:`Passes`), run per part (with ``scheduling="continuous"`` the passive
+reader reads each genuine utterance's prompt beside its request):
 
 * passive (``Passes(passive=True)``): the genuine dialogs of the ``passive_seeds`` are re-read
   with the passive prompt view, model A in agent 1's slot (``hidden_a_passive``) and
@@ -49,9 +49,9 @@ With ``scheduling="continuous"`` (continuous batching) the genuine and the ToM d
 one stream of decoding rows per model for the whole call (``max_in_flight`` rows at most,
 default the dialogs of one part; ToM read-outs in batches of ``tom_flush``).  The next part
 is in play beside the oldest one, so the places a part's ending dialogs free are taken by the
-next part's; a part is re-read by the passive reader, between steps, once its genuine dialogs
-have ended.  Every row's request, seed and session are the same, so the cube is the same up
-to float rounding.
+next part's; the passive reader's prompt of each genuine utterance is prefilled in the same
+forward as the utterance's request (:meth:`synclib.engine.DecodeStream.read`).  Every row's
+request, seed and session are the same, so the cube is the same up to float rounding.
 
 Crash safety and resume: every part is written, as soon as its units are done, as one part of
 the cube, in a background thread while the loop goes on (:class:`synclib.cube.CubeWriter`,

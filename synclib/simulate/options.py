@@ -141,7 +141,7 @@ class Batching:
     ----------
     units_per_part : int, optional
         (episode, seed) units played together and written as one crash-safe cube part (with
-        ``scheduling="continuous"`` the next part's dialogs join as a part's end); a resumed
+        ``scheduling="continuous"`` the next part's dialogs join as a part's dialogs end); a resumed
         run must keep its own (the cube attribute ``batch_size``).  Default: the unfinished
         run's value when resuming, else :func:`default_units_per_part`.
     max_rows : int, optional

@@ -332,6 +332,7 @@ class _Runner:
                         sched.queue_readout(id(eng), d, res)
                     self._postprocess(sched, d, res)
                 for (d, t), states in st.take_reads():
+                    d.reads -= 1
                     self._record_passive(d, t, states)
                 self._read_tom(sched, eng)
             for part in [p for p in in_play if self._settle(sched, p)]:
@@ -408,7 +409,6 @@ class _Runner:
     def _record_passive(self, d: Dialog, t: int, states) -> None:
         """Store the reader's states of utterance ``t`` of ``d``."""
         d.value.values[var_name("hidden", "ab"[t % 2], "passive")][t // 2] = states
-        d.reads -= 1
         self.progress.advance(1)
 
     def _passive(self, dialogs: list[Dialog]) -> None:
@@ -434,7 +434,6 @@ class _Runner:
                     states = eng.read_states([self._passive_prompt(d, agent, t) for d in rows],
                                              sessions=[d.session(agent, "passive") for d in rows])
                 for j, d in enumerate(rows):
-                    d.reads += 1
                     self._record_passive(d, t, states[j])
             for d in read:  # only the reader's sessions: other dialogs may be in flight
                 eng.forget(d.session(agent, "passive"))
