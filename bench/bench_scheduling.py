@@ -92,7 +92,8 @@ def _agreement(a, b) -> dict:
 
 
 def run(preset: str, tasks: int, batch_size: int, device: str, dtype, tmp: Path, max_new_tokens: int = 24,
-        newline_every: int = 8, half_batch: bool = True, modes=MODES, seeds=(0,), sync_timing=False) -> dict:
+        newline_every: int = 8, half_batch: bool = True, modes=MODES, seeds=(0,), sync_timing=False,
+        kv_tokens: int | None = None) -> dict:
     from synclib.cube import open_cube
     from synclib.tasks.scenarios import load_tasks
     from synclib.simulate import Batching, Passes, RunOptions, Sampling, simulate
@@ -107,7 +108,8 @@ def run(preset: str, tasks: int, batch_size: int, device: str, dtype, tmp: Path,
         path = simulate(lm, lm, sel, list(seeds), tmp / f"{preset}-{mode}.nc", max_utterances=16,
                         sampling=Sampling(max_new_tokens=max_new_tokens, temperature=0.7),
                         passes=Passes(passive=True, tom=True),
-                        batching=Batching(units_per_part=batch_size, scheduling=mode),
+                        batching=Batching(units_per_part=batch_size, scheduling=mode,
+                                          kv_tokens=kv_tokens if mode == "continuous" else None),
                         options=RunOptions(progress=False, engine_stats=stats, sync_timing=sync_timing))
         wall = time.perf_counter() - t0
         cube = cubes[mode] = open_cube(path, chunks=None)
@@ -145,6 +147,8 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default=",".join(MODES), help="comma list of turns, continuous")
     ap.add_argument("--no-half-batch", action="store_true",
                     help="skip the reference run turn by turn at half the batch size")
+    ap.add_argument("--kv-tokens", type=int, default=None,
+                    help="continuous: the streams' key/value token budget (simulate.kv_tokens; default none)")
     ap.add_argument("--dtype", default="auto", help="auto: bf16 where the CPU multiplies it natively")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -156,12 +160,14 @@ def main(argv=None) -> int:
         for preset in args.presets.split(","):
             results[preset] = run(preset, args.tasks, args.batch_size, args.device, dtype, Path(tmp),
                                   args.max_new_tokens, args.newline_every, not args.no_half_batch,
-                                  tuple(args.modes.split(",")), range(args.seeds), args.sync_timing)
+                                  tuple(args.modes.split(",")), range(args.seeds), args.sync_timing,
+                                  args.kv_tokens)
     record = {"benchmark": "scheduling", "settings": {"tasks": args.tasks, "seeds": list(range(args.seeds)),
                                                       "max_utterances": 16, "sync_timing": args.sync_timing,
                                                       "cudnn_sdpa_deprioritized": os.environ.get(
                                                           "TORCH_CUDNN_SDPA_DEPRIORITIZED", ""),
                                                       "max_new_tokens": args.max_new_tokens, "batch_size": args.batch_size,
+                                                      "kv_tokens": args.kv_tokens,
                                                       "passive": True, "tom": True, "dtype": str(dtype)},
               "results": results, "machine": machine_info(args.device), "date": time.strftime("%Y-%m-%d")}
     out = Path(args.out or HERE / "results" / f"scheduling_{'cuda' if args.device.startswith('cuda') else 'cpu'}.json")

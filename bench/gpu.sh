@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make bench-gpu`: every GPU benchmark the book quotes, in one go, on one CUDA device.
 #
-#   BENCH_PARTS   comma list of tests, profile, ridge, engine, stream, loop, library, e2e (default: all
-#                 but loop and library), or quick (tests, loop, library: about 6 minutes on an H100)
+#   BENCH_PARTS   comma list of tests, profile, ridge, engine, stream, loop, budget, library, e2e (default:
+#                 all but loop, budget and library), or quick (tests, loop, library: about 6 minutes on an H100)
 #   BENCH_OUT     folder for the JSON results (default: bench/results)
 #   PY            the Python to run (default: .venv/bin/python if present, else python3)
 #
@@ -21,6 +21,9 @@
 # loop    bench_scheduling.py, continuous only: the dialog loop at 32 tasks x 2 seeds (128 dialogs
 #         in flight with the ToM view), the paper's 300-token limit, with the wall time per part
 #         (decoding steps, joins, passive reader, ToM read-outs, cube) and every engine counter
+# budget  bench_scheduling.py, continuous only, 64 tasks x 2 seeds: the streams' rows in flight set
+#         by a key/value token budget (simulate.kv_tokens, 160k tokens: about 20 GiB at the 7B shape)
+#         instead of a count (up to 256 dialogs of two parts)
 # library bench_library.py: synclib's stream against transformers' generate_batch (continuous
 #         batching, paged cache) on 128 opening prompts, plus the states read by our prefill
 # e2e     bench_e2e.py --book: `synclib run` on two 7B-shaped models in both orders, 24 tasks,
@@ -48,6 +51,9 @@ run() { echo "== $(date +%T) $*"; "$@" || { echo "== FAILED ($?): $*"; status=1;
 [[ $PARTS == *,loop,* ]] && run "$PY" bench/bench_scheduling.py --device cuda --presets mistral7b \
     --tasks 32 --seeds 2 --batch-size 64 --max-new-tokens 300 --newline-every 64 --modes continuous \
     --no-half-batch --sync-timing --out "$OUT/loop_cuda_mistral7b.json"
+[[ $PARTS == *,budget,* ]] && run "$PY" bench/bench_scheduling.py --device cuda --presets mistral7b \
+    --tasks 64 --seeds 2 --batch-size 64 --max-new-tokens 300 --newline-every 64 --modes continuous \
+    --kv-tokens 160000 --no-half-batch --sync-timing --out "$OUT/loop_budget_cuda_mistral7b.json"
 [[ $PARTS == *,library,* ]] && run "$PY" bench/bench_library.py --device cuda --out "$OUT/library_cuda.json"
 [[ $PARTS == *,e2e,* ]] && run "$PY" bench/bench_e2e.py --device cuda --book --out "$OUT/e2e_cuda_mistral7b.json"
 echo "== $(date +%T) done"

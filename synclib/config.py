@@ -230,8 +230,11 @@ KEYS: tuple[Key, ...] = (
        "rows per forward pass of each model (null: units_per_part); halved by a model that runs out of "
        "memory", None),
     _k("simulate.max_in_flight", None, optional(integer(1)),
-       "scheduling continuous: rows a model's decoding stream holds at once (null: every dialog of the part)",
-       None),
+       "scheduling continuous: rows a model's decoding stream holds at once (null: every dialog of the part; "
+       "with kv_tokens, of the two parts in play)", None),
+    _k("simulate.kv_tokens", None, optional(integer(1)),
+       "scheduling continuous: key/value tokens a model's decoding rows may reserve together, each its prompt and "
+       "max_new_tokens - 1 (null: no token limit); rows join in order while theirs fit", None),
     _k("simulate.cache_gib", "auto", Check("'auto' or a number >= 0", _cache_gib),
        "memory the session caches of a pair's models may hold, GiB (auto: on the CPU a quarter of the "
        "memory available, 0.25-4 GiB; on a GPU what the device can give beyond a tenth of its memory); "

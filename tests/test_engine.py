@@ -663,6 +663,49 @@ def test_stream_rows_join_and_leave_and_generate_what_generate_does(lm, temperat
     assert all(res[i].reused_tokens > 0.8 * len(lm.encode(reqs[i].prompt)) for i in range(7))
 
 
+@pytest.mark.parametrize("decode", ["dynamic", "static"])
+def test_stream_token_budget_sets_the_rows_in_flight(lm, decode):
+    """``kv_tokens``: rows join in order while their reserves (prompt + max_new_tokens - 1
+    tokens each) fit; the reserved tokens never exceed the budget (except one over-long row
+    alone), short prompts put more rows in flight than long ones, and every row still
+    generates what generate does."""
+    model = _stopper(lm)
+    max_new = 8
+    prompts = [dialog(lm, n, filler=f) for n, f in ((6, 4), (0, 0), (1, 0), (5, 2), (0, 1), (2, 7), (0, 2), (4, 0))]
+    reqs = [Request(p, seed=row_seed(0, i, 0)) for i, p in enumerate(prompts)]
+    want = Engine(model, batch_size=8).generate(reqs, max_new_tokens=max_new, temperature=0.7)
+    reserve = [len(lm.encode(p)) + max_new - 1 for p in prompts]
+    budget = max(reserve) + min(reserve)  # the longest row and one short one, or several short ones
+    eng = Engine(model, batch_size=8)
+    stream = eng.stream(max_new_tokens=max_new, temperature=0.7, capacity=8, join_min=1, decode=decode,
+                        kv_tokens=budget)
+    for i, r in enumerate(reqs):
+        stream.submit(i, r)
+    got, in_flight = {}, []
+    while len(stream):
+        out = stream.step()
+        in_flight.append([r.tag for r in stream._rows] + [t for t, _ in out])
+        assert stream._reserved <= budget
+        got.update(out)
+    for i, w in enumerate(want):
+        assert got[i].token_ids == w.token_ids
+        np.testing.assert_allclose(got[i].states, w.states, atol=TOL, rtol=0)
+    assert 0 < stream.stats["kv_reserved_peak"] <= budget and stream.stats["over_budget"] == 0
+    assert max(len(f) for f in in_flight) >= 2  # short rows share the budget
+    assert all(sum(reserve[t] for t in f) <= budget for f in in_flight)
+    assert stream._reserved == 0
+    # a row longer than the whole budget runs, alone
+    alone = eng.stream(max_new_tokens=max_new, temperature=0.7, capacity=8, join_min=1, decode=decode,
+                       kv_tokens=min(reserve) - 1)
+    for i in (0, 1):
+        alone.submit(i, reqs[i])
+    res = []
+    while len(alone):
+        res += alone.step()
+        assert len(alone._rows) <= 1
+    assert dict(res)[0].token_ids == want[0].token_ids and alone.stats["over_budget"] == 2
+
+
 def test_stream_checks_its_arguments(lm):
     with pytest.raises(ValueError, match="capacity must be >= 1"):
         Engine(lm).stream(capacity=-1)
@@ -670,6 +713,8 @@ def test_stream_checks_its_arguments(lm):
         Engine(lm).stream(max_new_tokens=0)
     with pytest.raises(ValueError, match="decode must be 'dynamic', 'static' or 'graph'"):
         Engine(lm).stream(decode="fast")
+    with pytest.raises(ValueError, match="kv_tokens must be >= 1"):
+        Engine(lm).stream(kv_tokens=0)
     assert Engine(lm).stream().decode == "dynamic"  # the engine's own mode on the CPU
 
 

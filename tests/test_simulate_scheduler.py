@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from synclib.cube import CubeSpec, CubeWriter, open_cube, parts_dir
-from synclib.tasks.prompts import ACTIONS, EMOTIONS
+from synclib.tasks.prompts import ACTIONS, EMOTIONS, render_prompt
 from synclib.tasks.scenarios import load_tasks
 from synclib.simulate import (Batching, Dialog, Passes, RunOptions, Sampling, Scheduler, Status, default_units_per_part,
                               episode_coords, simulate)
@@ -83,6 +83,7 @@ def test_each_batching_knob_has_one_meaning_and_defaults_as_before(tmp_path):
     (lambda: Batching(units_per_part=2.5), "Batching.units_per_part"),
     (lambda: Batching(scheduling="fast"), "Batching.scheduling"),
     (lambda: Batching(cache_gib=-1), "cache_gib"),
+    (lambda: Batching(kv_tokens=0), "Batching.kv_tokens"),
     (lambda: Sampling(temperature=-1), "Sampling.temperature"),
     (lambda: Sampling(max_new_tokens=0), "Sampling.max_new_tokens"),
     (lambda: Sampling(top_p=1.5), "Sampling.top_p"),
@@ -189,9 +190,10 @@ _SEEDS = [0, 1]
 _RUN = dict(max_utterances=4, sampling=Sampling(max_new_tokens=8), passes=Passes(passive=True, tom=True))
 
 
-def _simulate(pair, out, units_per_part: int, scheduling: str = "continuous", stats=None):
+def _simulate(pair, out, units_per_part: int, scheduling: str = "continuous", stats=None, kv_tokens=None):
     tasks = [load_tasks("embedded")[i] for i in (0, 3)]  # with two seeds: four units
-    return simulate(*pair, tasks, _SEEDS, out, batching=Batching(units_per_part=units_per_part, scheduling=scheduling),
+    return simulate(*pair, tasks, _SEEDS, out, batching=Batching(units_per_part=units_per_part, scheduling=scheduling,
+                                                                  kv_tokens=kv_tokens),
                     options=RunOptions(progress=False, engine_stats=stats), **_RUN)
 
 
@@ -219,6 +221,7 @@ def four_parts(pair, tmp_path_factory):
     def submit_part(self, part_id, units):
         log.append(("write", part_id))
         real_submit(self, part_id, units)
+        self.wait()  # the write done here: when the next part starts does not hang on the writer thread's speed
 
     def forget(self, session):
         engines.add(self)
@@ -267,6 +270,40 @@ def test_a_continuous_run_refills_its_streams_across_parts_and_plays_the_same_di
     for units_per_part, scheduling in ((4, "continuous"), (1, "turns")):
         y = open_cube(_simulate(pair, tmp_path / f"{scheduling}.nc", units_per_part, scheduling), chunks=None)
         _assert_same_cube(x, y)
+
+
+def test_a_token_budget_sets_the_rows_in_flight_and_plays_the_same_dialogs(pair, four_parts, tmp_path):
+    """``kv_tokens``: the streams' rows in flight are those whose reserves fit the budget (here
+    about two rows of the embedded prompts), not a count; the dialogs are the same."""
+    from synclib.engine import DecodeStream, Engine
+
+    peaks, rows = [], []
+    real_stream, real_step = Engine.stream, DecodeStream.step
+
+    def stream(self, **kw):
+        st = real_stream(self, **kw)
+        peaks.append(st)
+        return st
+
+    def step(self):
+        out = real_step(self)
+        rows.append(len(self._rows) + len(out))
+        return out
+
+    first = [len(lm.encode(lm.chat_prompt(render_prompt(t, 0, [], v)))) for lm in pair
+             for t in (load_tasks("embedded")[i] for i in (0, 3)) for v in ("active", "tom")]
+    budget = 2 * (max(first) + 200)  # the prompts grow with the dialog: two or three rows at a time
+    most = budget // (min(first) + 8 - 1)  # rows of the shortest prompts that fit (max_new_tokens 8)
+    stats = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(Engine, "stream", stream)
+        mp.setattr(DecodeStream, "step", step)
+        y = open_cube(_simulate(pair, tmp_path / "budget.nc", 2, stats=stats, kv_tokens=budget), chunks=None)
+    assert all(0 < st.stats["kv_reserved_peak"] <= budget for st in peaks)
+    assert stats["kv_reserved_peak"] == sum(st.stats["kv_reserved_peak"] for st in peaks)  # both models summed
+    assert all(st.capacity == 8 for st in peaks)  # two parts' genuine and ToM dialogs: the budget decides
+    assert 2 <= max(rows) <= most < 8  # where eight could
+    _assert_same_cube(four_parts["cube"], y)
 
 
 def test_a_writer_error_reaches_the_caller_and_a_resume_writes_only_the_missing_parts(pair, four_parts, tmp_path,

@@ -71,7 +71,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "model that runs out of memory")
     parser.add_argument("--max-in-flight", type=at.arg_type(at.positive_int, "row count"), metavar="N",
                         help="--scheduling continuous: rows a model's decoding stream holds at once "
-                             "(default: every dialog of the part)")
+                             "(default: every dialog of the part; with --kv-tokens, of the two parts in play)")
+    parser.add_argument("--kv-tokens", type=at.arg_type(at.positive_int, "token count"), metavar="N",
+                        help="--scheduling continuous: key/value tokens a model's decoding rows may reserve "
+                             "together, each its prompt and --max-new-tokens - 1 (default: no token limit)")
     parser.add_argument("--device", metavar="DEV",
                         help="torch device, e.g. cpu, cuda, cuda:1 (default: cuda if available)")
     parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16", "float16"), default="auto",
@@ -160,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
             passes=Passes(passive=args.passive, passive_seeds=args.passive_seeds, taskset=taskset, tom=args.tom,
                           tom_episodes=args.tom_episodes),
             batching=Batching(units_per_part=args.units_per_part, max_rows=args.max_rows,
-                              max_in_flight=args.max_in_flight, scheduling=args.scheduling, cache_gib=args.cache_gib),
+                              max_in_flight=args.max_in_flight, kv_tokens=args.kv_tokens, scheduling=args.scheduling, cache_gib=args.cache_gib),
             options=RunOptions(device=args.device, dtype=args.dtype, store_dtype=args.store_dtype,
                                overwrite=args.overwrite, progress=not args.no_progress,
                                prompt_formats=(args.prompt_format_a, args.prompt_format_b or args.prompt_format_a)))

@@ -357,19 +357,19 @@ class Engine:
     def stream(self, max_new_tokens: int = 300, temperature: float = 0.7, first_line_only: bool = False,
                top_k: int | None = None, top_p: float | None = None, capacity: int | None = None,
                join_min: int | None = None, on_step: Callable[[int], None] | None = None,
-               decode: str | None = None) -> "DecodeStream":
+               decode: str | None = None, kv_tokens: int | None = None) -> "DecodeStream":
         """A :class:`DecodeStream` over this engine: continuous batching of generation rows.
 
         The arguments are :meth:`generate`'s; ``capacity`` (default ``batch_size``),
-        ``join_min`` and ``decode`` (default: the engine's own mode, so ``"dynamic"`` on
-        the CPU and ``"graph"`` on CUDA for the models that allow it) are
-        :class:`DecodeStream`'s.  The slot modes are tested against the dynamic one on the
+        ``join_min``, ``kv_tokens`` (default: no token limit) and ``decode`` (default: the
+        engine's own mode, so ``"dynamic"`` on the CPU and ``"graph"`` on CUDA for the models
+        that allow it) are :class:`DecodeStream`'s.  The slot modes are tested against the dynamic one on the
         CPU and, with CUDA graphs, on a GPU (``tests/test_engine_cuda.py``); their speed there is
         in ``bench/gpu_notes.md``.
         """
         check_sampling(max_new_tokens, temperature, top_k, top_p)
         return DecodeStream(self, max_new_tokens, (temperature, top_k, top_p), first_line_only,
-                            capacity or self.batch_size, join_min, on_step, decode or self.decode)
+                            capacity or self.batch_size, join_min, on_step, decode or self.decode, kv_tokens)
 
     # -- decoding ------------------------------------------------------------------------
     def _generate_batch(self, ids, reqs, max_new_tokens, sampling, on_step, first_line_only=False

@@ -56,6 +56,16 @@ class DecodeStream:
         As :meth:`Engine.generate` (``sampling`` is ``(temperature, top_k, top_p)``).
     capacity : int
         Most rows decoding at once.
+    kv_tokens : int, optional
+        Most key/value tokens the decoding rows may reach together: a row reserves its prompt
+        and the most tokens it can be fed (``len(prompt ids) + max_new_tokens - 1``) from when
+        it joins until it ends, and queued rows join in order while their reserve fits (a
+        row that alone exceeds the budget joins only an empty batch: counted in
+        ``stats["over_budget"]``).  So the rows in flight follow the prompts' lengths, not a
+        fixed count (``capacity`` stays the upper bound: the slots of the slot modes).  The
+        row stores pad every row to the longest one (left padded batch, fixed slots), so
+        their key/value bytes can exceed the budget's; ``stats["kv_reserved_peak"]`` is the
+        most tokens reserved at once.  Default: no token limit.
     join_min : int, optional
         Queued rows join only when at least this many wait (or the batch is empty): one
         prefill for several rows costs less than one per row.  Default: a quarter of
@@ -80,11 +90,14 @@ class DecodeStream:
     """
 
     def __init__(self, engine, max_new_tokens: int, sampling: tuple, first_line_only: bool,
-                 capacity: int, join_min: int | None = None, on_step=None, decode: str = "dynamic"):
+                 capacity: int, join_min: int | None = None, on_step=None, decode: str = "dynamic",
+                 kv_tokens: int | None = None):
         import torch
 
         if int(capacity) < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
+        if kv_tokens is not None and int(kv_tokens) < 1:
+            raise ValueError(f"kv_tokens must be >= 1 or None, got {kv_tokens}")
         if decode not in ("dynamic", "static", "graph"):
             raise ValueError(f"decode must be 'dynamic', 'static' or 'graph', got {decode!r}")
         if decode != "dynamic" and not full_attention_only(engine.lm.model):
@@ -93,11 +106,13 @@ class DecodeStream:
         self.engine, self.lm = engine, engine.lm
         self.max_new_tokens, self.sampling, self.first_line_only = int(max_new_tokens), sampling, first_line_only
         self.capacity = int(capacity)
+        self.kv_tokens = None if kv_tokens is None else int(kv_tokens)
+        self._reserved = 0              # key/value tokens the decoding rows reserve (kv_tokens)
         self.join_min = max(1, int(join_min) if join_min is not None else self.capacity // 4)
         self.on_step = on_step
         self.decode = decode
         self.stats: Counter = Counter()
-        self._queue: list = []          # (tag, Request)
+        self._queue: list = []          # (tag, Request, token ids)
         self._reads: list = []          # (tag, prompt, session): prefill-only rows, see read
         self._read: list = []           # (tag, states) read, for take_reads
         self._rows: list[_StreamRow] = []
@@ -113,7 +128,7 @@ class DecodeStream:
 
     def submit(self, tag: Hashable, request: Request) -> None:
         """Queue a row; :meth:`step` returns its :class:`Result` with ``tag`` when it ends."""
-        self._queue.append((tag, request))
+        self._queue.append((tag, request, self.engine._ids(request.prompt)))
 
     def read(self, tag: Hashable, prompt, session: Hashable = None) -> None:
         """Queue a prefill-only row: its states at the last prompt token, as
@@ -138,13 +153,35 @@ class DecodeStream:
         return len(self._queue) + len(self._rows)
 
     def _admit(self) -> None:
-        """Prefill queued rows and add them to the batch (see ``join_min``), with the waiting reads."""
-        room = self.capacity - len(self._rows)
-        joins = bool(self._queue) and room > 0 and not (self._rows and len(self._queue) < min(self.join_min, room))
+        """Prefill queued rows and add them to the batch (see ``join_min`` and ``kv_tokens``),
+        with the waiting reads."""
+        free = self.capacity - len(self._rows)
+        room = self._room(free)
+        # fewer than join_min rows wait while others decode, unless the slots or the token budget allow no more
+        joins = room > 0 and (not self._rows or room >= min(self.join_min, free) or room < min(len(self._queue), free))
         reads = bool(self._reads) and (joins or not self._rows or len(self._reads) >= self.engine.batch_size)
         if joins or reads:
             with self.engine.timed("join"):
                 self._join(room if joins else 0)
+
+    def _reserve(self, ids: list) -> int:
+        """Key/value tokens a row of prompt ``ids`` can reach (see ``kv_tokens``)."""
+        return len(ids) + self.max_new_tokens - 1
+
+    def _room(self, free: int) -> int:
+        """How many queued rows may join now, in order: at most ``free`` (slots), and those
+        whose reserves fit ``kv_tokens`` (the first row always, when no row is decoding)."""
+        room = max(0, min(len(self._queue), free))
+        if self.kv_tokens is None or room == 0:
+            return room
+        left, n = self.kv_tokens - self._reserved, 0
+        while n < room and self._reserve(self._queue[n][2]) <= left:
+            left -= self._reserve(self._queue[n][2])
+            n += 1
+        if n == 0 and not self._rows:
+            self.stats["over_budget"] += 1
+            return 1
+        return n
 
     def _join(self, room: int) -> None:
         """Admit up to ``room`` queued rows and up to :attr:`Engine.batch_size` waiting reads in
@@ -161,8 +198,8 @@ class DecodeStream:
             take, reads = self._queue[:room], self._reads[:n_reads]
             handed_over = eng.sessions.handed_over
             try:
-                ids = [eng._ids(r.prompt) for _, r in take] + [eng._ids(prompt) for _, prompt, _ in reads]
-                sessions = [r.session for _, r in take] + [session for _, _, session in reads]
+                ids = [x for _, _, x in take] + [eng._ids(prompt) for _, prompt, _ in reads]
+                sessions = [r.session for _, r, _ in take] + [session for _, _, session in reads]
                 pre = eng._prefill(list(zip(ids, sessions)))
                 states, reused = pre.states, pre.reused
                 if reads:
@@ -186,9 +223,11 @@ class DecodeStream:
             return
         if pos is None:
             pos = self._batch.add(pre)
-        U = uniforms([r.seed for _, r in take], self.max_new_tokens)
-        self._rows += [_StreamRow(tag, r, x, states[i], reused[i], pos[i])
-                       for i, ((tag, r), x) in enumerate(zip(take, ids))]
+        U = uniforms([r.seed for _, r, _ in take], self.max_new_tokens)
+        self._rows += [_StreamRow(tag, r, x, states[i], reused[i], pos[i]) for i, (tag, r, x) in enumerate(take)]
+        self._reserved += sum(self._reserve(x) for _, _, x in take)
+        for stats in (self.stats, eng.stats):
+            stats["kv_reserved_peak"] = max(stats["kv_reserved_peak"], self._reserved)
         self._U = torch.cat([self._U, U.to(self._U.device)])
         self._step = torch.cat([self._step, self._step.new_zeros(len(take))])
         self._seen = torch.cat([self._seen, self._seen.new_zeros(len(take))])
@@ -234,6 +273,7 @@ class DecodeStream:
             if kept[i]:
                 row.tokens.append(toks[i])
             if gone[i]:
+                self._reserved -= self._reserve(row.ids)
                 finished.append((row.tag, make_result(self.lm, row.tokens, row.ids, row.states, why[i], row.reused)))
             else:
                 stay.append(i)

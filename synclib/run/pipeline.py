@@ -321,7 +321,7 @@ def step_simulate(cfg: dict, run: Run, out: Path) -> dict:
         passes=Passes(passive=sim["passive"], passive_seeds=sim["passive_seeds"], taskset=taskset, tom=sim["tom"],
                       tom_episodes=sim["tom_episodes"]),
         batching=Batching(units_per_part=sim["units_per_part"], max_rows=sim["max_rows"],
-                          max_in_flight=sim["max_in_flight"], scheduling=sim["scheduling"],
+                          max_in_flight=sim["max_in_flight"], kv_tokens=sim["kv_tokens"], scheduling=sim["scheduling"],
                           cache_gib=sim["cache_gib"]),
         options=RunOptions(device=_device(cfg), dtype=_dtype(cfg), store_dtype=sim["store_dtype"],
                            prompt_formats=(models[run.a]["prompt_format"], models[run.b]["prompt_format"]),

@@ -152,7 +152,14 @@ class Batching:
         With ``scheduling="continuous"``: rows a decoding stream holds at once (its
         capacity); the others wait in its queue, and a new dialog (of this part or the next)
         starts only while agent 1's stream holds fewer, queued or decoding.  Default: the
-        dialogs (genuine and ToM) of one part, the largest.
+        dialogs (genuine and ToM) of one part, the largest; with ``kv_tokens``, of the two
+        largest parts (every dialog that can be in play), so that the token budget alone sets
+        how many decode.
+    kv_tokens : int, optional
+        With ``scheduling="continuous"``: key/value tokens a model's decoding rows may
+        reserve together, each its prompt and ``max_new_tokens - 1`` (the stream's
+        ``kv_tokens``): rows join in order while theirs fit, so more short dialogs than long
+        ones are in flight.  Default: no token limit.
     tom_flush : int, optional
         With ``scheduling="continuous"``: ToM replies a stream collects before their
         read-out runs in one batch.  Default: ``max_rows`` as given or resolved (not an
@@ -167,12 +174,13 @@ class Batching:
     units_per_part: int | None = None
     max_rows: int | None = None
     max_in_flight: int | None = None
+    kv_tokens: int | None = None
     tom_flush: int | None = None
     scheduling: str = "turns"
     cache_gib: object = "auto"
 
     def __post_init__(self):
-        for name in ("units_per_part", "max_rows", "max_in_flight", "tom_flush"):
+        for name in ("units_per_part", "max_rows", "max_in_flight", "kv_tokens", "tom_flush"):
             _positive_or_none("Batching", name, getattr(self, name))
         if self.scheduling not in SCHEDULING:
             raise ValueError(f"Batching.scheduling must be one of {', '.join(SCHEDULING)}, got {self.scheduling!r}")

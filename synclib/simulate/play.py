@@ -120,7 +120,7 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16, s
         ``units_per_part`` (one crash-safe cube part; default
         :func:`~synclib.simulate.options.default_units_per_part`, or the unfinished run's value
         when resuming), ``max_rows`` (rows per forward, default ``units_per_part``),
-        ``max_in_flight``, ``tom_flush``, ``scheduling`` (``"turns"``: part by part, utterance
+        ``max_in_flight``, ``kv_tokens``, ``tom_flush``, ``scheduling`` (``"turns"``: part by part, utterance
         by utterance, each waiting for the part's longest reply; ``"continuous"``: each
         dialog's next utterance joins the running batch as soon as its reply ends, one stream
         per model for all the parts, the next part's dialogs taking the places of a part's
@@ -134,7 +134,8 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16, s
         ``overwrite`` (replace a finished cube), ``progress`` (a tqdm bar of utterances
         generated and read, on terminals), ``engine_stats`` (a dict filled with this call's
         engine counters, both models summed: ``prefill_tokens``, ``reused_tokens``, ...;
-        ``cache_peak_bytes``; wall seconds ``seconds_decode``/``_join``/``_generate``/
+        ``cache_peak_bytes``, ``kv_reserved_peak`` (each stream's most key/value tokens
+        reserved at once); wall seconds ``seconds_decode``/``_join``/``_generate``/
         ``_passive``/``_tom``/``_cube``, the last the loop's time lost to the cube: its waits
         for the part being written and the finalisation), ``sync_timing``
         (:class:`~synclib.simulate.options.RunOptions`).

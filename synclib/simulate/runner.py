@@ -118,7 +118,7 @@ class _Runner:
         Each agent's sampling, its filters resolved for its model (:meth:`Sampling.for_model`).
     batching : Batching
         ``max_rows`` must be set (:meth:`Batching.resolve`): each engine's rows per forward;
-        ``max_in_flight`` and ``tom_flush`` as there.
+        ``max_in_flight``, ``kv_tokens`` and ``tom_flush`` as there.
     readers : dict (episode, seed) -> Persona, optional
         The passive reader's personas.
     tom_tasks : set of int, optional
@@ -298,7 +298,8 @@ class _Runner:
         for another's longer reply; the dialogs of every view (genuine and ToM) share the
         streams, and a new dialog starts (its first utterance: agent 1's model) while that
         stream holds fewer than ``batching.max_in_flight`` rows, queued or decoding (default:
-        the dialogs of the largest part).  The next part is in play beside the oldest one
+        the dialogs of the largest part; with ``batching.kv_tokens``, of the two largest, and
+        the rows decoding are those whose reserves fit the token budget).  The next part is in play beside the oldest one
         (look ahead one part: at most two parts' cells are held, the one being written
         included), so the places that a part's ending dialogs free are taken by the next
         part's.  With two models the two streams take turns stepping.  ToM read-outs wait
@@ -314,8 +315,10 @@ class _Runner:
         if not parts:
             return
         engines = list({id(e): e for e in self.engines}.values())
-        capacity = self.batching.max_in_flight or max(sum(1 + self.plays_tom(u) for u in us) for _, us in parts)
-        streams = {id(e): e.stream(capacity=capacity, **self._engine_args(self.engines.index(e))) for e in engines}
+        sizes = sorted((sum(1 + self.plays_tom(u) for u in us) for _, us in parts), reverse=True)
+        capacity = self.batching.max_in_flight or sum(sizes[:2 if self.batching.kv_tokens else 1])
+        streams = {id(e): e.stream(capacity=capacity, kv_tokens=self.batching.kv_tokens,
+                                   **self._engine_args(self.engines.index(e))) for e in engines}
         todo, in_play, fresh, sched = deque(parts), [], deque(), Scheduler()
         while todo or in_play:
             while todo and len(in_play) + int(writer.writing) < 2:
