@@ -174,6 +174,29 @@ def test_gpu_memory_and_disk_follow_their_formulas_for_a_tiny_shape(tmp_path):
     assert "disk: ~0.0 GiB per run" in text and "OPENAI_API_KEY" in text
 
 
+def test_a_token_budget_sets_the_rows_the_memory_line_prices(tmp_path):
+    """Continuous scheduling with ``simulate.kv_tokens``: the key/value memory is priced for
+    the rows the budget admits (kv_tokens // (prompt + max_new_tokens)), not for a count, and
+    the memory line names the setting; without it, one part's dialogs."""
+    prompt, _ = price.kv_prompt_tokens()
+    cols = prompt + 300
+    budget = 5 * cols + 7  # room for five rows
+    cfg = _config(tmp_path, {"M": "mistralai/Mistral-7B-Instruct-v0.3"}, ["M-M"], scheduling="continuous",
+                  units_per_part=16, kv_tokens=budget)
+    assert price._rows(cfg, (), cols) == (5, f"simulate.kv_tokens {budget:,}")
+    rows = _rows(cfg, ("simulate",))
+    assert f"5 rows (simulate.kv_tokens {budget:,})" in format_plan(list(rows.values()), cfg)
+    wide = _config(tmp_path, {"M": "mistralai/Mistral-7B-Instruct-v0.3"}, ["M-M"], scheduling="continuous",
+                   units_per_part=16, kv_tokens=1000 * cols)
+    assert price._rows(wide, (), cols) == (64, "2 parts x 16 units x 2 (genuine + ToM) in one stream")
+    free = _config(tmp_path, {"M": "mistralai/Mistral-7B-Instruct-v0.3"}, ["M-M"], scheduling="continuous",
+                   units_per_part=16)
+    assert price._rows(free, (), cols) == (32, "16 units x 2 (genuine + ToM) in one stream")
+    shape = shapes.model_shape("mistralai/Mistral-7B-Instruct-v0.3")
+    kv = {c["simulate"]["kv_tokens"]: _rows(c, ("simulate",))["simulate:M-M"].gpu_gib for c in (cfg, free)}
+    assert (kv[None] - kv[budget]) * GiB == pytest.approx((32 - 5) * cols * shape.kv_bytes_per_token(2))
+
+
 def test_the_analysis_counts_the_grids_it_fits(tmp_path):
     """The analysis' price counts its ridge grids as analyze's own progress bar does."""
     from synclib.analysis.settings import AnalysisSettings

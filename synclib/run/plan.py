@@ -387,7 +387,7 @@ def _gpu_lines(cfg: dict, rows: list[JobPlan], scheduler: dict | None = None) ->
         worst = max(mem, key=lambda r: r.gpu_gib)
         prompt, src = price.kv_prompt_tokens()
         sim = cfg["simulate"]
-        rows_, what = price._rows(cfg, ())
+        rows_, what = price._rows(cfg, (), prompt + sim["max_new_tokens"])
         limit = ref.gpu_gib if ref and ref.gpu_gib else None
         over = [r for r in mem if limit and r.gpu_gib > limit]
         out.append(f"GPU memory per simulation job: up to {worst.gpu_gib:.1f} GiB ({worst.key[9:]}): the weights of both "

@@ -240,13 +240,20 @@ def cube_bytes(cfg: dict, work: dict, shapes) -> float:
     return float(units * rounds * per * DTYPE_BYTES[cfg["simulate"]["store_dtype"]])
 
 
-def _rows(cfg: dict, specs) -> tuple[int, str]:
+def _rows(cfg: dict, specs, cols: int) -> tuple[int, str]:
+    """Rows of one model's batch or stream, and where that count comes from; ``cols`` is the
+    key/value tokens a row can reach (prompt + ``max_new_tokens``)."""
     sim = cfg["simulate"]
     units = sim["units_per_part"] or 64
     if sim["scheduling"] == "continuous":
-        rows = sim["max_in_flight"] or units * (1 + int(sim["tom"]))
-        return rows, ("simulate.max_in_flight" if sim["max_in_flight"] else
-                      f"{units} units{' x 2 (genuine + ToM)' if sim['tom'] else ''} in one stream")
+        parts = 2 if sim["kv_tokens"] else 1  # with a token budget: the dialogs of the two parts in play
+        rows = sim["max_in_flight"] or parts * units * (1 + int(sim["tom"]))
+        what = ("simulate.max_in_flight" if sim["max_in_flight"] else
+                f"{'2 parts x ' if parts == 2 else ''}{units} units{' x 2 (genuine + ToM)' if sim['tom'] else ''} "
+                "in one stream")
+        if sim["kv_tokens"] and sim["kv_tokens"] // cols < rows:
+            return max(1, sim["kv_tokens"] // cols), f"simulate.kv_tokens {sim['kv_tokens']:,}"
+        return rows, what
     rows = sim["max_rows"] or units
     return rows, "simulate.max_rows" if sim["max_rows"] else f"simulate.units_per_part {units}"
 
@@ -265,8 +272,8 @@ def price_simulation(cfg: dict, specs: tuple, work: dict, ref: LoopRef | None,
     same = specs[0] == specs[1]
     weights = float(sum(s.n_params for s in shapes[: 1 if same else 2]) * bpp)
     prompt, _ = kv_prompt_tokens(bench)
-    rows, _ = _rows(cfg, specs)
     cols = prompt + sim["max_new_tokens"]
+    rows, _ = _rows(cfg, specs, cols)
     kv_each = [rows * cols * s.kv_bytes_per_token(bpp) for s in shapes]
     # turns: one model's batch at a time; continuous: each model's stream holds its slots
     kv = float(sum(kv_each) if (sim["scheduling"] == "continuous" and not same) else max(kv_each))
