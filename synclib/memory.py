@@ -188,9 +188,9 @@ class DeviceBudget(CacheBudget):
         return self.used + max(0, self.free_bytes() - self.reserve)
 
     def fits(self, nbytes: int) -> bool:
-        """Whether the device keeps ``reserve`` bytes free after ``nbytes`` more.  (The engine
-        asks once the session's copy exists, so its bytes count twice here: the check errs on
-        the side of leaving the device more free.)"""
+        """Whether the device keeps ``reserve`` bytes free after ``nbytes`` more.  (The session
+        cache asks before it copies a session's new blocks and tail, while the prefill batch
+        they are copied from is still held.)"""
         return self.free_bytes() - nbytes >= self.reserve
 
     def __repr__(self) -> str:

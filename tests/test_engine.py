@@ -98,7 +98,10 @@ def test_session_cache_budget_keeps_the_resident_sessions(lm):
     eng.read_states([p], sessions=["x"])
     assert eng.cached_sessions == 0
     one = lm.n_layers * 2 * 2 * 16 * len(lm.encode(p)) * 4  # layers * (k, v) * heads * head_dim * tokens
-    eng = Engine(lm, max_cache_bytes=int(2.5 * one))
+    # blocks longer than the prompts: the sessions share no block, each holds its own copy
+    # (sessions sharing blocks: tests/test_session_blocks.py)
+    assert len(lm.encode(p + " ok")) < 128
+    eng = Engine(lm, max_cache_bytes=int(2.5 * one), block_size=128)
     eng.read_states([p, p, p], sessions=["x", "y", "z"])
     assert eng.cached_sessions == 2 and eng.stats["cache_skips"] == 1
     reused = eng.stats["reused_tokens"]
@@ -571,7 +574,11 @@ def test_a_missed_session_does_not_undo_the_batch_prefix_reuse(lm, mode):
     got = eng.generate(reqs, max_new_tokens=12, temperature=0.7)
     ref = Engine(lm, batch_size=5, kv_reuse=False, decode=mode).generate(reqs, max_new_tokens=12, temperature=0.7)
     assert eng.stats["prefill_splits"] >= 1
-    assert all(r.reused_tokens > 0 for r in got[:4]) and got[4].reused_tokens == 0
+    # the missed row reuses only the whole blocks its prompt's start shares with the others' (their header)
+    size = eng.sessions.block_size
+    head = max(len(os.path.commonprefix([lm.encode(miss), lm.encode(dialog(lm, 5, filler=f))])) for f in range(4))
+    assert all(r.reused_tokens > 0 for r in got[:4])
+    assert got[4].reused_tokens == eng.stats["shared_tokens"] == head // size * size
     for a, b in zip(got, ref):
         assert a.token_ids == b.token_ids
         np.testing.assert_allclose(a.states, b.states, atol=TOL, rtol=0)
@@ -769,8 +776,9 @@ def test_stream_out_of_memory_drops_the_sessions_then_halves_the_join(lm, where,
 
 
 def test_session_stores_copy_a_slice_of_the_batch(lm):
-    """A stored session owns a contiguous copy of its row's unpadded columns (not a view
-    that would keep the whole batch's cache alive), equal to the row run alone."""
+    """A stored session owns contiguous copies of its row's unpadded columns, block by block
+    and its tail (not views that would keep the whole batch's cache alive), equal to the row
+    run alone."""
     prompts = [dialog(lm, 1), dialog(lm, 4, filler=3)]
     eng = Engine(lm)
     eng.read_states(prompts, sessions=["short", "long"])
@@ -778,11 +786,13 @@ def test_session_stores_copy_a_slice_of_the_batch(lm):
     alone.read_states([prompts[0]], sessions=["short"])
     short, ref = eng.sessions._sessions["short"], alone.sessions._sessions["short"]
     assert short.ids == lm.encode(prompts[0])
-    for (k, v), (k0, v0) in zip(short.kv, ref.kv):
-        assert k.is_contiguous() and k.shape == k0.shape == (1, k.shape[1], len(short.ids), k.shape[3])
-        assert k.untyped_storage().nbytes() == k.numel() * k.element_size()
-        torch.testing.assert_close(k, k0, atol=TOL, rtol=0)
-        torch.testing.assert_close(v, v0, atol=TOL, rtol=0)
+    n, size = len(short.ids), eng.sessions.block_size
+    assert len(short.blocks) == n // size > 0 and short.tail[0].shape[3] == n % size > 0
+    for x in [b.kv[0] for b in short.blocks] + [short.tail[0]]:
+        assert x.is_contiguous() and x.untyped_storage().nbytes() == x.numel() * x.element_size()
+    (kv,), (kv0,) = short.prefix(n), ref.prefix(n)  # one layer group: (L, 2, H, n, Dh)
+    assert kv.shape == kv0.shape == (lm.n_layers, 2, kv.shape[2], n, kv.shape[4])
+    torch.testing.assert_close(kv, kv0, atol=TOL, rtol=0)
 
 
 @pytest.mark.parametrize("decode", ["dynamic", "static"])

@@ -12,7 +12,9 @@ Entry points
     ``sequence_logprobs`` and ``word_distributions`` all accept a *session* per row: an
     arbitrary hashable key (e.g. ``(task_index, sim_seed, agent, view)``) under which the
     keys/values of that row's prompt are kept; the next prompt of the same session only
-    prefills the tokens after the longest common token prefix with the previous one.
+    prefills the tokens after the longest common token prefix with the previous one, and a
+    prompt of any session only those after the whole blocks (``block_size`` tokens) another
+    session's prompt started with, which the two then hold once.
     Call :meth:`Engine.forget` when a session (episode) ends.
     ``sequence_logprobs`` is the one scorer of multi-token candidates: the unnormalised
     log-probability of given token sequences after each prompt (the constrained judge's
@@ -36,7 +38,7 @@ One concept a module
 ``masks``                 attention windows and explicit masks (boolean or additive)
 ``sampling``              the sampling distribution, inverse-CDF sampling, stop and line checks,
                           a decoding batch's replies
-``sessions``              the session caches within their budget
+``sessions``              the session caches: blocks shared by sessions, within their budget
 ``prefill``               the left-padded layout over cached prefixes, the hooked states,
                           prefill groups and their merge
 ``dynamic``               rows in one growing batch (the CPU's decoding), ``with_room``

@@ -45,7 +45,9 @@ class Engine:
         Most rows per forward pass.  On out-of-memory a batch is retried in halves and the
         cap is lowered for later calls (``self.batch_size``).
     kv_reuse : bool, default True
-        Keep each session's prompt keys/values and prefill only the new suffix.
+        Keep each session's prompt keys/values and prefill only the new suffix: after its own
+        previous prompt, or after the longest run of whole blocks another session's prompt
+        started with (:mod:`synclib.engine.sessions`; each block is held once).
     max_cache_bytes : int or CacheBudget, optional
         Budget of the session caches in bytes, or a :class:`synclib.memory.CacheBudget`
         that several engines share (a model pair's two engines in a simulation).  A session
@@ -68,13 +70,17 @@ class Engine:
         capture fails, counted in ``stats["graph_fallbacks"]``).  ``"auto"``: ``"graph"`` on
         CUDA for models it supports (every layer full attention through ``sdpa`` or
         ``eager``), else ``"dynamic"``.  All give the same tokens up to float rounding.
+    block_size : int, default 32
+        Tokens per block of the session caches: sessions share keys/values in whole blocks.
 
     Attributes
     ----------
     stats : collections.Counter
         ``prefill_tokens`` (tokens run through prefill, padding excluded),
         ``prefill_computed`` (token positions computed in prefill, left padding included:
-        ``prefill_tokens / prefill_computed`` is the useful share), ``reused_tokens`` (prompt tokens taken from session caches), ``generated_tokens``,
+        ``prefill_tokens / prefill_computed`` is the useful share), ``reused_tokens`` (prompt
+        tokens taken from session caches), ``shared_tokens`` (the part of them taken from
+        blocks another session stored), ``generated_tokens``,
         ``forward_calls``, ``oom_retries``, ``cache_skips`` (sessions not stored: the
         budget was full), ``recomputed_tokens`` (prompt tokens prefilled again because their
         session was not stored), ``graph_steps`` (decoding steps replayed as a
@@ -95,7 +101,8 @@ class Engine:
 
 
     def __init__(self, lm, batch_size: int = 16, kv_reuse: bool = True,
-                 max_cache_bytes: "int | CacheBudget | None" = None, decode: str = "auto"):
+                 max_cache_bytes: "int | CacheBudget | None" = None, decode: str = "auto",
+                 block_size: int = 32):
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if decode not in DECODE_MODES:
@@ -122,7 +129,7 @@ class Engine:
         self.stats: Counter = Counter()
         self.seconds: Counter = Counter()
         self.sync_timing = False
-        self.sessions = SessionCache(self.budget, self.kv_reuse, self.stats)
+        self.sessions = SessionCache(self.budget, self.kv_reuse, self.stats, block_size)
         self._lines = None  # per-token line-break flags, see _line_flags
         self._work = None  # the CPU's sampling buffers, see _sample_work
         #: decoding steps between the host's checks for finished rows (None: 1 on CPU, 8 on GPUs)
@@ -251,7 +258,7 @@ class Engine:
         compute as many tokens as the longest new segment, so a single miss would undo the
         batch's prefix reuse.
         """
-        new = [len(ids) - self.sessions.lookup(ids, session)[1] for ids, session in rows]
+        new = [self.sessions.new_tokens(ids, session) for ids, session in rows]
         groups = prefill_groups(new)
         if len(groups) == 1:
             return self._prefill_group(rows, store)
@@ -269,27 +276,32 @@ class Engine:
                 self.sessions.touch(session)
         batch = layout([ids for ids, _ in rows], [a for _, a in found], self.lm.pad_token_id, self.lm.device)
         cache = gather_prefixes([entry for entry, _ in found], batch.reused, batch.P)
+        shared = sum(p for (entry, _), p in zip(found, batch.reused) if entry is not None and entry.shared)
         if self.kv_reuse and store:
-            self.sessions.hand_over([session for _, session in rows], [entry for entry, _ in found])
+            self.sessions.hand_over([session for _, session in rows])
         del found
         sink: list = []
         with torch.inference_mode(), last_token_states(self.lm.decoder_layers, sink):
             logits, cache = forward(self.lm.model, batch.input_ids, batch.mask, batch.positions[:, batch.P:], cache,
                                     last_only=True)
-        self._count_prefill(rows, batch)
+        self._count_prefill(rows, batch, shared)
         states = torch.stack(sink, dim=1).cpu().numpy()  # (B, L, D)
         if self.kv_reuse and store:
             self.sessions.store_rows(rows, cache)
         return Prefill(logits=logits[:, -1, :].float(), states=states, cache=cache, mask=batch.mask,
                        next_pos=batch.positions[:, -1] + 1, reused=batch.reused)
 
-    def _count_prefill(self, rows, batch) -> None:
+    def _count_prefill(self, rows, batch, shared: int = 0) -> None:
+        """Count a prefill of ``rows`` laid out as ``batch``, ``shared`` of whose reused tokens
+        came from other sessions' blocks."""
         B, S = batch.input_ids.shape
         self.stats["forward_calls"] += 1
         self.stats["prefill_tokens"] += sum(len(ids) - p for (ids, _), p in zip(rows, batch.reused))
         self.stats["prefill_computed"] += B * S  # with the left padding: prefill_tokens / this = useful share
         self.stats["reused_tokens"] += sum(batch.reused)
-        self.stats["recomputed_tokens"] += sum(self.sessions.recomputed(ids, session) for ids, session in rows)
+        self.stats["shared_tokens"] += shared
+        self.stats["recomputed_tokens"] += sum(max(0, self.sessions.recomputed(ids, session) - p)
+                                               for (ids, session), p in zip(rows, batch.reused))
 
     # -- public API --------------------------------------------------------------------
     def read_states(self, prompts: Sequence, sessions: Sequence | None = None) -> np.ndarray:

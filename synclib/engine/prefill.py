@@ -78,23 +78,30 @@ def layout(ids: Sequence[list], avail: Sequence[int], pad_token_id: int, device)
 
 def gather_prefixes(entries: Sequence, reused: Sequence[int], P: int):
     """A ``DynamicCache`` of ``P`` columns holding row ``i``'s first ``reused[i]`` cached
-    tokens (from its session entry ``entries[i]``), right-aligned; an empty one if ``P`` is 0."""
+    tokens, right-aligned; an empty one if ``P`` is 0.
+
+    ``entries[i]`` is row ``i``'s session entry (:class:`~synclib.engine.sessions.Session`, None
+    where ``reused[i]`` is 0), whose ``pieces(p)`` are its first ``p`` tokens' keys/values, block
+    by block, per layer group ``(Lg, 2, H, m, Dh)``.  They are copied, one copy per block and
+    row, into an ``(Lg, 2, B, H, P, Dh)`` per group whose ``[l, 0]`` and ``[l, 1]`` are layer
+    ``l``'s keys and values ``(B, H, P, Dh)``; only the padding columns are zeroed.
+    """
     from transformers import DynamicCache
 
     if P == 0:
         return DynamicCache()
-    ref = next(s for s, p in zip(entries, reused) if p > 0).kv
-    B = len(entries)
-    layers = []
-    for li in range(len(ref)):
-        k = ref[li][0].new_zeros((B, ref[li][0].shape[1], P, ref[li][0].shape[3]))
-        v = ref[li][1].new_zeros((B, ref[li][1].shape[1], P, ref[li][1].shape[3]))
-        for i, (s, p) in enumerate(zip(entries, reused)):
-            if p > 0:
-                k[i, :, P - p:] = s.kv[li][0][0, :, :p]
-                v[i, :, P - p:] = s.kv[li][1][0, :, :p]
-        layers.append((k, v))
-    return DynamicCache(ddp_cache_data=layers)
+    ref = next(s for s, p in zip(entries, reused) if p > 0).pieces(1)[0]
+    out = [x.new_empty((x.shape[0], 2, len(entries), x.shape[2], P, x.shape[4])) for x in ref]
+    for i, (s, p) in enumerate(zip(entries, reused)):
+        rows = [o[:, :, i] for o in out]  # (Lg, 2, H, P, Dh)
+        for row in rows:
+            row[:, :, :, :P - p].zero_()
+        a = P - p
+        for piece in (s.pieces(p) if p else ()):
+            for row, x in zip(rows, piece):
+                row[:, :, :, a:a + x.shape[3]] = x
+            a += piece[0].shape[3]
+    return DynamicCache(ddp_cache_data=[(o[l, 0], o[l, 1]) for o in out for l in range(o.shape[0])])
 
 
 @contextmanager

@@ -1,27 +1,89 @@
-"""Session caches: a prompt's keys/values kept for the next prompt of the same session.
+"""Session caches: a prompt's keys/values kept for the next prompt of any session that starts alike.
 
 A *session* is any hashable key a caller gives a row (a dialog agent's view of one episode).
 :class:`SessionCache` keeps, per session, the token ids of its last prompt and their
-keys/values (per layer ``(1, H, n, Dh)``, unpadded, on the model's device); the next prompt
-of the session then prefills only the tokens after their longest common prefix.  The caches
-of a model pair's engines share one :class:`synclib.memory.CacheBudget`: a session that does
-not fit is not stored, and its next prompt is prefilled whole (dialog turns visit their
-sessions in a cycle, so dropping the least recently used one would drop the one needed next).
+keys/values, paged in **blocks** of ``block_size`` tokens (as the block managers of vLLM and nano-vllm): a
+session's entry (:class:`Session`) is its token ids, its *block table* (the :class:`Block` of
+each of its full blocks) and a private *tail* (the keys/values of its last, partial block).
+
+A full block is keyed by ``(its parent's id, its token ids)``: the parent's id stands for the
+parent's own key, so a block is found only under its whole chain of earlier tokens (its
+keys/values depend on every one of them), exactly, with no hash to collide.  (A block's id is
+never reused, and a block lives while any later block of its chain does: every session that
+holds a block holds all the blocks before it.)  The pool holds each block once for all the
+sessions of the engine: two seeds of an episode start with the same prompt, an agent's active
+and ToM views share most of theirs.  A block is reference counted: a session's ``store``
+links the full blocks already in the pool, copies only the others and its tail, and a block
+is dropped when the last session holding it is forgotten.
+
+The next prompt of a session then prefills only the tokens after the longest prefix it can
+reuse (:meth:`SessionCache.lookup`): its own entry's common prefix, or, if longer, the chain of
+pool blocks it starts with, whichever session stored them.  The caches of a model pair's
+engines share one :class:`synclib.memory.CacheBudget`, counting each block once: a session
+whose new blocks and tail do not fit is not stored, and its next prompt is prefilled whole
+(dialog turns visit their sessions in a cycle, so dropping the least recently used one would
+drop the one needed next).
+
+Keys/values are kept in *layer groups*: one group of every layer where all layers have the
+same ``(H, Dh)`` (a block is then one tensor, copied into a prefill batch in one operation:
+:func:`~synclib.engine.prefill.gather_prefixes`), else one group per layer.  A group's tensor is ``(Lg, 2, H, n, Dh)`` (layers, keys and values, heads,
+tokens, head dim).
 """
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from itertools import count
 from typing import Hashable, Sequence
 
-__all__ = ["Session", "SessionCache", "common_prefix"]
+__all__ = ["Block", "Session", "SessionCache", "common_prefix"]
+
+#: the parent id of a prompt's first block
+ROOT = -1
 
 
-@dataclass
+@dataclass(eq=False)
+class Block:
+    """``block_size`` tokens' keys/values in the pool: per layer group ``(Lg, 2, H, block_size, Dh)``."""
+
+    id: int
+    key: tuple       # (parent block's id or ROOT, tuple of its block_size token ids)
+    kv: tuple
+    nbytes: int
+    refs: int = 0    # sessions holding it
+
+
+@dataclass(eq=False)
 class Session:
+    """A session's entry: its prompt's token ids, the blocks of its full blocks (shared) and
+    its tail (private, per layer group ``(Lg, 2, H, len(ids) - len(blocks) * block_size, Dh)``;
+    None when empty).  ``nbytes``: the tail's bytes.  ``shared``: a chain of another
+    session's blocks that :meth:`SessionCache.lookup` found (not an entry of the cache)."""
+
     ids: list
-    kv: list  # per layer: (keys (1, H, n, Dh), values (1, H, n, Dh))
+    blocks: list
+    size: int        # tokens per block
+    tail: tuple | None = None
     nbytes: int = 0
+    shared: bool = False
+
+    def pieces(self, p: int) -> list[tuple]:
+        """The first ``p`` tokens' keys/values (``0 < p <= len(ids)``) as consecutive pieces, the
+        blocks (and the tail) they span: per layer group ``(Lg, 2, H, m, Dh)``, ``m`` at most a
+        block's tokens."""
+        full, rest = divmod(p, self.size)
+        out = [b.kv for b in self.blocks[:full]]
+        if rest:
+            last = self.blocks[full].kv if full < len(self.blocks) else self.tail
+            out.append(tuple(x[:, :, :, :rest] for x in last))
+        return out
+
+    def prefix(self, p: int) -> tuple:
+        """The first ``p`` tokens' keys/values in one tensor per layer group ``(Lg, 2, H, p, Dh)``
+        (a copy; a prefill copies :meth:`pieces` into its batch instead)."""
+        import torch
+
+        return tuple(torch.cat(group, dim=3) for group in zip(*self.pieces(p)))
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -34,7 +96,7 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 class SessionCache:
-    """The session caches of one engine, within a (possibly shared) budget.
+    """The session caches of one engine in a pool of shared blocks, within a (possibly shared) budget.
 
     Parameters
     ----------
@@ -43,12 +105,18 @@ class SessionCache:
         False: nothing is looked up or stored (the engine's ``kv_reuse=False``).
     stats : collections.Counter
         The engine's counters (``cache_skips``).
+    block_size : int, default 32
+        Tokens per block: prompts share their keys/values in whole blocks.
     """
 
-    def __init__(self, budget, enabled: bool, stats):
-        self.budget, self.enabled, self.stats = budget, enabled, stats
+    def __init__(self, budget, enabled: bool, stats, block_size: int = 32):
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise ValueError(f"block_size must be an int >= 1 (tokens per block), got {block_size!r}")
+        self.budget, self.enabled, self.stats, self.block_size = budget, enabled, stats, block_size
         self._sessions: OrderedDict = OrderedDict()
-        self._bytes = 0  # this engine's share of the budget
+        self._blocks: dict = {}  # the pool: block key -> Block
+        self._ids = count()  # the next block's id
+        self._bytes = 0  # this engine's share of the budget: its blocks and tails
         self._skipped: dict = {}  # session -> token ids of the prompt the budget could not hold
         #: sessions whose prefix a prefill batch took over (:meth:`hand_over`)
         self.handed_over = 0
@@ -56,69 +124,153 @@ class SessionCache:
     def __len__(self) -> int:
         return len(self._sessions)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes held: each block once, and every session's tail."""
+        return self._bytes
+
+    @property
+    def blocks(self) -> int:
+        """Blocks in the pool."""
+        return len(self._blocks)
+
+    @property
+    def shared_blocks(self) -> int:
+        """Blocks that several sessions hold."""
+        return sum(b.refs > 1 for b in self._blocks.values())
+
+    def _chain(self, ids: Sequence[int], n_blocks: int) -> list[Block]:
+        """The pool's blocks of the first (at most ``n_blocks``) full blocks of ``ids``, in order,
+        up to the first one not in the pool."""
+        size, chain, parent = self.block_size, [], ROOT
+        for j in range(n_blocks):
+            b = self._blocks.get((parent, tuple(ids[j * size:(j + 1) * size])))
+            if b is None:
+                break
+            chain.append(b)
+            parent = b.id
+        return chain
+
     def lookup(self, ids: list, session) -> tuple[Session | None, int]:
-        """The session's entry and how many of ``ids`` it holds (at most all but one)."""
-        s = self._sessions.get(session) if (self.enabled and session is not None) else None
-        return s, (min(common_prefix(ids, s.ids), len(ids) - 1) if s is not None else 0)
+        """The longest reusable prefix of ``ids``, at most all but its last token: the entry it
+        comes from and its length.  The session's own entry (their common prefix) or, if longer,
+        the pool's chain of full blocks that ``ids`` starts with (an entry with ``shared``);
+        ``(None, 0)`` when neither holds a token."""
+        if not self.enabled or session is None:
+            return None, 0
+        own = self._sessions.get(session)
+        n = min(common_prefix(ids, own.ids), len(ids) - 1) if own is not None else 0
+        chain = self._chain(ids, (len(ids) - 1) // self.block_size)
+        m = len(chain) * self.block_size
+        if m > n:
+            return Session(list(ids[:m]), chain, self.block_size, shared=True), m
+        return own, n
 
     def touch(self, session) -> None:
-        """Mark ``session`` as used now."""
-        self._sessions.move_to_end(session)
+        """Mark ``session`` as used now (if it holds an entry)."""
+        if session in self._sessions:
+            self._sessions.move_to_end(session)
 
     def new_tokens(self, ids: list, session) -> int:
-        """Tokens of ``ids`` a prefill must run: those after the session's common prefix."""
-        s = self._sessions.get(session) if (self.enabled and session is not None) else None
-        return len(ids) - (common_prefix(ids, s.ids) if s is not None else 0)
+        """Tokens of ``ids`` a prefill must run: those after the prefix :meth:`lookup` finds."""
+        return len(ids) - self.lookup(ids, session)[1]
 
     def recomputed(self, ids: list, session) -> int:
         """Tokens of ``ids`` a session cache would have held had the budget had room."""
         old = self._skipped.get(session) if (self.enabled and session is not None) else None
         return min(common_prefix(ids, old), len(ids) - 1) if old is not None else 0
 
-    def hand_over(self, sessions: Sequence[Hashable], entries: Sequence) -> None:
-        """Drop the entries a prefill batch has copied: the batch holds their prefixes now and
-        each row's session is stored anew after it, so one copy stays resident, not two."""
-        for session, s in zip(sessions, entries):
-            if s is not None:
+    def hand_over(self, sessions: Sequence[Hashable]) -> None:
+        """Drop the entries of a prefill batch's sessions once the batch has copied its prefixes:
+        each row's session is stored anew after it, so one copy stays resident, not two (the
+        blocks other sessions hold stay)."""
+        for session in sessions:
+            if session in self._sessions:
                 self.forget(session)
                 self.handed_over += 1
 
-    def store(self, session, ids, kv) -> None:
-        """Keep ``kv`` as ``session``'s keys/values of ``ids``, if the budget has room."""
+    def store(self, session, ids: list, kv: Sequence) -> None:
+        """Keep ``kv`` (per layer: keys and values ``(1, H, len(ids), Dh)``, views are fine) as
+        ``session``'s keys/values of ``ids``, if the budget has room: the full blocks already in
+        the pool are linked, the others and the tail copied."""
+        size = self.block_size
+        n_full = len(ids) // size
+        table = self._chain(ids, n_full)
+        for b in table:  # linked before the session's old entry goes, which may hold them
+            b.refs += 1
         self.forget(session)
-        nbytes = sum(k.numel() * k.element_size() * 2 for k, _ in kv)
-        if not self.budget.take(nbytes):
+        start = len(table) * size
+        groups = _layer_groups(kv)
+        per_token = sum(2 * k.shape[1] * k.shape[3] * k.element_size() for k, _ in kv)
+        if not self.budget.take((len(ids) - start) * per_token):
+            self._release(table)
             self.stats["cache_skips"] += 1
             self._skipped[session] = list(ids)
             return
-        self._sessions[session] = Session(list(ids), kv, nbytes)
-        self._bytes += nbytes
+        parent = table[-1].id if table else ROOT
+        for j in range(len(table), n_full):
+            block = Block(next(self._ids), (parent, tuple(ids[j * size:(j + 1) * size])),
+                          _columns(kv, groups, j * size, (j + 1) * size), size * per_token, refs=1)
+            self._blocks[block.key] = block
+            table.append(block)
+            parent = block.id
+        rest = len(ids) - n_full * size
+        tail = _columns(kv, groups, n_full * size, len(ids)) if rest else None
+        self._sessions[session] = Session(list(ids), table, size, tail, rest * per_token)
+        self._bytes += (len(ids) - start) * per_token
 
     def store_rows(self, rows: Sequence[tuple[list, Hashable]], cache) -> None:
-        """Store each row of a prefilled batch in its session: its unpadded columns of ``cache``,
-        copied so that the session owns its tensors.  A prefill batch is left padded without
-        holes (:func:`~synclib.engine.prefill.layout`), so row ``i``'s tokens are its last
+        """Store each row of a prefilled batch in its session (:meth:`store`): its unpadded
+        columns of ``cache``.  A prefill batch is left padded without holes
+        (:func:`~synclib.engine.prefill.layout`), so row ``i``'s tokens are its last
         ``len(ids)`` columns: a slice, which (unlike a boolean mask) makes the host wait for
         nothing."""
         for i, (ids, session) in enumerate(rows):
             if session is None:
                 continue
             n = len(ids)
-            kv = [(layer.keys[i:i + 1, :, -n:].clone(), layer.values[i:i + 1, :, -n:].clone())
-                  for layer in cache.layers]
-            self.store(session, ids, kv)
+            self.store(session, ids, [(layer.keys[i:i + 1, :, -n:], layer.values[i:i + 1, :, -n:])
+                                      for layer in cache.layers])
+
+    def _release(self, blocks: Sequence[Block]) -> None:
+        """Drop a session's hold on ``blocks``; those no session holds leave the pool."""
+        for b in blocks:
+            b.refs -= 1
+            if b.refs == 0:
+                del self._blocks[b.key]
+                self._bytes -= b.nbytes
+                self.budget.give(b.nbytes)
 
     def forget(self, session: Hashable) -> None:
-        """Drop the cached keys/values of ``session``."""
+        """Drop the cached keys/values of ``session`` (its tail, and the blocks no other session holds)."""
         self._skipped.pop(session, None)
         s = self._sessions.pop(session, None)
         if s is not None:
             self._bytes -= s.nbytes
             self.budget.give(s.nbytes)
+            self._release(s.blocks)
 
     def clear(self) -> None:
-        """Drop every session cache."""
+        """Drop every session cache and block."""
         self._sessions.clear()
         self._skipped.clear()
+        self._blocks.clear()
         self.budget.give(self._bytes)
         self._bytes = 0
+
+
+def _layer_groups(kv: Sequence) -> list[tuple[int, int]]:
+    """The layer groups of per-layer keys/values ``kv`` (``(1, H, n, Dh)`` each) as ``(first,
+    end)`` layer ranges: every layer in one group if all have the same ``(H, Dh)`` and dtype,
+    else one group per layer."""
+    shapes = {(k.shape[1], k.shape[3], k.dtype) for k, _ in kv}
+    return [(0, len(kv))] if len(shapes) == 1 else [(i, i + 1) for i in range(len(kv))]
+
+
+def _columns(kv: Sequence, groups: list[tuple[int, int]], a: int, b: int) -> tuple:
+    """Columns ``a:b`` of per-layer keys/values ``kv`` (``(1, H, n, Dh)`` each) in new storage of
+    their own, per layer group ``(Lg, 2, H, b - a, Dh)``: one copy."""
+    import torch
+
+    return tuple(torch.stack([x[0, :, a:b] for layer in kv[g0:g1] for x in layer]).unflatten(0, (g1 - g0, 2))
+                 for g0, g1 in groups)
