@@ -44,17 +44,20 @@ def test_numbers_come_from_the_json(tmp_path):
 
 def test_scheduling_section_quotes_the_seconds_by_part_and_only_the_lines_it_has(tmp_path):
     """The continuous-batching section gives each mode's seconds by part from the JSON, the reads
-    made in the joins, and points at the half-batch reference line only where the JSON has one."""
+    made in the joins, the prompt tokens shared across sessions, and points at the half-batch reference line only where the JSON has one."""
     shutil.copytree(RESULTS, tmp_path, dirs_exist_ok=True)
     c = json.loads((RESULTS / "scheduling_cpu.json").read_text())
     r = next(iter(c["results"].values()))
     r.pop("agreement_turns_half_batch", None)
     r["modes"]["continuous"]["seconds"] = {"join": 92.4, "decode": 69.5, "tom": 17.1}
     r["modes"]["continuous"].setdefault("counters", {})["stream_reads"] = 128
+    r["modes"]["continuous"]["counters"]["shared_tokens"] = 4162
+    r["modes"]["turns"].setdefault("counters", {})["shared_tokens"] = 0
     (tmp_path / "scheduling_cpu.json").write_text(json.dumps(c))
     md = benchmarks_markdown(tmp_path)
     assert "continuous, seconds by part: joins 92.4, decoding steps 69.5, ToM read-outs 17.1 (128 passive " \
-           "prompts read in the joins)." in md
+           "prompts read in the joins; 4,162 prompt tokens taken from blocks that other sessions stored)." in md
+    assert "turns, seconds by part:" in md and "0 prompt tokens" not in md
     assert "the reference line above" not in md and "For reference, turn by turn at half" not in md
     r["agreement_turns_half_batch"] = {"identical_text_share": 0.5, "max_abs_diff_hidden": 1.0}
     (tmp_path / "scheduling_cpu.json").write_text(json.dumps(c))

@@ -473,9 +473,13 @@ def _scheduling_lines(c) -> list[str]:
                                   (("generate", "generate calls"), ("join", "joins"), ("decode", "decoding steps"),
                                    ("passive", "passive reader"), ("tom", "ToM read-outs"), ("cube", "cube"),
                                    ("other", "other")) if key in v["seconds"])
-                reads = v.get("counters", {}).get("stream_reads")
-                out.append(f"  - {mode}, seconds by part: {parts}"
-                           + (f" ({reads} passive prompts read in the joins)" if reads else "") + ".")
+                counters = v.get("counters", {})
+                notes = [f"{counters['stream_reads']} passive prompts read in the joins"] if counters.get(
+                    "stream_reads") else []
+                if counters.get("shared_tokens"):
+                    notes.append(f"{counters['shared_tokens']:,} prompt tokens taken from blocks that other "
+                                 "sessions stored")
+                out.append(f"  - {mode}, seconds by part: {parts}" + (f" ({'; '.join(notes)})" if notes else "") + ".")
     reference = any(r.get("agreement_turns_half_batch") for r in c["results"].values())
     out += ["", "On the CPU a decoding step costs about as much per row whatever the batch, so fewer steps "
             "with more rows in each save little, and each join's prefill and cache merge cost something: "
