@@ -22,8 +22,9 @@
 #         in flight with the ToM view), the paper's 300-token limit, with the wall time per part
 #         (decoding steps, joins, passive reader, ToM read-outs, cube) and every engine counter
 # budget  bench_scheduling.py, continuous only, 64 tasks x 2 seeds: the streams' rows in flight set
-#         by a key/value token budget (simulate.kv_tokens, 160k tokens: about 20 GiB at the 7B shape)
-#         instead of a count (up to 256 dialogs of two parts)
+#         by a key/value token budget (simulate.kv_tokens, 160k tokens: about 20 GiB at the 7B shape;
+#         the slots pad each row to the longest, so they hold more) instead of a count (up to 256
+#         dialogs of two parts; the slots are allocated for the rows in flight)
 # library bench_library.py: synclib's stream against transformers' generate_batch (continuous
 #         batching, paged cache) on 128 opening prompts, plus the states read by our prefill
 # e2e     bench_e2e.py --book: `synclib run` on two 7B-shaped models in both orders, 24 tasks,

@@ -671,11 +671,15 @@ def test_stream_rows_join_and_leave_and_generate_what_generate_does(lm, temperat
 
 
 @pytest.mark.parametrize("decode", ["dynamic", "static"])
-def test_stream_token_budget_sets_the_rows_in_flight(lm, decode):
+def test_stream_token_budget_sets_the_rows_in_flight(lm, decode, monkeypatch):
     """``kv_tokens``: rows join in order while their reserves (prompt + max_new_tokens - 1
     tokens each) fit; the reserved tokens never exceed the budget (except one over-long row
-    alone), short prompts put more rows in flight than long ones, and every row still
-    generates what generate does."""
+    alone), short prompts put more rows in flight than long ones, fixed slots are allocated
+    for the rows in flight rather than the capacity, and every row still generates what
+    generate does."""
+    from synclib.engine.fixed import FixedSlots
+
+    monkeypatch.setattr(FixedSlots, "SLOT_ROUND", 1)  # (8 would be all of them here)
     model = _stopper(lm)
     max_new = 8
     prompts = [dialog(lm, n, filler=f) for n, f in ((6, 4), (0, 0), (1, 0), (5, 2), (0, 1), (2, 7), (0, 2), (4, 0))]
@@ -701,6 +705,8 @@ def test_stream_token_budget_sets_the_rows_in_flight(lm, decode):
     assert max(len(f) for f in in_flight) >= 2  # short rows share the budget
     assert all(sum(reserve[t] for t in f) <= budget for f in in_flight)
     assert stream._reserved == 0
+    if decode == "static":  # the slots follow the rows in flight (by half at least), not the capacity of 8
+        assert max(len(f) for f in in_flight) <= stream._batch.slots < 8
     # a row longer than the whole budget runs, alone
     alone = eng.stream(max_new_tokens=max_new, temperature=0.7, capacity=8, join_min=1, decode=decode,
                        kv_tokens=min(reserve) - 1)
@@ -751,11 +757,11 @@ def test_stream_out_of_memory_drops_the_sessions_then_halves_the_join(lm, where,
     else:
         real_allocate, failed = FixedSlots._allocate, []
 
-        def allocate(self, T, like):
+        def allocate(self, T, like, *slots):
             if self.T and not failed:  # the first growth after the first join
                 failed.append(T)
                 raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
-            return real_allocate(self, T, like)
+            return real_allocate(self, T, like, *slots)
 
         monkeypatch.setattr(FixedSlots, "_allocate", allocate)
     stream = eng.stream(max_new_tokens=6, temperature=0.7, capacity=6, join_min=1,

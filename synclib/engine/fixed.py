@@ -4,7 +4,7 @@ The dynamic path (:mod:`synclib.engine.dynamic`) grows the attention mask and th
 cache by one column per step and lets ``transformers`` rebuild the 4-D mask: about a
 thousand kernel launches and allocations per step, which on a GPU cost more host time than
 the step's arithmetic (``bench/gpu_notes.md``).  :class:`FixedSlots` allocates the room once:
-per layer ``(capacity, H, T, Dh)`` keys and values and a boolean ``(capacity, 1, 1, T)`` mask
+per layer ``(slots, H, T, Dh)`` keys and values and a boolean ``(slots, 1, 1, T)`` mask
 with the unwritten columns closed, and one step
 
 1. opens each slot's next column (``col``) in the mask;
@@ -37,10 +37,14 @@ __all__ = ["FixedSlots", "capture_step"]
 
 
 class FixedSlots:
-    """Rows in ``capacity`` fixed slots; positions are slot numbers.
+    """Rows in at most ``capacity`` fixed slots; positions are slot numbers.
 
     ``T`` is the longest prefill so far plus ``steps``, rounded up to ``round_to``; a longer
-    prefill re-allocates (and re-captures), the old contents copied over.
+    prefill re-allocates (and re-captures), the old contents copied over.  The slots are
+    allocated as rows arrive: ``slots`` grows to the rows held, rounded up to
+    :attr:`SLOT_ROUND` and by at least half, up to ``capacity``, so that a stream whose rows
+    are bounded otherwise (its key/value token budget) holds ``slots x T`` columns, not
+    ``capacity x T``.
 
     Parameters
     ----------
@@ -61,14 +65,16 @@ class FixedSlots:
 
     #: a stream's column rounding
     ROUND = 256
+    #: the slots' rounding when they grow
+    SLOT_ROUND = 8
     #: rows stay in their slots when they end (the batch loop does not select them out)
     compacts = False
 
     def __init__(self, engine, capacity: int, steps: int, graph: bool, round_to: int = 1):
         self.engine, self.capacity, self.steps = engine, int(capacity), max(1, int(steps))
         self.graph_wanted, self.round_to = graph, max(1, int(round_to))
-        self.T = 0
-        self.free = list(range(self.capacity))
+        self.T = self.slots = 0
+        self.free: list[int] = []
         self.keys = self.values = None
         self.graph = None
         self.captured = False
@@ -90,11 +96,12 @@ class FixedSlots:
         return 0
 
     # -- buffers ----------------------------------------------------------------------
-    def _allocate(self, T: int, like: Prefill) -> None:
-        """Buffers of ``T`` columns (the old contents copied over), then the step's capture."""
+    def _allocate(self, T: int, like: Prefill, slots: int | None = None) -> None:
+        """Buffers of ``slots`` rows (default: as now) and ``T`` columns, the old contents
+        copied over, then the step's capture."""
         import torch
 
-        dev, C = like.mask.device, self.capacity
+        dev, C = like.mask.device, slots or self.slots
         # the large buffers first: out of memory here leaves the slots as they were
         keys = [layer.keys.new_zeros((C, layer.keys.shape[1], T, layer.keys.shape[3])) for layer in like.cache.layers]
         values = [layer.values.new_zeros((C, layer.values.shape[1], T, layer.values.shape[3]))
@@ -111,14 +118,15 @@ class FixedSlots:
         self.logits = torch.zeros((C, like.logits.shape[1]), dtype=torch.float32, device=dev)
         if old is not None:
             keys, values, allowed, col, pos, active, tok, logits = old
-            T0 = allowed.shape[-1]
+            C0, T0 = allowed.shape[0], allowed.shape[-1]
             for dst, src in zip(self.keys + self.values, keys + values):
-                dst[:, :, :T0] = src
-            self.allowed[..., :T0] = allowed
+                dst[:C0, :, :T0] = src
+            self.allowed[:C0, ..., :T0] = allowed
             for dst, src in ((self.col, col), (self.pos, pos), (self.active, active), (self.tok, tok),
                              (self.logits, logits)):
-                dst.copy_(src)
-        self.T = T
+                dst[:C0].copy_(src)
+        self.free += list(range(self.slots, C))
+        self.T, self.slots = T, C
         self.engine.stats["slot_allocations"] += 1
         self.eager_dtype = eager_dtype(self.engine.lm.model)
         self.graph, self.captured = None, False
@@ -152,7 +160,7 @@ class FixedSlots:
         if not self.captured:
             self.engine.stats["graph_fallbacks"] += 1
             if self.engine.graph_error is None:
-                warnings.warn(f"CUDA graph capture failed for {self.capacity} decoding slots; their decoding "
+                warnings.warn(f"CUDA graph capture failed for {self.slots} decoding slots; their decoding "
                               f"steps run eagerly (same numbers, slower): {self.error}", RuntimeWarning, stacklevel=3)
             self.engine.graph_error = self.error
 
@@ -161,11 +169,17 @@ class FixedSlots:
         """Copy a prefilled group into free slots; their slot numbers."""
         import torch
 
-        W = pre.mask.shape[1]
-        need = W + self.steps
-        if need > self.T:
-            self._allocate(-(-need // self.round_to) * self.round_to, pre)
-        slots, self.free = self.free[:pre.mask.shape[0]], self.free[pre.mask.shape[0]:]
+        W, n = pre.mask.shape[1], pre.mask.shape[0]
+        room = self.capacity - self.slots + len(self.free)
+        if n > room:
+            raise ValueError(f"{n} rows do not fit the {room} free of {self.capacity} slots")
+        need, rows = W + self.steps, self.slots - len(self.free) + n
+        grow = rows > self.slots
+        if need > self.T or grow:
+            more = -(-max(rows, self.slots + self.slots // 2) // self.SLOT_ROUND) * self.SLOT_ROUND
+            self._allocate(-(-max(need, self.T) // self.round_to) * self.round_to, pre,
+                           min(self.capacity, more) if grow else self.slots)
+        slots, self.free = self.free[:n], self.free[n:]
         # one copy per layer for all the group's rows (an index_copy_, no host sync)
         idx = index_tensor(slots, self.col.device)
         for dst, layer in zip(self.keys, pre.cache.layers):
@@ -191,11 +205,11 @@ class FixedSlots:
     def logits_of(self, pos: list[int]):
         """The next-token logits ``(len(pos), V)`` of the slots ``pos`` (a buffer the next step
         overwrites when ``pos`` is every slot in order)."""
-        return self.logits if pos == list(range(self.capacity)) else self.logits.index_select(0, self._index(pos))
+        return self.logits if pos == list(range(self.slots)) else self.logits.index_select(0, self._index(pos))
 
     def keep(self, pos: list[int]) -> list[int]:
         """Free the occupied slots not in ``pos``; the kept rows stay where they are."""
-        gone = sorted(set(range(self.capacity)) - set(self.free) - set(pos))
+        gone = sorted(set(range(self.slots)) - set(self.free) - set(pos))
         if gone:
             idx = index_tensor(gone, self.col.device)
             self.active.index_fill_(0, idx, False)
