@@ -62,10 +62,11 @@ class DecodeStream:
         it joins until it ends, and queued rows join in order while their reserve fits (a
         row that alone exceeds the budget joins only an empty batch: counted in
         ``stats["over_budget"]``).  So the rows in flight follow the prompts' lengths, not a
-        fixed count (``capacity`` stays the upper bound: the slots of the slot modes).  The
-        row stores pad every row to the longest one (left padded batch, fixed slots), so
-        their key/value bytes can exceed the budget's; ``stats["kv_reserved_peak"]`` is the
-        most tokens reserved at once.  Default: no token limit.
+        fixed count (``capacity`` stays the upper bound; the slot modes allocate slots for
+        the rows in flight).  The row stores pad every row to the longest one (left padded
+        batch, fixed slots), so their key/value bytes can exceed the budget's;
+        ``stats["kv_reserved_peak"]`` is the most tokens reserved at once.  Default: no token
+        limit.
     join_min : int, optional
         Queued rows join only when at least this many wait (or the batch is empty): one
         prefill for several rows costs less than one per row.  Default: a quarter of
