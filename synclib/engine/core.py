@@ -375,9 +375,9 @@ class Engine:
         The arguments are :meth:`generate`'s; ``capacity`` (default ``batch_size``),
         ``join_min``, ``kv_tokens`` (default: no token limit) and ``decode`` (default: the
         engine's own mode, so ``"dynamic"`` on the CPU and ``"graph"`` on CUDA for the models
-        that allow it) are :class:`DecodeStream`'s.  The slot modes are tested against the dynamic one on the
-        CPU and, with CUDA graphs, on a GPU (``tests/test_engine_cuda.py``); their speed there is
-        in ``bench/gpu_notes.md``.
+        that allow it) are :class:`DecodeStream`'s.  The slot modes are tested against the
+        dynamic one on the CPU and, with CUDA graphs, on a GPU (``tests/test_engine_cuda.py``);
+        their speed there is in ``bench/gpu_notes.md``.
         """
         check_sampling(max_new_tokens, temperature, top_k, top_p)
         return DecodeStream(self, max_new_tokens, (temperature, top_k, top_p), first_line_only,

@@ -26,8 +26,8 @@ drop the one needed next).
 
 Keys/values are kept in *layer groups*: one group of every layer where all layers have the
 same ``(H, Dh)`` (a block is then one tensor, copied into a prefill batch in one operation:
-:func:`~synclib.engine.prefill.gather_prefixes`), else one group per layer.  A group's tensor is ``(Lg, 2, H, n, Dh)`` (layers, keys and values, heads,
-tokens, head dim).
+:func:`~synclib.engine.prefill.gather_prefixes`), else one group per layer.  A group's
+tensor is ``(Lg, 2, H, n, Dh)`` (layers, keys and values, heads, tokens, head dim).
 """
 from __future__ import annotations
 

@@ -108,7 +108,6 @@ class DecodeStream:
         self.max_new_tokens, self.sampling, self.first_line_only = int(max_new_tokens), sampling, first_line_only
         self.capacity = int(capacity)
         self.kv_tokens = None if kv_tokens is None else int(kv_tokens)
-        self._reserved = 0              # key/value tokens the decoding rows reserve (kv_tokens)
         self.join_min = max(1, int(join_min) if join_min is not None else self.capacity // 4)
         self.on_step = on_step
         self.decode = decode
@@ -169,6 +168,11 @@ class DecodeStream:
         """Key/value tokens a row of prompt ``ids`` can reach (see ``kv_tokens``)."""
         return len(ids) + self.max_new_tokens - 1
 
+    @property
+    def _reserved(self) -> int:
+        """Key/value tokens the decoding rows reserve (see ``kv_tokens``)."""
+        return sum(self._reserve(r.ids) for r in self._rows)
+
     def _room(self, free: int) -> int:
         """How many queued rows may join now, in order: at most ``free`` (slots), and those
         whose reserves fit ``kv_tokens`` (the first row always, when no row is decoding)."""
@@ -176,8 +180,8 @@ class DecodeStream:
         if self.kv_tokens is None or room == 0:
             return room
         left, n = self.kv_tokens - self._reserved, 0
-        while n < room and self._reserve(self._queue[n][2]) <= left:
-            left -= self._reserve(self._queue[n][2])
+        while n < room and (need := self._reserve(self._queue[n][2])) <= left:
+            left -= need
             n += 1
         if n == 0 and not self._rows:
             self.stats["over_budget"] += 1
@@ -226,9 +230,9 @@ class DecodeStream:
             pos = self._batch.add(pre)
         U = uniforms([r.seed for _, r, _ in take], self.max_new_tokens)
         self._rows += [_StreamRow(tag, r, x, states[i], reused[i], pos[i]) for i, (tag, r, x) in enumerate(take)]
-        self._reserved += sum(self._reserve(x) for _, _, x in take)
+        reserved = self._reserved
         for stats in (self.stats, eng.stats):
-            stats["kv_reserved_peak"] = max(stats["kv_reserved_peak"], self._reserved)
+            stats["kv_reserved_peak"] = max(stats["kv_reserved_peak"], reserved)
         self._U = torch.cat([self._U, U.to(self._U.device)])
         self._step = torch.cat([self._step, self._step.new_zeros(len(take))])
         self._seen = torch.cat([self._seen, self._seen.new_zeros(len(take))])
@@ -274,7 +278,6 @@ class DecodeStream:
             if kept[i]:
                 row.tokens.append(toks[i])
             if gone[i]:
-                self._reserved -= self._reserve(row.ids)
                 finished.append((row.tag, make_result(self.lm, row.tokens, row.ids, row.states, why[i], row.reused)))
             else:
                 stay.append(i)

@@ -299,8 +299,8 @@ class _Runner:
         streams, and a new dialog starts (its first utterance: agent 1's model) while that
         stream holds fewer than ``batching.max_in_flight`` rows, queued or decoding (default:
         the dialogs of the largest part; with ``batching.kv_tokens``, of the two largest, and
-        the rows decoding are those whose reserves fit the token budget).  The next part is in play beside the oldest one
-        (look ahead one part: at most two parts' cells are held, the one being written
+        the rows decoding are those whose reserves fit the token budget).  The next part is in
+        play beside the oldest one (look ahead one part: at most two parts' cells are held, the one being written
         included), so the places that a part's ending dialogs free are taken by the next
         part's.  With two models the two streams take turns stepping.  ToM read-outs wait
         until a stream has ``tom_flush`` replies to read, or a part's dialogs have all ended,
