@@ -841,3 +841,68 @@ def test_stream_reads_ride_with_the_joins_and_equal_read_states(lm, decode):
     assert stream.reads_waiting == 1 and not len(stream)
     assert stream.run() == [] and [t for t, _ in stream.take_reads()] == ["alone"]
     assert eng.stats["reused_tokens"] > 0
+
+
+@pytest.mark.parametrize("kind, decode", [("smollm2", "dynamic"), ("smollm2", "static"), ("gemma3", "dynamic")])
+def test_stream_probes_score_what_sequence_logprobs_scores(lm, kind, decode, monkeypatch):
+    """A row's :class:`Probe` is scored inside the stream over the row store's own keys/values:
+    ``first`` after the prompt, ``then`` after the first generated token ``mark`` accepts
+    (among the first ``within``), as :meth:`Engine.sequence_logprobs` scores the same prompts
+    (to 1e-4 in float32), rows joining and leaving at different steps, fixed slots and a
+    sliding window (the tiny Gemma-3's 16 tokens, prompts far longer) included.  Probes change
+    nothing the rows generate, and a row whose reply has no marked token in time has no
+    second score."""
+    from synclib.engine import Probe
+    from synclib.engine.fixed import FixedSlots
+
+    monkeypatch.setattr(FixedSlots, "ROUND", 16)
+    base = lm if kind == "smollm2" else _tiny(lm, kind, "sdpa")
+    model = _stopper(base, share=20)
+    prompts = [dialog(base, n, filler=f) for n, f in ((1, 0), (5, 2), (2, 7), (0, 0), (3, 1), (6, 4))]
+    reqs = [Request(p, seed=row_seed(1, i, 0), session=f"s{i}") for i, p in enumerate(prompts)]
+    first = ((11, 12, 13), (11, 12), (11,), (40, 41))
+    then = ((7,), (7, 8), (9, 8, 7))
+    marked = lambda t: t % 4 == 0  # noqa: E731 - about a quarter of the tokens open the second point
+    probe = Probe(first=first, then=then, mark=marked, within=6)
+    want = Engine(model, batch_size=6).generate(reqs, max_new_tokens=12, temperature=0.9)
+    eng = Engine(model, batch_size=2)
+    stream = eng.stream(max_new_tokens=12, temperature=0.9, capacity=3, join_min=1, decode=decode)
+    for i, r in enumerate(reqs):
+        stream.submit(i, r, probe=probe if i != 3 else None)
+    from synclib.engine import stream as stream_module
+
+    real, sizes = stream_module.score_points, []
+
+    def score_points(model, view, points, pad, batch_size):  # the first forward of two points runs out of memory
+        sizes.append(batch_size)
+        if batch_size > 1 and len(sizes) == 1:
+            raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(model, view, points, pad, batch_size)
+
+    monkeypatch.setattr(stream_module, "score_points", score_points)
+    got = dict(stream.run())
+    assert sizes[:2] == [2, 1] and stream.stats["probe_oom_retries"] == 1
+    ref = Engine(model, kv_reuse=False)
+    seconds = 0
+    for i, w in enumerate(want):
+        g = got[i]
+        assert g.token_ids == w.token_ids
+        if i == 3:
+            assert g.scores == ()
+            continue
+        np.testing.assert_allclose(g.scores[0], ref.sequence_logprobs([g.prompt_ids], [first])[0], atol=1e-4)
+        k = next((k for k, t in enumerate(g.token_ids[:6]) if marked(t)), None)
+        if k is None:
+            assert g.scores[1] is None
+            continue
+        seconds += 1
+        ctx = g.prompt_ids + g.token_ids[:k + 1]
+        np.testing.assert_allclose(g.scores[1], ref.sequence_logprobs([ctx], [then])[0], atol=1e-4)
+    assert seconds >= 2  # some rows reached the second point, at different steps
+    assert stream.stats["probe_points"] == 5 + seconds and eng.stats["probe_calls"] >= 1
+    with pytest.raises(TypeError, match="probe must be a synclib.engine.Probe"):
+        stream.submit(9, reqs[0], probe=first)
+    with pytest.raises(ValueError, match=r"Probe.then needs Probe.mark"):
+        Probe(first=first, then=then)
+    with pytest.raises(ValueError, match=r"Probe.first\[0\] is empty"):
+        Probe(first=((),))

@@ -134,3 +134,38 @@ def test_stream_graph_slots_equal_generate_on_cuda(cuda_lm, dtype):
         assert (g.token_ids, g.finish_reason, g.text) == (w.token_ids, w.finish_reason, w.text)
         np.testing.assert_allclose(g.states, w.states, atol=1e-4, rtol=0)
 
+
+
+def test_stream_probes_on_graph_slots_equal_sequence_logprobs_on_cuda(cuda_lm):
+    """A :class:`Probe` on rows held in CUDA-graph slots: both points' scores equal
+    :meth:`Engine.sequence_logprobs` of the same contexts (float32), and the rows generate what
+    they generate without probes."""
+    from synclib.engine import Engine, Probe, Request
+
+    lm = cuda_lm
+    lm.model.to(torch.float32)
+    ps = prompts(lm, 6)
+    reqs = [Request(p, seed=i, session=i) for i, p in enumerate(ps)]
+    first, then = ((11, 12, 13), (11, 12), (40,)), ((7,), (7, 8))
+    marked = lambda t: t % 4 == 0  # noqa: E731
+    probe = Probe(first=first, then=then, mark=marked, within=8)
+    want = Engine(lm, batch_size=6, decode="dynamic").generate(reqs, max_new_tokens=24, temperature=0.7)
+    eng = Engine(lm, batch_size=3)
+    stream = eng.stream(max_new_tokens=24, temperature=0.7, capacity=4, join_min=1)
+    assert stream.decode == "graph"
+    for i, r in enumerate(reqs):
+        stream.submit(i, r, probe=probe)
+    got = dict(stream.run())
+    assert eng.stats["graph_fallbacks"] == 0, eng.graph_error
+    ref = Engine(lm, kv_reuse=False, decode="dynamic")
+    for i, w in enumerate(want):
+        g = got[i]
+        assert g.token_ids == w.token_ids
+        np.testing.assert_allclose(g.scores[0], ref.sequence_logprobs([g.prompt_ids], [first])[0], atol=1e-3)
+        k = next((k for k, t in enumerate(g.token_ids[:8]) if marked(t)), None)
+        if k is None:
+            assert g.scores[1] is None
+        else:
+            ctx = g.prompt_ids + g.token_ids[:k + 1]
+            np.testing.assert_allclose(g.scores[1], ref.sequence_logprobs([ctx], [then])[0], atol=1e-3)
+    assert eng.stats["probe_points"] >= 6

@@ -471,7 +471,8 @@ def test_end_to_end_smollm2_cli(tmp_path):
 def test_continuous_scheduling_plays_the_same_dialogs(tiny_models, tasks, tmp_path, pair):
     """``scheduling="continuous"`` (each dialog's next utterance joins the running batch as
     soon as its reply ends) gives the turn-by-turn loop's cube: the same texts, lengths and
-    prompts exactly, the same states and ToM distributions to float rounding.  Replies end
+    prompts exactly, the same states and ToM distributions to float rounding (the
+    continuous loop's read inside the streams, the turns loop's after each batch).  Replies end
     at different steps (a random twelfth of the vocabulary stops them), so the batch mixes
     turns; with two models the two streams alternate."""
     import dataclasses
@@ -507,13 +508,16 @@ def test_continuous_scheduling_plays_the_same_dialogs(tiny_models, tasks, tmp_pa
     assert stats["continuous"]["reused_tokens"] > 0.5 * stats["turns"]["reused_tokens"]
     # one host read per decoding step; wall seconds per part of the loop (seconds_*)
     assert stats["continuous"]["host_reads"] == stats["continuous"]["decode_steps"] > 0
-    parts = {"continuous": ("decode", "join", "tom", "cube"), "turns": ("generate", "passive", "tom", "cube")}
+    parts = {"continuous": ("decode", "join", "probe", "cube"), "turns": ("generate", "passive", "tom", "cube")}
     for mode, names in parts.items():
         assert all(stats[mode][f"seconds_{n}"] > 0 for n in names), (mode, stats[mode])
     # the passive reader's prompts are read in the joins of their utterances' requests: one read a cell
     read = sum(int(np.isfinite(y[n].values).all(axis=(-2, -1)).sum()) for n in y.data_vars
                if n.startswith("hidden_") and n.endswith("passive"))
     assert stats["continuous"]["stream_reads"] == read > 0 and "seconds_passive" not in stats["continuous"]
+    # the ToM replies are read inside the streams (probes), none after them
+    assert "seconds_tom" not in stats["continuous"] and stats["continuous"]["probe_points"] >= int(
+        y.n_utterances_tom.values.sum())
     with pytest.raises(ValueError, match="scheduling must be one of turns, continuous"):
         simulate(a, b, sel, [0], tmp_path / "bad.nc", batching=Batching(scheduling="fast"), **kw)
 

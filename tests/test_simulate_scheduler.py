@@ -1,9 +1,9 @@
 """The simulation's dialog objects, their scheduler, and the batching knobs' single meanings.
 
 The scheduler is checked on its own (statuses and queues) and inside the continuous loop on
-tiny random models: every dialog ends FINISHED, the ToM dialogs through AWAITING_TOM, and the
-ToM read-out's batch follows its own knob, not an engine's row cap that an out-of-memory error
-halved.  Across parts: one stream per model serves them all (the next part's dialogs start
+tiny random models: every dialog ends FINISHED, the ToM replies come back read from inside
+the stream (probes scored over its own keys/values, batched even when an out-of-memory error
+halved an engine's rows), and the dialogs leave with their written part.  Across parts: one stream per model serves them all (the next part's dialogs start
 before the part before is written), with the cube of the turn-by-turn run; a writer's error
 in its thread reaches the caller, and a resumed run writes only the parts missing.
 """
@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 
-from synclib.cube import CubeSpec, CubeWriter, open_cube, parts_dir
+from synclib.cube import CubeSpec, CubeWriter, open_cube, parts_dir, var_name
 from synclib.tasks.prompts import ACTIONS, EMOTIONS, render_prompt
 from synclib.tasks.scenarios import load_tasks
 from synclib.simulate import (Batching, Dialog, Passes, RunOptions, Sampling, Scheduler, Status, default_units_per_part,
@@ -35,14 +35,8 @@ def test_the_scheduler_moves_a_dialog_through_its_statuses():
     sched.advance(talk)  # its reply recorded, the dialog goes on
     assert talk.status is Status.WAITING and talk.turn == 1 and talk.request is None and talk.agent == 1
     assert talk.session(1) == (0, 0, 1, "active") and talk.session(0, "passive") == (0, 0, 0, "passive")
-    sched.queue_readout("engine", tom, "reply")  # a ToM reply waits for its read-out
-    assert tom.unread == 1 and sched.readouts("engine") == 1
-    sched.await_tom(tom)  # the ToM dialog ended with that reply unread
-    assert tom.status is Status.AWAITING_TOM and sched.read_out() == []
-    assert sched.take_readouts("engine") == [(tom, 0, None, "reply")] and tom.unread == 0
-    assert sched.read_out() == [tom]
-    sched.finish(tom)
-    assert tom.status is Status.FINISHED and not sched.awaiting_tom
+    sched.finish(tom)  # its reply recorded, the dialog ends
+    assert tom.status is Status.FINISHED and not sched.running and list(sched.waiting) == [talk]
     assert sched.schedule() == [talk] and talk.status is Status.RUNNING
     sched.finish(talk)
     assert not sched and sched.finished == [tom, talk] and talk.status is Status.FINISHED
@@ -63,15 +57,18 @@ def test_the_scheduler_moves_a_dialog_through_its_statuses():
 
 def test_each_batching_knob_has_one_meaning_and_defaults_as_before(tmp_path):
     """units_per_part: the part (and what resume reads from an unfinished run's ``batch_size``);
-    max_rows: rows per forward, default the units per part; tom_flush: default max_rows."""
+    max_rows: rows per forward, default the units per part; a stream's capacity: max_in_flight,
+    else the largest part's dialogs, with kv_tokens the two largest parts'."""
     out = tmp_path / "x.nc"
     assert default_units_per_part("cpu") == 8 and default_units_per_part("cuda:0") == 64
     b = Batching().resolve(out, "cpu")
-    assert (b.units_per_part, b.max_rows, b.tom_flush, b.max_in_flight) == (8, 8, 8, None)
+    assert (b.units_per_part, b.max_rows, b.max_in_flight) == (8, 8, None)
     b = Batching(units_per_part=20).resolve(out, "cuda")
-    assert (b.units_per_part, b.max_rows, b.tom_flush) == (20, 20, 20)
+    assert (b.units_per_part, b.max_rows) == (20, 20)
     b = Batching(units_per_part=20, max_rows=5, max_in_flight=7).resolve(out, "cpu")
-    assert (b.units_per_part, b.max_rows, b.tom_flush, b.max_in_flight) == (20, 5, 5, 7)
+    assert (b.units_per_part, b.max_rows, b.max_in_flight) == (20, 5, 7)
+    assert b.stream_capacity([3, 9, 5]) == 7
+    assert Batching().stream_capacity([3, 9, 5]) == 9 and Batching(kv_tokens=100).stream_capacity([3, 9, 5]) == 14
     parts_dir(out).mkdir()
     (parts_dir(out) / "spec.json").write_text(json.dumps({"attrs": {"batch_size": 3}}))  # an unfinished run
     assert Batching().resolve(out, "cpu").units_per_part == 3
@@ -109,28 +106,20 @@ def _runner(lms, tasks, batching: Batching):
                                        batching=batching)
 
 
-@pytest.mark.parametrize("tom_flush", [None, 1000])
-def test_the_tom_flush_keeps_its_own_knob_after_an_engine_halved_its_rows(tiny_models, monkeypatch, tmp_path,
-                                                                          tom_flush):
-    """An engine that ran out of memory keeps a lower row cap (``Engine._batched``); the ToM
-    read-out of the continuous loop still collects ``tom_flush`` replies (default: the
-    configured ``max_rows``), and every dialog ends FINISHED, the ToM ones via AWAITING_TOM,
-    and leaves the scheduler with its written part."""
+def test_the_tom_replies_come_back_read_from_the_stream(tiny_models, monkeypatch, tmp_path):
+    """The continuous loop reads no ToM reply after the fact: each ToM request carries its
+    read-outs as a probe, scored inside the stream (one point per reply at its prompt's end,
+    one more where a "." came in time), even with an engine's rows halved to one by an
+    out-of-memory error; every ToM utterance has its emotion distribution, and every dialog
+    ends FINISHED and leaves the scheduler with its written part."""
     from synclib.models import load_model
 
     lms = (load_model(tiny_models[0]), load_model(tiny_models[1]))
     tasks = [load_tasks("embedded")[i] for i in (0, 3)]
-    spec, runner = _runner(lms, tasks, Batching(units_per_part=4, max_rows=4, tom_flush=tom_flush,
-                                                scheduling="continuous"))
+    spec, runner = _runner(lms, tasks, Batching(units_per_part=4, max_rows=4, scheduling="continuous"))
     for eng in runner.engines:
         eng.batch_size = 1  # as an out-of-memory error leaves it
-    assert runner.tom_flush == (tom_flush or 4) and runner.batching.max_rows == 4
-    sizes, scheds, added, awaited = [], [], [], []
-    real = runner_module._tom_readout
-
-    def readout(eng, requests, results, store=True):
-        sizes.append(len(requests))
-        return real(eng, requests, results, store=store)
+    scheds, added = [], []
 
     class Spy(Scheduler):
         def __init__(self, dialogs=()):
@@ -142,11 +131,10 @@ def test_the_tom_flush_keeps_its_own_knob_after_an_engine_halved_its_rows(tiny_m
             added.extend(dialogs)
             super().add(dialogs)
 
-        def await_tom(self, d):
-            awaited.append(d)
-            super().await_tom(d)
+    def no_readout(*args, **kwargs):
+        raise AssertionError("the continuous loop read a ToM reply outside the stream")
 
-    monkeypatch.setattr(runner_module, "_tom_readout", readout)
+    monkeypatch.setattr(runner_module, "_tom_readout", no_readout)
     monkeypatch.setattr(runner_module, "Scheduler", Spy)
     writer = CubeWriter(tmp_path / "x.nc", spec)
     runner.play([(0, spec.units())], writer)
@@ -154,14 +142,15 @@ def test_the_tom_flush_keeps_its_own_knob_after_an_engine_halved_its_rows(tiny_m
     assert writer.done == set(spec.units()) and len(scheds) == 1
     sched = scheds[0]
     assert len(added) == 8 and all(d.status is Status.FINISHED for d in added)
-    assert not (sched.dialogs or sched.waiting or sched.running or sched.awaiting_tom or sched.finished)
-    assert {id(d) for d in awaited} == {id(d) for d in added if d.view == "tom"}
-    n_tom = sum(len(d.history) for d in added if d.view == "tom")
-    assert sum(sizes) == n_tom
-    if tom_flush == 1000:  # nothing reaches the flush: one read-out per engine, when the part's dialogs end
-        assert len(sizes) == 2
-    else:  # every read-out but the two final ones collected at least max_rows replies
-        assert all(n >= 4 for n in sizes[:-2]) and len(sizes) < n_tom
+    assert not (sched.dialogs or sched.waiting or sched.running or sched.finished)
+    toms = [d for d in added if d.view == "tom"]
+    n_tom = sum(len(d.history) for d in toms)
+    points = sum(eng.stats["probe_points"] for eng in {id(e): e for e in runner.engines}.values())
+    assert n_tom <= points <= 2 * n_tom
+    for d in toms:  # agent 1 spoke utterances 0, 2, ..., agent 2 the odd ones
+        for t in range(len(d.history)):
+            emo = d.value.values[var_name("emotion", "ab"[t % 2], "tom")][t // 2]
+            assert np.isclose(emo.sum(), 1.0, atol=1e-6)
 
 
 # ----------------------------------------------------------------------------- across parts

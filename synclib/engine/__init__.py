@@ -16,14 +16,17 @@ Entry points
     prompt of any session only those after the whole blocks (``block_size`` tokens) another
     session's prompt started with, which the two then hold once.
     Call :meth:`Engine.forget` when a session (episode) ends.
-    ``sequence_logprobs`` is the one scorer of multi-token candidates: the unnormalised
-    log-probability of given token sequences after each prompt (the constrained judge's
-    scores); ``word_distributions`` builds normalised distributions over candidate words
-    on it (the ToM read-out of :mod:`synclib.simulate`).
+    ``sequence_logprobs`` scores multi-token candidates: the unnormalised log-probability
+    of given token sequences after each prompt (the constrained judge's scores; it and a
+    stream's probes feed them through one prefix-tree scorer, ``continuation_logprobs``);
+    ``word_distributions`` builds normalised distributions over candidate words
+    on it (the ToM read-out of :mod:`synclib.simulate`'s turn-by-turn loop).
 :class:`DecodeStream` (:meth:`Engine.stream`)
     Continuous batching: rows join a running decoding batch at any step and leave it at
     the step they end, so a dialog's next utterance need not wait for other rows' longer
-    replies; the same per-row sampling and sessions as ``generate``.
+    replies; the same per-row sampling and sessions as ``generate``.  A row may carry a
+    :class:`Probe`: token sequences scored at its prompt's end and after a marked token of its
+    reply, over the stream's own keys/values (the ToM read-outs).
 :func:`generate`, :func:`read_states`, :func:`word_distributions`
     One-shot wrappers around a fresh :class:`Engine` (no cache kept between calls).
 :func:`row_seed`
@@ -44,6 +47,7 @@ One concept a module
 ``dynamic``               rows in one growing batch (the CPU's decoding), ``with_room``
 ``fixed``                 rows in fixed slots, each step one CUDA-graph replay on GPUs
 ``stream``                :class:`DecodeStream`
+``probes``                :class:`Probe`: a stream row's read-outs scored inside the stream
 ``candidates``            prefix-tree scoring of candidate sequences, candidate words
 ``core``                  :class:`Engine` and the one-shot wrappers
 ========================  ====================================================================
@@ -60,13 +64,14 @@ reproducible.  A row stops at any of the model's stop tokens (EOS and end-of-tur
 ``torch`` and ``transformers`` are imported where they are used, so importing this package
 (as :mod:`synclib.config` does for :data:`SCHEDULING`) loads neither.
 """
-from synclib.engine.candidates import candidate_sequences, continuation_logprobs
+from synclib.engine.candidates import CandidateWords, candidate_sequences, continuation_logprobs
 from synclib.engine.core import Engine, generate, read_states, word_distributions
 from synclib.engine.dynamic import with_room
+from synclib.engine.probes import Probe
 from synclib.engine.requests import DECODE_MODES, SCHEDULING, Request, Result, row_seed
 from synclib.engine.sampling import sampling_distribution
 from synclib.engine.stream import DecodeStream
 
 __all__ = ["DECODE_MODES", "SCHEDULING", "sampling_distribution", "Engine", "DecodeStream", "Request", "Result",
            "generate", "read_states", "word_distributions", "row_seed", "candidate_sequences",
-           "continuation_logprobs", "with_room"]
+           "continuation_logprobs", "with_room", "Probe", "CandidateWords"]

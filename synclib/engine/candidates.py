@@ -20,11 +20,11 @@ from synclib.engine.forward import forward
 from synclib.engine.masks import additive_mask, attention_windows, eager_dtype
 
 __all__ = ["continuation_logprobs", "per_prefix_logprobs", "prefix_trees", "tree_masks", "candidate_sequences",
-           "immediate_extensions", "exclusive_probabilities"]
+           "immediate_extensions", "exclusive_probabilities", "CandidateWords"]
 
 
 def continuation_logprobs(model, cache, mask, next_pos, items, pad_token_id: int,
-                          batch_size: int = 16) -> tuple[list[float], int]:
+                          batch_size: int = 16, ends=None) -> tuple[list[float], int]:
     """Teacher-forced log-probabilities of token sequences after prefilled rows.
 
     ``items`` are ``(row, seq)`` pairs; for each, ``log P(seq[1:] | row's prompt, seq[0])``
@@ -48,6 +48,10 @@ def continuation_logprobs(model, cache, mask, next_pos, items, pad_token_id: int
     items : sequence of (int, sequence of int)
     pad_token_id : int
     batch_size : int
+    ends : (B,) long, optional
+        The column after each row's last open one (default: all ``T``): where a row's next
+        token sits for the sliding windows, when its mask closes columns at its right end (a
+        stream row scored at an earlier point, :mod:`synclib.engine.probes`).
 
     Returns
     -------
@@ -76,7 +80,8 @@ def continuation_logprobs(model, cache, mask, next_pos, items, pad_token_id: int
         chunk = rows[c0:c0 + bs]
         n = len(chunk)
         sel = torch.tensor(chunk, device=dev)
-        inp, depth, masks = tree_masks([trees[b] for b in chunk], mask[sel], windows, float_dtype, pad_token_id)
+        inp, depth, masks = tree_masks([trees[b] for b in chunk], mask[sel], windows, float_dtype, pad_token_id,
+                                       None if ends is None else ends[sel])
         layers = [(layer.keys.index_select(0, sel), layer.values.index_select(0, sel))
                   if n < mask.shape[0] else (layer.keys, layer.values) for layer in cache.layers]
         with torch.inference_mode():
@@ -104,7 +109,7 @@ def prefix_trees(items) -> dict:
     return trees
 
 
-def tree_masks(trees: Sequence[dict], row_mask, windows: dict, float_dtype, pad_token_id: int):
+def tree_masks(trees: Sequence[dict], row_mask, windows: dict, float_dtype, pad_token_id: int, ends=None):
     """The inputs of ``n`` rows' prefix trees fed over their prompts' ``T`` cached columns.
 
     Parameters
@@ -114,6 +119,8 @@ def tree_masks(trees: Sequence[dict], row_mask, windows: dict, float_dtype, pad_
     windows : ``{layer type: sliding window or None}`` (:func:`~synclib.engine.masks.attention_windows`)
     float_dtype : the eager attention's dtype (an additive mask), or None (boolean, sdpa)
     pad_token_id : int
+    ends : (n,) long, optional
+        The column a row's first node follows (default ``T``; see :func:`continuation_logprobs`)
 
     Returns
     -------
@@ -135,9 +142,9 @@ def tree_masks(trees: Sequence[dict], row_mask, windows: dict, float_dtype, pad_
             for d in range(1, len(pre)):
                 tree[j, v, nodes[pre[:d]]] = True
     depth, tree = depth.to(dev), tree.to(dev)
-    # query node at column T + depth, prompt key at column k: visible if unpadded and,
-    # under a sliding window w, (T + depth) - k < w; tree keys: depth difference < w
-    q_col = T + depth[:, :, None]
+    # query node at column T + depth (ends + depth), prompt key at column k: visible if
+    # unpadded and, under a sliding window w, (T + depth) - k < w; tree keys: depth difference < w
+    q_col = (T if ends is None else ends[:, None, None]) + depth[:, :, None]
     k_col = torch.arange(T, device=dev)[None, None, :]
     unpadded = row_mask.bool()[:, None, :].expand(n, L, T)
     masks = {}
@@ -224,6 +231,36 @@ def candidate_sequences(tokenizer, candidates: Sequence[str]) -> list[list[tuple
                 variants.append(ids)
         out.append(variants)
     return out
+
+
+class CandidateWords:
+    """Candidate words as the token sequences that spell them, and the distribution over the
+    words that those sequences' log-probabilities give (:meth:`Engine.word_distributions`,
+    the ToM read-out).
+
+    Parameters
+    ----------
+    tokenizer : a transformers tokenizer
+    words : sequence of C distinct non-empty str
+
+    Attributes
+    ----------
+    words : tuple of C str
+    variants : list of C lists of token tuples (:func:`candidate_sequences`)
+    seqs : list of S token tuples, every variant once, sorted: what is scored
+    longer : dict (:func:`immediate_extensions` of ``seqs``)
+    """
+
+    def __init__(self, tokenizer, words: Sequence[str]):
+        self.words = tuple(words)
+        self.variants = candidate_sequences(tokenizer, self.words)
+        self.seqs = sorted({s for spellings in self.variants for s in spellings})
+        self.longer = immediate_extensions(self.seqs)
+
+    def distribution(self, logp: np.ndarray) -> tuple[np.ndarray, float]:
+        """The ``(C,)`` distribution over the words and its mass from ``(S,)`` log-probabilities
+        of :attr:`seqs` (:func:`exclusive_probabilities`)."""
+        return exclusive_probabilities(logp, self.seqs, self.longer, self.variants)
 
 
 def immediate_extensions(seqs: list[tuple]) -> dict:

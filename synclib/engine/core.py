@@ -17,8 +17,7 @@ from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
-from synclib.engine.candidates import (candidate_sequences, continuation_logprobs, exclusive_probabilities,
-                                       immediate_extensions)
+from synclib.engine.candidates import CandidateWords, continuation_logprobs
 from synclib.engine.dynamic import DynamicRows
 from synclib.engine.fixed import FixedSlots
 from synclib.engine.forward import forward, is_oom
@@ -249,7 +248,7 @@ class Engine:
         return True
 
     # -- prefill -------------------------------------------------------------------------
-    def _prefill(self, rows: list[tuple[list, Hashable]], store: bool = True) -> Prefill:
+    def _prefill(self, rows: list[tuple[list, Hashable]]) -> Prefill:
         """Prefill ``rows`` (token ids, session); update their sessions.
 
         Rows whose new-token counts differ a lot (a session cache missed beside rows that
@@ -261,13 +260,13 @@ class Engine:
         new = [self.sessions.new_tokens(ids, session) for ids, session in rows]
         groups = prefill_groups(new)
         if len(groups) == 1:
-            return self._prefill_group(rows, store)
+            return self._prefill_group(rows)
         self.stats["prefill_splits"] += len(groups) - 1
-        return merge_prefills([self._prefill_group([rows[i] for i in g], store) for g in groups], groups)
+        return merge_prefills([self._prefill_group([rows[i] for i in g]) for g in groups], groups)
 
-    def _prefill_group(self, rows: list[tuple[list, Hashable]], store: bool = True) -> Prefill:
+    def _prefill_group(self, rows: list[tuple[list, Hashable]]) -> Prefill:
         """Prefill ``rows`` (token ids, session) in one padded batch (:func:`layout`) over their
-        sessions' cached prefixes; update their sessions (with ``store``; else only read them)."""
+        sessions' cached prefixes; update their sessions."""
         import torch
 
         found = [self.sessions.lookup(ids, session) for ids, session in rows]
@@ -277,7 +276,7 @@ class Engine:
         batch = layout([ids for ids, _ in rows], [a for _, a in found], self.lm.pad_token_id, self.lm.device)
         cache = gather_prefixes([entry for entry, _ in found], batch.reused, batch.P)
         shared = sum(p for (entry, _), p in zip(found, batch.reused) if entry is not None and entry.shared)
-        if self.kv_reuse and store:
+        if self.kv_reuse:
             self.sessions.hand_over([session for _, session in rows])
         del found
         sink: list = []
@@ -286,7 +285,7 @@ class Engine:
                                     last_only=True)
         self._count_prefill(rows, batch, shared)
         states = torch.stack(sink, dim=1).cpu().numpy()  # (B, L, D)
-        if self.kv_reuse and store:
+        if self.kv_reuse:
             self.sessions.store_rows(rows, cache)
         return Prefill(logits=logits[:, -1, :].float(), states=states, cache=cache, mask=batch.mask,
                        next_pos=batch.positions[:, -1] + 1, reused=batch.reused)
@@ -461,7 +460,7 @@ class Engine:
 
     # -- candidate scoring -----------------------------------------------------------------
     def sequence_logprobs(self, prompts: Sequence, sequences: Sequence[Sequence[Sequence[int]]],
-                          sessions: Sequence | None = None, store: bool = True) -> list[np.ndarray]:
+                          sessions: Sequence | None = None) -> list[np.ndarray]:
         """Log-probability of each candidate token sequence right after each prompt.
 
         ``log P(seq | prompt)`` by teacher forcing: the first token's probability is read
@@ -470,8 +469,8 @@ class Engine:
         are fed once per row).  Nothing is normalised: a candidate that is a token prefix
         of another (``"1"`` and ``"10"``) is not told apart from it; end each sequence with
         a terminator (the constrained judge appends the end-of-turn token) or use
-        :meth:`word_distributions` for that.  This is the engine's one scorer of
-        multi-token candidates.
+        :meth:`word_distributions` for that.  (A :class:`DecodeStream` row's
+        :class:`~synclib.engine.probes.Probe` scores the same way, inside the stream.)
 
         Parameters
         ----------
@@ -485,9 +484,6 @@ class Engine:
             e.g. one prefilled beforehand (:meth:`read_states`) with the prompts' shared
             prefix, so that the prefix is computed once (as in every method, each row then
             stores its own prompt there: the last one stays).
-        store : bool, default True
-            Store each row's prompt in its session; False only reads the sessions (a
-            caller that scores an older prompt of a session whose newer prompt is cached).
 
         Returns
         -------
@@ -504,13 +500,13 @@ class Engine:
                 if not seq:
                     raise ValueError(f"sequences[{i}][{j}] is empty (no tokens)")
         return self._run_rows(prompts, sessions,
-                              lambda chunk, rows: self._logprob_batch(rows, [seqs[i] for i in chunk], store))
+                              lambda chunk, rows: self._logprob_batch(rows, [seqs[i] for i in chunk]))
 
-    def _logprob_batch(self, rows, seqs, store: bool = True) -> list[np.ndarray]:
+    def _logprob_batch(self, rows, seqs) -> list[np.ndarray]:
         """:meth:`sequence_logprobs` of one batch: ``rows`` (token ids, session), ``seqs`` per row."""
         import torch
 
-        pre = self._prefill(rows, store)
+        pre = self._prefill(rows)
         logp_first = torch.log_softmax(pre.logits, dim=-1)  # (B, V)
         items = [(b, s) for b, row in enumerate(seqs) for s in row]
         rest, calls = continuation_logprobs(self.lm.model, pre.cache, pre.mask, pre.next_pos, items,
@@ -528,7 +524,7 @@ class Engine:
         return out
 
     def word_distributions(self, prompts: Sequence, candidates: Sequence[str],
-                           sessions: Sequence | None = None, return_mass: bool = False, store: bool = True):
+                           sessions: Sequence | None = None, return_mass: bool = False):
         """Probabilities over candidate words at the next position of each prompt.
 
         Each candidate is scored by the probability that the model's continuation spells
@@ -552,8 +548,6 @@ class Engine:
         return_mass : bool, default False
             Also return the unnormalised total probability of the candidates (how much of
             the model's next-token distribution they cover).
-        store : bool, default True
-            As :meth:`sequence_logprobs`.
 
         Returns
         -------
@@ -561,15 +555,13 @@ class Engine:
             ``(P, C)`` float64, rows summing to 1 (NaN rows when the candidates have zero
             probability); with ``return_mass``, also ``(P,)``.
         """
-        seqs = candidate_sequences(self.lm.tokenizer, candidates)
-        all_seqs = sorted({s for variants in seqs for s in variants})
+        words = CandidateWords(self.lm.tokenizer, candidates)
         prompts = list(prompts)
-        logps = self.sequence_logprobs(prompts, [all_seqs] * len(prompts), sessions, store)
-        longer = immediate_extensions(all_seqs)
+        logps = self.sequence_logprobs(prompts, [words.seqs] * len(prompts), sessions)
         probs = np.empty((len(prompts), len(candidates)))
         mass = np.empty(len(prompts))
         for i, logp in enumerate(logps):
-            probs[i], mass[i] = exclusive_probabilities(logp, all_seqs, longer, seqs)
+            probs[i], mass[i] = words.distribution(logp)
         return (probs, mass) if return_mass else probs
 
 

@@ -84,6 +84,17 @@ class DynamicRows:
         pre.mask = pre.mask[:, first:]
         self.stats["trims"] += 1
 
+    def columns(self):
+        """``(layers, mask, ends)`` of every row (:func:`~synclib.engine.probes.score_points`):
+        the cache's ``(keys, values)`` per layer, the ``(B, T)`` mask, and each row's end
+        column, ``T`` for all (every row's columns end at the last one)."""
+        import torch
+
+        pre = self.pre
+        B, T = pre.mask.shape
+        return ([(layer.keys, layer.values) for layer in pre.cache.layers], pre.mask,
+                torch.full((B,), T, dtype=torch.long, device=pre.mask.device))
+
     def feed(self, pos: list[int], tok) -> None:
         """One forward pass over every row (``pos`` is all of them, in order) fed ``tok``."""
         import torch

@@ -219,6 +219,12 @@ class FixedSlots:
             self.free = sorted(self.free + gone)
         return pos
 
+    def columns(self):
+        """``(layers, mask, ends)`` of every slot (:func:`~synclib.engine.probes.score_points`):
+        the ``(keys, values)`` buffers per layer, the ``(slots, T)`` open columns, and each
+        slot's next column (``col``)."""
+        return list(zip(self.keys, self.values)), self.allowed[:, 0, 0, :].long(), self.col
+
     def feed(self, pos: list[int], tok) -> None:
         """One step of every slot, the slots ``pos`` fed ``tok``."""
         import torch

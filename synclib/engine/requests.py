@@ -84,6 +84,11 @@ class Result:
         with ``first_line_only``) or ``"length"`` (``max_new_tokens`` reached).
     reused_tokens : int
         Prompt tokens whose keys/values came from the session cache instead of a prefill.
+    scores : tuple
+        A :class:`~synclib.engine.DecodeStream` row's probe read-outs
+        (:class:`~synclib.engine.probes.Probe`): ``(first, then)``, each float64 of one
+        log-probability per sequence of ``probe.first`` / ``probe.then``, or None where the
+        point was not reached (no marked token in time); ``()`` without a probe.
     """
 
     text: str
@@ -92,17 +97,19 @@ class Result:
     states: np.ndarray
     finish_reason: str
     reused_tokens: int = 0
+    scores: tuple = ()
 
     @property
     def prompt_len(self) -> int:
         return len(self.prompt_ids)
 
 
-def make_result(lm, tokens: list, prompt_ids: list, states: np.ndarray, why: int, reused: int) -> Result:
+def make_result(lm, tokens: list, prompt_ids: list, states: np.ndarray, why: int, reused: int,
+                scores: tuple = ()) -> Result:
     """A row's :class:`Result`: its kept ``tokens`` decoded by ``lm``; ``why`` indexes
     :data:`FINISH_REASONS`."""
     return Result(text=lm.decode(tokens), token_ids=tokens, prompt_ids=prompt_ids, states=states,
-                  finish_reason=FINISH_REASONS[why], reused_tokens=reused)
+                  finish_reason=FINISH_REASONS[why], reused_tokens=reused, scores=scores)
 
 
 def uniforms(seeds: Sequence[int], n: int):

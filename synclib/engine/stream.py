@@ -19,6 +19,7 @@ from synclib.engine.fixed import FixedSlots
 from synclib.engine.forward import index_tensor, is_oom
 from synclib.engine.masks import full_attention_only
 from synclib.engine.prefill import select_rows
+from synclib.engine.probes import Point, Probe, score_points
 from synclib.engine.requests import Request, Result, make_result, uniforms
 from synclib.engine.sampling import row_ends, sample
 
@@ -27,7 +28,9 @@ __all__ = ["DecodeStream"]
 
 @dataclass
 class _StreamRow:
-    """One row of a :class:`DecodeStream` (host side); ``pos`` is where its row store keeps it."""
+    """One row of a :class:`DecodeStream` (host side); ``pos`` is where its row store keeps it,
+    ``fed`` how many of its tokens it has been fed; with a ``probe``, its ``points`` wait to be
+    scored and ``scores`` hold what they gave (:mod:`synclib.engine.probes`)."""
 
     tag: Hashable
     request: Request
@@ -36,6 +39,11 @@ class _StreamRow:
     reused: int
     pos: int = -1
     tokens: list = field(default_factory=list)
+    fed: int = 0
+    probe: Probe | None = None
+    marked: bool = False
+    points: list = field(default_factory=list)
+    scores: list = field(default_factory=lambda: [None, None])
 
 
 class DecodeStream:
@@ -44,7 +52,10 @@ class DecodeStream:
     A caller that turns a finished reply into the next request (a dialog's next turn) submits
     it at once, so the batch stays full.  A caller may also queue prefill-only rows
     (:meth:`read`: the passive reader's states), which are prefilled in the same forward as
-    the next rows that join, instead of in forwards of their own between the steps.  What a
+    the next rows that join, instead of in forwards of their own between the steps; and a
+    row may carry a :class:`~synclib.engine.probes.Probe` (the ToM read-outs), whose points
+    are scored over the stream's own keys/values before the row leaves
+    (:attr:`Result.scores`).  What a
     row generates does not depend on the batch: it samples with its own seeded uniforms, one
     per token of its own reply, exactly as in :meth:`Engine.generate`; its logits and states
     equal a solo run's up to float rounding.
@@ -85,9 +96,10 @@ class DecodeStream:
 
     The host reads each step's tokens and end flags in one read.  Counters go to
     ``engine.stats`` (``decode_steps``, ``generated_tokens``, ``stream_joins``, ``host_reads``,
-    ``stream_reads``: rows read with a join) as well as :attr:`stats`; wall times to
-    ``engine.seconds`` (``join``: admitting rows and making the reads, their prefill
-    included; ``decode``: the decoding steps).
+    ``stream_reads``: rows read with a join; ``probe_points`` and ``probe_calls``: probe points
+    scored and their forwards) as well as :attr:`stats`; wall times to ``engine.seconds``
+    (``join``: admitting rows and making the reads, their prefill included; ``decode``: the
+    decoding steps; ``probe``: scoring the probes' points).
     """
 
     def __init__(self, engine, max_new_tokens: int, sampling: tuple, first_line_only: bool,
@@ -126,9 +138,12 @@ class DecodeStream:
         self._stop = engine._stop_ids()
         self._lines = None
 
-    def submit(self, tag: Hashable, request: Request) -> None:
-        """Queue a row; :meth:`step` returns its :class:`Result` with ``tag`` when it ends."""
-        self._queue.append((tag, request, self.engine._ids(request.prompt)))
+    def submit(self, tag: Hashable, request: Request, probe: Probe | None = None) -> None:
+        """Queue a row; :meth:`step` returns its :class:`Result` with ``tag`` when it ends,
+        with the ``probe``'s scores (:attr:`Result.scores`) when one is given."""
+        if probe is not None and not isinstance(probe, Probe):
+            raise TypeError(f"probe must be a synclib.engine.Probe or None, got {type(probe).__name__}")
+        self._queue.append((tag, request, self.engine._ids(request.prompt), probe))
 
     def read(self, tag: Hashable, prompt, session: Hashable = None) -> None:
         """Queue a prefill-only row: its states at the last prompt token, as
@@ -203,8 +218,8 @@ class DecodeStream:
             take, reads = self._queue[:room], self._reads[:n_reads]
             handed_over = eng.sessions.handed_over
             try:
-                ids = [x for _, _, x in take] + [eng._ids(prompt) for _, prompt, _ in reads]
-                sessions = [r.session for _, r, _ in take] + [session for _, _, session in reads]
+                ids = [x for _, _, x, _ in take] + [eng._ids(prompt) for _, prompt, _ in reads]
+                sessions = [r.session for _, r, _, _ in take] + [session for _, _, session in reads]
                 pre = eng._prefill(list(zip(ids, sessions)))
                 states, reused = pre.states, pre.reused
                 if reads:
@@ -228,8 +243,13 @@ class DecodeStream:
             return
         if pos is None:
             pos = self._batch.add(pre)
-        U = uniforms([r.seed for _, r, _ in take], self.max_new_tokens)
-        self._rows += [_StreamRow(tag, r, x, states[i], reused[i], pos[i]) for i, (tag, r, x) in enumerate(take)]
+        U = uniforms([r.seed for _, r, _, _ in take], self.max_new_tokens)
+        new = [_StreamRow(tag, r, x, states[i], reused[i], pos[i], probe=probe)
+               for i, (tag, r, x, probe) in enumerate(take)]
+        for row in new:  # the first point: the prompt's last token after the rest of it
+            if row.probe is not None and row.probe.first:
+                row.points.append(Point(row, len(row.ids) - 1, row.ids[-1], 0))
+        self._rows += new
         reserved = self._reserved
         for stats in (self.stats, eng.stats):
             stats["kv_reserved_peak"] = max(stats["kv_reserved_peak"], reserved)
@@ -253,9 +273,17 @@ class DecodeStream:
         if not self._rows:
             return []
         with self.engine.timed("decode"):
-            return self._decode_step()
+            tok, kept, why, gone = self._sample()
+        if any(g and row.points for g, row in zip(gone, self._rows)):  # before their keys/values leave
+            with self.engine.timed("probe"):
+                self._score()
+        with self.engine.timed("decode"):
+            return self._advance(tok, why, gone)
 
-    def _decode_step(self) -> list[tuple[Hashable, Result]]:
+    def _sample(self):
+        """Sample one token for every row: ``(tok (B,) on the device, and as host lists the
+        tokens, kept flags, end reasons and end flags)``; the tokens kept go to the rows, and
+        a probed row whose token ``mark`` accepts gets its second point."""
         import torch
 
         B = len(self._rows)
@@ -273,18 +301,63 @@ class DecodeStream:
         self.stats["host_reads"] += 1
         self.engine.stats["host_reads"] += 1
         self.engine._count_step(B, self.on_step, self.stats)
+        for i, row in enumerate(self._rows):
+            if not kept[i]:
+                continue
+            probe = row.probe
+            if (probe is not None and probe.then and not row.marked and len(row.tokens) < probe.within
+                    and probe.mark(toks[i])):
+                row.points.append(Point(row, len(row.ids) + len(row.tokens), toks[i], 1))
+                row.marked = True
+            row.tokens.append(toks[i])
+        return tok, kept, why, gone
+
+    def _score(self) -> None:
+        """Score every row's waiting probe points in batched forwards over the row store
+        (:func:`~synclib.engine.probes.score_points`), :attr:`Engine.batch_size` points a
+        forward; out of memory, again with half as many (``stats["probe_oom_retries"]``)."""
+        import torch
+
+        eng = self.engine
+        points = [p for row in self._rows for p in row.points]
+        per = eng.batch_size
+        while True:
+            try:
+                logps, calls = score_points(self.lm.model, self._batch.columns(), points, self.lm.pad_token_id, per)
+                break
+            except Exception as exc:  # noqa: BLE001 - only OOM is handled
+                if not is_oom(exc) or per == 1:
+                    raise
+                del exc
+                per = max(1, per // 2)
+                self.stats["probe_oom_retries"] += 1
+                if torch.cuda.is_available():
+                    torch.cuda.empty_cache()
+        for p, logp in zip(points, logps):
+            p.row.scores[p.which] = logp
+        for row in self._rows:
+            row.points = []
+        for stats in (self.stats, eng.stats):
+            stats["probe_points"] += len(points)
+            stats["probe_calls"] += calls
+        eng.stats["forward_calls"] += calls
+
+    def _advance(self, tok, why, gone) -> list[tuple[Hashable, Result]]:
+        """The ended rows' results; the others stay and are fed their tokens (one forward)."""
         finished, stay = [], []
         for i, row in enumerate(self._rows):
-            if kept[i]:
-                row.tokens.append(toks[i])
             if gone[i]:
-                finished.append((row.tag, make_result(self.lm, row.tokens, row.ids, row.states, why[i], row.reused)))
+                scores = tuple(row.scores) if row.probe is not None else ()
+                finished.append((row.tag, make_result(self.lm, row.tokens, row.ids, row.states, why[i], row.reused,
+                                                      scores)))
             else:
                 stay.append(i)
-        if len(stay) < B:
+        if len(stay) < len(self._rows):
             tok = self._leave(stay, tok)
         if self._rows:
             self._batch.feed([r.pos for r in self._rows], tok)
+            for row in self._rows:
+                row.fed += 1
         return finished
 
     def _leave(self, stay: list[int], tok):

@@ -131,6 +131,7 @@ _LOOP_PARTS = (("join", "joins: prefill of the rows joining the stream (and of t
                ("cube", "the cube: the loop's time writing its parts (or waiting for the background writer), "
                         "then the compressed file"),
                ("passive", "passive reader (prefill only, between the steps)"), ("tom", "ToM read-outs"),
+               ("probe", "ToM read-outs scored inside the stream (probes over the rows' own keys/values)"),
                ("other", "host work between the timed parts"))
 
 
@@ -471,7 +472,8 @@ def _scheduling_lines(c) -> list[str]:
             if v.get("seconds"):
                 parts = ", ".join(f"{label} {_num(v['seconds'][key])}" for key, label in
                                   (("generate", "generate calls"), ("join", "joins"), ("decode", "decoding steps"),
-                                   ("passive", "passive reader"), ("tom", "ToM read-outs"), ("cube", "cube"),
+                                   ("passive", "passive reader"), ("tom", "ToM read-outs"),
+                                   ("probe", "ToM read-outs inside the stream"), ("cube", "cube"),
                                    ("other", "other")) if key in v["seconds"])
                 counters = v.get("counters", {})
                 notes = [f"{counters['stream_reads']} passive prompts read in the joins"] if counters.get(

@@ -35,6 +35,7 @@ from pathlib import Path
 from synclib import paths
 from synclib.memory import GiB
 from synclib.shapes import DTYPE_BYTES, model_shape
+from synclib.simulate.options import Batching
 
 __all__ = ["load_bench", "LoopRef", "loop_reference",
            "prefill_dtype_ratio", "scheduling_ratio", "kv_prompt_tokens", "SimPrice", "price_simulation",
@@ -247,7 +248,8 @@ def _rows(cfg: dict, specs, cols: int) -> tuple[int, str]:
     units = sim["units_per_part"] or 64
     if sim["scheduling"] == "continuous":
         parts = 2 if sim["kv_tokens"] else 1  # with a token budget: the dialogs of the two parts in play
-        rows = sim["max_in_flight"] or parts * units * (1 + int(sim["tom"]))
+        rows = Batching(max_in_flight=sim["max_in_flight"], kv_tokens=sim["kv_tokens"]).stream_capacity(
+            [units * (1 + int(sim["tom"]))] * 2)
         what = ("simulate.max_in_flight" if sim["max_in_flight"] else
                 f"{'2 parts x ' if parts == 2 else ''}{units} units{' x 2 (genuine + ToM)' if sim['tom'] else ''} "
                 "in one stream")

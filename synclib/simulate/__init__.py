@@ -39,7 +39,8 @@ reader reads each genuine utterance's prompt beside its request):
   storing ``hidden_*_tom``, ``text_*_tom`` and the distributions over the 8
   emotion and 5 action words where the agent generates them (``emotion_*``,
   ``action_*``).  :mod:`~synclib.simulate.readout` owns the ToM reply format (:func:`_tom_readout`,
-  built on :meth:`synclib.engine.Engine.word_distributions`): the emotion word
+  built on :meth:`synclib.engine.Engine.word_distributions`, and :class:`TomReadout`, its
+  stream probe): the emotion word
   at the reply's first position, the action word after the first generated
   token holding a ``.`` (NaN when none came within 16 tokens).
   ``tom_format_*`` (an addition) is 1 where the raw reply opened with an
@@ -47,7 +48,8 @@ reader reads each genuine utterance's prompt beside its request):
 
 With ``scheduling="continuous"`` (continuous batching) the genuine and the ToM dialogs share
 one stream of decoding rows per model for the whole call (``max_in_flight`` rows at most,
-default the dialogs of one part; ToM read-outs in batches of ``tom_flush``).  The next part
+default the dialogs of one part; a ToM reply's read-outs are scored inside the stream, over
+the row's own keys/values, :class:`~synclib.simulate.readout.TomReadout`).  The next part
 is in play beside the oldest one, so the places a part's ending dialogs free are taken by the
 next part's; the passive reader's prompt of each genuine utterance is prefilled in the same
 forward as the utterance's request (:meth:`synclib.engine.DecodeStream.read`).  Every row's

@@ -1,22 +1,20 @@
 """A dialog of the simulation as one object, and the scheduler that holds the queues of them.
 
 A :class:`Dialog` is a unit (episode, seed) played in one view (``"active"`` or ``"tom"``):
-its utterances so far, the utterance it is at, the request in flight, the ToM replies of it
-not read out yet, and its :class:`Status`::
+its utterances so far, the utterance it is at, the request in flight, the passive reads of
+it in flight, and its :class:`Status`::
 
     WAITING --schedule--> RUNNING --reply, goes on--> WAITING
-                             |--reply, ends, ToM replies unread--> AWAITING_TOM --read--> FINISHED
-                             `--reply, ends-----------------------------------------> FINISHED
+                             `--reply, ends--> FINISHED
 
 A :class:`Scheduler` holds the dialogs in play in queues by status (as nano-vllm's scheduler
 holds its sequences): those of one part, or, with continuous scheduling, of the parts in
 play, which join it (:meth:`Scheduler.add`) as the stream has room and leave it
 (:meth:`Scheduler.drop`) with their part.  :meth:`Scheduler.schedule` takes the waiting
-dialogs (their next utterance is due) and marks them running, :meth:`Scheduler.advance`,
-:meth:`Scheduler.await_tom` and :meth:`Scheduler.finish` move a dialog on once its reply is
-recorded, and :meth:`Scheduler.queue_readout` / :meth:`Scheduler.take_readouts` keep the ToM
-replies that wait for their read-out, per engine.  The loops of
-:mod:`synclib.simulate.runner` are: schedule, run (one ``generate`` call or one stream step),
+dialogs (their next utterance is due) and marks them running, and :meth:`Scheduler.advance`
+and :meth:`Scheduler.finish` move a dialog on once its reply is recorded (a ToM reply comes
+back read: in the turn-by-turn loop after its batch, in the continuous one from inside the
+stream).  The loops of :mod:`synclib.simulate.runner` are: schedule, run (one ``generate`` call or one stream step),
 postprocess (record, advance, finish).
 """
 from __future__ import annotations
@@ -24,7 +22,6 @@ from __future__ import annotations
 import enum
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Hashable
 
 from synclib.cube import Unit
 
@@ -36,7 +33,6 @@ class Status(enum.Enum):
 
     WAITING = "waiting"            #: its next utterance is due, not yet submitted
     RUNNING = "running"            #: a request of it is in flight
-    AWAITING_TOM = "awaiting_tom"  #: ended; ToM read-outs of its replies pending
     FINISHED = "finished"          #: ended and read; its sessions forgotten
 
 
@@ -57,8 +53,6 @@ class Dialog:
         The utterance it is at (agent ``turn % 2`` speaks).
     request : Request or None
         The request of ``turn`` in flight.
-    unread : int
-        Its ToM replies whose read-out is pending.
     reads : int
         Its passive reads in flight (the continuous loop reads them with its requests).
     status : Status
@@ -70,7 +64,6 @@ class Dialog:
     history: list = field(default_factory=list)
     turn: int = 0
     request: object = None
-    unread: int = 0
     reads: int = 0
     status: Status = Status.WAITING
 
@@ -86,7 +79,7 @@ class Dialog:
 
 
 class Scheduler:
-    """The queues of the dialogs in play: waiting, running, awaiting their ToM read-out, finished.
+    """The queues of the dialogs in play: waiting, running, finished.
 
     Parameters
     ----------
@@ -98,9 +91,7 @@ class Scheduler:
         self.dialogs: list[Dialog] = []
         self.waiting: deque[Dialog] = deque()
         self.running: dict[int, Dialog] = {}
-        self.awaiting_tom: dict[int, Dialog] = {}
         self.finished: list[Dialog] = []
-        self._readouts: dict[Hashable, list] = {}
         self.add(dialogs)
 
     def __bool__(self) -> bool:
@@ -147,38 +138,8 @@ class Scheduler:
         d.status = Status.WAITING
         self.waiting.append(d)
 
-    def await_tom(self, d: Dialog) -> None:
-        """A running dialog ended with ToM replies unread."""
-        self._leave_running(d)
-        d.status = Status.AWAITING_TOM
-        self.awaiting_tom[id(d)] = d
-
     def finish(self, d: Dialog) -> None:
-        """A running dialog ended (or an awaiting one has been read)."""
-        if d.status is Status.AWAITING_TOM:
-            del self.awaiting_tom[id(d)]
-        else:
-            self._leave_running(d)
+        """A running dialog ended."""
+        self._leave_running(d)
         d.status = Status.FINISHED
         self.finished.append(d)
-
-    # -- ToM replies waiting for their read-out ---------------------------------------
-    def queue_readout(self, key: Hashable, d: Dialog, result) -> None:
-        """Keep the reply ``result`` of ``d``'s current request for the read-out of engine ``key``."""
-        self._readouts.setdefault(key, []).append((d, d.turn, d.request, result))
-        d.unread += 1
-
-    def readouts(self, key: Hashable) -> int:
-        """ToM replies waiting for engine ``key``'s read-out."""
-        return len(self._readouts.get(key, ()))
-
-    def take_readouts(self, key: Hashable) -> list[tuple]:
-        """Engine ``key``'s waiting replies ``(dialog, turn, request, result)``, now taken."""
-        out = self._readouts.pop(key, [])
-        for d, *_ in out:
-            d.unread -= 1
-        return out
-
-    def read_out(self) -> list[Dialog]:
-        """The dialogs AWAITING_TOM whose replies have all been read, in their original order."""
-        return [d for d in self.dialogs if d.status is Status.AWAITING_TOM and d.unread == 0]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Sequence
 
 from synclib.cube import STORE_DTYPES, CubeWriter
 from synclib.engine import SCHEDULING
@@ -160,10 +161,6 @@ class Batching:
         reserve together, each its prompt and ``max_new_tokens - 1`` (the stream's
         ``kv_tokens``): rows join in order while theirs fit, so more short dialogs than long
         ones are in flight.  Default: no token limit.
-    tom_flush : int, optional
-        With ``scheduling="continuous"``: ToM replies a stream collects before their
-        read-out runs in one batch.  Default: ``max_rows`` as given or resolved (not an
-        engine's halved value).
     scheduling : {"turns", "continuous"}, default "turns"
         How a part's dialogs share the models (:data:`synclib.engine.SCHEDULING`).
     cache_gib : "auto" or number, default "auto"
@@ -175,12 +172,11 @@ class Batching:
     max_rows: int | None = None
     max_in_flight: int | None = None
     kv_tokens: int | None = None
-    tom_flush: int | None = None
     scheduling: str = "turns"
     cache_gib: object = "auto"
 
     def __post_init__(self):
-        for name in ("units_per_part", "max_rows", "max_in_flight", "kv_tokens", "tom_flush"):
+        for name in ("units_per_part", "max_rows", "max_in_flight", "kv_tokens"):
             _positive_or_none("Batching", name, getattr(self, name))
         if self.scheduling not in SCHEDULING:
             raise ValueError(f"Batching.scheduling must be one of {', '.join(SCHEDULING)}, got {self.scheduling!r}")
@@ -188,7 +184,7 @@ class Batching:
             session_budget(self.cache_gib)  # the one check of the setting
 
     def resolve(self, out: Path, device) -> "Batching":
-        """These knobs with ``units_per_part``, ``max_rows`` and ``tom_flush`` filled in:
+        """These knobs with ``units_per_part`` and ``max_rows`` filled in:
         ``units_per_part`` from an unfinished run at ``out`` (its parts' attribute
         ``batch_size``) or :func:`default_units_per_part` of ``device``."""
         units = self.units_per_part
@@ -197,7 +193,15 @@ class Batching:
             attrs = (old or {}).get("attrs", {})
             units = int(attrs["batch_size"]) if "batch_size" in attrs else default_units_per_part(device)
         rows = self.max_rows or units
-        return replace(self, units_per_part=units, max_rows=rows, tom_flush=self.tom_flush or rows)
+        return replace(self, units_per_part=units, max_rows=rows)
+
+    def stream_capacity(self, part_dialogs: Sequence[int]) -> int:
+        """A continuous stream's capacity (``max_in_flight``, else its default) when the parts
+        hold ``part_dialogs`` dialogs each (genuine and ToM)."""
+        if self.max_in_flight:
+            return self.max_in_flight
+        sizes = sorted(part_dialogs, reverse=True)
+        return sum(sizes[:2 if self.kv_tokens else 1])
 
 
 @dataclass(frozen=True)

@@ -120,7 +120,7 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16, s
         ``units_per_part`` (one crash-safe cube part; default
         :func:`~synclib.simulate.options.default_units_per_part`, or the unfinished run's value
         when resuming), ``max_rows`` (rows per forward, default ``units_per_part``),
-        ``max_in_flight``, ``kv_tokens``, ``tom_flush``, ``scheduling`` (``"turns"``: part by part, utterance
+        ``max_in_flight``, ``kv_tokens``, ``scheduling`` (``"turns"``: part by part, utterance
         by utterance, each waiting for the part's longest reply; ``"continuous"``: each
         dialog's next utterance joins the running batch as soon as its reply ends, one stream
         per model for all the parts, the next part's dialogs taking the places of a part's

@@ -1,9 +1,13 @@
-"""The Theory-of-Mind reply format and its read-out (:func:`_tom_readout`).
+"""The Theory-of-Mind reply format and its read-out (:func:`_tom_readout`, :class:`TomReadout`).
 
 The ToM instruction asks for ``Emotion. Action type. Response.``; this module owns how such
 a reply is read: the emotion word's distribution at the reply's first position, the action
 word's after the first generated token holding a ``.``, and whether the reply followed the
-format.
+format.  The turn-by-turn loop reads a batch's replies after its ``generate`` call
+(:func:`_tom_readout`, over the session caches); the continuous loop has each ToM row carry
+the same two read-outs as a :class:`~synclib.engine.Probe`, scored inside the decoding stream
+over the row's own keys/values (:meth:`TomReadout.from_scores`).  Both score the same token
+sequences after the same tokens, so they agree up to float rounding.
 """
 from __future__ import annotations
 
@@ -12,9 +16,10 @@ from typing import Sequence
 
 import numpy as np
 
+from synclib.engine import CandidateWords, Probe
 from synclib.tasks.prompts import ACTIONS, EMOTIONS
 
-__all__ = ["_tom_readout"]
+__all__ = ["_tom_readout", "TomReadout"]
 
 #: a ToM reply in the instructed format opens with an emotion word, then an action word
 _TOM_FORMAT = re.compile(r"^\W*(?:" + "|".join(EMOTIONS) + r")\W+(?:" + "|".join(ACTIONS) + r")\b", re.I)
@@ -22,8 +27,50 @@ _TOM_FORMAT = re.compile(r"^\W*(?:" + "|".join(EMOTIONS) + r")\W+(?:" + "|".join
 _TOM_SEARCH_TOKENS = 16
 
 
-def _tom_readout(eng, requests: Sequence, results: Sequence, store: bool = True
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+class TomReadout:
+    """The ToM read-out of one model: its spellings of the emotion and action words, the
+    tokens that end the emotion word (those holding a ``.``), and the stream
+    :class:`~synclib.engine.Probe` that scores both read-outs.
+
+    Parameters
+    ----------
+    lm : LoadedModel
+    """
+
+    def __init__(self, lm):
+        self.lm = lm
+        self.emotion = CandidateWords(lm.tokenizer, EMOTIONS)
+        self.action = CandidateWords(lm.tokenizer, ACTIONS)
+        self._dot: dict[int, bool] = {}
+        #: what a ToM row of the continuous loop carries (:meth:`DecodeStream.submit`)
+        self.probe = Probe(first=tuple(self.emotion.seqs), then=tuple(self.action.seqs), mark=self.ends_emotion,
+                           within=_TOM_SEARCH_TOKENS)
+
+    def ends_emotion(self, token: int) -> bool:
+        """Whether generated ``token`` holds the ``.`` after the emotion word."""
+        if token not in self._dot:
+            self._dot[token] = "." in self.lm.tokenizer.decode([token])
+        return self._dot[token]
+
+    def action_at(self, token_ids: Sequence[int]) -> int | None:
+        """The index of the first of a reply's first :data:`_TOM_SEARCH_TOKENS` tokens that
+        ends the emotion word (the action word is read after it), or None."""
+        return next((k for k, t in enumerate(token_ids[:_TOM_SEARCH_TOKENS]) if self.ends_emotion(t)), None)
+
+    def from_scores(self, result) -> tuple[np.ndarray, np.ndarray, int]:
+        """One reply's read-out from its stream probe's scores (:attr:`Result.scores`):
+        ``(emotion (8,), action (5,), formatted)`` as a row of :func:`_tom_readout`."""
+        first, then = result.scores
+        action = np.full(len(ACTIONS), np.nan) if then is None else self.action.distribution(then)[0]
+        return self.emotion.distribution(first)[0], action, formatted(result.text)
+
+
+def formatted(text: str) -> int:
+    """1 where a raw ToM reply opens with an emotion word and then an action word, else 0."""
+    return int(bool(_TOM_FORMAT.match(text)))
+
+
+def _tom_readout(eng, requests: Sequence, results: Sequence) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Read the ToM replies: emotion and action distributions, and whether each followed the format.
 
     The ToM instruction asks for ``Emotion. Action type. Response.``  The emotion
@@ -41,10 +88,6 @@ def _tom_readout(eng, requests: Sequence, results: Sequence, store: bool = True
         The engine that generated ``results`` (its sessions are re-used).
     requests, results : sequences of R ``Request`` / ``Result``
         What was passed to and returned by ``eng.generate``.
-    store : bool, default True
-        Store the read-outs' prompts in the sessions; the continuous loop reads older
-        replies after a session has moved on and passes False, so that the newer prompt
-        stays cached.
 
     Returns
     -------
@@ -58,18 +101,17 @@ def _tom_readout(eng, requests: Sequence, results: Sequence, store: bool = True
     """
     if len(requests) != len(results):
         raise ValueError(f"{len(requests)} requests but {len(results)} results")
+    tom = TomReadout(eng.lm)
     sessions = [r.session for r in requests]
-    emotion = eng.word_distributions([r.prompt_ids for r in results], EMOTIONS, sessions, store=store)
+    emotion = eng.word_distributions([r.prompt_ids for r in results], EMOTIONS, sessions)
     action = np.full((len(results), len(ACTIONS)), np.nan)
     prefixes, where, sess = [], [], []
     for i, (req, res) in enumerate(zip(requests, results)):
-        for k, t in enumerate(res.token_ids[:_TOM_SEARCH_TOKENS]):
-            if "." in eng.lm.tokenizer.decode([t]):
-                prefixes.append(list(res.prompt_ids) + list(res.token_ids[:k + 1]))
-                where.append(i)
-                sess.append(req.session)
-                break
+        k = tom.action_at(res.token_ids)
+        if k is not None:
+            prefixes.append(list(res.prompt_ids) + list(res.token_ids[:k + 1]))
+            where.append(i)
+            sess.append(req.session)
     if prefixes:
-        action[where] = eng.word_distributions(prefixes, ACTIONS, sess, store=store)
-    formatted = np.array([int(bool(_TOM_FORMAT.match(r.text))) for r in results], dtype=int)
-    return emotion, action, formatted
+        action[where] = eng.word_distributions(prefixes, ACTIONS, sess)
+    return emotion, action, np.array([formatted(r.text) for r in results], dtype=int)

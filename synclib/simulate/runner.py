@@ -24,7 +24,7 @@ from synclib.engine import Engine, Request, row_seed
 from synclib.memory import release_free_memory
 from synclib.simulate.dialog import Dialog, Scheduler, Status
 from synclib.simulate.options import Batching, Sampling
-from synclib.simulate.readout import _tom_readout
+from synclib.simulate.readout import TomReadout, _tom_readout
 from synclib.tasks.prompts import is_leave, postprocess_reply, render_prompt, trim_to_sentence
 
 __all__ = ["_Runner", "_Progress"]
@@ -118,7 +118,7 @@ class _Runner:
         Each agent's sampling, its filters resolved for its model (:meth:`Sampling.for_model`).
     batching : Batching
         ``max_rows`` must be set (:meth:`Batching.resolve`): each engine's rows per forward;
-        ``max_in_flight``, ``kv_tokens`` and ``tom_flush`` as there.
+        ``max_in_flight`` and ``kv_tokens`` as there.
     readers : dict (episode, seed) -> Persona, optional
         The passive reader's personas.
     tom_tasks : set of int, optional
@@ -133,8 +133,6 @@ class _Runner:
             raise ValueError("batching.max_rows must be set (Batching.resolve fills it in)")
         self.lms = lms
         self.batching = batching
-        #: ToM replies a stream collects before one read-out (``batching.tom_flush``, else ``max_rows``)
-        self.tom_flush = batching.tom_flush or batching.max_rows
         engine_a = Engine(lms[0], batch_size=batching.max_rows, max_cache_bytes=cache_budget)
         self.engines = (engine_a, engine_a if lms[1] is lms[0]
                         else Engine(lms[1], batch_size=batching.max_rows, max_cache_bytes=cache_budget))
@@ -147,6 +145,7 @@ class _Runner:
         self.readers = readers or {}
         self.tom_tasks = tom_tasks
         self.progress = _Progress(0, 0, "", show=False)
+        self._tom: dict[int, TomReadout] = {}
 
     # -- the parts ---------------------------------------------------------------------
     def plays_tom(self, unit) -> bool:
@@ -239,11 +238,9 @@ class _Runner:
         return True
 
     def _postprocess(self, sched: Scheduler, d: Dialog, res) -> None:
-        """Record ``d``'s reply, then advance it, let it await its ToM read-outs, or finish it."""
+        """Record ``d``'s reply, then advance it or finish it."""
         if self._record(d, res):
             sched.advance(d)
-        elif d.unread:
-            sched.await_tom(d)
         else:
             self._finish(sched, d)
 
@@ -253,6 +250,13 @@ class _Runner:
             self.engines[a].forget(d.session(a))
         d.value.values[var_name("n_utterances", view=d.view)][...] = len(d.history)
         sched.finish(d)
+
+    def _tom_of(self, agent: int) -> TomReadout:
+        """The ToM read-out of ``agent``'s model (made once per model)."""
+        lm = self.lms[agent]
+        if id(lm) not in self._tom:
+            self._tom[id(lm)] = TomReadout(lm)
+        return self._tom[id(lm)]
 
     def _record_tom(self, value: Unit, t: int, emo, act, formatted) -> None:
         side, k = "ab"[t % 2], t // 2
@@ -302,11 +306,11 @@ class _Runner:
         the rows decoding are those whose reserves fit the token budget).  The next part is in
         play beside the oldest one (look ahead one part: at most two parts' cells are held, the one being written
         included), so the places that a part's ending dialogs free are taken by the next
-        part's.  With two models the two streams take turns stepping.  ToM read-outs wait
-        until a stream has ``tom_flush`` replies to read, or a part's dialogs have all ended,
-        and are read in one batch (:func:`_tom_readout`).  The passive reader's prompt of each
-        genuine utterance goes to the same stream as the utterance's request and is read in
-        the same prefill (:meth:`DecodeStream.read`).  Between steps a part whose units are all
+        part's.  With two models the two streams take turns stepping.  A ToM utterance's
+        request carries its read-outs (:attr:`TomReadout.probe`), which the stream scores over
+        the row's own keys/values before the row leaves, so its reply comes back read.  The
+        passive reader's prompt of each genuine utterance goes to the same stream as the
+        utterance's request and is read in the same prefill (:meth:`DecodeStream.read`).  Between steps a part whose units are all
         done goes to ``writer`` (:meth:`_write`), in whatever order the parts end.  Every
         utterance's request, seed and session are the turn-by-turn loop's, so the dialogs are
         the same up to float rounding; a dialog's sessions are dropped when it ends
@@ -315,8 +319,7 @@ class _Runner:
         if not parts:
             return
         engines = list({id(e): e for e in self.engines}.values())
-        sizes = sorted((sum(1 + self.plays_tom(u) for u in us) for _, us in parts), reverse=True)
-        capacity = self.batching.max_in_flight or sum(sizes[:2 if self.batching.kv_tokens else 1])
+        capacity = self.batching.stream_capacity([sum(1 + self.plays_tom(u) for u in us) for _, us in parts])
         streams = {id(e): e.stream(capacity=capacity, kv_tokens=self.batching.kv_tokens,
                                    **self._engine_args(self.engines.index(e))) for e in engines}
         todo, in_play, fresh, sched = deque(parts), [], deque(), Scheduler()
@@ -332,13 +335,12 @@ class _Runner:
                     continue
                 for d, res in st.step():
                     if d.view == "tom":
-                        sched.queue_readout(id(eng), d, res)
+                        self._record_tom(d.value, d.turn, *self._tom_of(d.agent).from_scores(res))
                     self._postprocess(sched, d, res)
                 for (d, t), states in st.take_reads():
                     d.reads -= 1
                     self._record_passive(d, t, states)
-                self._read_tom(sched, eng)
-            for part in [p for p in in_play if self._settle(sched, p)]:
+            for part in [p for p in in_play if self._settle(p)]:
                 in_play.remove(part)
                 sched.drop(part.dialogs)
                 self._write(writer, part.id, part.values)
@@ -352,7 +354,7 @@ class _Runner:
             for d in sched.schedule():
                 d.request = self._request(d)
                 st = streams[id(self.engines[d.agent])]
-                st.submit(d, d.request)
+                st.submit(d, d.request, self._tom_of(d.agent).probe if d.view == "tom" else None)
                 if d.view == "active" and self.reads_passive(d.unit):  # the reader's turn, in the same join
                     if d.turn == 0:
                         self._mark_reader(d)
@@ -363,34 +365,16 @@ class _Runner:
                 return
             sched.add([fresh.popleft() for _ in range(room)])
 
-    def _settle(self, sched: Scheduler, part: _Part) -> bool:
+    def _settle(self, part: _Part) -> bool:
         """Between stream steps: whether every unit of ``part`` is done (its dialogs ended, its
-        passive reads made, its ToM replies read out: at once, when only they are left); the
-        reader's sessions of a done part are dropped."""
-        if any(d.status in (Status.WAITING, Status.RUNNING) or d.reads for d in part.dialogs):
+        passive reads made); the reader's sessions of a done part are dropped."""
+        if any(d.status is not Status.FINISHED or d.reads for d in part.dialogs):
             return False
-        if any(d.status is Status.AWAITING_TOM for d in part.dialogs):
-            for eng in self.engines:
-                self._read_tom(sched, eng, final=True)
         for d in part.active:  # the reader's sessions: read to the end
             if self.reads_passive(d.unit):
                 for agent in (0, 1):
                     self.engines[agent].forget(d.session(agent, "passive"))
         return True
-
-    def _read_tom(self, sched: Scheduler, eng, final: bool = False) -> None:
-        """Read out the ToM replies ``eng``'s stream has collected once there are ``tom_flush``
-        of them (with ``final``: at once); finish the dialogs whose replies are all read."""
-        n = sched.readouts(id(eng))
-        if not n or not (final or n >= self.tom_flush):
-            return
-        wait = sched.take_readouts(id(eng))
-        with eng.timed("tom"):
-            rows = _tom_readout(eng, [w[2] for w in wait], [w[3] for w in wait], store=False)
-        for (d, t, _, _), row in zip(wait, zip(*rows)):
-            self._record_tom(d.value, t, *row)
-        for d in sched.read_out():
-            self._finish(sched, d)
 
     def reads_passive(self, unit) -> bool:
         """Whether the passive reader reads ``unit`` (episode, seed): its seed is among the
