@@ -55,10 +55,9 @@ class DecodeStream:
     the next rows that join, instead of in forwards of their own between the steps; and a
     row may carry a :class:`~synclib.engine.probes.Probe` (the ToM read-outs), whose points
     are scored over the stream's own keys/values before the row leaves
-    (:attr:`Result.scores`).  What a
-    row generates does not depend on the batch: it samples with its own seeded uniforms, one
-    per token of its own reply, exactly as in :meth:`Engine.generate`; its logits and states
-    equal a solo run's up to float rounding.
+    (:attr:`Result.scores`).  What a row generates does not depend on the batch: it samples
+    with its own seeded uniforms, one per token of its own reply, exactly as in
+    :meth:`Engine.generate`; its logits and states equal a solo run's up to float rounding.
 
     Parameters
     ----------
