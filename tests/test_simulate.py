@@ -19,7 +19,7 @@ from conftest import kill9_when
 from synclib import cli
 from synclib.argtypes import index_list as parse_index_list
 from synclib.cube import IncompleteCubeError, open_cube, parts_dir
-from synclib.simulate import Batching, Passes, RunOptions, Sampling, _tom_readout, simulate
+from synclib.simulate import Batching, Passes, RunOptions, Sampling, TomReadout, simulate
 from synclib.tasks.prompts import ACTIONS, EMOTIONS, is_leave, postprocess_reply, render_prompt
 from synclib.tasks.scenarios import load_tasks
 
@@ -171,7 +171,8 @@ def test_tom_readout_at_the_generated_positions(tiny_model_dir):
     req = Request(p, session="tom")
     res = eng.generate([req], max_new_tokens=1)[0]
     forced = dataclasses.replace(res, token_ids=reply, text=" Joy. Assertive. Fine, thanks.")
-    emo, act, formatted = _tom_readout(eng, [req, req], [forced, dataclasses.replace(forced, token_ids=[], text="")])
+    emo, act, formatted = TomReadout(lm).read(eng, [req, req],
+                                              [forced, dataclasses.replace(forced, token_ids=[], text="")])
     assert emo.shape == (2, 8) and act.shape == (2, 5)
     np.testing.assert_allclose(emo[0], word_distributions(lm, [p], EMOTIONS)[0], rtol=1e-4)
     dot = next(k for k, t in enumerate(reply) if "." in lm.tokenizer.decode([t]))

@@ -134,7 +134,7 @@ def test_the_tom_replies_come_back_read_from_the_stream(tiny_models, monkeypatch
     def no_readout(*args, **kwargs):
         raise AssertionError("the continuous loop read a ToM reply outside the stream")
 
-    monkeypatch.setattr(runner_module, "_tom_readout", no_readout)
+    monkeypatch.setattr(runner_module.TomReadout, "read", no_readout)
     monkeypatch.setattr(runner_module, "Scheduler", Spy)
     writer = CubeWriter(tmp_path / "x.nc", spec)
     runner.play([(0, spec.units())], writer)

@@ -543,6 +543,8 @@ class Engine:
             already generated, e.g. ``"Joy."`` before a second word).
         candidates : sequence of C str
             Distinct candidate words, e.g. ``["yes", "no"]`` or ``[str(i) for i in range(11)]``.
+            Or their :class:`~synclib.engine.CandidateWords` for this model's tokenizer
+            (spelled once for many calls).
         sessions : sequence of P hashable, optional
             Session key per prompt for KV reuse.
         return_mass : bool, default False
@@ -555,10 +557,10 @@ class Engine:
             ``(P, C)`` float64, rows summing to 1 (NaN rows when the candidates have zero
             probability); with ``return_mass``, also ``(P,)``.
         """
-        words = CandidateWords(self.lm.tokenizer, candidates)
+        words = candidates if isinstance(candidates, CandidateWords) else CandidateWords(self.lm.tokenizer, candidates)
         prompts = list(prompts)
         logps = self.sequence_logprobs(prompts, [words.seqs] * len(prompts), sessions)
-        probs = np.empty((len(prompts), len(candidates)))
+        probs = np.empty((len(prompts), len(words.words)))
         mass = np.empty(len(prompts))
         for i, logp in enumerate(logps):
             probs[i], mass[i] = words.distribution(logp)

@@ -38,9 +38,9 @@ reader reads each genuine utterance's prompt beside its request):
   others keep the cube's "unreached" values: ``n_utterances_tom`` is -1),
   storing ``hidden_*_tom``, ``text_*_tom`` and the distributions over the 8
   emotion and 5 action words where the agent generates them (``emotion_*``,
-  ``action_*``).  :mod:`~synclib.simulate.readout` owns the ToM reply format (:func:`_tom_readout`,
-  built on :meth:`synclib.engine.Engine.word_distributions`, and :class:`TomReadout`, its
-  stream probe): the emotion word
+  ``action_*``).  :mod:`~synclib.simulate.readout` owns the ToM reply format (:class:`TomReadout`: its
+  read-out after a ``generate`` call, built on :meth:`synclib.engine.Engine.word_distributions`,
+  and its stream probe): the emotion word
   at the reply's first position, the action word after the first generated
   token holding a ``.`` (NaN when none came within 16 tokens).
   ``tom_format_*`` (an addition) is 1 where the raw reply opened with an
@@ -71,7 +71,7 @@ from synclib.simulate.dialog import Dialog, Scheduler, Status
 from synclib.simulate.options import (Batching, Passes, RunOptions, Sampling, default_units_per_part,
                                       resolve_sampling)
 from synclib.simulate.play import episode_coords, simulate
-from synclib.simulate.readout import _tom_readout
+from synclib.simulate.readout import TomReadout
 from synclib.simulate.runner import _Progress, _Runner
 
 __all__ = ["simulate", "episode_coords", "default_units_per_part", "resolve_sampling", "Sampling", "Passes",

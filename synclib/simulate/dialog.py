@@ -14,8 +14,8 @@ play, which join it (:meth:`Scheduler.add`) as the stream has room and leave it
 dialogs (their next utterance is due) and marks them running, and :meth:`Scheduler.advance`
 and :meth:`Scheduler.finish` move a dialog on once its reply is recorded (a ToM reply comes
 back read: in the turn-by-turn loop after its batch, in the continuous one from inside the
-stream).  The loops of :mod:`synclib.simulate.runner` are: schedule, run (one ``generate`` call or one stream step),
-postprocess (record, advance, finish).
+stream).  The loops of :mod:`synclib.simulate.runner` are: schedule, run (one ``generate``
+call or one stream step), postprocess (record, advance, finish).
 """
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ from synclib.engine import Engine, Request, row_seed
 from synclib.memory import release_free_memory
 from synclib.simulate.dialog import Dialog, Scheduler, Status
 from synclib.simulate.options import Batching, Sampling
-from synclib.simulate.readout import TomReadout, _tom_readout
+from synclib.simulate.readout import TomReadout
 from synclib.tasks.prompts import is_leave, postprocess_reply, render_prompt, trim_to_sentence
 
 __all__ = ["_Runner", "_Progress"]
@@ -286,7 +286,7 @@ class _Runner:
             res = eng.generate(reqs, **self._engine_args(agent))
             if batch[0].view == "tom":
                 with eng.timed("tom"):
-                    rows = _tom_readout(eng, reqs, res)
+                    rows = self._tom_of(agent).read(eng, reqs, res)
                 for d, row in zip(batch, zip(*rows)):
                     self._record_tom(d.value, d.turn, *row)
             for d, r in zip(batch, res):
