@@ -45,6 +45,8 @@ import torch  # noqa: E402
 
 from bench_simulate import build_random_model, machine_info  # noqa: E402
 
+from synclib.run.bench import loop_summary  # noqa: E402
+
 MODES = ("turns", "continuous")
 
 
@@ -59,23 +61,6 @@ def _model(preset: str, device: str, dtype, newline_every: int):
     # float32: a random model's next-token distribution is nearly flat over 32,000 tokens, so
     # bf16 rounding of its logits moves almost every sample; in float32 both modes agree
     return build_random_model("tiny", device, torch.float32, newline_every=newline_every)
-
-
-def _summary(stats: dict, wall: float, utterances: int) -> dict:
-    prefill, computed = stats.get("prefill_tokens", 0), stats.get("prefill_computed", 0)
-    reused, steps, rows = stats.get("reused_tokens", 0), stats.get("decode_steps", 0), stats.get("generated_tokens", 0)
-    seconds = {k[len("seconds_"):]: round(v, 2) for k, v in stats.items() if k.startswith("seconds_")}
-    return {"wall_s": round(wall, 2), "utterances": utterances, "utterances_per_s": round(utterances / wall, 3),
-            "decode_steps": steps, "decode_row_steps": rows, "rows_per_step": round(rows / max(steps, 1), 2),
-            "forward_calls": stats.get("forward_calls", 0), "prefill_tokens": prefill,
-            "prefill_computed": computed, "prefill_useful_share": round(prefill / max(computed, 1), 4),
-            "reused_tokens": reused, "reused_share_of_prompt_tokens": round(reused / max(reused + prefill, 1), 4),
-            "stream_joins": stats.get("stream_joins", 0), "graph_steps": stats.get("graph_steps", 0),
-            "graph_fallbacks": stats.get("graph_fallbacks", 0),
-            "host_reads_per_step": round(stats.get("host_reads", 0) / max(steps, 1), 3),
-            # where the wall time went (Engine.seconds; 'other': host work between the timed parts)
-            "seconds": {**seconds, "other": round(wall - sum(seconds.values()), 2)},
-            "counters": {k: v for k, v in stats.items() if not k.startswith("seconds_")}}
 
 
 def _agreement(a, b) -> dict:
@@ -114,7 +99,7 @@ def run(preset: str, tasks: int, batch_size: int, device: str, dtype, tmp: Path,
         wall = time.perf_counter() - t0
         cube = cubes[mode] = open_cube(path, chunks=None)
         utt = int(cube["n_utterances"].values.sum() + cube["n_utterances_tom"].values.clip(0).sum())
-        out["modes"][mode] = _summary(stats, wall, utt)
+        out["modes"][mode] = loop_summary(stats, wall, utt)
         print(f"[bench] {preset} {mode}: {out['modes'][mode]}", file=sys.stderr, flush=True)
     if len(cubes) < 2:
         return out

@@ -41,8 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -180,18 +178,10 @@ def fixed_length_prompts(lm, n: int, length: int) -> list[list[int]]:
 
 
 def machine_info(device) -> dict:
-    info = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
-            "cpu_count": os.cpu_count(), "device": str(device)}
-    try:
-        import transformers
+    """The machine, the versions and the commit (:func:`synclib.run.bench.machine_info`, the one home)."""
+    from synclib.run.bench import machine_info as info
 
-        info["transformers"] = transformers.__version__
-    except ImportError:  # pragma: no cover
-        pass
-    if str(device).startswith("cuda"):
-        p = torch.cuda.get_device_properties(torch.device(device))
-        info.update(gpu=p.name, gpu_memory_gib=round(p.total_memory / 2 ** 30, 1))
-    return info
+    return info(device)
 
 
 # ----------------------------------------------------------------------------- benchmarks

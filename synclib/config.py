@@ -26,6 +26,7 @@ from urllib.parse import urlparse
 import yaml
 
 from synclib import penalty as _penalty
+from synclib.cluster import ClusterError, spec_of
 from synclib.engine import SCHEDULING
 from synclib.models import PROMPT_FORMATS
 from synclib.paths import DEFAULT_CONFIG, REPO_ROOT
@@ -251,7 +252,8 @@ KEYS: tuple[Key, ...] = (
        "precision of the stored states", "simulate"),
     _k("judge.model", _REQUIRED, TEXT, "local model spec, or the model name served at judge.url", "judge"),
     _k("judge.url", None, Check("null or an http(s) URL such as http://localhost:8000/v1", _url),
-       "OpenAI-compatible endpoint; null judges with a local model", "judge"),
+       "OpenAI-compatible endpoint; null judges with a local model (from null to a URL re-runs the judge; a "
+       "moved endpoint, e.g. another node, does not)", "judge"),
     _k("judge.api_key_env", "OPENAI_API_KEY", TEXT, "environment variable holding the API key", None),
     _k("judge.mode", None, optional(choice("constrained", "json")),
        "constrained (local models) | json; null: constrained without a URL, json with one", "judge"),
@@ -316,7 +318,9 @@ KEYS: tuple[Key, ...] = (
     _k("notebooks.human_judge_scores", None, optional(TEXT),
        "the judge's table of the rated episodes (synclib evaluate EPISODES.jsonl writes it)", "notebooks"),
     _k("cluster", None, optional(Check("a mapping", _mapping)),
-       "a Dask cluster: {scheduler: tcp://HOST:8786} or a dask-jobqueue spec", None),
+       "a Dask cluster: {scheduler: tcp://HOST:8786}, or {type: slurm|pbs|sge|lsf|local, jobs, walltime, ...} for "
+       "dask-jobqueue (synclib.cluster: one worker process and one GPU per job, workers leaving before the walltime, "
+       "jobs replaced as they end)", None),
 )
 
 _BY_PATH = {k.path: k for k in KEYS}
@@ -565,6 +569,11 @@ def _cross_check(cfg: dict, flat: dict, source: str, base: Path) -> None:
     if j["mode"] == "constrained" and j["url"] is not None:
         raise ConfigError(f"{_src(flat, 'judge.mode', source)}: judge.mode = 'constrained' needs a local judge "
                           "(judge.url: null); a served judge uses mode 'json'")
+    if cfg["cluster"] is not None:
+        try:
+            spec_of(cfg)
+        except ClusterError as exc:
+            raise ConfigError(f"{_src(flat, 'cluster', source)}: {exc}") from None
     if cfg["analysis"]["precision"] == "tf32" and str(cfg["device"]).startswith("cpu"):
         raise ConfigError(f"{_src(flat, 'analysis.precision', source)}: analysis.precision = 'tf32' needs a CUDA "
                           "device")

@@ -1,11 +1,15 @@
 """The ``*.done.json`` stamps of finished jobs: one beside each job's output, holding the
 fingerprint of the inputs it was made from (:mod:`synclib.run.pipeline` writes them,
-:mod:`synclib.run.plan` reads them for the dry run)."""
+:mod:`synclib.run.plan` reads them for the dry run), and the lock one process holds while it
+makes an output (:func:`output_lock`)."""
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import socket
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -38,3 +42,32 @@ def mark_done(output: Path, fp: str, **info) -> None:
     tmp.write_text(json.dumps({"fingerprint": fp, "finished": time.strftime("%Y-%m-%d %H:%M:%S"), **info},
                               indent=1, default=str))
     os.replace(tmp, stamp)
+
+
+@contextmanager
+def output_lock(output: Path, say=print):
+    """Hold the lock of ``output`` (``<output>.lock``, a POSIX record lock, which NFS and the
+    parallel file systems of clusters honour) while the block runs: one process at a time
+    makes an output.  A worker that a batch system stops may live on for seconds while its
+    job is already given to another worker, and two array tasks may name the same run; the
+    second waits here (saying so once, with the holder's host and pid) until the first has
+    ended, since the kernel drops a dead process's locks.  Then it finds the output finished
+    (its stamp) or resumes it."""
+    lock = output.with_name(output.name + ".lock")
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+") as f:
+        try:
+            fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            say(f"[synclib] waiting for {holder}, which still writes {output.name}")
+            fcntl.lockf(f, fcntl.LOCK_EX)
+        f.seek(0)
+        f.truncate()
+        f.write(f"{socket.gethostname()} pid {os.getpid()}")
+        f.flush()
+        try:
+            yield
+        finally:
+            fcntl.lockf(f, fcntl.LOCK_UN)

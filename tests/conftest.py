@@ -26,6 +26,20 @@ sotopia_folder()
     The same folder or None (for tests that fall back to the embedded tasks).
 build_tiny_llama(path, tokenizer, layers=4, width=64, seed=0)
     Build and save another tiny random Llama (e.g. a second shape for model pairs).
+grid_config(results_dir, models, episodes=6, **sections)
+    A validated run config of a small grid: models T and U (``models``: two model folders,
+    e.g. the ``two_models`` fixture's), pairs T-T and T-U in the first order, greedy 6-utterance
+    dialogs of 5 tokens, a local constrained judge, a small analysis; ``sections`` update
+    the config's sections (``orders="both"``, ``simulate={"seeds": [0, 1]}``, ...).
+
+grid_results(results_dir, runs=("T-T", "T-U")), assert_same_results(a, b)
+    A grid's cubes (states, texts), analyses (r2, SyncR²) and judge scores, read back; two such
+    collections compared (states and fits to rtol 1e-5, scores exactly), e.g. one grid run by
+    two executors.
+
+two_models (session)
+    Two tiny random Llamas of different shapes (4 x 64 and 3 x 48) with the SmolLM2
+    tokenizer, for grids of model pairs.
 write_chunked_cube(cube, path)
     Write an in-memory cube (e.g. a synthetic one) to netCDF chunked as synclib's writer
     does, one (episode, seed) unit per chunk, and open it lazily with ``open_cube``.
@@ -50,6 +64,9 @@ if str(REPO) not in sys.path:  # make `import synclib` work without installing t
 
 
 SOTOPIA_ENV = "SYNCLIB_TEST_SOTOPIA"
+# the suite never asks the real Hugging Face hub (a run's model ids are checked against it:
+# synclib.run.hub); tests/test_hub.py serves a hub of its own on 127.0.0.1
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def sotopia_folder() -> Path | None:
@@ -183,3 +200,65 @@ def tiny_models(tiny_model_dir, smollm2_tokenizer, tmp_path_factory):
     """Two tiny random models of different shapes: A (4 layers x 64), B (3 layers x 48)."""
     b = build_tiny_llama(tmp_path_factory.mktemp("tiny-b") / "model", smollm2_tokenizer, layers=3, width=48, seed=1)
     return tiny_model_dir, str(b)
+
+
+@pytest.fixture(scope="session")
+def two_models(tmp_path_factory, smollm2_tokenizer):
+    root = tmp_path_factory.mktemp("grid-models")
+    return (str(build_tiny_llama(root / "t4", smollm2_tokenizer, layers=4, width=64, seed=0)),
+            str(build_tiny_llama(root / "t3", smollm2_tokenizer, layers=3, width=48, seed=1)))
+
+
+def grid_config(results_dir, models, episodes: int = 6, **sections) -> dict:
+    """A validated config of a small grid of tiny models (see the module doc)."""
+    from synclib.config import validate_config
+
+    cfg = {
+        "name": "grid-test",
+        "results_dir": str(results_dir),
+        "scenarios": "embedded",
+        "device": "cpu",
+        "models": {"T": {"spec": models[0], "family": "Tiny"}, "U": {"spec": models[1], "family": "Tiny"}},
+        "pairs": ["T-T", "T-U"],
+        "orders": "first",
+        # greedy decoding: comparisons between executors are about the executor, not about sampling
+        "simulate": {"episodes": episodes, "seeds": [0], "max_utterances": 6, "max_new_tokens": 5,
+                     "temperature": 0.0, "units_per_part": 2, "passive": True, "tom": False},
+        "judge": {"model": models[0], "mode": "constrained"},
+        "analysis": {"alpha": 0.1, "n_samples": None, "split_seeds": [0, 1], "lags": [1],
+                     "persona_disjoint": False, "relationship": False, "sample_sizes": None,
+                     "nonlinear": False, "tom": False},
+    }
+    for key, value in sections.items():
+        cfg[key] = {**cfg[key], **value} if isinstance(cfg.get(key), dict) and isinstance(value, dict) else value
+    return validate_config(cfg)
+
+
+def grid_results(results_dir, runs=("T-T", "T-U")) -> dict:
+    """What a grid made, per ordered run: cube states and texts, analysis fits, judge scores."""
+    import pandas as pd
+    import xarray as xr
+
+    results_dir = Path(results_dir)
+    out = {}
+    for run in runs:
+        with xr.open_dataset(results_dir / "cubes" / f"{run}.nc") as cube:
+            out[f"cube:{run}"] = cube[["hidden_a", "hidden_b", "hidden_a_passive", "text_a", "text_b"]].load()
+        with xr.open_dataset(results_dir / "analysis" / f"{run}.nc") as res:
+            out[f"analysis:{run}"] = res[["r2", "sync_r2"]].load()
+        table = pd.read_csv(results_dir / "judge" / f"{run}.judge.csv")
+        out[f"judge:{run}"] = table[["episode", "sim_seed", "agent", "dimension", "score"]]
+    return out
+
+
+def assert_same_results(a: dict, b: dict) -> None:
+    """Two :func:`grid_results` agree: states and fits to rtol 1e-5, judge scores exactly."""
+    import pandas as pd
+    import xarray as xr
+
+    assert a.keys() == b.keys()
+    for key in a:
+        if key.startswith("judge:"):
+            pd.testing.assert_frame_equal(a[key], b[key])
+        else:
+            xr.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6)

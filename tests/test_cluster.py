@@ -14,67 +14,14 @@ import threading
 import time
 from pathlib import Path
 
-import pandas as pd
 import pytest
-import xarray as xr
 
+from conftest import assert_same_results, grid_config, grid_results
 from synclib.run import pipeline
 
 distributed = pytest.importorskip("dask.distributed")
 
 STEPS = ("simulate", "judge", "analyze")
-
-
-@pytest.fixture(scope="module")
-def two_models(tmp_path_factory, smollm2_tokenizer):
-    from conftest import build_tiny_llama
-
-    root = tmp_path_factory.mktemp("cluster-models")
-    return (str(build_tiny_llama(root / "t4", smollm2_tokenizer, layers=4, width=64, seed=0)),
-            str(build_tiny_llama(root / "t3", smollm2_tokenizer, layers=3, width=48, seed=1)))
-
-
-def grid_config(results_dir: Path, models, episodes: int = 6) -> dict:
-    cfg = {
-        "name": "cluster-test",
-        "results_dir": str(results_dir),
-        "scenarios": "embedded",
-        "device": "cpu",
-        "models": {"T": {"spec": models[0], "family": "Tiny"}, "U": {"spec": models[1], "family": "Tiny"}},
-        "pairs": ["T-T", "T-U"],
-        "orders": "first",  # the executors are compared; one order is enough
-        # greedy decoding: the comparison is about the executor, not about sampling
-        "simulate": {"episodes": episodes, "seeds": [0], "max_utterances": 6, "max_new_tokens": 5,
-                     "temperature": 0.0, "units_per_part": 2, "passive": True, "tom": False},
-        "judge": {"model": models[0], "mode": "constrained"},
-        "analysis": {"alpha": 0.1, "n_samples": None, "split_seeds": [0, 1], "lags": [1],
-                     "persona_disjoint": False, "relationship": False, "sample_sizes": None,
-                     "nonlinear": False, "tom": False},
-    }
-    from synclib.config import validate_config
-
-    return validate_config(cfg)
-
-
-def collect(results_dir: Path) -> dict:
-    out = {}
-    for pair in ("T-T", "T-U"):
-        with xr.open_dataset(results_dir / "cubes" / f"{pair}.nc") as cube:
-            out[f"cube:{pair}"] = cube[["hidden_a", "hidden_b", "hidden_a_passive", "text_a", "text_b"]].load()
-        with xr.open_dataset(results_dir / "analysis" / f"{pair}.nc") as res:
-            out[f"analysis:{pair}"] = res[["r2", "sync_r2"]].load()
-        table = pd.read_csv(results_dir / "judge" / f"{pair}.judge.csv")
-        out[f"judge:{pair}"] = table[["episode", "sim_seed", "agent", "dimension", "score"]]
-    return out
-
-
-def assert_same(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys()
-    for key in a:
-        if key.startswith("judge:"):
-            pd.testing.assert_frame_equal(a[key], b[key])
-        else:
-            xr.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6)
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +39,7 @@ def in_process(tmp_path_factory, two_models):
     finally:
         torch.set_num_threads(threads)
     assert set(outputs) == {f"{s}:{p}" for s in STEPS for p in ("T-T", "T-U")}
-    return collect(root)
+    return grid_results(root)
 
 
 def _cluster():
@@ -107,7 +54,7 @@ def test_local_cluster_gives_the_in_process_results(tmp_path, two_models, in_pro
     with _cluster() as cluster:
         outputs = pipeline.execute(pipeline.build_jobs(cfg, STEPS), scheduler=cluster.scheduler_address)
     assert all(Path(p).exists() for p in outputs.values())
-    assert_same(collect(tmp_path), in_process)
+    assert_same_results(grid_results(tmp_path), in_process)
 
 
 @pytest.mark.slow
@@ -138,15 +85,18 @@ def test_killed_worker_mid_simulation_still_completes_the_same(tmp_path, two_mod
     assert killed, "no worker was killed mid-simulation (the test did not exercise a failure)"
     assert all(Path(p).exists() for p in outputs.values())
     assert not any(d.exists() for d in parts), "parts are consolidated into the finished cube"
-    assert_same(collect(tmp_path), in_process)
+    assert_same_results(grid_results(tmp_path), in_process)
 
 
 def test_gpu_jobs_ask_for_a_gpu_resource(tmp_path, two_models):
-    """Simulation and a local judge hold a GPU; analysis only where it fits on the GPU (device cuda)."""
-    cfg = grid_config(tmp_path, two_models)
+    """Simulation and a local judge hold a GPU where the models may compute on one (device auto
+    or cuda); analysis only where it fits on the GPU (device cuda); a CPU run holds none."""
+    cpu = pipeline.build_jobs(grid_config(tmp_path, two_models), STEPS)
+    assert not any(job.gpu for job in cpu.values())
+    cfg = grid_config(tmp_path, two_models, device="auto")
     jobs = pipeline.build_jobs(cfg, STEPS)
     assert jobs["simulate:T-T"].gpu and jobs["judge:T-T"].gpu and not jobs["analyze:T-T"].gpu
-    cfg_http = grid_config(tmp_path, two_models)
+    cfg_http = grid_config(tmp_path, two_models, device="auto")
     cfg_http["judge"]["url"] = "http://127.0.0.1:9/v1"
     assert not pipeline.build_jobs(cfg_http, STEPS)["judge:T-T"].gpu
     # the annotation reaches the graph that a distributed scheduler receives

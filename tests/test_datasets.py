@@ -195,7 +195,7 @@ def test_sotopia_registry_matches_the_papers_files(sotopia_dir, tmp_path, monkey
     out = capsys.readouterr().out
     assert "ImpACT" in out and "49fe97e" in out and "scenarios: sotopia" in out
     tasks = load_tasks("sotopia")
-    assert len(tasks) == 450 and tasks.root == tmp_path / "sotopia"
+    assert len(tasks) == 450 == datasets.SOTOPIA.n_tasks and tasks.root == tmp_path / "sotopia"
     text, src = load_instructions("sotopia")
     assert text == (sotopia_dir / "judge_instructions.txt").read_text(encoding="utf-8")
     # a changed copy is refused, naming it

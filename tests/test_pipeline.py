@@ -300,9 +300,10 @@ def test_planning_a_run_imports_no_torch(tmp_path):
     assert out.stdout.strip().splitlines()[-1] == "rc 0 torch False"
 
 
-def test_paper_dry_run_says_how_to_fetch_then_plans_36_runs(tmp_path, monkeypatch, capsys, sotopia_dir):
-    """Without the paper's tasks the dry run says how to fetch them (no traceback, nothing
-    fetched); with the cache filled by `synclib fetch sotopia --from`, it plans the 36 runs."""
+def test_paper_dry_run_prices_the_grid_before_its_tasks_are_fetched(tmp_path, monkeypatch, capsys, sotopia_dir):
+    """Without the paper's tasks the dry run plans and prices the 36 runs from the task set's
+    recorded size, says how to fetch them, and fetches nothing (no traceback); with the cache
+    filled by `synclib fetch sotopia --from`, it plans the same jobs at the same price."""
     from synclib import cli
     from synclib.tasks import datasets
 
@@ -310,9 +311,10 @@ def test_paper_dry_run_says_how_to_fetch_then_plans_36_runs(tmp_path, monkeypatc
     monkeypatch.setenv(datasets.SOTOPIA.url_env, "http://127.0.0.1:9/")  # nothing may be downloaded
     args = ["run", "--config", str(REPO / "config" / "paper.yaml"), "--dry-run",
             "--set", f"results_dir={tmp_path / 'r'}"]
-    assert cli.main(args) == 2
-    err = capsys.readouterr().err
-    assert "synclib fetch sotopia" in err and "--from" in err and "Traceback" not in err
+    assert cli.main(args) == 0
+    before = capsys.readouterr()
+    assert "synclib fetch sotopia" in before.out and "--from" in before.out and "Traceback" not in before.err
+    assert "counts its 450 tasks as recorded" in before.out
     assert not (tmp_path / "cache" / "sotopia").exists()
     assert cli.main(["fetch", "sotopia", "--from", str(sotopia_dir)]) == 0
     assert "ImpACT" in capsys.readouterr().out  # the licence is named on first use
@@ -320,6 +322,11 @@ def test_paper_dry_run_says_how_to_fetch_then_plans_36_runs(tmp_path, monkeypatc
     text = capsys.readouterr().out
     assert text.count("RUN  simulate:") == 36 and "training samples per dataset" in text
     assert not (tmp_path / "r").exists()
+
+    def priced(out):
+        return [line for line in out.splitlines() if line.startswith(("RUN  simulate:", "36 simulations", "total:"))
+                or "GPU-hours on" in line]
+    assert priced(before.out) == priced(text) and len(priced(text)) > 36
 
 
 def test_the_default_run_plans_enough_training_samples_per_dataset():

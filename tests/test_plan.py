@@ -122,12 +122,16 @@ def test_float32_and_a_smaller_model_scale_the_measured_parts(tmp_path):
     w = simulate_work(base)
     gen, reads = 16 * (w["dialogs"] + w["tom_dialogs"]), 16 * w["passive_reads"]
 
-    def expect(f_dec, f_pre, disk):
-        return (parts["decode"] / ref.generated * gen * f_dec + (parts["join"] + parts["tom"]) / ref.generated * gen * f_pre
+    def expect(f_dec, f_pre, disk, f_rows=1.0):
+        return (parts["decode"] / ref.generated * gen * f_dec * f_rows
+                + (parts["join"] + parts["tom"]) / ref.generated * gen * f_pre
                 + parts["other"] / ref.generated * gen + parts["passive"] / ref.reads * reads * f_pre
                 + parts["cube"] * disk / (ref.stored_values * 4))
 
     r32 = _rows(f32, ("simulate",))["simulate:M-M"]
+    # float32 keys/values of the stream's 128 rows (64 units x genuine + ToM) do not fit beside the
+    # weights in 90 % of the card: halved once, still more rows than the measured loop held a step
+    assert (r32.sim.rows_configured, r32.sim.rows) == (128, 64) and r32.sim.rows > ref.rows_per_step
     assert r32.seconds == pytest.approx(expect(2.0, ratio, r32.disk_bytes), rel=1e-9)
     p3 = 3_212_749_824 / ref.params
     r3 = _rows(small, ("simulate",))["simulate:S-S"]
@@ -293,3 +297,37 @@ def test_pricing_a_gpu_run_imports_no_torch(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "True []"
+
+
+def test_the_pages_quote_the_papers_price_as_the_dry_run_computes_it():
+    """The reproduce page includes the price the build computes (book/_generated/paper_price.md);
+    the README quotes its total, which must be that number: a price that differs between two
+    pages is a bug."""
+    text = pipeline.paper_price_markdown()
+    total = re.search(r"^36 simulations: ~([\d,]+) GPU-hours on (\w+)", text, flags=re.M)
+    assert total, text
+    assert f"~{total[1]} {total[2]}-hours for the 36 simulations in float32" in (REPO / "README.md").read_text()
+    assert "```{include} _generated/paper_price.md" in (REPO / "book" / "reproduce.md").read_text()
+    assert "every simulation job fits the H100 as configured" in text and "assumptions of the" in text
+    assert "login:" not in text  # the builder's own credentials are not the reader's
+
+
+def test_the_rows_priced_are_those_that_fit_the_card(tmp_path):
+    """The engine halves a batch that runs out of memory: the price takes the configured rows,
+    halved until the weights and the rows' keys/values fit 90 % of the measured card; fewer rows
+    per step than the measured loop held take proportionally more decoding steps."""
+    assert price.fitting_rows(64, 50 * GiB, 2 * GiB, 80 * GiB) == 8    # room 22 GiB: 64 -> 32 -> 16 -> 8
+    assert price.fitting_rows(64, 75 * GiB, 1 * GiB, 80 * GiB) == 0    # not even one row
+    assert price.fitting_rows(64, 1.0, 1.0, None) == 64                 # no card: as configured
+    cfg = load_config(REPO / "config" / "paper.yaml", [f"results_dir={tmp_path}"])
+    ref = price.reference(cfg)
+    rows = _rows(cfg, ("simulate",))
+    for key, r in rows.items():
+        assert r.sim.fits and (r.sim.weights + r.sim.rows * r.sim.kv_row) <= price.CARD_SHARE * ref.gpu_gib * GiB, key
+        assert r.sim.rows == r.sim.rows_configured or (r.sim.rows * 2 * r.sim.kv_row
+                                                        > price.CARD_SHARE * ref.gpu_gib * GiB - r.sim.weights), key
+    l2 = rows["simulate:L2-L3"].sim
+    assert (l2.rows_configured, l2.rows) == (64, 4)  # float32 Llama-2: 1 MiB of keys/values a token
+    assert f"x{ref.rows_per_step / 4:.2f} for 4 rows" in rows["simulate:L2-L3"].note
+    m = rows["simulate:M1-M1"].sim
+    assert m.rows >= ref.rows_per_step and "rows (measured" not in rows["simulate:M1-M1"].note

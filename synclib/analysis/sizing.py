@@ -32,7 +32,7 @@ import numpy as np
 from synclib.paths import BENCH_RESULTS
 from synclib.shapes import model_shape
 from synclib.splits import RidgeInputError, episode_split
-from synclib.tasks.scenarios import load_tasks, select_tasks
+from synclib.tasks.scenarios import count_tasks
 
 __all__ = ["LEAVES_ZERO", "planned_samples", "Curve", "load_curves",
            "curve_table", "leaves_zero_range", "leaves_zero_text", "clip_size", "RunSize", "run_sizes",
@@ -256,7 +256,7 @@ def run_sizes(cfg: dict, ordered_runs, curves: list[Curve] | None = None) -> lis
     ``b`` model keys); ``curves`` default to :func:`load_curves`.
     """
     sim, ana = cfg["simulate"], cfg["analysis"]
-    n_tasks = len(select_tasks(load_tasks(cfg["scenarios"]), sim["episodes"]))
+    n_tasks = count_tasks(cfg["scenarios"], sim["episodes"])
     samples = planned_samples(n_tasks, len(sim["seeds"]), sim["max_utterances"], ana["n_samples"],
                               ana["lags"], ana["split_seeds"][0], ana["equal_samples"])
     curves = load_curves() if curves is None else curves
@@ -284,6 +284,7 @@ def format_sizes(sizes: list[RunSize]) -> str:
     lines = ["training samples per dataset, an upper bound (every dialog reaching simulate.max_utterances; "
              "dialogs that end early by LEAVE give fewer, and the book's first page gives the counts the analysis "
              "used); A->B / B->A, training + test:"]
+    said: dict[str, list[str]] = {}  # a line's text -> the runs it holds for (a grid repeats them)
     for s in sizes:
         g = s.samples["genuine"]
         lags = "; ".join(f"{c} {v['A->B']['train']} / {v['B->A']['train']}"
@@ -293,8 +294,12 @@ def format_sizes(sizes: list[RunSize]) -> str:
                 "; model width unknown before loading (no check)")
         counts = f"{g['A->B']['train']} / {g['B->A']['train']} (+ {g['A->B']['test']} / {g['B->A']['test']} test)"
         if s.equal:
-            lines.append(f"  {s.run:10s} every condition {counts}: equal samples, the smallest condition's" + need)
+            said.setdefault(f"every condition {counts}: equal samples, the smallest condition's" + need, []).append(s.run)
             continue
-        lines.append(f"  {s.run:10s} genuine/passive/shuffled/pseudo {counts}" + (f"; {lags}" if lags else "") + need)
+        said.setdefault(f"genuine/passive/shuffled/pseudo {counts}" + (f"; {lags}" if lags else "") + need,
+                        []).append(s.run)
+    for text, names in said.items():
+        who = names[0] if len(names) == 1 else f"{len(names)} runs ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"
+        lines.append(f"  {who:10s} {text}" if len(names) == 1 else f"  {who}: {text}")
     lines += [f"WARNING: {s.warning}" for s in sizes if s.warning]
     return "\n".join(lines)

@@ -17,6 +17,7 @@ run        ``synclib run``: the main job (:mod:`synclib.run.pipeline`)
 notebooks  ``synclib notebooks``: execute figure notebooks (:mod:`synclib.notebook`); also
            ``python -m synclib.cli.notebooks NB OUT`` for one notebook
 fetch      ``synclib fetch``: a dataset into the user's cache (:mod:`synclib.tasks.datasets`)
+bench      ``synclib bench``: one ordered run's loop measured here, for the dry run's price (:mod:`synclib.run.bench`)
 """
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ SUBCOMMANDS = {
     "run": ("synclib.cli.run", "the main job: simulate, judge, analyse, execute notebooks, build the book"),
     "notebooks": ("synclib.cli.notebooks", "re-execute chosen notebooks (papermill) against a results directory"),
     "fetch": ("synclib.cli.fetch", "fetch a dataset (the paper's Sotopia tasks) into the user's cache"),
+    "bench": ("synclib.cli.bench", "measure one ordered run's dialog loop on this machine, for the dry run's price"),
 }
 
 

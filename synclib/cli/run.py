@@ -14,7 +14,10 @@ import time
 from synclib.analysis.sizing import format_sizes, run_sizes
 from synclib.config import STEPS, ConfigError, load_config
 from synclib.paths import DEFAULT_CONFIG, display
-from synclib.run.pipeline import JobFailed, build_jobs, clear_failed, clocked, execute, runs
+from synclib.cluster import is_scheduler_address, spec_of
+from synclib.run.pipeline import (JobFailed, build_jobs, clear_failed, clocked, execute, not_done, runs,
+                                    select_runs)
+from synclib.run.hub import HubReport, check_models, is_hub_id
 from synclib.run.plan import format_plan, plan, plan_summary
 from synclib.run.price import check_scheduler
 from synclib.stamps import stamp_path
@@ -44,6 +47,12 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="validate the config and print the plan (every job, whether it is up to date and, if "
                         "not, why; disk and time estimates), running nothing")
+    p.add_argument("--runs", default=None, metavar="RUN[,RUN...]",
+                   help="run only these ordered runs (names like M1-L2, or positions 0, 1, ... as --list-runs "
+                        "numbers them: an array job's task id): their simulation, judge and analysis; the notebooks "
+                        "and the book wait for every run (--steps notebooks,book once all are in)")
+    p.add_argument("--list-runs", action="store_true",
+                   help="print the config's ordered runs, one per line with its position, and exit")
 
 
 def _dataset_sizes(cfg: dict, steps) -> str:
@@ -56,9 +65,7 @@ def _dataset_sizes(cfg: dict, steps) -> str:
 
 
 def _scheduler_ok(text: str) -> bool:
-    import re
-
-    return text in ("sync", "threads") or bool(re.fullmatch(r"(tcp|tls|inproc|ucx)://\S+|[\w.-]+:\d+", text))
+    return text in ("sync", "threads") or is_scheduler_address(text)
 
 
 #: seconds a dry run waits for a scheduler to answer
@@ -73,6 +80,32 @@ def _probe_scheduler(args: argparse.Namespace, cfg: dict) -> dict | None:
     if not address or address in ("sync", "threads"):
         return None
     return {"address": address, **check_scheduler(address, SCHEDULER_TIMEOUT)}
+
+
+def _missing_text(missing, args) -> str:
+    """Why the run cannot start: the jobs of steps it does not run that are not done."""
+    names = ", ".join(j.key for j in missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+    steps = sorted({j.step for j in missing}, key=STEPS.index)
+    return (f"synclib run: {len(missing)} job(s) of step(s) not in --steps {args.steps} are not done: {names}. "
+            f"Run them first (--steps {','.join(steps)}, or a whole run; on a cluster, every ordered run with "
+            "--runs) and run this command again; nothing was started")
+
+
+#: seconds the hub may take to answer one model id
+HUB_TIMEOUT = 5.0
+
+
+def _check_hub(cfg: dict, only) -> HubReport | None:
+    """The hub ids among the models the run loads (its ordered runs' models; a local judge's),
+    checked before anything starts (:func:`synclib.run.hub.check_models`); None when it loads
+    no hub id."""
+    chosen = runs(cfg) if only is None else select_runs(cfg, only)
+    specs = [cfg["models"][k]["spec"] for r in chosen for k in (r.a, r.b)]
+    if cfg["judge"]["url"] is None:
+        specs.append(cfg["judge"]["model"])
+    if not any(is_hub_id(s) for s in specs):
+        return None
+    return check_models(specs, timeout=HUB_TIMEOUT)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,46 +123,81 @@ def run(args: argparse.Namespace) -> int:
         if args.scheduler is not None and not _scheduler_ok(args.scheduler):
             raise ConfigError(f"--scheduler: {args.scheduler!r} is neither 'sync', 'threads' nor a scheduler "
                               "address like tcp://10.0.0.1:8786")
+        if args.list_runs:
+            for i, r in enumerate(runs(cfg)):
+                print(f"{i} {r.name}")
+            return 0
+        only = None if args.runs is None else [x for x in args.runs.split(",") if x.strip()]
+        if only is not None:
+            select_runs(cfg, only)  # names checked before anything else
+            if not only:
+                raise ConfigError("--runs: no run given; `synclib run --list-runs` lists them")
+            left = [s for s in steps if s in ("notebooks", "book")]
+            steps = tuple(s for s in steps if s not in left)
+            if left:
+                print(f"[synclib] --runs: {' and '.join(left)} left out: they need every run's results "
+                      "(`synclib run --steps notebooks,book` once all are in)", flush=True)
+            if not steps:
+                raise ConfigError("--runs with --steps notebooks,book runs nothing: the notebooks and the book are "
+                                  "built from every run at once (drop --runs)")
     except ConfigError as exc:
         print(f"synclib run: {exc}", file=sys.stderr)
         return 2
+    hub = _check_hub(cfg, only)
+    if hub is not None and hub.error():
+        print(f"synclib run: {hub.error().rstrip('.')}. Nothing was started.", file=sys.stderr)
+        return 2
     ds = TASK_SETS.get(cfg["scenarios"])
+    not_fetched = ""
     if ds is not None and not is_cached(ds):
-        if args.dry_run:
-            print(f"synclib run: scenarios: {ds.name}: not fetched yet; {how_to_fetch(ds)} "
-                  "(`synclib run` without --dry-run fetches it first)", file=sys.stderr)
-            return 2
+        if args.dry_run:  # priced from the set's recorded size (count_tasks); the run fetches it first
+            not_fetched = (f"tasks: scenarios {ds.name} is not fetched yet: the plan counts its {ds.n_tasks} tasks as "
+                           f"recorded; `synclib run` fetches it first, or {how_to_fetch(ds)}")
         try:
-            fetch_dataset(ds)
-            cfg = load_config(args.config, args.overrides)  # now the episodes can be checked
+            if not args.dry_run:
+                fetch_dataset(ds)
+                cfg = load_config(args.config, args.overrides)  # now the episodes can be checked
         except (DatasetError, ConfigError) as exc:
             print(f"synclib run: scenarios: {exc}", file=sys.stderr)
             return 2
-    jobs = build_jobs(cfg, steps)
+    jobs = build_jobs(cfg, steps, only)
     sizes = _dataset_sizes(cfg, steps)
+    missing = not_done(jobs)
     if args.dry_run:
         print(f"run {cfg['name']!r}, results in {display(cfg['results_dir'])} (dry run: nothing is started)")
-        print(format_plan(plan(jobs, cfg), cfg, scheduler=_probe_scheduler(args, cfg)))
+        if not_fetched:
+            print(not_fetched)
+        if hub is not None:
+            print("\n".join(hub.lines()))
+        print(format_plan(plan(jobs, cfg), cfg, scheduler=_probe_scheduler(args, cfg), config_path=display(args.config),
+                          n_runs=len(runs(cfg))))
         if sizes:
             print(sizes)
-        return 0
+        if missing:
+            print(_missing_text(missing, args), file=sys.stderr)
+        return 2 if missing else 0
+    if missing:
+        print(_missing_text(missing, args), file=sys.stderr)
+        return 2
     if args.force:
         for job in jobs.values():
-            stamp_path(job.output).unlink(missing_ok=True)
-    cluster = cfg.get("cluster") or {}
-    scheduler = args.scheduler or cluster.get("scheduler")
-    cluster_spec = {k: v for k, v in cluster.items() if k != "scheduler"} or None
+            if not job.check_only:
+                stamp_path(job.output).unlink(missing_ok=True)
+    spec = spec_of(cfg)
+    scheduler = args.scheduler or (spec.scheduler if spec else None)
+    cluster = spec if spec is not None and spec.type and not args.scheduler else None
     t0 = time.perf_counter()
     clear_failed(cfg["results_dir"])
     rows = plan(jobs, cfg)
     print(f"[synclib] run {cfg['name']!r}: {len(jobs)} jobs, results in {display(cfg['results_dir'])}", flush=True)
+    if hub is not None and (hub.reachable is not True or hub.not_cached):
+        print("\n".join("[synclib] " + line for line in hub.lines()), flush=True)
     print("[synclib] " + plan_summary(rows), flush=True)
     if sizes:
         print("\n".join("[synclib] " + line for line in sizes.splitlines()), flush=True)
     with clocked(rows):
         try:
-            execute(jobs, scheduler=scheduler, cluster=cluster_spec if not args.scheduler else None,
-                    isolate=not getattr(args, "in_process", False))
+            execute(jobs, scheduler=scheduler, cluster=cluster, isolate=not getattr(args, "in_process", False))
         except JobFailed as exc:  # one line; the traceback is in the run's log
             print(f"[synclib] FAILED: {exc}", file=sys.stderr, flush=True)
             print("[synclib] the jobs that finished are kept: fix the cause and run the same command again to "

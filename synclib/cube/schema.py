@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["CubeError", "IncompleteCubeError", "CubeSpec", "Unit", "EPISODE_COORDS", "STORE_DTYPES",
+__all__ = ["CubeError", "IncompleteCubeError", "StalePartsError", "CubeSpec", "Unit", "EPISODE_COORDS", "STORE_DTYPES",
            "VIEWS", "CUBE_VERSION", "var_name", "parts_dir", "is_complete", "cube_version"]
 
 #: per-episode coordinates (besides the ``episode`` dimension coordinate itself)
@@ -41,6 +41,15 @@ class CubeError(ValueError):
 
 class IncompleteCubeError(CubeError):
     """The file is not a finished cube (no ``complete = 1`` attribute)."""
+
+
+class StalePartsError(CubeError):
+    """The parts folder holds parts of a run with other settings (the message names them);
+    ``parts`` is that folder."""
+
+    def __init__(self, message: str, parts: Path):
+        super().__init__(message)
+        self.parts = parts
 
 
 def parts_dir(path: str | os.PathLike) -> Path:

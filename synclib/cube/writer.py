@@ -15,7 +15,7 @@ from typing import Iterable
 import numpy as np
 
 from synclib.cube.schema import (_CONVENTIONS, _INT_COORDS, _ZLIB_LEVEL, CUBE_VERSION, EPISODE_COORDS, CubeError,
-                                 CubeSpec, Unit, _attr_value, _describe, is_complete, parts_dir)
+                                 CubeSpec, StalePartsError, Unit, _attr_value, _describe, is_complete, parts_dir)
 
 __all__ = ["CubeWriter", "bitround"]
 
@@ -128,9 +128,9 @@ class CubeWriter:
                     a, b = old.get("attrs", {}), new.get("attrs", {})
                     diff.remove("attrs")
                     diff += [f"attrs.{k}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-                raise CubeError(
+                raise StalePartsError(
                     f"{self.parts} holds parts of a run with different settings ({', '.join(diff)}); "
-                    "re-run with the original settings to resume, or delete that folder to start over")
+                    "re-run with the original settings to resume, or delete that folder to start over", self.parts)
         else:
             _atomic_write_text(spec_file, json.dumps(new, indent=1, sort_keys=True))
         for stale in self.parts.glob("*.tmp"):

@@ -21,6 +21,7 @@ The command line, ``synclib run``, is :mod:`synclib.cli.run`.
 """
 from __future__ import annotations
 
+import dataclasses
 import gc
 import hashlib
 import json
@@ -35,18 +36,19 @@ from pathlib import Path
 from typing import Any, Callable
 
 from synclib import __version__, config
+from synclib.cluster import ClusterSpec
 from synclib.config import STEPS, ConfigError, keys_of_step
 from synclib.tasks.datasets import TASK_SETS
-from synclib.cube import open_cube
+from synclib.cube import StalePartsError, open_cube, parts_dir
 from synclib.figures import benchmarks, run_summary
-from synclib.paths import (BENCH_RESULTS, BUILD_DIR, EXECUTED_DIR, GENERATED_DIR,
+from synclib.paths import (BENCH_RESULTS, BUILD_DIR, EXECUTED_DIR, GENERATED_DIR, PAPER_CONFIG,
                            REPO_ROOT, display)
 from synclib.memory import PeakRSS, die_with_parent, huge_pages_in_children, release_free_memory
 from synclib.models import EMBEDDED
 from synclib.notebook import AT_ONCE, NotebookFailed, failure, figure_notebooks, parameters_markdown
-from synclib.run.plan import duration_text, wall_seconds
+from synclib.run.plan import duration_text, plan, price_lines, wall_seconds
 from synclib.simulate import Batching, Passes, RunOptions, Sampling, simulate
-from synclib.stamps import mark_done, read_stamp, stamp_path, up_to_date
+from synclib.stamps import mark_done, output_lock, read_stamp, stamp_path, up_to_date
 from synclib.tasks.scenarios import load_tasks, select_tasks
 
 
@@ -77,6 +79,38 @@ def runs(cfg: dict) -> list[Run]:
         if cfg["orders"] == "both" and a != b:
             out.append(Run(f"{b}-{a}", pair, b, a, 2))
     return out
+
+
+def select_runs(cfg: dict, chosen) -> list[Run]:
+    """The ordered runs named in ``chosen`` (``"A-B"`` names, or positions in :func:`runs`,
+    0 first: an array job's task id), in the config's order, each once.
+
+    Raises
+    ------
+    ConfigError
+        naming the unknown name (and the nearest one) or the position out of range.
+    """
+    import difflib
+
+    every = runs(cfg)
+    names = [r.name for r in every]
+    picked = set()
+    for item in chosen:
+        item = str(item).strip()
+        if item.isdigit():
+            if int(item) >= len(every):
+                raise ConfigError(f"--runs: position {item} is out of range: the config has {len(every)} ordered "
+                                  f"runs (0-{len(every) - 1}; `synclib run --list-runs` lists them)")
+            picked.add(names[int(item)])
+        elif item in names:
+            picked.add(item)
+        else:
+            close = difflib.get_close_matches(item, names, n=1, cutoff=0.5)
+            raise ConfigError(f"--runs: {item!r} is not an ordered run of this config"
+                              + (f" (did you mean {close[0]!r}?)" if close else "")
+                              + f"; it has {', '.join(names[:8])}{', ...' if len(names) > 8 else ''}"
+                              " (`synclib run --list-runs`)")
+    return [r for r in every if r.name in picked]
 
 
 def pair_family(cfg: dict, pair: str) -> str:
@@ -130,16 +164,41 @@ class Job:
     deps: tuple[str, ...] = ()
     gpu: bool = False
     log: Path | None = None
+    check_only: bool = False  # its step is not among the run's steps: it must be done already
 
     @property
     def fp(self) -> str:
         return fingerprint(self.inputs)
 
+    @property
+    def step(self) -> str:
+        """The step the job belongs to: ``simulate``, ..., ``notebooks`` (the manifest too) or
+        ``book`` (the generated pages too)."""
+        kind = self.key.split(":")[0]
+        return {"manifest": "notebooks", "notebook": "notebooks", "pages": "book"}.get(kind, kind)
+
+    def done(self) -> bool:
+        return up_to_date(self.output, self.fp)
+
     def __call__(self, *dep_outputs):
-        if up_to_date(self.output, self.fp):
+        if self.done():
             print(f"[synclib] {self.key}: up to date ({self.output.name})", flush=True)
             log_event(self.log, self.key, "skipped")
             return str(self.output)
+        if self.check_only:
+            raise JobFailed(f"{self.key} is not done and its step is not among this run's steps")
+        if self.key.split(":")[0] in _HEAVY:
+            # one process at a time makes an output: a stopped worker that lives on, a second
+            # array task or a second command on the same run waits here, then finds it done
+            with output_lock(self.output, say=lambda line: print(line, flush=True)):
+                if self.done():
+                    print(f"[synclib] {self.key}: finished by another process ({self.output.name})", flush=True)
+                    log_event(self.log, self.key, "skipped")
+                    return str(self.output)
+                return self._run(dep_outputs)
+        return self._run(dep_outputs)
+
+    def _run(self, dep_outputs):
         t0 = time.perf_counter()
         step = _CLOCK.start(self.key) if _CLOCK is not None else ""
         print(f"[synclib] {step}{self.key}: running -> {display(self.output)}", flush=True)
@@ -302,19 +361,61 @@ def _taskset(cfg: dict):
     return load_tasks(cfg["scenarios"])
 
 
+def set_aside(path: Path, log: Path | None, job: str, why: str) -> Path:
+    """Rename ``path`` (a stale cube, or the parts folder of an unfinished one) to
+    ``NAME.stale-YYYYmmdd-HHMMSS`` beside it, with its stamp, and say so in the run's log:
+    what a GPU made is never deleted by a run.  Returns the new path."""
+    ext = next((e for e in (".nc.parts", path.suffix) if path.name.endswith(e)), "")  # L3.2-M1.nc: a dot in the run
+    new = path.with_name(f"{path.name[:len(path.name) - len(ext)]}.stale-{time.strftime('%Y%m%d-%H%M%S')}{ext}")
+    os.replace(path, new)
+    stamp = stamp_path(path)
+    if stamp.exists():
+        os.replace(stamp, stamp_path(new))
+    print(f"[synclib] {job}: {why}: set aside as {display(new)} (delete it yourself once you no longer need it)",
+          flush=True)
+    log_event(log, job, "set aside", path=display(path), to=display(new), why=why)
+    return new
+
+
 def step_simulate(cfg: dict, run: Run, out: Path) -> dict:
-    """Simulate one ordered run; returns the engine counters for the job's stamp."""
+    """Simulate one ordered run; returns the engine counters for the job's stamp.  A finished
+    cube whose settings changed (the job runs although it has a stamp), and the parts of an
+    unfinished one made with other settings, are set aside (:func:`set_aside`); the parts of
+    the same settings are resumed (their count is in the run's log)."""
+    log = run_log(cfg)
+    job = f"simulate:{run.name}"
+    if read_stamp(out) is not None:
+        set_aside(out, log, job, "its settings changed since the cube was made")
+    parts = sorted(parts_dir(out).glob("part-*.nc"))
+    if parts:
+        log_event(log, job, "resuming", parts=len(parts))
+        print(f"[synclib] {job}: resuming from {len(parts)} part(s) on disk", flush=True)
+    try:
+        return _simulate(cfg, run, out)
+    except StalePartsError as exc:
+        set_aside(exc.parts, log, job, "its parts on disk were made with other settings")
+        return _simulate(cfg, run, out)
+
+
+def _simulate(cfg: dict, run: Run, out: Path) -> dict:
+    models, call = simulate_call(cfg, run)
+    stats = call["options"].engine_stats
+    simulate(*models, out=out, **call)
+    return {"engine": stats}
+
+
+def simulate_call(cfg: dict, run: Run, **options) -> tuple[tuple[str, str], dict]:
+    """The config's one mapping to :func:`synclib.simulate.simulate` for an ordered run: the two
+    model specs and the keyword arguments (``tasks``, ``seeds``, ``max_utterances`` and the
+    option groups; ``options`` overrides :class:`~synclib.simulate.RunOptions` fields, an
+    ``engine_stats`` dict is always given).  The simulation job and ``synclib bench`` call it."""
     sim = cfg["simulate"]
     models = cfg["models"]
     taskset = _taskset(cfg)
-    if read_stamp(out) is not None:
-        # the job runs although it finished once: its settings changed, so its cube is stale.
-        # The cube goes first, then the stamp: a kill in between still finds the stale stamp.
-        out.unlink(missing_ok=True)
-        stamp_path(out).unlink(missing_ok=True)
-    simulate(
-        models[run.a]["spec"], models[run.b]["spec"], select_tasks(taskset, sim["episodes"]),
-        sim["seeds"], out, max_utterances=sim["max_utterances"],
+    opts = dict(device=_device(cfg), dtype=_dtype(cfg), store_dtype=sim["store_dtype"],
+                prompt_formats=(models[run.a]["prompt_format"], models[run.b]["prompt_format"]), engine_stats={})
+    return (models[run.a]["spec"], models[run.b]["spec"]), dict(
+        tasks=select_tasks(taskset, sim["episodes"]), seeds=sim["seeds"], max_utterances=sim["max_utterances"],
         sampling=Sampling(temperature=sim["temperature"], max_new_tokens=sim["max_new_tokens"], top_k=sim["top_k"],
                           top_p=sim["top_p"], stop_at_first_line=sim["stop_at_first_line"],
                           reply_end=sim["reply_end"]),
@@ -323,11 +424,7 @@ def step_simulate(cfg: dict, run: Run, out: Path) -> dict:
         batching=Batching(units_per_part=sim["units_per_part"], max_rows=sim["max_rows"],
                           max_in_flight=sim["max_in_flight"], kv_tokens=sim["kv_tokens"], scheduling=sim["scheduling"],
                           cache_gib=sim["cache_gib"]),
-        options=RunOptions(device=_device(cfg), dtype=_dtype(cfg), store_dtype=sim["store_dtype"],
-                           prompt_formats=(models[run.a]["prompt_format"], models[run.b]["prompt_format"]),
-                           engine_stats=(stats := {})),
-    )
-    return {"engine": stats}
+        options=RunOptions(**{**opts, **options}))
 
 
 def step_judge(cfg: dict, run: Run, out: Path, cube: str) -> None:
@@ -381,6 +478,20 @@ def _write_generated(name: str, text: str | bytes) -> Path:
     return out
 
 
+def paper_price_markdown() -> str:
+    """The price of ``config/paper.yaml``'s whole grid as its dry run prints it (nothing done yet,
+    priced from ``bench/results``; the builder's logins left out), in a text block: the
+    reproduce page includes it (``book/_generated/paper_price.md``), so the page quotes what
+    the code computes."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:  # a results folder that holds nothing: the whole grid
+        cfg = config.load_config(PAPER_CONFIG, [f"results_dir={tmp}/paper"])
+        rows = plan(build_jobs(cfg, ("simulate", "judge", "analyze")), cfg)
+        lines = [line for line in price_lines(cfg, rows) if not line.startswith("login:")]
+    return "```text\n" + "\n".join(lines) + "\n```\n"
+
+
 def step_pages(cfg: dict, out: Path, manifest: str) -> None:
     """The book's generated pages (``book/_generated/``): the intro's overview and run summary, the embedded
     models page's account of the run, the benchmarks quoted from ``bench/results`` and the
@@ -391,6 +502,7 @@ def step_pages(cfg: dict, out: Path, manifest: str) -> None:
 
     _write_generated("benchmarks.md", benchmarks.benchmarks_markdown(BENCH_RESULTS))
     _write_generated("settings.md", config.invalidation_table() + "\n")
+    _write_generated("paper_price.md", paper_price_markdown())
     res = results.load_results(Path(manifest).parent)
     _write_generated("embedded_run.md", run_summary.embedded_run_markdown(res))
     _write_generated("penalty.md", run_summary.penalty_markdown(res))
@@ -453,6 +565,18 @@ def step_book(cfg: dict, out: Path, *inputs: str) -> None:
 
 
 # --------------------------------------------------------------------------- graph
+def uses_gpu(cfg: dict) -> bool:
+    """Whether the run's models may compute on a GPU (``device`` cuda, or auto: whatever the
+    machine that runs a job offers); its simulations (and a local judge) then hold one GPU
+    each on a cluster (the worker resource ``GPU=1``)."""
+    return not str(cfg["device"]).startswith("cpu")
+
+
+def run_log(cfg: dict) -> Path:
+    """The run's own log of what it did (:func:`log_event`)."""
+    return Path(cfg["results_dir"]) / "run-log.jsonl"
+
+
 def _settings(cfg: dict, step: str) -> dict:
     """The values of the config keys that feed ``step`` (see :mod:`synclib.config`); a path the
     config resolved is kept relative to the repository when it lies there, so a checkout that
@@ -462,9 +586,16 @@ def _settings(cfg: dict, step: str) -> dict:
         head, _, sub = path.partition(".")
         value = cfg[head][sub] if sub else cfg[head]
         out[path] = display(value) if isinstance(value, str) and Path(value).is_absolute() else value
-    if step == "simulate":  # the pair's specs are fingerprinted per pair; labels feed the notebooks
-        out.pop("models", None)
-        out.pop("pairs", None)
+    if step == "judge" and out.get("judge.url") is not None:
+        # where the endpoint lives (a node name that changes with each serving job) is not what
+        # it answers: the model, the mode and the layout are; the answers' cache has no URL either
+        out["judge.url"] = "served"
+    if step == "simulate":
+        # an ordered run's cube depends on its own two models (fingerprinted per run), not on
+        # the other pairs, the speaking orders played or the labels (those feed the notebooks):
+        # a run made alone (--runs, or a config of that pair) is the grid's run
+        for key in ("models", "pairs", "orders"):
+            out.pop(key, None)
     return out
 
 
@@ -476,23 +607,31 @@ def _file_hash(*paths: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def build_jobs(cfg: dict, steps=STEPS) -> dict[str, Job]:
+def build_jobs(cfg: dict, steps=STEPS, only=None) -> dict[str, Job]:
     """The run graph as ``{key: Job}``; ``Job.deps`` name other keys.
 
     A job's ``inputs`` hold exactly what its output depends on: the config keys of its
     step (:func:`synclib.config.keys_of_step`), its upstream jobs' fingerprints, and the
     hashes of the files it reads (scenario files, notebooks, the library's code for the
     notebooks and pages, the book's own pages).
+
+    ``steps`` are the steps that run; a job of another step stays in the graph only where a
+    job that runs needs it, marked ``check_only``: it must be done already (:func:`not_done`),
+    it never runs (``--steps notebooks,book`` builds the book from the runs' results and
+    simulates nothing on a login node).  ``only`` names ordered runs (:func:`select_runs`):
+    their simulation, judge and analysis jobs, and no manifest, notebooks or book (those need
+    every run).
     """
     from functools import partial
 
     R = Path(cfg["results_dir"])
-    log = R / "run-log.jsonl"
+    log = run_log(cfg)
     jobs: dict[str, Job] = {}
 
     def add(key, output, inputs, func, deps=(), gpu=False):
-        jobs[key] = Job(key, output, inputs, func, tuple(deps), gpu, log)
-        return jobs[key]
+        job = Job(key, output, inputs, func, tuple(deps), gpu, log)
+        jobs[key] = job = dataclasses.replace(job, check_only=job.step not in steps)
+        return job
 
     if cfg["scenarios"] == "embedded":
         scen = "embedded"
@@ -501,78 +640,96 @@ def build_jobs(cfg: dict, steps=STEPS) -> dict[str, Job]:
     else:
         scen = _file_hash(*(Path(cfg["scenarios"]) / f for f in ("envs.json", "agents.json", "env_agent_combos.json")))
     code = _file_hash(*sorted((REPO_ROOT / "synclib").rglob("*.py")))
+    gpu = uses_gpu(cfg)
     final, upstream = [], []
-    for run in runs(cfg):
+    for run in (runs(cfg) if only is None else select_runs(cfg, only)):
         ma, mb = cfg["models"][run.a], cfg["models"][run.b]
         models = {"model_a": ma["spec"], "model_b": mb["spec"],
                   "prompt_format_a": ma["prompt_format"], "prompt_format_b": mb["prompt_format"]}
         sim = add(f"simulate:{run.name}", R / "cubes" / f"{run.name}.nc",
                   {**models, "scenario_files": scen, **_settings(cfg, "simulate"), "synclib": __version__},
-                  partial(step_simulate, cfg, run, R / "cubes" / f"{run.name}.nc"), gpu=True)
+                  partial(step_simulate, cfg, run, R / "cubes" / f"{run.name}.nc"), gpu=gpu)
         judge_out, analysis_out = R / "judge" / f"{run.name}.judge.csv", R / "analysis" / f"{run.name}.nc"
-        per_run = {
-            "judge": Job(f"judge:{run.name}", judge_out, {"cube": sim.fp, **_settings(cfg, "judge")},
-                         partial(step_judge, cfg, run, judge_out), (sim.key,), cfg["judge"]["url"] is None, log),
-            "analyze": Job(f"analyze:{run.name}", analysis_out, {"cube": sim.fp, **_settings(cfg, "analyze")},
-                           partial(step_analyze, cfg, run, analysis_out), (sim.key,),
-                           str(cfg["device"]).startswith("cuda"), log)}  # ridge grids on the GPU
-        for step, job in per_run.items():
-            # the manifest depends on both whichever steps run now, so that `--steps notebooks,book`
-            # and a whole run give it the same fingerprint (and re-run no notebook)
-            upstream.append(job.fp)
-            if step in steps:
-                jobs[job.key] = job
-                final.append(job.key)
-        if "judge" not in steps and "analyze" not in steps:
-            final.append(sim.key)
-    if "notebooks" not in steps:
-        return jobs
+        judge = add(f"judge:{run.name}", judge_out, {"cube": sim.fp, **_settings(cfg, "judge")},
+                    partial(step_judge, cfg, run, judge_out), (sim.key,), gpu and cfg["judge"]["url"] is None)
+        analysis = add(f"analyze:{run.name}", analysis_out, {"cube": sim.fp, **_settings(cfg, "analyze")},
+                       partial(step_analyze, cfg, run, analysis_out), (sim.key,),
+                       str(cfg["device"]).startswith("cuda"))  # ridge grids on the GPU
+        # the manifest depends on both, done now or before, so that `--steps notebooks,book`
+        # and a whole run give it the same fingerprint (and re-run no notebook)
+        upstream += [judge.fp, analysis.fp]
+        final += [judge.key, analysis.key]
+    if only is None:
+        _book_jobs(cfg, steps, add, final, upstream, code)
+    return _needed(jobs)
+
+
+def _book_jobs(cfg: dict, steps, add, final: list, upstream: list, code: str) -> None:
+    """The manifest, the notebooks, the generated pages and the book (:func:`build_jobs`)."""
+    from functools import partial
+
+    R = Path(cfg["results_dir"])
     labels = {k: {"family": m["family"], "label": m["label"]} for k, m in cfg["models"].items()}
     manifest = add("manifest", R / "manifest.json",
                    {"upstream": upstream, "models": labels, "runs": [r.name for r in runs(cfg)],
                     **_settings(cfg, "notebooks")},
                    partial(step_manifest, cfg, R / "manifest.json"), final)
-    nb_keys = []
+    nb_keys, nb_fps = [], []
     for nb in figure_notebooks():
         out = EXECUTED_DIR / f"{nb.stem}.ipynb"
-        nb_keys.append(add(f"notebook:{nb.stem}", out,
-                           {"manifest": manifest.fp, "notebook": _file_hash(nb), "code": code,
-                            **{f"{key}_file": _file_hash(Path(cfg["notebooks"][key] or ""))
-                               for key in NOTEBOOK_FILES}},
-                           partial(step_notebook, cfg, nb, out), [manifest.key]).key)
-    if "book" in steps:
-        # the generated pages: the run summary (from the manifest), the benchmarks and the
-        # settings table (from the code and bench/results)
-        out = GENERATED_DIR / "run_summary.md"
-        pages = add("pages", out, {"manifest": manifest.fp, "code": code,
-                                   "bench_results": _file_hash(*sorted(BENCH_RESULTS.glob("*.json")))},
-                    partial(step_pages, cfg, out), [manifest.key])
-        own = [p for p in sorted((REPO_ROOT / "book").rglob("*"))
-               if p.is_file() and not {"_generated", "executed"} & set(p.parts)]
-        own += [REPO_ROOT / "_config.yml", REPO_ROOT / "_toc.yml"]
-        index = BUILD_DIR / "html" / "index.html"
-        add("book", index, {"notebooks": [jobs[k].fp for k in nb_keys], "pages": pages.fp,
-                            "book_sources": _file_hash(*own)},
-            partial(step_book, cfg, index), nb_keys + [pages.key])
-    return jobs
+        job = add(f"notebook:{nb.stem}", out,
+                  {"manifest": manifest.fp, "notebook": _file_hash(nb), "code": code,
+                   **{f"{key}_file": _file_hash(Path(cfg["notebooks"][key] or "")) for key in NOTEBOOK_FILES}},
+                  partial(step_notebook, cfg, nb, out), [manifest.key])
+        nb_keys.append(job.key)
+        nb_fps.append(job.fp)
+    # the generated pages: the run summary (from the manifest), the benchmarks and the
+    # settings table (from the code and bench/results)
+    out = GENERATED_DIR / "run_summary.md"
+    pages = add("pages", out, {"manifest": manifest.fp, "code": code, "paper_config": _file_hash(PAPER_CONFIG),
+                               "bench_results": _file_hash(*sorted(BENCH_RESULTS.glob("*.json")))},
+                partial(step_pages, cfg, out), [manifest.key])
+    own = [p for p in sorted((REPO_ROOT / "book").rglob("*"))
+           if p.is_file() and not {"_generated", "executed"} & set(p.parts)]
+    own += [REPO_ROOT / "_config.yml", REPO_ROOT / "_toc.yml"]
+    index = BUILD_DIR / "html" / "index.html"
+    add("book", index, {"notebooks": nb_fps, "pages": pages.fp, "book_sources": _file_hash(*own)},
+        partial(step_book, cfg, index), nb_keys + [pages.key])
 
 
-def execute(jobs: dict[str, Job], scheduler: str | None = None, cluster: dict | None = None,
+def _needed(jobs: dict[str, Job]) -> dict[str, Job]:
+    """The jobs that run and the ``check_only`` jobs one of them needs (directly or not), in
+    the graph's order."""
+    needed: set[str] = set()
+    for key in reversed(list(jobs)):  # insertion order is a topological order
+        if not jobs[key].check_only or key in needed:
+            needed.add(key)
+            needed.update(jobs[key].deps)
+    return {k: j for k, j in jobs.items() if k in needed}
+
+
+def not_done(jobs: dict[str, Job]) -> list[Job]:
+    """The ``check_only`` jobs (of steps the run does not run) that are not done: the run
+    cannot start before they are (``synclib run`` refuses, naming them)."""
+    return [j for j in jobs.values() if j.check_only and not j.done()]
+
+
+def execute(jobs: dict[str, Job], scheduler: str | None = None, cluster: ClusterSpec | None = None,
             retries: int = 2, isolate: bool = True) -> dict[str, str]:
     """Run the job graph with Dask and return ``{key: output path}``.
 
     ``scheduler``: ``None`` runs on this machine one job at a time, but the notebooks
     :data:`synclib.notebook.AT_ONCE` at a time (each in its own kernel); ``"sync"`` runs every
     job one at a time; ``"threads"`` uses a local thread pool; any other string is the address of
-    a running ``dask.distributed`` scheduler.  ``cluster`` (from the config)
-    creates a dask-jobqueue cluster instead, e.g. ``{type: slurm, jobs: 4,
-    cores: 8, memory: 64GB, job_extra_directives: ["--gres=gpu:1"]}``.  ``isolate``: a local
-    run gives each simulation, judge and analysis job a child process of its own
-    (:func:`run_in_child`); False runs them here (for debuggers and profilers).
+    a running ``dask.distributed`` scheduler.  ``cluster`` (the config's ``cluster:`` block,
+    :class:`synclib.cluster.ClusterSpec` with a ``type``) starts a dask-jobqueue cluster
+    instead, adapting its worker jobs to the work.  ``isolate``: a local run gives each
+    simulation, judge and analysis job a child process of its own (:func:`run_in_child`);
+    False runs them here (for debuggers and profilers).
     """
     import dask
 
-    distributed = scheduler not in (None, "sync", "threads") or bool(cluster)
+    distributed = scheduler not in (None, "sync", "threads") or cluster is not None
     keys = list(jobs)
     if not distributed:
         global _ISOLATE
@@ -600,17 +757,26 @@ def execute(jobs: dict[str, Job], scheduler: str | None = None, cluster: dict | 
     targets = [nodes[k] for k in keys]
     from dask.distributed import Client
 
-    cl = make_cluster(cluster) if cluster else None
-    client = Client(cl if cl is not None else scheduler)
-    try:
-        # a job whose worker dies is rescheduled by dask; `retries` re-runs jobs that raised
-        futures = client.compute(targets, optimize_graph=False, retries=retries)
-        values = client.gather(futures)
-    finally:
-        client.close()
-        if cl is not None:
-            cl.close()
+    with dask.config.set(CLUSTER_CONFIG):
+        cl = cluster.make() if cluster is not None else None
+        client = Client(cl if cl is not None else scheduler)
+        try:
+            # a job whose worker dies or leaves is rescheduled by dask; `retries` re-runs jobs that raised
+            futures = client.compute(targets, optimize_graph=False, retries=retries)
+            values = client.gather(futures)
+        finally:
+            client.close()
+            if cl is not None:
+                cl.close()
     return dict(zip(keys, values))
+
+
+#: the dask settings of a run's own scheduler (``cluster.type``): a worker that leaves (its
+#: lifetime, a cancelled job) has its job cancelled and replaced after 5 s, not dask-jobqueue's
+#: 15 s (its task's copy may run on until then: the output lock makes the new copy wait); a job
+#: rescheduled from workers that left is given up only after 20 of them (a long simulation
+#: outlives several worker lifetimes), not 3
+CLUSTER_CONFIG = {"distributed.deploy.lost-worker-timeout": "5s", "distributed.scheduler.allowed-failures": 20}
 
 
 def _needing(jobs: dict[str, Job], keys: set[str]) -> set[str]:
@@ -646,25 +812,3 @@ def to_delayed(jobs: dict[str, Job], distributed: bool = False, done: dict | Non
     for key in jobs:
         node(key)
     return nodes
-
-
-def make_cluster(spec: dict):
-    """Create a dask-jobqueue (or local) cluster from a config mapping."""
-    spec = dict(spec)
-    kind = spec.pop("type", "local").lower()
-    n_jobs = int(spec.pop("jobs", 1))
-    if kind == "local":
-        from dask.distributed import LocalCluster
-
-        return LocalCluster(n_workers=n_jobs, **spec)
-    try:
-        import dask_jobqueue
-    except ImportError:  # pragma: no cover - optional extra
-        raise ConfigError("cluster.type needs dask-jobqueue: pip install 'synclib[cluster]'") from None
-    classes = {"slurm": "SLURMCluster", "pbs": "PBSCluster", "sge": "SGECluster", "lsf": "LSFCluster"}
-    if kind not in classes:
-        raise ConfigError(f"cluster.type must be one of local, {', '.join(classes)}; got {kind!r}")
-    cl = getattr(dask_jobqueue, classes[kind])(**spec)
-    cl.scale(jobs=n_jobs)
-    return cl
-

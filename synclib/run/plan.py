@@ -11,20 +11,24 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 
+from synclib.cluster import duration_text as cluster_duration
+from synclib.cluster import parse_duration, spec_of
 from synclib.memory import GiB, available_bytes, session_budget
 from synclib.models import cpu_has_native_bf16
 from synclib.notebook import AT_ONCE
 from synclib.paths import display
 from synclib.run import price
 from synclib.shapes import model_shape
+from synclib.simulate.options import default_units_per_part
 from synclib.stamps import read_stamp
-from synclib.tasks.scenarios import load_tasks, select_tasks
+from synclib.tasks.scenarios import count_tasks
 
-__all__ = ["JobPlan", "plan", "format_plan", "wall_seconds"]
+__all__ = ["JobPlan", "plan", "format_plan", "price_lines", "wall_seconds"]
 
 #: input names that hold an upstream job's fingerprint (a change there is "upstream changed")
 _UPSTREAM = {"cube", "manifest", "upstream", "notebooks", "pages"}
@@ -36,7 +40,7 @@ class JobPlan:
 
     key: str
     output: str
-    status: str            # "up to date" | "will run"
+    status: str            # "up to date" | "will run" | "not done" (a step not run now, not done before)
     reason: str            # why it will run ("" when up to date)
     disk_bytes: float | None = None
     seconds: float | None = None
@@ -47,6 +51,8 @@ class JobPlan:
     variable_gib: float | None = None  # the analysis' largest hidden variable (GiB)
     requests: int | None = None    # requests a judge job sends to its endpoint
     gpu: bool = False              # the job asks for a GPU (dask resource GPU=1)
+    sim: object = None             # a simulation's price (synclib.run.price.SimPrice)
+    judge: dict | None = None      # a judge job's price (synclib.run.price.price_judge)
 
 
 def _short(v, n: int = 40) -> str:
@@ -82,7 +88,7 @@ def simulate_work(cfg: dict) -> dict:
     reader's reads and the ToM dialogs, each to ``max_utterances`` (an upper bound: dialogs
     end early), with the counts behind it."""
     sim = cfg["simulate"]
-    n_tasks = len(select_tasks(load_tasks(cfg["scenarios"]), sim["episodes"]))
+    n_tasks = count_tasks(cfg["scenarios"], sim["episodes"])
     seeds = len(sim["seeds"])
     dialogs = n_tasks * seeds
     passive = n_tasks * len(sim["passive_seeds"] or sim["seeds"]) if sim["passive"] else 0
@@ -156,12 +162,11 @@ def _is_cuda(cfg: dict) -> bool:
 
 def _gpu_estimate(cfg: dict, job, p: JobPlan, work: dict, cal: dict | None, ref) -> None:
     """Fill ``p`` for a job of a CUDA config (:mod:`synclib.run.price`): simulation and analysis
-    priced on the card of ``ref`` (:func:`synclib.run.price.loop_reference`), a judge's requests,
+    priced on the card of ``ref`` (:func:`synclib.run.price.reference`), a judge's requests,
     the CPU jobs from the measured main job."""
     kind, _, name = job.key.partition(":")
     if kind == "simulate":
-        sp = price.price_simulation(cfg, (job.inputs["model_a"], job.inputs["model_b"]), work, ref)
-        p.seconds, p.note, p.disk_bytes, p.gpu_gib = sp.seconds, sp.note, sp.disk, sp.gpu_gib
+        _priced_simulation(cfg, job, p, work, ref)
     elif kind == "analyze":
         specs = tuple(cfg["models"][k]["spec"] for k in name.split("-"))  # a run's name is "A-B"
         a = price.price_analysis(cfg, specs, work, ref.card if ref else "")
@@ -169,7 +174,7 @@ def _gpu_estimate(cfg: dict, job, p: JobPlan, work: dict, cal: dict | None, ref)
         p.host_gib = None if a["host_bytes"] is None else a["host_bytes"] / GiB
         p.variable_gib = None if a["variable_bytes"] is None else a["variable_bytes"] / GiB
     elif kind == "judge":
-        j = price.price_judge(cfg, work)
+        j = p.judge = price.price_judge(cfg, work)
         p.requests = j["requests"]
         p.note = (f"{j['requests']:,} requests ({j['what']}); the time depends on your endpoint"
                   if j["url"] else f"{j['requests']:,} questions to the local judge; no GPU judge rate measured")
@@ -179,16 +184,32 @@ def _gpu_estimate(cfg: dict, job, p: JobPlan, work: dict, cal: dict | None, ref)
             p.seconds, p.note = secs, f"on the CPU, as measured in {CALIBRATION} (the embedded run's results)"
 
 
+def _priced_simulation(cfg: dict, job, p: JobPlan, work: dict, ref) -> None:
+    """A simulation job priced from ``ref`` (:func:`synclib.run.price.price_simulation`)."""
+    sp = p.sim = price.price_simulation(cfg, (job.inputs["model_a"], job.inputs["model_b"]), work, ref)
+    p.seconds, p.note, p.disk_bytes = sp.seconds, sp.note, sp.disk
+    p.gpu_gib = sp.gpu_gib if _is_cuda(cfg) else None
+
+
 def plan(jobs: dict, cfg: dict) -> list[JobPlan]:
-    """The plan of ``jobs`` (a graph from :func:`synclib.run.pipeline.build_jobs`), in run order."""
+    """The plan of ``jobs`` (a graph from :func:`synclib.run.pipeline.build_jobs`), in run order.
+
+    A CUDA config is priced from :func:`synclib.run.price.reference` (``synclib bench``'s record
+    of this run, else ours); a CPU config from the measured main job, its simulations from its
+    own ``synclib bench`` record where it has one."""
     running: set[str] = set()
     out = []
     cuda = _is_cuda(cfg)
     cal = price.load_bench(CALIBRATION)
-    ref = price.loop_reference() if cuda else None
+    ref = price.reference(cfg)
     work = functools.cache(lambda: simulate_work(cfg))  # the task set is read once, when a job needs it
     for key, job in jobs.items():  # insertion order is a topological order
         why = _why(job, read_stamp(job.output), running)
+        if job.check_only:  # a step this run does not run: done before, or the run cannot start
+            out.append(JobPlan(key, display(job.output), "not done" if why else "up to date",
+                               "its step is not among --steps, and it must be done first" if why else "",
+                               gpu=bool(job.gpu)))
+            continue
         p = JobPlan(key, display(job.output), "will run" if why else "up to date", why, gpu=bool(job.gpu))
         if why:
             running.add(key)
@@ -202,6 +223,10 @@ def plan(jobs: dict, cfg: dict) -> list[JobPlan]:
                 secs, p.peak_gib, note = _cpu_estimate(cfg, job, cal, work())
                 if secs is not None:
                     p.seconds, p.note = secs, note or p.note
+            if key.startswith("simulate:") and ref is not None:  # this run's own measurement
+                peak = p.peak_gib
+                _priced_simulation(cfg, job, p, work(), ref)
+                p.peak_gib = peak
         out.append(p)
     return out
 
@@ -253,15 +278,17 @@ def _minutes(secs: float) -> str:
     return "~" + duration_text(secs)
 
 
-def format_plan(rows: list[JobPlan], cfg: dict | None = None, scheduler: dict | None = None) -> str:
+def format_plan(rows: list[JobPlan], cfg: dict | None = None, scheduler: dict | None = None,
+                config_path: str | None = None, n_runs: int | None = None) -> str:
     """The plan as text, one job per line, then the totals: disk, time (with the compute
     dtype it assumes) and memory (with what the machine has available).  A CUDA config gets
-    the price lines (:func:`_gpu_lines`: GPU-hours, GPU and host memory, disk, logins and, with
+    the price lines (:func:`price_lines`: GPU-hours, GPU and host memory, disk, logins and, with
     ``scheduler`` (:func:`synclib.run.price.check_scheduler` and its ``address``), the wall time
-    on that cluster's GPU workers)."""
+    on that cluster's GPU workers), and how it runs on SLURM (its ``cluster:`` block's job script,
+    or the job array of ``config/slurm/runs.sbatch`` for ``config_path`` and its ``n_runs`` ordered runs)."""
     lines = []
     cuda = cfg is not None and _is_cuda(cfg)
-    ref = price.loop_reference() if cuda else None
+    ref = price.reference(cfg) if cuda else None
     on = f" on {ref.card}" if ref else ""
     for r in rows:
         extra = ""
@@ -277,7 +304,8 @@ def format_plan(rows: list[JobPlan], cfg: dict | None = None, scheduler: dict | 
             if r.host_gib is not None:
                 est.append(f"host memory ~{r.host_gib:.1f} GiB")
             extra = f"  [{', '.join(est)}{'; ' if est and r.note else ''}{r.note}]"
-        lines.append(f"{'RUN ' if r.status == 'will run' else 'ok  '} {r.key:34s} {r.output}"
+        tag = {"will run": "RUN ", "not done": "MISS"}.get(r.status, "ok  ")
+        lines.append(f"{tag} {r.key:34s} {r.output}"
                      + (f"\n       because {r.reason}" if r.reason else "") + extra)
     todo = [r for r in rows if r.status == "will run"]
     sims = [r for r in todo if r.key.startswith("simulate:")]
@@ -302,13 +330,94 @@ def format_plan(rows: list[JobPlan], cfg: dict | None = None, scheduler: dict | 
     lines.append(f"{len(todo)} of {len(rows)} jobs would run; {writes}"
                  + (f"; the jobs take {_minutes(secs)} (estimated" if secs else "")
                  + (why if secs else "") + (")" if secs else ""))
+    missing = [r for r in rows if r.status == "not done"]
+    if missing:
+        lines.append(f"{len(missing)} job(s) of steps not run now are not done (MISS): the run would refuse to start")
     if cfg is not None and todo and not cuda:
         lines += _cpu_lines(cfg, todo, secs)
     if cfg is not None and cuda:
-        lines += _gpu_lines(cfg, rows, scheduler)
+        lines += price_lines(cfg, rows, scheduler)
     elif scheduler is not None:
         lines.append("cluster: " + _cluster_text(scheduler, [], 0).lstrip("; "))
+    if cfg is not None and cfg.get("cluster"):
+        lines += _cluster_lines(cfg, rows)
+    elif cuda:
+        lines += array_lines(cfg, rows, config_path or "CONFIG", n_runs)
     return "\n".join(lines)
+
+
+#: the job array of the reproduce page: one ordered run per task
+ARRAY_SCRIPT = Path("config") / "slurm" / "runs.sbatch"
+
+
+def array_lines(cfg: dict, rows: list[JobPlan], config_path: str = "CONFIG", n_runs: int | None = None) -> list[str]:
+    """How a GPU config runs on SLURM as a job array (``config/slurm/runs.sbatch``, one ordered
+    run per task): the command, what each task runs, the script's directives, and how often the
+    longest simulation requeues itself within the script's walltime."""
+    from synclib.paths import REPO_ROOT  # the template ships in the checkout
+
+    script = REPO_ROOT / ARRAY_SCRIPT
+    if not script.is_file():
+        return []
+    n = n_runs or len({r.key.split(":", 1)[1] for r in rows if r.key.startswith("simulate:")})
+    directives = re.findall(r"^#SBATCH\s+(\S.*)$", script.read_text(), flags=re.M)
+    conf = config_path
+    out = [f"on SLURM as a job array ({ARRAY_SCRIPT}; book: reproduce, \"On a cluster\"): "
+           f"mkdir -p logs && sbatch --array=0-{max(n - 1, 0)}%8 {ARRAY_SCRIPT} {conf}",
+           f"  each task runs: synclib run --config {conf} --runs $SLURM_ARRAY_TASK_ID --steps simulate,analyze "
+           "(then --steps judge once the judge is served, and --steps notebooks,book once every run is in)",
+           "  its job script asks for: " + " ".join(directives)]
+    wall = next((d.split("=", 1)[1] for d in directives if d.startswith("--time=")), None)
+    sims = [r.seconds for r in rows if r.status == "will run" and r.key.startswith("simulate:") and r.seconds]
+    if wall and sims:
+        limit = parse_duration(wall, "--time") - 300  # it requeues itself five minutes before
+        longest = max(sims)
+        out.append(f"  the longest simulation takes ~{hours_text(longest / 3600)} h: within --time={wall} it requeues "
+                   f"itself about {math.ceil(longest / limit) - 1} time(s), resuming from its parts"
+                   if longest > limit else f"  the longest simulation takes ~{hours_text(longest / 3600)} h, within "
+                   f"--time={wall}")
+    out.append("  or give the config a cluster: block (type: slurm, jobs, walltime, cores, memory) to run the grid from "
+               "one synclib run: the dry run then prints the job script dask-jobqueue would submit")
+    return out
+
+
+def _cluster_lines(cfg: dict, rows: list[JobPlan]) -> list[str]:
+    """The config's cluster (:class:`synclib.cluster.ClusterSpec`): its jobs, walltime and
+    lifetime, the wall time the grid takes on its GPU jobs, whether a worker lives long enough
+    to finish a cube part, and the job script dask-jobqueue would submit."""
+    spec = spec_of(cfg)
+    out = spec.describe()
+    if spec.type is None:
+        return out
+    todo = [r for r in rows if r.status == "will run"]
+    gpu_jobs = [r for r in todo if r.gpu and r.seconds]
+    if gpu_jobs and spec.gpus:
+        total = sum(r.seconds for r in gpu_jobs)
+        longest = max(r.seconds for r in gpu_jobs)
+        out.append(f"  wall time ~{hours_text(max(total / spec.jobs, longest) / 3600)} h with {spec.jobs} GPU job(s) at "
+                   f"once (GPU-hours / jobs, at least the longest job, {hours_text(longest / 3600)} h)")
+    sims = [r for r in todo if r.key.startswith("simulate:") and r.seconds]
+    if sims and spec.lifetime is not None:
+        part = max(r.seconds / max(1, _parts(cfg)) for r in sims)
+        if part > 0.8 * spec.lifetime:
+            out.append(f"  WARNING: one cube part takes up to ~{duration_text(part)} and a worker lives "
+                       f"{cluster_duration(spec.lifetime)}: a worker that leaves mid-part loses that part, so a "
+                       "simulation could never finish; raise cluster.walltime or lower simulate.units_per_part")
+        else:
+            out.append(f"  a cube part takes up to ~{duration_text(part)}, well inside a worker's lifetime: a worker that "
+                       "leaves loses at most the part it was playing")
+    script = spec.job_script()
+    if script:
+        out.append("  the job script of each worker (the scheduler's address filled in at submission):")
+        out += ["    " + line for line in script.strip().splitlines()]
+    return out
+
+
+def _parts(cfg: dict) -> int:
+    """The cube parts of one ordered run (units per part as configured, 64 on a GPU)."""
+    sim = cfg["simulate"]
+    units = simulate_work(cfg)["dialogs"]
+    return math.ceil(units / (sim["units_per_part"] or default_units_per_part(cfg["device"])))
 
 
 def hours_text(h: float) -> str:
@@ -325,81 +434,22 @@ def _range(vals, fmt) -> str:
     return fmt(hi) if math.isclose(lo, hi, rel_tol=5e-3) else f"{fmt(lo)}-{fmt(hi)}"
 
 
-def _gpu_lines(cfg: dict, rows: list[JobPlan], scheduler: dict | None = None) -> list[str]:
+def price_lines(cfg: dict, rows: list[JobPlan], scheduler: dict | None = None) -> list[str]:
     """The price of a CUDA config's jobs that will run (:mod:`synclib.run.price`)."""
     todo = [r for r in rows if r.status == "will run"]
     out = ["price (each number from the measurement it names; the simulations' utterances are an upper bound: "
            "every dialog to simulate.max_utterances):"]
-    ref = price.loop_reference()
+    ref = price.reference(cfg)
     card = ref.card if ref else "a GPU"
     sims = [r for r in todo if r.key.startswith("simulate:")]
     anas = [r for r in todo if r.key.startswith("analyze:")]
     judges = [r for r in todo if r.key.startswith("judge:")]
-    sim_h = sum(r.seconds or 0 for r in sims) / 3600
-    ana_h = sum(r.seconds or 0 for r in anas) / 3600
-    dtype = price.compute_dtype(cfg)
-    if sims and ref is not None:
-        conv = ""
-        if dtype != ref.dtype:
-            pr = price.prefill_dtype_ratio()
-            conv = (f", {ref.dtype} -> {dtype} x{price.DTYPE_BYTES[dtype] / price.DTYPE_BYTES.get(ref.dtype, 2):g} "
-                    f"decoding" + (f" / x{pr[0] if dtype == 'float32' else 1 / pr[0]:.2f} prefill (measured)" if pr else ""))
-        priced = [r for r in sims if r.seconds is not None]
-        shape = (f"a {ref.params / 1e9:.2f}B-parameter {ref.layers}x{ref.width} shape"
-                 + (" (Mistral-7B's)" if (ref.layers, ref.width, ref.params) == (32, 4096, 7_241_732_096) else ""))
-        out.append(f"{len(sims)} simulations: ~{hours_text(sim_h)} GPU-hours on {card} (from {ref.file}, {ref.date}, "
-                   f"{ref.gpu}; rate {ref.rate:.2f} utterances/s, {shape}, {ref.dtype}{conv}); "
-                   + (f"per job {_range([r.seconds / 3600 for r in priced], hours_text)} h" if priced else "no job priced")
-                   + (f"; {len(sims) - len(priced)} job(s) of unknown shape not priced" if len(priced) < len(sims) else ""))
-        out += price.price_basis(cfg, ref)
-    elif sims:
-        out.append(f"{len(sims)} simulations: no measured dialog loop on a GPU in bench/results: no GPU-hours")
+    out += _simulation_lines(cfg, sims, ref)
     if anas:
-        note = next((r.note for r in anas if r.note), "")
-        out.append(f"{len(anas)} analyses: ~{hours_text(ana_h)} GPU-hours on {card}, the ridge grids only ({note}); not "
-                   "counted, not measured at paper scale: reading the cube, surrogates, relationship, MLP, ToM probes")
-        host = [r.host_gib for r in anas if r.host_gib is not None]
-        gpu = [r.gpu_gib for r in anas if r.gpu_gib is not None]
-        if host:
-            ana = cfg["analysis"]
-            var = max(r.variable_gib or 0 for r in anas)
-            stream = price.load_bench("analysis_stream_cpu.json")
-            out.append(f"  analysis memory: host ~{max(host):.1f} GiB (each fit's rows: {ana['n_samples'] or 'all'} samples x "
-                       f"both models' layers x width in float32, + hidden variables up to analysis.max_resident_gib "
-                       f"{ana['max_resident_gib']} GiB held whole; these runs' are up to {var:.1f} GiB each"
-                       + (", so they stream from disk" if var > ana["max_resident_gib"] else "") + ")"
-                       + (f"; measured: a streamed grid at the 7B shape peaked at {stream['analysis']['peak_rss_gib']} GiB "
-                          f"resident (analysis_stream_cpu.json, {stream['shape']['episodes']} tasks x "
-                          f"{stream['shape']['seeds']} seeds)" if stream and "analysis" in stream else "")
-                       + (f"; GPU ~{max(gpu):.1f} GiB (the ridge benchmark's peak)" if gpu else ""))
+        out += _analysis_lines(cfg, anas, card)
     if judges:
-        n = sum(r.requests or 0 for r in judges)
-        jd = cfg["judge"]
-        if jd["url"]:
-            out.append(f"{len(judges)} judge jobs: {n:,} requests to {jd['url']} ({jd['model']}; "
-                       f"{judges[0].note.split('(', 1)[1].split(')')[0]}), {jd['concurrency']} in flight: the time "
-                       "depends on your endpoint (no HTTP judge throughput is measured in bench/results)")
-        else:
-            out.append(f"{len(judges)} judge jobs: {n:,} questions to the local judge {jd['model']} on the GPU "
-                       "(no GPU judge rate measured)")
-    mem = [r for r in sims if r.gpu_gib is not None]
-    if mem:
-        worst = max(mem, key=lambda r: r.gpu_gib)
-        prompt, src = price.kv_prompt_tokens()
-        sim = cfg["simulate"]
-        rows_, what = price._rows(cfg, (), prompt + sim["max_new_tokens"])
-        limit = ref.gpu_gib if ref and ref.gpu_gib else None
-        over = [r for r in mem if limit and r.gpu_gib > limit]
-        out.append(f"GPU memory per simulation job: up to {worst.gpu_gib:.1f} GiB ({worst.key[9:]}): the weights of both "
-                   f"models ({dtype}) + the key/value cache of one batch, {rows_} rows ({what}) x ({prompt:,} + "
-                   f"{sim['max_new_tokens']}) tokens ({src}); the session caches take more "
-                   + ("(simulate.cache_gib auto: what the GPU can give beyond a tenth of its memory)" if sim["cache_gib"] == "auto"
-                      else f"(simulate.cache_gib {sim['cache_gib']} GiB)"))
-        if over:
-            out.append(f"  WARNING: {len(over)} of {len(mem)} simulation jobs need more than the {limit:.1f} GiB of the "
-                       f"{card} measured ({', '.join(r.key[9:] for r in over[:6])}{', ...' if len(over) > 6 else ''}): "
-                       "the engine halves its rows when it runs out of memory (slower than priced); set "
-                       "simulate.max_rows (or bfloat16) to fit")
+        out += _judge_lines(cfg, judges)
+    out += _memory_lines(cfg, sims, ref)
     disks = [r.disk_bytes for r in sims if r.disk_bytes is not None]
     if disks:
         per_run = _range([d / GiB for d in disks], lambda g: f"{g:.1f}")
@@ -414,6 +464,112 @@ def _gpu_lines(cfg: dict, rows: list[JobPlan], scheduler: dict | None = None) ->
                    + _cluster_text(scheduler, gpu_jobs, total_h))
     elif scheduler is not None:
         out.append(_cluster_text(scheduler, [], 0).lstrip("; "))
+    if sims and ref is not None:
+        out += price.assumptions(cfg, ref)
+    return out
+
+
+def _simulation_lines(cfg: dict, sims: list[JobPlan], ref) -> list[str]:
+    """The simulations' GPU-hours and where they come from."""
+    if not sims:
+        return []
+    if ref is None:
+        return [f"{len(sims)} simulations: no measured dialog loop on a GPU in bench/results: no GPU-hours"]
+    dtype = price.compute_dtype(cfg)
+    conv = ""
+    if dtype != ref.dtype:
+        pr = price.prefill_dtype_ratio()
+        conv = (f", {ref.dtype} -> {dtype} x{price.DTYPE_BYTES[dtype] / price.DTYPE_BYTES.get(ref.dtype, 2):g} "
+                f"decoding" + (f" / x{pr[0] if dtype == 'float32' else 1 / pr[0]:.2f} prefill (measured)" if pr else ""))
+    priced = [r for r in sims if r.seconds is not None]
+    sim_h = sum(r.seconds or 0 for r in sims) / 3600
+    shape = (f"a {ref.params / 1e9:.2f}B-parameter {ref.layers}x{ref.width} shape"
+             + (" (Mistral-7B's)" if (ref.layers, ref.width, ref.params) == (32, 4096, 7_241_732_096) else ""))
+    unfit = [r for r in sims if r.sim is not None and r.sim.fits is False]
+    return [f"{len(sims)} simulations: ~{hours_text(sim_h)} GPU-hours on {ref.card} (from {ref.file}, {ref.date}, "
+            f"{ref.gpu}; rate {ref.rate:.2f} utterances/s, {shape}, {ref.dtype}{conv}); "
+            + (f"per job {_range([r.seconds / 3600 for r in priced], hours_text)} h" if priced else "no job priced")
+            + (f"; {len(sims) - len(priced) - len(unfit)} job(s) of unknown shape not priced"
+               if len(priced) + len(unfit) < len(sims) else "")
+            + (f"; {len(unfit)} job(s) that do not fit the card not priced" if unfit else "")] \
+        + price.price_basis(cfg, ref)
+
+
+def _analysis_lines(cfg: dict, anas: list[JobPlan], card: str) -> list[str]:
+    """The analyses' GPU-hours and memory."""
+    ana_h = sum(r.seconds or 0 for r in anas) / 3600
+    note = next((r.note for r in anas if r.note), "")
+    out = [f"{len(anas)} analyses: ~{hours_text(ana_h)} GPU-hours on {card}, the ridge grids only ({note}); not "
+           "counted, not measured at paper scale: reading the cube, surrogates, relationship, MLP, ToM probes"]
+    host = [r.host_gib for r in anas if r.host_gib is not None]
+    gpu = [r.gpu_gib for r in anas if r.gpu_gib is not None]
+    if host:
+        ana = cfg["analysis"]
+        var = max(r.variable_gib or 0 for r in anas)
+        stream = price.load_bench("analysis_stream_cpu.json")
+        out.append(f"  analysis memory: host ~{max(host):.1f} GiB (each fit's rows: {ana['n_samples'] or 'all'} samples x "
+                   f"both models' layers x width in float32, + hidden variables up to analysis.max_resident_gib "
+                   f"{ana['max_resident_gib']} GiB held whole; these runs' are up to {var:.1f} GiB each"
+                   + (", so they stream from disk" if var > ana["max_resident_gib"] else "") + ")"
+                   + (f"; measured: a streamed grid at the 7B shape peaked at {stream['analysis']['peak_rss_gib']} GiB "
+                      f"resident (analysis_stream_cpu.json, {stream['shape']['episodes']} tasks x "
+                      f"{stream['shape']['seeds']} seeds)" if stream and "analysis" in stream else "")
+                   + (f"; GPU ~{max(gpu):.1f} GiB (the ridge benchmark's peak)" if gpu else ""))
+    return out
+
+
+def _judge_lines(cfg: dict, judges: list[JobPlan]) -> list[str]:
+    """The judge's requests and tokens (its time depends on the endpoint)."""
+    n = sum(r.requests or 0 for r in judges)
+    jd = cfg["judge"]
+    if not jd["url"]:
+        return [f"{len(judges)} judge jobs: {n:,} questions to the local judge {jd['model']} on the GPU "
+                "(no GPU judge rate measured)"]
+    j = judges[0].judge or {}
+    out = [f"{len(judges)} judge jobs: {n:,} requests to {jd['url']} ({jd['model']}; {j.get('what', '')}), "
+           f"{jd['concurrency']} in flight: the time depends on your endpoint (no HTTP judge throughput is measured "
+           "in bench/results)"]
+    if "input_tokens" in j:
+        tin = sum((r.judge or {}).get("input_tokens", 0) for r in judges)
+        tout = sum((r.judge or {}).get("output_tokens", 0) for r in judges)
+        out.append(f"  judge tokens: at most ~{tin / 1e6:,.0f}M input and ~{tout / 1e6:,.0f}M output tokens in all "
+                   f"({j['tokens_note']})")
+    return out
+
+
+def _memory_lines(cfg: dict, sims: list[JobPlan], ref) -> list[str]:
+    """What a simulation job holds on its card: the weights and the key/value cache of the rows
+    that fit (:func:`synclib.run.price.fitting_rows`)."""
+    mem = [r for r in sims if r.sim is not None and r.sim.kv_row is not None]
+    if not mem:
+        return []
+    dtype = price.compute_dtype(cfg)
+    sim = cfg["simulate"]
+    prompt, src = price.prompt_tokens(ref)
+    first = mem[0].sim
+    worst = max(mem, key=lambda r: r.gpu_gib or 0)
+    limit = ref.gpu_gib if ref and ref.gpu_gib else None
+    cache = ("simulate.cache_gib auto: what the GPU can give beyond a tenth of its memory" if sim["cache_gib"] == "auto"
+             else f"simulate.cache_gib {sim['cache_gib']} GiB")
+    out = [f"GPU memory per simulation job: up to {worst.gpu_gib:.1f} GiB ({worst.key[9:]}): the weights of both "
+           f"models ({dtype}) + the key/value cache of {first.rows_configured} rows ({first.rows_what}) x "
+           f"({prompt:,} + {sim['max_new_tokens']}) tokens ({src}), or of as many rows as fit "
+           + (f"{price.CARD_SHARE:.0%} of the {limit:.1f} GiB {ref.card}" if limit else "the card")
+           + f"; the session caches take what is left ({cache})"]
+    fewer = [r for r in mem if r.sim.fits and r.sim.rows < r.sim.rows_configured]
+    unfit = [r for r in mem if r.sim.fits is False]
+    if fewer:
+        by = sorted(fewer, key=lambda r: r.sim.rows)
+        out.append(f"  {len(fewer)} of {len(mem)} jobs fit fewer rows and are priced so (the engine halves a batch "
+                   "that runs out of memory; below the measured rows per step, fewer rows take more steps): "
+                   + ", ".join(f"{r.key[9:]} {r.sim.rows}" for r in by[:8]) + (", ..." if len(by) > 8 else "")
+                   + " rows; bfloat16 (dtype) or a larger card fits more")
+    if unfit:
+        out.append(f"  ERROR: {len(unfit)} job(s) do not fit the card even at one row: "
+                   + ", ".join(r.key[9:] for r in unfit[:8]) + f" ({unfit[0].note})")
+    elif limit:
+        out.append(f"  every simulation job fits the {ref.card} as configured: weights + the rows priced "
+                   f"<= {price.CARD_SHARE * limit:.1f} GiB")
     return out
 
 
@@ -438,6 +594,10 @@ def _cpu_lines(cfg: dict, todo: list[JobPlan], secs: float) -> list[str]:
     cal = price.load_bench(CALIBRATION)
     out = []
     dtype, why = _dtype(cfg)
+    ref = price.reference(cfg)
+    if ref is not None and any(r.key.startswith("simulate:") for r in todo):
+        out.append(f"time of the simulations: from this run's own measurement, {ref.describe()} (synclib bench), "
+                   "scaled per model")
     if cal is not None:
         m = cal["machine"]
         f32 = (cal.get("dtypes") or {}).get("float32_factor")

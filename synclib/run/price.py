@@ -1,22 +1,28 @@
 """What a GPU run costs before it starts: the price lines of ``synclib run --dry-run`` on CUDA.
 
-Every number names the measurement it comes from (``bench/results/*.json``) and the rule that
-scales it to the configured grid:
+Every number names the measurement it comes from (``bench/results/*.json``, or the run's own
+``synclib bench`` record in ``RESULTS/bench``) and the rule that scales it to the configured grid:
 
 (A model's layers, width, heads and parameters come from :func:`synclib.shapes.model_shape`.)
-:func:`loop_reference`
-    The newest measured dialog loop on a GPU (file, card, date, rate, where its time went).
+:func:`reference`, :func:`loop_reference`
+    The measured dialog loop a price scales: the run's own record on its kind of device, else the
+    newest measured on a GPU (file, card, date, commit, rate, where its time went, what ran:
+    weights, tasks, replies).
 :func:`price_simulation`
     GPU seconds of one simulation job, scaled from the reference part by part: decoding steps
-    in proportion to parameter bytes (a memory-bound loop: every step reads the weights), the
-    prefills (joins, ToM read-outs, the passive reader) in proportion to parameters x the
-    measured float32/bfloat16 prefill ratio, writing the cube in proportion to its bytes; the
-    utterances are the plan's upper bound (every dialog to ``max_utterances``).  GPU memory:
-    weights (parameters x bytes per parameter, both models of a pair) + the key/value cache of
-    one batch.  Disk: the cube's hidden states.
+    in proportion to parameter bytes (a memory-bound loop: every step reads the weights) and to
+    the measured rows per step over the rows that fit the card (:func:`fitting_rows`: the
+    configured rows, halved as the engine halves a batch that runs out of memory, until the
+    weights and the rows' keys/values fit :data:`CARD_SHARE` of it), the prefills (joins, ToM
+    read-outs, the passive reader) in proportion to parameters x the measured float32/bfloat16
+    prefill ratio, writing the cube in proportion to its bytes; the utterances are the plan's
+    upper bound (every dialog to ``max_utterances``).  GPU memory: the weights + the keys/values
+    of the rows priced.  Disk: the cube's hidden states.  :func:`assumptions` lists what is
+    taken from the measurement as it is.
 :func:`price_analysis`, :func:`price_judge`
     The ridge grids the analysis fits x the measured ridge grid at paper scale; the judge's
-    requests (an endpoint's throughput is not measured: its time depends on the endpoint).
+    requests and their tokens at most (an endpoint's throughput is not measured: its time
+    depends on the endpoint).
 :func:`logins`, :func:`check_scheduler`
     What needs a login (gated models, the judge's API key: set or not, never its value) and
     what a dask scheduler offers (workers, GPU workers).
@@ -25,6 +31,7 @@ Nothing here imports torch or loads a model: the dry run stays light.
 """
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -35,14 +42,20 @@ from pathlib import Path
 from synclib import paths
 from synclib.memory import GiB
 from synclib.shapes import DTYPE_BYTES, model_shape
-from synclib.simulate.options import Batching
+from synclib.simulate.options import Batching, default_units_per_part
+from synclib.tasks.datasets import TASK_SETS, is_cached
+from synclib.tasks.prompts import judge_intro
+from synclib.tasks.scenarios import load_tasks
 
-__all__ = ["load_bench", "LoopRef", "loop_reference",
+__all__ = ["LOCAL_DIR", "load_bench", "LoopRef", "loop_reference", "reference", "fitting_rows", "assumptions",
+           "judge_prompt_tokens",
            "prefill_dtype_ratio", "scheduling_ratio", "kv_prompt_tokens", "SimPrice", "price_simulation",
            "analysis_grids", "price_analysis", "price_judge", "logins", "check_scheduler", "card_name"]
 
 
 
+#: where a run keeps its own measurements (``synclib bench``): ``RESULTS/bench``
+LOCAL_DIR = "bench"
 #: hub organisations whose models are gated (config/paper.yaml: "Llama models are gated")
 GATED = ("meta-llama/",)
 
@@ -65,7 +78,8 @@ def load_bench(name: str, bench: Path | None = None) -> dict | None:
 
 @dataclass
 class LoopRef:
-    """One measured run of the dialog loop on a GPU."""
+    """One measured run of the dialog loop: ours on a GPU (``bench/results``) or the user's own
+    (``synclib bench``, ``RESULTS/bench``)."""
 
     file: str
     gpu: str
@@ -74,7 +88,7 @@ class LoopRef:
     label: str
     mode: str                  # scheduling: "turns" | "continuous"
     dtype: str
-    params: int
+    params: int                # parameters of one agent's model (a pair of two: their mean)
     layers: int
     width: int
     tasks: int
@@ -87,10 +101,20 @@ class LoopRef:
     tom: bool
     max_utterances: int
     parts: dict | None         # seconds per part of the loop (join, decode, tom, passive, cube, other)
+    values_per_round: int | None = None  # hidden-state values one round stores, both agents (layers x width)
+    local: bool = False        # measured by `synclib bench` for this run (RESULTS/bench)
+    commit: str | None = None  # the engine's commit that measured it
+    weights: str = ""          # what weights ran
+    tasks_from: str = ""       # which task set
+    replies: str = ""          # how replies ended
+    prompt_max: int | None = None  # the longest prompt it reached (tokens)
+    two_streams: bool = False  # two models' streams took turns (a continuous pair of two models)
+    rows_per_step: float | None = None  # the rows a decoding step of the measured loop held, on average
+    path: Path | None = None
 
     @property
     def card(self) -> str:
-        return card_name(self.gpu)
+        return card_name(self.gpu) if self.gpu_gib is not None or self.gpu != "cpu" else "the CPU"
 
     @property
     def rate(self) -> float:
@@ -98,9 +122,10 @@ class LoopRef:
 
     @property
     def stored_values(self) -> int:
-        """Hidden-state values the measured run stored (a self-pair: both agents the same shape)."""
+        """Hidden-state values the measured run stored."""
         views = self.tasks * self.seeds * (1 + int(self.passive) + int(self.tom))
-        return views * math.ceil(self.max_utterances / 2) * 2 * self.layers * self.width
+        per_round = self.values_per_round or 2 * self.layers * self.width  # a self-pair: both agents the same
+        return views * math.ceil(self.max_utterances / 2) * per_round
 
     def describe(self) -> str:
         return (f"{self.file} ({self.date}, {self.gpu}): {self.label}, {self.tasks} tasks x {self.seeds} seed(s), "
@@ -108,55 +133,126 @@ class LoopRef:
                 f"shape in {self.dtype}")
 
 
+#: the shapes of the benchmarks' random models (bench/bench_simulate.py's presets)
+_PRESETS = {"mistral7b": "Mistral-7B's shape", "tiny": "a tiny Mistral-like shape (4 layers x 256)"}
+
+
 def _dtype_name(d) -> str:
     return str(d or "bfloat16").replace("torch.", "")
 
 
-def loop_reference(bench: Path | None = None) -> LoopRef | None:
-    """The newest measured dialog loop on a GPU in ``bench`` (default ``bench/results``): a
-    ``scheduling`` benchmark (``bench/bench_scheduling.py``: the whole ``simulate`` call with the
-    passive reader and ToM, its seconds per part where recorded) or ``bench_simulate``'s loop
-    (no passive reader, no ToM); the latest date wins, a scheduling benchmark on a tie."""
+def _scheduling_refs(f: Path, d: dict, date: str, local: bool) -> list[LoopRef]:
+    """The loops of one scheduling benchmark (``bench_scheduling.py`` or ``synclib bench``)."""
+    m = d.get("machine", {})
+    gpu, gib = m.get("gpu") or ("cpu" if str(m.get("device", "")).startswith("cpu") else "a GPU"), m.get("gpu_memory_gib")
+    st = d.get("settings", {})
+    out = []
+    for name, r in d.get("results", {}).items():
+        model = r.get("model", {})
+        for mode, v in r.get("modes", {}).items():
+            seeds = len(st.get("seeds", [0]))
+            u = int(st.get("max_utterances", 16))
+            passive, tom = bool(st.get("passive")), bool(st.get("tom"))
+            layers, widths = model.get("n_layers_each"), model.get("d_model_each")
+            random = "newline_every" in model or model.get("preset") in ("mistral7b", "tiny")
+            every = model.get("newline_every")
+            if random:
+                replies = f"a random model's, ending at a line break about every {every} tokens" if every \
+                    else "a random model's"
+            else:
+                replies = (f"the models' own (at most {st.get('max_new_tokens')} tokens"
+                           + (", to the first line break)" if st.get("stop_at_first_line", True) else ")"))
+            out.append(LoopRef(
+                f.name, gpu, gib, date, (f"synclib bench of {name}, " if local else "") + f"{mode} scheduling", mode,
+                _dtype_name(st.get("dtype") or model.get("dtype")),
+                int(model.get("n_params") or 7_241_732_096), int(model.get("n_layers") or 32),
+                int(model.get("d_model") or 4096), int(st.get("tasks", 0)), seeds, st.get("batch_size"),
+                float(v["wall_s"]), int(v["utterances"]),
+                int(v["reads"]) if "reads" in v else (st.get("tasks", 0) * seeds * u if passive else 0),
+                passive, tom, u, v.get("seconds"),
+                values_per_round=sum(a * b for a, b in zip(layers, widths)) if layers and widths else None,
+                local=local, commit=d.get("commit") or m.get("commit"),
+                weights=(f"random weights at {_PRESETS.get(model.get('preset'), 'a random shape')} (not trained "
+                         "checkpoints)" if random
+                         else model.get("weights", "") + (f" ({', '.join(model['specs'])})" if model.get("specs") else "")),
+                tasks_from=st.get("tasks_from") or "the embedded tasks",
+                replies=replies,
+                prompt_max=v.get("prompt_tokens_max"),
+                two_streams=mode == "continuous" and len(set(model.get("specs") or [])) == 2,
+                rows_per_step=v.get("rows_per_step"), path=f))
+    return out
+
+
+def _simulate_refs(f: Path, d: dict, date: str) -> list[LoopRef]:
+    """The dialog loops of a ``bench_simulate`` / end-to-end benchmark (no passive reader, no ToM)."""
+    m = d.get("machine", {})
+    gpu, gib = m.get("gpu", "a GPU"), m.get("gpu_memory_gib")
+    steps = d.get("steps") if isinstance(d.get("steps"), list) else []
+    sims = [(s.get("label", "dialog loop"), s.get("simulate", {})) for s in steps if isinstance(s, dict)]
+    if d.get("benchmark") == "bench_simulate" and isinstance(d.get("simulate"), dict):
+        sims.append(("bench_simulate's dialog loop", d["simulate"]))
+    model = d.get("model") or {}
+    out = []
+    for label, s in sims:
+        if not s.get("utterances_per_s") or not s.get("seconds"):
+            continue
+        out.append(LoopRef(
+            f.name, gpu, gib, date, label + " (no passive reader, no ToM)", "turns", _dtype_name(s.get("dtype")),
+            int(model.get("n_params") or 7_241_732_096), int(model.get("n_layers") or 32),
+            int(model.get("d_model") or 4096), int(s.get("episodes", 0)), len(s.get("seeds", [0])),
+            s.get("batch_size"), float(s["seconds"]), int(s["utterances"]), 0, False, False,
+            int(s.get("max_utterances", 16)), None, commit=d.get("commit") or m.get("commit"),
+            weights="random weights at Mistral-7B's shape (not trained checkpoints)", tasks_from="the embedded tasks",
+            replies="a random model's", path=f))
+    return out
+
+
+def loop_reference(bench: Path | None = None, local: Path | None = None,
+                   device: str | None = "cuda") -> LoopRef | None:
+    """The measured dialog loop a price scales: the newest ``synclib bench`` record of this run
+    on the same kind of device (``local``: the run's ``RESULTS/bench`` folder), else the newest
+    loop measured on a GPU in ``bench`` (default ``bench/results``): a ``scheduling`` benchmark
+    (``bench/bench_scheduling.py``: the whole ``simulate`` call with the passive reader and ToM,
+    its seconds per part where recorded) or ``bench_simulate``'s loop (no passive reader, no ToM),
+    a scheduling benchmark on a tie.  ``device`` None (``auto``) takes a record of either kind.
+    None when nothing fits (a CPU run without its own record)."""
+    cuda = str(device).startswith("cuda")
+    if local is not None:
+        mine = []
+        for f in sorted(Path(local).glob("loop-*.json")):
+            try:
+                d = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            if device is None or str(d.get("machine", {}).get("device", "")).startswith("cuda") == cuda:
+                stamp = f"{d.get('date', '')} {d.get('time', '')}"
+                mine += [(stamp, r) for r in _scheduling_refs(f, d, str(d.get("date", ""))[:10], True)]
+        if mine:
+            return max(mine, key=lambda t: t[0])[1]
+    if not cuda:
+        return None
     found = []
     for f in sorted(Path(bench or paths.BENCH_RESULTS).glob("*cuda*.json")):
         try:
             d = json.loads(f.read_text())
         except (OSError, ValueError):
             continue
-        m = d.get("machine", {})
-        gpu, gib, date = m.get("gpu", "a GPU"), m.get("gpu_memory_gib"), str(d.get("date", ""))[:10]
+        date = str(d.get("date", ""))[:10]
         if d.get("benchmark") == "scheduling":
-            st = d.get("settings", {})
-            for r in d.get("results", {}).values():
-                model = r.get("model", {})
-                for mode, v in r.get("modes", {}).items():
-                    seeds = len(st.get("seeds", [0]))
-                    u = int(st.get("max_utterances", 16))
-                    passive, tom = bool(st.get("passive")), bool(st.get("tom"))
-                    found.append((date, 1, LoopRef(
-                        f.name, gpu, gib, date, f"{mode} scheduling", mode,
-                        _dtype_name(st.get("dtype") or model.get("dtype")),
-                        int(model.get("n_params") or 7_241_732_096), int(model.get("n_layers") or 32),
-                        int(model.get("d_model") or 4096), int(st.get("tasks", 0)), seeds, st.get("batch_size"),
-                        float(v["wall_s"]), int(v["utterances"]), st.get("tasks", 0) * seeds * u if passive else 0,
-                        passive, tom, u, v.get("seconds"))))
-        steps = d.get("steps") if isinstance(d.get("steps"), list) else []
-        sims = [(s.get("label", "dialog loop"), s.get("simulate", {})) for s in steps if isinstance(s, dict)]
-        if d.get("benchmark") == "bench_simulate" and isinstance(d.get("simulate"), dict):
-            sims.append(("bench_simulate's dialog loop", d["simulate"]))
-        model = d.get("model") or {}
-        for label, s in sims:
-            if not s.get("utterances_per_s") or not s.get("seconds"):
-                continue
-            found.append((date, 0, LoopRef(
-                f.name, gpu, gib, date, label + " (no passive reader, no ToM)", "turns", _dtype_name(s.get("dtype")),
-                int(model.get("n_params") or 7_241_732_096), int(model.get("n_layers") or 32),
-                int(model.get("d_model") or 4096), int(s.get("episodes", 0)), len(s.get("seeds", [0])),
-                s.get("batch_size"), float(s["seconds"]), int(s["utterances"]), 0, False, False,
-                int(s.get("max_utterances", 16)), None)))
+            found += [(date, 1, r) for r in _scheduling_refs(f, d, date, False)]
+        found += [(date, 0, r) for r in _simulate_refs(f, d, date)]
     if not found:
         return None
     return max(found, key=lambda t: (t[0], t[1]))[2]
+
+
+def reference(cfg: dict) -> LoopRef | None:
+    """The measurement a config's simulations are priced from (:func:`loop_reference`): the
+    run's own ``synclib bench`` record (``RESULTS/bench``) on its kind of device, else ours on a
+    GPU for a CUDA config."""
+    device = str(cfg["device"])
+    return loop_reference(local=Path(cfg["results_dir"]) / LOCAL_DIR, device="cuda" if device.startswith("cuda") else
+                          "cpu" if device.startswith("cpu") else None)
 
 
 def prefill_dtype_ratio(bench: Path | None = None) -> tuple[float, str] | None:
@@ -217,18 +313,34 @@ class SimPrice:
     seconds: float | None
     note: str
     weights: float | None = None     # bytes
-    kv: float | None = None          # bytes of one batch's keys/values (the larger model's)
+    kv: float | None = None          # bytes of the keys/values of the rows priced
     disk: float | None = None        # bytes of the cube's hidden states
     gpu_bytes: float | None = None   # weights + kv
+    rows: int | None = None          # rows per forward priced: those that fit the card
+    rows_configured: int | None = None  # rows the config asks for (rows_what says where from)
+    rows_what: str = ""
+    kv_row: float | None = None      # key/value bytes of one row (prompt + max_new_tokens tokens)
+    fits: bool | None = None         # the weights and one row fit the card (None: no card to fit)
 
     @property
     def gpu_gib(self) -> float | None:
         return None if self.gpu_bytes is None else self.gpu_bytes / GiB
 
 
+#: the share of a card's memory the weights and the decoding rows may take; the rest is the
+#: device's working memory (activations, the allocator) and, with ``cache_gib: auto``, what the
+#: engine keeps free before it stores session caches (:class:`synclib.memory.DeviceBudget`)
+CARD_SHARE = 0.9
+
+
 def compute_dtype(cfg: dict) -> str:
-    """The dtype a CUDA run computes in (``dtype: auto`` is bfloat16 on CUDA)."""
-    return "bfloat16" if cfg["dtype"] in (None, "auto") else cfg["dtype"]
+    """The dtype a run computes in: as configured; ``auto`` is bfloat16 on CUDA and on CPUs that
+    multiply it natively, else float32 (:func:`synclib.models.default_dtype`'s rule)."""
+    if cfg["dtype"] not in (None, "auto"):
+        return cfg["dtype"]
+    from synclib.models import cpu_has_native_bf16  # the rule's CPU half; imports no torch
+
+    return "bfloat16" if str(cfg["device"]).startswith("cuda") or cpu_has_native_bf16() else "float32"
 
 
 def cube_bytes(cfg: dict, work: dict, shapes) -> float:
@@ -242,10 +354,10 @@ def cube_bytes(cfg: dict, work: dict, shapes) -> float:
 
 
 def _rows(cfg: dict, specs, cols: int) -> tuple[int, str]:
-    """Rows of one model's batch or stream, and where that count comes from; ``cols`` is the
-    key/value tokens a row can reach (prompt + ``max_new_tokens``)."""
+    """Rows of one model's batch or stream as configured, and where that count comes from;
+    ``cols`` is the key/value tokens a row can reach (prompt + ``max_new_tokens``)."""
     sim = cfg["simulate"]
-    units = sim["units_per_part"] or 64
+    units = sim["units_per_part"] or default_units_per_part(cfg["device"])
     if sim["scheduling"] == "continuous":
         parts = 2 if sim["kv_tokens"] else 1  # with a token budget: the dialogs of the two parts in play
         rows = Batching(max_in_flight=sim["max_in_flight"], kv_tokens=sim["kv_tokens"]).stream_capacity(
@@ -260,9 +372,37 @@ def _rows(cfg: dict, specs, cols: int) -> tuple[int, str]:
     return rows, "simulate.max_rows" if sim["max_rows"] else f"simulate.units_per_part {units}"
 
 
+def prompt_tokens(ref: LoopRef | None, bench: Path | None = None) -> tuple[int, str]:
+    """The longest prompt a row's keys/values are priced for: the measured loop's own where it
+    recorded one (``synclib bench``), else :func:`kv_prompt_tokens`."""
+    if ref is not None and ref.prompt_max:
+        return ref.prompt_max, f"the longest prompt of the measured loop, {ref.file}"
+    return kv_prompt_tokens(bench)
+
+
+def fitting_rows(configured: int, weights: float, kv_row: float, card_bytes: float | None) -> int:
+    """The rows an engine ends up with on a card of ``card_bytes``: the configured rows, halved
+    while they do not fit beside the weights in :data:`CARD_SHARE` of the card (the engine
+    halves a batch, or a stream's capacity, that runs out of memory); 0 when one row does not
+    fit; ``configured`` when no card is known."""
+    if card_bytes is None:
+        return configured
+    room = CARD_SHARE * card_bytes - weights
+    rows = configured
+    while rows > 1 and rows * kv_row > room:
+        rows //= 2
+    return rows if rows * kv_row <= room else 0
+
+
 def price_simulation(cfg: dict, specs: tuple, work: dict, ref: LoopRef | None,
                      bench: Path | None = None) -> SimPrice:
-    """Seconds on ``ref``'s card, GPU memory and disk of one simulation job (see the module doc)."""
+    """Seconds on ``ref``'s card, GPU memory and disk of one simulation job (see the module doc).
+
+    The rows are those that fit ``ref``'s card (:func:`fitting_rows`).  A decoding step reads
+    the weights whatever its rows, so fewer rows per step than the measured loop held on average
+    (``ref.rows_per_step``) take proportionally more steps: the decoding part of the time is
+    scaled by ``ref.rows_per_step / rows`` where that is above 1; more rows than measured are not
+    credited (the prefills compute the same tokens either way)."""
     shapes = [model_shape(s) for s in specs]
     unknown = [s for s, sh in zip(specs, shapes) if sh is None]
     sim = cfg["simulate"]
@@ -272,42 +412,57 @@ def price_simulation(cfg: dict, specs: tuple, work: dict, ref: LoopRef | None,
     dtype = compute_dtype(cfg)
     bpp = DTYPE_BYTES[dtype]
     same = specs[0] == specs[1]
+    two_streams = sim["scheduling"] == "continuous" and not same
     weights = float(sum(s.n_params for s in shapes[: 1 if same else 2]) * bpp)
-    prompt, _ = kv_prompt_tokens(bench)
+    prompt, _ = prompt_tokens(ref, bench)
     cols = prompt + sim["max_new_tokens"]
-    rows, _ = _rows(cfg, specs, cols)
-    kv_each = [rows * cols * s.kv_bytes_per_token(bpp) for s in shapes]
+    configured, what = _rows(cfg, specs, cols)
     # turns: one model's batch at a time; continuous: each model's stream holds its slots
-    kv = float(sum(kv_each) if (sim["scheduling"] == "continuous" and not same) else max(kv_each))
+    kv_tok = [s.kv_bytes_per_token(bpp) for s in shapes]
+    kv_row = float(cols * (sum(kv_tok) if two_streams else max(kv_tok)))
+    card = ref.gpu_gib * GiB if ref is not None and ref.gpu_gib else None
+    rows = fitting_rows(configured, weights, kv_row, card)
     disk = cube_bytes(cfg, work, shapes)
-    out = SimPrice(None, "", weights, kv, disk, weights + kv)
+    kv = rows * kv_row
+    out = SimPrice(None, "", weights, kv, disk, weights + kv, rows, configured, what, kv_row,
+                   None if card is None else rows > 0)
     if ref is None:
         out.note = "no measured dialog loop on a GPU in bench/results: no time estimate"
+        return out
+    if rows == 0:
+        out.note = (f"does not fit the {ref.gpu_gib:.1f} GiB of {ref.card}: the weights ({weights / GiB:.1f} GiB, "
+                    f"{dtype}) and one row's keys/values ({kv_row / GiB:.2f} GiB) exceed {CARD_SHARE:.0%} of it; "
+                    "use bfloat16 or a larger card")
         return out
     gen = sim["max_utterances"] * (work["dialogs"] + work["tom_dialogs"])
     reads = sim["max_utterances"] * work["passive_reads"]
     ref_bpp = DTYPE_BYTES.get(ref.dtype, 2)
-    f_dec = sum(s.n_params * bpp for s in shapes) / (ref.params * ref_bpp)
-    f_dec *= 1.0 if (sim["scheduling"] == "continuous" and not same) else 0.5
+    # decoding reads the weights every step: bytes of one stream's model (the mean of a pair that
+    # takes turns in one loop), x2 where two streams step in turn
+    f_dec = (sum(s.n_params for s in shapes) / 2 * bpp * (2 if two_streams else 1)
+             / (ref.params * ref_bpp * (2 if ref.two_streams else 1)))
     f_pre = sum(s.n_params for s in shapes) / (2 * ref.params)
     if dtype != ref.dtype:
         pr = prefill_dtype_ratio(bench)
         r = pr[0] if pr else bpp / ref_bpp
         f_pre *= r if dtype == "float32" else 1 / r
+    f_rows = max(1.0, ref.rows_per_step / rows) if ref.rows_per_step else 1.0
     sched = scheduling_ratio(ref.mode, sim["scheduling"], bench)
     f_sched = sched[0] if sched else 1.0
     if ref.parts:
         p = ref.parts
         pre = p.get("join", 0) + p.get("tom", 0)
-        secs = (p.get("decode", 0) / ref.generated * gen * f_dec + pre / ref.generated * gen * f_pre
+        secs = (p.get("decode", 0) / ref.generated * gen * f_dec * f_rows + pre / ref.generated * gen * f_pre
                 + p.get("other", 0) / ref.generated * gen
                 + (p.get("passive", 0) / ref.reads * reads * f_pre if ref.reads else 0)
                 + p.get("cube", 0) * disk / (ref.stored_values * 4))
     else:
-        secs = ref.wall / ref.generated * (gen + reads) * (f_dec + f_pre) / 2
+        secs = ref.wall / ref.generated * (gen + reads) * (f_dec * f_rows + f_pre) / 2
     out.seconds = secs * f_sched
-    out.note = (f"{gen:,} utterances generated + {reads:,} read at most, x{f_dec:.2f} decoding, x{f_pre:.2f} prefill"
-                + (f", x{f_sched:.3f} {sim['scheduling']}" if sched else "") + f" of {ref.file}")
+    out.note = (f"{gen:,} utterances generated + {reads:,} read at most, x{f_dec:.2f} decoding"
+                + (f" x{f_rows:.2f} for {rows} rows (measured {ref.rows_per_step:g} a step)" if f_rows != 1 else "")
+                + f", x{f_pre:.2f} prefill" + (f", x{f_sched:.3f} {sim['scheduling']}" if sched else "")
+                + f" of {ref.file}")
     return out
 
 
@@ -319,8 +474,9 @@ def price_basis(cfg: dict, ref: LoopRef, bench: Path | None = None) -> list[str]
         lines.append("  its seconds by part: " + ", ".join(f"{k} {v:.0f}" for k, v in ref.parts.items()))
     two = cfg["simulate"]["scheduling"] == "continuous"
     lines.append("  scaled per model: decoding steps (memory-bound: every step reads the weights) by parameter "
-                 "bytes; prefills (joins, ToM read-outs, passive reader) by parameters; the cube's writing by its "
-                 "bytes; a pair of two models: "
+                 f"bytes, and by the measured rows per step ({ref.rows_per_step or '?'}) over the rows that fit the "
+                 "card where fewer (more are not credited); prefills (joins, ToM read-outs, passive reader) by "
+                 "parameters; the cube's writing by its bytes; a pair of two models: "
                  + ("the sum of their parameter bytes for decoding (two streams take turns), the mean for prefill"
                     if two else "the mean of the two (each model speaks half the turns)"))
     if dtype != ref.dtype:
@@ -333,6 +489,40 @@ def price_basis(cfg: dict, ref: LoopRef, bench: Path | None = None) -> list[str]
     if sched:
         lines.append(f"  {ref.mode} -> {cfg['simulate']['scheduling']} scheduling: x{sched[0]:.3f} ({sched[1]})")
     return lines
+
+
+def assumptions(cfg: dict, ref: LoopRef) -> list[str]:
+    """What a simulation's price takes from its measurement as it is, and what it scales:
+    the lines the dry run prints under ``assumptions``."""
+    sim = cfg["simulate"]
+    dtype = compute_dtype(cfg)
+    where = f"{ref.gpu}" + (f", {ref.gpu_gib:.1f} GiB" if ref.gpu_gib else "")
+    commit = (f"the engine of commit {ref.commit}" if ref.commit else
+              "the engine's commit not recorded in the file")
+    out = ["assumptions of the simulations' price:",
+           f"  - measured {'here, by synclib bench' if ref.local else 'by us'}: {ref.file}, {ref.date}, {where}, "
+           f"{commit}" + ("" if ref.local else " (the engine has changed since; a measurement of your own, "
+                                               "`synclib bench`, prices from today's)"),
+           f"  - weights: {ref.weights or 'not recorded'}"
+           + ("" if ref.local else "; the paper's checkpoints have the shapes priced, not its replies"),
+           f"  - tasks: {ref.tasks_from} ({ref.tasks} x {ref.seeds} seed(s)); priced for "
+           f"{'the tasks of scenarios ' + str(cfg['scenarios']) if cfg['scenarios'] != 'embedded' else 'the embedded tasks'}",
+           f"  - replies: {ref.replies or 'not recorded'}; priced at the measured time per utterance (longer replies "
+           f"take longer: up to simulate.max_new_tokens {sim['max_new_tokens']} tokens each)",
+           f"  - precision: measured in {ref.dtype}, priced in {dtype}"
+           + (" (scaled: see above)" if dtype != ref.dtype else ""),
+           f"  - rows: the configured rows where they fit {'the card' if ref.gpu_gib else 'memory'}, halved as the "
+           f"engine halves a batch that runs out of memory (weights + rows x (prompt + max_new_tokens) tokens of "
+           f"keys/values within {CARD_SHARE:.0%} of the card); the measured loop held {ref.rows_per_step or '?'} rows "
+           f"a decoding step ({ref.batch or '?'} units per part), and fewer rows are priced with proportionally more "
+           "steps",
+           "  - utterances: every dialog to simulate.max_utterances (an upper bound: dialogs that end early cost less)",
+           f"  - scheduling: measured {ref.mode}, priced {sim['scheduling']}"
+           + (" (scaled: see above)" if ref.mode != sim["scheduling"] else "")]
+    if not ref.local:
+        out.append("  - your own card: `synclib bench --config FILE` plays one part of one ordered run (a few minutes) "
+                   "and the dry run then prices from it")
+    return out
 
 
 # --------------------------------------------------------------------------- analysis, judge
@@ -397,15 +587,58 @@ def price_analysis(cfg: dict, specs: tuple, work: dict, card: str, bench: Path |
     return out
 
 
+#: characters per token the judge's price assumes (English text in the BPE tokenizers of
+#: gpt-oss and Llama: about four)
+CHARS_PER_TOKEN = 4
+#: output tokens the judge's price assumes per JSON-mode answer: 14 reasonings of about 60
+#: words and their scores (a reasoning model's own thinking comes on top and is not counted)
+ANSWER_TOKENS = 14 * 90
+
+
+def judge_prompt_tokens(cfg: dict) -> tuple[int, int, str]:
+    """Input tokens of one JSON-mode request: ``(fixed, transcript, where)``: the instructions
+    and the first task's intro (``fixed``, at :data:`CHARS_PER_TOKEN`), and the transcript's upper
+    bound (``max_utterances`` x ``max_new_tokens``); ``where`` says which text was counted."""
+    sim = cfg["simulate"]
+    episodes = sim["episodes"]
+    first = episodes[0] if isinstance(episodes, list) else 0
+    fixed, where = _judge_fixed_tokens(str(cfg["scenarios"]), int(first))
+    return fixed, sim["max_utterances"] * sim["max_new_tokens"], where
+
+
+@functools.lru_cache(maxsize=8)
+def _judge_fixed_tokens(scenarios: str, first: int) -> tuple[int, str]:
+    # lazy: the judge's texts load pandas and xarray, only for a judged run's price
+    from synclib.judge.prompt import load_instructions
+
+    where = "its first task"
+    if scenarios in TASK_SETS and not is_cached(TASK_SETS[scenarios]):
+        # not fetched yet (a dry run fetches nothing): the embedded set's first task stands in
+        scenarios, first = "embedded", 0
+        where = "the embedded first task and instructions standing in for the tasks not fetched yet"
+    task = load_tasks(scenarios).tasks[first]
+    instructions, _ = load_instructions(scenarios)
+    return (len(judge_intro(task)) + len(instructions)) // CHARS_PER_TOKEN, where
+
+
 def price_judge(cfg: dict, work: dict) -> dict:
-    """Requests one judge job sends (JSON mode: one per dialog, both agents' seven scores)."""
+    """Requests one judge job sends (JSON mode: one per dialog, both agents' seven scores) and
+    their tokens at most (:func:`judge_prompt_tokens`; answers of :data:`ANSWER_TOKENS`)."""
     jd = cfg["judge"]
     dialogs = min(int(jd["sample"] or work["dialogs"]), work["dialogs"])
     mode = jd["mode"] or ("json" if jd["url"] else "constrained")
     requests = dialogs if mode == "json" else dialogs * 2 * 7
     what = "one per dialog, both agents' 7 scores" if mode == "json" else "one per agent and dimension"
-    return {"requests": requests, "dialogs": dialogs, "what": what, "url": jd["url"],
-            "concurrency": jd["concurrency"]}
+    out = {"requests": requests, "dialogs": dialogs, "what": what, "url": jd["url"], "concurrency": jd["concurrency"]}
+    if mode == "json":
+        fixed, transcript, where = judge_prompt_tokens(cfg)
+        out.update(input_tokens=requests * (fixed + transcript), output_tokens=requests * ANSWER_TOKENS,
+                   tokens_note=(f"per request at most {fixed + transcript:,} input tokens ({fixed:,} of instructions and "
+                                f"intro, {where}, at {CHARS_PER_TOKEN} characters a token; {transcript:,} of transcript: "
+                                f"{cfg['simulate']['max_utterances']} utterances x {cfg['simulate']['max_new_tokens']} "
+                                f"tokens, an upper bound) and about {ANSWER_TOKENS:,} output tokens (14 reasonings and "
+                                "scores; a reasoning model's thinking comes on top)"))
+    return out
 
 
 # --------------------------------------------------------------------------- logins, cluster

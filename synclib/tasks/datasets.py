@@ -62,12 +62,13 @@ class Dataset:
     url_env : environment variable naming a mirror of ``base_url``.
         A remote path may be a whole URL instead (a file from another pinned source); a
         mirror serves every file under its local name.
-    url_env : environment variable naming a mirror of ``base_url``.
     about : what the files are, where they come from and under which licence (printed on
         first use and by ``synclib fetch``).
     kind : ``"tasks"`` (a task set, ``scenarios: NAME``) or ``"ratings"``.
     prepare : ``"module:function"`` called with the cache folder once every file is
         checked, to derive files from them (optional).
+    n_tasks : the tasks a task set holds (a dry run counts them before the files are fetched;
+        a test holds the fetched set to it).
     """
 
     name: str
@@ -77,6 +78,7 @@ class Dataset:
     about: str
     kind: str = "tasks"
     prepare: str | None = None
+    n_tasks: int | None = None
 
     def url(self, override: str | None = None) -> str:
         """The base URL in use: ``override``, else the mirror variable, else the pinned one."""
@@ -116,6 +118,7 @@ SOTOPIA = Dataset(
            f"{SOTOPIA_COMMIT[:7]}. Their licence is Sotopia's, not synclib's (Sotopia's dataset card names AI2's "
            "ImpACT licence; the reference repository states none): read it before you redistribute them. "
            "synclib keeps them in your cache and never copies them into its repository."),
+    n_tasks=450,
 )
 
 #: Sotopia-π's repository at its last commit holding the human ratings (they were removed after it)

@@ -39,7 +39,7 @@ from synclib.paths import EMBEDDED_SCENARIOS
 from synclib.tasks import datasets
 
 __all__ = [
-    "RELATIONSHIPS", "CLOSENESS_CODES", "SOURCES", "GENDER_WORDS", "select_tasks",
+    "RELATIONSHIPS", "CLOSENESS_CODES", "SOURCES", "GENDER_WORDS", "select_tasks", "count_tasks",
     "ScenarioError", "Persona", "Scenario", "Task", "TaskSet",
     "embedded_dir", "task_dir", "load_tasks",
 ]
@@ -422,16 +422,32 @@ def select_tasks(taskset: TaskSet, episodes) -> list[Task]:
         when ``episodes`` asks for more tasks than the set holds, names an index outside
         it or repeats one; the message names the set and its size.
     """
-    n = len(taskset.tasks)
-    where = f"{'embedded' if taskset.root == embedded_dir() else taskset.root} has {n} tasks (0-{n - 1})"
+    where = "embedded" if taskset.root == embedded_dir() else str(taskset.root)
+    return [taskset.tasks[i] for i in _selected(len(taskset.tasks), episodes, where)]
+
+
+def _selected(n: int, episodes, where: str) -> list[int]:
+    """The indices ``episodes`` picks from a set of ``n`` tasks (:func:`select_tasks`)."""
+    where = f"{where} has {n} tasks (0-{n - 1})"
     if isinstance(episodes, int) and not isinstance(episodes, bool):
         if not 1 <= episodes <= n:
             raise ValueError(f"episodes = {episodes}: {where}")
-        return list(taskset.tasks[:episodes])
+        return list(range(episodes))
     idx = [int(i) for i in episodes]
     bad = [i for i in idx if not 0 <= i < n]
     if bad:
         raise ValueError(f"task index {bad[0]} is out of range: {where}")
     if len(set(idx)) != len(idx):
         raise ValueError(f"task indices repeat: {sorted(i for i in set(idx) if idx.count(i) > 1)}")
-    return [taskset.tasks[i] for i in idx]
+    return idx
+
+
+def count_tasks(path: str | Path, episodes) -> int:
+    """How many tasks a run of ``episodes`` plays from the task set ``path``, without fetching
+    it: a dataset not in the cache yet is counted from its recorded size
+    (:attr:`synclib.tasks.datasets.Dataset.n_tasks`), so that a dry run prices the paper's grid
+    before its tasks are fetched.  Raises ValueError as :func:`select_tasks` does."""
+    ds = datasets.TASK_SETS.get(str(path))
+    if ds is not None and ds.n_tasks and not datasets.is_cached(ds):
+        return len(_selected(ds.n_tasks, episodes, f"{ds.name} (not fetched yet)"))
+    return len(select_tasks(load_tasks(path), episodes))
