@@ -308,7 +308,9 @@ def test_the_pages_quote_the_papers_price_as_the_dry_run_computes_it():
     assert total, text
     assert f"~{total[1]} {total[2]}-hours for the 36 simulations in float32" in (REPO / "README.md").read_text()
     assert "```{include} _generated/paper_price.md" in (REPO / "book" / "reproduce.md").read_text()
-    assert "every simulation job fits the H100 as configured" in text and "assumptions of the" in text
+    flat = " ".join(text.split())  # the page wraps its lines
+    assert "every simulation job fits the H100 as configured" in flat and "assumptions of the" in flat
+    assert max(len(line) for line in text.splitlines()) <= pipeline.PAGE_TEXT_WIDTH
     assert "login:" not in text  # the builder's own credentials are not the reader's
 
 

@@ -28,6 +28,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 import time
 import traceback
 from contextlib import contextmanager
@@ -489,7 +490,15 @@ def paper_price_markdown() -> str:
         cfg = config.load_config(PAPER_CONFIG, [f"results_dir={tmp}/paper"])
         rows = plan(build_jobs(cfg, ("simulate", "judge", "analyze")), cfg)
         lines = [line for line in price_lines(cfg, rows) if not line.startswith("login:")]
-    return "```text\n" + "\n".join(lines) + "\n```\n"
+    wrapped = []  # a page's column, not a terminal's: each line wrapped, its continuation indented
+    for line in lines:
+        lead = " " * (len(line) - len(line.lstrip()))
+        wrapped += textwrap.wrap(line, PAGE_TEXT_WIDTH, subsequent_indent=lead + "    ", break_on_hyphens=False)
+    return "```text\n" + "\n".join(wrapped) + "\n```\n"
+
+
+#: characters a generated text block of the book holds on a line
+PAGE_TEXT_WIDTH = 76
 
 
 def step_pages(cfg: dict, out: Path, manifest: str) -> None:
