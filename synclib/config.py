@@ -285,9 +285,9 @@ KEYS: tuple[Key, ...] = (
     _k("analysis.lags", [1, 2], int_list(1, nonempty=False), "lag controls", "analyze"),
     _k("analysis.pseudo_dyads", True, BOOL, "the pseudo-dyad control (ours): the partner's states from a dialog "
        "the source agent did not take part in", "analyze"),
-    _k("analysis.surrogates", 20, integer(0), "surrogate partners per dialog (ours): genuine SyncR² against the "
-       "distribution of dialogs that never met (synclib.analysis.surrogates); 20 lets the rank test reach "
-       "p = 1/21 < 0.05; 0: none", "analyze"),
+    _k("analysis.surrogates", 99, integer(0), "surrogate partners per dialog (ours): genuine SyncR² against the "
+       "distribution of dialogs that never met, each surrogate with its own penalty by the analysis' rule "
+       "(synclib.analysis.surrogates); 99 lets the rank test reach p = 1/100 = 0.01; 0: none", "analyze"),
     _k("analysis.equal_samples", False, BOOL, "fit every condition at the smallest condition's training and test "
        "counts per direction and split seed, and each also on all its samples as a sensitivity line (ours; the "
        "reference: each condition on its own samples)", "analyze"),

@@ -43,6 +43,40 @@ def test_r2_grid_targets_equals_one_fit_per_target_set(monkeypatch):
         ridge.r2_grid_targets(X, Y, xtr, xte, sets, "cv")
 
 
+def test_each_target_set_chooses_its_own_penalty_as_a_fit_of_its_own_would(monkeypatch):
+    """Per-set penalties (the surrogates' own CV): :func:`cv_penalties` chooses for each target set
+    what :func:`r2_grid`'s CV chooses for that set alone, and :func:`r2_grid_targets` with those
+    (T, L_src) penalties scores each set as its own fit does, one factorisation per source layer
+    and distinct penalty."""
+    rng = np.random.default_rng(1)
+    n, L, D = 120, 3, 10
+    X = rng.standard_normal((n, L, D))
+    Y = np.concatenate([X[:, :2] @ rng.standard_normal((D, D)) * 0.4 + rng.standard_normal((n, 2, D)),
+                        rng.standard_normal((n, 2, D)) * 3.0], axis=0)  # rows n..: unrelated, another scale
+    xtr, xte = np.arange(90), np.arange(90, 120)
+    sets = [(xtr, xte), (xtr + n, xte + n), (rng.permutation(xtr), rng.permutation(xte))]
+    groups = np.repeat(np.arange(18), 5)
+    cv = ridge.Penalty.parse("cv")
+    alphas = ridge.cv_penalties(X, Y, xtr, [s[0] for s in sets], cv, groups)
+    assert alphas.shape == (3, L)
+    for t, (ytr, yte) in enumerate(sets):
+        own = ridge.r2_grid(X, Y, (xtr, ytr), (xte, yte), cv, groups=groups)
+        np.testing.assert_allclose(alphas[t], own.alpha, rtol=1e-12)
+    assert len({tuple(a) for a in alphas}) > 1  # the sets differ in what they choose
+    solves = []
+    real = ridge.ridge_solve
+    monkeypatch.setattr(ridge, "ridge_solve", lambda *a, **k: solves.append(1) or real(*a, **k))
+    fit = ridge.r2_grid_targets(X, Y, xtr, xte, sets, alphas, test_groups=np.repeat(np.arange(6), 5))
+    assert len(solves) == sum(len(set(alphas[:, l])) for l in range(L))
+    np.testing.assert_array_equal(fit.alpha, alphas)
+    for t, (ytr, yte) in enumerate(sets):
+        one = ridge.r2_grid(X, Y, (xtr, ytr), (xte, yte), alphas[t], test_groups=np.repeat(np.arange(6), 5))
+        np.testing.assert_allclose(fit.r2[t], one.r2, atol=1e-6)
+        np.testing.assert_allclose(fit.test_loss.loss[t], one.test_loss.loss, atol=1e-6)
+    with pytest.raises(ridge.RidgeInputError, match="one row of penalties"):
+        ridge.r2_grid_targets(X, Y, xtr, xte, sets, alphas[:2])
+
+
 def test_partners_follow_the_rule():
     E, S = 10, 3
     kw = dict(n_episodes=E, n_seeds=S, n_rounds=4, shapes=Shapes(layers_a=2, dim_a=4, layers_b=2, dim_b=4), seed=3,
@@ -94,6 +128,9 @@ def _null_cube(i: int):
 
 
 def test_surrogate_null_holds_at_five_percent():
+    """On states that share only their position in the dialog, with every surrogate choosing its
+    own penalty by the same CV as genuine (``alpha="cv"``), genuine's rank among the surrogates is
+    uniform: rejected at 5 % about one cube in 20."""
     n, p_rank, p_boot, genuine = 40, [], [], []
     for i in range(n):
         ds = analyze(_null_cube(i), conditions=["genuine"], alpha="cv", n_samples=None, split_seeds=(0,), n_boot=200,
@@ -112,7 +149,9 @@ def test_surrogate_null_holds_at_five_percent():
 
 
 def test_planted_synchrony_is_above_every_surrogate():
-    cube = make_synthetic_cube(n_episodes=30, n_seeds=1, n_rounds=6,
+    # 48 dialogs: with their own penalties the surrogates fit as well as they can, and the planted
+    # gap must be detectable by the episode bootstrap as well as by the rank
+    cube = make_synthetic_cube(n_episodes=48, n_seeds=1, n_rounds=6,
                                shapes=Shapes(layers_a=3, dim_a=16, layers_b=3, dim_b=16), coupling=0.8, seed=5,
                                passive=False, tom=False)
     ds = analyze(cube, conditions=["genuine"], alpha="cv", n_samples=None, split_seeds=(0, 1), n_boot=200, surrogates=20,
@@ -143,3 +182,32 @@ def test_surrogate_test_on_results(tmp_path):
     table = power.surrogate_table(res)
     assert list(table["pair"]) == res.pair_names + ["all"]
     assert table.iloc[-1]["genuine"] == pytest.approx(t["genuine"])
+
+
+def test_the_gap_resamples_are_each_sets_resampled_score_averaged_over_seeds(monkeypatch):
+    """The batched gap (chunks of target sets, seeds accumulated) against the plain rule: per set,
+    each seed's grid resampled by whole test episodes (ridge.resampled_r2), the seeds that drew
+    a test episode averaged, then SyncR²; genuine (set 0) minus the surrogates' mean."""
+    from synclib.analysis import surrogates
+    from synclib.analysis.scores import sync_r2_many
+
+    rng = np.random.default_rng(4)
+    T, L, B, E = 6, 3, 50, 9
+    grids, losses = [], []
+    for eps in (np.arange(0, 5), np.arange(4, 9)):  # two seeds, each testing 5 of the 9 episodes
+        loss = rng.random((T, len(eps), L, L)) * 0.1
+        grids.append(rng.random((T, L, L)) * 0.4)
+        losses.append((eps, loss, rng.integers(3, 8, len(eps))))
+    counts = rng.multinomial(E, np.ones(E) / E, size=B)
+    counts[0, :] = 0
+    counts[0, 0] = E                       # resample 0 draws only episode 0: the second seed drew nothing
+    want = []
+    for t in range(T):
+        drawn = []
+        for g, (eps, loss, sizes) in zip(grids, losses):
+            drawn.append(ridge.resampled_r2(g[t], loss[t], sizes, counts[:, eps]))
+        want.append(sync_r2_many(np.nanmean(drawn, axis=0)))
+    want = np.array(want)
+    monkeypatch.setattr(surrogates, "GAP_CHUNK_BYTES", 8 * B * L * L * 2)  # two sets a chunk
+    np.testing.assert_allclose(surrogates._gap_resamples(grids, losses, counts), want[0] - want[1:].mean(0),
+                               rtol=1e-5, atol=1e-6)  # the resampled grids in float32

@@ -476,7 +476,8 @@ def surrogate_test(results, runs=None) -> dict:
         ``genuine`` (genuine on the surrogates' rows: ``sync_r2_surrogate_genuine``),
         ``surrogate_mean``, ``surrogate_sd``, ``surrogate_max``, ``surrogates`` (the
         distribution, (n,)), ``n_surrogates``, ``share_below`` (surrogates below genuine),
-        ``gap``, ``ci_lo``/``ci_hi``, ``p_rank``, ``p_episodes``, ``p``, ``n_boot``,
+        ``gap``, ``ci_lo``/``ci_hi``, ``p_rank``, ``p_episodes``, ``p``, ``p_floor`` (the smallest
+        p the rank test can give, ``1 / (1 + n_surrogates)``), ``n_boot``,
         ``n_episodes``, ``same_personas`` (share of surrogate samples whose partner dialog
         has the same persona pair), ``n_runs``, ``n_sim_seeds`` (the fewest simulation seeds of the
         runs' cubes: with one, no surrogate keeps the task); NaN and 0 where no run has surrogates.
@@ -499,7 +500,7 @@ def surrogate_test(results, runs=None) -> dict:
     out = {"n_sim_seeds": min(n_seeds, default=0), "genuine": nan, "surrogate_mean": nan, "surrogate_sd": nan, "surrogate_max": nan,
            "surrogates": np.array([]), "n_surrogates": 0, "share_below": nan, "gap": nan, "ci_lo": nan,
            "ci_hi": nan, "p_rank": nan, "p_episodes": nan, "p": nan, "n_boot": 0, "n_episodes": n_ep,
-           "same_personas": nan, "n_runs": len(gen)}
+           "same_personas": nan, "n_runs": len(gen), "p_floor": nan}
     if not gen or len({s.shape[1] for s in sur}) != 1:
         return out
     with warnings.catch_warnings():  # a direction without a value: NaN
@@ -512,7 +513,7 @@ def surrogate_test(results, runs=None) -> dict:
         return out
     ok = dist[np.isfinite(dist)]
     out.update(genuine=g, surrogate_mean=float(ok.mean()), surrogate_sd=float(ok.std(ddof=1)) if ok.size > 1 else nan,
-               surrogate_max=float(ok.max()), surrogates=dist, n_surrogates=int(ok.size),
+               surrogate_max=float(ok.max()), surrogates=dist, n_surrogates=int(ok.size), p_floor=1 / (1 + ok.size),
                share_below=float(np.mean(ok < g)), gap=float(g - ok.mean()), p_rank=stats.rank_p(g, ok),
                same_personas=same_p)
     gb = gb[np.isfinite(gb)]

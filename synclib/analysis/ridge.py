@@ -60,7 +60,8 @@ import torch
 from synclib.penalty import CV_GRID_RULE, DEFAULT_CV_ALPHAS, PAPER_ALPHA, Penalty
 from synclib.splits import RidgeInputError, episode_folds
 
-__all__ = ["ridge_solve", "r2_grid", "resampled_r2", "r2_grid_subsets", "r2_grid_targets", "layer_scale", "relative_alphas",
+__all__ = ["ridge_solve", "r2_grid", "resampled_r2", "r2_grid_subsets", "r2_grid_targets", "cv_penalties", "layer_scale",
+           "relative_alphas",
            "RidgeInputError", "PAPER_ALPHA", "DEFAULT_CV_ALPHAS", "CV_GRID_RULE", "Penalty", "ComputeOptions",
            "GridFit", "GroupLoss"]
 
@@ -450,12 +451,46 @@ def _eigh(A: torch.Tensor):
         torch.set_num_threads(n)
 
 
+def _fold_basis(Xtr_l: torch.Tensor, vmask: torch.Tensor) -> tuple:
+    """The source side of one CV fold, whatever its targets: the eigenvalues ``lam`` (r,) of the
+    fold's regularised system (primal ``Xc'Xc`` or dual ``Xc Xc'``), ``Q`` (n_val, r), and the
+    two factors that turn the fold's centred targets ``Yc`` into ``R = left @ (right @ Yc)``
+    (``right`` None in the dual form).  :func:`_cv_alpha` explains the algebra."""
+    Xf, Xv = Xtr_l[~vmask], Xtr_l[vmask]
+    mx = Xf.mean(0, keepdim=True)
+    Xc, Xt = Xf - mx, Xv - mx
+    n, d = Xc.shape
+    # eigendecompositions in float64; the products with the many target
+    # columns in float32 (the criterion only ranks alphas)
+    if d <= n:
+        lam, V = _eigh(Xc.T @ Xc)
+        return lam.clamp_min(0), (Xt @ V).float(), V.T.float(), Xc.T.float()
+    lam, U = _eigh(Xc @ Xc.T)
+    return lam.clamp_min(0), (Xt @ (Xc.T @ U)).float(), U.T.float(), None
+
+
+def _fold_score(basis: tuple, f: _Fold, alphas: torch.Tensor) -> torch.Tensor:
+    """One fold's validation criterion (n_alpha, L_tgt) of the targets of ``f`` for the source
+    side ``basis`` (:func:`_fold_basis`)."""
+    lam, Q, left, right = basis
+    R = left @ (right @ f.Yc) if right is not None else left @ f.Yc   # (r, M)
+    Lt = f.base.numel()
+    r = R.shape[0]
+    Fk = ((Q.T @ f.E) * R * f.w).view(r, Lt, -1).sum(-1).T.double()          # (Lt, r)
+    Rw = (R * f.w.sqrt()).view(r, Lt, -1).permute(1, 0, 2)                    # (Lt, r, m)
+    G = (torch.bmm(Rw, Rw.transpose(1, 2)) * (Q.T @ Q)).double()             # (Lt, r, r)
+    Dg = 1.0 / (lam[None, :] + alphas[:, None])                      # (n_alpha, r)
+    quad = (torch.matmul(Dg, G) * Dg).sum(-1).T                      # (n_alpha, Lt): Dg_a' G_t Dg_a
+    ss = f.base[None] - 2 * Dg @ Fk.T + quad
+    return (f.nvar[None] - ss) / (f.w.numel() / Lt)
+
+
 def _cv_alpha(Xtr_l: torch.Tensor, folds: list, alphas: torch.Tensor) -> tuple[int, torch.Tensor]:
     """Pick alpha for one source layer by grouped CV on the training rows.
 
     Each fold's fit is diagonalised once (primal ``Xc'Xc`` or dual ``Xc Xc'``
-    eigendecomposition), so the whole alpha grid costs only small (r x r)
-    quadratic forms: with ``Q = Xval V``, ``R = V' Xc' Yc`` and
+    eigendecomposition, :func:`_fold_basis`), so the whole alpha grid costs only small
+    (r x r) quadratic forms: with ``Q = Xval V``, ``R = V' Xc' Yc`` and
     ``d_a = 1/(lambda + a)`` the validation predictions are ``Q diag(d_a) R``.
     The criterion is the fold-averaged validation R^2 (uniform over the CV
     columns of a target layer), maximised over target layers (the quantity
@@ -466,32 +501,84 @@ def _cv_alpha(Xtr_l: torch.Tensor, folds: list, alphas: torch.Tensor) -> tuple[i
     """
     score = 0.0
     for f in folds:
-        Xf, Xv = Xtr_l[~f.vmask], Xtr_l[f.vmask]
-        mx = Xf.mean(0, keepdim=True)
-        Xc, Xt = Xf - mx, Xv - mx
-        n, d = Xc.shape
-        # eigendecompositions in float64; the products with the many target
-        # columns in float32 (the criterion only ranks alphas)
-        if d <= n:
-            lam, V = _eigh(Xc.T @ Xc)
-            Q = (Xt @ V).float()                          # (n_val, r)
-            R = (V.T.float() @ (Xc.T.float() @ f.Yc))     # (r, M)
-        else:
-            lam, U = _eigh(Xc @ Xc.T)
-            Q = (Xt @ (Xc.T @ U)).float()
-            R = U.T.float() @ f.Yc
-        lam = lam.clamp_min(0)
-        Lt = f.base.numel()
-        r = R.shape[0]
-        Fk = ((Q.T @ f.E) * R * f.w).view(r, Lt, -1).sum(-1).T.double()          # (Lt, r)
-        Rw = (R * f.w.sqrt()).view(r, Lt, -1).permute(1, 0, 2)                    # (Lt, r, m)
-        G = (torch.bmm(Rw, Rw.transpose(1, 2)) * (Q.T @ Q)).double()             # (Lt, r, r)
-        Dg = 1.0 / (lam[None, :] + alphas[:, None])                      # (n_alpha, r)
-        quad = (torch.matmul(Dg, G) * Dg).sum(-1).T                      # (n_alpha, Lt): Dg_a' G_t Dg_a
-        ss = f.base[None] - 2 * Dg @ Fk.T + quad
-        score = score + (f.nvar[None] - ss) / (f.w.numel() / Lt)
+        score = score + _fold_score(_fold_basis(Xtr_l, f.vmask), f, alphas)
     score = score / len(folds)
     return int(score.max(1).values.argmax()), score
+
+
+def _cv_alpha_sets(Xtr_l: torch.Tensor, fold_sets: list, alphas: torch.Tensor) -> list[int]:
+    """:func:`_cv_alpha` for several target sets on the same training rows and folds: each
+    fold's source side is diagonalised once for all of them.  ``fold_sets``: one list of
+    :class:`_Fold` per set, the folds in the same order with the same rows.  Returns the chosen
+    alpha's index per set."""
+    bases = [_fold_basis(Xtr_l, f.vmask) for f in fold_sets[0]]
+    Lt = fold_sets[0][0].base.numel()
+    r = max(int(b[0].numel()) for b in bases)
+    # sets scored together, as one fold with their target layers side by side (the criterion is
+    # per target layer), as many at a time as keep the (layers, r, r) products within the budget
+    per_chunk = max(1, CV_SET_BYTES // max(1, 16 * Lt * r * r))
+    chosen = []
+    for c0 in range(0, len(fold_sets), per_chunk):
+        chunk = fold_sets[c0:c0 + per_chunk]
+        score = 0.0
+        for i, basis in enumerate(bases):
+            score = score + _fold_score(basis, _side_by_side([folds[i] for folds in chunk]), alphas)
+        per_set = (score / len(bases)).view(len(alphas), len(chunk), Lt)        # (n_alpha, T, Lt)
+        chosen += per_set.max(2).values.argmax(0).tolist()
+    return chosen
+
+
+#: bytes the CV of several target sets at once may take for its per-layer products
+CV_SET_BYTES = 1 << 28
+
+
+def _side_by_side(folds: list) -> _Fold:
+    """Folds of several target sets over the same rows as one fold whose target layers are the
+    sets' layers one after the other."""
+    if len(folds) == 1:
+        return folds[0]
+    return _Fold(folds[0].vmask, torch.cat([f.Yc for f in folds], 1), torch.cat([f.E for f in folds], 1),
+                 torch.cat([f.w for f in folds]), torch.cat([f.base for f in folds]),
+                 torch.cat([f.nvar for f in folds]))
+
+
+def cv_penalties(X, Y, x_train, y_trains, penalty: Penalty, groups, *,
+                 compute: ComputeOptions | None = None) -> np.ndarray:
+    """Each target set's penalty per source layer, chosen by the grouped CV of ``penalty``
+    (``alpha="cv"``: the grid times each source layer's scale, folds over whole ``groups``),
+    as :func:`r2_grid` chooses one set's; the folds' source sides are factorised once for every
+    set (:func:`_cv_alpha_sets`).
+
+    Parameters
+    ----------
+    X : array (n_x, L_src, D_src); Y : array (n_y, L_tgt, D_tgt).
+    x_train : 1-D integer array of rows of X (n_train,).
+    y_trains : list of T arrays of rows of Y (n_train,), the training targets of each set.
+    penalty : a CV :class:`Penalty`.
+    groups : (n_train,) the group (episode) of each training row.
+
+    Returns
+    -------
+    float64 array (T, L_src)
+    """
+    if not penalty.cv:
+        raise RidgeInputError("cv_penalties: the penalty is not alpha='cv'")
+    compute = compute or ComputeOptions()
+    device = _device(X, compute.device)
+    X = _as_tensor(X, "X", device)
+    Y = _as_tensor(Y, "Y", device)
+    xtr = _rows(x_train, "x_train", X.shape[0], device)
+    ytrs = [_rows(r, f"y_trains[{i}] (rows of Y)", Y.shape[0], device) for i, r in enumerate(y_trains)]
+    if any(y.numel() != xtr.numel() for y in ytrs):
+        raise RidgeInputError("y_trains: each set needs one training row of Y per row of x_train")
+    cvs = [_cv_setup(Y, y, groups, penalty.alphas, penalty.folds, penalty.columns, penalty.seed, device) for y in ytrs]
+    out = np.empty((len(ytrs), X.shape[1]))
+    for l in range(X.shape[1]):
+        Xtr_l = X[xtr, l].double()
+        _check_finite(Xtr_l, "X", l)
+        grid = cvs[0].grid * layer_scale(Xtr_l)
+        out[:, l] = grid[_cv_alpha_sets(Xtr_l, [c.folds for c in cvs], grid)].cpu().numpy()
+    return out
 
 
 # --------------------------------------------------------------------------- r2_grid
@@ -915,7 +1002,8 @@ def r2_grid_targets(X, Y, x_train, x_test, targets, penalty, *, test_groups=None
     x_train, x_test : 1-D integer arrays of rows of X (n_train,), (n_test,).
     targets : list of pairs ``(y_train, y_test)`` of rows of Y, of lengths n_train and n_test.
     penalty : a fixed :class:`Penalty`, a float > 0 or an array (L_src,) of them (e.g. the
-        penalties a CV fit chose; no CV).
+        penalties a CV fit chose; no CV), or an array (T, L_src): each set's own penalties
+        (:func:`cv_penalties`); each source layer is then factorised once per distinct penalty.
     test_groups : (n_test,) label of each test row: also return each group's share of the test
         loss of every set, as :func:`r2_grid` does (``r2 = k - sum_g l_g``).
     compute : :class:`ComputeOptions`, as :func:`r2_grid`.
@@ -923,11 +1011,18 @@ def r2_grid_targets(X, Y, x_train, x_test, targets, penalty, *, test_groups=None
     Returns
     -------
     GridFit
-        ``r2`` (T, L_src, L_tgt) float64, T = len(targets); ``alpha`` (L_src,);
+        ``r2`` (T, L_src, L_tgt) float64, T = len(targets); ``alpha`` (L_src,), or (T, L_src)
+        with per-set penalties;
         ``train_r2`` None; ``test_loss`` with ``test_groups`` a :class:`GroupLoss` whose
         ``loss`` is (T, G, L_src, L_tgt), else None.
     """
-    penalty = _fixed_penalty(penalty, "r2_grid_targets")
+    per_set = isinstance(penalty, np.ndarray) and penalty.ndim == 2
+    if per_set:
+        if penalty.shape[0] != len(targets) or not np.all(np.isfinite(penalty) & (penalty > 0)):
+            raise RidgeInputError(f"penalty: a (T, L_src) array needs one row of penalties > 0 per target set "
+                                  f"({len(targets)}), got shape {penalty.shape}")
+    else:
+        penalty = _fixed_penalty(penalty, "r2_grid_targets")
     compute = compute or ComputeOptions()
     precision = compute.precision
     if not len(targets):
@@ -952,15 +1047,48 @@ def r2_grid_targets(X, Y, x_train, x_test, targets, penalty, *, test_groups=None
     cdtype = torch.bfloat16 if precision == "bf16" else torch.float32
     method = _choose_method(compute.method, Ls, D, Y.shape[1] * Y.shape[2], n_tr, n_te, compute.max_memory_bytes)
     use_left = method == "direct" and D * (n_tr + n_te) < n_te * n_tr
-    fixed = _layer_alphas(penalty.alpha, Ls)
+    alphas = penalty if per_set else np.broadcast_to(_layer_alphas(penalty.alpha, Ls), (len(sets), Ls))
+    if alphas.shape[1] != Ls:
+        raise RidgeInputError(f"penalty: {alphas.shape[1]} penalties per set for {Ls} source layers")
     r2s, losses = [], []
     with _matmul_precision(precision, device):
-        src = _source_side(X, xtr, xte, lambda Xtr_l, l: float(fixed[l]), cdtype, use_left)
-        for ytr, yte in sets:
+        sides = _source_sides(X, xtr, xte, np.asarray(alphas, dtype=np.float64), cdtype, use_left)
+        for (ytr, yte), src in zip(sets, sides):
             r2, loss = _score(src, method, Y, ytr, yte, cdtype, compute.max_chunk_bytes, groups=codes)
             r2s.append(r2.cpu().numpy())
             if codes is not None:
                 losses.append(loss.cpu().numpy())
     test_loss = None if codes is None else GroupLoss(labels, np.stack(losses),
                                                      np.bincount(codes, minlength=len(labels)))
-    return GridFit(np.stack(r2s), src.alphas, None, test_loss)
+    return GridFit(np.stack(r2s), np.array(alphas) if per_set else np.array(alphas[0]), None, test_loss)
+
+
+def _source_sides(X, xtr, xte, alphas: np.ndarray, cdtype, use_left: bool):
+    """One :class:`_SourceSide` per row of ``alphas`` (T, L_src), in order: where every set has
+    the same penalties, one factorisation serves them all; otherwise each source layer is
+    factorised once per distinct penalty and each set takes its own."""
+    if (alphas == alphas[0]).all():
+        src = _source_side(X, xtr, xte, lambda Xtr_l, l: float(alphas[0, l]), cdtype, use_left)
+        for _ in range(len(alphas)):
+            yield src
+        return
+    distinct = [np.unique(alphas[:, l]) for l in range(alphas.shape[1])]
+    parts = {}  # (layer, penalty) -> that layer's side: H (n_test, n_train), or (left, Xc)
+    for l, values in enumerate(distinct):
+        Xtr_l, Xte_l = X[xtr, l], X[xte, l]
+        _check_finite(Xtr_l, "X", l)
+        _check_finite(Xte_l, "X", l)
+        Xtr_l, Xte_l = Xtr_l.double(), Xte_l.double()
+        Xc = (Xtr_l - Xtr_l.mean(0, keepdim=True)).to(cdtype) if use_left else None
+        for a in values:
+            form = "left" if use_left else "hat"
+            side = ridge_solve(Xtr_l, Xte_l, float(a), form=form).to(cdtype)
+            parts[(l, float(a))] = (side, Xc) if use_left else side
+    for row in alphas:
+        src = _SourceSide(row.copy())
+        if use_left:
+            src.left = [parts[(l, float(a))][0] for l, a in enumerate(row)]
+            src.Xc = [parts[(l, float(a))][1] for l, a in enumerate(row)]
+        else:
+            src.H = torch.stack([parts[(l, float(a))] for l, a in enumerate(row)])
+        yield src

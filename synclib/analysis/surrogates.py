@@ -5,9 +5,11 @@ the same source states, each paired with the states of a partner who took part i
 interaction.  Here each dialog gets ``n`` partner dialogs it did not take part in
 (:func:`surrogate_partners`); surrogate ``m`` pairs every genuine sample's source state with
 the target state its dialog's ``m``-th partner holds at the same round.  A surrogate keeps
-the genuine split, source rows and penalties and changes only the targets, so one
-factorisation of the source side serves every surrogate (:func:`synclib.analysis.ridge.r2_grid_targets`):
-the analysis grows by the scoring products only, not by a fit per surrogate.
+the genuine split and source rows and changes only the targets; with ``alpha="cv"`` it chooses
+its own penalties by the same CV as genuine (a surrogate held to genuine's penalty would be
+fitted worse than it can be, and the null biased low), the folds' source sides factorised once
+for every surrogate (:func:`synclib.analysis.ridge.cv_penalties`), and each source layer is
+factorised once per distinct penalty (:func:`synclib.analysis.ridge.r2_grid_targets`).
 
 The same batch scores the genuine targets on the same rows (``sync_r2_surrogate_genuine``),
 so that genuine and surrogates differ in nothing but who the partner was; where every partner
@@ -17,13 +19,11 @@ the same draws) gives the gap, genuine minus the surrogates' mean, on each resam
 """
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import xarray as xr
 
 from synclib.analysis.context import Context, GenuineFits
-from synclib.analysis.ridge import ComputeOptions, r2_grid_targets, resampled_r2
+from synclib.analysis.ridge import ComputeOptions, cv_penalties, r2_grid_targets
 from synclib.analysis.samples import PairedSamples, persona_keys, sim_seed_rank
 from synclib.analysis.scores import sync_r2_many
 from synclib.splits import RidgeInputError
@@ -36,9 +36,12 @@ SURROGATE_RULE = (
     "dialog's partners, in order: the same task under each other simulation seed (same personas and scenario), "
     "then the other tasks of its scenario (other personas), then the tasks of other scenarios, each list in "
     "cube order after the dialog (cyclic); partners holding a state at every round the dialog needs come first; "
-    "with fewer dialogs than surrogates the list repeats. Each surrogate keeps the genuine split (equal samples), "
-    "source rows and penalty per source layer; rows whose partner lacks the round are left out of every "
-    "surrogate and of sync_r2_surrogate_genuine, the genuine targets scored on the same rows in the same batch. "
+    "with fewer dialogs than surrogates the list repeats. Each surrogate keeps the genuine split and source rows "
+    "and chooses its own penalty per source layer by the analysis' own rule (alpha='cv': the same grouped CV on "
+    "the same training rows, as the genuine fit chose its; a fixed alpha: that alpha), so that a surrogate is "
+    "fitted as well as genuine is; rows whose partner lacks the round are left out of every "
+    "surrogate and of sync_r2_surrogate_genuine, the genuine targets scored on the same rows in the same batch "
+    "by the same rule. "
     "Scores aggregate over split seeds as sync_r2; surrogate_gap_boot is sync_r2_surrogate_genuine minus the "
     "surrogates' mean on each resample of whole episodes (boot_rule).")
 
@@ -135,29 +138,60 @@ def _inputs(samples: PairedSamples, tr, te, y_sets):
 
 def _seed_fit(ctx: Context, samples: PairedSamples, fit, rows: np.ndarray):
     """One split seed: the grids (T, L_src, L_tgt) of the genuine targets (set 0) and of every
-    surrogate on the rows every partner covers, and their group losses per test episode."""
+    surrogate on the rows every partner covers, their group losses per test episode, and the
+    penalties (T, L_src): with a CV penalty each set's own, chosen by the same CV on the same
+    training rows (:func:`synclib.analysis.ridge.cv_penalties`), else the genuine fit's."""
     keep = (rows >= 0).all(1)
     tr, te = fit.train[keep[fit.train]], fit.test[keep[fit.test]]
     y_sets = [(samples.y_rows[tr], samples.y_rows[te])] + [(rows[tr, m], rows[te, m]) for m in range(rows.shape[1])]
     X, Y, xtr, xte, targets = _inputs(samples, tr, te, y_sets)
-    out = r2_grid_targets(X, Y, xtr, xte, targets, fit.alpha, test_groups=samples.episode[te],
-                          compute=ComputeOptions(precision=ctx.precision, device=ctx.device))
+    compute = ComputeOptions(precision=ctx.precision, device=ctx.device)
+    if ctx.penalty.cv:
+        alphas = cv_penalties(X, Y, xtr, [t[0] for t in targets], ctx.penalty, samples.episode[tr], compute=compute)
+    else:
+        alphas = np.broadcast_to(np.asarray(fit.alpha, dtype=np.float64), (len(targets), len(fit.alpha))).copy()
+    out = r2_grid_targets(X, Y, xtr, xte, targets, alphas, test_groups=samples.episode[te], compute=compute)
     g = out.test_loss
-    return out.r2, (g.labels, g.loss, g.sizes), len(tr), len(te)
+    return out.r2, (g.labels, g.loss, g.sizes), len(tr), len(te), alphas
+
+
+#: bytes one chunk of target sets' resampled grids may take (:func:`_gap_resamples`)
+GAP_CHUNK_BYTES = 1 << 27
 
 
 def _gap_resamples(grids: list, losses: list, counts: np.ndarray) -> np.ndarray:
     """Genuine minus the surrogates' mean SyncR² on each resample of whole episodes (B,): per
-    target set, each split seed's grid on the drawn test episodes (maps fixed), averaged over
-    the seeds, then SyncR²; one set at a time (a set's resamples are B grids)."""
-    per_set = []
-    for t in range(len(grids[0])):
-        drawn = [resampled_r2(g[t], loss[t], sizes, counts[:, eps]) for g, (eps, loss, sizes) in zip(grids, losses)]
-        with warnings.catch_warnings():  # a seed without a drawn test episode: NaN
-            warnings.simplefilter("ignore", RuntimeWarning)
-            per_set.append(sync_r2_many(np.nanmean(drawn, axis=0)))
-        del drawn
-    return per_set[0] - np.mean(per_set[1:], axis=0)
+    target set, each split seed's grid on the drawn test episodes (maps fixed,
+    :func:`synclib.analysis.ridge.resampled_r2`), averaged over the seeds that drew a test
+    episode, then SyncR²; the sets a chunk at a time (``GAP_CHUNK_BYTES``), the resampled grids
+    in float32."""
+    T, B = len(grids[0]), len(counts)
+    cell = int(np.prod(grids[0].shape[1:]))
+    per = max(1, GAP_CHUNK_BYTES // (8 * B * cell))
+    scores = np.empty((T, B))
+    for t0 in range(0, T, per):
+        t1 = min(T, t0 + per)
+        # float32: the resamples only rank (their p resolves 1/B); 6x faster than float64 here
+        total = np.zeros((B, t1 - t0) + grids[0].shape[1:], dtype=np.float32)
+        seeds = np.zeros(B)
+        for g, (eps, loss, sizes) in zip(grids, losses):   # one split seed: r2 (T, Ls, Lt), loss (T, G, Ls, Lt)
+            c = counts[:, eps].astype(float)                # (B, G)
+            sizes = np.asarray(sizes, float)
+            n_b = c @ sizes
+            ok = n_b > 0
+            k = (g[t0:t1] + loss[t0:t1].sum(1)).astype(np.float32)                  # (t, Ls, Lt)
+            drawn = np.tensordot(c.astype(np.float32), np.moveaxis(loss[t0:t1], 1, 0).astype(np.float32),
+                                 axes=(1, 0))                                         # (B, t, Ls, Lt)
+            drawn *= (-sizes.sum() / np.where(ok, n_b, 1.0) * ok).astype(np.float32)[:, None, None, None]
+            drawn += k[None]
+            drawn[~ok] = 0.0
+            total += drawn
+            seeds += ok
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = total / seeds[:, None, None, None]      # NaN where no seed drew a test episode
+        scores[t0:t1] = sync_r2_many(mean).T
+        del total, mean
+    return scores[0] - scores[1:].mean(0)
 
 
 def surrogate_block(ctx: Context, genuine: GenuineFits, n: int, counts=None) -> xr.Dataset:
@@ -179,7 +213,9 @@ def surrogate_block(ctx: Context, genuine: GenuineFits, n: int, counts=None) -> 
         ``sync_r2_surrogate`` (direction, surrogate), ``sync_r2_surrogate_genuine`` (direction),
         ``surrogate_same_personas`` and ``surrogate_same_scenario`` (direction, surrogate: share
         of samples whose partner dialog shares the persona pair / the scenario),
-        ``n_train_surrogate``, ``n_test_surrogate`` (direction, split_seed); with ``counts``,
+        ``n_train_surrogate``, ``n_test_surrogate`` (direction, split_seed), ``alpha_surrogate``
+        (direction, split_seed, target_set, src_layer: the penalties, set 0 the genuine targets
+        on the same rows, set ``m + 1`` surrogate ``m``; NaN past a model's layers); with ``counts``,
         ``surrogate_gap_boot`` (direction, boot); attribute ``surrogate_rule``.
     """
     D, S = len(ctx.directions), len(ctx.split_seeds)
@@ -188,6 +224,8 @@ def surrogate_block(ctx: Context, genuine: GenuineFits, n: int, counts=None) -> 
     n_tr, n_te = np.zeros((D, S), dtype=np.int64), np.zeros((D, S), dtype=np.int64)
     B = 0 if counts is None else len(counts)
     gap = np.full((D, B), np.nan)
+    Ls = max(ctx.cube.sizes["layer_a"], ctx.cube.sizes["layer_b"])
+    alpha = np.full((D, S, n + 1, Ls), np.nan)  # target set 0: the genuine targets on the same rows
     for di, d in enumerate(ctx.directions):
         samples = genuine.samples.get(d)
         if samples is None or samples.n == 0:
@@ -203,12 +241,13 @@ def surrogate_block(ctx: Context, genuine: GenuineFits, n: int, counts=None) -> 
             if fit is None or not np.isfinite(fit.alpha).all():
                 continue
             try:
-                r2, loss, n_tr[di, si], n_te[di, si] = _seed_fit(ctx, samples, fit, rows)
+                r2, loss, n_tr[di, si], n_te[di, si], alphas = _seed_fit(ctx, samples, fit, rows)
             except RidgeInputError as exc:
                 ctx.note(f"surrogates {d} split {seed}: not fitted ({exc}); left NaN")
                 continue
             grids.append(r2)
             losses.append(loss)
+            alpha[di, si, :, :alphas.shape[1]] = alphas
         if not grids:
             continue
         scores = sync_r2_many(np.mean(grids, axis=0))                          # (1 + n,)
@@ -221,7 +260,9 @@ def surrogate_block(ctx: Context, genuine: GenuineFits, n: int, counts=None) -> 
                       "surrogate_same_personas": (("direction", "surrogate"), same_p),
                       "surrogate_same_scenario": (("direction", "surrogate"), same_s),
                       "n_train_surrogate": (("direction", "split_seed"), n_tr),
-                      "n_test_surrogate": (("direction", "split_seed"), n_te)}, coords=cds)
+                      "n_test_surrogate": (("direction", "split_seed"), n_te),
+                      "alpha_surrogate": (("direction", "split_seed", "target_set", "src_layer"), alpha)},
+                     coords={**cds, "target_set": np.arange(n + 1)})
     if counts is not None:
         out["surrogate_gap_boot"] = (("direction", "boot"), gap)
     out.attrs["surrogate_rule"] = SURROGATE_RULE

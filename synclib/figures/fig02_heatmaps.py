@@ -201,11 +201,11 @@ def synchrony(res, published: dict) -> Claim:
     if t["n_boot"]:
         text += f", 95 % interval {_f(t['ci_lo'], 3)} to {_f(t['ci_hi'], 3)} over {t['n_boot']:,} resamples of the " \
                 f"{t['n_episodes']} episodes"
-    text += f", {p_test(t['p'])}"
+    text += f", {p_test(t['p'])} (the rank test's floor with {t['n_surrogates']} surrogates: {_f(t['p_floor'], 3)})"
     m = (Measure("gap to surrogate partners", t["gap"], t["ci_lo"], t["ci_hi"], t["p"], unit="SyncR²"),)
     if t["p"] < 0.05 and t["gap"] > 0:
         return Claim("fig2", what, AGREES, text + ".", m)
-    floor = 1 / (1 + t["n_surrogates"])
+    floor = t["p_floor"]
     if floor >= 0.05:
         return Claim("fig2", what, CANNOT, text + f"; with {t['n_surrogates']} surrogates the rank test cannot go "
                      f"below p = {_f(floor, 3)}.", m)

@@ -523,7 +523,7 @@ def sentence_surrogates(table: pd.DataFrame, embedded: bool, synthetic: bool = F
     parts = []
     for r in table.itertuples():
         above = int(round(r.share_below * r.n_surrogates))
-        p = f"; {stats.p_clause(r.p)}" if np.isfinite(r.p) else ""
+        p = f"; {stats.p_clause(r.p)}, the floor {_f(r.p_floor, 3)}" if np.isfinite(r.p) else ""
         ci = (f", 95 % interval {_f(r.ci_lo, 3)} to {_f(r.ci_hi, 3)}" if np.isfinite(r.ci_lo) else "")
         parts.append(f"{'over all runs' if r.pair == 'all' else r.pair} genuine {_f(r.genuine)} is above "
                      f"{above} of its {r.n_surrogates} surrogates (their mean {_f(r.surrogate_mean)}, at most "
@@ -538,7 +538,9 @@ def sentence_surrogates(table: pd.DataFrame, embedded: bool, synthetic: bool = F
                    "; the first surrogates of each dialog are the same task under the other simulation seeds, "
                    "which keep the personas and the scenario."))
     return (f"Against the surrogate distribution: {join_words(parts)}. The p is the larger of genuine's rank among "
-            f"the surrogates and the bootstrap of the gap over whole episodes. {confound} These are "
+            f"the surrogates and the bootstrap of the gap over whole episodes; the floor is the smallest p the rank "
+            f"can give, 1 / (1 + the surrogates). Each surrogate chose its own penalty by the analysis' rule, as "
+            f"genuine did. {confound} These are "
             f"{_whose(embedded, synthetic)}; the paper has no surrogates (ours, after hyperscanning practice).")
 
 
