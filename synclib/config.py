@@ -288,9 +288,6 @@ KEYS: tuple[Key, ...] = (
     _k("analysis.surrogates", 99, integer(0), "surrogate partners per dialog (ours): genuine SyncR² against the "
        "distribution of dialogs that never met, each surrogate with its own penalty by the analysis' rule "
        "(synclib.analysis.surrogates); 99 lets the rank test reach p = 1/100 = 0.01; 0: none", "analyze"),
-    _k("analysis.equal_samples", False, BOOL, "fit every condition at the smallest condition's training and test "
-       "counts per direction and split seed, and each also on all its samples as a sensitivity line (ours; the "
-       "reference: each condition on its own samples)", "analyze"),
     _k("analysis.sample_sizes", None, optional(int_list(2)), "appendix D sample sizes (fig 9)", "analyze"),
     _k("analysis.persona_disjoint", True, BOOL, "table 2", "analyze"),
     _k("analysis.relationship", True, BOOL, "fig 5 (appendix G)", "analyze"),
@@ -369,11 +366,16 @@ def invalidation_table() -> str:
 #: keys that were renamed or split: old key -> what to write instead
 _RENAMED = {"simulate.batch_size": "simulate.units_per_part (episode x seed units per cube part) and, if "
                                    "the rows per forward pass should differ, simulate.max_rows"}
+#: keys that were removed: old key -> why, and what replaces them
+_REMOVED = {"analysis.equal_samples": "every control is now compared with genuine on the rows both hold (the "
+                                      "analysis' contrasts, always computed); delete the key"}
 
 
 def _did_you_mean(path: str, candidates) -> str:
     if path in _RENAMED:
         return f" (it was renamed: use {_RENAMED[path]})"
+    if path in _REMOVED:
+        return f" (it was removed: {_REMOVED[path]})"
     close = difflib.get_close_matches(path, list(candidates), n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

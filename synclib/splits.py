@@ -6,14 +6,13 @@ importing torch.  :mod:`synclib.analysis.ridge` fits on these splits.
 :func:`episode_split`     the reference's train/test split by whole groups (episodes)
 :func:`validation_split`  a training set's fitting and validation parts, by whole groups
 :func:`episode_folds`     CV folds by whole groups, for ``alpha="cv"``
-:func:`trim_split`        a split's part cut to a given sample count (equal samples per condition)
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["episode_split", "validation_split", "episode_folds", "trim_split", "RidgeInputError",
-           "VALIDATION_SEED_OFFSET", "TRIM_SEED_OFFSET"]
+__all__ = ["episode_split", "validation_split", "episode_folds", "RidgeInputError",
+           "VALIDATION_SEED_OFFSET"]
 
 
 class RidgeInputError(ValueError):
@@ -198,52 +197,3 @@ def episode_folds(groups, n_folds: int, seed: int = 0) -> list[np.ndarray]:
         fold_of[g] = f
         load[f] += counts[g]
     return [fold_of[inv] == f for f in range(n_folds)]
-
-
-#: added to a split seed for the draw of :func:`trim_split` (not the split's own permutation)
-TRIM_SEED_OFFSET = 20_000
-
-
-def trim_split(part, groups, order, n: int, seed: int) -> np.ndarray:
-    """The first ``n`` samples of one part of a split, as the split took them: whole groups in
-    the order it took them while they fit, then of the next group a draw of the samples still
-    missing (``numpy.random.RandomState(seed + TRIM_SEED_OFFSET)``, without replacement).
-
-    Equal samples per condition (:func:`synclib.analysis.blocks.conditions_block` with
-    ``equal_samples``) cut every condition's training and test parts to the smallest
-    condition's counts with it: the whole-episode rule of :func:`episode_split` as far as it
-    goes, and one episode in part where the counts must match exactly.
-
-    Parameters
-    ----------
-    part : int array (m,)
-        Sample indices of the part (``train`` or ``test`` of :func:`episode_split`).
-    groups : array (n_samples,)
-        Group (episode) of every sample.
-    order : array
-        The part's group labels in the order the split took them (``train_groups`` or
-        ``test_groups`` of :func:`episode_split`'s ``info``); every group of ``part`` is in it.
-    n : int
-        Samples to keep, ``0 <= n <= m``.
-    seed : int
-        The split seed.
-
-    Returns
-    -------
-    int array (n,)
-        The kept indices, ascending (``part`` itself, sorted, when ``n == m``).
-    """
-    part = np.sort(np.asarray(part, dtype=np.int64))
-    if not 0 <= n <= len(part):
-        raise RidgeInputError(f"n: a part of {len(part)} samples cannot be cut to {n}")
-    if n == len(part):
-        return part
-    rank = {g: i for i, g in enumerate(np.asarray(order).tolist())}
-    pos = np.array([rank[g] for g in np.asarray(groups)[part].tolist()], dtype=np.int64)
-    by_group = part[np.argsort(pos, kind="stable")]
-    sizes = np.bincount(pos, minlength=len(rank))[np.unique(pos)]          # per group, in the order taken
-    whole = int(np.searchsorted(np.cumsum(sizes), n, side="right"))       # groups that fit whole
-    keep = int(sizes[:whole].sum())
-    nxt = by_group[keep:keep + int(sizes[whole])] if whole < len(sizes) else by_group[:0]
-    drawn = np.random.RandomState(int(seed) + TRIM_SEED_OFFSET).choice(len(nxt), n - keep, replace=False)
-    return np.sort(np.concatenate([by_group[:keep], nxt[drawn]]))

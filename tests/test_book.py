@@ -696,3 +696,65 @@ def test_a_chart_with_no_finite_value_is_a_sentence():
                         alt.Chart(some).mark_rule().encode(x="pair:N", y="lo:Q"))
     assert not charts.nothing_to_draw(layered.to_dict())
     assert charts.VEGALITE_MIME in charts.offline_renderer(layered.to_dict(), png=False)
+
+
+class ProseText(HTMLParser):
+    """A page's text outside code, scripts and typeset math (``class="math"``): where raw TeX must not
+    show."""
+
+    VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track",
+            "wbr"}
+    SKIP = {"pre", "code", "script", "style", "kbd", "samp", "textarea", "svg"}
+
+    def __init__(self):
+        super().__init__()
+        self.stack: list[bool] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        if tag in self.VOID:
+            return
+        cls = (dict(attrs).get("class") or "").split()
+        self.stack.append(tag in self.SKIP or "math" in cls or bool(self.stack and self.stack[-1]))
+
+    def handle_endtag(self, tag):
+        if tag not in self.VOID and self.stack:
+            self.stack.pop()
+
+    def handle_data(self, data):
+        if not (self.stack and self.stack[-1]):
+            self.text.append(data)
+
+
+#: TeX that shows when a formula is not typeset: a dollar sign (not a price: the tasks' "$450") or a command
+RAW_TEX = re.compile(r"\$(?!\d)|\\(min|max|frac|begin|end|sum|text|mathrm|hat|bar|le|ge|left|right|bigl|bigr)\b")
+
+
+def raw_tex(html_text: str) -> list[str]:
+    """The places (with 30 characters around) where raw TeX reaches a page's prose."""
+    scan = ProseText()
+    scan.feed(html_text)
+    prose = "".join(scan.text)
+    return [prose[max(0, m.start() - 30):m.end() + 30] for m in RAW_TEX.finditer(prose)]
+
+
+def test_raw_tex_is_found():
+    """The check itself, on the method page's formula as it once reached the page: MathJax had been given
+    ``$...$`` broken across a display equation, so ``2 \\min(1 + #{d_b ...`` showed as text."""
+    broken = '<p>two-sided,\n\\)</span>2 \\min(1 + #{d_b \\le 0}) / (1 + B)$, and</p>'
+    found = raw_tex(broken)
+    assert len(found) == 3 and "\\min" in found[0]  # \min, \le and the closing $ of the prose
+    fine = ('<p><span class="math notranslate">\\(x \\le 1\\)</span> <code>$HF_HOME</code> a price of $450</p>'
+            '<div class="math notranslate">\\[\\frac{1}{2}\\]</div>')
+    assert raw_tex(fine) == []  # typeset math, code and a price are not raw TeX
+
+
+@pytest.mark.parametrize("which", ["tiny", "built"])
+def test_no_raw_tex_on_any_page(which, request):
+    """No raw ``$`` or TeX command reaches a page's prose (the method page's bootstrap formula, which
+    defines every claim's p, once rendered as ``$ 2 \\min(1 + #{d_b ...``)."""
+    html = request.getfixturevalue("book") if which == "tiny" else ROOT / "_build" / "html"
+    if not (html / "book" / "intro.html").is_file():
+        pytest.skip("no book in _build/html: `make book` builds it")
+    bad = {page: found for page in toc_pages() if (found := raw_tex((html / f"{page}.html").read_text()))}
+    assert not bad, f"{which} book: raw TeX on pages: {bad}"

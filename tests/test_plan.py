@@ -205,12 +205,12 @@ def test_the_analysis_counts_the_grids_it_fits(tmp_path):
     """The analysis' price counts its ridge grids as analyze's own progress bar does."""
     from synclib.analysis.settings import AnalysisSettings
 
-    for over in ([], ["analysis.alpha=cv", "analysis.equal_samples=true", "analysis.sample_sizes=[100,200]"]):
+    for over in ([], ["analysis.alpha=cv", "analysis.sample_sizes=[100,200]"]):
         cfg = load_config(REPO / "config" / "default.yaml", over)
         st = AnalysisSettings.from_config(cfg)
         conds = st.all_conditions()
         want = len(st.directions) * len(st.split_seeds) * (
-            len(conds) * (1 + bool(st.equal_samples)) + (not st.penalty.is_paper()) + bool(st.persona_disjoint)
+            len(conds) + 2 * (len(conds) - 1) + (not st.penalty.is_paper()) + bool(st.persona_disjoint)
             + len(st.sample_sizes or ()))
         assert price.analysis_grids(cfg) == want, over
 

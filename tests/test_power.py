@@ -204,15 +204,18 @@ def test_paired_tests_by_run_and_the_corrected_columns(small_results):
 
 
 def test_episode_bootstrap_test_by_hand(small_results):
-    """The dialog-level test: the difference of the reported SyncR² (reference aggregation) over
-    runs and directions, resampled by whole episodes with the same draws for both conditions."""
+    """The dialog-level test: the difference of the contrast's SyncR² (genuine and the control on
+    the rows both hold, reference aggregation) over runs and directions, resampled by whole
+    episodes with the same draws for both sides."""
     res = small_results
-    r = power.paired_control_tests(res, ["passive"]).iloc[0]
-    g = [res.analysis(n)["sync_r2"].sel(condition="genuine").values for n in res.run_names]
-    c = [res.analysis(n)["sync_r2"].sel(condition="passive").values for n in res.run_names]
+    r = power.paired_control_tests(res, ["lag1"]).iloc[0]
+
+    def side(n, var, s):
+        return res.analysis(n)[var].sel(contrast="lag1", side=s)
+    g = [side(n, "sync_r2_contrast_pooled", "genuine").values for n in res.run_names]
+    c = [side(n, "sync_r2_contrast_pooled", "control").values for n in res.run_names]
     assert r["sync_diff"] == pytest.approx(np.mean(np.concatenate(g) - np.concatenate(c)))
-    boots = np.concatenate([(res.analysis(n)["sync_r2_boot"].sel(condition="genuine")
-                             - res.analysis(n)["sync_r2_boot"].sel(condition="passive"))
+    boots = np.concatenate([(side(n, "sync_r2_contrast_boot", "genuine") - side(n, "sync_r2_contrast_boot", "control"))
                             .transpose("direction", "boot").values for n in res.run_names])
     db = boots.mean(axis=0)
     p = min(1, 2 * min(1 + (db <= 0).sum(), 1 + (db >= 0).sum()) / (1 + db.size))
@@ -227,8 +230,8 @@ def test_episode_bootstrap_finds_no_difference_between_a_condition_and_itself(sm
     res = small_results
     for n in res.run_names:
         ds = res.analysis(n)
-        ds["sync_r2_boot"].loc[{"condition": "shuffled"}] = ds["sync_r2_boot"].sel(condition="genuine").values
-        ds["sync_r2"].loc[{"condition": "shuffled"}] = ds["sync_r2"].sel(condition="genuine").values
+        for v in ("sync_r2_contrast_boot", "sync_r2_contrast_pooled"):
+            ds[v].loc[{"contrast": "shuffled", "side": "control"}] = ds[v].sel(contrast="shuffled", side="genuine").values
     try:
         r = power.episode_test(res, "shuffled")
         assert r["sync_diff"] == 0 and r["p_episodes"] == 1.0 and r["ci_lo"] == r["ci_hi"] == 0
@@ -240,10 +243,10 @@ def test_control_table_pairs_by_run_direction_and_seed(small_results):
     res = small_results
     pv = power.paired_values(res, "passive")
     row = pv.iloc[0]
-    per = res.analysis(row["run"])["sync_r2_per_seed"]
+    per = res.analysis(row["run"])["sync_r2_contrast"].sel(contrast="passive")  # on the rows both hold
     sel = {"direction": row["direction"], "split_seed": row["split_seed"]}
-    assert row["genuine"] == pytest.approx(float(per.sel(condition="genuine", **sel)))
-    assert row["control"] == pytest.approx(float(per.sel(condition="passive", **sel)))
+    assert row["genuine"] == pytest.approx(float(per.sel(side="genuine", **sel)))
+    assert row["control"] == pytest.approx(float(per.sel(side="control", **sel)))
     t = power.paired_control_tests(res, ["passive"]).iloc[0]
     ref = sps.ttest_rel(pv["genuine"], pv["control"])
     assert t["p_t"] == pytest.approx(ref.pvalue) and t["mean_diff"] == pytest.approx((pv["genuine"] - pv["control"]).mean())

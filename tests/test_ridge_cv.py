@@ -1,6 +1,7 @@
-"""The CV criterion of ``alpha="cv"`` (:func:`synclib.analysis.ridge._cv_alpha`) against brute force:
-every (alpha, target layer) score, not only its argmax, in the primal (n > D) and the dual
-(n < D) form."""
+"""The CV criterion of ``alpha="cv"`` (:func:`synclib.analysis.ridge_cv._cv_alpha`, and its Gram form
+:func:`synclib.analysis.ridge_cv._gram_scores` that :func:`synclib.analysis.ridge.r2_grid` and the surrogates
+use) against brute force: every (alpha, target layer) score, not only its argmax, in the primal (n > D)
+and the dual (n < D) form."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +10,7 @@ import torch
 from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 
-from synclib.analysis.ridge import _cv_alpha, _cv_setup
+from synclib.analysis.ridge_cv import _cv_alpha, _cv_setup, _fold_basis, _gram_scores, _grams
 
 
 @pytest.mark.parametrize("n, D", [(180, 12), (90, 140)])  # primal, dual
@@ -34,4 +35,7 @@ def test_cv_scores_equal_brute_force(n, D):
     want /= len(cvd.folds)
     np.testing.assert_allclose(score.numpy(), want, atol=2e-4)
     assert best == int(want.max(1).argmax())
+    Xt = torch.from_numpy(X)
+    gram = sum(_gram_scores([_fold_basis(Xt, f.vmask)], _grams([f]), [cvd.grid])[0] for f in cvd.folds)
+    np.testing.assert_allclose(gram.numpy() / len(cvd.folds), want, atol=2e-4)
     assert np.ptp(want) > 0.1  # the grid matters: the test would see a wrong quadratic term

@@ -31,6 +31,8 @@ Modules
 ``mlp``      the two-layer MLP comparator (appendix I)
 ``cka``      linear CKA per layer pair (ours: a second measure, nothing fitted)
 ``context``  what the blocks share: settings, notes, the ridge fit of one split
+``contrasts`` every control against genuine on the samples both hold (ours)
+``surrogates`` genuine against surrogate partners, each with its own penalty (ours)
 ``blocks``   one function per analysis block, each returning an ``xarray.Dataset``
 ``settings`` :class:`AnalysisSettings`: analyze's options, checked once; ``from_config``
 ``core``     :func:`analyze`: runs the blocks, merges their Datasets

@@ -34,6 +34,7 @@ from tqdm import tqdm
 
 from synclib.analysis.cka import cka_grid
 from synclib.analysis.context import Context, GenuineFits, SplitFit
+from synclib.analysis.contrasts import CONTRAST_RULE, SIDES, contrast_fits, contrast_variables
 from synclib.analysis.mlp import STOPPING_RULE, MLPOptions, mlp_r2_batch
 from synclib.analysis.samples import (PairedSamples, build_dataset, persona_keys, shuffle_training_targets,
                                       sim_seed_rank)
@@ -41,14 +42,14 @@ from synclib.analysis.scores import (best_targets, seed_aggregate, sync_r2, sync
                                      sync_r2_topk)
 from synclib.analysis.ridge import PAPER_ALPHA, ComputeOptions, r2_grid, r2_grid_subsets, resampled_r2
 from synclib.analysis.tom import tom_decode
-from synclib.splits import RidgeInputError, trim_split, validation_split
+from synclib.splits import RidgeInputError, validation_split
 from synclib.stats import mean_se
 from synclib.tasks.scenarios import RELATIONSHIPS
 
-__all__ = ["conditions_block", "condition_splits", "episode_draws", "episode_bootstrap", "N_BOOT", "BOOT_SEED", "BOOT_RULE",
+__all__ = ["conditions_block", "own_splits", "episode_draws", "episode_bootstrap", "N_BOOT", "BOOT_SEED", "BOOT_RULE",
            "paper_alpha_block", "persona_block", "sample_size_block", "relationship_block",
            "nonlinear_block", "tom_block", "Conditions", "RELATIONSHIP_SOURCES", "AGGREGATION",
-           "SPLIT_RULE", "PERSONA_SPLIT_RULE", "SHUFFLE_RULE", "CKA_RULE", "CKA_SHUFFLE_SEED", "EQUAL_RULE"]
+           "SPLIT_RULE", "PERSONA_SPLIT_RULE", "SHUFFLE_RULE", "CKA_RULE", "CKA_SHUFFLE_SEED"]
 
 #: appendix G: only these scenario sources enter the relationship analysis
 RELATIONSHIP_SOURCES = ("social_iqa", "social_chemistry", "normbank")
@@ -88,9 +89,10 @@ AGGREGATION = {
                      "source layers; no maximum and no clip on the round (the rounds average to sync_r2_noclip)",
     "sync_r2_round_boot": "per round and resample of whole episodes (round_rule, boot_rule)",
     "sync_r2_noclip_per_seed": "per split seed: sync_r2_noclip's formula on that seed's grid alone",
-    "sync_r2_unmatched": _REF + "as sync_r2, each condition on its own split of all its samples (equal_rule)",
-    "sync_r2_unmatched_se": "as sync_r2_se, each condition on its own split of all its samples (equal_rule)",
-    "sync_r2_unmatched_per_seed": "per split seed, each condition on its own split of all its samples (equal_rule)",
+    "sync_r2_contrast": "per split seed and side: sync_r2's formula on that seed's grid, genuine and the control "
+                        "on the rows both hold (contrast_rule)",
+    "sync_r2_contrast_pooled": _REF + "as sync_r2, per side of each contrast (contrast_rule)",
+    "sync_r2_contrast_boot": "per side of each contrast and resample of whole episodes (contrast_rule, boot_rule)",
     "sync_r2_topk_per_seed": "per split seed: sync_r2_topk's formula on that seed's grid alone",
     "paper_alpha_sync_r2": _REF + "as sync_r2, the genuine maps refitted at the paper's penalty 0.1",
     "paper_alpha_sync_r2_se": "as sync_r2_se, at the paper's penalty 0.1",
@@ -122,13 +124,6 @@ SHUFFLE_RULE = ("reference (affine_transformation.py 356-372): the genuine datas
                 "RandomState continues: per training episode in split order, per simulation seed "
                 "ascending, a dialog with m > 1 samples gets its targets permuted by rs.permutation(m); "
                 "test set untouched.")
-EQUAL_RULE = ("ours (the reference splits each condition's own samples): per direction and split seed, every "
-              "condition is split by the reference rule at one common N, the smallest condition's sample count "
-              "(at most n_samples), and its training and test parts are then cut to the smallest condition's "
-              "training and test counts (synclib.splits.trim_split: whole episodes in the order the split took "
-              "them, then a seeded draw from the next episode), so that n_train and n_test are equal across the "
-              "conditions of each direction and split seed. sync_r2_unmatched: each condition on its own split "
-              "of all its samples (the reference's design), with the matched fit's penalty per source layer.")
 #: the seed of the shuffled control's permutation for CKA (:data:`CKA_RULE`)
 CKA_SHUFFLE_SEED = 0
 CKA_RULE = ("ours (the paper has no CKA): linear CKA (synclib.analysis.cka.cka_grid; Kornblith et al. 2019) "
@@ -325,7 +320,7 @@ def _label(samples: PairedSamples) -> str:
     return f"{samples.condition} {samples.direction}"
 
 
-def _own_splits(ctx: Context, samples: PairedSamples, n_samples: int | None | str = "default") -> list:
+def own_splits(ctx: Context, samples: PairedSamples, n_samples: int | None | str = "default") -> list:
     """The reference's split of ``samples`` per split seed of ``ctx``, at ``n_samples`` (default:
     the analysis'): ``(train, test, info, rs)`` (:meth:`Context.split`), None where none is possible."""
     label = _label(samples)
@@ -338,45 +333,12 @@ def _own_splits(ctx: Context, samples: PairedSamples, n_samples: int | None | st
             for seed in ctx.split_seeds]
 
 
-def _matched_splits(ctx: Context, datasets: list) -> list:
-    """Every condition's splits at equal training and test counts (:data:`EQUAL_RULE`): a list
-    per condition of one ``(train, test, info, rs)`` per split seed, None where the condition
-    has no split.  Conditions that cannot be split at all (too few samples) take no part in
-    the matching."""
-    own = [_own_splits(ctx, s) for s in datasets]
-    n = [s.n for s, splits in zip(datasets, own) if any(x is not None for x in splits)]
-    if not n:
-        return own
-    common = min(n) if ctx.n_samples is None else min(min(n), int(ctx.n_samples))
-    splits = [_own_splits(ctx, s, common) if any(x is not None for x in o) else o for s, o in zip(datasets, own)]
-    for si, seed in enumerate(ctx.split_seeds):
-        done = [sp[si] for sp in splits if sp[si] is not None]
-        if not done:
-            continue
-        n_tr, n_te = min(len(x[0]) for x in done), min(len(x[1]) for x in done)
-        for sp, samples in zip(splits, datasets):
-            if sp[si] is not None:
-                tr, te, info, rs = sp[si]
-                tr = trim_split(tr, samples.episode, info["train_groups"], n_tr, seed)
-                te = trim_split(te, samples.episode, info["test_groups"], n_te, seed)
-                sp[si] = (tr, te, {**info, "n_train": n_tr, "n_test": n_te, "n_common": common}, rs)
-    return splits
-
-
-def condition_splits(ctx: Context, datasets: list) -> list:
-    """The splits the conditions block fits on: per dataset (one per condition of a direction),
-    one ``(train, test, info, rs)`` per split seed of ``ctx`` or None; at equal counts with
-    ``ctx.equal_samples`` (:data:`EQUAL_RULE`), else each condition's own (the reference)."""
-    return _matched_splits(ctx, datasets) if ctx.equal_samples else [_own_splits(ctx, s) for s in datasets]
-
-
 def _fit_splits(ctx: Context, samples: PairedSamples, seed_rank: np.ndarray, splits: list,
                 alphas: list | None = None) -> list:
-    """One fit per split of ``splits`` (:func:`_own_splits` or :func:`_matched_splits`; None
-    where there is none), with the training R^2, the test loss per episode and round; the
-    ``shuffled`` condition shuffles the training targets per split.  ``alphas``: one penalty
-    array per split seed (another fit's, e.g. the matched one's: no CV, nothing more than the
-    grid), as the sensitivity fits of :data:`EQUAL_RULE` take them."""
+    """One fit per split of ``splits`` (:func:`own_splits`; None where there is none), with the
+    training R^2, the test loss per episode and round; the ``shuffled`` condition shuffles the
+    training targets per split.  ``alphas``: one penalty array per split seed (another fit's: no
+    CV, nothing more than the grid)."""
     label, fits = _label(samples), []
     for si, (seed, split) in enumerate(zip(ctx.split_seeds, splits)):
         alpha = None if alphas is None else alphas[si]
@@ -437,17 +399,15 @@ class _Rounds:
 def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Conditions:
     """The genuine condition and its controls: test and training R^2 grids per
     (condition, direction, split seed) and their SyncR^2 scores, aggregated over split
-    seeds as the reference does (:mod:`synclib.analysis.scores`) and per seed.
+    seeds as the reference does (:mod:`synclib.analysis.scores`) and per seed, each condition on
+    its own samples (the reference's design); and every control's contrast with genuine on the
+    rows both hold (:mod:`synclib.analysis.contrasts`).
 
     Parameters
     ----------
     ctx : Context
     conditions : list of str
         ``genuine``, ``passive``, ``shuffled``, ``pseudo``, ``lagJ``, whose variables the cube has.
-        With ``ctx.equal_samples`` every condition of a direction is fitted at the smallest
-        one's training and test counts (:data:`EQUAL_RULE`) and also on its own samples
-        (``sync_r2_unmatched``, ``_se``, ``_per_seed``, ``n_train_unmatched``,
-        ``n_test_unmatched``; attribute ``equal_rule``).
 
     Returns
     -------
@@ -462,15 +422,19 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
         ``sync_r2_per_seed``, ``sync_r2_noclip_per_seed`` (condition, direction,
         split_seed), ``sync_r2_topk_per_seed`` (..., k); with ``ctx.n_boot`` resamples,
         ``sync_r2_boot`` (condition, direction, boot: :func:`episode_bootstrap`, attribute
-        ``boot_rule``); with the pseudo-dyads, the attribute ``pseudo_partner`` (the
-        partner rule, :func:`synclib.analysis.samples.pseudo_partners`); per round of the
-        test episodes (:data:`ROUND_RULE`, attribute ``round_rule``): ``sync_r2_round``
-        (condition, direction, round), ``n_test_round`` (..., split_seed, round),
-        ``round_tgt_layer`` (condition, direction, src_layer; -1: padding) and with
-        resamples ``sync_r2_round_boot`` (..., round, boot); with ``cka``, ``cka``
-        (condition, direction, src_layer, tgt_layer: linear CKA on all samples of each
-        dataset, :data:`CKA_RULE`, attribute ``cka_rule``).  ``genuine``: the genuine fits,
-        for the other blocks.
+        ``boot_rule``); with the genuine condition and a control, the contrasts
+        (:func:`synclib.analysis.contrasts.contrast_variables`: ``sync_r2_contrast``,
+        ``n_train_contrast``, ``n_test_contrast``, ``sync_r2_contrast_pooled``,
+        ``sync_r2_contrast_boot``; attribute ``contrast_rule``); with the pseudo-dyads, the
+        attribute ``pseudo_partner`` (the partner rule,
+        :func:`synclib.analysis.samples.pseudo_partners`); per round of the test episodes
+        (:data:`ROUND_RULE`, attribute ``round_rule``): ``sync_r2_round`` (condition,
+        direction, round), ``n_test_round`` (..., split_seed, round), ``round_tgt_layer``
+        (condition, direction, src_layer; -1: padding) and with resamples
+        ``sync_r2_round_boot`` (..., round, boot); with ``cka``, ``cka`` (condition,
+        direction, src_layer, tgt_layer: linear CKA on all samples of each dataset,
+        :data:`CKA_RULE`, attribute ``cka_rule``).  ``genuine``: the genuine fits, for the
+        other blocks.
     """
     shape = (len(conditions), len(ctx.directions), len(ctx.split_seeds))
     arrays = _ConditionArrays.empty(shape, max(ctx.cube.sizes["layer_a"], ctx.cube.sizes["layer_b"]))
@@ -482,41 +446,42 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
     rounds = _Rounds.empty(shape, R, ctx.n_boot, arrays.r2.shape[-1])
     partner = None  # the pseudo-dyads' partner rule
     ckas = np.full(shape[:2] + arrays.r2.shape[-2:], np.nan)
-    unmatched = _ConditionArrays.empty(shape, arrays.r2.shape[-1]) if ctx.equal_samples else None
+    contrasts = {}
     for di, d in enumerate(ctx.directions):
         datasets = [build_dataset(ctx.cube, d, c, ctx.arrays) for c in conditions]
-        splits = condition_splits(ctx, datasets)
+        own = {}
         for ci, (c, samples) in enumerate(zip(conditions, datasets)):
             arrays.n_available[ci, di] = samples.n
             partner = samples.info.get("partner", partner)
             if cka:
                 grid = _cka(ctx, samples, rank)
                 ckas[ci, di, :grid.shape[0], :grid.shape[1]] = grid
-            fits = _fit_splits(ctx, samples, rank, splits[ci])
+            fits = own[c] = _fit_splits(ctx, samples, rank, own_splits(ctx, samples))
             for si, fit in enumerate(fits):
                 if fit is not None:
                     arrays.record((ci, di, si), fit)
-            if unmatched is not None:  # the sensitivity line: its own split of all its samples, the same penalty
-                for si, fit in enumerate(_fit_splits(ctx, samples, rank, _own_splits(ctx, samples),
-                                                     [f.alpha if f is not None else None for f in fits])):
-                    if fit is not None:
-                        unmatched.record((ci, di, si), fit)
-                        if c == "genuine":
-                            genuine.own[(d, fit.seed)] = fit
             if counts is not None:
                 boot[ci, di] = episode_bootstrap(fits, counts)
             rounds.record((ci, di), fits, E, counts)
             if c == "genuine":
                 genuine.samples[d] = samples
                 genuine.fits.update({(d, f.seed): f for f in fits if f is not None})
-            if c.endswith("passive"):  # not needed again: free it
+        if "genuine" in own:  # every control against genuine on the rows both hold
+            g = datasets[conditions.index("genuine")]
+            for c, samples in zip(conditions, datasets):
+                if c != "genuine":
+                    contrasts[(c, d)] = contrast_fits(ctx, g, samples, own["genuine"], own[c])
+        for samples in datasets:
+            if samples.condition.endswith("passive"):  # not needed again: free it
                 ctx.arrays.drop(samples.info["source_var"])
     ds = arrays.to_dataset(ctx, conditions)
-    if unmatched is not None:
-        cds = ("condition", "direction", "split_seed")
-        ds = ds.assign({**_score_vars("sync_r2_unmatched", unmatched.r2, cds[:2]),
-                        "n_train_unmatched": (cds, unmatched.n_train), "n_test_unmatched": (cds, unmatched.n_test)})
-        ds.attrs["equal_rule"] = EQUAL_RULE
+    if contrasts:
+        variables, names = contrast_variables(contrasts, tuple(ctx.directions), len(ctx.split_seeds),
+                                              arrays.r2.shape[-1],
+                                              (lambda fits: episode_bootstrap(fits, counts)) if counts is not None
+                                              else None)
+        ds = ds.assign_coords(contrast=names, side=list(SIDES)).assign(variables)
+        ds.attrs["contrast_rule"] = CONTRAST_RULE
     if counts is not None:
         ds["sync_r2_boot"] = (("condition", "direction", "boot"), boot)
         ds.attrs["boot_rule"] = BOOT_RULE
@@ -568,9 +533,7 @@ def persona_block(ctx: Context, genuine: GenuineFits) -> xr.Dataset:
     """Table 2: genuine SyncR^2 with a persona-disjoint split (ours; the reference has
     none): the reference's rule (:func:`synclib.splits.episode_split`) applied to
     unordered agent pairs instead of episodes, over all of the cube's pairs in sorted
-    order, so that no agent pair is in both sets.  With ``ctx.equal_samples`` its training and
-    test parts are cut to the genuine fit's counts (:data:`EQUAL_RULE`), so that table 2
-    compares the two splits on equal samples.  Scores are aggregated as the main SyncR^2
+    order, so that no agent pair is in both sets.  Scores are aggregated as the main SyncR^2
     (seed-mean grid first).
 
     Parameters
@@ -598,10 +561,6 @@ def persona_block(ctx: Context, genuine: GenuineFits) -> xr.Dataset:
         for si, seed in enumerate(ctx.split_seeds):
             what = f"persona-disjoint {d} split {seed}"
             split = ctx.split(groups, len(labels), seed, what)
-            if split is not None and ctx.equal_samples and (fit := genuine.fits.get((d, seed))) is not None:
-                tr, te, info, rs = split  # the genuine fit's counts (EQUAL_RULE), where the persona split has them
-                split = (trim_split(tr, groups, info["train_groups"], min(len(tr), len(fit.train)), seed),
-                         trim_split(te, groups, info["test_groups"], min(len(te), len(fit.test)), seed), info, rs)
             if split is not None:
                 r2 = ctx.fit(samples, seed, split[0], split[1], what).r2
                 grids[di, si, :r2.shape[0], :r2.shape[1]] = r2
@@ -696,10 +655,8 @@ def relationship_block(ctx: Context, genuine: GenuineFits, seeds=(0, 1, 2), min_
     ----------
     ctx : Context
     genuine : GenuineFits
-        Its fits (maps, penalties, splits): those on all the genuine samples
-        (:meth:`GenuineFits.widest`), since the categories compare genuine with itself and each
-        needs test samples; with equal samples the other fits are cut to the smallest
-        condition's counts.
+        Its fits (maps, penalties, splits) on all the genuine samples: the categories compare
+        genuine with itself.
     seeds : sequence of int
         Subsampling seeds.
     min_samples : int
@@ -721,7 +678,7 @@ def relationship_block(ctx: Context, genuine: GenuineFits, seeds=(0, 1, 2), min_
     size = np.zeros((len(ctx.directions), len(ctx.split_seeds)), dtype=np.int64)
     for di, d in enumerate(ctx.directions):
         for si, seed in enumerate(ctx.split_seeds):
-            fit = genuine.widest(d, seed)  # a comparison within genuine: its fit on all its samples
+            fit = genuine.fits.get((d, seed))  # a comparison within genuine: its fit on all its samples
             if fit is None:  # the genuine split failed (noted there)
                 continue
             if not np.isfinite(fit.alpha).all():  # the split's maps could not be fitted (noted there)

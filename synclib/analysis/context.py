@@ -37,13 +37,7 @@ class GenuineFits:
     """The genuine condition, which the appendix blocks re-use: its samples per
     direction and its fits per (direction, split seed) (absent where the split failed)."""
     samples: dict = field(default_factory=dict)   # direction -> PairedSamples
-    fits: dict = field(default_factory=dict)      # (direction, split seed) -> SplitFit
-    own: dict = field(default_factory=dict)       # the same on all the genuine samples, where the fits above
-                                                  # are cut to equal samples (Context.equal_samples)
-
-    def widest(self, direction: str, seed: int) -> SplitFit | None:
-        """The fit on the most samples: the own-sample one where the samples were equalised."""
-        return self.own.get((direction, seed)) or self.fits.get((direction, seed))
+    fits: dict = field(default_factory=dict)      # (direction, split seed) -> SplitFit, on all genuine's samples
 
 
 @dataclass
@@ -61,7 +55,6 @@ class Context:
     log: Callable[[str], None]
     arrays: HiddenCache
     n_boot: int = 0                     # resamples of whole episodes (0: no dialog-level resampling)
-    equal_samples: bool = False         # every condition at the smallest one's counts (blocks.EQUAL_RULE)
     notes: list = field(default_factory=list)
     bar: object = None                  # the tqdm bar of the SyncR^2 grids
 

@@ -9,8 +9,8 @@ import xarray as xr
 from tqdm import tqdm
 
 from synclib import __version__
-from synclib.analysis.blocks import (AGGREGATION, condition_splits, episode_draws, PERSONA_SPLIT_RULE, RELATIONSHIP_SOURCES, SHUFFLE_RULE,
-                                     SPLIT_RULE, conditions_block, nonlinear_block, paper_alpha_block, persona_block,
+from synclib.analysis.blocks import (AGGREGATION, PERSONA_SPLIT_RULE, RELATIONSHIP_SOURCES, SHUFFLE_RULE,
+                                     SPLIT_RULE, episode_draws, own_splits, conditions_block, nonlinear_block, paper_alpha_block, persona_block,
                                      relationship_block, sample_size_block, tom_block)
 from synclib.analysis.context import Context
 from synclib.analysis.samples import AnalysisError, HiddenCache, build_dataset
@@ -57,7 +57,6 @@ def _attrs(ctx: Context, skipped: list, relationship: bool) -> dict:
         "title": "synclib SyncR^2 analysis",
         "conventions": "synclib analysis v1 (see book/architecture.md)",
         **ctx.penalty.attrs(), "n_samples": -1 if ctx.n_samples is None else int(ctx.n_samples),
-        "equal_samples": int(ctx.equal_samples),
         "precision": ctx.precision,
         "model_a": str(cube.attrs.get("model_a", "")), "model_b": str(cube.attrs.get("model_b", "")),
         "n_layers_a": int(cube.sizes["layer_a"]), "n_layers_b": int(cube.sizes["layer_b"]),
@@ -101,11 +100,12 @@ def analyze(cube, settings: AnalysisSettings | None = None, *, progress: bool = 
     ctx = Context(cube=cube, directions=st.directions, split_seeds=split_seeds, n_samples=st.n_samples,
                   penalty=st.penalty, device=st.device, precision=st.precision,
                   max_resident_bytes=st.max_resident_bytes, progress=progress, log=log,
-                  arrays=HiddenCache(cube, st.max_resident_bytes), n_boot=st.n_boot, equal_samples=st.equal_samples)
+                  arrays=HiddenCache(cube, st.max_resident_bytes), n_boot=st.n_boot)
     paper_alpha = "genuine" in conditions and not st.penalty.is_paper()
     nd_ns = len(st.directions) * len(split_seeds)
-    steps = nd_ns * (len(conditions) * (1 + bool(st.equal_samples)) + paper_alpha + bool(st.persona_disjoint)
-                     + len(st.sample_sizes or ()))
+    # each condition's own fits, then both sides of each control's contrast with genuine
+    contrasts = 2 * (len(conditions) - 1) if "genuine" in conditions else 0
+    steps = nd_ns * (len(conditions) + contrasts + paper_alpha + bool(st.persona_disjoint) + len(st.sample_sizes or ()))
     ctx.bar = tqdm(total=steps, desc="SyncR^2 grids", disable=None if progress else True, file=sys.stderr)
     main = conditions_block(ctx, conditions, cka=st.cka)
     blocks = [main.dataset]
@@ -136,8 +136,8 @@ def analysis_split(cube, analysis: xr.Dataset, direction: str, seed: int,
                    condition: str = "genuine") -> tuple[np.ndarray, np.ndarray]:
     """The training and test samples the analysis ``analysis`` of ``cube`` fitted ``condition``
     on in ``direction`` and split seed ``seed``: indices into
-    ``build_dataset(cube, direction, condition)``, by the analysis' own rule (its conditions,
-    ``n_samples`` and ``equal_samples`` attributes; :func:`synclib.analysis.blocks.condition_splits`).
+    ``build_dataset(cube, direction, condition)``, by the analysis' own rule (its ``n_samples``
+    attribute; :func:`synclib.analysis.blocks.own_splits`).
 
     Raises
     ------
@@ -145,13 +145,10 @@ def analysis_split(cube, analysis: xr.Dataset, direction: str, seed: int,
         That split could not be made (too few samples).
     """
     n = int(analysis.attrs.get("n_samples", -1))
-    conditions = [str(c) for c in analysis["condition"].values]
     ctx = Context(cube=cube, directions=(direction,), split_seeds=[int(seed)], n_samples=None if n < 0 else n,
                   penalty=Penalty.from_attrs(analysis.attrs), device=None, precision="float32", max_resident_bytes=None,
-                  progress=False,
-                  log=lambda m: None, arrays=HiddenCache(cube), equal_samples=bool(analysis.attrs.get("equal_samples", 0)))
-    splits = condition_splits(ctx, [build_dataset(cube, direction, c, ctx.arrays) for c in conditions])
-    split = splits[conditions.index(condition)][0]
+                  progress=False, log=lambda m: None, arrays=HiddenCache(cube))
+    split = own_splits(ctx, build_dataset(cube, direction, condition, ctx.arrays))[0]
     if split is None:
         raise AnalysisError(f"{condition} {direction} split {seed}: no split (too few samples); see the analysis' notes")
     return split[0], split[1]

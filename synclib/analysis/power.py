@@ -7,8 +7,10 @@ numbers that can:
 
 * :func:`paired_control_tests`: for each control condition of a run (passive, shuffled,
   lagJ) a *paired* comparison with the genuine condition.  The pairable values are the
-  per-split-seed scores ``sync_r2_per_seed`` (dims ``condition, direction, split_seed``) of
-  every ordered run: genuine and control share the run, the direction and the split seed.
+  per-split-seed scores of genuine's contrast with the control (``sync_r2_contrast``, dims
+  ``contrast, direction, split_seed, side``: both fitted on the rows both hold,
+  :mod:`synclib.analysis.contrasts`) of every ordered run: genuine and control share the run,
+  the direction, the split seed, the episodes and the source positions.
   Per comparison: a paired t-test (:func:`scipy.stats.ttest_rel`), an exact sign-flip
   permutation test (:func:`sign_flip_pvalue`) and the minimum detectable difference
   (:func:`mde_paired`, alpha 0.05 two-sided, power 0.8) at the run's number of pairs and
@@ -304,6 +306,17 @@ def _per_seed(results, name: str, condition: str):
     return ds["sync_r2_per_seed"].sel(condition=condition).transpose("direction", "split_seed")
 
 
+def _contrast(results, name: str, control: str):
+    """Genuine's and ``control``'s per-seed SyncR² on the rows both hold (``sync_r2_contrast``,
+    :data:`synclib.analysis.contrasts.CONTRAST_RULE`) as two (direction, split_seed) DataArrays;
+    an analysis without contrasts (older files): each condition on its own samples."""
+    ds = results.analysis(name)
+    if "sync_r2_contrast" in ds and control in ds["contrast"].values:
+        v = ds["sync_r2_contrast"].sel(contrast=control).transpose("direction", "split_seed", "side")
+        return v.sel(side="genuine", drop=True), v.sel(side="control", drop=True)
+    return _per_seed(results, name, "genuine"), _per_seed(results, name, control)
+
+
 def _controls(results) -> list[str]:
     """Every condition other than genuine that some run has: passive, shuffled, pseudo, then lags by k."""
     seen = []
@@ -331,8 +344,8 @@ def paired_values(results, control: str, unit: str = "split_seed") -> pd.DataFra
     control : str
         A condition of the analysis (``"passive"``, ``"shuffled"``, ``"lag1"``, ...).
     unit : {"split_seed", "direction"}
-        ``"split_seed"``: one pair per (ordered run, direction, split seed) from
-        ``sync_r2_per_seed`` (dims ``condition, direction, split_seed``).  ``"direction"``:
+        ``"split_seed"``: one pair per (ordered run, direction, split seed) from the contrast of
+        genuine and ``control`` on the rows both hold (``sync_r2_contrast``).  ``"direction"``:
         the split seeds averaged first (over the seeds where both values are finite), one
         pair per (ordered run, direction).
 
@@ -347,7 +360,7 @@ def paired_values(results, control: str, unit: str = "split_seed") -> pd.DataFra
         raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
     rows = []
     for r in results.runs:
-        g, c = _per_seed(results, r.name, "genuine"), _per_seed(results, r.name, control)
+        g, c = _contrast(results, r.name, control)
         if g is None or c is None:
             continue
         gv, cv = g.to_numpy().astype(float), c.to_numpy().astype(float)  # (Dir, S)
@@ -375,23 +388,22 @@ TWO_TESTS = ("the corrected resampled t-test over re-splits and the bootstrap ov
              "the larger p of the two")
 
 
-def _pooled_resamples(results, conditions, quantity, runs=None) -> tuple[float, np.ndarray, int]:
-    """``quantity`` of the reported SyncR² (``sync_r2``) and of its resamples of whole episodes
-    (``sync_r2_boot``), each averaged over the ordered runs (or those in ``runs``) and directions,
-    over the runs whose analyses have the resamples and ``conditions``.
-
-    ``quantity`` maps a DataArray with a ``condition`` dim to one without (e.g. genuine minus
-    passive).  Returns ``(value, draws (B,) finite, n_episodes of the first run)``; NaN and no
-    draws where no run qualifies."""
+def _pooled(results, pick, runs=None) -> tuple[float, np.ndarray, int]:
+    """A reported SyncR² quantity and its resamples of whole episodes, each averaged over the
+    ordered runs (or those in ``runs``) and directions: ``pick(ds)`` gives one analysis'
+    ``(value (direction,), resamples (direction, boot))`` DataArrays, or None where it lacks them.
+    Returns ``(value, draws (B,) finite, n_episodes of the first run)``; NaN and no draws where no
+    run qualifies."""
     vals, boots, n_ep = [], [], 0
     for r in results.runs:
         if runs is not None and r.name not in runs:
             continue
         ds = results.analysis(r.name)
-        if "sync_r2_boot" not in ds or not set(conditions) <= set(ds["condition"].values):
+        got = pick(ds)
+        if got is None:
             continue
-        vals.append(quantity(ds["sync_r2"]).to_numpy().astype(float))                          # (direction,)
-        boots.append(quantity(ds["sync_r2_boot"]).transpose("direction", "boot").to_numpy().astype(float))
+        vals.append(got[0].to_numpy().astype(float))                                           # (direction,)
+        boots.append(got[1].transpose("direction", "boot").to_numpy().astype(float))
         n_ep = n_ep or int(ds.attrs.get("n_episodes", 0))
     if not boots:
         return math.nan, np.array([]), n_ep
@@ -402,30 +414,59 @@ def _pooled_resamples(results, conditions, quantity, runs=None) -> tuple[float, 
     return value, b[np.isfinite(b)], n_ep
 
 
+def _condition(name: str):
+    """``pick`` of :func:`_pooled`: one condition on its own samples (``sync_r2``, ``sync_r2_boot``)."""
+    def pick(ds):
+        if "sync_r2_boot" not in ds or name not in ds["condition"].values:
+            return None
+        return ds["sync_r2"].sel(condition=name), ds["sync_r2_boot"].sel(condition=name)
+    return pick
+
+
+def _contrast_side(control: str, side):
+    """``pick`` of :func:`_pooled`: one side of genuine's contrast with ``control`` on the rows both
+    hold (``sync_r2_contrast_pooled``, ``sync_r2_contrast_boot``), or their difference (``side``
+    "gap": genuine minus control); an analysis without contrasts (older files): the conditions on
+    their own samples."""
+    def pick(ds):
+        if "sync_r2_contrast_boot" in ds and control in ds["contrast"].values:
+            v, b = (ds[n].sel(contrast=control) for n in ("sync_r2_contrast_pooled", "sync_r2_contrast_boot"))
+            if side == "gap":
+                return v.sel(side="genuine") - v.sel(side="control"), b.sel(side="genuine") - b.sel(side="control")
+            return v.sel(side=side), b.sel(side=side)
+        if "sync_r2_boot" not in ds or not {"genuine", control} <= set(ds["condition"].values):
+            return None
+        v, b = ds["sync_r2"], ds["sync_r2_boot"]
+        if side == "gap":
+            return v.sel(condition="genuine") - v.sel(condition=control), \
+                b.sel(condition="genuine") - b.sel(condition=control)
+        name = "genuine" if side == "genuine" else control
+        return v.sel(condition=name), b.sel(condition=name)
+    return pick
+
+
 def episode_test(results, control: str, runs=None) -> dict:
     """Genuine against ``control`` with the episode (dialog) as the unit: a bootstrap of whole
-    episodes, the maps held fixed (``sync_r2_boot`` of the analyses; the rule is their
-    ``boot_rule`` attribute).
+    episodes, the maps held fixed, on the rows both hold (the contrast's ``sync_r2_contrast_boot``;
+    the rules are the analyses' ``boot_rule`` and ``contrast_rule`` attributes).
 
-    The statistic is the difference of the reported SyncR² (reference aggregation over split
+    The statistic is the difference of the contrast's SyncR² (reference aggregation over split
     seeds), genuine minus control, averaged over the ordered runs and directions; each
-    resample gives it again on the drawn episodes.  Where the runs play the same tasks the
-    same draws serve all of them (the analyses use one seed), so a task drawn counts in every
-    run at once.
+    resample gives it again on the drawn episodes, the same for both sides.  Where the runs play
+    the same tasks the same draws serve all of them (the analyses use one seed), so a task drawn
+    counts in every run at once.
 
     Returns
     -------
     dict
         ``n_episodes`` (episodes of the first run's cube), ``n_boot``, ``sync_genuine`` and
-        ``sync_control`` (the reported SyncR², mean over runs and directions), ``sync_diff``
+        ``sync_control`` (the contrast's SyncR², mean over runs and directions), ``sync_diff``
         (their difference), ``se_episodes`` (sd of the resampled differences), ``ci_lo``/``ci_hi``
         (2.5 and 97.5 percentiles), ``p_episodes`` (two-sided:
         ``2 min(1 + #{d_b <= 0}, 1 + #{d_b >= 0}) / (1 + B)``, at most 1); NaN where no run
-        has ``sync_r2_boot`` for both conditions.
+        has the resamples of both.
     """
-    conds = ("genuine", control)
-    d, db, n_ep = _pooled_resamples(results, conds, lambda v: v.sel(condition="genuine") - v.sel(condition=control),
-                                    runs)
+    d, db, n_ep = _pooled(results, _contrast_side(control, "gap"), runs)
     out = {"n_episodes": n_ep, "n_boot": 0, "sync_genuine": math.nan, "sync_control": math.nan,
            "sync_diff": math.nan, "se_episodes": math.nan, "ci_lo": math.nan, "ci_hi": math.nan,
            "p_episodes": math.nan}
@@ -433,8 +474,8 @@ def episode_test(results, control: str, runs=None) -> dict:
         return out
     B = db.size
     lo, hi = stats.bootstrap_interval(db)
-    out.update(sync_genuine=_pooled_resamples(results, conds, lambda v: v.sel(condition="genuine"), runs)[0],
-               sync_control=_pooled_resamples(results, conds, lambda v: v.sel(condition=control), runs)[0],
+    out.update(sync_genuine=_pooled(results, _contrast_side(control, "genuine"), runs)[0],
+               sync_control=_pooled(results, _contrast_side(control, "control"), runs)[0],
                n_boot=B, sync_diff=d, se_episodes=float(np.std(db, ddof=1)) if B > 1 else math.nan,
                ci_lo=lo, ci_hi=hi, p_episodes=stats.bootstrap_p(db))
     return out
@@ -451,7 +492,7 @@ def episode_interval(results, condition: str = "genuine") -> dict:
         ``(1 + #{s_b <= 0}) / (1 + B)``: that SyncR² is 0, no synchrony), ``n_boot``,
         ``n_episodes``; NaN where no run has the resamples.
     """
-    v, b, n_ep = _pooled_resamples(results, (condition,), lambda x: x.sel(condition=condition))
+    v, b, n_ep = _pooled(results, _condition(condition))
     out = {"value": math.nan, "ci_lo": math.nan, "ci_hi": math.nan, "p_zero": math.nan, "n_boot": 0,
            "n_episodes": n_ep}
     if b.size:
@@ -557,13 +598,14 @@ def setting_test(results, setting: str) -> dict:
     Returns
     -------
     dict
-        :func:`corrected_resampled_test`'s ``n``, ``mean``, ``t``, ``p``, ``mde``, and
-        ``n_layer_pairs`` (nonlinear; 0 otherwise).
+        :func:`corrected_resampled_test`'s ``n``, ``mean``, ``t``, ``p``, ``mde``,
+        ``n_layer_pairs`` (nonlinear; 0 otherwise), ``n_runs`` and ``n_seeds`` (the split seeds of
+        the setting: with one, the paired values are runs x directions, no re-splits).
     """
     if setting not in SETTINGS:
         raise ValueError(f"setting must be one of {sorted(SETTINGS)}, got {setting!r}")
     var, reduce, _ = SETTINGS[setting]
-    diffs, ratios, n_lp = [], [], 0
+    diffs, ratios, n_lp, n_seeds = [], [], 0, 0
     for r in results.runs:
         ds = results.analysis(r.name)
         if var not in ds:
@@ -577,12 +619,14 @@ def setting_test(results, setting: str) -> dict:
                 a, b = ds[var].mean(list(reduce)), ds["affine_r2"].mean(list(reduce))
             ntr, nte = (ds[f"n_{k}"].sel(condition="genuine") for k in ("train", "test"))
             n_lp = max(n_lp, int((ds["nonlinear_src_layer"] >= 0).sum("layer_pair").max()))
-        diffs.append((a - b).transpose("direction", "split_seed").to_numpy().astype(float).ravel())
+        d = (a - b).transpose("direction", "split_seed").to_numpy().astype(float)
+        diffs.append(d.ravel())
+        n_seeds = max(n_seeds, int(np.isfinite(d).any(0).sum()))  # the seeds the setting was fitted on
         ok = ntr.to_numpy().ravel() > 0
         ratios += list(nte.to_numpy().ravel()[ok] / ntr.to_numpy().ravel()[ok])
     d = np.concatenate(diffs) if diffs else np.array([])
     out = corrected_resampled_test(d, float(np.mean(ratios)) if ratios else math.nan)
-    out["n_layer_pairs"] = n_lp
+    out.update(n_layer_pairs=n_lp, n_runs=len(diffs), n_seeds=n_seeds)
     return out
 
 
@@ -629,14 +673,19 @@ def conservative_p(row) -> float:
 
 
 def _test_train_ratio(results, runs, condition: str) -> float:
-    """Mean ``n_test / n_train`` of ``condition`` over the analyses of ``runs`` (NaN without)."""
+    """Mean ``n_test / n_train`` over the analyses of ``runs`` of genuine's contrast with
+    ``condition`` (the fits its paired values come from; an analysis without contrasts: the
+    condition's own fits); NaN without."""
     ratios = []
     for name in runs:
         ds = results.analysis(name)
-        if "n_train" not in ds or condition not in ds["n_train"]["condition"].values:
+        if "n_train_contrast" in ds and condition in ds["contrast"].values:
+            a, b = (ds[v].sel(contrast=condition) for v in ("n_train_contrast", "n_test_contrast"))
+        elif "n_train" in ds and condition in ds["n_train"]["condition"].values:
+            a, b = ds["n_train"].sel(condition=condition), ds["n_test"].sel(condition=condition)
+        else:
             continue
-        a = ds["n_train"].sel(condition=condition).to_numpy().astype(float).ravel()
-        b = ds["n_test"].sel(condition=condition).to_numpy().astype(float).ravel()
+        a, b = a.to_numpy().astype(float).ravel(), b.to_numpy().astype(float).ravel()
         ratios += list(b[a > 0] / a[a > 0])
     return float(np.mean(ratios)) if ratios else math.nan
 

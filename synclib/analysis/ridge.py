@@ -57,8 +57,9 @@ from typing import Callable
 import numpy as np
 import torch
 
+from synclib.analysis.ridge_cv import _cv_alpha_sets, _cv_setup, _set_chunks, _test_weights, layer_scale
 from synclib.penalty import CV_GRID_RULE, DEFAULT_CV_ALPHAS, PAPER_ALPHA, Penalty
-from synclib.splits import RidgeInputError, episode_folds
+from synclib.splits import RidgeInputError
 
 __all__ = ["ridge_solve", "r2_grid", "resampled_r2", "r2_grid_subsets", "r2_grid_targets", "cv_penalties", "layer_scale",
            "relative_alphas",
@@ -299,8 +300,15 @@ def _layer_alphas(alpha, n_layers: int) -> np.ndarray:
     return np.broadcast_to(a, (n_layers,))
 
 
+def _all_finite(t: torch.Tensor) -> bool:
+    """Whether ``t`` holds no NaN or inf: its sum is finite then (20x cheaper than testing every
+    element; a NaN or inf makes the sum NaN or inf), else, the sum overflowing, every element."""
+    total = t.sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32)
+    return bool(torch.isfinite(total)) or bool(torch.isfinite(t).all())
+
+
 def _check_finite(t: torch.Tensor, name: str, layer: int | None = None) -> None:
-    if not bool(torch.isfinite(t).all()):
+    if not _all_finite(t):
         where = f" (layer {layer})" if layer is not None else ""
         raise RidgeInputError(f"{name} holds NaN or inf in the samples used{where}")
 
@@ -319,17 +327,6 @@ def _matmul_precision(precision: str, device: torch.device):
 
 
 # --------------------------------------------------------------------------- target side
-def _test_weights(Yte: torch.Tensor):
-    """Columns constant on the test rows and the R^2 weights ``1/SStot`` (0 for constant ones).
-
-    Yte (n_test, ..., Dt) float64 -> const (..., Dt) bool, w (..., Dt) float64.
-    """
-    const = (Yte == Yte[:1]).all(0)
-    sstot = ((Yte - Yte.mean(0, keepdim=True)) ** 2).sum(0)
-    w = torch.where(const, torch.zeros_like(sstot), 1.0 / torch.where(const, torch.ones_like(sstot), sstot))
-    return const, w
-
-
 @dataclass
 class _TargetBlock:
     """Target-side quantities of a chunk of target layers (centred on train means)."""
@@ -346,7 +343,7 @@ def _target_block(Y, tr_rows, te_rows, layers, cdtype, first_layer: int,
     Ytr = Y[tr_rows, layers]  # only this block's layers of the rows
     Yte = Y[te_rows, layers]
     for name, t in (("Y", Ytr), ("Y", Yte)):  # before the cast: float64 keeps inf and NaN as they are
-        if not bool(torch.isfinite(t).all()):
+        if not _all_finite(t):
             bad = (~torch.isfinite(t)).flatten(2).any(-1).any(0).nonzero().flatten()
             raise RidgeInputError(f"{name} holds NaN or inf in the samples used "
                                   f"(target layer {first_layer + int(bad[0])})")
@@ -383,165 +380,6 @@ def _dot64(A: torch.Tensor, B: torch.Tensor, block: int = 1 << 18) -> torch.Tens
     return acc
 
 
-# --------------------------------------------------------------------------- CV
-@dataclass
-class _Fold:
-    """Target-side data of one CV fold, restricted to the CV columns."""
-    vmask: torch.Tensor   # (n_train,) bool, validation rows
-    Yc: torch.Tensor      # (n_fit, M_cv) float32, centred on the fold-train means
-    E: torch.Tensor       # (n_val, M_cv) float32
-    w: torch.Tensor       # (M_cv,) float32, 1/SStot on the validation rows (0: constant)
-    base: torch.Tensor    # (L_tgt,) sum_j w_j |e_j|^2 per target layer
-    nvar: torch.Tensor    # (L_tgt,) non-constant columns per target layer
-
-
-def _make_fold(Y, ytr, vmask, cols, Lt) -> _Fold:
-    flat = Y.flatten(1)  # only the CV columns of the rows, not whole rows
-    Yf = flat[ytr[~vmask][:, None], cols[None, :]].double()
-    Yv = flat[ytr[vmask][:, None], cols[None, :]].double()
-    my = Yf.mean(0, keepdim=True)
-    const, w = _test_weights(Yv)
-    E = Yv - my
-    base = (w * (E ** 2).sum(0)).view(Lt, -1).sum(1)
-    return _Fold(vmask, (Yf - my).float(), E.float(), w.float(), base, (~const).view(Lt, -1).sum(1).double())
-
-
-@dataclass
-class _CV:
-    """What ``alpha="cv"`` needs for every source layer: the folds and the alpha grid."""
-    folds: list          # of _Fold
-    grid: torch.Tensor   # (n_alpha,) float64
-
-
-def _cv_setup(Y, ytr, groups, cv_alphas, cv_folds: int, cv_columns, cv_seed: int, device) -> _CV:
-    """Folds over whole ``groups`` of the training rows, restricted to the CV columns."""
-    grid = torch.as_tensor(np.asarray(cv_alphas, dtype=np.float64), device=device)
-    if grid.ndim != 1 or grid.numel() == 0 or bool((grid <= 0).any()):
-        raise RidgeInputError("cv_alphas must be a non-empty list of positive numbers")
-    n_tr = ytr.numel()
-    Lt, Dt = Y.shape[1], Y.shape[2]
-    g = np.arange(n_tr) if groups is None else np.asarray(groups)
-    if g.shape != (n_tr,):
-        raise RidgeInputError(f"groups must have one label per training sample ({n_tr}), got shape {g.shape}")
-    folds = episode_folds(g, cv_folds, seed=cv_seed)
-    rng = np.random.default_rng(cv_seed)
-    cols = (np.arange(Lt * Dt) if cv_columns is None or cv_columns >= Dt else
-            np.concatenate([t * Dt + np.sort(rng.choice(Dt, cv_columns, replace=False)) for t in range(Lt)]))
-    cols = torch.as_tensor(cols, device=device)
-    fold_data = []
-    for vm in folds:
-        vmask = torch.as_tensor(vm, device=device)
-        if int(vmask.sum()) < 2 or int((~vmask).sum()) < 3:
-            raise RidgeInputError(f"train: too few samples ({n_tr}) for {cv_folds} alpha='cv' folds")
-        fold_data.append(_make_fold(Y, ytr, vmask, cols, Lt))
-    return _CV(fold_data, grid)
-
-
-def _eigh(A: torch.Tensor):
-    """Symmetric eigendecomposition.  On CPU LAPACK's tridiagonalisation gains
-    little from threads and suffers badly when cores are shared, so it runs on
-    one thread there."""
-    if A.device.type != "cpu":
-        return torch.linalg.eigh(A)
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return torch.linalg.eigh(A)
-    finally:
-        torch.set_num_threads(n)
-
-
-def _fold_basis(Xtr_l: torch.Tensor, vmask: torch.Tensor) -> tuple:
-    """The source side of one CV fold, whatever its targets: the eigenvalues ``lam`` (r,) of the
-    fold's regularised system (primal ``Xc'Xc`` or dual ``Xc Xc'``), ``Q`` (n_val, r), and the
-    two factors that turn the fold's centred targets ``Yc`` into ``R = left @ (right @ Yc)``
-    (``right`` None in the dual form).  :func:`_cv_alpha` explains the algebra."""
-    Xf, Xv = Xtr_l[~vmask], Xtr_l[vmask]
-    mx = Xf.mean(0, keepdim=True)
-    Xc, Xt = Xf - mx, Xv - mx
-    n, d = Xc.shape
-    # eigendecompositions in float64; the products with the many target
-    # columns in float32 (the criterion only ranks alphas)
-    if d <= n:
-        lam, V = _eigh(Xc.T @ Xc)
-        return lam.clamp_min(0), (Xt @ V).float(), V.T.float(), Xc.T.float()
-    lam, U = _eigh(Xc @ Xc.T)
-    return lam.clamp_min(0), (Xt @ (Xc.T @ U)).float(), U.T.float(), None
-
-
-def _fold_score(basis: tuple, f: _Fold, alphas: torch.Tensor) -> torch.Tensor:
-    """One fold's validation criterion (n_alpha, L_tgt) of the targets of ``f`` for the source
-    side ``basis`` (:func:`_fold_basis`)."""
-    lam, Q, left, right = basis
-    R = left @ (right @ f.Yc) if right is not None else left @ f.Yc   # (r, M)
-    Lt = f.base.numel()
-    r = R.shape[0]
-    Fk = ((Q.T @ f.E) * R * f.w).view(r, Lt, -1).sum(-1).T.double()          # (Lt, r)
-    Rw = (R * f.w.sqrt()).view(r, Lt, -1).permute(1, 0, 2)                    # (Lt, r, m)
-    G = (torch.bmm(Rw, Rw.transpose(1, 2)) * (Q.T @ Q)).double()             # (Lt, r, r)
-    Dg = 1.0 / (lam[None, :] + alphas[:, None])                      # (n_alpha, r)
-    quad = (torch.matmul(Dg, G) * Dg).sum(-1).T                      # (n_alpha, Lt): Dg_a' G_t Dg_a
-    ss = f.base[None] - 2 * Dg @ Fk.T + quad
-    return (f.nvar[None] - ss) / (f.w.numel() / Lt)
-
-
-def _cv_alpha(Xtr_l: torch.Tensor, folds: list, alphas: torch.Tensor) -> tuple[int, torch.Tensor]:
-    """Pick alpha for one source layer by grouped CV on the training rows.
-
-    Each fold's fit is diagonalised once (primal ``Xc'Xc`` or dual ``Xc Xc'``
-    eigendecomposition, :func:`_fold_basis`), so the whole alpha grid costs only small
-    (r x r) quadratic forms: with ``Q = Xval V``, ``R = V' Xc' Yc`` and
-    ``d_a = 1/(lambda + a)`` the validation predictions are ``Q diag(d_a) R``.
-    The criterion is the fold-averaged validation R^2 (uniform over the CV
-    columns of a target layer), maximised over target layers (the quantity
-    SyncR^2 uses), then over alpha.
-
-    Xtr_l is (n_train, D) float64, alphas (n_alpha,).  Returns the index of the
-    chosen alpha and the (n_alpha, L_tgt) CV score.
-    """
-    score = 0.0
-    for f in folds:
-        score = score + _fold_score(_fold_basis(Xtr_l, f.vmask), f, alphas)
-    score = score / len(folds)
-    return int(score.max(1).values.argmax()), score
-
-
-def _cv_alpha_sets(Xtr_l: torch.Tensor, fold_sets: list, alphas: torch.Tensor) -> list[int]:
-    """:func:`_cv_alpha` for several target sets on the same training rows and folds: each
-    fold's source side is diagonalised once for all of them.  ``fold_sets``: one list of
-    :class:`_Fold` per set, the folds in the same order with the same rows.  Returns the chosen
-    alpha's index per set."""
-    bases = [_fold_basis(Xtr_l, f.vmask) for f in fold_sets[0]]
-    Lt = fold_sets[0][0].base.numel()
-    r = max(int(b[0].numel()) for b in bases)
-    # sets scored together, as one fold with their target layers side by side (the criterion is
-    # per target layer), as many at a time as keep the (layers, r, r) products within the budget
-    per_chunk = max(1, CV_SET_BYTES // max(1, 16 * Lt * r * r))
-    chosen = []
-    for c0 in range(0, len(fold_sets), per_chunk):
-        chunk = fold_sets[c0:c0 + per_chunk]
-        score = 0.0
-        for i, basis in enumerate(bases):
-            score = score + _fold_score(basis, _side_by_side([folds[i] for folds in chunk]), alphas)
-        per_set = (score / len(bases)).view(len(alphas), len(chunk), Lt)        # (n_alpha, T, Lt)
-        chosen += per_set.max(2).values.argmax(0).tolist()
-    return chosen
-
-
-#: bytes the CV of several target sets at once may take for its per-layer products
-CV_SET_BYTES = 1 << 28
-
-
-def _side_by_side(folds: list) -> _Fold:
-    """Folds of several target sets over the same rows as one fold whose target layers are the
-    sets' layers one after the other."""
-    if len(folds) == 1:
-        return folds[0]
-    return _Fold(folds[0].vmask, torch.cat([f.Yc for f in folds], 1), torch.cat([f.E for f in folds], 1),
-                 torch.cat([f.w for f in folds]), torch.cat([f.base for f in folds]),
-                 torch.cat([f.nvar for f in folds]))
-
-
 def cv_penalties(X, Y, x_train, y_trains, penalty: Penalty, groups, *,
                  compute: ComputeOptions | None = None) -> np.ndarray:
     """Each target set's penalty per source layer, chosen by the grouped CV of ``penalty``
@@ -572,13 +410,15 @@ def cv_penalties(X, Y, x_train, y_trains, penalty: Penalty, groups, *,
     if any(y.numel() != xtr.numel() for y in ytrs):
         raise RidgeInputError("y_trains: each set needs one training row of Y per row of x_train")
     cvs = [_cv_setup(Y, y, groups, penalty.alphas, penalty.folds, penalty.columns, penalty.seed, device) for y in ytrs]
-    out = np.empty((len(ytrs), X.shape[1]))
+    base_grid, chunks = cvs[0].grid, _set_chunks([c.folds for c in cvs])
+    del cvs
+    Xtrs = []
     for l in range(X.shape[1]):
-        Xtr_l = X[xtr, l].double()
-        _check_finite(Xtr_l, "X", l)
-        grid = cvs[0].grid * layer_scale(Xtr_l)
-        out[:, l] = grid[_cv_alpha_sets(Xtr_l, [c.folds for c in cvs], grid)].cpu().numpy()
-    return out
+        Xtrs.append(X[xtr, l].double())
+        _check_finite(Xtrs[-1], "X", l)
+    grids = [base_grid * layer_scale(Xtr_l) for Xtr_l in Xtrs]
+    chosen = _cv_alpha_sets(Xtrs, chunks, grids)                           # (L_src, T)
+    return np.stack([g.cpu().numpy()[c] for g, c in zip(grids, chosen)], axis=1)
 
 
 # --------------------------------------------------------------------------- r2_grid
@@ -728,17 +568,6 @@ def _score_direct(src: _SourceSide, Y, ytr, yte, cdtype, max_chunk_bytes: int,
     return out, loss
 
 
-def layer_scale(Xtr_l: torch.Tensor) -> float:
-    """The scale of one source layer's training inputs (n_train, D): the mean non-zero
-    eigenvalue of ``Xc'Xc`` (``Xc`` the centred rows), ``trace / min(n_train - 1, D)``; the
-    penalties ``alpha="cv"`` searches are multiples of it (:data:`CV_GRID_RULE`).  1 for
-    constant inputs."""
-    Xc = Xtr_l - Xtr_l.mean(0, keepdim=True)
-    trace = float((Xc * Xc).sum())
-    rank = max(1, min(Xtr_l.shape[0] - 1, Xtr_l.shape[1]))
-    return trace / rank if trace > 0 else 1.0
-
-
 def relative_alphas(X, train, alphas) -> np.ndarray:
     """Each source layer's penalty over its scale (:func:`layer_scale` of its training rows):
     where ``alphas`` came from ``alpha="cv"``, the grid point chosen (:data:`DEFAULT_CV_ALPHAS`).
@@ -751,19 +580,25 @@ def relative_alphas(X, train, alphas) -> np.ndarray:
     return np.array([a / layer_scale(X[rows, l].double()) for l, a in enumerate(np.asarray(alphas, float))])
 
 
-def _alpha_chooser(penalty: Penalty, Y, ytr, Ls: int, device, groups) -> Callable:
+def _alpha_chooser(penalty: Penalty, X, xtr, Y, ytr, device, groups) -> Callable:
     """``alpha_of(Xtr_l, l)``: the penalty of source layer ``l`` (fixed, or chosen by
     grouped CV over ``groups`` on the training rows from ``penalty.alphas`` times the layer's
-    scale, :func:`_cv_alpha` and :func:`layer_scale`)."""
+    scale, :func:`_cv_alpha` and :func:`layer_scale`: every source layer at once,
+    :func:`_cv_alpha_sets`, the criterion's target side formed once)."""
+    Ls = X.shape[1]
     if penalty.cv:
         p = penalty
         cvd = _cv_setup(Y, ytr, groups, p.alphas, p.folds, p.columns, p.seed, device)
-
-        def alpha_of(Xtr_l, l):
-            grid = cvd.grid * layer_scale(Xtr_l)
-            return float(grid[_cv_alpha(Xtr_l, cvd.folds, grid)[0]])
-        return alpha_of
-    fixed = _layer_alphas(penalty.alpha, Ls)
+        Xtrs = []
+        for l in range(Ls):
+            Xtrs.append(X[xtr, l].double())
+            _check_finite(Xtrs[-1], "X", l)
+        grids = [cvd.grid * layer_scale(Xtr_l) for Xtr_l in Xtrs]
+        chosen = _cv_alpha_sets(Xtrs, _set_chunks([cvd.folds]), grids)[:, 0]
+        fixed = np.array([float(g[c]) for g, c in zip(grids, chosen)])
+        del cvd, Xtrs
+    else:
+        fixed = _layer_alphas(penalty.alpha, Ls)
     return lambda Xtr_l, l: float(fixed[l])
 
 
@@ -848,7 +683,7 @@ def r2_grid(X, Y, train, test, penalty=PAPER_ALPHA, *, groups=None, test_groups=
     # (Xt A^-1)(Xc' Yc) instead of H Yc: cheaper when n_train >> D
     use_left = method == "direct" and D * (n_tr + n_te) < n_te * n_tr
     labels, codes = _group_codes(test_groups, n_te)
-    alpha_of = _alpha_chooser(penalty, Y, ytr, Ls, device, groups)
+    alpha_of = _alpha_chooser(penalty, X, xtr, Y, ytr, device, groups)
     chunk = compute.max_chunk_bytes
     with _matmul_precision(precision, device):
         src = _source_side(X, xtr, xte, alpha_of, cdtype, use_left, train=train_r2)

@@ -81,9 +81,6 @@ class AnalysisSettings:
     n_boot : resamples of whole episodes for the dialog-level tests (``sync_r2_boot``,
         :func:`synclib.analysis.blocks.episode_bootstrap`); 0: none.
     cka : also linear CKA of every layer pair on all samples of each condition's dataset.
-    equal_samples : fit every condition at the smallest condition's training and test counts
-        per direction and split seed (ours, :data:`synclib.analysis.blocks.EQUAL_RULE`), and
-        each also on its own split of all its samples (``sync_r2_unmatched``).
     surrogates : also genuine against this many surrogate partners per dialog (ours,
         :mod:`synclib.analysis.surrogates`); 0: none.  Needs the genuine condition.
     max_resident_bytes : hidden-state variables up to this size (default
@@ -112,7 +109,6 @@ class AnalysisSettings:
     tom_options: dict | None = None
     n_boot: int = N_BOOT
     cka: bool = True
-    equal_samples: bool = False
     surrogates: int = 0
     max_resident_bytes: int | None = None
 
@@ -208,7 +204,7 @@ class AnalysisSettings:
             nonlinear_options=MLPOptions(epochs=ana["nonlinear_epochs"], batch_size=ana["nonlinear_batch_size"]),
             nonlinear_seeds=ana["nonlinear_seeds"], tom=bool(ana["tom"] and cfg.get("simulate", {}).get("tom", True)),
             tom_options={"format_filter": ana["tom_format_filter"]}, n_boot=ana["n_boot"],
-            equal_samples=ana["equal_samples"], surrogates=ana["surrogates"],
+            surrogates=ana["surrogates"],
             max_resident_bytes=int(ana["max_resident_gib"] * 2**30))
 
 

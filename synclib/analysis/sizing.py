@@ -55,7 +55,7 @@ def _per_dialog(max_utterances: int, direction: str, lag: int) -> int:
 
 
 def planned_samples(n_tasks: int, n_seeds: int, max_utterances: int, n_samples: int | None = None,
-                    lags=(1, 2), split_seed: int = 0, equal_samples: bool = False) -> dict:
+                    lags=(1, 2), split_seed: int = 0) -> dict:
     """Dataset sizes of one ordered run whose dialogs all reach ``max_utterances``.
 
     Parameters
@@ -68,9 +68,6 @@ def planned_samples(n_tasks: int, n_seeds: int, max_utterances: int, n_samples: 
     lags : sequence of int
     split_seed : int
         Split whose counts are reported (with equal-sized episodes every seed gives the same).
-    equal_samples : bool
-        Every condition of a direction cut to the smallest one's training and test counts
-        (``analysis.equal_samples``, :data:`synclib.analysis.blocks.EQUAL_RULE`).
 
     Returns
     -------
@@ -94,12 +91,6 @@ def planned_samples(n_tasks: int, n_seeds: int, max_utterances: int, n_samples: 
                 except RidgeInputError:
                     pass
             out[cond][d] = counts
-    if equal_samples:
-        for d in ("A->B", "B->A"):
-            split = [v[d] for v in out.values() if v[d]["train"] > 0]
-            for v in out.values():
-                if split and v[d]["train"] > 0:
-                    v[d].update(train=min(x["train"] for x in split), test=min(x["test"] for x in split))
     return out
 
 
@@ -236,7 +227,6 @@ class RunSize:
     needed: float | None = None    # clip_size() samples, None when unknown
     how: str = ""
     warning: str = ""
-    equal: bool = False            # analysis.equal_samples: every condition at the smallest one's counts
 
     @property
     def train(self) -> int:
@@ -258,12 +248,12 @@ def run_sizes(cfg: dict, ordered_runs, curves: list[Curve] | None = None) -> lis
     sim, ana = cfg["simulate"], cfg["analysis"]
     n_tasks = count_tasks(cfg["scenarios"], sim["episodes"])
     samples = planned_samples(n_tasks, len(sim["seeds"]), sim["max_utterances"], ana["n_samples"],
-                              ana["lags"], ana["split_seeds"][0], ana["equal_samples"])
+                              ana["lags"], ana["split_seeds"][0])
     curves = load_curves() if curves is None else curves
     out = []
     for r in ordered_runs:
         shapes = tuple(_layers_width(cfg["models"][k]["spec"]) for k in (r.a, r.b))
-        rs = RunSize(r.name, shapes, samples, equal=bool(ana["equal_samples"]))
+        rs = RunSize(r.name, shapes, samples)
         widths = [s[1] for s in shapes if s]
         got = clip_size(max(widths), curves) if len(widths) == 2 else None
         if got is not None:
@@ -293,10 +283,8 @@ def format_sizes(sizes: list[RunSize]) -> str:
                 "; no measured curve for this width" if all(s.shapes) else
                 "; model width unknown before loading (no check)")
         counts = f"{g['A->B']['train']} / {g['B->A']['train']} (+ {g['A->B']['test']} / {g['B->A']['test']} test)"
-        if s.equal:
-            said.setdefault(f"every condition {counts}: equal samples, the smallest condition's" + need, []).append(s.run)
-            continue
-        said.setdefault(f"genuine/passive/shuffled/pseudo {counts}" + (f"; {lags}" if lags else "") + need,
+        said.setdefault(f"genuine/passive/shuffled/pseudo {counts}"
+                        + (f"; {lags} (a lag's contrast fits genuine on the lag's rows)" if lags else "") + need,
                         []).append(s.run)
     for text, names in said.items():
         who = names[0] if len(names) == 1 else f"{len(names)} runs ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''})"

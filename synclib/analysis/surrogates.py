@@ -33,17 +33,24 @@ __all__ = ["SURROGATE_RULE", "surrogate_partners", "surrogate_rows", "surrogate_
 SURROGATE_RULE = (
     "ours (after hyperscanning's surrogate pairs; the paper has none): surrogate m pairs every genuine sample's "
     "source state with the target state that the m-th partner dialog of its dialog holds at the same round. A "
-    "dialog's partners, in order: the same task under each other simulation seed (same personas and scenario), "
-    "then the other tasks of its scenario (other personas), then the tasks of other scenarios, each list in "
-    "cube order after the dialog (cyclic); partners holding a state at every round the dialog needs come first; "
-    "with fewer dialogs than surrogates the list repeats. Each surrogate keeps the genuine split and source rows "
-    "and chooses its own penalty per source layer by the analysis' own rule (alpha='cv': the same grouped CV on "
-    "the same training rows, as the genuine fit chose its; a fixed alpha: that alpha), so that a surrogate is "
-    "fitted as well as genuine is; rows whose partner lacks the round are left out of every "
+    "dialog's candidate partners, in order: the same task under each other simulation seed (same personas and "
+    "scenario), then the other tasks of its scenario (other personas), then the tasks of other scenarios, each "
+    "list in cube order after the dialog (cyclic); its partners are the candidates holding a state at every "
+    "round the dialog needs (all candidates where none does), first in that order, then, once they are used "
+    "up, each further surrogate draws the dialog's partner from them at random "
+    "(numpy.random.default_rng([PARTNER_SEED, episode, seed])), so that every surrogate is another pairing of "
+    "the whole run even with fewer dialogs than surrogates. Each surrogate keeps the genuine split and source "
+    "rows and chooses its own penalty per source layer by the analysis' own rule (alpha='cv': the same grouped "
+    "CV on the same training rows, as the genuine fit chose its; a fixed alpha: that alpha), so that a "
+    "surrogate is fitted as well as genuine is; rows whose partner lacks the round are left out of every "
     "surrogate and of sync_r2_surrogate_genuine, the genuine targets scored on the same rows in the same batch "
     "by the same rule. "
     "Scores aggregate over split seeds as sync_r2; surrogate_gap_boot is sync_r2_surrogate_genuine minus the "
     "surrogates' mean on each resample of whole episodes (boot_rule).")
+
+
+#: seed of the partners drawn once a dialog's candidates are used up (:data:`SURROGATE_RULE`)
+PARTNER_SEED = 0
 
 
 def _episode_keys(cube) -> tuple[np.ndarray, np.ndarray]:
@@ -99,8 +106,10 @@ def surrogate_partners(cube, samples: PairedSamples, n: int) -> tuple[np.ndarray
             r = rank_of[s]
             cands = [(e, by_rank[(r + j) % S]) for j in range(1, S)] + [(o, s) for o in order[e]]
             covers = [c for c in cands if not (need[e, s] & ~ok[c]).any()]
-            ranked = covers + [c for c in cands if c not in covers]
-            chosen = [ranked[m % len(ranked)] for m in range(n)]
+            pool = covers or cands  # no partner holds every round this dialog needs: its rows drop
+            rng = np.random.default_rng([PARTNER_SEED, e, s])
+            extra = rng.integers(0, len(pool), size=max(0, n - len(pool)))
+            chosen = pool[:n] + [pool[i] for i in extra]
             pe[e, s], ps[e, s] = np.array(chosen).T
     return pe, ps
 

@@ -361,7 +361,7 @@ SYNTHETIC_MODELS = {"synthetic-S": (5, 16), "synthetic-G": (4, 12)}
 #: what the fixture asks of ``analyze``: every optional block, tiny MLPs
 SYNTHETIC_ANALYSIS = dict(n_samples=None, split_seeds=(0, 1, 2), lags=(1, 2),
                           persona_disjoint=True, relationship=True, relationship_min=3,
-                          sample_sizes=(40, 80, 120), nonlinear=True, equal_samples=True, surrogates=20,
+                          sample_sizes=(40, 80, 120), nonlinear=True, surrogates=20,
                           nonlinear_options={"epochs": 5, "hidden": 32}, progress=False)
 
 
@@ -411,7 +411,7 @@ def build_synthetic_results(root: str | os.PathLike, pairs=SYNTHETIC_PAIRS, seed
         Episodes per cube, simulation seeds per episode and rounds per dialog (the dialogs end
         between utterance ``Planted.min_utterances`` (``cube_kwargs["planted"]``, default 4) and
         ``2 * n_rounds``).
-        60 episodes leave the equal-sample fits (every condition at lag 2's count) 100-170
+        60 episodes leave the lag 2 contrast's fits (genuine and lag 2 on lag 2's rows) 100-170
         training samples, where the synthetic SyncR² is above 0.
 
     Returns

@@ -39,7 +39,7 @@ def _conditions(text: str) -> list[str]:
 
 #: the optional blocks, off unless asked for when no --config is given
 _BLOCKS_OFF = dict(persona_disjoint=False, relationship=False, sample_sizes=None, nonlinear=False, tom=False,
-                   equal_samples=False, surrogates=0)
+                   surrogates=0)
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -93,9 +93,6 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    help=f"resamples of whole episodes for the dialog-level tests; 0 = none "
                         f"(default: {d('analysis.n_boot')})")
     p.add_argument("--tom", action=on_off, default=None, help="also ToM decoding (appendix J; needs the ToM variables)")
-    p.add_argument("--equal-samples", action=on_off, default=None,
-                   help="fit every condition at the smallest condition's sample counts (ours; the reference "
-                        "splits each condition's own samples), each also on all its samples")
     p.add_argument("--surrogates", type=at.arg_type(at.nonneg_int, "surrogates"), default=None,
                    help="also genuine against this many surrogate partners per dialog (ours; "
                         f"the main job's default: {d('analysis.surrogates')}); 0 = none (default: 0)")
@@ -132,7 +129,7 @@ def settings_from_args(args: argparse.Namespace):
         "cv_folds": args.cv_folds, "cv_seed": args.cv_seed, "split_seeds": args.split_seeds,
         "device": args.device, "precision": args.precision, "persona_disjoint": args.persona_disjoint,
         "relationship": args.relationship, "nonlinear": args.nonlinear, "n_boot": args.n_boot, "tom": args.tom,
-        "equal_samples": args.equal_samples, "surrogates": args.surrogates}
+        "surrogates": args.surrogates}
     options = {k: v for k, v in given.items() if v is not None}
     if args.conditions is not None and args.lags is None:
         options["lags"] = None  # the conditions as given

@@ -19,16 +19,18 @@ claim                     test
 ========================  ===============================================================
 synchrony (fig 2)         genuine SyncR² against its surrogate partners (dialogs that never
                           met): the larger p of the rank among them and the episode
-                          bootstrap of the gap (:func:`synclib.analysis.power.surrogate_test`)
+                          bootstrap of the gap (:func:`synclib.analysis.power.surrogate_test`);
+                          "generalises" by a stated rule, no test (``GENERALISES``)
 controls (figs 3-4, and   genuine against each control: the larger p of the corrected
 our pseudo-dyads)         re-split t-test and the episode bootstrap
                           (:func:`synclib.analysis.power.paired_control_tests`)
-relationships (fig 5)     Pearson r of closeness with the categories' mean SyncR², over the
-                          categories (the unit: a category's subsets share its scenarios)
+relationships (fig 5)     Pearson r of closeness with the categories' SyncR² (the mean of
+                          the pairs' means), over the categories every pair has (the unit:
+                          a category's subsets share its scenarios); r within each pair beside
 social (fig 6, table 1,   a correlation over model pairs: needs pairs
 fig 7)
 clipping (fig 8)          none: keeping negatives can only lower SyncR²; the size is the
-                          finding, at the paper's penalty
+                          finding, at the paper's penalty and at the run's own
 sample size (fig 9)       none: the run's size against the paper's
 persona split (table 2)   corrected re-split t-test of the per-seed differences
 nonlinear (table 5)       corrected re-split t-test of the MLP's minus the affine map's
@@ -37,6 +39,9 @@ ToM (fig 11)              per decoder, corrected re-split t-test of baseline min
                           test KL
 judge (table 4, fig 10)   the measured judges on published human ratings (benchmark)
 ========================  ===============================================================
+
+A verdict that rests on a test reads its p after Holm's adjustment across the tests of every
+claim (:func:`synclib.figures.verdicts.evaluate`).
 """
 from __future__ import annotations
 

@@ -39,6 +39,19 @@ import pandas as pd
 RENDERER = "synclib"
 VEGALITE_MIME = f"application/vnd.vegalite.v{alt.SCHEMA_VERSION.lstrip('v').split('.')[0]}+json"
 NEGATIVE_GREY = "#c8c8c8"
+#: one colour per condition on every page (:func:`colour_scale`)
+CONDITION_COLOURS = {"genuine": "#4c78a8", "passive": "#f58518", "shuffled": "#54a24b", "pseudo": "#b279a2",
+                     "lag1": "#e45756", "lag2": "#72b7b2", "surrogates": "#9d755d"}
+
+
+def colour_scale(values):
+    """The colour scale of a chart whose colour encodes ``values``: where they are conditions
+    (:data:`CONDITION_COLOURS`), each its own colour, the same on every page, in the order they come;
+    otherwise altair's default."""
+    present = [v for v in dict.fromkeys(values) if isinstance(v, str)]
+    if present and all(v in CONDITION_COLOURS for v in present):
+        return alt.Scale(domain=present, range=[CONDITION_COLOURS[v] for v in present])
+    return alt.Undefined
 HEATMAP_SCHEME = "viridis"
 #: faceted charts put this many panels in a row (with the legend below, two fit the book's text column)
 FACET_COLUMNS = 2
@@ -443,7 +456,7 @@ def grouped_bars(frame: pd.DataFrame, x: str, group: str, title: str, y_title: s
     bars = alt.Chart().mark_bar().encode(
         x=xs, xOffset=alt.XOffset(f"{group}:N", sort=None),
         y=alt.Y("mean:Q", title=y_title),
-        color=alt.Color(f"{group}:N", title=group_title or group, sort=None,
+        color=alt.Color(f"{group}:N", title=group_title or group, sort=None, scale=colour_scale(d[group]),
                         legend=alt.Legend(orient="bottom") if column else alt.Undefined), tooltip=tips)
     err = alt.Chart().mark_errorbar(ticks=True).encode(
         x=xs, xOffset=alt.XOffset(f"{group}:N", sort=None),
@@ -472,21 +485,31 @@ def lines_with_se(frame: pd.DataFrame, x: str, series: str, title: str,
     """
     need_columns(frame, [x, series, "mean", "se"] + ([column] if column else []), "lines_with_se")
     d = with_bounds(frame)
-    scale = alt.Scale(type="log") if log_x else alt.Undefined
+    scale = alt.Undefined
+    if log_x:  # the data's own range, not the powers of ten around it (10-1,000 for data at 50-194)
+        v = pd.to_numeric(d[x], errors="coerce")
+        v = v[np.isfinite(v) & (v > 0)]
+        scale = (alt.Scale(type="log", domain=[float(v.min()) / 1.15, float(v.max()) * 1.15], nice=False)
+                 if len(v) else alt.Scale(type="log"))
     panel = min(width, 220) if column else width
     if x_type == "O":
         axis = alt.Axis(labelAngle=0, values=point_ticks(d[x], panel))
     else:
-        axis = alt.Axis(values=log_ticks(d[x])) if log_x else alt.Undefined
+        ticks = log_ticks(d[x]) if log_x else alt.Undefined
+        if log_x and ticks is not alt.Undefined:
+            lo, hi = scale.domain
+            ticks = [t for t in ticks if lo <= t <= hi] or ticks
+        axis = alt.Axis(values=ticks) if log_x else alt.Undefined
     xs = alt.X(f"{x}:{x_type}", title=x_title or x, scale=scale, axis=axis)
     tips = [alt.Tooltip(f"{series}:N"), alt.Tooltip(f"{x}:{x_type}"),
             alt.Tooltip("mean:Q", format=".3f"), alt.Tooltip("se:Q", format=".3f")]
-    color = alt.Color(f"{series}:N", title=series,
+    color = alt.Color(f"{series}:N", title=series, scale=colour_scale(d[series]),
                       legend=alt.Legend(orient="bottom", columns=4) if column else alt.Undefined)
     line = alt.Chart().mark_line(point=True).encode(x=xs, y=alt.Y("mean:Q", title=y_title),
                                                    color=color, tooltip=tips)
-    err = alt.Chart().mark_errorbar(ticks=True).encode(x=xs, y=alt.Y("lo:Q", title=y_title),
-                                                       y2="hi:Q", color=color, tooltip=tips)
+    # caps 8 pixels wide: the default reaches into the neighbouring lags of a narrow panel
+    err = alt.Chart().mark_errorbar(ticks=True, size=8).encode(x=xs, y=alt.Y("lo:Q", title=y_title),
+                                                               y2="hi:Q", color=color, tooltip=tips)
     layered = alt.layer(line, err, data=d).properties(width=min(width, 220) if column else width)
     if column:
         return layered.facet(facet=alt.Facet(f"{column}:N", title=None, sort=None),

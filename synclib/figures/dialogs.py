@@ -680,15 +680,19 @@ def summary_sentence(ds: DialogSet) -> str:
     s += f" and {c['other']} otherwise (the stored texts do not explain the end)." if c["other"] else "."
     if c["utterances"] and not ds.synthetic:
         s += (f" {_pct(c['mid_sentence'], c['utterances'])} of the utterances end without closing a sentence "
-              "(no `.`, `!` or `?` at the end): replies that reach the token cap"
+              "(no `.`, `!` or `?` at the end). The cube does not record which replies reached the token cap"
               + (f" ({_cap_text(ds.reply_cap)})" if ds.reply_cap else "")
-              + ", and fragments (a name, a phrase) that the model ends with a line break.")
+              + ", so this share counts replies cut there together with fragments (a name, a phrase) that the "
+              "model ended itself with a line break.")
     no_table = [r.name for r in ds.runs if "no judge table" in r.notes]
     if c["dialogs"] and len(no_table) < n_runs:
         s += f" The judge scored {c['judged']} of them"
         s += (f" (the run's config judges a random sample of {_n(ds.judge_sample, 'dialog')} per run)"
               if ds.judge_sample is not None else "")
         s += f"; {', '.join(no_table)} {'has' if len(no_table) == 1 else 'have'} no judge table." if no_table else "."
+        s += (" Read the judge's scores beside the dialogs, not instead of them: the judge is a language model "
+              "that scores what it reads, and a high believability can go to replies as thin as a single word "
+              "(the *judge* page measures judges against published human ratings).")
     elif c["dialogs"]:
         s += " No run has a judge table."
     if c["tom"]:

@@ -5,7 +5,7 @@ by section:
 
 * figures 3, 4a, 4b: :func:`control_table`, :func:`lag_table` (the heatmaps, bars and lines are
   the shared charts :func:`heatmap_grid`, :func:`grouped_bars`, :func:`lines_with_se`);
-* equal samples for every condition (ours): :func:`matching_table`, :func:`sentence_matching`;
+* every contrast on the same rows (ours): :func:`contrast_table`, :func:`sentence_contrasts`;
 * surrogate partners (ours): :func:`surrogate_table` (:mod:`synclib.analysis.power`), :func:`surrogate_frame`,
   :func:`surrogate_strip`, :func:`sentence_surrogates`; the pseudo-dyads: :func:`sentence_pseudo`;
 * synchrony over the dialog (ours): :func:`round_table`, :func:`trend_table`, :func:`rounds_lines`,
@@ -27,11 +27,12 @@ import pandas as pd
 
 from synclib import stats
 from synclib.analysis import power
-from synclib.figures.charts import (WRAPPED_LABEL, need_columns, placeholder_if_empty, grouped_bars, heatmap_grid,
-                                    lines_with_se)
-from synclib.figures.verdicts import AGREES, CANNOT, DIFFERS, Claim, Measure, p_test, test_link, who
+from synclib.figures.charts import (WRAPPED_LABEL, colour_scale, need_columns, placeholder_if_empty, grouped_bars,
+                                    heatmap_grid, lines_with_se)
+from synclib.figures.verdicts import AGREES, CANNOT, DIFFERS, Claim, Measure, p_test, significant, test_link, who
 from synclib.analysis.power import (paired_tests_by_run, reported_difference, significantly_above,
                            surrogate_table, surrogate_test)
+from synclib.analysis.cka import unrelated_cka
 from synclib.analysis.results import grid_frame
 from synclib.figures.power_text import ASSUMED_PAPER_DIFFERENCE, interval_text
 from synclib.figures.report import empty_note, join_words, paper_note, passive_share, readable
@@ -39,10 +40,10 @@ from synclib.stats import fmt as _f
 from synclib.stats import format_p
 from synclib.stats import p_clause as _p
 
-__all__ = ["control_table", "lag_table", "cka_frame", "cka_table", "matching_table", "surrogate_table",
+__all__ = ["control_table", "lag_table", "cka_frame", "cka_table", "contrast_table", "surrogate_table",
            "surrogate_frame", "MIN_TEST_SAMPLES", "has_rounds", "round_table", "trend_table", "surrogate_strip",
            "rounds_lines", "heatmap_grid", "grouped_bars", "lines_with_se", "readable", "sentence_controls",
-           "sentence_cka", "sentence_matching", "sentence_pseudo", "sentence_surrogates", "sentence_rounds",
+           "sentence_cka", "sentence_contrasts", "sentence_pseudo", "sentence_surrogates", "sentence_rounds",
            "paired_tests_by_run", "format_by_run", "by_run_sentence", "why_untestable", "passive", "lags",
            "shuffled", "pseudo", "CLAIMS"]
 
@@ -134,46 +135,50 @@ def cka_table(res, separate: bool = False) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=cols)
 
 
-# --------------------------------------------------------------------------- equal samples (ours)
-# With ``analysis.equal_samples`` the analysis fits every condition of a direction at the smallest condition's
-# training and test counts (``sync_r2``, the fits every page uses) and each also on all its own samples
-# (``sync_r2_unmatched``; the rule is the analysis' ``equal_rule`` attribute,
-# :data:`synclib.analysis.blocks.EQUAL_RULE`).
-def matching_table(res) -> pd.DataFrame:
-    """Equal samples (ours, ``analysis.equal_samples``): per pair and control, the gap
-    genuine minus control on equal samples (``sync_r2``, the fits every other table uses)
-    and on each condition's own samples (``sync_r2_unmatched``), and the training samples
-    per dataset behind each (mean over directions, split seeds and runs).
+# --------------------------------------------------------------------------- every contrast on the same rows (ours)
+# Each control is fitted twice: on its own samples (``sync_r2``, the paper's design and figures 3-4) and,
+# beside genuine, on the rows both hold (the contrast, ``sync_r2_contrast_pooled``; the rule is the
+# analysis' ``contrast_rule`` attribute, :data:`synclib.analysis.contrasts.CONTRAST_RULE`).  Every test and
+# claim of a control uses the contrast.
+def contrast_table(res) -> pd.DataFrame:
+    """Per pair and control: genuine and the control on the rows both hold (the contrast: equal
+    episodes, positions and counts), beside each on all its own samples, and the training samples
+    behind each (mean over directions, split seeds and runs).
 
     Returns
     -------
     DataFrame
-        ``pair, family, model_a, model_b, orders, control, gap_equal, gap_own, removed``
-        (``gap_own - gap_equal``: the part of the gap the sample counts made),
-        ``n_train`` (every condition, equal), ``n_train_genuine_own``, ``n_train_control_own``.
-        Empty where the analyses have no ``sync_r2_unmatched``.
+        ``pair, family, model_a, model_b, orders, control``; ``genuine``, ``control_value``,
+        ``gap`` (the contrast: genuine minus control on the same rows); ``genuine_all``,
+        ``control_all``, ``gap_all`` (each on all its own samples); ``genuine_moved``
+        (``genuine - genuine_all``: what the control's rows alone do to genuine);
+        ``n_train`` (each side of the contrast, equal), ``n_train_genuine_all``,
+        ``n_train_control_all``.  Empty where the analyses have no contrasts.
     """
-    cols = ["pair", "family", "model_a", "model_b", "orders", "control", "gap_equal", "gap_own", "removed",
-            "n_train", "n_train_genuine_own", "n_train_control_own"]
-    if not res.runs or len(res.runs_with("sync_r2_unmatched")) < len(res.runs):
+    cols = ["pair", "family", "model_a", "model_b", "orders", "control", "genuine", "control_value", "gap",
+            "genuine_all", "control_all", "gap_all", "genuine_moved", "n_train", "n_train_genuine_all",
+            "n_train_control_all"]
+    if not res.runs or len(res.runs_with("sync_r2_contrast_pooled")) < len(res.runs):
         return pd.DataFrame(columns=cols)
 
-    def train(runs, var, cond):
-        return float(np.mean([res.analysis(r.name)[var].sel(condition=cond).mean() for r in runs]))
+    def train(runs, var, **sel):
+        return float(np.mean([res.analysis(r.name)[var].sel(**sel).mean() for r in runs]))
 
     rows = []
     for _, runs in res.units():
-        g_eq, g_own = (res.unit_value(runs, v, condition="genuine")["mean"]
-                       for v in ("sync_r2", "sync_r2_unmatched"))
+        g_all = res.unit_value(runs, "sync_r2", condition="genuine")["mean"]
         for c in res.conditions():
             if c == "genuine":
                 continue
-            eq = g_eq - res.unit_value(runs, "sync_r2", condition=c)["mean"]
-            own = g_own - res.unit_value(runs, "sync_r2_unmatched", condition=c)["mean"]
-            rows.append({**res.unit_info(runs), "control": c, "gap_equal": eq, "gap_own": own,
-                         "removed": own - eq, "n_train": train(runs, "n_train", "genuine"),
-                         "n_train_genuine_own": train(runs, "n_train_unmatched", "genuine"),
-                         "n_train_control_own": train(runs, "n_train_unmatched", c)})
+            g, v = (res.unit_value(runs, "sync_r2_contrast_pooled", contrast=c, side=side)["mean"]
+                    for side in ("genuine", "control"))
+            c_all = res.unit_value(runs, "sync_r2", condition=c)["mean"]
+            rows.append({**res.unit_info(runs), "control": c, "genuine": g, "control_value": v, "gap": g - v,
+                         "genuine_all": g_all, "control_all": c_all, "gap_all": g_all - c_all,
+                         "genuine_moved": g - g_all,
+                         "n_train": train(runs, "n_train_contrast", contrast=c, side="genuine"),
+                         "n_train_genuine_all": train(runs, "n_train", condition="genuine"),
+                         "n_train_control_all": train(runs, "n_train", condition=c)})
     return pd.DataFrame(rows, columns=cols)
 
 
@@ -219,7 +224,7 @@ def surrogate_frame(res) -> pd.DataFrame:
 #: rounds whose test samples (mean over the split seeds, runs and directions) are fewer are left
 #: out of the trend and drawn hollow.  Nothing is chosen on a round (its targets are the whole test
 #: set's), so a thin round is noisy, as its interval shows, not biased: the floor only drops rounds
-#: too thin to score (with equal samples the default run has 8-9 per round and split)
+#: too thin to score
 MIN_TEST_SAMPLES = 5
 
 _INFO = ["pair", "family", "model_a", "model_b", "orders"]
@@ -369,7 +374,7 @@ def rounds_lines(frame: pd.DataFrame, title: str, column: str = "pair", wrap: in
     """
     need_columns(frame, ["round", "condition", "mean", "ci_lo", "ci_hi", "n_test", "kept", column], "rounds_lines")
     xs = alt.X("round:O", title="round of the dialog", axis=alt.Axis(labelAngle=0))
-    color = alt.Color("condition:N", title="condition", sort=None,
+    color = alt.Color("condition:N", title="condition", sort=None, scale=colour_scale(frame["condition"]),
                       legend=alt.Legend(orient="bottom", columns=4, symbolOpacity=1, symbolType="circle"))
     tips = [alt.Tooltip(f"{column}:N"), alt.Tooltip("condition:N"), alt.Tooltip("round:O"),
             alt.Tooltip("mean:Q", format=".3f", title="SyncR²"), alt.Tooltip("ci_lo:Q", format=".3f"),
@@ -379,7 +384,8 @@ def rounds_lines(frame: pd.DataFrame, title: str, column: str = "pair", wrap: in
     line = alt.Chart().mark_line().encode(x=xs, y="mean:Q", color=color)
     points = alt.Chart().mark_point(size=40).encode(
         x=xs, y="mean:Q", color=color, tooltip=tips,
-        fill=alt.condition("datum.kept", alt.Color("condition:N", sort=None, legend=None),
+        fill=alt.condition("datum.kept", alt.Color("condition:N", sort=None, legend=None,
+                                                   scale=colour_scale(frame["condition"])),
                            alt.value("white")))
     layered = alt.layer(band, line, points, data=frame).properties(width=220)
     panels = list(dict.fromkeys(frame[column]))
@@ -444,9 +450,11 @@ def sentence_controls(control: pd.DataFrame, lag: pd.DataFrame, sync: pd.DataFra
     return s1 + s2 + paper_note(p, p["claim_passive"] + " " + p["claim_lag"])
 
 
-def sentence_cka(table: pd.DataFrame, embedded: bool, synthetic: bool = False) -> str:
+def sentence_cka(table: pd.DataFrame, embedded: bool, synthetic: bool = False, res=None) -> str:
     """Linear CKA (ours; the paper has none) per condition, and whether it orders genuine
-    against each control as SyncR² does (:func:`cka_table`)."""
+    against each control as SyncR² does (:func:`cka_table`); with ``res``, what the estimator gives
+    for unrelated states at the run's sample counts and widths
+    (:func:`synclib.analysis.cka.unrelated_cka`)."""
     if table.empty:
         return ("This run's analysis files lack `cka` (they were written before synclib computed CKA): "
                 "re-analyse the cubes to add it.")
@@ -466,6 +474,13 @@ def sentence_cka(table: pd.DataFrame, embedded: bool, synthetic: bool = False) -
                           + ("the same order" if cka_word == sync_word else "opposite orders"))
         if orders:
             s += " Against each control, " + "; ".join(orders) + "."
+    if res is not None and len(widths := res.model_table()["width"].dropna()):
+        d = int(widths.min()), int(widths.max())
+        lo, hi = int(table["n_min"].min()), int(table["n_max"].max())
+        s += (f" This linear CKA (Kornblith et al.'s estimator) is not 0 for unrelated states: independent random "
+              f"states {d[0]} and {d[1]} wide score {_f(unrelated_cka(hi, *d))} at {hi} samples and "
+              f"{_f(unrelated_cka(lo, *d))} at {lo}, and fewer samples score higher, so the conditions are "
+              "compared with each other only, and a condition with fewer samples (a lag) gains from that alone.")
     return (s + f" These are {_whose(embedded, synthetic)}, never the paper's: the paper reports no CKA (a second "
             "measure, ours).")
 
@@ -475,29 +490,30 @@ def _whose(embedded: bool, synthetic: bool) -> str:
             else "this run's models' numbers")
 
 
-def sentence_matching(table: pd.DataFrame, counts: pd.DataFrame, embedded: bool, synthetic: bool = False) -> str:
-    """What fitting every condition on equal samples changed (:func:`matching_table`),
-    or, for a run that fits each condition on its own samples, how unequal the counts are
-    (:meth:`synclib.analysis.results.Results.sample_counts`)."""
+def sentence_contrasts(table: pd.DataFrame, embedded: bool, synthetic: bool = False) -> str:
+    """What the contrasts show (:func:`contrast_table`): per control, the gap on the rows both hold
+    beside the gap of the conditions each on its own samples, and how far genuine moves on the
+    control's rows."""
     if table.empty:
-        n = counts.groupby("condition", sort=False)["n_train"].mean() if len(counts) else pd.Series(dtype=float)
-        return ("This run fits every condition on its own samples (`analysis.equal_samples` is off, as in the paper's "
-                "code)" + (": training samples per dataset, the mean over directions, split seeds and runs, "
-                           + join_words([f"{c} {_f(v, 0)}" for c, v in n.items()]) if len(n) else "")
-                + ". A control with fewer samples is lower partly because of its count (figure 9's curve).")
-    span = _span(round(table["n_train"].min()), round(table["n_train"].max()))
-    own = _span(round(table["n_train_genuine_own"].min()), round(table["n_train_genuine_own"].max()))
+        return ("This run's analyses have no contrasts (they predate them, or the run has no control): re-analyse "
+                "the cubes. Without them genuine and a control differ in their samples as well as their targets.")
     parts = []
     for control, t in table.groupby("control", sort=False):
-        parts.append(f"{control} {_f(t['gap_own'].mean(), 3)} on each condition's own samples, "
-                     f"{_f(t['gap_equal'].mean(), 3)} on equal ones ({_f(t['removed'].mean(), 3, sign=True)} was the "
-                     f"sample count; own samples: {_f(t['n_train_control_own'].mean(), 0)})")
-    return (f"Every condition is fitted on the same number of samples: {span} training samples per dataset (the mean "
-            f"over directions and split seeds; the smallest condition's count), where on all its own samples genuine "
-            f"has {own}. The gap genuine minus control, the mean over pairs: " + "; ".join(parts) + ". The tests, "
-            f"claims and charts of this page and the others use the equal-sample fits. These are "
-            f"{_whose(embedded, synthetic)}; the paper fixes 6,500 samples for every condition.")
-
+        parts.append(f"{control}: genuine {_f(t['genuine'].mean())} against {_f(t['control_value'].mean())} on "
+                     f"{_f(t['n_train'].mean(), 0)} training samples each (gap {_f(t['gap'].mean(), 3)}); on their own "
+                     f"samples genuine {_f(t['genuine_all'].mean())} ({_f(t['n_train_genuine_all'].mean(), 0)}) and "
+                     f"the control {_f(t['control_all'].mean())} ({_f(t['n_train_control_all'].mean(), 0)}), gap "
+                     f"{_f(t['gap_all'].mean(), 3)}; on the control's rows genuine moves by "
+                     f"{_f(t['genuine_moved'].mean(), 3, sign=True)}")
+    return ("Each control against genuine on the rows both hold, the mean over pairs: " + "; ".join(parts) + ". "
+            "A contrast splits the rows by genuine's own split, so both sides have the same training and test "
+            "episodes and source positions and differ only in their targets (the passive reader: in whose state is "
+            "read); each side chooses its own penalty. Where genuine moves, the positions a control lacks (a lag "
+            "has no pair at the dialog's last rounds) carry part of genuine's synchrony, so a gap between "
+            "conditions on their own samples mixes the control with the positions. The tests and claims of this "
+            f"page and the first page use the contrasts; figures 3-4 show each condition on its own samples, as "
+            f"the paper does. These are {_whose(embedded, synthetic)}; the paper fixes 6,500 samples for every "
+            "condition, each on its own.")
 
 
 def sentence_pseudo(sync: pd.DataFrame, pseudo: pd.DataFrame | None, partners: list[str], embedded: bool,
@@ -668,10 +684,10 @@ def _control_line(res, table, control: str, key: str, what: str, paper_differenc
     if why := why_untestable(r):
         return Claim(key, what, CANNOT, why + ".")
     m = _measure(r, control)
-    if power.significantly_above(r):
+    if significant(r["p"]) and power.reported_difference(r) > 0:
         return Claim(key, what, AGREES, f"{who(res)} genuine above {control} {_found(r)}.", m)
     mde = r["mde_corrected"]
-    if np.isfinite(r["p"]) and r["p"] < 0.05:  # significant, but genuine below the control
+    if significant(r["p"]):  # significant, but genuine below the control
         return Claim(key, what, DIFFERS, f"{who(res)} genuine below {control} {_found(r)}.", m)
     if paper_difference is not None and np.isfinite(mde) and mde <= paper_difference:
         return Claim(key, what, DIFFERS, (

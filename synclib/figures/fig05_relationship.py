@@ -14,24 +14,40 @@ import pandas as pd
 from synclib import stats
 from synclib.figures.charts import WRAPPED_LABEL, need_columns, placeholder_if_empty
 from synclib.figures.report import empty_note, join_words, paper_note
-from synclib.figures.verdicts import AGREES, CANNOT, DIFFERS, Claim, Measure
+from synclib.figures.verdicts import AGREES, CANNOT, DIFFERS, Claim, Measure, significant
 from synclib.stats import MIN_N_CORR
 from synclib.stats import fmt as _f
 from synclib.tasks.scenarios import CLOSENESS_CODES, RELATIONSHIPS
 
-__all__ = ["relationship_closeness", "distribution_by_category", "sentence_relationship", "relationships", "CLAIMS"]
+__all__ = ["relationship_closeness", "closeness_within_pairs", "distribution_by_category", "sentence_relationship", "relationships", "CLAIMS"]
 
 
 # --------------------------------------------------------------------------- test
+def _pair_means(res, table: pd.DataFrame | None) -> pd.DataFrame:
+    """Each category's mean SyncR² per model pair (code x pair), over the paper's five codes."""
+    t = res.relationship_table() if table is None else table
+    t = t[t["code"].isin(CLOSENESS_CODES)]
+    return t.groupby(["code", "pair"])["sync"].mean().unstack("pair")
+
+
 def relationship_closeness(res, table: pd.DataFrame | None = None) -> stats.Correlation:
     """Figure 5's test: Pearson r of closeness (the paper's five codes,
-    :data:`synclib.tasks.scenarios.CLOSENESS_CODES`) with each category's mean SyncR² over
+    :data:`synclib.tasks.scenarios.CLOSENESS_CODES`) with each category's SyncR² over
     :meth:`synclib.analysis.results.Results.relationship_table` (``table``; None: ``res``'s), one point
-    per category (its subsets share its scenarios, so the category is the unit).
-    ``family_member`` stays out: the paper never places it."""
-    t = res.relationship_table() if table is None else table
-    means = t[t["code"].isin(CLOSENESS_CODES)].groupby("code")["sync"].mean()
+    per category (its subsets share its scenarios, so the category is the unit).  Only the
+    categories every model pair has count, each the mean of its per-pair means, so that no
+    category's mean comes from other pairs than another's (pairs differ in SyncR² far more than
+    categories do).  ``family_member`` stays out: the paper never places it."""
+    per = _pair_means(res, table).dropna()
+    means = per.mean(axis=1)
     return stats.pearson(means.index.to_numpy(float), means.to_numpy(float))
+
+
+def closeness_within_pairs(res, table: pd.DataFrame | None = None) -> dict:
+    """Pearson r of closeness with the category means within each model pair: pair -> Correlation."""
+    per = _pair_means(res, table)
+    return {pair: stats.pearson(col.dropna().index.to_numpy(float), col.dropna().to_numpy(float))
+            for pair, col in per.items()}
 
 
 # --------------------------------------------------------------------------- chart
@@ -74,8 +90,9 @@ def sentence_relationship(table: pd.DataFrame, published: dict, res=None) -> str
     if res is not None:
         c = relationship_closeness(res, table)
         s += (f" Over the paper's five categories (appendix G names {', '.join(RELATIONSHIPS[k] for k in CLOSENESS_CODES)},"
-              f" codes {CLOSENESS_CODES[0]}-{CLOSENESS_CODES[-1]}), closeness and the categories' mean SyncR² correlate "
-              f"with {c.describe()}, one point per category.")
+              f" codes {CLOSENESS_CODES[0]}-{CLOSENESS_CODES[-1]}), closeness and the categories' SyncR² correlate "
+              f"with {c.describe()}, one point per category that every model pair has (its mean over the pairs' "
+              f"means){_within_text(res, table)}.")
     outside = sorted(set(table.loc[~table["code"].isin(CLOSENESS_CODES), "relationship"]))
     if outside:
         s += (f" {join_words(outside)} (Sotopia's code {', '.join(str(k) for k in RELATIONSHIPS if RELATIONSHIPS[k] in outside)}) "
@@ -92,9 +109,16 @@ def sentence_relationship(table: pd.DataFrame, published: dict, res=None) -> str
         per = table.groupby("pair")["n_test"].first()
         s += (f" Each value is SyncR² on a test subset of {join_words([f'{v:.0f} ({k})' for k, v in per.items()])} "
               "samples per relationship (every relationship subsampled to the smallest one's count; n counts "
-              "split seeds x subsamples x runs, which re-use the same dialogs). Chance is 0: a map no better "
-              "than predicting the partner's mean state.")
+              "split seeds x subsamples x runs, which re-use the same dialogs).")
     return s + paper_note(p, p["claim"])
+
+
+def _within_text(res, table=None) -> str:
+    """``"; within each pair: S-S r = -0.26 (n = 4), G-G ..."``."""
+    within = closeness_within_pairs(res, table)
+    if len(within) < 2:
+        return ""
+    return "; within each pair: " + ", ".join(f"{k} {c.describe()}" for k, c in within.items())
 
 
 # --------------------------------------------------------------------------- claim
@@ -112,8 +136,8 @@ def relationships(res, published: dict) -> Claim:
     others = {k: v for k, v in every.items() if k not in five}
     few = {k: v for k, v in scen.items() if v < 3}
     text = (f"{c.describe()} between closeness (the paper's five codes, strangers 0 to romantic 4) and the "
-            f"categories' mean SyncR², over the {c.n} of them this run has (the unit: a category's test "
-            f"subsets share its scenarios)")
+            f"categories' SyncR², over the {c.n} of them every model pair has, each the mean of the pairs' means "
+            f"(the unit: a category's test subsets share its scenarios){_within_text(res, t)}")
     if scen:
         text += "; scenarios per category: " + ", ".join(f"{k} {v}" for k, v in scen.items())
     if others:
@@ -124,9 +148,9 @@ def relationships(res, published: dict) -> Claim:
             f". Relationship is confounded with scenario: {', '.join(few)} come from fewer than 3 scenarios each."), m)
     if c.n < MIN_N_CORR + 2:
         return Claim("fig5", what, CANNOT, text + f". {c.n} categories are too few for a correlation.", m)
-    if c.ok and c.r > 0 and c.p < 0.05:
+    if c.ok and c.r > 0 and significant(c.p):
         return Claim("fig5", what, AGREES, text + ".", m)
-    return Claim("fig5", what, DIFFERS, text + ": no positive correlation at p < 0.05.", m)
+    return Claim("fig5", what, DIFFERS, text + ": no positive correlation at (Holm-adjusted) p < 0.05.", m)
 
 
 #: this page's claims of the paper: (function, data/published.json key)

@@ -20,7 +20,7 @@ from synclib import stats
 from synclib.analysis.results import ResultsError
 from synclib.figures.charts import need_columns, placeholder_if_empty, with_bounds
 from synclib.figures.report import paper_note, readable
-from synclib.figures.verdicts import AGREES, CANNOT, DIFFERS, Claim, pairs_text
+from synclib.figures.verdicts import AGREES, CANNOT, DIFFERS, Claim, pairs_text, significant
 from synclib.paths import display, in_repo
 from synclib.stats import correlations_by_group
 from synclib.stats import fmt as _f
@@ -197,7 +197,7 @@ def social(res, published: dict) -> Claim:
     text += f"; SyncR² against the judged social score over the pairs: {c.describe()}"
     if not c.ok:
         return Claim("fig6", what, CANNOT, text + ".")
-    return Claim("fig6", what, AGREES if c.r > 0 and c.p < 0.05 else DIFFERS, text + "; the partial correlations "
+    return Claim("fig6", what, AGREES if c.r > 0 and significant(c.p) else DIFFERS, text + "; the partial correlations "
                  "given ability are on the table 1 page.")
 
 

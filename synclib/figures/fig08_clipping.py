@@ -15,7 +15,7 @@ import pandas as pd
 
 from synclib.figures.charts import need_columns, placeholder_if_empty, with_bounds
 from synclib.figures.report import empty_note, paper_note
-from synclib.figures.verdicts import AGREES, CANNOT, DIFFERS, Claim
+from synclib.figures.verdicts import AGREES, CANNOT, DIFFERS, PARTLY, Claim
 from synclib.penalty import PAPER_ALPHA
 from synclib.stats import fmt as _f
 
@@ -117,6 +117,11 @@ def sentence_clipping(table: pd.DataFrame, published: dict, res=None) -> str:
 
 
 # --------------------------------------------------------------------------- claim
+#: ours: keeping negative R² "lowers" SyncR² at a penalty where the mean over pairs falls by more than this
+#: (SyncR²; below it the two differ by rounding)
+LOWERS_BY = 0.005
+
+
 def clipping(res, published: dict) -> Claim:
     """Figure 8: keeping negative R² lowers SyncR² and inflates its standard error."""
     what = "Keeping negative R² lowers SyncR² and inflates its standard error (appendix C.2, figure 8)"
@@ -132,13 +137,22 @@ def clipping(res, published: dict) -> Claim:
             f"{_f(s['clipped'])} to {_f(s['kept'])} and its standard error by a factor of {_f(s['se_ratio'], 1)} "
             "(median over pairs); no test: the unclipped value can never exceed the clipped one, so the size "
             "is the finding")
+    lowers = s["clipped"] - s["kept"] > LOWERS_BY
     own = t[t["penalty"] == "run"]
-    if len(own):
-        o = clipping_summary(own)
+    o = clipping_summary(own) if len(own) else None
+    if o is not None and np.isfinite(o["clipped"]):
         text += (f". At this run's own penalty ({res.penalty_label()}) the two are {_f(o['clipped'])} and "
-                 f"{_f(o['kept'])}")
-    verdict = AGREES if s["kept"] < s["clipped"] else DIFFERS
-    return Claim("fig8", what, verdict, text + ".")
+                 f"{_f(o['kept'])}, standard error x {_f(o['se_ratio'], 1)}")
+        own_lowers = o["clipped"] - o["kept"] > LOWERS_BY
+        if lowers and not own_lowers:
+            return Claim("fig8", what, PARTLY, text + f": the paper's effect holds at λ = {s['alpha']:g}, where the "
+                         "maps overfit, but not at the penalty the run chose by cross-validation (a fall of more "
+                         f"than {LOWERS_BY} SyncR² counts).")
+        if not lowers and own_lowers:
+            return Claim("fig8", what, PARTLY, text + f": the effect shows at this run's penalty only (a fall of "
+                         f"more than {LOWERS_BY} SyncR² counts).")
+    verdict = AGREES if lowers else DIFFERS
+    return Claim("fig8", what, verdict, text + f" (a fall of more than {LOWERS_BY} SyncR² counts).")
 
 
 #: this page's claims of the paper: (function, data/published.json key)

@@ -191,8 +191,11 @@ def claims_text(table: pd.DataFrame, curve: pd.DataFrame | None, sizes: dict, pu
         parts = [f"{r['control']} {_p(r['p_t'])}, detectable from about {_f(r['mde'])} ({int(r['n_pairs'])} values)"
                  for _, r in conservative.iterrows()]
         paras.append("The split seeds of a run re-split the same samples, so the per-seed values are not "
-                     "independent and the tests above overstate the evidence. With the split seeds averaged "
-                     "first (one value per ordered run and direction): " + "; ".join(parts) + ".")
+                     "independent: the plain paired t and sign-flip tests above overstate the evidence, which the "
+                     "corrected test allows for. Another way round it averages the split seeds first (one value per "
+                     "ordered run and direction) and runs the plain paired t-test on those few values: "
+                     + "; ".join(parts) + ". It is not the claims' test, and it is not more conservative: averaging "
+                     "the seeds also removes their noise, so its detectable difference can be the smaller one.")
 
     src = paper_difference_source or (
         "The paper prints no number for the genuine-passive difference (figure 4a is a bar chart "

@@ -34,7 +34,7 @@ from synclib.figures import claims
 from synclib.figures.charts import WRAPPED_LABEL, chart_png
 from synclib.figures.fig09_sample_size import dataset_sizes
 from synclib.figures.report import join_words, passive_share_value
-from synclib.figures.verdicts import CANNOT, PAPER_PAIRS, Claim, evaluate, test_link
+from synclib.figures.verdicts import CANNOT, PAPER_PAIRS, Claim, evaluate, n_claim_tests, test_link
 
 __all__ = ["PAPER_MODELS", "CONDITIONS", "overview_frame", "overview_chart", "overview_png",
            "paper_text", "scorecard_rows", "scorecard_table", "caveats", "overview_markdown", "main"]
@@ -312,7 +312,11 @@ def overview_markdown(res, published: dict, image: str = "_generated/overview.pn
              "**The paper's claims beside this run.** One row per claim: the paper's value where it prints one (else "
              "its statement), this run's number with the p that counts (the larger of two tests, described once on "
              f"the power page: {test_link('the test')}) and its 95 % interval over resampled episodes where it has "
-             "one. The verdict is the claim's own, worded in full under *This run* below and on the figure's page.",
+             f"one. A verdict that rests on a test reads its p after Holm's adjustment across the "
+             f"{n_claim_tests(evaluated)} claim tests of this table (given beside the p where it changes it), so that "
+             "the chance of any false finding among them stays at 5 %. The verdict is the claim's own, worded in "
+             "full under *This run* below and on the figure's page; *partly* means one part of the claim holds and "
+             "another does not.",
              "", scorecard_table(res, published, evaluated, pages)]
     return "\n".join(lines) + "\n"
 

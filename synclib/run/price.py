@@ -529,14 +529,14 @@ def assumptions(cfg: dict, ref: LoopRef) -> list[str]:
 def analysis_grids(cfg: dict) -> int:
     """Ridge grids (one direction, one split seed each) one analysis job fits, counted as the
     analysis' own progress bar counts them (:func:`synclib.analysis.core.analyze`): directions x
-    split seeds x (conditions (x2 with equal samples) + the paper's alpha beside a CV one +
+    split seeds x (conditions + both sides of each control's contrast + the paper's alpha beside a CV one +
     persona-disjoint + each sample size)."""
     ana, sim = cfg["analysis"], cfg["simulate"]
     conds = ["genuine", "shuffled"] + (["passive"] if sim["passive"] else []) \
         + (["pseudo"] if ana["pseudo_dyads"] else []) + [f"lag{int(k)}" for k in ana["lags"]]
     alpha = ana["alpha"]
     paper_alpha = alpha == "cv" or not (isinstance(alpha, (int, float)) and math.isclose(alpha, 0.1))
-    per = (len(conds) * (1 + bool(ana["equal_samples"])) + int(paper_alpha) + int(bool(ana["persona_disjoint"]))
+    per = (len(conds) + 2 * (len(conds) - 1) + int(paper_alpha) + int(bool(ana["persona_disjoint"]))
            + len(ana["sample_sizes"] or ()))
     return 2 * len(ana["split_seeds"]) * per
 

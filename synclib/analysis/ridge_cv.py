@@ -1,0 +1,299 @@
+"""The grouped cross-validation of ``alpha="cv"``: each source layer's penalty chosen on the
+training rows, whole groups (episodes) per fold, from a grid relative to the layer's scale
+(:data:`synclib.penalty.CV_GRID_RULE`).
+
+:mod:`synclib.analysis.ridge` calls it for one target set (:func:`synclib.analysis.ridge.r2_grid`)
+and for many at once (:func:`synclib.analysis.ridge.cv_penalties`: the surrogates).  Each fold's
+source side is diagonalised once (:func:`_fold_basis`); the whole grid then costs small quadratic
+forms per target set (:func:`_fold_score`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from synclib.splits import RidgeInputError, episode_folds
+
+__all__ = ["layer_scale", "CV_SET_BYTES", "CV_GRAM_BYTES"]
+
+
+def _test_weights(Yte: torch.Tensor):
+    """Columns constant on the test rows and the R^2 weights ``1/SStot`` (0 for constant ones).
+
+    Yte (n_test, ..., Dt) float64 -> const (..., Dt) bool, w (..., Dt) float64.
+    """
+    const = (Yte == Yte[:1]).all(0)
+    sstot = ((Yte - Yte.mean(0, keepdim=True)) ** 2).sum(0)
+    w = torch.where(const, torch.zeros_like(sstot), 1.0 / torch.where(const, torch.ones_like(sstot), sstot))
+    return const, w
+
+
+@dataclass
+class _Fold:
+    """Target-side data of one CV fold, restricted to the CV columns: the columns themselves
+    (``Yc``, ``E``, ``w``) or, in the Gram form (:func:`_grams`), their weighted products per
+    target layer (``G``, ``C``; ``Yc`` and ``E`` then None)."""
+    vmask: torch.Tensor   # (n_train,) bool, validation rows
+    Yc: torch.Tensor      # (n_fit, M_cv) float32, centred on the fold-train means
+    E: torch.Tensor       # (n_val, M_cv) float32
+    w: torch.Tensor       # (M_cv,) float32, 1/SStot on the validation rows (0: constant)
+    base: torch.Tensor    # (L_tgt,) sum_j w_j |e_j|^2 per target layer
+    nvar: torch.Tensor    # (L_tgt,) non-constant columns per target layer
+    G: torch.Tensor | None = None   # (L_tgt, n_fit * n_fit) float32, Yc_t diag(w_t) Yc_t'
+    C: torch.Tensor | None = None   # (L_tgt, n_val * n_fit) float32, E_t diag(w_t) Yc_t'
+
+
+def _make_fold(Y, ytr, vmask, cols, Lt) -> _Fold:
+    flat = Y.flatten(1)  # only the CV columns of the rows, not whole rows
+    Yf = flat[ytr[~vmask][:, None], cols[None, :]].double()
+    Yv = flat[ytr[vmask][:, None], cols[None, :]].double()
+    my = Yf.mean(0, keepdim=True)
+    const, w = _test_weights(Yv)
+    E = Yv - my
+    base = (w * (E ** 2).sum(0)).view(Lt, -1).sum(1)
+    return _Fold(vmask, (Yf - my).float(), E.float(), w.float(), base, (~const).view(Lt, -1).sum(1).double())
+
+
+@dataclass
+class _CV:
+    """What ``alpha="cv"`` needs for every source layer: the folds and the alpha grid."""
+    folds: list          # of _Fold
+    grid: torch.Tensor   # (n_alpha,) float64
+
+
+def _cv_setup(Y, ytr, groups, cv_alphas, cv_folds: int, cv_columns, cv_seed: int, device) -> _CV:
+    """Folds over whole ``groups`` of the training rows, restricted to the CV columns."""
+    grid = torch.as_tensor(np.asarray(cv_alphas, dtype=np.float64), device=device)
+    if grid.ndim != 1 or grid.numel() == 0 or bool((grid <= 0).any()):
+        raise RidgeInputError("cv_alphas must be a non-empty list of positive numbers")
+    n_tr = ytr.numel()
+    Lt, Dt = Y.shape[1], Y.shape[2]
+    g = np.arange(n_tr) if groups is None else np.asarray(groups)
+    if g.shape != (n_tr,):
+        raise RidgeInputError(f"groups must have one label per training sample ({n_tr}), got shape {g.shape}")
+    folds = episode_folds(g, cv_folds, seed=cv_seed)
+    rng = np.random.default_rng(cv_seed)
+    cols = (np.arange(Lt * Dt) if cv_columns is None or cv_columns >= Dt else
+            np.concatenate([t * Dt + np.sort(rng.choice(Dt, cv_columns, replace=False)) for t in range(Lt)]))
+    cols = torch.as_tensor(cols, device=device)
+    fold_data = []
+    for vm in folds:
+        vmask = torch.as_tensor(vm, device=device)
+        if int(vmask.sum()) < 2 or int((~vmask).sum()) < 3:
+            raise RidgeInputError(f"train: too few samples ({n_tr}) for {cv_folds} alpha='cv' folds")
+        fold_data.append(_make_fold(Y, ytr, vmask, cols, Lt))
+    return _CV(fold_data, grid)
+
+
+def _eigh(A: torch.Tensor):
+    """Symmetric eigendecomposition.  On CPU LAPACK's tridiagonalisation gains
+    little from threads and suffers badly when cores are shared, so it runs on
+    one thread there."""
+    if A.device.type != "cpu":
+        return torch.linalg.eigh(A)
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return torch.linalg.eigh(A)
+    finally:
+        torch.set_num_threads(n)
+
+
+def _fold_basis(Xtr_l: torch.Tensor, vmask: torch.Tensor) -> tuple:
+    """The source side of one CV fold, whatever its targets: the eigenvalues ``lam`` (r,) of the
+    fold's regularised system (primal ``Xc'Xc`` or dual ``Xc Xc'``), ``Q`` (n_val, r), and the
+    two factors that turn the fold's centred targets ``Yc`` into ``R = left @ (right @ Yc)``
+    (``right`` None in the dual form).  :func:`_cv_alpha` explains the algebra."""
+    Xf, Xv = Xtr_l[~vmask], Xtr_l[vmask]
+    mx = Xf.mean(0, keepdim=True)
+    Xc, Xt = Xf - mx, Xv - mx
+    n, d = Xc.shape
+    # eigendecompositions in float64; the products with the many target
+    # columns in float32 (the criterion only ranks alphas)
+    if d <= n:
+        lam, V = _eigh(Xc.T @ Xc)
+        return lam.clamp_min(0), (Xt @ V).float(), V.T.float(), Xc.T.float()
+    lam, U = _eigh(Xc @ Xc.T)
+    return lam.clamp_min(0), (Xt @ (Xc.T @ U)).float(), U.T.float(), None
+
+
+def _grams(folds: list) -> _Fold:
+    """Folds of several target sets over the same rows (:func:`_side_by_side`) in the Gram form:
+    per target layer ``t`` the weighted products ``G_t = Yc_t diag(w_t) Yc_t'`` (n_fit, n_fit;
+    kept as its upper triangle, the off-diagonal doubled) and ``C_t = E_t diag(w_t) Yc_t'``
+    (n_val, n_fit), which do not depend on the source layer (:func:`_gram_scores`); the sets'
+    layers one after the other."""
+    f0 = folds[0]
+    n, nv, Lt = f0.Yc.shape[0], f0.E.shape[0], f0.base.numel()
+    iu = torch.triu_indices(n, n, device=f0.Yc.device)
+    twice = torch.where(iu[0] == iu[1], 1.0, 2.0).to(f0.Yc.device)
+    G = torch.empty(len(folds) * Lt, iu.shape[1], dtype=torch.float32, device=f0.Yc.device)
+    C = torch.empty(len(folds) * Lt, nv * n, dtype=torch.float32, device=f0.Yc.device)
+    for i, f in enumerate(folds):
+        m = f.Yc.shape[1] // Lt
+        Y3 = f.Yc.view(n, Lt, m).permute(1, 2, 0)                             # (Lt, m, n)
+        w3 = f.w.view(Lt, 1, m)
+        Gi = torch.bmm(f.Yc.view(n, Lt, m).permute(1, 0, 2) * w3, Y3)         # (Lt, n, n)
+        G[i * Lt:(i + 1) * Lt] = Gi[:, iu[0], iu[1]] * twice
+        C[i * Lt:(i + 1) * Lt] = torch.bmm(f.E.view(nv, Lt, m).permute(1, 0, 2) * w3, Y3).reshape(Lt, -1)
+    cat = _side_by_side([_Fold(f.vmask, None, None, f.w, f.base, f.nvar) for f in folds])
+    return _Fold(f0.vmask, None, None, cat.w, cat.base, cat.nvar, G, C)
+
+
+def _gram_bytes(f: _Fold) -> int:
+    """Bytes of ``f``'s Gram form (:func:`_grams`)."""
+    n, nv = f.Yc.shape[0], f.E.shape[0]
+    return 4 * f.base.numel() * n * ((n + 1) // 2 + nv + 1)
+
+
+def _gram_factors(basis: tuple, alphas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The source side of the Gram form's criterion (:func:`_gram_scores`) for one fold's
+    ``basis`` (:func:`_fold_basis`): with ``R = L Yc`` and ``P_a = Q diag(d_a) L`` (n_val, n_fit),
+    the packed upper triangle of ``P_a' P_a`` (n_alpha, n_fit (n_fit + 1) / 2) and ``P_a``
+    itself (n_alpha, n_val n_fit), float32."""
+    lam, Q, left, right = basis
+    Dg = 1.0 / (lam[None, :] + alphas[:, None])                              # (n_alpha, r)
+    L = (left @ right if right is not None else left).double()              # (r, n_fit)
+    P = (Q.double()[None] * Dg[:, None, :]) @ L[None]                         # (n_alpha, n_val, n_fit)
+    n = L.shape[1]
+    iu = torch.triu_indices(n, n, device=P.device)
+    Z = (P.transpose(1, 2) @ P)[:, iu[0], iu[1]]
+    return Z.float(), P.float().reshape(len(alphas), -1)
+
+
+def _gram_scores(bases: list, f: _Fold, grids: list) -> torch.Tensor:
+    """One fold's validation criterion (L_src, n_alpha, L_tgt) in the Gram form (:func:`_grams`)
+    for every source layer at once (``bases``, ``grids``: one per source layer).
+
+    The squared norm of the weighted predictions of target layer ``t`` is ``<P_a' P_a, G_t>``
+    and the cross term with the validation targets ``<P_a, C_t>`` (:func:`_gram_factors`): two
+    (L_src n_alpha, .) x (., L_tgt) products that read the targets' Grams once for every source
+    layer (float32: the criterion only ranks alphas)."""
+    Zs, Ps = zip(*(_gram_factors(b, g) for b, g in zip(bases, grids)))
+    quad = (torch.cat(Zs) @ f.G.T).double()                                  # (L_src n_alpha, L_tgt)
+    cross = (torch.cat(Ps) @ f.C.T).double()
+    ss = f.base[None] - 2 * cross + quad
+    score = (f.nvar[None] - ss) / (f.w.numel() / f.base.numel())
+    return score.view(len(bases), -1, f.base.numel())
+
+
+#: target layers whose (r, r) products :func:`_fold_score` forms at once: small enough to stay in
+#: the cache until they are contracted (27x faster than forming them all, on 2 cores)
+SCORE_LAYERS = 64
+
+
+def _fold_score(basis: tuple, f: _Fold, alphas: torch.Tensor) -> torch.Tensor:
+    """One fold's validation criterion (n_alpha, L_tgt) of the targets of ``f`` for the source
+    side ``basis`` (:func:`_fold_basis`).
+
+    With ``d_a = 1/(lambda + a)`` and ``S_t = sum_j w_j R_j R_j'`` over target layer ``t``'s
+    columns, the squared norm of the weighted predictions is ``<Z_a, S_t>`` with
+    ``Z_a = (d_a d_a') * (Q'Q)``: one (n_alpha, r^2) x (r^2, L_tgt) product, the ``S_t`` formed
+    :data:`SCORE_LAYERS` at a time (float32: the criterion only ranks alphas; relative error ~1e-6)."""
+    lam, Q, left, right = basis
+    Dg = 1.0 / (lam[None, :] + alphas[:, None])                              # (n_alpha, r)
+    R = left @ (right @ f.Yc) if right is not None else left @ f.Yc   # (r, M)
+    Lt = f.base.numel()
+    r = R.shape[0]
+    Fk = ((Q.T @ f.E) * R * f.w).view(r, Lt, -1).sum(-1).T.double()          # (Lt, r)
+    Rw = (R * f.w.sqrt()).view(r, Lt, -1).permute(1, 0, 2)                    # (Lt, r, m)
+    Z = (Dg[:, :, None] * Dg[:, None, :] * (Q.T @ Q).double()).float().view(len(alphas), -1)
+    quad = torch.empty(len(alphas), Lt, dtype=torch.float32, device=R.device)  # (n_alpha, Lt): Dg_a' G_t Dg_a
+    for t0 in range(0, Lt, SCORE_LAYERS):
+        part = Rw[t0:t0 + SCORE_LAYERS]
+        S = torch.bmm(part, part.transpose(1, 2))                             # (t, r, r)
+        quad[:, t0:t0 + len(part)] = Z @ S.view(len(part), -1).T
+    ss = f.base[None] - 2 * Dg @ Fk.T + quad.double()
+    return (f.nvar[None] - ss) / (f.w.numel() / Lt)
+
+
+def _cv_alpha(Xtr_l: torch.Tensor, folds: list, alphas: torch.Tensor) -> tuple[int, torch.Tensor]:
+    """Pick alpha for one source layer by grouped CV on the training rows.
+
+    Each fold's fit is diagonalised once (primal ``Xc'Xc`` or dual ``Xc Xc'``
+    eigendecomposition, :func:`_fold_basis`), so the whole alpha grid costs only small
+    (r x r) quadratic forms: with ``Q = Xval V``, ``R = V' Xc' Yc`` and
+    ``d_a = 1/(lambda + a)`` the validation predictions are ``Q diag(d_a) R``.
+    The criterion is the fold-averaged validation R^2 (uniform over the CV
+    columns of a target layer), maximised over target layers (the quantity
+    SyncR^2 uses), then over alpha.
+
+    Xtr_l is (n_train, D) float64, alphas (n_alpha,).  Returns the index of the
+    chosen alpha and the (n_alpha, L_tgt) CV score.
+    """
+    score = 0.0
+    for f in folds:
+        score = score + _fold_score(_fold_basis(Xtr_l, f.vmask), f, alphas)
+    score = score / len(folds)
+    return int(score.max(1).values.argmax()), score
+
+
+def _set_chunks(fold_sets: list) -> list[tuple[int, list]]:
+    """Several target sets on the same training rows and folds (``fold_sets``: one list of
+    :class:`_Fold` per set, the folds in the same order with the same rows) as chunks of sets
+    scored together: ``(sets in the chunk, its folds)``, each fold the chunk's sets side by side
+    (:func:`_side_by_side`: the criterion is per target layer).  In the Gram form
+    (:func:`_grams`) when every set's fits within :data:`CV_GRAM_BYTES`, then as one chunk;
+    otherwise as many sets at a time as keep :func:`_fold_score`'s (r, columns) products within
+    :data:`CV_SET_BYTES`."""
+    if sum(_gram_bytes(f) for folds in fold_sets for f in folds) <= CV_GRAM_BYTES:
+        return [(len(fold_sets), [_grams([folds[i] for folds in fold_sets]) for i in range(len(fold_sets[0]))])]
+    f0 = fold_sets[0][0]
+    per_set = 12 * (f0.Yc.shape[0] + f0.E.shape[0]) * f0.Yc.shape[1]   # r <= the fold's rows
+    per_chunk = max(1, CV_SET_BYTES // max(1, per_set))
+    chunks = []
+    for c0 in range(0, len(fold_sets), per_chunk):
+        sets = fold_sets[c0:c0 + per_chunk]
+        chunks.append((len(sets), [_side_by_side([folds[i] for folds in sets]) for i in range(len(sets[0]))]))
+    return chunks
+
+
+def _cv_alpha_sets(Xtrs: list, chunks: list, grids: list) -> np.ndarray:
+    """:func:`_cv_alpha` for several target sets on the same training rows and folds (``chunks``:
+    :func:`_set_chunks`) and every source layer (``Xtrs``: per source layer its training rows
+    (n_train, D) float64; ``grids``: its alphas (n_alpha,)): each fold's source side is
+    diagonalised once for all the sets.  Returns the chosen alpha's index (L_src, T)."""
+    bases = [[_fold_basis(X, f.vmask) for f in chunks[0][1]] for X in Xtrs]   # (L_src, folds)
+    chosen = []
+    for n_sets, folds in chunks:
+        score = 0.0
+        for i, f in enumerate(folds):
+            layer_bases = [b[i] for b in bases]
+            score = score + (_gram_scores(layer_bases, f, grids) if f.G is not None else
+                             torch.stack([_fold_score(b, f, g) for b, g in zip(layer_bases, grids)]))
+        per_set = score.view(len(Xtrs), score.shape[1], n_sets, -1)          # (L_src, n_alpha, T, Lt)
+        chosen.append(per_set.max(3).values.argmax(1).cpu().numpy())        # (L_src, T)
+    return np.concatenate(chosen, axis=1)
+
+
+#: bytes the CV of several target sets at once may take for its (r, columns) products
+CV_SET_BYTES = 1 << 28
+#: bytes the Gram form of every target set's folds may take (:func:`_set_chunks`): below it the
+#: CV of the default run's 100 target sets is ~4x faster (n_fit ~ 110, 32 columns a layer)
+CV_GRAM_BYTES = 1 << 30
+
+
+def _side_by_side(folds: list) -> _Fold:
+    """Folds of several target sets over the same rows as one fold whose target layers are the
+    sets' layers one after the other."""
+    if len(folds) == 1:
+        return folds[0]
+    if folds[0].Yc is None:
+        return _Fold(folds[0].vmask, None, None, torch.cat([f.w for f in folds]), torch.cat([f.base for f in folds]),
+                     torch.cat([f.nvar for f in folds]))
+    return _Fold(folds[0].vmask, torch.cat([f.Yc for f in folds], 1), torch.cat([f.E for f in folds], 1),
+                 torch.cat([f.w for f in folds]), torch.cat([f.base for f in folds]),
+                 torch.cat([f.nvar for f in folds]))
+
+
+def layer_scale(Xtr_l: torch.Tensor) -> float:
+    """The scale of one source layer's training inputs (n_train, D): the mean non-zero
+    eigenvalue of ``Xc'Xc`` (``Xc`` the centred rows), ``trace / min(n_train - 1, D)``; the
+    penalties ``alpha="cv"`` searches are multiples of it (:data:`CV_GRID_RULE`).  1 for
+    constant inputs."""
+    Xc = Xtr_l - Xtr_l.mean(0, keepdim=True)
+    trace = float((Xc * Xc).sum())
+    rank = max(1, min(Xtr_l.shape[0] - 1, Xtr_l.shape[1]))
+    return trace / rank if trace > 0 else 1.0
