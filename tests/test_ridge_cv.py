@@ -10,7 +10,7 @@ import torch
 from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 
-from synclib.analysis.ridge_cv import _cv_alpha, _cv_setup, _fold_basis, _gram_scores, _grams
+from synclib.analysis.ridge_cv import _cv_alpha, _cv_setup, _fold_basis, _gram_pays, _gram_scores, _grams
 
 
 @pytest.mark.parametrize("n, D", [(180, 12), (90, 140)])  # primal, dual
@@ -39,3 +39,17 @@ def test_cv_scores_equal_brute_force(n, D):
     gram = sum(_gram_scores([_fold_basis(Xt, f.vmask)], _grams([f]), [cvd.grid])[0] for f in cvd.folds)
     np.testing.assert_allclose(gram.numpy() / len(cvd.folds), want, atol=2e-4)
     assert np.ptp(want) > 0.1  # the grid matters: the test would see a wrong quadratic term
+
+
+def test_the_cheaper_form_is_chosen():
+    """The Gram form for the models' wide states (the default run: rank ~ rows), the column form for
+    narrow ones (the power page's synthetic states, 8 wide: rank << rows), where the Gram form's
+    n_fit^2 work per target layer was 16x slower."""
+    def fold(n, nv, Lt, m):
+        cvd = _cv_setup(torch.zeros(n + nv, Lt, m) + torch.randn(n + nv, Lt, m), torch.arange(n + nv),
+                        np.arange(n + nv) // 3, (1.0, 10.0), 3, None, 0, torch.device("cpu"))
+        return cvd.folds[0]
+    wide = fold(168, 0, 30, 32)
+    assert _gram_pays(wide, 576, 100, 13) and _gram_pays(wide, 576, 1, 13)
+    narrow = fold(195, 0, 3, 8)
+    assert not _gram_pays(narrow, 8, 1, 13)

@@ -410,7 +410,7 @@ def cv_penalties(X, Y, x_train, y_trains, penalty: Penalty, groups, *,
     if any(y.numel() != xtr.numel() for y in ytrs):
         raise RidgeInputError("y_trains: each set needs one training row of Y per row of x_train")
     cvs = [_cv_setup(Y, y, groups, penalty.alphas, penalty.folds, penalty.columns, penalty.seed, device) for y in ytrs]
-    base_grid, chunks = cvs[0].grid, _set_chunks([c.folds for c in cvs])
+    base_grid, chunks = cvs[0].grid, _set_chunks([c.folds for c in cvs], X.shape[2], cvs[0].grid.numel())
     del cvs
     Xtrs = []
     for l in range(X.shape[1]):
@@ -594,7 +594,7 @@ def _alpha_chooser(penalty: Penalty, X, xtr, Y, ytr, device, groups) -> Callable
             Xtrs.append(X[xtr, l].double())
             _check_finite(Xtrs[-1], "X", l)
         grids = [cvd.grid * layer_scale(Xtr_l) for Xtr_l in Xtrs]
-        chosen = _cv_alpha_sets(Xtrs, _set_chunks([cvd.folds]), grids)[:, 0]
+        chosen = _cv_alpha_sets(Xtrs, _set_chunks([cvd.folds], X.shape[2], cvd.grid.numel()), grids)[:, 0]
         fixed = np.array([float(g[c]) for g, c in zip(grids, chosen)])
         del cvd, Xtrs
     else:

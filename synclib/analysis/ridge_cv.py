@@ -230,15 +230,31 @@ def _cv_alpha(Xtr_l: torch.Tensor, folds: list, alphas: torch.Tensor) -> tuple[i
     return int(score.max(1).values.argmax()), score
 
 
-def _set_chunks(fold_sets: list) -> list[tuple[int, list]]:
+def _gram_pays(f: _Fold, width: int, n_sets: int, n_alpha: int) -> bool:
+    """Whether the Gram form scores the fold ``f`` of ``n_sets`` target sets in fewer flops than the
+    column form, for source layers ``width`` wide: the Gram form costs ~ n_alpha n_fit (n_fit / 2 +
+    n_val) per target layer, plus its source-side factors ~ n_alpha n_fit n_val (r + n_fit) shared by
+    the sets; the column form ~ columns r (n_fit + r + n_val) + n_alpha r^2 per target layer, with
+    r = min(n_fit, width).  The Gram form wins when the fold's rank is near its rows (wide states,
+    the models'); the column form when the states are narrow (r << n_fit)."""
+    n, nv, Lt, M = f.Yc.shape[0], f.E.shape[0], f.base.numel(), f.Yc.shape[1]
+    r = min(n, width)
+    gram = n_alpha * Lt * n * (n / 2 + nv) + n_alpha * n * nv * (r + n) / max(1, n_sets)
+    columns = M * r * (n + r + nv) + n_alpha * r * r * Lt
+    return gram < columns
+
+
+def _set_chunks(fold_sets: list, width: int, n_alpha: int) -> list[tuple[int, list]]:
     """Several target sets on the same training rows and folds (``fold_sets``: one list of
     :class:`_Fold` per set, the folds in the same order with the same rows) as chunks of sets
     scored together: ``(sets in the chunk, its folds)``, each fold the chunk's sets side by side
     (:func:`_side_by_side`: the criterion is per target layer).  In the Gram form
-    (:func:`_grams`) when every set's fits within :data:`CV_GRAM_BYTES`, then as one chunk;
+    (:func:`_grams`) where it takes fewer flops (:func:`_gram_pays`, source layers ``width`` wide,
+    ``n_alpha`` penalties) and every set's fits within :data:`CV_GRAM_BYTES`, then as one chunk;
     otherwise as many sets at a time as keep :func:`_fold_score`'s (r, columns) products within
     :data:`CV_SET_BYTES`."""
-    if sum(_gram_bytes(f) for folds in fold_sets for f in folds) <= CV_GRAM_BYTES:
+    if (_gram_pays(fold_sets[0][0], width, len(fold_sets), n_alpha)
+            and sum(_gram_bytes(f) for folds in fold_sets for f in folds) <= CV_GRAM_BYTES):
         return [(len(fold_sets), [_grams([folds[i] for folds in fold_sets]) for i in range(len(fold_sets[0]))])]
     f0 = fold_sets[0][0]
     per_set = 12 * (f0.Yc.shape[0] + f0.E.shape[0]) * f0.Yc.shape[1]   # r <= the fold's rows

@@ -45,12 +45,17 @@ SURROGATE_RULE = (
     "surrogate is fitted as well as genuine is; rows whose partner lacks the round are left out of every "
     "surrogate and of sync_r2_surrogate_genuine, the genuine targets scored on the same rows in the same batch "
     "by the same rule. "
-    "Scores aggregate over split seeds as sync_r2; surrogate_gap_boot is sync_r2_surrogate_genuine minus the "
+    "The surrogates and genuine on their rows are fitted on the first SURROGATE_SPLITS split seeds (the "
+    "reference's three, 0, 1, 2, where the run has them) and aggregate over them as sync_r2; surrogate_gap_boot is sync_r2_surrogate_genuine minus the "
     "surrogates' mean on each resample of whole episodes (boot_rule).")
 
 
 #: seed of the partners drawn once a dialog's candidates are used up (:data:`SURROGATE_RULE`)
 PARTNER_SEED = 0
+#: split seeds the surrogate test fits, the run's first ones: the reference's three.  Genuine and its 99
+#: surrogates are compared on the same seeds, so fewer seeds only widen both alike; the paired tests of
+#: the controls use every split seed
+SURROGATE_SPLITS = 3
 
 
 def _episode_keys(cube) -> tuple[np.ndarray, np.ndarray]:
@@ -224,7 +229,8 @@ def surrogate_block(ctx: Context, genuine: GenuineFits, n: int, counts=None) -> 
         of samples whose partner dialog shares the persona pair / the scenario),
         ``n_train_surrogate``, ``n_test_surrogate`` (direction, split_seed), ``alpha_surrogate``
         (direction, split_seed, target_set, src_layer: the penalties, set 0 the genuine targets
-        on the same rows, set ``m + 1`` surrogate ``m``; NaN past a model's layers); with ``counts``,
+        on the same rows, set ``m + 1`` surrogate ``m``; NaN past a model's layers), the split seeds past
+        the first :data:`SURROGATE_SPLITS` left 0 and NaN (not fitted); with ``counts``,
         ``surrogate_gap_boot`` (direction, boot); attribute ``surrogate_rule``.
     """
     D, S = len(ctx.directions), len(ctx.split_seeds)
@@ -245,7 +251,7 @@ def surrogate_block(ctx: Context, genuine: GenuineFits, n: int, counts=None) -> 
             continue
         same_p[di], same_s[di] = share["same_personas"], share["same_scenario"]
         grids, losses = [], []
-        for si, seed in enumerate(ctx.split_seeds):
+        for si, seed in enumerate(ctx.split_seeds[:SURROGATE_SPLITS]):
             fit = genuine.fits.get((d, seed))
             if fit is None or not np.isfinite(fit.alpha).all():
                 continue
