@@ -284,6 +284,7 @@ def _curve_sentence(curve: pd.DataFrame, sizes: dict, passive_row, paper_differe
     dims = sizes.get("dims") or []
     s += (" The synthetic states are tiny"
           + (f" (width {st.get('dim', '?')}, against {', '.join(map(str, dims))} in this run)" if dims else "")
-          + ": a ridge map over wider states needs more samples, so for the real models these differences are a "
-          "lower bound, and the synthetic noise is not the models' noise.")
+          + ", and their noise is not the models' (nor is their spread the run's), so the curve shows how the test "
+          "behaves at this design, not which differences this run detects: that is the detectable difference above, "
+          "from the run's own paired values.")
     return s

@@ -25,8 +25,8 @@ from synclib.stats import fmt as _f
 from synclib.stats import p_clause as _p
 
 __all__ = ["Claim", "Measure", "VERDICTS", "TEST_LABEL", "test_link", "p_test", "AGREES", "PARTLY", "DIFFERS",
-           "CANNOT", "LEVEL", "adjusted", "significant", "PAPER_PAIRS", "EQUIVALENCE_MARGIN", "who", "tiny", "pairs_text", "setting_claim", "evaluate", "holm_table",
-           "n_claim_tests", "page_lines"]
+           "CANNOT", "LEVEL", "adjusted", "significant", "PAPER_PAIRS", "EQUIVALENCE_MARGIN", "who", "tiny",
+           "pairs_text", "setting_claim", "evaluate", "holm_table", "n_claim_tests", "page_lines"]
 
 #: what a run can find about a claim of the paper ("partly": one part of the claim holds, another not)
 AGREES, PARTLY, DIFFERS, CANNOT = "agrees", "partly", "differs", "cannot test"
