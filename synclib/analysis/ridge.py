@@ -581,24 +581,13 @@ def relative_alphas(X, train, alphas) -> np.ndarray:
 
 
 def _alpha_chooser(penalty: Penalty, X, xtr, Y, ytr, device, groups) -> Callable:
-    """``alpha_of(Xtr_l, l)``: the penalty of source layer ``l`` (fixed, or chosen by
-    grouped CV over ``groups`` on the training rows from ``penalty.alphas`` times the layer's
-    scale, :func:`_cv_alpha` and :func:`layer_scale`: every source layer at once,
-    :func:`_cv_alpha_sets`, the criterion's target side formed once)."""
-    Ls = X.shape[1]
+    """``alpha_of(Xtr_l, l)``: the penalty of source layer ``l``, fixed, or chosen for every source
+    layer at once by :func:`cv_penalties` (grouped CV over ``groups`` on the training rows, from
+    ``penalty.alphas`` times the layer's scale)."""
     if penalty.cv:
-        p = penalty
-        cvd = _cv_setup(Y, ytr, groups, p.alphas, p.folds, p.columns, p.seed, device)
-        Xtrs = []
-        for l in range(Ls):
-            Xtrs.append(X[xtr, l].double())
-            _check_finite(Xtrs[-1], "X", l)
-        grids = [cvd.grid * layer_scale(Xtr_l) for Xtr_l in Xtrs]
-        chosen = _cv_alpha_sets(Xtrs, _set_chunks([cvd.folds], X.shape[2], cvd.grid.numel()), grids)[:, 0]
-        fixed = np.array([float(g[c]) for g, c in zip(grids, chosen)])
-        del cvd, Xtrs
+        fixed = cv_penalties(X, Y, xtr, [ytr], penalty, groups, compute=ComputeOptions(device=str(device)))[0]
     else:
-        fixed = _layer_alphas(penalty.alpha, Ls)
+        fixed = _layer_alphas(penalty.alpha, X.shape[1])
     return lambda Xtr_l, l: float(fixed[l])
 
 
