@@ -288,6 +288,9 @@ KEYS: tuple[Key, ...] = (
     _k("analysis.surrogates", 99, integer(0), "surrogate partners per dialog (ours): genuine SyncR² against the "
        "distribution of dialogs that never met, each surrogate with its own penalty by the analysis' rule "
        "(synclib.analysis.surrogates); 99 lets the rank test reach p = 1/100 = 0.01; 0: none", "analyze"),
+    _k("analysis.planted", 40, integer(0), "replicates of the power page's planted differences (ours): genuine "
+       "against controls with a share of their targets from a surrogate partner, on re-splits of the run "
+       "(synclib.analysis.planted); 0: none", "analyze"),
     _k("analysis.sample_sizes", None, optional(int_list(2)), "appendix D sample sizes (fig 9)", "analyze"),
     _k("analysis.persona_disjoint", True, BOOL, "table 2", "analyze"),
     _k("analysis.relationship", True, BOOL, "fig 5 (appendix G)", "analyze"),

@@ -1,5 +1,5 @@
-"""synclib.analysis.power (paired control tests, minimum detectable differences), synclib.analysis.recovery
-(synthetic recovery) and the pages' tables and sentences of the tests (synclib.figures.power,
+"""synclib.analysis.power (paired control tests, minimum detectable differences, the planted differences'
+power curve), synclib.analysis.planted and the pages' tables and sentences of the tests (synclib.figures.power,
 synclib.figures.fig03_04_controls)."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from synclib.analysis import power, recovery, results
+from synclib.analysis import power, results
 from synclib.analysis.synthetic import SYNTHETIC_PAIRS, build_synthetic_results
 from synclib.figures import fig03_04_controls
 from synclib.figures import power as power_page
@@ -131,12 +131,11 @@ def small_results(tmp_path_factory):
     """Two ordered runs (the cross pair in both orders), 48 episodes (enough for every condition
     at lag 2's count to leave 0), only the conditions block (genuine, passive, shuffled, pseudo,
     lag1, lag2): a few seconds, not minutes."""
-    with recovery._one_torch_thread():
-        root = build_synthetic_results(
-            tmp_path_factory.mktemp("power") / "results", pairs=SYNTHETIC_PAIRS[1:3], n_episodes=48,
-            cube_kwargs={"tom": False},
-            analyze_kwargs={"persona_disjoint": False, "relationship": False, "sample_sizes": None,
-                            "nonlinear": False, "tom": False})
+    root = build_synthetic_results(
+        tmp_path_factory.mktemp("power") / "results", pairs=SYNTHETIC_PAIRS[1:3], n_episodes=48,
+        cube_kwargs={"tom": False},
+        analyze_kwargs={"persona_disjoint": False, "relationship": False, "sample_sizes": None,
+                        "nonlinear": False, "tom": False})
     return results.load_results(root)
 
 
@@ -297,59 +296,3 @@ def test_sentences_follow_the_numbers():
     assert "no control" in power_page.claims_text(noisy.iloc[:0], None, sizes, published, 0.1)
 
 
-# --------------------------------------------------------------------------- synthetic recovery
-def test_recovery_rises_with_sample_size():
-    curve = recovery.recovery_curve([24, 320], None, n_reps=4, n_runs=2, split_seeds=(0, 1), coupling=0.5)
-    assert list(curve.columns) == recovery.RECOVERY_COLUMNS
-    assert list(curve["n_samples"]) == [24, 320]
-    assert (curve["n_pairs"] == 2 * 2 * 2).all()
-    small, large = curve.iloc[0], curve.iloc[1]
-    assert large["rate"] > small["rate"] and large["rate"] == 1.0
-    assert large["mean_diff"] > small["mean_diff"] >= 0  # the measured difference, not the knob
-    assert small["n_train"] < large["n_train"] <= 0.85 * 320
-    assert recovery.detection_size(curve) == 320
-    # deterministic
-    again = recovery.recovery_curve([24, 320], None, n_reps=4, n_runs=2, split_seeds=(0, 1), coupling=0.5)
-    pd.testing.assert_frame_equal(curve, again)
-    rate, diff = recovery.curve_frames(curve)
-    assert set(rate.columns) == {"n_samples", "series", "mean", "se"} and len(diff) == 2 * len(curve)
-
-
-def test_planting_a_difference_calibrates_the_coupling():
-    c1, d1 = recovery.coupling_for_difference(0.05, calibration_samples=400)
-    c2, d2 = recovery.coupling_for_difference(0.1, calibration_samples=400)
-    assert 0 < c1 < c2 < 0.7 and d1 == pytest.approx(0.05) and d2 == pytest.approx(0.1)
-    with pytest.raises(ValueError, match="cannot be planted"):
-        recovery.coupling_for_difference(0.9, calibration_samples=400)
-    curve = recovery.recovery_curve([320], 0.1, n_reps=2, n_runs=2, split_seeds=(0,),
-                                    setting=recovery.SyntheticSetting(calibration_samples=400))
-    assert curve["coupling"].iloc[0] == pytest.approx(c2)
-    assert curve["calibrated_diff"].iloc[0] == pytest.approx(0.1)
-    # measured at 320 samples per dataset, near (a little below) the planted difference
-    assert 0.03 < curve["mean_diff"].iloc[0] < 0.2
-
-
-def test_detection_size_and_simulation_sizes():
-    c = pd.DataFrame({"n_samples": [10, 20, 40, 80], "rate": [0.9, 0.5, 0.85, 1.0]})
-    assert recovery.detection_size(c) == 40  # stays above 0.8 from 40 on
-    assert recovery.detection_size(c.assign(rate=[0.1, 0.2, 0.3, 0.5])) is None
-    assert recovery.simulation_sizes(72) == [36, 72, 144, 288]
-    assert recovery.simulation_sizes(np.nan) == [20, 40, 80, 160]
-
-
-def test_power_curve_spans_the_range_with_the_corrected_test():
-    """At one size, planted differences from one the corrected test never finds to one it always
-    finds; the detectable difference is read from the curve."""
-    pc = recovery.power_curve(120, couplings=(0.1, 0.3, 0.6), n_reps=4, n_runs=2, split_seeds=(0, 1, 2),
-                              calibration_samples=400)
-    assert list(pc["coupling"]) == [0.1, 0.3, 0.6] and (pc["n_samples"] == 120).all()
-    assert pc["planted"].is_monotonic_increasing and pc.attrs["setting"]["test"] == "corrected"
-    assert pc["rate"].iloc[0] == 0.0 and pc["rate"].iloc[-1] == 1.0
-    assert recovery.detection_size(pc, by="planted") in set(pc["planted"])
-    sizes = {"n_samples": 120.0, "n_train": 96.0, "n_runs": 2}
-    text = power_page._curve_sentence(pc, sizes, None, 0.1)
-    assert "corrected resampled t-test" in text and "recovered at least 80 % of the time" in text
-    # the plain paired t-test, which ignores that the split seeds re-split the same samples, finds more
-    plain = recovery.recovery_curve([120], None, n_reps=4, n_runs=2, split_seeds=(0, 1, 2), coupling=0.3,
-                                    criterion=recovery.RecoveryTest(test="t"))
-    assert plain["mean_mde"].iloc[0] < pc["mean_mde"].iloc[1]

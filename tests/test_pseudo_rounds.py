@@ -110,6 +110,7 @@ def test_a_rounds_r2_is_its_mse_over_the_test_sets_variance_and_they_average_to_
     rnd = np.arange(20) % 3
     fit = r2_grid(X, Y, tr, te, 2.0, test_groups=rnd)
     r2, (labels, loss, sizes) = fit.r2, (fit.test_loss.labels, fit.test_loss.loss, fit.test_loss.sizes)
+    np.testing.assert_array_equal(labels, np.arange(3))
     yt = Y[te, 0]
     for r in range(3):
         m = rnd == r

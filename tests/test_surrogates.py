@@ -31,6 +31,7 @@ def test_r2_grid_targets_equals_one_fit_per_target_set(monkeypatch):
     r2, (labels, loss, sizes) = fit.r2, (fit.test_loss.labels, fit.test_loss.loss, fit.test_loss.sizes)
     assert len(solves) == X.shape[1]  # one factorisation per source layer, whatever the number of sets
     assert r2.shape == (3, 3, 2) and loss.shape == (3, 6, 3, 2)
+    np.testing.assert_array_equal(labels, np.arange(6))
     for t, (ytr, yte) in enumerate(sets):
         one = ridge.r2_grid(X, Y, (xtr, ytr), (xte, yte), alphas, test_groups=groups)
         ref, ref_loss, ref_sizes = one.r2, one.test_loss.loss, one.test_loss.sizes

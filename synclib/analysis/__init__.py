@@ -38,8 +38,8 @@ Modules
 ``core``     :func:`analyze`: runs the blocks, merges their Datasets
 ``ridge``    ridge maps and their R² grids: ridge_solve, r2_grid (GridFit), the CV penalty's solver
 ``tom``      Theory-of-Mind probes (appendix J): tom_decode, tom_dataset, kl_divergence
-``power``    paired tests of the controls and settings, detectable sizes, surrogate_test
-``recovery`` how often the analysis recovers a planted difference (synthetic cubes)
+``power``    paired tests of the controls and settings, detectable sizes, surrogate_test, planted_power
+``planted``  differences planted in a run's own states, on re-splits (the power page's curve)
 ``sizing``   a run's training samples per dataset against the measured sample curves (numpy only)
 ``results``  load_results -> Results: a results directory's analyses and judge tables, looked up
 ``synthetic`` synthetic cubes and results directories (test fixtures)

@@ -13,6 +13,7 @@ from synclib.analysis.blocks import (AGGREGATION, PERSONA_SPLIT_RULE, RELATIONSH
                                      SPLIT_RULE, episode_draws, own_splits, conditions_block, nonlinear_block, paper_alpha_block, persona_block,
                                      relationship_block, sample_size_block, tom_block)
 from synclib.analysis.context import Context
+from synclib.analysis.planted import planted_block
 from synclib.analysis.samples import AnalysisError, HiddenCache, build_dataset
 from synclib.analysis.settings import AnalysisSettings
 from synclib.analysis.surrogates import surrogate_block
@@ -119,6 +120,8 @@ def analyze(cube, settings: AnalysisSettings | None = None, *, progress: bool = 
     if st.surrogates:
         counts = episode_draws(cube.sizes["episode"], ctx.n_boot) if ctx.n_boot else None
         blocks.append(surrogate_block(ctx, main.genuine, st.surrogates, counts))
+    if st.planted:
+        blocks.append(planted_block(ctx, main.genuine, st.planted))
     if st.relationship:
         blocks.append(relationship_block(ctx, main.genuine, st.relationship_seeds, st.relationship_min))
     if st.nonlinear:

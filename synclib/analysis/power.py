@@ -21,9 +21,12 @@ numbers that can:
 * :func:`paired_tests_by_run` (the tests per ordered run) and :func:`run_sample_sizes` (how
   many samples the run's datasets have).
 
-Two modules build on these numbers: :mod:`synclib.analysis.recovery` (how often the analysis recovers
-a planted difference, per sample size, on synthetic cubes) and :mod:`synclib.figures.power_text`
-(the tests' tables for display and the power page's generated argument).
+* :func:`planted_power`: the power curve of the claims' corrected test on differences planted
+  in the run's own states (``planted_sync_r2``, :mod:`synclib.analysis.planted`), and
+  :func:`detection_size`, where that curve reaches 80 %.
+
+:mod:`synclib.figures.power_text` and :mod:`synclib.figures.power` turn these numbers into the
+tests' tables and the power page's generated argument.
 
 Independence caveat
 -------------------
@@ -53,8 +56,10 @@ __all__ = [
     "TABLE_COLUMNS",
     "TWO_TESTS",
     "UNITS",
+    "PLANTED_COLUMNS",
     "corrected_resampled_test",
     "conservative_p",
+    "detection_size",
     "episode_interval",
     "episode_test",
     "mde_paired",
@@ -63,6 +68,7 @@ __all__ = [
     "paired_test",
     "paired_tests_by_run",
     "paired_values",
+    "planted_power",
     "reported_difference",
     "run_sample_sizes",
     "setting_test",
@@ -481,9 +487,10 @@ def episode_test(results, control: str, runs=None) -> dict:
     return out
 
 
-def episode_interval(results, condition: str = "genuine") -> dict:
-    """The reported SyncR² of ``condition`` (mean over runs and directions) with its interval over
-    resamples of whole episodes (``sync_r2_boot``; :func:`episode_test` for the rule).
+def episode_interval(results, condition: str = "genuine", runs=None) -> dict:
+    """The reported SyncR² of ``condition`` (mean over the ordered runs, or those in ``runs``, and
+    directions) with its interval over resamples of whole episodes (``sync_r2_boot``; :func:`episode_test`
+    for the rule).
 
     Returns
     -------
@@ -492,7 +499,7 @@ def episode_interval(results, condition: str = "genuine") -> dict:
         ``(1 + #{s_b <= 0}) / (1 + B)``: that SyncR² is 0, no synchrony), ``n_boot``,
         ``n_episodes``; NaN where no run has the resamples.
     """
-    v, b, n_ep = _pooled(results, _condition(condition))
+    v, b, n_ep = _pooled(results, _condition(condition), runs)
     out = {"value": math.nan, "ci_lo": math.nan, "ci_hi": math.nan, "p_zero": math.nan, "n_boot": 0,
            "n_episodes": n_ep}
     if b.size:
@@ -813,6 +820,103 @@ def run_sample_sizes(results, condition: str = "genuine") -> dict:
             "split_seeds": int(first.sizes.get("split_seed", 0)), "n_runs": len(results.runs),
             "directions": int(first.sizes.get("direction", 0)), "dims": sorted(dims),
             "alpha": _ridge_alpha(first.attrs)}
+
+
+#: columns of :func:`planted_power`
+PLANTED_COLUMNS = ["share", "planted", "planted_se", "n_reps", "detected", "rate", "rate_se", "n_pairs",
+                   "sd_diff", "mde"]
+
+
+def planted_power(results, runs=None, level: float = 0.05) -> pd.DataFrame:
+    """How often the claims' corrected test finds a difference planted in the run's own states.
+
+    Per replicate of :mod:`synclib.analysis.planted` (a re-split of every ordered run, replicate
+    ``r`` of each run pooled), the paired differences genuine minus a planted control, over
+    ordered runs x directions x split seeds, get :func:`corrected_resampled_test` (the test
+    of the claims' paired comparisons) at the replicates' mean ``n_test / n_train``; a replicate
+    *detects* the difference when ``p < level`` and the mean difference is above 0.
+
+    Parameters
+    ----------
+    results : synclib.analysis.results.Results
+    runs : names of the ordered runs to pool (default: all that have ``planted_sync_r2`` with the
+        first such run's shares).
+    level : float
+
+    Returns
+    -------
+    DataFrame
+        One row per planted share > 0, columns :data:`PLANTED_COLUMNS`: ``planted`` (the
+        difference, mean over replicates of each replicate's mean paired difference: what the
+        method measures at this run's size), ``planted_se`` (its SE over replicates),
+        ``n_reps``, ``detected``, ``rate`` (``detected / n_reps``), ``rate_se`` (binomial),
+        ``n_pairs`` (paired values per replicate), ``sd_diff`` (mean over replicates of the
+        paired differences' sd), ``mde`` (mean over replicates of the corrected test's
+        detectable difference).  Empty without planted replicates.  ``attrs``: ``runs``,
+        ``test_train_ratio``, ``layers`` (per run, the layers of model A and of model B fitted).
+    """
+    names = [r.name for r in results.runs] if runs is None else list(runs)
+    parts, ratios, layers, shares = [], [], {}, None
+    for name in names:
+        ds = results.analysis(name)
+        if "planted_sync_r2" not in ds or not ds.sizes.get("replicate"):
+            continue
+        v = ds["planted_sync_r2"].transpose("direction", "replicate", "split_seed", "share")
+        if shares is None:
+            shares = v["share"].to_numpy().astype(float)
+        elif not np.array_equal(v["share"].to_numpy().astype(float), shares):
+            continue
+        parts.append(v.to_numpy().astype(float))
+        ntr, nte = (ds[k].to_numpy().astype(float).ravel() for k in ("n_train_planted", "n_test_planted"))
+        ratios += list(nte[ntr > 0] / ntr[ntr > 0])
+        layers[name] = (str(ds.attrs.get("planted_layers_a", "")), str(ds.attrs.get("planted_layers_b", "")))
+    out = pd.DataFrame(columns=PLANTED_COLUMNS)
+    if not parts or shares is None or 0.0 not in shares:
+        return out
+    n_reps = min(p.shape[1] for p in parts)
+    # (replicate, pairs, share): every run's directions x split seeds pooled per replicate
+    pooled = np.concatenate([np.moveaxis(p[:, :n_reps], 1, 0).reshape(n_reps, -1, len(shares)) for p in parts], axis=1)
+    base = pooled[..., list(shares).index(0.0)]
+    ratio = float(np.mean(ratios)) if ratios else math.nan
+    rows = []
+    for k, f in enumerate(shares):
+        if f <= 0:
+            continue
+        tests = [corrected_resampled_test(base[r] - pooled[r, :, k], ratio) for r in range(n_reps)]
+        means = np.array([t["mean"] for t in tests], dtype=float)
+        hits = [bool(np.isfinite(t["p"]) and t["p"] < level and t["mean"] > 0) for t in tests]
+        sds = [np.std(d[np.isfinite(d)], ddof=1) if np.isfinite(d).sum() > 1 else math.nan
+               for d in (base[r] - pooled[r, :, k] for r in range(n_reps))]
+        rate = float(np.mean(hits))
+        ok = np.isfinite(means)
+        rows.append({"share": float(f), "planted": _finite_mean(means),
+                     "planted_se": float(means[ok].std(ddof=1) / math.sqrt(ok.sum())) if ok.sum() > 1 else math.nan,
+                     "n_reps": n_reps, "detected": int(sum(hits)), "rate": rate,
+                     "rate_se": math.sqrt(rate * (1 - rate) / n_reps),
+                     "n_pairs": int(max(t["n"] for t in tests)), "sd_diff": _finite_mean(sds),
+                     "mde": _finite_mean([t["mde"] for t in tests])})
+    out = pd.DataFrame(rows, columns=PLANTED_COLUMNS)
+    out.attrs.update({"runs": list(layers), "test_train_ratio": ratio, "layers": layers, "level": level})
+    return out
+
+
+def _finite_mean(values) -> float:
+    """The mean of the finite values, NaN without any."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v)]
+    return float(v.mean()) if v.size else math.nan
+
+
+def detection_size(curve: pd.DataFrame, target: float = 0.8, by: str = "planted"):
+    """The smallest ``by`` of a curve (:func:`planted_power`) from which on the detection rate
+    stays at or above ``target``; None when the largest stays below it."""
+    c = curve.sort_values(by)
+    ok = c["rate"].to_numpy() >= target
+    if not ok.any() or not ok[-1]:
+        return None
+    below = np.where(~ok)[0]
+    first = 0 if below.size == 0 else below[-1] + 1
+    return float(c[by].iloc[first])
 
 
 def _ridge_alpha(attrs):

@@ -83,6 +83,9 @@ class AnalysisSettings:
     cka : also linear CKA of every layer pair on all samples of each condition's dataset.
     surrogates : also genuine against this many surrogate partners per dialog (ours,
         :mod:`synclib.analysis.surrogates`); 0: none.  Needs the genuine condition.
+    planted : also this many replicates of genuine against controls with planted differences
+        (ours, :mod:`synclib.analysis.planted`: the power page's curve); 0: none.  Needs the
+        genuine condition.
     max_resident_bytes : hidden-state variables up to this size (default
         ``synclib.cube.DEFAULT_RESIDENT_BYTES``, 2 GiB) are loaded whole; larger ones of a
         lazily opened cube stream from disk (:class:`synclib.cube.HiddenRows`).
@@ -110,6 +113,7 @@ class AnalysisSettings:
     n_boot: int = N_BOOT
     cka: bool = True
     surrogates: int = 0
+    planted: int = 0
     max_resident_bytes: int | None = None
 
     def __post_init__(self):
@@ -134,7 +138,7 @@ class AnalysisSettings:
         _set(self, "relationship_seeds", _ints("relationship_seeds", self.relationship_seeds, 0))
         if self.sample_sizes is not None:
             _set(self, "sample_sizes", _ints("sample_sizes", self.sample_sizes, 1, nonempty=False) or None)
-        for name, lo in (("n_boot", 0), ("surrogates", 0), ("relationship_min", 0)):
+        for name, lo in (("n_boot", 0), ("surrogates", 0), ("planted", 0), ("relationship_min", 0)):
             if not _int(getattr(self, name)) or getattr(self, name) < lo:
                 raise AnalysisError(f"{name} must be an integer >= {lo}, got {getattr(self, name)!r}")
         for name in ("nonlinear_seeds", "max_resident_bytes"):
@@ -145,8 +149,8 @@ class AnalysisSettings:
         if self.tom_options is not None and not isinstance(self.tom_options, dict):
             raise AnalysisError(f"tom_options must be None or a dict, got {self.tom_options!r}")
         if self.needs_genuine() and "genuine" not in self.all_conditions():
-            raise AnalysisError("persona_disjoint / relationship / sample_sizes / nonlinear / surrogates need the "
-                                "'genuine' condition")
+            raise AnalysisError("persona_disjoint / relationship / sample_sizes / nonlinear / surrogates / planted "
+                                "need the 'genuine' condition")
 
     def all_conditions(self) -> list:
         """The conditions to analyse: ``conditions`` with ``lags`` replacing its lag conditions."""
@@ -162,7 +166,7 @@ class AnalysisSettings:
     def needs_genuine(self) -> bool:
         """Whether an appendix block that re-uses the genuine fits is asked for."""
         return bool(self.persona_disjoint or self.relationship or self.sample_sizes or self.nonlinear
-                    or self.surrogates)
+                    or self.surrogates or self.planted)
 
     def replace(self, **options) -> "AnalysisSettings":
         """A copy with ``options`` (fields) changed, checked again.  The penalty may also be
@@ -204,7 +208,7 @@ class AnalysisSettings:
             nonlinear_options=MLPOptions(epochs=ana["nonlinear_epochs"], batch_size=ana["nonlinear_batch_size"]),
             nonlinear_seeds=ana["nonlinear_seeds"], tom=bool(ana["tom"] and cfg.get("simulate", {}).get("tom", True)),
             tom_options={"format_filter": ana["tom_format_filter"]}, n_boot=ana["n_boot"],
-            surrogates=ana["surrogates"],
+            surrogates=ana["surrogates"], planted=ana["planted"],
             max_resident_bytes=int(ana["max_resident_gib"] * 2**30))
 
 

@@ -136,17 +136,21 @@ def surrogate_rows(cube, samples: PairedSamples, n: int) -> tuple[np.ndarray, di
     return rows, share
 
 
-def _inputs(samples: PairedSamples, tr, te, y_sets):
+def split_inputs(samples: PairedSamples, tr, te, y_sets, layers=None):
     """``X, Y, x_train, x_test, targets`` for :func:`synclib.analysis.ridge.r2_grid_targets`: the whole
-    arrays when both are in memory, otherwise only the rows needed, read from disk."""
+    arrays when both are in memory, otherwise only the rows needed, read from disk.  ``layers``
+    (a pair of int arrays): only these source and target layers (the rows read, then the layers taken)."""
     xtr, xte = samples.x_rows[tr], samples.x_rows[te]
-    if samples.X.resident and samples.Y.resident:
+    if samples.X.resident and samples.Y.resident and layers is None:
         return samples.X.array, samples.Y.array, xtr, xte, y_sets
     xu, xinv = np.unique(np.concatenate([xtr, xte]), return_inverse=True)
     yu, yinv = np.unique(np.concatenate([np.concatenate(p) for p in y_sets]), return_inverse=True)
     sizes = [len(a) for p in y_sets for a in p]
     parts = np.split(yinv, np.cumsum(sizes)[:-1])
-    return (samples.X[xu], samples.Y[yu], xinv[:len(xtr)], xinv[len(xtr):],
+    X, Y = samples.X[xu], samples.Y[yu]
+    if layers is not None:
+        X, Y = X[:, layers[0]], Y[:, layers[1]]
+    return (X, Y, xinv[:len(xtr)], xinv[len(xtr):],
             [(parts[2 * i], parts[2 * i + 1]) for i in range(len(y_sets))])
 
 
@@ -158,7 +162,7 @@ def _seed_fit(ctx: Context, samples: PairedSamples, fit, rows: np.ndarray):
     keep = (rows >= 0).all(1)
     tr, te = fit.train[keep[fit.train]], fit.test[keep[fit.test]]
     y_sets = [(samples.y_rows[tr], samples.y_rows[te])] + [(rows[tr, m], rows[te, m]) for m in range(rows.shape[1])]
-    X, Y, xtr, xte, targets = _inputs(samples, tr, te, y_sets)
+    X, Y, xtr, xte, targets = split_inputs(samples, tr, te, y_sets)
     compute = ComputeOptions(precision=ctx.precision, device=ctx.device)
     if ctx.penalty.cv:
         alphas = cv_penalties(X, Y, xtr, [t[0] for t in targets], ctx.penalty, samples.episode[tr], compute=compute)

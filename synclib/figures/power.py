@@ -5,8 +5,9 @@ The notebook ``notebooks/power.md`` draws this page from the functions here:
 * the paired tests of genuine against each control (:func:`paired_control_tests`, per split
   seed and with the seeds averaged, and :func:`run_sample_sizes`, both of :mod:`synclib.analysis.power`)
   as one narrow table (:func:`format_table`);
-* the simulation of which planted differences this run's test finds
-  (:func:`synclib.analysis.recovery.power_curve`), drawn with the shared :func:`lines_with_se`;
+* which differences planted in the run's own states its test finds
+  (:func:`synclib.analysis.power.planted_power`), drawn with the shared :func:`lines_with_se`
+  (:func:`power_chart`) beside its table (:func:`format_curve`);
 * the page's argument, generated from those numbers (:func:`claims_text`), on what the
   controls' comparisons can and cannot show; the difference taken as the paper's is
   :data:`synclib.figures.power_text.ASSUMED_PAPER_DIFFERENCE` (shared with figures 3-4's claims);
@@ -20,8 +21,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from synclib.analysis.power import n_pairs_needed, paired_control_tests, run_sample_sizes, surrogate_test
-from synclib.analysis.recovery import detection_size, power_curve
+from synclib.analysis.power import (detection_size, n_pairs_needed, paired_control_tests, planted_power,
+                                    run_sample_sizes, surrogate_test)
 from synclib.figures.charts import lines_with_se
 from synclib.figures.power_text import ASSUMED_PAPER_DIFFERENCE, interval_text
 from synclib.figures.report import sample_counts_text
@@ -29,7 +30,8 @@ from synclib.stats import fmt, format_p
 from synclib.stats import p_clause as _p
 
 __all__ = ["ASSUMED_PAPER_DIFFERENCE", "paired_control_tests", "run_sample_sizes", "sample_counts_text",
-           "power_curve", "lines_with_se", "format_table", "claims_text", "surrogate_test", "test_description"]
+           "planted_power", "power_chart", "format_curve", "format_table", "claims_text", "surrogate_test",
+           "test_description"]
 
 
 def _f(x, digits: int = 3) -> str:
@@ -104,6 +106,26 @@ def test_description(table: pd.DataFrame, surrogates: dict | None = None) -> str
     return "\n\n".join(out)
 
 
+# --------------------------------------------------------------------------- the planted differences
+def power_chart(curve: pd.DataFrame):
+    """The power curve of :func:`synclib.analysis.power.planted_power`: the share of replicates in
+    which the corrected test finds the planted difference (binomial SE bars), against the difference."""
+    rate = pd.DataFrame({"planted": curve["planted"], "series": "corrected test, p < 0.05",
+                         "mean": curve["rate"], "se": curve["rate_se"]})
+    return lines_with_se(rate, x="planted", series="series", x_type="Q", y_title="share of replicates that find it",
+                         x_title="planted genuine − control SyncR² (mean over the re-splits)",
+                         title="Power of the claims' corrected test on this run's states")
+
+
+def format_curve(curve: pd.DataFrame) -> pd.DataFrame:
+    """:func:`synclib.analysis.power.planted_power` for display: one row per planted share."""
+    return pd.DataFrame({
+        "targets from a partner": curve["share"].map(lambda f: f"{100 * f:.3g} %"),
+        "planted difference": curve["planted"].map(_f), "sd of the paired differences": curve["sd_diff"].map(_f),
+        "found (p < 0.05)": [f"{int(d)} of {int(n)}" for d, n in zip(curve["detected"], curve["n_reps"])],
+        "detectable (80 %, corrected test)": curve["mde"].map(_f)}).set_index("targets from a partner")
+
+
 # --------------------------------------------------------------------------- the page's argument
 def _pval(row) -> float:
     """The row's ``p`` (the larger of :data:`synclib.analysis.power.TWO_TESTS`) where it has one, else its paired t's."""
@@ -163,7 +185,7 @@ def claims_text(table: pd.DataFrame, curve: pd.DataFrame | None, sizes: dict, pu
     table : DataFrame
         :func:`synclib.analysis.power.paired_control_tests` (per-split-seed pairs).
     curve : DataFrame or None
-        :func:`synclib.analysis.recovery.power_curve` at this run's size (None: no simulation).
+        :func:`synclib.analysis.power.planted_power` (None or empty: no planted differences).
     sizes : dict
         :func:`synclib.analysis.power.run_sample_sizes`.
     published : dict
@@ -248,43 +270,36 @@ def claims_text(table: pd.DataFrame, curve: pd.DataFrame | None, sizes: dict, pu
 
 
 def _curve_sentence(curve: pd.DataFrame, sizes: dict, passive_row, paper_difference: float) -> str:
-    """The simulation's paragraph of :func:`claims_text`: a :func:`synclib.analysis.recovery.power_curve`
-    at this run's size."""
+    """The planted differences' paragraph of :func:`claims_text`, from
+    :func:`synclib.analysis.power.planted_power`."""
     c = curve.sort_values("planted").reset_index(drop=True)
-    st = curve.attrs.get("setting", {})
-    K, Ktr = sizes.get("n_samples", math.nan), sizes.get("n_train", math.nan)
-    n_runs, run_runs = st.get("n_runs", "?"), sizes.get("n_runs")
-    capped = (f" (capped from this run's {run_runs})" if isinstance(n_runs, int) and run_runs and run_runs > n_runs
-              else "")
-    test = {"corrected": "the corrected resampled t-test, as the claims", "t": "the paired t-test",
-            "perm": "the sign-flip test"}.get(st.get("test", "corrected"), st.get("test", "?"))
     first, last = c.iloc[0], c.iloc[-1]
-    s = (f"Simulation: on synthetic cubes ({st.get('layers', '?')} layers of width {st.get('dim', '?')}) of "
-         f"{int(first['n_samples'])} samples per dataset, analysed as this run is ({n_runs} ordered runs{capped} x 2 "
-         f"directions x {len(st.get('split_seeds', []))} split seeds = {int(first['n_pairs'])} paired values, ridge "
-         f"penalty {st.get('ridge_alpha', '?')}, {test}), a planted genuine-passive difference (as measured with "
-         f"{st.get('calibration_samples', 'many')} samples per dataset) is recovered at p < 0.05 in "
-         f"{int(first['detected'])} of {int(first['n_reps'])} replicates at {_f(first['planted'], 3)} and "
-         f"{int(last['detected'])} of {int(last['n_reps'])} at {_f(last['planted'], 3)}")
+    layers = curve.attrs.get("layers", {})
+    n_layers = sorted({len(v.split()) for pair in layers.values() for v in pair if v})
+    depth = f"{'-'.join(map(str, n_layers))} evenly spaced layers of each model" if n_layers else "a subset of layers"
+    s = (f"Planted differences: in this run's own states, a control that takes a share of genuine's target rows "
+         f"from a surrogate partner ({100 * c['share'].min():.3g} % to {100 * c['share'].max():.3g} %) is fitted "
+         f"beside genuine on the same rows, on {depth}, in {int(first['n_reps'])} replicates, each re-splitting "
+         f"every ordered run at fresh split seeds ({int(first['n_pairs'])} paired values each, the corrected test as "
+         f"the claims use it). A planted difference of {_f(first['planted'])} is found at p < 0.05 in "
+         f"{int(first['detected'])} of {int(first['n_reps'])} replicates, one of {_f(last['planted'])} in "
+         f"{int(last['detected'])} of {int(last['n_reps'])}")
     m = detection_size(c, by="planted")
     if m is None:
-        s += f"; even {_f(last['planted'], 3)} is recovered less than 80 % of the time."
+        s += f"; even {_f(last['planted'])} is found less than 80 % of the time."
     else:
-        s += f"; from about **{_f(m, 3)}** on it is recovered at least 80 % of the time."
-    near = c.iloc[int(np.argmin(np.abs(c["planted"].to_numpy(float) - paper_difference)))]
-    if np.isfinite(paper_difference) and abs(near["planted"] - paper_difference) <= 0.02:
-        s += (f" Near the difference taken as the paper's ({_f(paper_difference, 2)}) it is recovered in "
-              f"{int(near['detected'])} of {int(near['n_reps'])}.")
-    if np.isfinite(K):
-        s += f" This run has about {K:.0f} samples per dataset ({Ktr:.0f} for training)"
-        if passive_row is not None and np.isfinite(passive_row["sd_diff"]):
-            s += (f"; the simulated paired differences have sd {_f(float(c['mean_sd_diff'].median()))}, this run's "
-                  f"genuine-passive ones {_f(passive_row['sd_diff'])}")
-        s += "."
-    dims = sizes.get("dims") or []
-    s += (" The synthetic states are tiny"
-          + (f" (width {st.get('dim', '?')}, against {', '.join(map(str, dims))} in this run)" if dims else "")
-          + ", and their noise is not the models' (nor is their spread the run's), so the curve shows how the test "
-          "behaves at this design, not which differences this run detects: that is the detectable difference above, "
-          "from the run's own paired values.")
+        at = c[c["planted"] == m].iloc[0]
+        s += (f"; from about **{_f(m)}** on it is found at least 80 % of the time (the corrected test's own "
+              f"formula, at the spread of those paired differences, puts its 80 % point at {_f(at['mde'])}).")
+    if np.isfinite(paper_difference) and paper_difference <= float(last["planted"]):
+        near = c.iloc[int(np.argmin(np.abs(c["planted"].to_numpy(float) - paper_difference)))]
+        s += (f" Nearest the difference taken as the paper's ({_f(paper_difference, 2)}): {_f(near['planted'])}, "
+              f"found in {int(near['detected'])} of {int(near['n_reps'])}.")
+    if passive_row is not None and np.isfinite(passive_row["sd_diff"]):
+        s += (f" The planted comparisons' paired differences have sd {_f(float(c['sd_diff'].median()))} (median over "
+              f"shares), this run's genuine-passive ones {_f(passive_row['sd_diff'])}.")
+    s += (" The re-splits keep this run's samples, so the curve shows how the test behaves on this run's data, "
+          "not the spread between new runs of dialogs; and a claim also needs the episode bootstrap, so its chance "
+          "of finding a difference is at most the curve's. The planted differences are measured on the layers "
+          "fitted, not on every layer as the reported SyncR².")
     return s

@@ -12,7 +12,6 @@ banner of synthetic data, the sample counts) come from :mod:`synclib.figures.rep
 """
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 import pandas as pd
@@ -194,25 +193,14 @@ def run_summary_markdown(res) -> str:
 
 
 def episode_intervals(res, condition: str = "genuine") -> dict:
-    """Per model pair, the 95 % interval of its SyncR² over resampled episodes (``sync_r2_boot``: each
-    draw the mean over the pair's ordered runs and directions): pair -> (lo, hi); pairs whose analyses
-    have no resamples are left out."""
+    """Per model pair, the 95 % interval of its SyncR² over resampled episodes
+    (:func:`synclib.analysis.power.episode_interval` of the pair's ordered runs): pair -> (lo, hi);
+    pairs whose analyses have no resamples are left out."""
     out = {}
     for pair, runs in res.units():
-        draws = []
-        for r in runs:
-            ds = res.analysis(r.name)
-            if "sync_r2_boot" not in ds or condition not in ds["condition"].values:
-                continue
-            b = ds["sync_r2_boot"].sel(condition=condition).transpose("direction", "boot").to_numpy().astype(float)
-            if np.isfinite(b).any():
-                with warnings.catch_warnings():  # a resample without a value in a direction: NaN
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    draws.append(np.nanmean(b, axis=0))
-        if draws:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                out[pair] = stats.bootstrap_interval(np.nanmean(np.stack(draws), axis=0))
+        t = power.episode_interval(res, condition, runs=[r.name for r in runs])
+        if t["n_boot"]:
+            out[pair] = (t["ci_lo"], t["ci_hi"])
     return out
 
 

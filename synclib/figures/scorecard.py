@@ -21,14 +21,12 @@ from __future__ import annotations
 import argparse
 import math
 import re
-import warnings
 from pathlib import Path
 
 import altair as alt
 import numpy as np
 import pandas as pd
 
-from synclib import stats
 from synclib.analysis import power
 from synclib.figures import claims
 from synclib.figures.charts import WRAPPED_LABEL, chart_png
@@ -75,13 +73,9 @@ def overview_frame(res) -> pd.DataFrame:
             if not np.isfinite(ds["sync_r2"].sel(condition=cond).to_numpy().astype(float)).any():
                 continue  # too few samples to fit the maps: nothing to draw
             mean = float(np.nanmean(ds["sync_r2"].sel(condition=cond).to_numpy().astype(float)))
-            if "sync_r2_boot" in ds:
-                with warnings.catch_warnings():  # a direction without a value: NaN
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    boot = np.nanmean(ds["sync_r2_boot"].sel(condition=cond).transpose("direction", "boot")
-                                      .to_numpy().astype(float), axis=0)
-                lo, hi = stats.bootstrap_interval(boot)
-                how = "episodes"
+            t = power.episode_interval(res, cond, runs=[r.name])
+            if t["n_boot"]:
+                lo, hi, how = t["ci_lo"], t["ci_hi"], "episodes"
             else:
                 se = float(np.nanmean(ds["sync_r2_se"].sel(condition=cond).to_numpy().astype(float)))
                 lo, hi, how = mean - se, mean + se, "se"
