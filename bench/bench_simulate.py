@@ -328,6 +328,7 @@ def bench_simulate(lm, episodes, seeds, batch_size, max_utterances, new_tokens, 
     decoding mode (the comparison of modes)."""
     from synclib import simulate as S
     from synclib.cube import CubeSpec
+    from synclib.simulate.runner import _Runner  # the loop without its cube (the package keeps it private)
     from synclib.tasks.scenarios import load_tasks
 
     tasks = load_tasks("embedded")
@@ -360,9 +361,9 @@ def bench_simulate(lm, episodes, seeds, batch_size, max_utterances, new_tokens, 
                           n_rounds=math.ceil(max_utterances / 2), n_layers_a=lm.n_layers, d_model_a=lm.d_model,
                           n_layers_b=lm.n_layers, d_model_b=lm.d_model)
         sampling = S.Sampling(temperature=0.7, max_new_tokens=new_tokens).for_model(lm)
-        runner = S._Runner((lm, lm), spec, {t.index: t for t in sel}, max_utterances=max_utterances,
-                           sampling=(sampling, sampling), batching=S.Batching(units_per_part=batch_size,
-                                                                              max_rows=batch_size))
+        runner = _Runner((lm, lm), spec, {t.index: t for t in sel}, max_utterances=max_utterances,
+                         sampling=(sampling, sampling), batching=S.Batching(units_per_part=batch_size,
+                                                                            max_rows=batch_size))
         if decode != "auto":
             for eng in set(runner.engines):
                 eng.decode = decode

@@ -84,6 +84,28 @@ def test_every_import_follows_the_layers_of_the_architecture_page():
         pytest.fail(f"modules of one layer import each other in a cycle: {exc.args[1]}")
 
 
+def _module_imports(module: str, path: Path, modules: set) -> set:
+    """The package's modules ``module`` imports (at load time or inside functions), counting
+    ``from synclib.pkg import mod`` as ``synclib.pkg.mod``; a package's own ``__init__`` not."""
+    tree = ast.parse(path.read_text())
+    deps = {t for t in _imports(tree) if t in modules}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("synclib"):
+            deps |= {f"{node.module}.{a.name}" for a in node.names} & modules
+    return {d for d in deps if d != module and not module.startswith(d + ".")}
+
+
+def test_no_two_modules_import_each_other_in_a_circle():
+    """Module by module, lazy imports included: a circle (``a`` imports ``b``, which imports ``a``
+    inside a function) means one concept is split over two homes."""
+    found = dict((m, p) for p, m in _modules())
+    graph = {m: _module_imports(m, p, set(found)) for m, p in found.items()}
+    try:
+        tuple(TopologicalSorter(graph).static_order())
+    except CycleError as exc:
+        pytest.fail(f"modules import each other in a circle: {' -> '.join(exc.args[1])}")
+
+
 def test_no_module_over_1000_lines_and_no_function_over_120():
     big, long = [], []
     for path, module in _modules():

@@ -364,11 +364,11 @@ def test_dialog_prompts_of_a_real_dialog(tiny_run, synthetic_dir):
     assert tp.view("active").text == render_prompt(task, t % 2, genuine, "active")
     assert tp.view("passive").text == render_prompt(task, t % 2, genuine, "passive", tp.reader)
     assert tp.view("tom").text == render_prompt(task, t % 2, [x.text for x in d.tom.turns[:t]], "tom")
-    text, page = dialog_prompts.prompts_section(root, found)
+    text, page = dialogs.prompts_section(root, found)
     assert f"turn {t}" in text and tp.reader.name in text
     boxes = _boxes(page)
     assert _prompt_of(boxes["passive"]) == tp.view("passive").text
     # synthetic data has no task texts: an illustration, labelled as such
-    text, page = dialog_prompts.prompts_section(synthetic_dir)
+    text, page = dialogs.prompts_section(synthetic_dir)
     assert "illustration" in text and "Synthetic test data" in text and set(_boxes(page)) == {"active", "passive",
                                                                                              "tom"}

@@ -19,8 +19,8 @@ profile masked.
   drop the ``<del>`` elements and the prompt is exact), and a legend.  A character that a
   page's fonts may not draw (an emoji, an invisible joiner, U+FFFD) shows as its code point
   (:func:`visible_html`), in an ``<ins>`` that still holds the character.
-* :func:`dialog_turn_prompts` picks one turn of one dialog of a run (:mod:`synclib.figures.dialogs`)
-  and :func:`prompts_section` gives the dialogs page its sentence and HTML.
+* :func:`dialog_turn_prompts` picks one turn of one dialog of a run (the dialogs of
+  :mod:`synclib.figures.dialogs`, whose ``prompts_section`` gives the page its sentence and HTML).
 """
 from __future__ import annotations
 
@@ -32,10 +32,9 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from synclib.tasks.prompts import masked_prompt, passive_persona
-from synclib.tasks.scenarios import load_tasks
 
 __all__ = ["VIEW_TITLES", "WHAT_LABELS", "ViewPrompt", "TurnPrompts", "turn_prompts", "dialog_turn_prompts",
-           "render_html", "prompts_section", "visible_html"]
+           "render_html", "masked_sentence", "visible_html"]
 
 #: the three prompts of a turn, in the page's order
 VIEW_TITLES = {"active": "the speaker (active view)", "passive": "the passive reader (control 1)",
@@ -300,44 +299,10 @@ def render_html(tp: TurnPrompts, element_id: str | None = None) -> str:
             + head + legend + notes + "".join(body) + "</div>")
 
 
-def _masked_sentence(tp: TurnPrompts) -> str:
+def masked_sentence(tp: TurnPrompts) -> str:
+    """The sentence saying what the masking hides from the speaker in ``tp``."""
     v = tp.view("active")
     whats = list(dict.fromkeys(p.what for p in v.masked))
     hidden = "; ".join(WHAT_LABELS.get(w, w) for w in whats) or "nothing"
     return (f"In every view the masking hides from {tp.names[tp.agent]} {hidden}: "
             f"{len(v.masked)} marked part{'s' if len(v.masked) != 1 else ''} in the speaker's prompt.")
-
-
-def prompts_section(results, found=None, *, run: str | None = None, episode: int | None = None,
-                    seed: int | None = None, turn: int | None = None) -> tuple[str, str]:
-    """The dialogs page's "What the models read": (Markdown sentence, HTML).
-
-    One turn of one dialog of the run (:func:`dialog_turn_prompts`); where the run's task
-    texts are not available (e.g. synthetic test data) an illustration on embedded task 0,
-    turn 0, seed 0, labelled as not from the run.
-    """
-    # lazy: synclib.figures.dialogs imports this module (a cycle at load time)
-    from synclib.figures import dialogs
-    # lazy: xarray (through synclib.analysis.results) only when a results directory is read
-    from synclib.analysis.results import Results, load_results
-
-    res = results if isinstance(results, Results) else load_results(results)
-    found = found if found is not None else dialogs.collect_dialogs(res, max_dialogs_per_run=None)
-    tasks, note = dialogs.load_run_tasks(res.config.get("scenarios")) if not res.synthetic else (None, "")
-    tp = dialog_turn_prompts(found, tasks, run=run, episode=episode, seed=seed, turn=turn)
-    if tp is not None:
-        who = ("These are the **embedded tiny models'** dialogs, not the paper's models': the utterances in the "
-               "prompts are theirs. " if found.embedded else "")
-        text = (f"The prompts of {tp.source}: {tp.names[tp.agent]} (agent {tp.agent + 1}) speaks. {who}"
-                f"{_masked_sentence(tp)} The passive reader is told it is "
-                f"{tp.reader.name if tp.reader is not None else 'the agent itself'}.")
-        return text, render_html(tp)
-
-    embedded = load_tasks("embedded")
-    tp = turn_prompts(embedded[0], 0, [], 0, embedded,
-                      source="An illustration, not from this run: embedded task 0, turn 0, seed 0")
-    why = ("Synthetic test data has no task texts" if res.synthetic
-           else (note or "No dialog of the run has its task texts and a turn to show"))
-    text = (f"{why}, so the run's prompts cannot be rebuilt here. Below, as an illustration only, the three "
-            f"prompts of embedded task 0 at turn 0 with simulation seed 0 (no utterance yet). {_masked_sentence(tp)}")
-    return text, render_html(tp)

@@ -1,7 +1,7 @@
 """The dialogs page: every dialog of the run, how it ended, the judge's scores, and what the models read at one turn.
 
 The notebook ``notebooks/dialogs.md`` draws this page from the functions here; "What the models
-read" comes from :mod:`synclib.figures.dialog_prompts` (:func:`prompts_section`).
+read" is :func:`prompts_section`, its prompts built by :mod:`synclib.figures.dialog_prompts`.
 
 :func:`collect_dialogs` gathers, for every ordered run of a results directory, each dialog
 (one episode and simulation seed of the run's cube):
@@ -54,7 +54,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from synclib.cube import open_cube
-from synclib.figures.dialog_prompts import prompts_section, visible_html
+from synclib.figures import dialog_prompts as prompts
+from synclib.figures.dialog_prompts import visible_html
 from synclib.tasks import datasets
 from synclib.tasks.prompts import ACTIONS, EMOTIONS, is_leave, is_leave_line, render_text, speaker_line
 from synclib.tasks.scenarios import RELATIONSHIPS, ScenarioError, load_tasks
@@ -951,3 +952,36 @@ def render_html(ds: DialogSet, element_id: str | None = None) -> str:
     parts.extend(_dialog_html(d, ds.judge_sample) for d in dialogs)
     parts.append(f"<script>{_JS.replace('{id_js}', json.dumps(element_id))}</script></div>")
     return "\n".join(parts)
+
+
+def prompts_section(results, found=None, *, run: str | None = None, episode: int | None = None,
+                    seed: int | None = None, turn: int | None = None) -> tuple[str, str]:
+    """The dialogs page's "What the models read": (Markdown sentence, HTML).
+
+    One turn of one dialog of the run (:func:`synclib.figures.dialog_prompts.dialog_turn_prompts`); where the run's task
+    texts are not available (e.g. synthetic test data) an illustration on embedded task 0,
+    turn 0, seed 0, labelled as not from the run.
+    """
+    # lazy: xarray (through synclib.analysis.results) only when a results directory is read
+    from synclib.analysis.results import Results, load_results
+
+    res = results if isinstance(results, Results) else load_results(results)
+    found = found if found is not None else collect_dialogs(res, max_dialogs_per_run=None)
+    tasks, note = load_run_tasks(res.config.get("scenarios")) if not res.synthetic else (None, "")
+    tp = prompts.dialog_turn_prompts(found, tasks, run=run, episode=episode, seed=seed, turn=turn)
+    if tp is not None:
+        who = ("These are the **embedded tiny models'** dialogs, not the paper's models': the utterances in the "
+               "prompts are theirs. " if found.embedded else "")
+        text = (f"The prompts of {tp.source}: {tp.names[tp.agent]} (agent {tp.agent + 1}) speaks. {who}"
+                f"{prompts.masked_sentence(tp)} The passive reader is told it is "
+                f"{tp.reader.name if tp.reader is not None else 'the agent itself'}.")
+        return text, prompts.render_html(tp)
+
+    embedded = load_tasks("embedded")
+    tp = prompts.turn_prompts(embedded[0], 0, [], 0, embedded,
+                      source="An illustration, not from this run: embedded task 0, turn 0, seed 0")
+    why = ("Synthetic test data has no task texts" if res.synthetic
+           else (note or "No dialog of the run has its task texts and a turn to show"))
+    text = (f"{why}, so the run's prompts cannot be rebuilt here. Below, as an illustration only, the three "
+            f"prompts of embedded task 0 at turn 0 with simulation seed 0 (no utterance yet). {prompts.masked_sentence(tp)}")
+    return text, prompts.render_html(tp)

@@ -72,7 +72,6 @@ from synclib.simulate.options import (Batching, Passes, RunOptions, Sampling, de
                                       resolve_sampling)
 from synclib.simulate.play import episode_coords, simulate
 from synclib.simulate.readout import TomReadout
-from synclib.simulate.runner import _Progress, _Runner
 
 __all__ = ["simulate", "episode_coords", "default_units_per_part", "resolve_sampling", "Sampling", "Passes",
-           "Batching", "RunOptions", "Dialog", "Scheduler", "Status"]
+           "Batching", "RunOptions", "Dialog", "Scheduler", "Status", "TomReadout"]
