@@ -25,7 +25,7 @@ numbers that can:
   in the run's own states (``planted_sync_r2``, :mod:`synclib.analysis.planted`), and
   :func:`detection_size`, where that curve reaches 80 %.
 
-:mod:`synclib.figures.power_text` and :mod:`synclib.figures.power` turn these numbers into the
+:mod:`synclib.figures.power` and :mod:`synclib.figures.fig03_04_controls` turn these numbers into the
 tests' tables and the power page's generated argument.
 
 Independence caveat

@@ -34,8 +34,8 @@ from synclib.analysis.power import (paired_tests_by_run, reported_difference, si
                            surrogate_table, surrogate_test)
 from synclib.analysis.cka import unrelated_cka
 from synclib.analysis.results import grid_frame
-from synclib.figures.power_text import ASSUMED_PAPER_DIFFERENCE, interval_text
-from synclib.figures.report import empty_note, join_words, paper_note, passive_share, readable
+from synclib.figures.report import (ASSUMED_PAPER_DIFFERENCE, empty_note, interval_text, join_words, paper_note,
+                                    passive_share, readable)
 from synclib.stats import fmt as _f
 from synclib.stats import format_p
 from synclib.stats import p_clause as _p

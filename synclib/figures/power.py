@@ -10,7 +10,7 @@ The notebook ``notebooks/power.md`` draws this page from the functions here:
   (:func:`power_chart`) beside its table (:func:`format_curve`);
 * the page's argument, generated from those numbers (:func:`claims_text`), on what the
   controls' comparisons can and cannot show; the difference taken as the paper's is
-  :data:`synclib.figures.power_text.ASSUMED_PAPER_DIFFERENCE` (shared with figures 3-4's claims);
+  :data:`synclib.figures.report.ASSUMED_PAPER_DIFFERENCE` (shared with figures 3-4's claims);
 * the one full description of the tests every claim's p comes from (:func:`test_description`,
   under the label :data:`synclib.figures.verdicts.TEST_LABEL` that every claim's "test" links to).
 """
@@ -24,8 +24,7 @@ import pandas as pd
 from synclib.analysis.power import (detection_size, n_pairs_needed, paired_control_tests, planted_power,
                                     run_sample_sizes, surrogate_test)
 from synclib.figures.charts import lines_with_se
-from synclib.figures.power_text import ASSUMED_PAPER_DIFFERENCE, interval_text
-from synclib.figures.report import sample_counts_text
+from synclib.figures.report import ASSUMED_PAPER_DIFFERENCE, interval_text, sample_counts_text
 from synclib.stats import fmt, format_p
 from synclib.stats import p_clause as _p
 

@@ -11,6 +11,8 @@ account of the run in :mod:`synclib.figures.run_summary`, the benchmarks page in
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 
@@ -19,7 +21,18 @@ from synclib.stats import format_p
 
 __all__ = ["banner", "readable",
            "sample_counts_text", "comparison_with_paper", "wide_table", "sentence_comparison",
-           "passive_share", "passive_share_value"]
+           "passive_share", "passive_share_value", "ASSUMED_PAPER_DIFFERENCE", "interval_text"]
+
+#: The genuine-passive SyncR² difference taken as the paper's where a run is judged against
+#: it (the controls and the power pages).  The paper prints no number for it (figure 4a is a
+#: bar chart without values): a stated assumption, said so wherever it is used.
+ASSUMED_PAPER_DIFFERENCE = 0.1
+
+
+def interval_text(row) -> str:
+    """``"0.012 to 0.034"``: the 95 % interval of a paired test's row over episodes
+    (:func:`synclib.analysis.power.episode_test`), or ``"—"`` where it has none."""
+    return f"{_f(row['ci_lo'], 3)} to {_f(row['ci_hi'], 3)}" if np.isfinite(row.get("ci_lo", math.nan)) else "—"
 
 
 def paper_note(entry: dict, text: str) -> str:
