@@ -28,10 +28,11 @@ __all__ = ["PLANTED_SHARES", "PLANTED_LAYERS", "PLANTED_RULE", "planted_block"]
 
 #: shares of the control's target rows taken from a surrogate partner; 0 is genuine itself
 PLANTED_SHARES = (0.0, 0.01, 0.02, 0.03, 0.045, 0.065, 0.09, 0.13, 0.18)
-#: source layers fitted (evenly spaced, the first and the last among them): SyncR² is a mean
-#: over source layers, so a spread subset estimates it; every target layer is scored
+#: layers of each model fitted, as source and as target (evenly spaced, the first and the last
+#: among them): the planted differences are SyncR² of that sub-grid, the cost of a replicate
+#: about (8 / 30)^2 of the models' whole grids
 PLANTED_LAYERS = 8
-#: seed of the replicates' episode draws and of the rows each share replaces
+#: seed of the rows each share replaces, per direction and replicate
 PLANTED_SEED = 0
 
 PLANTED_RULE = (

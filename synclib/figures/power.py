@@ -278,7 +278,7 @@ def _curve_sentence(curve: pd.DataFrame, sizes: dict, passive_row, paper_differe
     depth = f"{'-'.join(map(str, n_layers))} evenly spaced layers of each model" if n_layers else "a subset of layers"
     s = (f"Planted differences: in this run's own states, a control that takes a share of genuine's target rows "
          f"from a surrogate partner ({100 * c['share'].min():.3g} % to {100 * c['share'].max():.3g} %) is fitted "
-         f"beside genuine on the same rows, on {depth}, in {int(first['n_reps'])} replicates, each re-splitting "
+         f"beside genuine on the same rows at genuine's penalties, on {depth}, in {int(first['n_reps'])} replicates, each re-splitting "
          f"every ordered run at fresh split seeds ({int(first['n_pairs'])} paired values each, the corrected test as "
          f"the claims use it). A planted difference of {_f(first['planted'])} is found at p < 0.05 in "
          f"{int(first['detected'])} of {int(first['n_reps'])} replicates, one of {_f(last['planted'])} in "
