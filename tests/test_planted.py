@@ -123,7 +123,7 @@ def test_the_power_curve_is_the_corrected_test_per_replicate(tmp_path):
     assert len(power.planted_power(res, runs=[])) == 0
     # the page's sentence quotes the curve's own counts and says what the re-splits cannot show
     from synclib.figures import power as page
-    text = page._curve_sentence(curve, {}, None, 0.1)
+    text = page._curve_sentence(curve, None, 0.1)
     last = curve.sort_values("planted").iloc[-1]
     assert f"in {int(last['detected'])} of 6" in text and "evenly spaced layers of each model" in text
     assert "not the spread between new runs of dialogs" in text and "at most the curve's" in text

@@ -361,7 +361,7 @@ SYNTHETIC_MODELS = {"synthetic-S": (5, 16), "synthetic-G": (4, 12)}
 #: what the fixture asks of ``analyze``: every optional block, tiny MLPs
 SYNTHETIC_ANALYSIS = dict(n_samples=None, split_seeds=(0, 1, 2), lags=(1, 2),
                           persona_disjoint=True, relationship=True, relationship_min=3,
-                          sample_sizes=(40, 80, 120), nonlinear=True, surrogates=20,
+                          sample_sizes=(40, 80, 120), nonlinear=True, surrogates=20, planted=8,
                           nonlinear_options={"epochs": 5, "hidden": 32}, progress=False)
 
 

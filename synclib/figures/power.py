@@ -258,7 +258,7 @@ def claims_text(table: pd.DataFrame, curve: pd.DataFrame | None, sizes: dict, pu
         paras.append(s + "In this run, " + "; ".join(parts) + ".")
 
     if curve is not None and len(curve):
-        paras.append(_curve_sentence(curve, sizes, pas.iloc[0] if len(pas) else None, paper_difference))
+        paras.append(_curve_sentence(curve, pas.iloc[0] if len(pas) else None, paper_difference))
 
     f9 = published.get("fig9", {})
     if f9.get("n_samples") and np.isfinite(K):
@@ -268,7 +268,7 @@ def claims_text(table: pd.DataFrame, curve: pd.DataFrame | None, sizes: dict, pu
     return "\n\n".join(paras)
 
 
-def _curve_sentence(curve: pd.DataFrame, sizes: dict, passive_row, paper_difference: float) -> str:
+def _curve_sentence(curve: pd.DataFrame, passive_row, paper_difference: float) -> str:
     """The planted differences' paragraph of :func:`claims_text`, from
     :func:`synclib.analysis.power.planted_power`."""
     c = curve.sort_values("planted").reset_index(drop=True)
@@ -278,9 +278,9 @@ def _curve_sentence(curve: pd.DataFrame, sizes: dict, passive_row, paper_differe
     depth = f"{'-'.join(map(str, n_layers))} evenly spaced layers of each model" if n_layers else "a subset of layers"
     s = (f"Planted differences: in this run's own states, a control that takes a share of genuine's target rows "
          f"from a surrogate partner ({100 * c['share'].min():.3g} % to {100 * c['share'].max():.3g} %) is fitted "
-         f"beside genuine on the same rows at genuine's penalties, on {depth}, in {int(first['n_reps'])} replicates, each re-splitting "
-         f"every ordered run at fresh split seeds ({int(first['n_pairs'])} paired values each, the corrected test as "
-         f"the claims use it). A planted difference of {_f(first['planted'])} is found at p < 0.05 in "
+         f"beside genuine on the same rows at genuine's penalties, on {depth}, in {int(first['n_reps'])} "
+         f"replicates, each re-splitting every ordered run at fresh split seeds ({int(first['n_pairs'])} paired "
+         f"values each, the corrected test as the claims use it). A planted difference of {_f(first['planted'])} is found at p < 0.05 in "
          f"{int(first['detected'])} of {int(first['n_reps'])} replicates, one of {_f(last['planted'])} in "
          f"{int(last['detected'])} of {int(last['n_reps'])}")
     m = detection_size(c, by="planted")

@@ -500,7 +500,8 @@ def _analysis_lines(cfg: dict, anas: list[JobPlan], card: str) -> list[str]:
     ana_h = sum(r.seconds or 0 for r in anas) / 3600
     note = next((r.note for r in anas if r.note), "")
     out = [f"{len(anas)} analyses: ~{hours_text(ana_h)} GPU-hours on {card}, the ridge grids only ({note}); not "
-           "counted, not measured at paper scale: reading the cube, surrogates, planted differences, relationship, MLP, ToM probes"]
+           "counted, not measured at paper scale: reading the cube, surrogates, planted differences, relationship, MLP, "
+           "ToM probes"]
     host = [r.host_gib for r in anas if r.host_gib is not None]
     gpu = [r.gpu_gib for r in anas if r.gpu_gib is not None]
     if host:
