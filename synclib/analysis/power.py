@@ -882,11 +882,11 @@ def planted_power(results, runs=None, level: float = 0.05) -> pd.DataFrame:
     for k, f in enumerate(shares):
         if f <= 0:
             continue
-        tests = [corrected_resampled_test(base[r] - pooled[r, :, k], ratio) for r in range(n_reps)]
+        diffs = base - pooled[..., k]                                    # (replicate, pairs)
+        tests = [corrected_resampled_test(d, ratio) for d in diffs]
         means = np.array([t["mean"] for t in tests], dtype=float)
         hits = [bool(np.isfinite(t["p"]) and t["p"] < level and t["mean"] > 0) for t in tests]
-        sds = [np.std(d[np.isfinite(d)], ddof=1) if np.isfinite(d).sum() > 1 else math.nan
-               for d in (base[r] - pooled[r, :, k] for r in range(n_reps))]
+        sds = [np.std(d[np.isfinite(d)], ddof=1) if np.isfinite(d).sum() > 1 else math.nan for d in diffs]
         rate = float(np.mean(hits))
         ok = np.isfinite(means)
         rows.append({"share": float(f), "planted": _finite_mean(means),

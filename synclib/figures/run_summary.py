@@ -12,7 +12,6 @@ banner of synthetic data, the sample counts) come from :mod:`synclib.figures.rep
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 
