@@ -127,6 +127,8 @@ def test_the_power_curve_is_the_corrected_test_per_replicate(tmp_path):
     last = curve.sort_values("planted").iloc[-1]
     assert f"in {int(last['detected'])} of 6" in text and "evenly spaced layers of each model" in text
     assert "not the spread between new runs of dialogs" in text and "at most the curve's" in text
+    flat = curve.assign(planted=0.0, detected=0, rate=0.0)        # a run whose SyncR² stays at 0
+    assert "none could be planted" in page._curve_sentence(flat, None, 0.1)
     table = page.format_curve(curve)
     assert len(table) == len(curve) and table["found (p < 0.05)"].iloc[-1] == f"{int(last['detected'])} of 6"
 

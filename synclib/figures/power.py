@@ -272,6 +272,10 @@ def _curve_sentence(curve: pd.DataFrame, passive_row, paper_difference: float) -
     """The planted differences' paragraph of :func:`claims_text`, from
     :func:`synclib.analysis.power.planted_power`."""
     c = curve.sort_values("planted").reset_index(drop=True)
+    if not (c["planted"] > 0).any():
+        return ("Planted differences: none could be planted. Genuine's SyncR² on the fitted layers is 0 (or "
+                "could not be fitted) in every re-split, so a control that takes some of its targets from a "
+                "surrogate partner cannot fall below it; the curve needs a run whose SyncR² leaves 0.")
     first, last = c.iloc[0], c.iloc[-1]
     layers = curve.attrs.get("layers", {})
     n_layers = sorted({len(v.split()) for pair in layers.values() for v in pair if v})
