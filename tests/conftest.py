@@ -45,6 +45,14 @@ write_chunked_cube(cube, path)
     does, one (episode, seed) unit per chunk, and open it lazily with ``open_cube``.
 kill9_when(proc, ready, timeout=180)
     SIGKILL a subprocess as soon as ``ready()`` is true (fails if it ended first).
+
+Markers and reports
+-------------------
+``@pytest.mark.long``: a whole pipeline end to end, killed and resumed, or run on a cluster
+(about a minute or more each).  ``make test``, the daily suite, skips them; our CI runs them
+(``.ci/run`` sets ``SYNCLIB_TEST_LONG=1``, as anyone may).  Beside pytest's 20 slowest tests,
+the run ends with the tests that raised the suite's peak memory (the pytest process's, and
+any child process's), so the suite stays within a laptop's memory.
 """
 from __future__ import annotations
 
@@ -67,6 +75,53 @@ SOTOPIA_ENV = "SYNCLIB_TEST_SOTOPIA"
 # the suite never asks the real Hugging Face hub (a run's model ids are checked against it:
 # synclib.run.hub); tests/test_hub.py serves a hub of its own on 127.0.0.1
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+LONG_ENV = "SYNCLIB_TEST_LONG"
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get(LONG_ENV, "") not in ("", "0"):
+        return
+    skip = pytest.mark.skip(reason=f"a long end-to-end test: set {LONG_ENV}=1 to run it (our CI does)")
+    for item in items:
+        if "long" in item.keywords:
+            item.add_marker(skip)
+
+
+def _peak_gib() -> tuple[float, float]:
+    """Peak resident memory (GiB) of this process and of its largest finished child so far."""
+    import resource
+
+    scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
+    return tuple(getattr(resource.getrusage(who), "ru_maxrss") * scale / 2**30
+                 for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+
+
+_PEAKS: list[tuple[float, str, str]] = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    before = _peak_gib()
+    try:
+        return (yield)
+    finally:
+        after = _peak_gib()
+        if after[0] > before[0] + 0.05:
+            _PEAKS.append((after[0], "pytest", item.nodeid))
+        # a child started by fork counts the pages it shares with pytest until it execs, so a
+        # child's peak says something only above pytest's own
+        if after[1] > before[1] + 0.05 and after[1] > after[0] + 0.05:
+            _PEAKS.append((after[1], "child", item.nodeid))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _PEAKS:
+        return
+    terminalreporter.section("tests that raised the peak memory (resident GiB, in the order run)")
+    for gib, what, nodeid in _PEAKS[-10:]:
+        terminalreporter.write_line(f"{gib:6.2f} GiB  {what:6s}  {nodeid}")
 
 
 def sotopia_folder() -> Path | None:

@@ -6,9 +6,12 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent.parent / "bench"
 
 
+@pytest.mark.long
 def test_library_benchmark_runs_both_sides_on_the_same_prompts(tmp_path):
     sys.path.insert(0, str(BENCH))
     try:

@@ -15,6 +15,7 @@ from synclib.run.plan import plan, simulate_work
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_local_measurement_prices_the_runs_simulations(tmp_path, capsys):
     over = [f"results_dir={tmp_path / 'r'}", "pairs=[S-S]", "simulate.max_utterances=4", "simulate.episodes=6",
             "simulate.tom_episodes=2", "device=cpu"]

@@ -49,6 +49,7 @@ def _cluster():
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_local_cluster_gives_the_in_process_results(tmp_path, two_models, in_process):
     cfg = grid_config(tmp_path, two_models)
     with _cluster() as cluster:
@@ -58,6 +59,7 @@ def test_local_cluster_gives_the_in_process_results(tmp_path, two_models, in_pro
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_killed_worker_mid_simulation_still_completes_the_same(tmp_path, two_models, in_process):
     cfg = grid_config(tmp_path, two_models)
     parts = [tmp_path / "cubes" / f"{p}.nc.parts" for p in ("T-T", "T-U")]

@@ -56,6 +56,7 @@ def _texts(nb) -> tuple[list[str], list[str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.long  # about 50 s each; the tiny book of tests/test_book.py renders every notebook daily
 @pytest.mark.parametrize("name", list(RUNS))
 def test_every_notebook_renders_a_degenerate_run(name, tmp_path):
     root = _build(tmp_path / "results", RUNS[name])

@@ -57,6 +57,7 @@ def _page(root: Path) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_an_edited_notebook_reaches_its_page_and_nothing_else_reruns(tiny_models, tmp_path):
     root, cfg = _setup(tmp_path, "student", tiny_models)
     _finish(root, cfg)

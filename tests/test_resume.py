@@ -98,6 +98,7 @@ def _markdown_outputs(nb: Path) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_kill9_in_every_step_then_resume_equals_uninterrupted(tiny_models, tmp_path):
     clean, clean_cfg = _setup(tmp_path, "clean", tiny_models)
     _finish(clean, clean_cfg)

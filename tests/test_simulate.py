@@ -397,6 +397,7 @@ print("finished", flush=True)
 """
 
 
+@pytest.mark.long
 def test_kill9_mid_run_then_resume_equals_uninterrupted(tiny_models, tmp_path):
     """A run killed after its first part and resumed writes the cube an uninterrupted run writes.
 
