@@ -371,7 +371,7 @@ def bench_simulate(lm, episodes, seeds, batch_size, max_utterances, new_tokens, 
         units = spec.units()
         n_utt, lens = 0, []
         for i in range(0, len(units), batch_size):
-            done = runner.run_batch(units[i:i + batch_size])
+            done = runner.play_part(units[i:i + batch_size])
             n_utt += sum(int(u.values["n_utterances"]) for u in done)
             lens += [u.values["prompt_len_a"] for u in done]
         plen = np.array(lens)

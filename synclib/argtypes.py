@@ -2,17 +2,19 @@
 naming what was expected, so that ``argparse`` stops before any work with
 ``synclib SUBCOMMAND: error: argument --name: ...`` and exit status 2.
 
-The range rules are those of the configuration schema (:mod:`synclib.config`); the
-sub-commands' defaults come from :func:`synclib.config.default`.
+An option that sets a run-config key takes :func:`setting`: the text read as a value and
+checked by the schema's one check of that key (:func:`synclib.keys.check_setting`); the
+sub-commands' defaults come from :func:`synclib.keys.default`.
 """
 from __future__ import annotations
 
 import argparse
 import re
 
+from synclib.keys import check_setting
 from synclib.penalty import Penalty
 
-__all__ = ["arg_type", "positive_int", "nonneg_int", "nonneg_float", "positive_float", "index_list",
+__all__ = ["arg_type", "setting", "positive_int", "nonneg_int", "nonneg_float", "positive_float", "index_list",
            "seed_list", "int_list", "ridge_alpha", "top_k", "top_p"]
 
 
@@ -24,6 +26,46 @@ def arg_type(fn, what: str):
         except ValueError as exc:
             raise argparse.ArgumentTypeError(f"{what}: {exc}") from None
     parse.__name__ = what
+    return parse
+
+
+def _value(text: str):
+    """A command-line value as a config file would hold it: ``none``/``null`` -> None,
+    ``true``/``false``, an integer, a number, a list of integers (``0-4,7``: :func:`index_list`),
+    else the text."""
+    t = str(text).strip()
+    if t.lower() in ("none", "null"):
+        return None
+    if t.lower() in ("true", "false"):
+        return t.lower() == "true"
+    for parse in (int, float):
+        try:
+            return parse(t)
+        except ValueError:
+            pass
+    if re.fullmatch(r"[\d\s,-]+", t):
+        return index_list(t)
+    return t
+
+
+def setting(path: str):
+    """An argparse ``type`` for the option of the config key ``path`` (e.g.
+    ``"simulate.temperature"``): its text read as a value (:func:`_value`; one integer, where
+    the key takes only a list, as a list of it) and checked by the key's one check."""
+    name = path.rsplit(".", 1)[-1]
+
+    def parse(text):
+        try:
+            value = _value(text)
+            try:
+                return check_setting(None, name, path, value)
+            except ValueError:
+                if isinstance(value, int) and not isinstance(value, bool):
+                    return check_setting(None, name, path, [value])
+                raise
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    parse.__name__ = path.rsplit(".", 1)[-1]
     return parse
 
 

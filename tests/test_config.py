@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from synclib import config
+from synclib import config, keys
 from synclib.config import ConfigError, default, invalidation_table, keys_of_step, load_config
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,7 +23,7 @@ def _load(tmp_path, text, overrides=()):
 def test_every_key_has_a_valid_default():
     for key in config.KEYS:
         if not key.required and key.path not in ("models", "pairs"):
-            assert key.check(key.default) is not config._BAD, key.path
+            assert key.check(key.default) is not keys._BAD, key.path
         assert key.step in config.STEPS + (None,), key.path
     assert default("analysis.alpha") == 0.1 and default("simulate.max_new_tokens") == 300
     with pytest.raises(KeyError):
@@ -91,13 +91,20 @@ def test_run_refuses_a_typo_before_any_work(tmp_path):
 
 
 def test_judge_defaults_agree_with_the_judge_package():
-    """The config schema is the home of defaults; the judge package's own constants match it."""
+    """The config schema is the home of defaults; the judge package reads its constants from it."""
     from synclib.config import default
     from synclib.judge import rubric
     from synclib.judge.items import LAYOUTS
 
+    from synclib.judge.options import MODES
+    from synclib.keys import KEYS
+
     assert default("judge.reasoning_max_chars") == rubric.REASONING_MAX_CHARS
     assert default("judge.layout") in LAYOUTS
+    # the judge's vocabularies are the keys' choices (the keys sit below the judge)
+    allowed = {k.path: k.check.allowed for k in KEYS}
+    assert allowed["judge.layout"] == "one of " + ", ".join(map(repr, LAYOUTS))
+    assert allowed["judge.mode"] == "null or one of " + ", ".join(map(repr, sorted(MODES)))
 
 
 def test_analysis_defaults_agree_with_the_analysis_package():

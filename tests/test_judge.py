@@ -460,7 +460,8 @@ def test_a_damaged_cache_line_is_named_and_nothing_is_lost(tmp_path):
 
 
 def test_bad_configuration_is_reported():
-    with pytest.raises(J.JudgeError, match="--judge-url"):
+    with pytest.raises(J.JudgeError, match=r"JudgeConnection.url must be null or an http\(s\) URL .*, got "
+                                           r"'localhost:8000' \(config key judge.url\)"):
         J.JudgeConnection("m", "localhost:8000")
     with pytest.raises(J.JudgeError, match="--judge-url"):
         J.OpenAIBackend(J.JudgeConnection("m"))  # a local judge's connection
@@ -510,9 +511,9 @@ def test_judge_options_from_a_run_config_and_overrides(monkeypatch):
     assert opts.scenarios == cfg["scenarios"] and opts.layout == cfg["judge"]["layout"]
     # the config's defaults of the judge keys and the settings' own defaults agree
     default = J.JudgeOptions(J.JudgeConnection("x"))
-    from synclib.judge.options import _CONFIG_FIELDS
+    from synclib.judge.options import _config_fields
 
-    assert {k.path for k in KEYS if k.path.startswith("judge.")} <= set(_CONFIG_FIELDS)  # none is left out
+    assert {k.path for k in KEYS if k.path.startswith("judge.")} <= set(_config_fields())  # none is left out
     judge_keys = [k for k in KEYS if k.path.startswith("judge.") and not k.required]
     assert len(judge_keys) >= 8
     for key in judge_keys:

@@ -425,6 +425,7 @@ def test_empty_frames_give_a_placeholder_chart():
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_controls_notebook_without_a_passive_run(tmp_path):
     """A run with ``simulate.passive: false`` has no passive condition; the controls page says so."""
     root = synthetic.build_synthetic_results(tmp_path / "no-passive", cube_kwargs={"passive": False},
@@ -439,6 +440,7 @@ def test_controls_notebook_without_a_passive_run(tmp_path):
 
 
 # --------------------------------------------------------------------------- papermill routes
+@pytest.mark.long
 def test_synclib_notebooks_runs_chosen_notebooks(results_dir, tmp_path):
     """`synclib notebooks --results DIR NAMES -p k v`: executed copies with the parameters;
     bad input refused before anything runs."""
@@ -517,6 +519,7 @@ def test_readme_papermill_command_runs_as_printed(results_dir, tmp_path):
     assert not any(o.get("output_type") == "error" for o in _outputs(nb))
 
 
+@pytest.mark.long
 def test_parameter_mistakes_get_one_synclib_line_on_every_route(results_dir, tmp_path):
     """A misspelt parameter, a run or direction that does not exist and a results directory that
     is not one: each is refused before the notebook computes anything, in one line that says what

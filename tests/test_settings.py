@@ -1,14 +1,16 @@
-"""The ridge penalty and analyze's options as single validated objects (synclib.penalty.Penalty,
+"""The settings as single validated objects: the ridge penalty and analyze's options (synclib.penalty.Penalty,
 synclib.analysis.AnalysisSettings): errors name the field, and one mapping from a run config
 serves the main job and ``synclib analyze --config`` alike."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from synclib.penalty import DEFAULT_CV_ALPHAS, PAPER_ALPHA, Penalty
+from synclib.simulate import Batching, Passes, RunOptions, Sampling
 from synclib.splits import RidgeInputError
 
 
@@ -98,7 +100,38 @@ def test_the_pipeline_and_the_cli_share_one_mapping_from_the_config(monkeypatch,
     cli, args = _cli_args()
     plain = cli.settings_from_args(args)
     assert plain.penalty == Penalty() and not (plain.persona_disjoint or plain.nonlinear or plain.tom)
-    assert plain.surrogates == 0 and plain.lags == (1, 2)
+    assert plain.surrogates == 0 and plain.planted == 0 and plain.lags == (1, 2)
+    cli, args = _cli_args("--planted", "3", "--no-tom-format-filter")
+    assert cli.settings_from_args(args).planted == 3
+    assert cli.settings_from_args(args).tom_options == {"format_filter": False}
+
+
+def test_every_analysis_key_is_an_option_of_synclib_analyze():
+    """Each analysis.* key can be set on ``synclib analyze``'s command line, by an option of its
+    own name (the penalty's cv_* keys included), or, for pseudo_dyads, by --conditions."""
+    from synclib.cli import analyze as cli
+    from synclib.keys import KEYS
+
+    p = argparse.ArgumentParser()
+    cli.configure_parser(p)
+    options = {a.dest for a in p._actions} | {"pseudo_dyads"}  # --conditions genuine,...,pseudo
+    missing = [k.path for k in KEYS if k.path.startswith("analysis.") and k.path.split(".", 1)[1] not in options]
+    assert not missing, f"keys that synclib analyze cannot set: {missing}"
+
+
+def test_a_split_seed_numpy_cannot_take_is_refused_with_the_config():
+    """analysis.split_seeds: numpy's RandomState takes seeds up to 2**32 - 1; the config refuses
+    a larger one before any work (it failed only in the analysis, after the simulations)."""
+    from synclib.analysis import AnalysisError, AnalysisSettings
+    from synclib.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"analysis.split_seeds = \[0, 4294967296\] is not allowed: must be a "
+                                          r"non-empty list of distinct integers >= 0 and <= 4294967295"):
+        load_config(None, ["analysis.split_seeds=[0, 4294967296]"])
+    with pytest.raises(AnalysisError, match=r"AnalysisSettings.split_seeds must be .* got \[4294967296\] "
+                                            r"\(config key analysis.split_seeds\)"):
+        AnalysisSettings(split_seeds=(2**32,))
+    assert AnalysisSettings(split_seeds=np.arange(3)).split_seeds == (0, 1, 2)
 
 
 def test_analysis_settings_errors_name_the_field():
@@ -112,3 +145,92 @@ def test_analysis_settings_errors_name_the_field():
             AnalysisSettings(**kwargs)
     with pytest.raises(TypeError, match="unknown analysis option"):
         AnalysisSettings().replace(n_sample=3)
+
+
+def test_simulate_and_run_share_one_mapping_from_the_config(monkeypatch, tmp_path):
+    """``synclib simulate --config`` hands simulate() the option groups the main job's
+    simulate_call hands it (each group's from_config); an option overrides its key only."""
+    from synclib.cli import simulate as cli
+    from synclib.config import load_config
+    from synclib.run import pipeline
+
+    cfg_path = tmp_path / "run.yaml"
+    cfg_path.write_text("results_dir: r\nscenarios: embedded\nmodels: {S: smollm2-135m}\npairs: [S-S]\n"
+                        "judge: {model: x}\nsimulate:\n  episodes: 3\n  seeds: [0, 2]\n  max_new_tokens: 12\n"
+                        "  reply_end: sentence\n  top_k: 20\n  passive_seeds: [2]\n  tom_episodes: 1\n"
+                        "  units_per_part: 4\n  cache_gib: 0.5\n  store_dtype: float16\n")
+    cfg = load_config(cfg_path)
+    _, expected = pipeline.simulate_call(cfg, pipeline.runs(cfg)[0])
+
+    def run_cli(*argv):
+        seen = {}
+        monkeypatch.setattr(cli, "simulate", lambda *a, **k: seen.update(k, seeds=a[3], tasks=a[2]) or "x.nc")
+        p = argparse.ArgumentParser()
+        cli.configure_parser(p)
+        assert cli.run(p.parse_args(["--model-a", "m", "--out", str(tmp_path / "x.nc"), "--no-progress", *argv])) == 0
+        return seen
+
+    seen = run_cli("--config", str(cfg_path))
+    for group in ("sampling", "passes", "batching"):
+        assert seen[group] == expected[group], group
+    assert seen["options"].store_dtype == "float16" and seen["seeds"] == [0, 2]
+    assert [t.index for t in seen["tasks"]] == [t.index for t in expected["tasks"]] == [0, 1, 2]
+    assert seen["max_utterances"] == expected["max_utterances"]
+
+    seen = run_cli("--config", str(cfg_path), "--max-new-tokens", "30", "--no-tom", "--reply-end", "line")
+    assert seen["sampling"] == replace(expected["sampling"], max_new_tokens=30, reply_end="line")
+    assert seen["passes"] == replace(expected["passes"], tom=False) and seen["batching"] == expected["batching"]
+
+    # without --config: the schema's defaults, the passive reader and the ToM dialogs off unless asked
+    seen = run_cli()
+    assert seen["sampling"] == Sampling() and seen["batching"] == Batching()
+    assert not (seen["passes"].passive or seen["passes"].tom)
+
+
+def test_every_simulate_key_is_an_option_of_synclib_simulate():
+    """Each simulate.* key of the run config is an option of ``synclib simulate`` of the same
+    name (episodes: --episodes), whose help names the key."""
+    from synclib.cli import simulate as cli
+    from synclib.keys import KEYS
+
+    p = argparse.ArgumentParser()
+    cli.configure_parser(p)
+    options = {a.dest: a for a in p._actions}
+    for key in (k for k in KEYS if k.path.startswith("simulate.")):
+        name = key.path.split(".", 1)[1]
+        assert name in options, f"{key.path} has no option in synclib simulate"
+        assert name == "episodes" or key.path in options[name].help, key.path
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: Sampling(temperature=-1),
+     r"Sampling.temperature must be a number >= 0, got -1 \(config key simulate.temperature\)"),
+    (lambda: Sampling(top_p=1.5), r"Sampling.top_p must be 'model', a number in \(0, 1\] or null, got 1.5"),
+    (lambda: Sampling(stop_at_first_line="yes"), r"Sampling.stop_at_first_line must be true or false"),
+    (lambda: Passes(passive_seeds=(0, 0)), r"Passes.passive_seeds must be null or a non-empty list of distinct"),
+    (lambda: Passes(tom_episodes=0), r"Passes.tom_episodes must be null or an integer >= 1, got 0"),
+    (lambda: Batching(kv_tokens=0), r"Batching.kv_tokens must be null or an integer >= 1, got 0"),
+    (lambda: Batching(cache_gib="lots"), r"Batching.cache_gib must be 'auto' or a number >= 0, got 'lots'"),
+    (lambda: RunOptions(store_dtype="int8"), r"RunOptions.store_dtype must be one of 'float32', 'float16', 'bfloat16'"),
+])
+def test_simulate_option_errors_name_the_field_and_the_key(make, match):
+    """The option groups check each field by its config key's one rule (synclib.keys)."""
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_simulate_option_groups_are_config_keys_with_the_schemas_defaults():
+    """Every field a group checks is a config key, and its default is that key's (the passive
+    reader and the ToM dialogs: off in a bare library call, on in the run config)."""
+    from dataclasses import fields
+
+    from synclib.keys import KEYS, default
+
+    paths = {k.path for k in KEYS}
+    for group in (Sampling, Passes, Batching, RunOptions):
+        assert set(group.KEYS.values()) <= paths, group
+        for f in fields(group):
+            if f.name in group.KEYS and f.name not in ("passive", "tom"):
+                assert f.default == default(group.KEYS[f.name]), (group.__name__, f.name)
+    assert Passes().passive is False and default("simulate.passive") is True
+    assert Passes(passive_seeds=(1, 0)).passive_seeds == (1, 0)  # the library's tuples, kept in order

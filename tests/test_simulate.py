@@ -520,7 +520,7 @@ def test_continuous_scheduling_plays_the_same_dialogs(tiny_models, tasks, tmp_pa
     # the ToM replies are read inside the streams (probes), none after them
     assert "seconds_tom" not in stats["continuous"] and stats["continuous"]["probe_points"] >= int(
         y.n_utterances_tom.values.sum())
-    with pytest.raises(ValueError, match="scheduling must be one of turns, continuous"):
+    with pytest.raises(ValueError, match="Batching.scheduling must be one of 'turns', 'continuous', got 'fast' \(config key simulate.scheduling\)"):
         simulate(a, b, sel, [0], tmp_path / "bad.nc", batching=Batching(scheduling="fast"), **kw)
 
 
@@ -602,6 +602,6 @@ def test_reply_end_sentence_cuts_a_capped_reply_back_to_its_last_sentence(tmp_pa
     assert all(s in (l, trim_to_sentence(l)) for l, s in zip(line, sentence))
     assert any(s != l for l, s in zip(line, sentence))  # at least one reply was cut back
     assert cubes["sentence"].attrs["reply_end"] == "sentence" and cubes["line"].attrs["reply_end"] == "line"
-    with pytest.raises(ValueError, match="reply_end must be one of line, sentence"):
+    with pytest.raises(ValueError, match="reply_end must be one of 'line', 'sentence'"):
         simulate("smollm2-135m", "smollm2-135m", sel, [0], tmp_path / "bad.nc",
                  sampling=Sampling(max_new_tokens=20, reply_end="word"), **kw)

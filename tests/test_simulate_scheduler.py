@@ -48,8 +48,8 @@ def test_the_scheduler_moves_a_dialog_through_its_statuses():
     sched.add([later])
     assert sched and list(sched.waiting) == [later] and sched.dialogs == [talk, tom, later]
     with pytest.raises(ValueError, match="only a finished dialog can leave"):
-        sched.drop([later])
-    sched.drop([talk, tom])  # their part is done
+        sched.remove([later])
+    sched.remove([talk, tom])  # their part is done
     assert sched.dialogs == [later] and sched.finished == []
 
 
@@ -149,7 +149,7 @@ def test_the_tom_replies_come_back_read_from_the_stream(tiny_models, monkeypatch
     assert n_tom <= points <= 2 * n_tom
     for d in toms:  # agent 1 spoke utterances 0, 2, ..., agent 2 the odd ones
         for t in range(len(d.history)):
-            emo = d.value.values[var_name("emotion", "ab"[t % 2], "tom")][t // 2]
+            emo = d.cells.values[var_name("emotion", "ab"[t % 2], "tom")][t // 2]
             assert np.isclose(emo.sum(), 1.0, atol=1e-6)
 
 

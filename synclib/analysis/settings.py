@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import numbers
 from dataclasses import dataclass, fields, replace
+from typing import ClassVar
 
 from synclib.analysis.blocks import N_BOOT
 from synclib.analysis.mlp import MLPOptions
-from synclib.analysis.ridge import ComputeOptions
 from synclib.analysis.samples import DEFAULT_CONDITIONS, DIRECTIONS, AnalysisError, parse_condition
+from synclib.keys import Settings
 from synclib.penalty import Penalty
 
 __all__ = ["AnalysisSettings", "PENALTY_OPTIONS"]
@@ -42,8 +43,12 @@ def _set(obj, name: str, value) -> None:
 
 
 @dataclass(frozen=True)
-class AnalysisSettings:
+class AnalysisSettings(Settings):
     """What :func:`~synclib.analysis.analyze` computes and how (everything but the cube).
+
+    The fields in ``KEYS`` are ``analysis.*`` keys of the run config, checked by their keys'
+    rules (:class:`synclib.keys.Settings`); their defaults here are the protocol's and the
+    optional blocks off (``n_samples`` 6,500, split seeds 0-2), the run config's are ours.
 
     Attributes
     ----------
@@ -91,6 +96,11 @@ class AnalysisSettings:
         lazily opened cube stream from disk (:class:`synclib.cube.HiddenRows`).
     """
 
+    KEYS: ClassVar[dict[str, str]] = {n: f"analysis.{n}" for n in (
+        "n_samples", "split_seeds", "precision", "persona_disjoint", "relationship", "sample_sizes", "nonlinear",
+        "nonlinear_seeds", "tom", "n_boot", "surrogates", "planted")}
+    ERROR: ClassVar[type[Exception]] = AnalysisError
+
     conditions: tuple = DEFAULT_CONDITIONS
     penalty: Penalty = Penalty()
     n_samples: int | None = 6500
@@ -119,33 +129,27 @@ class AnalysisSettings:
     def __post_init__(self):
         _set(self, "penalty", Penalty.of(self.penalty))
         _set(self, "nonlinear_options", MLPOptions.of(self.nonlinear_options))
-        ComputeOptions(precision=self.precision, device=self.device)  # checks precision
+        if self.sample_sizes is not None and not len(self.sample_sizes):
+            _set(self, "sample_sizes", None)
+        as_tuple = {name: (lambda v: None if v is None else tuple(int(x) for x in v))
+                    for name in ("split_seeds", "sample_sizes")}
+        self._check(**as_tuple)
         if isinstance(self.conditions, str):
             raise AnalysisError(f"conditions must be a sequence of condition names, got {self.conditions!r}")
         _set(self, "conditions", tuple(self.conditions))
         if self.lags is not None:
             _set(self, "lags", _ints("lags", self.lags, 0, nonempty=False))
         self.all_conditions()  # checks every condition
-        _set(self, "split_seeds", _ints("split_seeds", self.split_seeds, 0))
-        if any(s >= 2**32 for s in self.split_seeds):  # numpy.random.RandomState(seed), as the reference
-            raise AnalysisError(f"split_seeds: seeds must be integers in 0 .. 2**32-1, got {list(self.split_seeds)}")
         _set(self, "directions", tuple(self.directions))
         for d in self.directions:
             if d not in DIRECTIONS:
                 raise AnalysisError(f"directions: unknown direction {d!r}")
-        if self.n_samples is not None and not (_int(self.n_samples) and self.n_samples >= 1):
-            raise AnalysisError(f"n_samples must be None or an integer >= 1, got {self.n_samples!r}")
         _set(self, "relationship_seeds", _ints("relationship_seeds", self.relationship_seeds, 0))
-        if self.sample_sizes is not None:
-            _set(self, "sample_sizes", _ints("sample_sizes", self.sample_sizes, 1, nonempty=False) or None)
-        for name, lo in (("n_boot", 0), ("surrogates", 0), ("planted", 0), ("relationship_min", 0)):
-            if not _int(getattr(self, name)) or getattr(self, name) < lo:
-                raise AnalysisError(f"{name} must be an integer >= {lo}, got {getattr(self, name)!r}")
-        for name in ("nonlinear_seeds", "max_resident_bytes"):
-            v = getattr(self, name)
-            if v is not None and not (_int(v) and v >= (1 if name == "nonlinear_seeds" else 0)):
-                raise AnalysisError(f"{name} must be None or an integer >= {1 if name == 'nonlinear_seeds' else 0}, "
-                                    f"got {v!r}")
+        if not _int(self.relationship_min) or self.relationship_min < 0:
+            raise AnalysisError(f"relationship_min must be an integer >= 0, got {self.relationship_min!r}")
+        v = self.max_resident_bytes
+        if v is not None and not (_int(v) and v >= 0):
+            raise AnalysisError(f"max_resident_bytes must be None or an integer >= 0, got {v!r}")
         if self.tom_options is not None and not isinstance(self.tom_options, dict):
             raise AnalysisError(f"tom_options must be None or a dict, got {self.tom_options!r}")
         if self.needs_genuine() and "genuine" not in self.all_conditions():

@@ -39,7 +39,7 @@ def _conditions(text: str) -> list[str]:
 
 #: the optional blocks, off unless asked for when no --config is given
 _BLOCKS_OFF = dict(persona_disjoint=False, relationship=False, sample_sizes=None, nonlinear=False, tom=False,
-                   surrogates=0)
+                   surrogates=0, planted=0)
 
 
 def configure_parser(p: argparse.ArgumentParser) -> None:
@@ -73,29 +73,35 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    help=f"alpha=cv: seed of the folds and columns (default: {d('analysis.cv_seed')})")
     p.add_argument("--n-samples", type=at.arg_type(at.nonneg_int, "sample count"), default=None,
                    help=f"fixed sample size per dataset; 0 = all (default: {d('analysis.n_samples')})")
-    p.add_argument("--split-seeds", type=at.arg_type(at.seed_list, "split seeds"), default=None,
+    p.add_argument("--split-seeds", type=at.setting("analysis.split_seeds"), default=None, metavar="LIST",
                    help=f"split seeds, e.g. 0,1,2 (default: {','.join(map(str, d('analysis.split_seeds')))})")
     p.add_argument("--device", default=None, help="torch device, e.g. cpu or cuda (default: the config's, else cpu)")
-    p.add_argument("--precision", default=None, choices=["float32", "tf32", "bf16"],
+    p.add_argument("--precision", type=at.setting("analysis.precision"), default=None, metavar="float32|tf32|bf16",
                    help=f"matmul precision of the big products (default: {d('analysis.precision')})")
     p.add_argument("--persona-disjoint", action=on_off, default=None, help="also the persona-disjoint split (table 2)")
     p.add_argument("--relationship", action=on_off, default=None, help="also relationship subsets (appendix G)")
     p.add_argument("--sample-sizes", type=at.arg_type(lambda t: at.int_list(t, 2), "sample sizes"), default=None,
                    help="comma-separated sample sizes for the appendix D sweep; empty: none (default: none)")
     p.add_argument("--nonlinear", action=on_off, default=None, help="also the 2-layer MLP comparison (appendix I)")
-    p.add_argument("--nonlinear-epochs", type=at.arg_type(at.positive_int, "epochs"), default=None,
+    p.add_argument("--nonlinear-epochs", type=at.setting("analysis.nonlinear_epochs"), default=None, metavar="N",
                    help=f"MLP epochs (default: {d('analysis.nonlinear_epochs')})")
     p.add_argument("--nonlinear-batch-size", type=at.arg_type(at.nonneg_int, "batch size"), default=None,
                    help=f"MLP minibatch size; 0 = full batch (default: {d('analysis.nonlinear_batch_size')})")
     p.add_argument("--nonlinear-seeds", type=at.arg_type(at.nonneg_int, "split seeds"), default=None,
                    help="fit the MLPs on the first this many split seeds only; 0 = all (default: all)")
-    p.add_argument("--n-boot", type=at.arg_type(at.nonneg_int, "resamples"), default=None,
+    p.add_argument("--n-boot", type=at.setting("analysis.n_boot"), default=None, metavar="N",
                    help=f"resamples of whole episodes for the dialog-level tests; 0 = none "
                         f"(default: {d('analysis.n_boot')})")
     p.add_argument("--tom", action=on_off, default=None, help="also ToM decoding (appendix J; needs the ToM variables)")
-    p.add_argument("--surrogates", type=at.arg_type(at.nonneg_int, "surrogates"), default=None,
+    p.add_argument("--tom-format-filter", action=on_off, default=None,
+                   help="ToM decoding: drop samples whose target reply did not follow the 'Emotion. Action type.' "
+                        f"format (the protocol; default: {str(d('analysis.tom_format_filter')).lower()})")
+    p.add_argument("--surrogates", type=at.setting("analysis.surrogates"), default=None, metavar="N",
                    help="also genuine against this many surrogate partners per dialog (ours; "
                         f"the main job's default: {d('analysis.surrogates')}); 0 = none (default: 0)")
+    p.add_argument("--planted", type=at.setting("analysis.planted"), default=None, metavar="N",
+                   help="also this many re-splits with planted differences, the power page's curve (ours; "
+                        f"the main job's default: {d('analysis.planted')}); 0 = none (default: 0)")
     p.add_argument("--max-resident-gib", type=at.arg_type(at.nonneg_float, "GiB"), default=None,
                    help="hidden-state variables up to this size (GiB) are loaded whole; larger ones "
                         f"stream from disk, each fit reading only its rows (default: {d('analysis.max_resident_gib')})")
@@ -129,7 +135,7 @@ def settings_from_args(args: argparse.Namespace):
         "cv_folds": args.cv_folds, "cv_seed": args.cv_seed, "split_seeds": args.split_seeds,
         "device": args.device, "precision": args.precision, "persona_disjoint": args.persona_disjoint,
         "relationship": args.relationship, "nonlinear": args.nonlinear, "n_boot": args.n_boot, "tom": args.tom,
-        "surrogates": args.surrogates}
+        "surrogates": args.surrogates, "planted": args.planted}
     options = {k: v for k, v in given.items() if v is not None}
     if args.conditions is not None and args.lags is None:
         options["lags"] = None  # the conditions as given
@@ -142,6 +148,8 @@ def settings_from_args(args: argparse.Namespace):
         mlp["batch_size"] = zero_none(args.nonlinear_batch_size)
     if mlp:
         options["nonlinear_options"] = mlp
+    if args.tom_format_filter is not None:
+        options["tom_options"] = {**(base.tom_options or {}), "format_filter": args.tom_format_filter}
     if args.max_resident_gib is not None:
         options["max_resident_bytes"] = int(args.max_resident_gib * 2**30)
     return base.replace(**options)

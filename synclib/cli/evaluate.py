@@ -1,8 +1,9 @@
 """``synclib evaluate``: judge a cube's dialogs, or a file of finished episodes, and write
 ``SOURCE.judge.csv`` (:func:`synclib.judge.evaluate_cube`, :func:`synclib.judge.evaluate_episodes`).
 
-The options' defaults are the run-config schema's (:func:`synclib.config.default`) or, for
-the options a run config lacks, :mod:`synclib.judge.options`'s.  The options become a
+An option that sets a ``judge.*`` key is read and checked by that key's rule
+(:func:`synclib.argtypes.setting`) and defaults to the key's default; the options a run
+config lacks default to :mod:`synclib.judge.options`'s.  The options become a
 :class:`~synclib.judge.options.JudgeOptions` through the mapping the pipeline's judge step
 uses (:meth:`~synclib.judge.options.JudgeOptions.from_config`).
 """
@@ -11,20 +12,12 @@ from __future__ import annotations
 import argparse
 
 from synclib import argtypes as at
-from synclib.config import default
 from synclib.judge.errors import JudgeError
-from synclib.judge.evaluate import MODES, evaluate_cube, evaluate_episodes
-from synclib.judge.items import LAYOUTS
+from synclib.judge.evaluate import evaluate_cube, evaluate_episodes
 from synclib.judge.options import LOCAL_MAX_NEW_TOKENS, JudgeConnection, JudgeOptions, JudgeSampling
+from synclib.keys import default
 
 __all__ = ["configure_parser", "run"]
-
-
-def _reasoning_chars(text):
-    v = at.positive_int(text)
-    if v > 1999:  # llama.cpp refuses grammar repetitions of 2000 and more
-        raise ValueError(f"must be <= 1999, got {v}")
-    return v
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -45,14 +38,14 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--judge-model", required=True,
                         help="served model name at --judge-url, or, without --judge-url, a "
                              "local judge for synclib.models.load_model (e.g. smollm2-135m)")
-    parser.add_argument("--judge-url", default=None,
+    parser.add_argument("--judge-url", type=at.setting("judge.url"), default=None, metavar="URL",
                         help="base URL of an OpenAI-compatible API, e.g. "
                              "http://localhost:8000/v1 (requests go to URL/chat/completions)")
     parser.add_argument("--api-key-env", default=default("judge.api_key_env"),
                         help="environment variable holding the API key (default "
                              "OPENAI_API_KEY; unset means no key is sent). The key itself is "
                              "never written anywhere")
-    parser.add_argument("--concurrency", type=at.arg_type(at.positive_int, "concurrency"),
+    parser.add_argument("--concurrency", type=at.setting("judge.concurrency"), metavar="N",
                         default=default("judge.concurrency"),
                         help="requests in flight at once (HTTP judge; default %(default)s)")
     parser.add_argument("--timeout", type=at.arg_type(at.positive_float, "seconds"),
@@ -62,12 +55,13 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         default=JudgeConnection.max_retries,
                         help="retries on 429/5xx/timeouts/dropped connections, with "
                              "exponential backoff (default %(default)s)")
-    parser.add_argument("--mode", choices=MODES, default=None,
+    parser.add_argument("--mode", type=at.setting("judge.mode"), default=None, metavar="json|constrained",
                         help="json: the judge writes the whole evaluation (default for "
                              "--judge-url); constrained: one agent and dimension at a time, "
                              "score read from the judge's distribution over the allowed "
                              "integers (local judges only; their default)")
-    parser.add_argument("--layout", choices=LAYOUTS, default=default("judge.layout"),
+    parser.add_argument("--layout", type=at.setting("judge.layout"), default=default("judge.layout"),
+                        metavar="sotopia|reference",
                         help="the judge message: sotopia (Sotopia's quoted turn lines, default) or "
                              "reference (as the paper's code laid it out: its complete intro, the "
                              "agents' own dialog lines, the instructions, no separators)")
@@ -79,7 +73,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                              "dimension, bounded reasoning, scores within range; default), "
                              "falling back to plain JSON mode for the rest of the run when the "
                              "server refuses it. --no-structured: plain JSON mode throughout")
-    parser.add_argument("--reasoning-max-chars", type=at.arg_type(_reasoning_chars, "characters"),
+    parser.add_argument("--reasoning-max-chars", type=at.setting("judge.reasoning_max_chars"), metavar="N",
                         default=default("judge.reasoning_max_chars"),
                         help="with structured output, the longest reasoning per dimension, in "
                              "characters (1-1999; default %(default)s)")
@@ -92,10 +86,10 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         default=JudgeOptions.batch_size,
                         help="rows per forward pass in constrained scoring (default %(default)s)")
     parser.add_argument("--device", default=None, help="device of a local judge (default: auto)")
-    parser.add_argument("--sample", type=at.arg_type(at.positive_int, "dialog count"), default=None,
+    parser.add_argument("--sample", type=at.setting("judge.sample"), default=default("judge.sample"), metavar="N",
                         help="judge a random sample of N dialogs (episode x sim seed; default: all)")
-    parser.add_argument("--sample-seed", type=at.arg_type(at.nonneg_int, "seed"), default=0,
-                        help="seed of the --sample draw (default 0)")
+    parser.add_argument("--sample-seed", type=at.setting("judge.sample_seed"), default=default("judge.sample_seed"),
+                        metavar="SEED", help="seed of the --sample draw (default %(default)s)")
     parser.add_argument("--out", default=None,
                         help="output CSV (default: the source with .judge.csv instead of .nc/.jsonl)")
     parser.add_argument("--cache", default=None,

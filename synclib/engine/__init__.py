@@ -36,7 +36,7 @@ One concept a module
 --------------------
 ========================  ====================================================================
 ``requests``              :class:`Request`, :class:`Result`, :func:`row_seed`, each row's uniforms,
-                          the vocabularies :data:`DECODE_MODES` and :data:`SCHEDULING`
+                          the vocabulary :data:`DECODE_MODES`
 ``forward``               the one model call (the cache keyword of the installed transformers)
 ``masks``                 attention windows and explicit masks (boolean or additive)
 ``sampling``              the sampling distribution, inverse-CDF sampling, stop and line checks,
@@ -62,16 +62,16 @@ reproducible.  A row stops at any of the model's stop tokens (EOS and end-of-tur
 ``LoadedModel.stop_token_ids``) or after ``max_new_tokens``.
 
 ``torch`` and ``transformers`` are imported where they are used, so importing this package
-(as :mod:`synclib.config` does for :data:`SCHEDULING`) loads neither.
+loads neither.
 """
 from synclib.engine.candidates import CandidateWords, candidate_sequences, continuation_logprobs
 from synclib.engine.core import Engine, generate, read_states, word_distributions
 from synclib.engine.dynamic import with_room
 from synclib.engine.probes import Probe
-from synclib.engine.requests import DECODE_MODES, SCHEDULING, Request, Result, row_seed
+from synclib.engine.requests import DECODE_MODES, Request, Result, row_seed
 from synclib.engine.sampling import sampling_distribution
 from synclib.engine.stream import DecodeStream
 
-__all__ = ["DECODE_MODES", "SCHEDULING", "sampling_distribution", "Engine", "DecodeStream", "Request", "Result",
+__all__ = ["DECODE_MODES", "sampling_distribution", "Engine", "DecodeStream", "Request", "Result",
            "generate", "read_states", "word_distributions", "row_seed", "candidate_sequences",
            "continuation_logprobs", "with_room", "Probe", "CandidateWords"]

@@ -4,8 +4,7 @@
 back for it.  :func:`row_seed` derives a row's seed from integer keys, :func:`uniforms` draws
 each row's random numbers for a whole reply from that seed, and :func:`make_result` builds a
 row's :class:`Result` (the batch loop and the stream build theirs the same way).  The
-vocabularies :data:`DECODE_MODES` and :data:`SCHEDULING` name the engine's ways of running
-decoding steps and of putting a dialog loop's rows on it.
+vocabulary :data:`DECODE_MODES` names the engine's ways of running decoding steps.
 """
 from __future__ import annotations
 
@@ -15,15 +14,11 @@ from typing import Hashable, Sequence
 
 import numpy as np
 
-__all__ = ["DECODE_MODES", "SCHEDULING", "FINISH_REASONS", "Request", "Result", "row_seed", "uniforms",
+__all__ = ["DECODE_MODES", "FINISH_REASONS", "Request", "Result", "row_seed", "uniforms",
            "make_result", "check_sampling"]
 
 #: how :class:`~synclib.engine.Engine` runs decoding steps (its ``decode`` parameter)
 DECODE_MODES = ("auto", "graph", "static", "dynamic")
-#: how a dialog loop puts its rows on an engine: ``turns``, one :meth:`Engine.generate` call per
-#: utterance index (every row waits for the call's longest reply); ``continuous``, a
-#: :class:`~synclib.engine.DecodeStream` that each dialog's next utterance joins as soon as its reply ends
-SCHEDULING = ("turns", "continuous")
 #: :attr:`Result.finish_reason` by code: 0 length, 1 stop token, 2 first line complete
 FINISH_REASONS = ("length", "stop", "line")
 

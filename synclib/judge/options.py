@@ -15,33 +15,28 @@
     run config to these settings: the pipeline's judge step and ``synclib evaluate``
     both use it.
 
-Each default is written here once; the run config's ``judge.*`` keys
-(:mod:`synclib.config`) default to the same values.  A bad value raises
-:class:`~synclib.judge.errors.JudgeError` naming the field.
+A field that is a run-config key (each class's ``KEYS``: field -> key) takes that key's
+default and is checked by that key's one rule (:class:`synclib.keys.Settings`); the other
+fields (timeouts, retries, the request seed, the local judge's batch) are checked here.  A bad
+value raises :class:`~synclib.judge.errors.JudgeError` naming the field (and its key).
 """
 from __future__ import annotations
 
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from synclib.judge.errors import JudgeError
-from synclib.judge.items import LAYOUTS
-from synclib.judge.rubric import REASONING_MAX_CHARS
+from synclib.keys import Settings, default
 
 __all__ = ["MODES", "JudgeConnection", "JudgeSampling", "JudgeOptions", "LOCAL_MAX_NEW_TOKENS"]
 
-#: The judging modes (see :mod:`synclib.judge.evaluate`).
+#: The judging modes (see :mod:`synclib.judge.evaluate`): those the key ``judge.mode`` allows.
 MODES = ("json", "constrained")
 
 #: Answer length limit of a local judge in JSON mode when ``max_tokens`` is None.
 LOCAL_MAX_NEW_TOKENS = 1024
-
-#: llama.cpp refuses grammar repetitions of 2000 and more (see
-#: :func:`synclib.judge.rubric.structured_schema`).
-_MAX_REASONING_CHARS = 1999
-
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
@@ -65,7 +60,7 @@ def _check_int(owner: str, name: str, value: Any, lo: int, hi: int | None = None
 
 
 @dataclass(frozen=True)
-class JudgeConnection:
+class JudgeConnection(Settings):
     """Which judge and how to reach it.
 
     Parameters
@@ -91,9 +86,12 @@ class JudgeConnection:
         ``attempt + 1`` (a 429's ``Retry-After`` is honoured up to ``max_backoff``).
     """
 
+    KEYS: ClassVar[dict[str, str]] = {n: f"judge.{n}" for n in ("model", "url", "api_key_env")}
+    ERROR: ClassVar[type[Exception]] = JudgeError
+
     model: str
-    url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
+    url: str | None = default("judge.url")
+    api_key_env: str = default("judge.api_key_env")
     timeout: float = 300.0
     max_retries: int = 5
     backoff: float = 1.0
@@ -101,14 +99,7 @@ class JudgeConnection:
 
     def __post_init__(self) -> None:
         own = "JudgeConnection"
-        if not isinstance(self.model, str) or not self.model.strip():
-            raise _bad(own, "model", "a model name (--judge-model)", self.model)
-        if self.url is not None and (not isinstance(self.url, str)
-                                     or not self.url.startswith(("http://", "https://"))):
-            raise _bad(own, "url", "None or an http(s) URL such as http://localhost:8000/v1 "
-                       "(--judge-url)", self.url)
-        if not isinstance(self.api_key_env, str) or not self.api_key_env.strip():
-            raise _bad(own, "api_key_env", "the name of an environment variable", self.api_key_env)
+        self._check()
         if not _is_num(self.timeout) or self.timeout <= 0:
             raise _bad(own, "timeout", "a number of seconds > 0", self.timeout)
         _check_int(own, "max_retries", self.max_retries, 0)
@@ -124,7 +115,7 @@ class JudgeConnection:
 
 
 @dataclass(frozen=True)
-class JudgeSampling:
+class JudgeSampling(Settings):
     """What every judge request asks for.
 
     Parameters
@@ -145,21 +136,22 @@ class JudgeSampling:
         ``maxLength`` of every reasoning string under structured output (1 to 1999).
     """
 
+    KEYS: ClassVar[dict[str, str]] = {n: f"judge.{n}" for n in ("structured", "reasoning_max_chars")}
+    ERROR: ClassVar[type[Exception]] = JudgeError
+
     temperature: float = 0.0
     seed: int = 0
     max_tokens: int | None = None
-    structured: bool = True
-    reasoning_max_chars: int = REASONING_MAX_CHARS
+    structured: bool = default("judge.structured")
+    reasoning_max_chars: int = default("judge.reasoning_max_chars")
 
     def __post_init__(self) -> None:
         own = "JudgeSampling"
+        self._check()
         if not _is_num(self.temperature) or self.temperature < 0:
             raise _bad(own, "temperature", "a number >= 0", self.temperature)
         _check_int(own, "seed", self.seed, 0)
         _check_int(own, "max_tokens", self.max_tokens, 1, optional=True)
-        if not isinstance(self.structured, bool):
-            raise _bad(own, "structured", "True or False", self.structured)
-        _check_int(own, "reasoning_max_chars", self.reasoning_max_chars, 1, _MAX_REASONING_CHARS)
 
     @property
     def settings(self) -> dict:
@@ -169,19 +161,9 @@ class JudgeSampling:
 
 _MISSING = object()
 
-#: run-config key -> JudgeOptions field (``device``'s ``auto`` means None); the one
-#: mapping from a run config to the judge's settings
-_CONFIG_FIELDS = {
-    "judge.model": "model", "judge.url": "url", "judge.api_key_env": "api_key_env",
-    "judge.mode": "mode", "judge.layout": "layout", "judge.structured": "structured",
-    "judge.reasoning_max_chars": "reasoning_max_chars", "judge.concurrency": "concurrency",
-    "judge.sample": "sample", "judge.sample_seed": "sample_seed",
-    "scenarios": "scenarios", "device": "device",
-}
-
 
 @dataclass(frozen=True)
-class JudgeOptions:
+class JudgeOptions(Settings):
     """A judging run's settings.
 
     Parameters
@@ -211,14 +193,18 @@ class JudgeOptions:
         Device of a local judge; None: automatic.
     """
 
+    KEYS: ClassVar[dict[str, str]] = {n: f"judge.{n}" for n in ("mode", "layout", "concurrency", "sample",
+                                                                 "sample_seed")}
+    ERROR: ClassVar[type[Exception]] = JudgeError
+
     connection: JudgeConnection
     sampling: JudgeSampling = field(default_factory=JudgeSampling)
-    mode: str | None = None
-    layout: str = "sotopia"
+    mode: str | None = default("judge.mode")
+    layout: str = default("judge.layout")
     scenarios: str | os.PathLike = "embedded"
-    concurrency: int = 8
-    sample: int | None = None
-    sample_seed: int = 0
+    concurrency: int = default("judge.concurrency")
+    sample: int | None = default("judge.sample")
+    sample_seed: int = default("judge.sample_seed")
     batch_size: int = 16
     device: str | None = None
 
@@ -228,18 +214,12 @@ class JudgeOptions:
             raise _bad(own, "connection", "a JudgeConnection", self.connection)
         if not isinstance(self.sampling, JudgeSampling):
             raise _bad(own, "sampling", "a JudgeSampling", self.sampling)
-        if self.mode is not None and self.mode not in MODES:
-            raise _bad(own, "mode", f"None or one of {MODES}", self.mode)
+        self._check()
         if self.mode == "constrained" and not self.connection.local:
             raise JudgeError("JudgeOptions.mode 'constrained' needs a local judge (no judge_url): "
                              "an HTTP endpoint gives no score distributions")
-        if self.layout not in LAYOUTS:
-            raise _bad(own, "layout", f"one of {LAYOUTS}", self.layout)
         if not isinstance(self.scenarios, (str, os.PathLike)) or not str(self.scenarios):
             raise _bad(own, "scenarios", "a task set name or directory", self.scenarios)
-        _check_int(own, "concurrency", self.concurrency, 1)
-        _check_int(own, "sample", self.sample, 1, optional=True)
-        _check_int(own, "sample_seed", self.sample_seed, 0)
         _check_int(own, "batch_size", self.batch_size, 1)
         if self.device is not None and (not isinstance(self.device, str) or not self.device):
             raise _bad(own, "device", "None or a device name such as cpu or cuda:0", self.device)
@@ -260,7 +240,7 @@ class JudgeOptions:
         ``seed=1``...), e.g. the options of ``synclib evaluate``.
         """
         values: dict[str, Any] = {}
-        for path, name in _CONFIG_FIELDS.items():
+        for path, name in _config_fields().items():
             node: Any = cfg
             for part in path.split("."):
                 node = node.get(part, _MISSING) if isinstance(node, Mapping) else _MISSING
@@ -280,3 +260,10 @@ class JudgeOptions:
                              "--judge-model)")
         return cls(connection=JudgeConnection(**parts[JudgeConnection]),
                    sampling=JudgeSampling(**parts[JudgeSampling]), **parts[cls])
+
+
+def _config_fields() -> dict[str, str]:
+    """Run-config key -> judge setting: the three classes' ``KEYS``, and ``scenarios`` and
+    ``device`` (``auto``: None); the one mapping from a run config to the judge's settings."""
+    out = {path: name for c in (JudgeConnection, JudgeSampling, JudgeOptions) for name, path in c.KEYS.items()}
+    return {**out, "scenarios": "scenarios", "device": "device"}

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from synclib.judge.errors import JudgeError
+from synclib.keys import default
 
 __all__ = ["DIMENSIONS", "SCORE_RANGES", "DIMENSION_DESCRIPTIONS", "AGENT_KEYS", "FIELDS",
            "EMBEDDED_INSTRUCTIONS", "rubric_lines", "REASONING_MAX_CHARS", "structured_schema"]
@@ -121,8 +122,9 @@ EMBEDDED_INSTRUCTIONS = (
 
 
 #: Default bound on the length (characters) of each reasoning string under structured
-#: output: keeps small judges from rambling until they run out of tokens.
-REASONING_MAX_CHARS = 600
+#: output: keeps small judges from rambling until they run out of tokens (the key
+#: ``judge.reasoning_max_chars``'s default).
+REASONING_MAX_CHARS = default("judge.reasoning_max_chars")
 
 #: llama.cpp compiles ``maxLength`` into a grammar repetition and refuses repetitions
 #: of 2000 or more, so the bound stays below that.

@@ -413,19 +413,12 @@ def simulate_call(cfg: dict, run: Run, **options) -> tuple[tuple[str, str], dict
     sim = cfg["simulate"]
     models = cfg["models"]
     taskset = _taskset(cfg)
-    opts = dict(device=_device(cfg), dtype=_dtype(cfg), store_dtype=sim["store_dtype"],
-                prompt_formats=(models[run.a]["prompt_format"], models[run.b]["prompt_format"]), engine_stats={})
+    opts = dict(device=_device(cfg), dtype=_dtype(cfg), engine_stats={},
+                prompt_formats=(models[run.a]["prompt_format"], models[run.b]["prompt_format"]))
     return (models[run.a]["spec"], models[run.b]["spec"]), dict(
         tasks=select_tasks(taskset, sim["episodes"]), seeds=sim["seeds"], max_utterances=sim["max_utterances"],
-        sampling=Sampling(temperature=sim["temperature"], max_new_tokens=sim["max_new_tokens"], top_k=sim["top_k"],
-                          top_p=sim["top_p"], stop_at_first_line=sim["stop_at_first_line"],
-                          reply_end=sim["reply_end"]),
-        passes=Passes(passive=sim["passive"], passive_seeds=sim["passive_seeds"], taskset=taskset, tom=sim["tom"],
-                      tom_episodes=sim["tom_episodes"]),
-        batching=Batching(units_per_part=sim["units_per_part"], max_rows=sim["max_rows"],
-                          max_in_flight=sim["max_in_flight"], kv_tokens=sim["kv_tokens"], scheduling=sim["scheduling"],
-                          cache_gib=sim["cache_gib"]),
-        options=RunOptions(**{**opts, **options}))
+        sampling=Sampling.from_config(cfg), passes=Passes.from_config(cfg, taskset=taskset),
+        batching=Batching.from_config(cfg), options=RunOptions.from_config(cfg, **{**opts, **options}))
 
 
 def step_judge(cfg: dict, run: Run, out: Path, cube: str) -> None:

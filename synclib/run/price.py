@@ -360,8 +360,7 @@ def _rows(cfg: dict, specs, cols: int) -> tuple[int, str]:
     units = sim["units_per_part"] or default_units_per_part(cfg["device"])
     if sim["scheduling"] == "continuous":
         parts = 2 if sim["kv_tokens"] else 1  # with a token budget: the dialogs of the two parts in play
-        rows = Batching(max_in_flight=sim["max_in_flight"], kv_tokens=sim["kv_tokens"]).stream_capacity(
-            [units * (1 + int(sim["tom"]))] * 2)
+        rows = Batching.from_config(cfg).stream_capacity([units * (1 + int(sim["tom"]))] * 2)
         what = ("simulate.max_in_flight" if sim["max_in_flight"] else
                 f"{'2 parts x ' if parts == 2 else ''}{units} units{' x 2 (genuine + ToM)' if sim['tom'] else ''} "
                 "in one stream")

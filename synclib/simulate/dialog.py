@@ -10,7 +10,7 @@ it in flight, and its :class:`Status`::
 A :class:`Scheduler` holds the dialogs in play in queues by status (as nano-vllm's scheduler
 holds its sequences): those of one part, or, with continuous scheduling, of the parts in
 play, which join it (:meth:`Scheduler.add`) as the stream has room and leave it
-(:meth:`Scheduler.drop`) with their part.  :meth:`Scheduler.schedule` takes the waiting
+(:meth:`Scheduler.remove`) with their part.  :meth:`Scheduler.schedule` takes the waiting
 dialogs (their next utterance is due) and marks them running, and :meth:`Scheduler.advance`
 and :meth:`Scheduler.finish` move a dialog on once its reply is recorded (a ToM reply comes
 back read: in the turn-by-turn loop after its batch, in the continuous one from inside the
@@ -38,13 +38,13 @@ class Status(enum.Enum):
 
 @dataclass(eq=False)
 class Dialog:
-    """One dialog: a unit (episode, seed) in one view, filling ``value`` (its cube cells).
+    """One dialog: a unit (episode, seed) in one view, filling ``cells`` (its cube cells).
 
     Attributes
     ----------
     unit : (int, int)
         (task index, simulation seed).
-    value : Unit
+    cells : Unit
         The unit's cube cells; the dialog writes its view's variables.
     view : {"active", "tom"}
     history : list of str
@@ -59,7 +59,7 @@ class Dialog:
     """
 
     unit: tuple
-    value: Unit
+    cells: Unit
     view: str
     history: list = field(default_factory=list)
     turn: int = 0
@@ -108,7 +108,7 @@ class Scheduler:
         self.dialogs += dialogs
         self.waiting.extend(dialogs)
 
-    def drop(self, dialogs) -> None:
+    def remove(self, dialogs) -> None:
         """FINISHED dialogs leave the scheduler (their part is done), which then holds none of them."""
         gone = {id(d) for d in dialogs}
         for d in dialogs:

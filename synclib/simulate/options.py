@@ -1,7 +1,10 @@
 """The settings of one :func:`synclib.simulate.simulate` call, in small frozen groups.
 
-Each group checks its fields once, when it is made, and an error names the field
-(``Sampling.temperature must be >= 0, got -1``):
+Each group's fields are run-config keys (its ``KEYS``: field -> key), checked when the group
+is made by the schema's one check of each key (:func:`synclib.keys.check_setting`),
+and an error names the field and the key (``Sampling.temperature must be a number >= 0, got -1
+(config key simulate.temperature)``); ``from_config`` makes a group from a run config, the
+one mapping that ``synclib run`` and ``synclib simulate`` share:
 
 =================  ==========================================================================
 :class:`Sampling`  how a reply is sampled and where it ends (temperature, new tokens, top-k/p,
@@ -21,33 +24,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Sequence
+from typing import ClassVar, Sequence
 
-from synclib.cube import STORE_DTYPES, CubeWriter
-from synclib.engine import SCHEDULING
-from synclib.memory import session_budget
-from synclib.tasks.prompts import REPLY_ENDS
+from synclib.cube import CubeWriter
+from synclib.keys import Settings, default
 
 __all__ = ["Sampling", "Passes", "Batching", "RunOptions", "resolve_sampling", "default_units_per_part"]
 
 
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _positive_or_none(owner: str, name: str, value) -> None:
-    if value is not None and not (_is_int(value) and value >= 1):
-        raise ValueError(f"{owner}.{name} must be None or an integer >= 1, got {value!r}")
-
-
-def _filter(owner: str, name: str, value, ok) -> None:
-    if not (value is None or value == "model" or ok(value)):
-        kind = "an integer >= 0" if name == "top_k" else "a number in (0, 1]"
-        raise ValueError(f"{owner}.{name} must be 'model', None or {kind}, got {value!r}")
-
-
 @dataclass(frozen=True)
-class Sampling:
+class Sampling(Settings):
     """How every reply is sampled and where it ends.
 
     Attributes
@@ -66,24 +52,18 @@ class Sampling:
         complete sentence where it has one (:func:`synclib.tasks.prompts.trim_to_sentence`).
     """
 
-    temperature: float = 0.7
-    max_new_tokens: int = 300
-    top_k: object = "model"
-    top_p: object = "model"
-    stop_at_first_line: bool = True
-    reply_end: str = "line"
+    KEYS: ClassVar[dict[str, str]] = {n: f"simulate.{n}" for n in (
+        "temperature", "max_new_tokens", "top_k", "top_p", "stop_at_first_line", "reply_end")}
+
+    temperature: float = default("simulate.temperature")
+    max_new_tokens: int = default("simulate.max_new_tokens")
+    top_k: object = default("simulate.top_k")
+    top_p: object = default("simulate.top_p")
+    stop_at_first_line: bool = default("simulate.stop_at_first_line")
+    reply_end: str = default("simulate.reply_end")
 
     def __post_init__(self):
-        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) \
-                or not self.temperature >= 0:
-            raise ValueError(f"Sampling.temperature must be >= 0, got {self.temperature!r}")
-        if not (_is_int(self.max_new_tokens) and self.max_new_tokens >= 1):
-            raise ValueError(f"Sampling.max_new_tokens must be an integer >= 1, got {self.max_new_tokens!r}")
-        _filter("Sampling", "top_k", self.top_k, lambda v: _is_int(v) and v >= 0)
-        _filter("Sampling", "top_p", self.top_p,
-                lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1)
-        if self.reply_end not in REPLY_ENDS:
-            raise ValueError(f"Sampling.reply_end must be one of {', '.join(REPLY_ENDS)}, got {self.reply_end!r}")
+        self._check()
 
     def for_model(self, lm) -> "Sampling":
         """These settings with ``top_k`` / ``top_p`` resolved for ``lm`` (:func:`resolve_sampling`):
@@ -99,13 +79,15 @@ class Sampling:
 
 
 @dataclass(frozen=True)
-class Passes:
+class Passes(Settings):
     """The optional passes after (or beside) the genuine dialogs.
 
     Attributes
     ----------
     passive : bool, default False
-        Re-read the genuine dialogs as a passive reader (``hidden_*_passive``).
+        Re-read the genuine dialogs as a passive reader (``hidden_*_passive``).  The run
+        config's default is on (``simulate.passive``); a bare library call records only the
+        genuine dialogs unless asked.
     passive_seeds : tuple of int, optional
         The seeds the passive reader reads (default: every simulated seed; the paper: 0-2).
     taskset : TaskSet, optional
@@ -113,29 +95,27 @@ class Passes:
         (:func:`synclib.tasks.prompts.passive_persona`); default the simulated tasks when they are
         a TaskSet.  Without one the reader is told it is the agent it replaces.
     tom : bool, default False
-        Run the Theory-of-Mind dialogs (``*_tom``, ``emotion_*``, ``action_*``).
+        Run the Theory-of-Mind dialogs (``*_tom``, ``emotion_*``, ``action_*``) (the run
+        config's default: on, ``simulate.tom``).
     tom_episodes : int, optional
         With ``tom``: the ToM dialogs for the first this many tasks only (all their seeds);
         the other units' ToM variables stay unreached.  Default: every task.
     """
 
+    KEYS: ClassVar[dict[str, str]] = {n: f"simulate.{n}" for n in ("passive", "passive_seeds", "tom", "tom_episodes")}
+
     passive: bool = False
-    passive_seeds: tuple | None = None
+    passive_seeds: tuple | None = default("simulate.passive_seeds")
     taskset: object = field(default=None, compare=False)
     tom: bool = False
-    tom_episodes: int | None = None
+    tom_episodes: int | None = default("simulate.tom_episodes")
 
     def __post_init__(self):
-        if self.passive_seeds is not None:
-            seeds = tuple(self.passive_seeds)
-            if not all(_is_int(s) and s >= 0 for s in seeds):
-                raise ValueError(f"Passes.passive_seeds must be integers >= 0, got {self.passive_seeds!r}")
-            object.__setattr__(self, "passive_seeds", seeds)
-        _positive_or_none("Passes", "tom_episodes", self.tom_episodes)
+        self._check(passive_seeds=lambda v: None if v is None else tuple(v))
 
 
 @dataclass(frozen=True)
-class Batching:
+class Batching(Settings):
     """How a simulation's dialogs share the models; each knob has one meaning.
 
     Attributes
@@ -162,26 +142,24 @@ class Batching:
         ``kv_tokens``): rows join in order while theirs fit, so more short dialogs than long
         ones are in flight.  Default: no token limit.
     scheduling : {"turns", "continuous"}, default "turns"
-        How a part's dialogs share the models (:data:`synclib.engine.SCHEDULING`).
+        How a part's dialogs share the models (:data:`synclib.keys.SCHEDULING`).
     cache_gib : "auto" or number, default "auto"
         Memory the session caches of both models may hold together, in GiB
         (:func:`synclib.memory.session_budget`).
     """
 
-    units_per_part: int | None = None
-    max_rows: int | None = None
-    max_in_flight: int | None = None
-    kv_tokens: int | None = None
-    scheduling: str = "turns"
-    cache_gib: object = "auto"
+    KEYS: ClassVar[dict[str, str]] = {n: f"simulate.{n}" for n in (
+        "units_per_part", "max_rows", "max_in_flight", "kv_tokens", "scheduling", "cache_gib")}
+
+    units_per_part: int | None = default("simulate.units_per_part")
+    max_rows: int | None = default("simulate.max_rows")
+    max_in_flight: int | None = default("simulate.max_in_flight")
+    kv_tokens: int | None = default("simulate.kv_tokens")
+    scheduling: str = default("simulate.scheduling")
+    cache_gib: object = default("simulate.cache_gib")
 
     def __post_init__(self):
-        for name in ("units_per_part", "max_rows", "max_in_flight", "kv_tokens"):
-            _positive_or_none("Batching", name, getattr(self, name))
-        if self.scheduling not in SCHEDULING:
-            raise ValueError(f"Batching.scheduling must be one of {', '.join(SCHEDULING)}, got {self.scheduling!r}")
-        if self.cache_gib != "auto":
-            session_budget(self.cache_gib)  # the one check of the setting
+        self._check()
 
     def resolve(self, out: Path, device) -> "Batching":
         """These knobs with ``units_per_part`` and ``max_rows`` filled in:
@@ -205,7 +183,7 @@ class Batching:
 
 
 @dataclass(frozen=True)
-class RunOptions:
+class RunOptions(Settings):
     """Where and how a simulation runs and what it reports.
 
     Attributes
@@ -230,15 +208,16 @@ class RunOptions:
     device: object = None
     dtype: object = None
     prompt_formats: tuple = ("chat_template", "chat_template")
-    store_dtype: str = "float32"
+    KEYS: ClassVar[dict[str, str]] = {"store_dtype": "simulate.store_dtype"}
+
+    store_dtype: str = default("simulate.store_dtype")
     overwrite: bool = False
     progress: bool = True
     engine_stats: dict | None = field(default=None, compare=False)
     sync_timing: bool = False
 
     def __post_init__(self):
-        if self.store_dtype not in STORE_DTYPES:
-            raise ValueError(f"RunOptions.store_dtype must be one of {sorted(STORE_DTYPES)}, got {self.store_dtype!r}")
+        self._check()
         if len(tuple(self.prompt_formats)) != 2:
             raise ValueError(f"RunOptions.prompt_formats must be two formats (A, B), got {self.prompt_formats!r}")
         if self.engine_stats is not None and not isinstance(self.engine_stats, dict):

@@ -67,7 +67,7 @@ class _Progress:
             self.bar.update(n)
             self._postfix()
 
-    def drop(self, n: int) -> None:
+    def unplan(self, n: int) -> None:
         """``n`` planned utterances that will not happen (a dialog ended early)."""
         if self.bar is not None and n:
             self.bar.total -= n
@@ -94,7 +94,7 @@ class _Part:
     """A cube part in play: its id, its units' cube cells and its dialogs (genuine, then ToM)."""
 
     id: int
-    values: list
+    cells: list
     dialogs: list
 
     @property
@@ -155,14 +155,14 @@ class _Runner:
     def play(self, parts: Sequence[tuple[int, Sequence]], writer: CubeWriter) -> None:
         """Play ``parts`` ((part id, units) pairs) and hand each to ``writer`` as soon as all its
         units are done (:meth:`CubeWriter.submit_part`): ``scheduling="turns"`` part after part
-        (:meth:`run_batch`), ``"continuous"`` all in one stream per model (:meth:`_dialog_stream`)."""
+        (:meth:`play_part`), ``"continuous"`` all in one stream per model (:meth:`_dialog_stream`)."""
         if self.batching.scheduling == "continuous":
             self._dialog_stream(parts, writer)
             return
         for b, units in parts:
-            self._write(writer, b, self.run_batch(units))
+            self._write(writer, b, self.play_part(units))
 
-    def run_batch(self, units: Sequence[tuple[int, int]]) -> list[Unit]:
+    def play_part(self, units: Sequence[tuple[int, int]]) -> list[Unit]:
         """One part turn by turn (the ``"turns"`` loop, whatever ``batching.scheduling``): the
         genuine dialogs, the passive reader, the ToM dialogs; the filled Units."""
         part = self._part(0, units)
@@ -177,20 +177,20 @@ class _Runner:
             for eng in self.engines:
                 eng.clear()
             release_free_memory()  # the part's sessions, freed: their pages go back
-        return part.values
+        return part.cells
 
     def _part(self, part_id: int, units: Sequence[tuple[int, int]]) -> _Part:
         """Part ``part_id`` of ``units``: empty cube cells, a genuine dialog per unit, then the ToM ones."""
-        values = [Unit.empty(self.spec, e, s) for e, s in units]
-        dialogs = [Dialog(u, v, "active") for u, v in zip(units, values)]
-        dialogs += [Dialog(u, v, "tom") for u, v in zip(units, values) if self.plays_tom(u)]
-        return _Part(part_id, values, dialogs)
+        cells = [Unit.empty(self.spec, e, s) for e, s in units]
+        dialogs = [Dialog(u, c, "active") for u, c in zip(units, cells)]
+        dialogs += [Dialog(u, c, "tom") for u, c in zip(units, cells) if self.plays_tom(u)]
+        return _Part(part_id, cells, dialogs)
 
-    def _write(self, writer: CubeWriter, part_id: int, values: list[Unit]) -> None:
+    def _write(self, writer: CubeWriter, part_id: int, cells: list[Unit]) -> None:
         """Hand a finished part to ``writer``: the loop waits only while the previous part is
         still being written (``seconds_cube``)."""
         with self.engines[0].timed("cube"):
-            writer.submit_part(part_id, values)
+            writer.submit_part(part_id, cells)
 
     def planned(self, unit) -> int:
         """Utterances planned for ``unit`` (episode, seed): its genuine dialog, the passive
@@ -225,7 +225,7 @@ class _Runner:
         reply = postprocess_reply(res.text)
         if self.sampling[d.agent].reply_end == "sentence" and res.finish_reason == "length":  # cut by the cap
             reply = trim_to_sentence(reply)
-        v = d.value.values
+        v = d.cells.values
         v[var_name("hidden", side, d.view)][k] = res.states
         v[var_name("text", side, d.view)][k] = reply
         v[var_name("prompt_len", side, d.view)][k] = res.prompt_len
@@ -233,7 +233,7 @@ class _Runner:
         self.progress.advance(1)
         if is_leave(reply, self.tasks[d.unit[0]], t) or t + 1 >= self.max_utterances:
             reads = 1 + int(d.view == "active" and self.reads_passive(d.unit))
-            self.progress.drop(reads * (self.max_utterances - t - 1))
+            self.progress.unplan(reads * (self.max_utterances - t - 1))
             return False
         return True
 
@@ -248,7 +248,7 @@ class _Runner:
         """An ended dialog: its sessions (both agents) dropped, its length recorded."""
         for a in (0, 1):
             self.engines[a].forget(d.session(a))
-        d.value.values[var_name("n_utterances", view=d.view)][...] = len(d.history)
+        d.cells.values[var_name("n_utterances", view=d.view)][...] = len(d.history)
         sched.finish(d)
 
     def _tom_of(self, agent: int) -> TomReadout:
@@ -258,9 +258,9 @@ class _Runner:
             self._tom[id(lm)] = TomReadout(lm)
         return self._tom[id(lm)]
 
-    def _record_tom(self, value: Unit, t: int, emo, act, formatted) -> None:
+    def _record_tom(self, cells: Unit, t: int, emo, act, formatted) -> None:
         side, k = "ab"[t % 2], t // 2
-        v = value.values
+        v = cells.values
         v[var_name("emotion", side, "tom")][k] = emo
         v[var_name("action", side, "tom")][k] = act
         v[var_name("tom_format", side, "tom")][k] = formatted
@@ -288,7 +288,7 @@ class _Runner:
                 with eng.timed("tom"):
                     rows = self._tom_of(agent).read(eng, reqs, res)
                 for d, row in zip(batch, zip(*rows)):
-                    self._record_tom(d.value, d.turn, *row)
+                    self._record_tom(d.cells, d.turn, *row)
             for d, r in zip(batch, res):
                 self._postprocess(sched, d, r)
         for eng in self.engines:  # this view's sessions are done: free the budget for the next
@@ -335,15 +335,15 @@ class _Runner:
                     continue
                 for d, res in st.step():
                     if d.view == "tom":
-                        self._record_tom(d.value, d.turn, *self._tom_of(d.agent).from_scores(res))
+                        self._record_tom(d.cells, d.turn, *self._tom_of(d.agent).from_scores(res))
                     self._postprocess(sched, d, res)
                 for (d, t), states in st.take_reads():
                     d.reads -= 1
                     self._record_passive(d, t, states)
             for part in [p for p in in_play if self._settle(p)]:
                 in_play.remove(part)
-                sched.drop(part.dialogs)
-                self._write(writer, part.id, part.values)
+                sched.remove(part.dialogs)
+                self._write(writer, part.id, part.cells)
                 release_free_memory()  # the part's sessions, freed: their pages go back
 
     def _submit(self, sched: Scheduler, streams: dict, fresh: deque, capacity: int) -> None:
@@ -385,7 +385,7 @@ class _Runner:
         """Record in ``passive_reader`` the persona the reader of ``d`` is told it is
         (:func:`passive_persona` of (task, seed); empty when it is told it is the agent it replaces)."""
         persona = self.readers.get(d.unit)
-        d.value.values[var_name("reader", view="passive")][...] = persona.pk if persona is not None else ""
+        d.cells.values[var_name("reader", view="passive")][...] = persona.pk if persona is not None else ""
 
     def _passive_prompt(self, d: Dialog, agent: int, t: int) -> str:
         """The passive reader's prompt for utterance ``t`` of ``d`` in ``agent``'s place: the
@@ -395,7 +395,7 @@ class _Runner:
 
     def _record_passive(self, d: Dialog, t: int, states) -> None:
         """Store the reader's states of utterance ``t`` of ``d``."""
-        d.value.values[var_name("hidden", "ab"[t % 2], "passive")][t // 2] = states
+        d.cells.values[var_name("hidden", "ab"[t % 2], "passive")][t // 2] = states
         self.progress.advance(1)
 
     def _passive(self, dialogs: list[Dialog]) -> None:
