@@ -258,7 +258,7 @@ KEYS: tuple[Key, ...] = (
     _k("judge.structured", True, BOOL,
        "HTTP judge: ask for a JSON schema (response_format) the server enforces, one object per dimension; "
        "plain JSON when the server refuses it", "judge"),
-    _k("judge.reasoning_max_chars", 600, integer(1, 1999),
+    _k("judge.reasoning_max_chars", 600, integer(1, 1999),  # llama.cpp refuses grammar repetitions of 2000+
        "HTTP judge with structured output: the longest reasoning per dimension", "judge"),
     _k("judge.concurrency", 8, integer(1), "requests in flight", None),
     _k("judge.sample", None, optional(integer(1)),
