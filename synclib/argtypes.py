@@ -65,7 +65,7 @@ def setting(path: str):
                 raise
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
-    parse.__name__ = path.rsplit(".", 1)[-1]
+    parse.__name__ = name
     return parse
 
 

@@ -1,11 +1,11 @@
 """The run configuration: loading a run config and refusing its mistakes.
 
 The keys themselves, each with its type, range, default and step, are data in
-:mod:`synclib.keys` (re-exported here).  A run config is a YAML file (``config/default.yaml`` and friends) plus ``--set KEY=VALUE``
-overrides.  :func:`load_config` reads both, refuses any mistake before work starts (an
-unknown key names the closest valid one; a bad value names the key, the value and what is
-allowed; every message names the file or override it came from) and returns a plain,
-complete ``dict``.  The library and the command line read their defaults from here
+:mod:`synclib.keys` (re-exported here).  A run config is a YAML file (``config/default.yaml``
+and friends) plus ``--set KEY=VALUE`` overrides.  :func:`load_config` reads both, refuses any
+mistake before work starts (an unknown key names the closest valid one; a bad value names the
+key, the value and what is allowed; every message names the file or override it came from) and
+returns a plain, complete ``dict``.  The library and the command line read their defaults from here
 (:func:`default`), so a default is written once.
 
 Each key also says which step of the main job it feeds (:attr:`Key.step`): changing it

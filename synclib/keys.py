@@ -26,7 +26,7 @@ from synclib.models import PROMPT_FORMATS
 from synclib.tasks.prompts import REPLY_ENDS
 
 __all__ = ["Check", "Key", "KEYS", "STEPS", "SCHEDULING", "MODEL_KEYS", "default", "check_setting", "Settings",
-           "keys_of_step", "invalidation_table"]
+           "section_defaults", "keys_of_step", "invalidation_table"]
 
 #: how the simulation's dialogs share the models (``simulate.scheduling``, the runner of
 #: :mod:`synclib.simulate`): ``turns``, one :meth:`~synclib.engine.Engine.generate` call per utterance
@@ -99,7 +99,7 @@ def int_list(lo: int = 0, nonempty: bool = True, hi: int | None = None) -> Check
         if not isinstance(v, list) or (nonempty and not v) or \
                 not all(_is_int(x) and x >= lo and (hi is None or x <= hi) for x in v):
             return _BAD
-        return v if len(set(v)) == len(v) else _BAD
+        return [int(x) for x in v] if len(set(v)) == len(v) else _BAD  # numpy's integers as Python's
     top = "" if hi is None else f" and <= {hi}"
     return Check(f"a {'non-empty ' if nonempty else ''}list of distinct integers >= {lo}{top}", fn)
 
@@ -361,9 +361,9 @@ class Settings:
     KEYS: ClassVar[dict[str, str]] = {}
     ERROR: ClassVar[type[Exception]] = ValueError
 
-    def _check(self, **normalise) -> None:
+    def _check(self) -> None:
         """Each field in ``KEYS`` checked by its key's one check (:func:`check_setting`) and
-        stored normalised; ``normalise``: field -> function applied to a value that passed."""
+        stored normalised, a list as a tuple (the object is frozen)."""
         for name, path in self.KEYS.items():
             value = getattr(self, name)
             if isinstance(value, (tuple, range)) or getattr(value, "ndim", 0) == 1:
@@ -372,7 +372,7 @@ class Settings:
                 value = check_setting(type(self).__name__, name, path, value)
             except ValueError as exc:
                 raise self.ERROR(str(exc)) from None
-            object.__setattr__(self, name, normalise[name](value) if name in normalise else value)
+            object.__setattr__(self, name, tuple(value) if isinstance(value, list) else value)
 
     @classmethod
     def from_config(cls, cfg: dict, **fields):
@@ -386,6 +386,12 @@ class Settings:
                 node = node[part]
             values[name] = node
         return cls(**{**values, **fields})
+
+
+def section_defaults(section: str) -> dict:
+    """The schema's defaults of one section's keys, as a run config holds them:
+    ``{"simulate": {"episodes": 40, ...}}`` for ``"simulate"``."""
+    return {section: {k.path.split(".", 1)[1]: default(k.path) for k in KEYS if k.path.startswith(section + ".")}}
 
 
 def keys_of_step(step: str) -> list[str]:

@@ -131,9 +131,7 @@ class AnalysisSettings(Settings):
         _set(self, "nonlinear_options", MLPOptions.of(self.nonlinear_options))
         if self.sample_sizes is not None and not len(self.sample_sizes):
             _set(self, "sample_sizes", None)
-        as_tuple = {name: (lambda v: None if v is None else tuple(int(x) for x in v))
-                    for name in ("split_seeds", "sample_sizes")}
-        self._check(**as_tuple)
+        self._check()
         if isinstance(self.conditions, str):
             raise AnalysisError(f"conditions must be a sequence of condition names, got {self.conditions!r}")
         _set(self, "conditions", tuple(self.conditions))

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from synclib import argtypes as at
 from synclib.analysis.samples import AnalysisError, parse_condition
-from synclib.config import KEYS, ConfigError, default, load_config
+from synclib.config import ConfigError, default, load_config
 from synclib.cube import open_cube
+from synclib.keys import section_defaults
 from synclib.penalty import check_alphas
 from synclib.splits import RidgeInputError
 
@@ -113,11 +114,6 @@ def _positive_floats(text: str) -> list[float]:
     return list(check_alphas([float(x) for x in text.split(",") if x.strip()]))
 
 
-def _schema_defaults() -> dict:
-    """The run config's analysis keys at the schema's defaults (what a run without --config uses)."""
-    return {"analysis": {k.path.split(".", 1)[1]: default(k.path) for k in KEYS if k.path.startswith("analysis.")}}
-
-
 def settings_from_args(args: argparse.Namespace):
     """The :class:`~synclib.analysis.AnalysisSettings` of ``synclib analyze``: the config's
     (:meth:`~synclib.analysis.AnalysisSettings.from_config` of ``--config``, else of the schema's
@@ -128,7 +124,7 @@ def settings_from_args(args: argparse.Namespace):
     if args.config:
         base = AnalysisSettings.from_config(load_config(args.config))
     else:
-        base = AnalysisSettings.from_config(_schema_defaults()).replace(**_BLOCKS_OFF)
+        base = AnalysisSettings.from_config(section_defaults("analysis")).replace(**_BLOCKS_OFF)
     zero_none = lambda v: v or None  # noqa: E731 - 0 on the command line: all / full batch / none
     given = {
         "conditions": args.conditions, "lags": args.lags, "alpha": args.alpha, "cv_alphas": args.cv_alphas,

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from synclib import argtypes as at
 from synclib.cli import main as cli_main
-from synclib.config import KEYS, ConfigError, default, load_config
+from synclib.config import ConfigError, default, load_config
+from synclib.keys import section_defaults
 from synclib.cube import CubeError, is_complete
 from synclib.models import PROMPT_FORMATS, ModelNotFoundError
 from synclib.simulate import Batching, Passes, RunOptions, Sampling, simulate
@@ -123,7 +124,7 @@ def settings(args: argparse.Namespace) -> dict:
     if args.config:
         sim = dict(load_config(args.config)["simulate"])
     else:
-        sim = {k.path.split(".", 1)[1]: default(k.path) for k in KEYS if k.path.startswith("simulate.")}
+        sim = section_defaults("simulate")["simulate"]
         sim.update({name: False for name in _OPT_IN})
     for name, _, _ in _KEYED:
         if getattr(args, name) is not None:

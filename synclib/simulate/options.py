@@ -111,7 +111,7 @@ class Passes(Settings):
     tom_episodes: int | None = default("simulate.tom_episodes")
 
     def __post_init__(self):
-        self._check(passive_seeds=lambda v: None if v is None else tuple(v))
+        self._check()
 
 
 @dataclass(frozen=True)
