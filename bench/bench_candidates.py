@@ -88,7 +88,7 @@ def time_tom(spec, cube, tasks):
     prompts, sessions = [p for p, _ in rows], [s for _, s in rows]
     res, probs = {}, {}
     for name in PATHS:
-        eng = Engine(lm, batch_size=8)
+        eng = Engine(lm, max_rows=8)
         eng.read_states(prompts, sessions=sessions)  # the sessions hold each prompt, as in simulate
         calls0 = eng.stats["forward_calls"]
         with _path(name):

@@ -63,7 +63,7 @@ def play(lm, tasks, utterances, max_new_tokens, batch_size, kv_reuse):
     from synclib.engine import Engine, Request, row_seed
     from synclib.tasks.prompts import postprocess_reply
 
-    eng = Engine(lm, batch_size=batch_size, kv_reuse=kv_reuse)
+    eng = Engine(lm, max_rows=batch_size, kv_reuse=kv_reuse)
     histories = [[] for _ in tasks]
     t0 = time.perf_counter()
     for t in range(utterances):

@@ -56,7 +56,7 @@ def run_synclib(lm, prompts, max_new_tokens: int, device: str) -> dict:
     from synclib.engine import Engine, Request
 
     def once(ps):
-        eng = Engine(lm, batch_size=len(ps), kv_reuse=False)
+        eng = Engine(lm, max_rows=len(ps), kv_reuse=False)
         st = eng.stream(max_new_tokens=max_new_tokens, temperature=0.7, first_line_only=True, capacity=len(ps),
                         join_min=len(ps))
         for i, p in enumerate(ps):
@@ -81,7 +81,7 @@ def run_library(lm, prompts, max_new_tokens: int, device: str) -> dict:
 
     from synclib.engine import Engine
 
-    eng = Engine(lm, batch_size=len(prompts), kv_reuse=False)
+    eng = Engine(lm, max_rows=len(prompts), kv_reuse=False)
     ends = [int(i) for i in torch.nonzero(eng._line_flags(len(lm.tokenizer))[0]).flatten().tolist()]
     ends = sorted(set(ends) | set(lm.stop_token_ids) | {int(lm.tokenizer.eos_token_id)})
     cfg = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=True, temperature=0.7, top_k=0, top_p=1.0,

@@ -193,13 +193,13 @@ def bench_engine(lm, batch_sizes, prompt_tokens, new_tokens, one_at_a_time_rows,
     from synclib.engine import Engine, Request
 
     results = []
-    warm = Engine(lm, batch_size=2, kv_reuse=False, decode=decode)
+    warm = Engine(lm, max_rows=2, kv_reuse=False, decode=decode)
     warm.generate([Request(p, seed=i) for i, p in enumerate(fixed_length_prompts(lm, 2, prompt_tokens))],
                   max_new_tokens=4)
     for bs in batch_sizes:
         rows = one_at_a_time_rows if bs == 1 else bs
         prompts = fixed_length_prompts(lm, rows, prompt_tokens)
-        eng = Engine(lm, batch_size=bs, kv_reuse=False, decode=decode)
+        eng = Engine(lm, max_rows=bs, kv_reuse=False, decode=decode)
         reqs = [Request(p, seed=i) for i, p in enumerate(prompts)]
         # the prefill alone, on the same rows: (seconds - prefill) / new_tokens is a decoding step
         sync(device)
@@ -225,7 +225,7 @@ def bench_engine(lm, batch_sizes, prompt_tokens, new_tokens, one_at_a_time_rows,
         r = {"decode": eng.decode, "graph_fallbacks": int(eng.stats["graph_fallbacks"]),
              "batch_size": bs, "rows": rows, "prompt_tokens": prompt_tokens, "new_tokens": new_tokens,
              "seconds": round(dt, 3), "error": err, "oom_retries": int(eng.stats["oom_retries"]),
-             "final_batch_size": eng.batch_size}
+             "final_batch_size": eng.max_rows}
         if res is not None:
             gen = sum(len(x.token_ids) for x in res)
             assert all(x.states.shape == (lm.n_layers, lm.d_model) and np.isfinite(x.states).all() for x in res)
@@ -305,7 +305,7 @@ def state_probe(lm, rows: int, prompt_tokens: int) -> np.ndarray:
     from synclib.engine import Engine
 
     prompts = fixed_length_prompts(lm, rows, prompt_tokens)
-    return Engine(lm, batch_size=min(rows, 16), kv_reuse=False).read_states(prompts)
+    return Engine(lm, max_rows=min(rows, 16), kv_reuse=False).read_states(prompts)
 
 
 def state_difference(ref: np.ndarray, other: np.ndarray) -> dict:
@@ -410,7 +410,7 @@ def bench_storage(lm, n_tasks: int, out_dir: Path) -> dict:
     views = ("active", "passive", "tom")
     first = ["Hi, nice to meet you. How have you been?"]  # agent 2 speaks after one utterance
     prompts = [lm.chat_prompt(render_prompt(t, a, first[:a], v)) for t in tasks for v in views for a in (0, 1)]
-    states = Engine(lm, batch_size=8, kv_reuse=False).read_states(prompts)
+    states = Engine(lm, max_rows=8, kv_reuse=False).read_states(prompts)
     states = states.reshape(len(tasks), len(views), 2, lm.n_layers, lm.d_model)
     out = {"model_name": lm.name, "values": int(states.size), "n_tasks": len(tasks),
            "abs_max": float(np.abs(states).max()), "store": {}}

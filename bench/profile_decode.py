@@ -107,7 +107,7 @@ def main(argv=None) -> int:
                 for mode in args.decode_modes.split(","):
                     if mode == "graph" and not cuda:
                         continue
-                    eng = Engine(lm, batch_size=B, kv_reuse=False, decode=mode)
+                    eng = Engine(lm, max_rows=B, kv_reuse=False, decode=mode)
                     eng.generate(reqs, max_new_tokens=4)  # warm-up
                     short = timed(lambda: eng.generate(reqs, max_new_tokens=2))
                     long = timed(lambda: eng.generate(reqs, max_new_tokens=2 + args.steps))
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
                         r["graph_fallbacks"] = int(eng.stats["graph_fallbacks"])
                         r["graph_error"] = eng.graph_error
                     eng = None
-                eng = Engine(lm, batch_size=B, kv_reuse=False, decode="dynamic")
+                eng = Engine(lm, max_rows=B, kv_reuse=False, decode="dynamic")
                 pre = eng._prefill([(p, None) for p in prompts])
                 state = {"cache": pre.cache, "mask": pre.mask, "pos": pre.next_pos}
                 tok = torch.zeros(B, dtype=torch.long, device=dev)
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
 
         B = int(args.batch_sizes.split(",")[-1])
         prompts = fixed_length_prompts(lm, B, args.prompt_tokens)
-        eng = Engine(lm, batch_size=B, kv_reuse=False, decode="dynamic")
+        eng = Engine(lm, max_rows=B, kv_reuse=False, decode="dynamic")
         pre = eng._prefill([(p, None) for p in prompts])  # noqa: F841 - warm
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
         with profile(activities=acts) as prof:

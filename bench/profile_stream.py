@@ -68,13 +68,13 @@ def main(argv=None) -> int:
         return out, time.perf_counter() - t
 
     def run_generate(n, new):
-        eng = Engine(lm, batch_size=max(rows_list), kv_reuse=False)
+        eng = Engine(lm, max_rows=max(rows_list), kv_reuse=False)
         _, wall = timed(lambda: eng.generate([Request(p, seed=i) for i, p in enumerate(prompts[:n])],
                                              **{**kw, "max_new_tokens": new}))
         return wall, dict(eng.stats)
 
     def run_stream(n):
-        eng = Engine(lm, batch_size=args.capacity, kv_reuse=False)
+        eng = Engine(lm, max_rows=args.capacity, kv_reuse=False)
 
         def go():
             st = eng.stream(capacity=args.capacity, join_min=1, **kw)

@@ -20,6 +20,7 @@ from urllib.parse import urlparse
 
 import yaml
 
+from synclib import memory as _memory
 from synclib import penalty as _penalty
 from synclib.cube.schema import STORE_DTYPES
 from synclib.models import PROMPT_FORMATS
@@ -105,7 +106,10 @@ def int_list(lo: int = 0, nonempty: bool = True, hi: int | None = None) -> Check
 
 
 def _cache_gib(v):
-    return v if v == "auto" or (isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0) else _BAD
+    try:
+        return _memory.check_cache_gib(v)  # its one home
+    except ValueError:
+        return _BAD
 
 
 def _episodes(v):
@@ -221,7 +225,7 @@ KEYS: tuple[Key, ...] = (
        "simulation seeds the passive reader reads (null: all; the paper: 0-2)", "simulate"),
     _k("simulate.units_per_part", None, optional(integer(1)),
        "episode x seed units played together and written as one crash-safe cube part (null: 64 on CUDA, "
-       "8 on CPU; a resumed run keeps its own; the cube attribute batch_size)", "simulate"),
+       "8 on CPU; a resumed run keeps its own, the cube attribute of that name)", "simulate"),
     _k("simulate.max_rows", None, optional(integer(1)),
        "rows per forward pass of each model (null: units_per_part); halved by a model that runs out of "
        "memory", None),
@@ -231,7 +235,7 @@ KEYS: tuple[Key, ...] = (
     _k("simulate.kv_tokens", None, optional(integer(1)),
        "scheduling continuous: key/value tokens a model's decoding rows may reserve together, each its prompt and "
        "max_new_tokens - 1 (null: no token limit); rows join in order while theirs fit", None),
-    _k("simulate.cache_gib", "auto", Check("'auto' or a number >= 0", _cache_gib),
+    _k("simulate.cache_gib", "auto", Check(_memory.CACHE_GIB_RULE, _cache_gib),
        "memory the session caches of a pair's models may hold, GiB (auto: on the CPU a quarter of the "
        "memory available, 0.25-4 GiB; on a GPU what the device can give beyond a tenth of its memory); "
        "sessions that do not fit are recomputed: the same dialogs, more time", None),

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import numbers
 import os
 import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["GiB", "CacheBudget", "DeviceBudget", "device_free_bytes", "available_bytes", "session_budget",
+__all__ = ["GiB", "CacheBudget", "DeviceBudget", "device_free_bytes", "available_bytes", "session_budget", "check_cache_gib",
            "return_freed_memory", "release_free_memory",
            "huge_pages_in_children", "rss_bytes", "tree_rss_bytes", "die_with_parent", "PeakRSS"]
 
@@ -64,6 +65,19 @@ def available_bytes() -> int | None:
     return avail
 
 
+#: what ``simulate.cache_gib`` may be (:func:`check_cache_gib`)
+CACHE_GIB_RULE = "'auto' or a number >= 0"
+
+
+def check_cache_gib(setting):
+    """``setting`` if it is a session-cache budget :func:`session_budget` takes
+    (:data:`CACHE_GIB_RULE`), else ValueError; the one check of ``simulate.cache_gib``."""
+    if setting == "auto" or (isinstance(setting, numbers.Real) and not isinstance(setting, bool)
+                             and setting >= 0):
+        return setting
+    raise ValueError(f"cache_gib must be {CACHE_GIB_RULE}, got {setting!r}")
+
+
 def session_budget(setting="auto", *, available: int | None = None) -> int:
     """Bytes the session caches of one simulation may hold (all its engines together).
 
@@ -80,9 +94,8 @@ def session_budget(setting="auto", *, available: int | None = None) -> int:
     -------
     int
     """
+    setting = check_cache_gib(setting)
     if setting != "auto":
-        if isinstance(setting, bool) or not isinstance(setting, (int, float)) or not setting >= 0:
-            raise ValueError(f"cache_gib must be 'auto' or a number >= 0, got {setting!r}")
         return int(float(setting) * GiB)
     avail = available_bytes() if available is None else available
     if avail is None:

@@ -57,7 +57,7 @@ def test_states_under_left_padding_equal_solo_runs(lm):
     lengths = {len(lm.encode(p)) for p in prompts}
     assert len(lengths) == 5  # mixed lengths, so rows are padded
     for bs in (5, 2):
-        states = Engine(lm, batch_size=bs, kv_reuse=False).read_states(prompts)
+        states = Engine(lm, max_rows=bs, kv_reuse=False).read_states(prompts)
         assert states.shape == (5, lm.n_layers, lm.d_model) and states.dtype == np.float32
         for i, p in enumerate(prompts):
             np.testing.assert_allclose(states[i], solo(lm, p)[0], atol=TOL, rtol=0)
@@ -65,7 +65,7 @@ def test_states_under_left_padding_equal_solo_runs(lm):
 
 
 def test_kv_reuse_equals_a_fresh_read(lm):
-    eng = Engine(lm, batch_size=3)
+    eng = Engine(lm, max_rows=3)
     sessions = ["a", "b", "c"]
     for n_turns in (1, 3, 5):
         prompts = [dialog(lm, n_turns, filler=f) for f in (0, 2, 5)]
@@ -80,7 +80,7 @@ def test_kv_reuse_equals_a_fresh_read(lm):
 
 def test_kv_reuse_with_mixed_cached_and_fresh_rows(lm):
     """Rows with long, short and no cached prefix share one batch."""
-    eng = Engine(lm, batch_size=4)
+    eng = Engine(lm, max_rows=4)
     eng.read_states([dialog(lm, 4, filler=6)], sessions=["long"])
     eng.read_states([dialog(lm, 1)], sessions=["short"])
     prompts = [dialog(lm, 6, filler=6), dialog(lm, 3), dialog(lm, 2, filler=1), dialog(lm, 0)]
@@ -116,9 +116,9 @@ def test_session_cache_budget_keeps_the_resident_sessions(lm):
 def test_generation_is_seeded_per_row_not_per_batch(lm):
     prompts = [dialog(lm, n, filler=f) for n, f in ((1, 0), (5, 2), (2, 7))]
     reqs = [Request(p, seed=row_seed(0, i, 0)) for i, p in enumerate(prompts)]
-    a = Engine(lm, batch_size=3).generate(reqs, max_new_tokens=12)
-    b = Engine(lm, batch_size=1).generate(reqs[::-1], max_new_tokens=12)[::-1]
-    c = Engine(lm, batch_size=3).generate(reqs, max_new_tokens=12)
+    a = Engine(lm, max_rows=3).generate(reqs, max_new_tokens=12)
+    b = Engine(lm, max_rows=1).generate(reqs[::-1], max_new_tokens=12)[::-1]
+    c = Engine(lm, max_rows=3).generate(reqs, max_new_tokens=12)
     for x, y, z, p in zip(a, b, c, prompts):
         assert x.token_ids == y.token_ids == z.token_ids and x.text == y.text == z.text
         assert x.finish_reason == "length" and len(x.token_ids) == 12
@@ -128,9 +128,34 @@ def test_generation_is_seeded_per_row_not_per_batch(lm):
     assert other[0].token_ids != a[0].token_ids
 
 
+def test_finished_rows_leave_a_cpu_batch_once_half_of_them_have_finished(lm, monkeypatch):
+    """The CPU's growing batch compacts once half of its rows have finished
+    (:meth:`DynamicRows.worth_keeping`), not at every finish, and the finished rows left in
+    it change no other row's tokens: each row's reply is the one it gets alone."""
+    from synclib.engine.dynamic import DynamicRows
+
+    model = _stopper(lm)
+    prompts = [dialog(lm, n, filler=f) for n, f in ((1, 0), (5, 2), (2, 7), (0, 0), (3, 1), (6, 4), (4, 0))]
+    reqs = [Request(p, seed=row_seed(0, i, 0)) for i, p in enumerate(prompts)]
+    args = dict(max_new_tokens=16, temperature=0.7, first_line_only=True)
+    alone = [Engine(model, max_rows=1).generate([r], **args)[0] for r in reqs]
+    leaves, keep = [], DynamicRows.keep
+
+    def counted(self, pos):
+        leaves.append((self.pre.mask.shape[0], len(pos)))  # (rows before, rows kept)
+        return keep(self, pos)
+
+    monkeypatch.setattr(DynamicRows, "keep", counted)
+    got = Engine(model, max_rows=7).generate(reqs, **args)
+    assert [r.token_ids for r in got] == [r.token_ids for r in alone]
+    assert len({len(r.token_ids) for r in got}) >= 3  # the rows end at several steps
+    assert leaves and all(kept <= rows // 2 for rows, kept in leaves)
+    assert DynamicRows.worth_keeping(3, 7) and not DynamicRows.worth_keeping(4, 7)
+
+
 def test_generation_tokens_follow_the_model(lm):
     """Greedy decoding in a padded batch with KV reuse equals step-by-step solo argmax."""
-    eng = Engine(lm, batch_size=2)
+    eng = Engine(lm, max_rows=2)
     eng.read_states([dialog(lm, 1)], sessions=["s"])
     reqs = [Request(dialog(lm, 3), session="s"), Request(dialog(lm, 0, filler=3))]
     res = eng.generate(reqs, max_new_tokens=5, temperature=0)
@@ -161,12 +186,12 @@ def test_out_of_memory_halves_the_batch(lm, monkeypatch):
 
     monkeypatch.setattr(lm.model, "forward", forward)
     prompts = [dialog(lm, n) for n in range(5)]
-    eng = Engine(lm, batch_size=8)
+    eng = Engine(lm, max_rows=8)
     res = eng.generate([Request(p, seed=i) for i, p in enumerate(prompts)], max_new_tokens=3)
-    assert eng.batch_size == 2 and eng.stats["oom_retries"] >= 1
+    assert eng.max_rows == 2 and eng.stats["oom_retries"] >= 1
     monkeypatch.setattr(lm.model, "forward", real)
-    ref = Engine(lm, batch_size=1).generate([Request(p, seed=i) for i, p in enumerate(prompts)],
-                                            max_new_tokens=3)
+    ref = Engine(lm, max_rows=1).generate([Request(p, seed=i) for i, p in enumerate(prompts)],
+                                          max_new_tokens=3)
     assert [r.token_ids for r in res] == [r.token_ids for r in ref]
 
 
@@ -219,7 +244,7 @@ def test_sequence_logprobs_are_teacher_forced_and_share_a_session(lm):
     prompts = [dialog(lm, 3), dialog(lm, 3, filler=2)]
     ids = [lm.encode(p) for p in prompts]
     seqs = [[(11, 12, 13), (11,), (40, 41)], [(7,), (7, 8)]]
-    eng = Engine(lm, batch_size=1)
+    eng = Engine(lm, max_rows=1)
     shared = 0
     while ids[0][shared] == ids[1][shared]:
         shared += 1
@@ -278,7 +303,7 @@ def test_candidates_share_one_pass_per_batch_as_a_prefix_tree(lm, kind, attn, mo
     prompts = [dialog(tiny, 4, filler=f) for f in (0, 3, 1)]
     assert min(len(tiny.encode(p)) for p in prompts) > 6 * 16
     seqs = [[(11, 12, 13), (11, 12), (11, 14), (11,), (40, 41)], [(7,)], [(7, 8), (9, 8, 7, 6)]]
-    eng = Engine(tiny, batch_size=2)
+    eng = Engine(tiny, max_rows=2)
     got = eng.sequence_logprobs(prompts, seqs)
     # two batches of rows, each: one prefill and one pass over its candidates' prefix tree
     assert eng.stats["forward_calls"] == 4
@@ -300,7 +325,7 @@ def test_candidates_share_one_pass_per_batch_as_a_prefix_tree(lm, kind, attn, mo
     assert attention_windows(tiny.model.config) is None
     monkeypatch.undo()
     monkeypatch.setattr(candidates, "attention_windows", lambda config: None)
-    per_prefix = Engine(tiny, batch_size=2)
+    per_prefix = Engine(tiny, max_rows=2)
     for a, b in zip(per_prefix.sequence_logprobs(prompts, seqs), got):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
     assert per_prefix.stats["forward_calls"] > eng.stats["forward_calls"]
@@ -316,7 +341,7 @@ def test_cache_with_room_decodes_as_transformers_concatenation(lm, kind):
 
     tiny = _tiny(lm, kind, "sdpa")
     prompts = [tiny.encode(dialog(tiny, 4, filler=f)) for f in (0, 3)]
-    eng = Engine(tiny, batch_size=2, kv_reuse=False)
+    eng = Engine(tiny, max_rows=2, kv_reuse=False)
     plain, pre = eng._prefill([(p, None) for p in prompts]), eng._prefill([(p, None) for p in prompts])
     E.with_room(pre.cache, 5)
     assert {type(x).__name__ for x in pre.cache.layers} == {"RoomyLayer"}
@@ -338,8 +363,8 @@ def test_cache_with_room_decodes_as_transformers_concatenation(lm, kind):
 
 
 def test_bad_arguments(lm):
-    with pytest.raises(ValueError, match="batch_size"):
-        Engine(lm, batch_size=0)
+    with pytest.raises(ValueError, match="max_rows"):
+        Engine(lm, max_rows=0)
     with pytest.raises(ValueError, match="max_new_tokens"):
         Engine(lm).generate([Request("hi")], max_new_tokens=0)
     with pytest.raises(ValueError, match="sessions"):
@@ -351,7 +376,7 @@ def test_bad_arguments(lm):
 @pytest.mark.slow
 def test_smollm2_padding_and_kv_reuse_equal_solo():
     lm = load_model("smollm2-135m")
-    eng = Engine(lm, batch_size=3)
+    eng = Engine(lm, max_rows=3)
     sessions = ["a", "b", "c"]
     for n_turns in (1, 3):
         prompts = [dialog(lm, n_turns, filler=f) for f in (0, 4, 11)]
@@ -362,8 +387,8 @@ def test_smollm2_padding_and_kv_reuse_equal_solo():
             assert err < 1e-4, (n_turns, i, err)
     assert eng.stats["reused_tokens"] > 0
     reqs = [Request(dialog(lm, 2), seed=row_seed(0, 0, 2)), Request(dialog(lm, 5), seed=row_seed(0, 1, 5))]
-    a = Engine(lm, batch_size=2).generate(reqs, max_new_tokens=20)
-    b = Engine(lm, batch_size=1).generate(reqs, max_new_tokens=20)
+    a = Engine(lm, max_rows=2).generate(reqs, max_new_tokens=20)
+    b = Engine(lm, max_rows=1).generate(reqs, max_new_tokens=20)
     assert [r.text for r in a] == [r.text for r in b] and all(r.text for r in a)
 
 
@@ -377,7 +402,7 @@ def test_gemma3_gguf_fallback_format_and_sliding_window_states():
     assert text == "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n"
     assert lm.encode(text).count(lm.tokenizer.bos_token_id) == 1
     window = lm.model.config.sliding_window
-    eng = Engine(lm, batch_size=2)
+    eng = Engine(lm, max_rows=2)
     for n_turns in (2, 3):
         prompts = [dialog(lm, n_turns, filler=f) for f in (260, 100)]
         assert max(len(lm.encode(p)) for p in prompts) > window
@@ -390,7 +415,7 @@ def test_gemma3_gguf_fallback_format_and_sliding_window_states():
 
 def test_out_of_memory_drops_session_caches_before_halving(lm, monkeypatch):
     prompts = [dialog(lm, n) for n in range(4)]
-    eng = Engine(lm, batch_size=4)
+    eng = Engine(lm, max_rows=4)
     reqs = [Request(p, seed=i, session=i) for i, p in enumerate(prompts)]
     eng.generate(reqs, max_new_tokens=2)
     assert eng.cached_sessions == 4
@@ -408,8 +433,8 @@ def test_out_of_memory_drops_session_caches_before_halving(lm, monkeypatch):
     res = eng.generate(longer, max_new_tokens=3)
     monkeypatch.setattr(lm.model, "forward", real)
     # the caches went first; the batch kept its size
-    assert eng.batch_size == 4 and eng.stats["oom_cache_drops"] == 1 and eng.stats["oom_retries"] == 1
-    ref = Engine(lm, batch_size=4, kv_reuse=False).generate(
+    assert eng.max_rows == 4 and eng.stats["oom_cache_drops"] == 1 and eng.stats["oom_retries"] == 1
+    ref = Engine(lm, max_rows=4, kv_reuse=False).generate(
         [Request(r.prompt, seed=r.seed) for r in longer], max_new_tokens=3)
     assert [r.token_ids for r in res] == [r.token_ids for r in ref]
 
@@ -424,7 +449,7 @@ def test_host_checks_every_few_steps_give_the_same_rows(lm, temperature):
     for model in (lm, stopper):
         out = []
         for every in (1, 8):
-            eng = Engine(model, batch_size=5)
+            eng = Engine(model, max_rows=5)
             eng.sync_every = every
             out.append(eng.generate([Request(p, seed=i) for i, p in enumerate(prompts)], max_new_tokens=20,
                                     temperature=temperature, first_line_only=True))
@@ -448,8 +473,8 @@ def test_first_line_only_keeps_the_first_line(lm, monkeypatch):
     monkeypatch.setattr(lm.model, "forward", forward)
     prompts = [dialog(lm, n) for n in range(6)]
     reqs = [Request(p, seed=100 + i) for i, p in enumerate(prompts)]
-    full = Engine(lm, batch_size=3).generate(reqs, max_new_tokens=40, temperature=1.0)
-    cut = Engine(lm, batch_size=3).generate(reqs, max_new_tokens=40, temperature=1.0, first_line_only=True)
+    full = Engine(lm, max_rows=3).generate(reqs, max_new_tokens=40, temperature=1.0)
+    cut = Engine(lm, max_rows=3).generate(reqs, max_new_tokens=40, temperature=1.0, first_line_only=True)
     assert sum(r.finish_reason == "line" for r in cut) >= 3
     assert sum(r.text.strip().count("\n") for r in full) >= 6  # the full replies ran on for lines
     for a, b in zip(full, cut):
@@ -543,7 +568,7 @@ def test_static_decoding_equals_the_dynamic_loop(lm, attn):
         for model, temperature in ((lm, 0.0), (lm, 0.7), (stopper, 0.7)):
             out = {}
             for mode in ("dynamic", "static"):
-                eng = Engine(model, batch_size=5, decode=mode)
+                eng = Engine(model, max_rows=5, decode=mode)
                 assert eng.decode == mode
                 reqs = [Request(p, seed=i, session=i) for i, p in enumerate(prompts)]
                 eng.generate(reqs, max_new_tokens=3, temperature=temperature)  # fills the sessions
@@ -568,11 +593,11 @@ def test_a_missed_session_does_not_undo_the_batch_prefix_reuse(lm, mode):
     assert prefill_groups([100, 90, 80]) == [[0, 1, 2]]
     short = [dialog(lm, 6, filler=f) for f in range(4)]
     miss = dialog(lm, 9, filler=12)
-    eng = Engine(lm, batch_size=5, decode=mode)
+    eng = Engine(lm, max_rows=5, decode=mode)
     eng.read_states([dialog(lm, 5, filler=f) for f in range(4)], sessions=list(range(4)))
     reqs = [Request(p, seed=i, session=i) for i, p in enumerate(short)] + [Request(miss, seed=9, session="new")]
     got = eng.generate(reqs, max_new_tokens=12, temperature=0.7)
-    ref = Engine(lm, batch_size=5, kv_reuse=False, decode=mode).generate(reqs, max_new_tokens=12, temperature=0.7)
+    ref = Engine(lm, max_rows=5, kv_reuse=False, decode=mode).generate(reqs, max_new_tokens=12, temperature=0.7)
     assert eng.stats["prefill_splits"] >= 1
     # the missed row reuses only the whole blocks its prompt's start shares with the others' (their header)
     size = eng.sessions.block_size
@@ -589,7 +614,7 @@ def test_fixed_slot_steps_match_a_solo_run(lm):
     from synclib.engine.fixed import FixedSlots
 
     prompts = [dialog(lm, 4, filler=3), dialog(lm, 0)]
-    eng = Engine(lm, batch_size=2, kv_reuse=False, decode="static")
+    eng = Engine(lm, max_rows=2, kv_reuse=False, decode="static")
     pre = eng._prefill([(lm.encode(p), None) for p in prompts])
     slots = FixedSlots(eng, capacity=2, steps=4, graph=False)
     pos = slots.add(pre)
@@ -633,10 +658,10 @@ def test_stream_rows_join_and_leave_and_generate_what_generate_does(lm, temperat
     model = _stopper(lm)
     prompts = [dialog(lm, n, filler=f) for n, f in ((1, 0), (5, 2), (2, 7), (0, 0), (3, 1), (6, 4), (4, 0))]
     reqs = [Request(p, seed=row_seed(0, i, 0), session=f"s{i}") for i, p in enumerate(prompts)]
-    want = Engine(model, batch_size=7).generate(reqs, max_new_tokens=16, temperature=temperature,
-                                                first_line_only=True)
+    want = Engine(model, max_rows=7).generate(reqs, max_new_tokens=16, temperature=temperature,
+                                              first_line_only=True)
     assert len({len(r.token_ids) for r in want}) > 1  # the rows end at different steps
-    eng = Engine(model, batch_size=3)
+    eng = Engine(model, max_rows=3)
     stream = eng.stream(max_new_tokens=16, temperature=temperature, first_line_only=True, join_min=1,
                         decode=decode)
     assert stream.decode == decode
@@ -684,10 +709,10 @@ def test_stream_token_budget_sets_the_rows_in_flight(lm, decode, monkeypatch):
     max_new = 8
     prompts = [dialog(lm, n, filler=f) for n, f in ((6, 4), (0, 0), (1, 0), (5, 2), (0, 1), (2, 7), (0, 2), (4, 0))]
     reqs = [Request(p, seed=row_seed(0, i, 0)) for i, p in enumerate(prompts)]
-    want = Engine(model, batch_size=8).generate(reqs, max_new_tokens=max_new, temperature=0.7)
+    want = Engine(model, max_rows=8).generate(reqs, max_new_tokens=max_new, temperature=0.7)
     reserve = [len(lm.encode(p)) + max_new - 1 for p in prompts]
     budget = max(reserve) + min(reserve)  # the longest row and one short one, or several short ones
-    eng = Engine(model, batch_size=8)
+    eng = Engine(model, max_rows=8)
     stream = eng.stream(max_new_tokens=max_new, temperature=0.7, capacity=8, join_min=1, decode=decode,
                         kv_tokens=budget)
     for i, r in enumerate(reqs):
@@ -741,8 +766,8 @@ def test_stream_out_of_memory_drops_the_sessions_then_halves_the_join(lm, where,
     monkeypatch.setattr(FixedSlots, "ROUND", 16)
     prompts = [dialog(lm, n, filler=2) for n in range(6)]
     reqs = [Request(p, seed=row_seed(0, i, 0), session=f"s{i}") for i, p in enumerate(prompts)]
-    want = Engine(lm, batch_size=6).generate(reqs, max_new_tokens=6, temperature=0.7)
-    eng = Engine(lm, batch_size=6)
+    want = Engine(lm, max_rows=6).generate(reqs, max_new_tokens=6, temperature=0.7)
+    eng = Engine(lm, max_rows=6)
     for i, r in enumerate(reqs[:3]):  # the first turns' prompts, so that joins find sessions to drop
         eng.read_states([r.prompt], sessions=[r.session])
     if where == "prefill":
@@ -810,10 +835,10 @@ def test_stream_reads_ride_with_the_joins_and_equal_read_states(lm, decode):
     prompts = [dialog(lm, n, filler=1) for n in range(4)]
     reads = [dialog(lm, n + 2, filler=3) for n in range(3)]
     reqs = [Request(p, seed=row_seed(0, i, 0), session=f"g{i}") for i, p in enumerate(prompts)]
-    want = Engine(lm, batch_size=4).generate(reqs, max_new_tokens=5, temperature=0.7)
+    want = Engine(lm, max_rows=4).generate(reqs, max_new_tokens=5, temperature=0.7)
     ref = Engine(lm)
     want_states = ref.read_states(reads, sessions=[f"r{i}" for i in range(3)])
-    eng = Engine(lm, batch_size=8)
+    eng = Engine(lm, max_rows=8)
     stream = eng.stream(max_new_tokens=5, temperature=0.7, capacity=4, join_min=1, decode=decode)
     for i in range(2):
         stream.submit(i, reqs[i])
@@ -864,8 +889,8 @@ def test_stream_probes_score_what_sequence_logprobs_scores(lm, kind, decode, mon
     then = ((7,), (7, 8), (9, 8, 7))
     marked = lambda t: t % 4 == 0  # noqa: E731 - about a quarter of the tokens open the second point
     probe = Probe(first=first, then=then, mark=marked, within=6)
-    want = Engine(model, batch_size=6).generate(reqs, max_new_tokens=12, temperature=0.9)
-    eng = Engine(model, batch_size=2)
+    want = Engine(model, max_rows=6).generate(reqs, max_new_tokens=12, temperature=0.9)
+    eng = Engine(model, max_rows=2)
     stream = eng.stream(max_new_tokens=12, temperature=0.9, capacity=3, join_min=1, decode=decode)
     for i, r in enumerate(reqs):
         stream.submit(i, r, probe=probe if i != 3 else None)

@@ -51,7 +51,7 @@ def test_graph_decoding_equals_the_dynamic_loop_on_cuda(cuda_lm, dtype):
         ps = prompts(lm)
         out, engines = {}, {}
         for mode in ("dynamic", "static", "graph"):
-            eng = engines[mode] = Engine(lm, batch_size=6, decode=mode)
+            eng = engines[mode] = Engine(lm, max_rows=6, decode=mode)
             reqs = [Request(p, seed=i, session=i) for i, p in enumerate(ps)]
             eng.generate([Request(p[:-9], seed=i, session=i) for i, p in enumerate(ps)], max_new_tokens=2)
             out[mode] = eng.generate(reqs, max_new_tokens=48, temperature=0.7, first_line_only=True)
@@ -81,7 +81,7 @@ def test_graph_step_logits_equal_eager_steps(cuda_lm):
     from synclib.engine.fixed import FixedSlots
 
     lm = cuda_lm
-    eng = Engine(lm, batch_size=4, kv_reuse=False, decode="graph")
+    eng = Engine(lm, max_rows=4, kv_reuse=False, decode="graph")
     rows = [(p, None) for p in prompts(lm, 4)]
     decs = [FixedSlots(eng, 4, 6, graph=g) for g in (False, True)]
     pos = [d.add(eng._prefill(rows)) for d in decs][0]
@@ -107,12 +107,12 @@ def test_stream_graph_slots_equal_generate_on_cuda(cuda_lm, dtype):
     lm.model.to(getattr(torch, dtype))
     ps = prompts(lm, 8)
     reqs = [Request(p, seed=i, session=i) for i, p in enumerate(ps)]
-    want = Engine(lm, batch_size=8, decode="dynamic").generate(reqs, max_new_tokens=48, temperature=0.7,
-                                                               first_line_only=True)
+    want = Engine(lm, max_rows=8, decode="dynamic").generate(reqs, max_new_tokens=48, temperature=0.7,
+                                                             first_line_only=True)
     old = FixedSlots.ROUND
     FixedSlots.ROUND = 64
     try:
-        eng = Engine(lm, batch_size=4)
+        eng = Engine(lm, max_rows=4)
         stream = eng.stream(max_new_tokens=48, temperature=0.7, first_line_only=True, join_min=1)
         assert stream.decode == "graph"
         for i in range(4):
@@ -149,8 +149,8 @@ def test_stream_probes_on_graph_slots_equal_sequence_logprobs_on_cuda(cuda_lm):
     first, then = ((11, 12, 13), (11, 12), (40,)), ((7,), (7, 8))
     marked = lambda t: t % 4 == 0  # noqa: E731
     probe = Probe(first=first, then=then, mark=marked, within=8)
-    want = Engine(lm, batch_size=6, decode="dynamic").generate(reqs, max_new_tokens=24, temperature=0.7)
-    eng = Engine(lm, batch_size=3)
+    want = Engine(lm, max_rows=6, decode="dynamic").generate(reqs, max_new_tokens=24, temperature=0.7)
+    eng = Engine(lm, max_rows=3)
     stream = eng.stream(max_new_tokens=24, temperature=0.7, capacity=4, join_min=1)
     assert stream.decode == "graph"
     for i, r in enumerate(reqs):

@@ -571,7 +571,7 @@ def test_score_candidates_matches_full_forward(tiny_judge):
              for d in ("goal", "secret", "relationship")]
     # multi-token candidates are present ("10", "-5", "-10")
     assert any(len(tok(c, add_special_tokens=False).input_ids) > 1 for cs in cands for c in cs)
-    got = J.score_candidates(Engine(tiny_judge, batch_size=5), prompts, cands)
+    got = J.score_candidates(Engine(tiny_judge, max_rows=5), prompts, cands)
     for p, cs, lp in zip(prompts, cands, got):
         want = [brute_force_logprob(tiny_judge, p, c) for c in cs]
         np.testing.assert_allclose(lp, want, rtol=1e-4, atol=1e-4)
@@ -845,7 +845,7 @@ def test_score_candidates_with_a_sliding_window_model(tiny_judge):
                for a, d in [(1, "goal"), (2, "believability")]]
     assert min(len(tiny_judge.encode(p)) for p in prompts) > 10 * cfg.sliding_window
     cands = [["0", "5", "10"], ["3", "7", "10"]]
-    got = J.score_candidates(Engine(loaded, batch_size=2), prompts, cands)
+    got = J.score_candidates(Engine(loaded, max_rows=2), prompts, cands)
     for p, cs, lp in zip(prompts, cands, got):
         np.testing.assert_allclose(lp, [brute_force_logprob(loaded, p, c) for c in cs], rtol=1e-4, atol=1e-4)
 

@@ -56,7 +56,7 @@ def test_the_scheduler_moves_a_dialog_through_its_statuses():
 # ----------------------------------------------------------------------------- the knobs
 
 def test_each_batching_knob_has_one_meaning_and_defaults_as_before(tmp_path):
-    """units_per_part: the part (and what resume reads from an unfinished run's ``batch_size``);
+    """units_per_part: the part (and what resume reads from an unfinished run's attribute of that name);
     max_rows: rows per forward, default the units per part; a stream's capacity: max_in_flight,
     else the largest part's dialogs, with kv_tokens the two largest parts'."""
     out = tmp_path / "x.nc"
@@ -70,7 +70,7 @@ def test_each_batching_knob_has_one_meaning_and_defaults_as_before(tmp_path):
     assert b.stream_capacity([3, 9, 5]) == 7
     assert Batching().stream_capacity([3, 9, 5]) == 9 and Batching(kv_tokens=100).stream_capacity([3, 9, 5]) == 14
     parts_dir(out).mkdir()
-    (parts_dir(out) / "spec.json").write_text(json.dumps({"attrs": {"batch_size": 3}}))  # an unfinished run
+    (parts_dir(out) / "spec.json").write_text(json.dumps({"attrs": {"units_per_part": 3}}))  # an unfinished run
     assert Batching().resolve(out, "cpu").units_per_part == 3
     assert Batching(units_per_part=4).resolve(out, "cpu").units_per_part == 4  # (the writer then refuses it)
 
@@ -118,7 +118,7 @@ def test_the_tom_replies_come_back_read_from_the_stream(tiny_models, monkeypatch
     tasks = [load_tasks("embedded")[i] for i in (0, 3)]
     spec, runner = _runner(lms, tasks, Batching(units_per_part=4, max_rows=4, scheduling="continuous"))
     for eng in runner.engines:
-        eng.batch_size = 1  # as an out-of-memory error leaves it
+        eng.max_rows = 1  # as an out-of-memory error leaves it
     scheds, added = [], []
 
     class Spy(Scheduler):

@@ -40,9 +40,9 @@ class Engine:
     ----------
     lm : LoadedModel
         From :func:`synclib.models.load_model`.
-    batch_size : int, default 16
-        Most rows per forward pass.  On out-of-memory a batch is retried in halves and the
-        cap is lowered for later calls (``self.batch_size``).
+    max_rows : int, default 16
+        Most rows per forward pass (the config's ``simulate.max_rows``).  On out-of-memory a
+        batch is retried in halves and the cap is lowered for later calls (``self.max_rows``).
     kv_reuse : bool, default True
         Keep each session's prompt keys/values and prefill only the new suffix: after its own
         previous prompt, or after the longest run of whole blocks another session's prompt
@@ -99,11 +99,11 @@ class Engine:
     """
 
 
-    def __init__(self, lm, batch_size: int = 16, kv_reuse: bool = True,
+    def __init__(self, lm, max_rows: int = 16, kv_reuse: bool = True,
                  max_cache_bytes: "int | CacheBudget | None" = None, decode: str = "auto",
                  block_size: int = 32):
-        if int(batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if int(max_rows) < 1:
+            raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         if decode not in DECODE_MODES:
             raise ValueError(f"decode must be one of {', '.join(DECODE_MODES)}, got {decode!r}")
         if decode in ("graph", "static") and not full_attention_only(lm.model):
@@ -116,7 +116,7 @@ class Engine:
         #: the last CUDA graph capture failure (``"TypeName: message"``), None if none failed
         self.graph_error: str | None = None
         self.lm = lm
-        self.batch_size = int(batch_size)
+        self.max_rows = int(max_rows)
         self.kv_reuse = bool(kv_reuse)
         if max_cache_bytes is None:
             max_cache_bytes = DeviceBudget.for_device(lm.device) if lm.device.type == "cuda" \
@@ -204,7 +204,7 @@ class Engine:
         return out
 
     def _batched(self, items: list, fn: Callable[[list], list]) -> list:
-        """Apply ``fn`` to chunks of ``items`` (at most ``batch_size``).
+        """Apply ``fn`` to chunks of ``items`` (at most ``max_rows``).
 
         On out-of-memory the session caches are dropped first (they only save prefill
         work; the chunk's own were handed over to its batch already) and the chunk is
@@ -217,7 +217,7 @@ class Engine:
         out: list = []
         start = 0
         while start < len(items):
-            chunk = items[start:start + self.batch_size]
+            chunk = items[start:start + self.max_rows]
             handed_over = self.sessions.handed_over
             try:
                 out.extend(fn(chunk))
@@ -226,7 +226,7 @@ class Engine:
                 if not is_oom(exc):
                     raise
                 if self._out_of_memory(len(chunk), handed_over):
-                    self.batch_size = max(1, len(chunk) // 2)
+                    self.max_rows = max(1, len(chunk) // 2)
                 del exc
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
@@ -371,7 +371,7 @@ class Engine:
                decode: str | None = None, kv_tokens: int | None = None) -> "DecodeStream":
         """A :class:`DecodeStream` over this engine: continuous batching of generation rows.
 
-        The arguments are :meth:`generate`'s; ``capacity`` (default ``batch_size``),
+        The arguments are :meth:`generate`'s; ``capacity`` (default ``max_rows``),
         ``join_min``, ``kv_tokens`` (default: no token limit) and ``decode`` (default: the
         engine's own mode, so ``"dynamic"`` on the CPU and ``"graph"`` on CUDA for the models
         that allow it) are :class:`DecodeStream`'s.  The slot modes are tested against the
@@ -380,7 +380,7 @@ class Engine:
         """
         check_sampling(max_new_tokens, temperature, top_k, top_p)
         return DecodeStream(self, max_new_tokens, (temperature, top_k, top_p), first_line_only,
-                            capacity or self.batch_size, join_min, on_step, decode or self.decode, kv_tokens)
+                            capacity or self.max_rows, join_min, on_step, decode or self.decode, kv_tokens)
 
     # -- decoding ------------------------------------------------------------------------
     def _generate_batch(self, ids, reqs, max_new_tokens, sampling, on_step, first_line_only=False
@@ -390,8 +390,9 @@ class Engine:
         The loop keeps the GPU busy: sampling, stop and line checks and the bookkeeping are
         tensor operations on the device (:class:`~synclib.engine.sampling.Replies`), and the
         host learns which rows have finished only every ``sync_every`` steps (every step on
-        the CPU, where it costs nothing), when finished rows leave a batch that compacts.  A
-        finished row still in the batch decodes tokens that are never kept.
+        the CPU, where it costs nothing).  In a batch that compacts, finished rows leave once
+        half of its rows have finished (:meth:`~synclib.engine.dynamic.DynamicRows.worth_keeping`);
+        a finished row still in the batch decodes tokens that are never kept.
         """
         import torch
 
@@ -414,7 +415,7 @@ class Engine:
                 still = replies.going_on(rows)
                 if still.numel() == 0:
                     break
-                if store.compacts and still.numel() < rows.numel():
+                if store.compacts and store.worth_keeping(still.numel(), rows.numel()):
                     pos, rows, tok = store.keep([pos[i] for i in still.tolist()]), rows[still], tok[still]
             store.feed(pos, tok)
         return replies.results(self.lm, ids, pre)
@@ -510,7 +511,7 @@ class Engine:
         logp_first = torch.log_softmax(pre.logits, dim=-1)  # (B, V)
         items = [(b, s) for b, row in enumerate(seqs) for s in row]
         rest, calls = continuation_logprobs(self.lm.model, pre.cache, pre.mask, pre.next_pos, items,
-                                            self.lm.pad_token_id, self.batch_size)
+                                            self.lm.pad_token_id, self.max_rows)
         self.stats["forward_calls"] += calls
         first = np.zeros(len(items))
         if items:  # one gather and one copy to the host for all first tokens
@@ -569,21 +570,21 @@ class Engine:
 
 # -- one-shot wrappers -----------------------------------------------------------------
 def generate(lm, requests: Sequence[Request], max_new_tokens: int = 300, temperature: float = 0.7,
-             batch_size: int = 16) -> list[Result]:
+             max_rows: int = 16) -> list[Result]:
     """:meth:`Engine.generate` with a fresh engine (sessions are not kept afterwards)."""
-    return Engine(lm, batch_size=batch_size).generate(requests, max_new_tokens, temperature)
+    return Engine(lm, max_rows=max_rows).generate(requests, max_new_tokens, temperature)
 
 
-def read_states(lm, prompts: Sequence, batch_size: int = 16) -> np.ndarray:
+def read_states(lm, prompts: Sequence, max_rows: int = 16) -> np.ndarray:
     """Prefill-only states ``(len(prompts), n_layers, d_model)`` float32 (passive reader).
 
     ``prompts`` are chat-formatted texts (:meth:`LoadedModel.chat_prompt`) or token ids.
     """
-    return Engine(lm, batch_size=batch_size, kv_reuse=False).read_states(prompts)
+    return Engine(lm, max_rows=max_rows, kv_reuse=False).read_states(prompts)
 
 
-def word_distributions(lm, prompts: Sequence, candidates: Sequence[str], batch_size: int = 16,
+def word_distributions(lm, prompts: Sequence, candidates: Sequence[str], max_rows: int = 16,
                        return_mass: bool = False):
     """:meth:`Engine.word_distributions` with a fresh engine: ``(len(prompts), len(candidates))``."""
-    return Engine(lm, batch_size=batch_size, kv_reuse=False).word_distributions(
+    return Engine(lm, max_rows=max_rows, kv_reuse=False).word_distributions(
         prompts, candidates, return_mass=return_mass)

@@ -36,6 +36,20 @@ class DynamicRows:
     #: finished rows leave the batch (fixed slots keep theirs until the batch ends)
     compacts = True
 
+    @staticmethod
+    def worth_keeping(going: int, rows: int) -> bool:
+        """Whether a batch of ``rows`` rows, ``going`` of them still decoding, should keep only those.
+
+        Once half of them have finished.  A finished row left in the batch costs its share of
+        a step's attention (reading its keys and values) until the batch compacts, and it
+        changes no other row's tokens; compacting copies every remaining row's cache, every
+        layer, which on the CPU costs about as much as a step's attention over the whole
+        batch.  Leaving at every finish (20 rows finish at up to 20 different steps) made the
+        copies 13 % of the CPU's decoding time; at half, a batch compacts at most
+        ``log2(rows)`` times and the same dialogs came 9 % sooner (20 SmolLM2 dialogs, 2 cores).
+        """
+        return going <= rows // 2
+
     def __init__(self, engine, stats, room: int | None = None, trim: bool = True):
         self.engine, self.stats, self.pre = engine, stats, None
         self.room, self.trim = room, trim

@@ -148,7 +148,7 @@ class DecodeStream:
         """Queue a prefill-only row: its states at the last prompt token, as
         :meth:`Engine.read_states` gives them (with ``session``'s keys/values reused, and the
         prompt stored there).  It is prefilled in the forward of the next rows that join; when
-        none join, once :attr:`Engine.batch_size` reads wait or no row is decoding.
+        none join, once :attr:`Engine.max_rows` reads wait or no row is decoding.
         :meth:`take_reads` returns it."""
         self._reads.append((tag, prompt, session))
 
@@ -173,7 +173,7 @@ class DecodeStream:
         room = self._room(free)
         # fewer than join_min rows wait while others decode, unless the slots or the token budget allow no more
         joins = room > 0 and (not self._rows or room >= min(self.join_min, free) or room < min(len(self._queue), free))
-        reads = bool(self._reads) and (joins or not self._rows or len(self._reads) >= self.engine.batch_size)
+        reads = bool(self._reads) and (joins or not self._rows or len(self._reads) >= self.engine.max_rows)
         if joins or reads:
             with self.engine.timed("join"):
                 self._join(room if joins else 0)
@@ -203,7 +203,7 @@ class DecodeStream:
         return n
 
     def _join(self, room: int) -> None:
-        """Admit up to ``room`` queued rows and up to :attr:`Engine.batch_size` waiting reads in
+        """Admit up to ``room`` queued rows and up to :attr:`Engine.max_rows` waiting reads in
         one prefill.  Out of memory (in the prefill, or when fixed slots grow), the session
         caches are dropped and the join retried (they only save work), then with half the
         reads or rows (:meth:`Engine._out_of_memory`, the rule of every batch); the rows not
@@ -212,7 +212,7 @@ class DecodeStream:
         import torch
 
         eng = self.engine
-        n_reads = min(len(self._reads), max(1, eng.batch_size))
+        n_reads = min(len(self._reads), max(1, eng.max_rows))
         while True:
             take, reads = self._queue[:room], self._reads[:n_reads]
             handed_over = eng.sessions.handed_over
@@ -313,13 +313,13 @@ class DecodeStream:
 
     def _score(self) -> None:
         """Score every row's waiting probe points in batched forwards over the row store
-        (:func:`~synclib.engine.probes.score_points`), :attr:`Engine.batch_size` points a
+        (:func:`~synclib.engine.probes.score_points`), :attr:`Engine.max_rows` points a
         forward; out of memory, again with half as many (``stats["probe_oom_retries"]``)."""
         import torch
 
         eng = self.engine
         points = [p for row in self._rows for p in row.points]
-        per = eng.batch_size
+        per = eng.max_rows
         while True:
             try:
                 logps, calls = score_points(self.lm.model, self._batch.columns(), points, self.lm.pad_token_id, per)

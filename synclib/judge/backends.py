@@ -288,7 +288,7 @@ class LocalBackend:
                  batch_size: int = JudgeOptions.batch_size, seed: int = JudgeSampling.seed):
         self.loaded = loaded
         self.max_new_tokens, self.batch_size, self.seed = max_new_tokens, batch_size, seed
-        self.engine = Engine(loaded, batch_size=batch_size)
+        self.engine = Engine(loaded, max_rows=batch_size)
         self.requests_sent = 0
 
     @property

@@ -11,7 +11,7 @@ at most 300 new tokens, from the distribution ``transformers``' ``generate`` sam
 
 Batching (:class:`Batching`, one meaning a knob).  The (episode, seed) *units* are cut, in
 cube order, into parts of ``units_per_part`` (one crash-safe cube part each; the cube's
-attribute ``batch_size``).  The engines run at most ``max_rows`` rows per forward pass
+attribute of that name).  The engines run at most ``max_rows`` rows per forward pass
 (halved by an engine that runs out of memory, for that engine only).  With
 ``scheduling="turns"`` all live episodes of a part advance together: at
 utterance ``t`` every live row is agent ``t % 2``'s turn, so one call of
@@ -59,7 +59,7 @@ Crash safety and resume: every part is written, as soon as its units are done, a
 the cube, in a background thread while the loop goes on (:class:`synclib.cube.CubeWriter`,
 :meth:`~synclib.cube.CubeWriter.submit_part`; the parts of a continuous run may end out of
 order); a re-run of the same command skips the parts written and re-runs the rest with the
-same composition (an unfinished run's ``batch_size`` attribute is its ``units_per_part``),
+same composition (an unfinished run's ``units_per_part`` attribute),
 so the resumed cube equals an uninterrupted one.
 
 The package: :mod:`~synclib.simulate.options` (the settings' groups),

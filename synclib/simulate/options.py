@@ -123,11 +123,11 @@ class Batching(Settings):
     units_per_part : int, optional
         (episode, seed) units played together and written as one crash-safe cube part (with
         ``scheduling="continuous"`` the next part's dialogs join as a part's dialogs end); a resumed
-        run must keep its own (the cube attribute ``batch_size``).  Default: the unfinished
+        run must keep its own (the cube attribute of that name).  Default: the unfinished
         run's value when resuming, else :func:`default_units_per_part`.
     max_rows : int, optional
         Rows per forward pass of each engine's ``generate``, ``read_states`` and candidate
-        scoring (``Engine(batch_size=max_rows)``); an engine that runs out of memory halves
+        scoring (``Engine(max_rows=max_rows)``); an engine that runs out of memory halves
         its own copy, nothing else.  Default: ``units_per_part``.
     max_in_flight : int, optional
         With ``scheduling="continuous"``: rows a decoding stream holds at once (its
@@ -163,13 +163,13 @@ class Batching(Settings):
 
     def resolve(self, out: Path, device) -> "Batching":
         """These knobs with ``units_per_part`` and ``max_rows`` filled in:
-        ``units_per_part`` from an unfinished run at ``out`` (its parts' attribute
-        ``batch_size``) or :func:`default_units_per_part` of ``device``."""
+        ``units_per_part`` from an unfinished run at ``out`` (its parts' attribute of that
+        name) or :func:`default_units_per_part` of ``device``."""
         units = self.units_per_part
         if units is None:
             old = CubeWriter.existing_spec(out)
             attrs = (old or {}).get("attrs", {})
-            units = int(attrs["batch_size"]) if "batch_size" in attrs else default_units_per_part(device)
+            units = int(attrs["units_per_part"]) if "units_per_part" in attrs else default_units_per_part(device)
         rows = self.max_rows or units
         return replace(self, units_per_part=units, max_rows=rows)
 

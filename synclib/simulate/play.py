@@ -167,7 +167,7 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16, s
     spec = _cube_spec(lm_a, lm_b, tasks, seeds, passive=passive, tom=tom, passive_seeds=passive_seeds,
                       store_dtype=options.store_dtype, sampling=[s.filters for s in per_agent], attrs=dict(
                           temperature=float(sampling.temperature), max_new_tokens=int(sampling.max_new_tokens),
-                          max_utterances=int(max_utterances), batch_size=int(batching.units_per_part),
+                          max_utterances=int(max_utterances), units_per_part=int(batching.units_per_part),
                           scheduling=batching.scheduling, stop_at_first_line=bool(sampling.stop_at_first_line),
                           reply_end=str(sampling.reply_end),
                           tom_episodes=len(tom_tasks) if tom_tasks is not None else (len(tasks) if tom else 0),

@@ -133,9 +133,9 @@ class _Runner:
             raise ValueError("batching.max_rows must be set (Batching.resolve fills it in)")
         self.lms = lms
         self.batching = batching
-        engine_a = Engine(lms[0], batch_size=batching.max_rows, max_cache_bytes=cache_budget)
+        engine_a = Engine(lms[0], max_rows=batching.max_rows, max_cache_bytes=cache_budget)
         self.engines = (engine_a, engine_a if lms[1] is lms[0]
-                        else Engine(lms[1], batch_size=batching.max_rows, max_cache_bytes=cache_budget))
+                        else Engine(lms[1], max_rows=batching.max_rows, max_cache_bytes=cache_budget))
         self.spec = spec
         self.tasks = tasks
         self.max_utterances = max_utterances

@@ -108,6 +108,8 @@ EMOTIONS: tuple[str, ...] = (
 ACTIONS: tuple[str, ...] = (
     "Assertive", "Directive", "Commissive", "Expressive", "Declaration")
 
+#: the prompt views: the speaker's (``"active"``: the played dialog, the analysis' condition
+#: ``"genuine"``), the passive reader's and the ToM run's; the cube's variables come from each
 VIEWS: tuple[str, ...] = ("active", "passive", "tom")
 View = Literal["active", "passive", "tom"]
 
