@@ -79,11 +79,11 @@ class Engine:
         ``prefill_computed`` (token positions computed in prefill, left padding included:
         ``prefill_tokens / prefill_computed`` is the useful share), ``reused_tokens`` (prompt
         tokens taken from session caches), ``shared_tokens`` (the part of them taken from
-        blocks another session stored), ``generated_tokens``,
-        ``forward_calls``, ``oom_retries``, ``cache_skips`` (sessions not stored: the
-        budget was full), ``recomputed_tokens`` (prompt tokens prefilled again because their
-        session was not stored), ``graph_steps`` (decoding steps replayed as a
-        CUDA graph), ``graph_fallbacks`` (batches whose capture failed); with a
+        blocks another session stored), ``generated_tokens`` (the rows of every decoding
+        step, finished rows still in the batch included), ``forward_calls``, ``oom_retries``,
+        ``cache_skips`` (sessions not stored: the budget was full), ``recomputed_tokens``
+        (prompt tokens prefilled again because their session was not stored), ``graph_steps``
+        (decoding steps replayed as a CUDA graph), ``graph_fallbacks`` (batches whose capture failed); with a
         :class:`DecodeStream`, ``stream_joins``; ``decode_steps``; ``slot_allocations`` (fixed-slot
         buffers allocated: one per ``static``/``graph`` batch, and a stream's each time its longest
         prompt outgrows them); ``host_reads`` (device-to-host reads of sampled tokens: one per
