@@ -24,8 +24,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["GiB", "CacheBudget", "DeviceBudget", "device_free_bytes", "available_bytes", "session_budget", "check_cache_gib",
-           "return_freed_memory", "release_free_memory",
+__all__ = ["GiB", "CacheBudget", "DeviceBudget", "device_free_bytes", "available_bytes", "session_budget",
+           "check_cache_gib", "return_freed_memory", "release_free_memory",
            "huge_pages_in_children", "rss_bytes", "tree_rss_bytes", "die_with_parent", "PeakRSS"]
 
 GiB = 1 << 30
