@@ -15,7 +15,7 @@ from synclib.keys import check_setting
 from synclib.penalty import Penalty
 
 __all__ = ["arg_type", "setting", "positive_int", "nonneg_int", "nonneg_float", "positive_float", "index_list",
-           "seed_list", "int_list", "ridge_alpha", "top_k", "top_p"]
+           "int_list", "ridge_alpha"]
 
 
 def arg_type(fn, what: str):
@@ -57,13 +57,16 @@ def setting(path: str):
     def parse(text):
         try:
             value = _value(text)
-            try:
-                return check_setting(None, name, path, value)
-            except ValueError:
-                if isinstance(value, int) and not isinstance(value, bool):
-                    return check_setting(None, name, path, [value])
-                raise
         except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        try:
+            return check_setting(None, name, path, value)
+        except ValueError as exc:
+            if isinstance(value, int) and not isinstance(value, bool):
+                try:
+                    return check_setting(None, name, path, [value])
+                except ValueError:
+                    pass  # the error names the value as given, not as a list
             raise argparse.ArgumentTypeError(str(exc)) from None
     parse.__name__ = name
     return parse
@@ -136,14 +139,6 @@ def index_list(text: str) -> list[int]:
     return out
 
 
-def seed_list(text: str) -> list[int]:
-    """A non-empty :func:`index_list`."""
-    seeds = index_list(text)
-    if not seeds:
-        raise ValueError("no seeds")
-    return seeds
-
-
 def int_list(text: str, lo: int = 0) -> list[int]:
     """``"1000,3000"`` -> ``[1000, 3000]``; empty text gives ``[]``; each value >= ``lo``."""
     out = [_int(x) for x in str(text).split(",") if x.strip()]
@@ -157,28 +152,3 @@ def ridge_alpha(text):
     """A ridge penalty > 0, or ``"cv"`` (checked by :meth:`synclib.penalty.Penalty.parse`);
     returns the config's form, ``"cv"`` or a float."""
     return Penalty.parse(text if text == "cv" else _float(text)).value
-
-
-def top_k(text):
-    """``"model"``, ``"none"`` (None) or an integer >= 0."""
-    if text in ("model", "none"):
-        return None if text == "none" else text
-    v = _int(text)
-    if v < 0:
-        raise ValueError(f"must be >= 0, 'model' or 'none', got {text}")
-    return v
-
-
-def top_p(text):
-    """``"model"``, ``"none"`` (None) or a number in (0, 1]."""
-    if text in ("model", "none"):
-        return None if text == "none" else text
-    v = _float(text)
-    if not 0 < v <= 1:
-        raise ValueError(f"must be in (0, 1], 'model' or 'none', got {text}")
-    return v
-
-
-def cache_gib(text):
-    """``auto`` or a number of GiB >= 0 (``--cache-gib``)."""
-    return "auto" if text.strip().lower() == "auto" else nonneg_float(text)

@@ -27,6 +27,11 @@ CASES = [
     ("analyze", ["{tmp}/c.nc", "--out", "{tmp}/r.nc", "--n-samples", "-1"], "--n-samples", ">= 0"),
     ("analyze", ["{tmp}/c.nc", "--out", "{tmp}/r.nc", "--max-resident-gib", "-1"], "--max-resident-gib", ">= 0"),
     ("analyze", ["{tmp}/c.nc", "--out", "{tmp}/r.nc", "--nonlinear-epochs", "0"], "--nonlinear-epochs", ">= 1"),
+    # a keyed option's error names the value as typed (not as the one-item list it was also tried as)
+    ("analyze", ["{tmp}/c.nc", "--out", "{tmp}/r.nc", "--cv-folds", "1"], "--cv-folds",
+     "must be an integer >= 2, got 1"),
+    ("analyze", ["{tmp}/c.nc", "--out", "{tmp}/r.nc", "--cv-seed", "-3"], "--cv-seed", "got -3"),
+    ("simulate", ["--model-a", "m", "--out", "{tmp}/x.nc", "--tom-episodes", "0"], "--tom-episodes", "got 0"),
     ("analyze", ["{tmp}/c.nc", "--out", "{tmp}/r.nc"], "c.nc", "no cube"),
     ("evaluate", ["{tmp}/c.nc", "--judge-model", "j", "--concurrency", "0"], "--concurrency", ">= 1"),
     ("evaluate", ["{tmp}/c.nc", "--judge-model", "j", "--reasoning-max-chars", "5000"], "--reasoning-max-chars",

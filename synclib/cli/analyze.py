@@ -65,12 +65,12 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cv-alphas", type=at.arg_type(_positive_floats, "cv alphas"), default=None,
                    help="alpha=cv: the grid, multiples of each source layer's scale "
                         "(default: 1e-3 .. 1e3, half decades)")
-    p.add_argument("--cv-folds", type=at.arg_type(at.positive_int, "cv folds"), default=None,
+    p.add_argument("--cv-folds", type=at.setting("analysis.cv_folds"), default=None, metavar="N",
                    help=f"alpha=cv: folds over whole episodes (default: {d('analysis.cv_folds')})")
     p.add_argument("--cv-columns", type=at.arg_type(at.nonneg_int, "cv columns"), default=None,
                    help=f"alpha=cv: target columns per layer in the criterion; 0 = all "
                         f"(default: {d('analysis.cv_columns')})")
-    p.add_argument("--cv-seed", type=at.arg_type(at.nonneg_int, "cv seed"), default=None,
+    p.add_argument("--cv-seed", type=at.setting("analysis.cv_seed"), default=None, metavar="SEED",
                    help=f"alpha=cv: seed of the folds and columns (default: {d('analysis.cv_seed')})")
     p.add_argument("--n-samples", type=at.arg_type(at.nonneg_int, "sample count"), default=None,
                    help=f"fixed sample size per dataset; 0 = all (default: {d('analysis.n_samples')})")
@@ -103,7 +103,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--planted", type=at.setting("analysis.planted"), default=None, metavar="N",
                    help="also this many re-splits with planted differences, the power page's curve (ours; "
                         f"the main job's default: {d('analysis.planted')}); 0 = none (default: 0)")
-    p.add_argument("--max-resident-gib", type=at.arg_type(at.nonneg_float, "GiB"), default=None,
+    p.add_argument("--max-resident-gib", type=at.setting("analysis.max_resident_gib"), default=None, metavar="GIB",
                    help="hidden-state variables up to this size (GiB) are loaded whole; larger ones "
                         f"stream from disk, each fit reading only its rows (default: {d('analysis.max_resident_gib')})")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -13,7 +13,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from synclib.tasks.prompts import VIEWS as PROMPT_VIEWS
+# the views a variable can come from are the prompt views: ``"active"``, the played dialog, whose
+# states the analysis' condition ``"genuine"`` pairs; ``"passive"``, the passive reader; ``"tom"``, the ToM run
+from synclib.tasks.prompts import VIEWS
 
 __all__ = ["CubeError", "IncompleteCubeError", "StalePartsError", "CubeSpec", "Unit", "EPISODE_COORDS", "STORE_DTYPES",
            "VIEWS", "CUBE_VERSION", "var_name", "parts_dir", "is_complete", "cube_version"]
@@ -60,10 +62,6 @@ def parts_dir(path: str | os.PathLike) -> Path:
     return path.with_name(path.name + ".parts")
 
 
-#: the views a variable can come from (the prompt views, :data:`synclib.tasks.prompts.VIEWS`):
-#: ``"active"``, the played dialog, whose states the analysis' condition ``"genuine"`` pairs;
-#: ``"passive"``, the passive reader; ``"tom"``, the ToM run
-VIEWS = PROMPT_VIEWS
 _SIDED = ("hidden", "text", "prompt_len")          # one per agent and view
 _TOM_ONLY = ("emotion", "action", "tom_format")    # one per agent, ToM run only
 
