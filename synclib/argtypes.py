@@ -14,8 +14,8 @@ import re
 from synclib.keys import check_setting
 from synclib.penalty import Penalty
 
-__all__ = ["arg_type", "setting", "positive_int", "nonneg_int", "nonneg_float", "positive_float", "index_list",
-           "int_list", "ridge_alpha"]
+__all__ = ["arg_type", "setting", "NULL", "value_of", "positive_int", "nonneg_int", "nonneg_float", "positive_float",
+           "index_list", "int_list", "ridge_alpha"]
 
 
 def arg_type(fn, what: str):
@@ -48,10 +48,29 @@ def _value(text: str):
     return t
 
 
-def setting(path: str):
+class _Null:
+    """The key's null given on the command line (see :func:`setting`)."""
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+#: what :func:`setting` returns for the key's null, told apart from an option not given
+#: (argparse's None); :func:`value_of` turns it back into None
+NULL = _Null()
+
+
+def value_of(parsed):
+    """A :func:`setting` option's value as the key holds it: :data:`NULL` -> None."""
+    return None if parsed is NULL else parsed
+
+
+def setting(path: str, zero: bool = False):
     """An argparse ``type`` for the option of the config key ``path`` (e.g.
     ``"simulate.temperature"``): its text read as a value (:func:`_value`; one integer, where
-    the key takes only a list, as a list of it) and checked by the key's one check."""
+    the key takes only a list, as a list of it) and checked by the key's one check.  The
+    key's null (``none``, or with ``zero`` also ``0``: "all", "full batch") comes back as
+    :data:`NULL`."""
     name = path.rsplit(".", 1)[-1]
 
     def parse(text):
@@ -59,8 +78,11 @@ def setting(path: str):
             value = _value(text)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
+        if zero and value == 0 and type(value) is int:
+            value = None
         try:
-            return check_setting(None, name, path, value)
+            checked = check_setting(None, name, path, value)
+            return NULL if checked is None else checked
         except ValueError as exc:
             if isinstance(value, int) and not isinstance(value, bool):
                 try:

@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from synclib.cluster import ClusterError, spec_of
+from synclib.cube.schema import check_passive_seeds
 from synclib.keys import (_BAD, _BY_PATH, _SECTIONS, KEYS, MODEL_KEYS, STEPS, Key, check_setting,
                           default, invalidation_table, keys_of_step)
 from synclib.paths import DEFAULT_CONFIG, REPO_ROOT
@@ -231,10 +232,10 @@ def _cross_check(cfg: dict, flat: dict, source: str, base: Path) -> None:
                               "'sotopia' or a Sotopia-format folder (envs.json, agents.json, env_agent_combos.json)")
     _check_episodes(cfg, _src(flat, "simulate.episodes", source))
     sim = cfg["simulate"]
-    if sim["passive_seeds"] is not None and not set(sim["passive_seeds"]) <= set(sim["seeds"]):
-        extra = sorted(set(sim["passive_seeds"]) - set(sim["seeds"]))
-        raise ConfigError(f"{_src(flat, 'simulate.passive_seeds', source)}: simulate.passive_seeds names seed(s) "
-                          f"{extra} that simulate.seeds = {sim['seeds']} does not simulate")
+    try:
+        check_passive_seeds(sim["passive_seeds"], sim["seeds"])
+    except ValueError as exc:
+        raise ConfigError(f"{_src(flat, 'simulate.passive_seeds', source)}: simulate.{exc} (simulate.seeds)") from None
     nb = cfg["notebooks"]
     if "notebooks.ability_scores" in flat:
         nb["ability_scores"] = resolve(nb["ability_scores"])

@@ -29,10 +29,11 @@ from synclib.tasks.prompts import REPLY_ENDS
 __all__ = ["Check", "Key", "KEYS", "STEPS", "SCHEDULING", "MODEL_KEYS", "default", "check_setting", "Settings",
            "section_defaults", "keys_of_step", "invalidation_table"]
 
-#: how the simulation's dialogs share the models (``simulate.scheduling``, the runner of
-#: :mod:`synclib.simulate`): ``turns``, one :meth:`~synclib.engine.Engine.generate` call per utterance
-#: index (every dialog waits for the call's longest reply); ``continuous``, a
-#: :class:`~synclib.engine.DecodeStream` that each dialog's next utterance joins as soon as its reply ends
+#: how the simulation's dialogs share the models (``simulate.scheduling``, the policy of the
+#: :class:`~synclib.simulate.Scheduler` of :mod:`synclib.simulate`'s one loop): ``turns``, a turn's
+#: requests go out together in batches that are not refilled (:meth:`~synclib.engine.Engine.generate`'s
+#: batches: every dialog waits for the turn's longest reply); ``continuous``, each dialog's next
+#: request joins its model's refilled :class:`~synclib.engine.DecodeStream` as soon as its reply ends
 SCHEDULING = ("turns", "continuous")
 
 #: the steps of the main job, in order

@@ -24,7 +24,11 @@ CASES = [
     ("analyze", ["{tmp}/c.nc", "--out", "{tmp}/r.nc", "--alpha", "0"], "--alpha", "> 0"),
     ("analyze", ["{tmp}/c.nc", "--out", "{tmp}/r.nc", "--conditions", "genuine,lag0"], "--conditions", "lagK"),
     ("analyze", ["{tmp}/c.nc", "--out", "{tmp}/r.nc", "--split-seeds", ""], "--split-seeds", "empty"),
-    ("analyze", ["{tmp}/c.nc", "--out", "{tmp}/r.nc", "--n-samples", "-1"], "--n-samples", ">= 0"),
+    ("analyze", ["{tmp}/c.nc", "--out", "{tmp}/r.nc", "--n-samples", "-1"], "--n-samples", ">= 2, got -1"),
+    # "0 means all" options: 0 is the key's null, anything else the key's check (one sample is not a dataset)
+    ("analyze", ["{tmp}/c.nc", "--out", "{tmp}/r.nc", "--n-samples", "1"], "--n-samples", ">= 2, got 1"),
+    ("analyze", ["{tmp}/c.nc", "--out", "{tmp}/r.nc", "--cv-columns", "-1"], "--cv-columns", "got -1"),
+    ("analyze", ["{tmp}/c.nc", "--out", "{tmp}/r.nc", "--nonlinear-seeds", "-1"], "--nonlinear-seeds", "got -1"),
     ("analyze", ["{tmp}/c.nc", "--out", "{tmp}/r.nc", "--max-resident-gib", "-1"], "--max-resident-gib", ">= 0"),
     ("analyze", ["{tmp}/c.nc", "--out", "{tmp}/r.nc", "--nonlinear-epochs", "0"], "--nonlinear-epochs", ">= 1"),
     # a keyed option's error names the value as typed (not as the one-item list it was also tried as)

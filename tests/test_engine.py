@@ -695,6 +695,64 @@ def test_stream_rows_join_and_leave_and_generate_what_generate_does(lm, temperat
     assert all(res[i].reused_tokens > 0.8 * len(lm.encode(reqs[i].prompt)) for i in range(7))
 
 
+def test_a_stream_not_refilled_makes_generates_batches_bit_for_bit(lm, monkeypatch):
+    """``refill=False`` (the simulation's ``"turns"``): rows queued in the engine's order join
+    only an empty batch, ``capacity`` at a time, and each batch decodes to its last row, the
+    ended rows staying until half have ended: every row's tokens, states and reuse are
+    :meth:`Engine.generate`'s exactly, with the same forwards and steps; reads queued with no
+    row decoding are :meth:`Engine.read_states`' exactly, ``max_rows`` a forward."""
+    from synclib.engine.dynamic import DynamicRows
+
+    model = _stopper(lm)
+    prompts = [dialog(lm, n, filler=f) for n, f in ((1, 0), (5, 2), (2, 7), (0, 0), (3, 1), (6, 4), (4, 0))]
+    reqs = [Request(p, seed=row_seed(0, i, 0), session=f"s{i}") for i, p in enumerate(prompts)]
+    args = dict(max_new_tokens=16, temperature=0.7, first_line_only=True)
+    leaves, keep = [], DynamicRows.keep
+
+    def counted(self, pos):
+        leaves.append((self.pre.mask.shape[0], len(pos)))  # (rows before, rows kept)
+        return keep(self, pos)
+
+    monkeypatch.setattr(DynamicRows, "keep", counted)
+    ref = Engine(model, max_rows=3)
+    ref.read_states(prompts[:2], sessions=["s0", "s1"])  # some rows re-use their sessions
+    want = ref.generate(reqs, **args)
+    want_leaves, leaves[:] = list(leaves), []
+    eng = Engine(model, max_rows=3)
+    eng.read_states(prompts[:2], sessions=["s0", "s1"])
+    stream = eng.stream(refill=False, **args)
+    order = eng.order([lm.encode(p) for p in prompts], [r.session for r in reqs])
+    assert order != sorted(order)  # the engine's order is not the requests'
+    for i in order[:6]:
+        stream.submit(i, reqs[i])
+    got, steps = {}, 0
+    while len(stream):
+        got.update(stream.step())
+        steps += 1
+        if steps == 2:  # a row queued while a batch decodes waits for it to end
+            stream.submit(order[6], reqs[order[6]])
+        assert len(stream._rows) <= 3
+    copies = [(n, k) for n, k in leaves if k]  # an emptied batch is dropped, nothing copied
+    assert stream.stats["joins"] == 3 and copies == want_leaves and all(k <= n // 2 for n, k in copies)
+    for i, w in enumerate(want):
+        g = got[i]
+        assert (g.token_ids, g.finish_reason, g.prompt_ids, g.reused_tokens) == (
+            w.token_ids, w.finish_reason, w.prompt_ids, w.reused_tokens)
+        np.testing.assert_array_equal(g.states, w.states)
+    for key in ("forward_calls", "decode_steps", "generated_tokens", "prefill_tokens", "reused_tokens"):
+        assert eng.stats[key] == ref.stats[key], key
+    reads = [dialog(lm, n + 2, filler=3) for n in range(5)]
+    want_states = ref.read_states(reads, sessions=[f"s{i}" for i in range(5)])
+    ids = [lm.encode(p) for p in reads]
+    for i in eng.order(ids, [f"s{i}" for i in range(5)]):
+        stream.read(i, ids[i], f"s{i}")
+    calls = eng.stats["forward_calls"]
+    assert stream.run() == [] and eng.stats["forward_calls"] == calls + 2  # 3 + 2 reads
+    got_reads = dict(stream.take_reads())
+    for i in range(5):
+        np.testing.assert_array_equal(got_reads[i], want_states[i])
+
+
 @pytest.mark.parametrize("decode", ["dynamic", "static"])
 def test_stream_token_budget_sets_the_rows_in_flight(lm, decode, monkeypatch):
     """``kv_tokens``: rows join in order while their reserves (prompt + max_new_tokens - 1

@@ -101,6 +101,14 @@ def test_the_pipeline_and_the_cli_share_one_mapping_from_the_config(monkeypatch,
     plain = cli.settings_from_args(args)
     assert plain.penalty == Penalty() and not (plain.persona_disjoint or plain.nonlinear or plain.tom)
     assert plain.surrogates == 0 and plain.planted == 0 and plain.lags == (1, 2)
+    # 0 stands for a key's null ("all", "full batch"), checked by the key: 1 sample is refused
+    cli, args = _cli_args("--config", str(cfg_path), "--n-samples", "0", "--cv-columns", "0",
+                          "--nonlinear-batch-size", "0")
+    got = cli.settings_from_args(args)
+    assert got.n_samples is None and got.penalty.columns is None and got.nonlinear_options.batch_size is None
+    cli, args = _cli_args("--config", str(cfg_path), "--n-samples", "none", "--cv-columns", "8")
+    got = cli.settings_from_args(args)
+    assert got.n_samples is None and got.penalty.columns == 8
     cli, args = _cli_args("--planted", "3", "--no-tom-format-filter")
     assert cli.settings_from_args(args).planted == 3
     assert cli.settings_from_args(args).tom_options == {"format_filter": False}

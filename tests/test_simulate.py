@@ -155,32 +155,49 @@ def test_cli_unknown_model_is_a_clear_error(capsys, tmp_path):
 
 # ----------------------------------------------------------------------------- ToM read-out
 
-def test_tom_readout_at_the_generated_positions(tiny_model_dir):
-    """The emotion word is read at the reply's first position, the action word after
-    the first generated "."; a reply without one has a NaN action row."""
-    import dataclasses
-
-    from synclib.engine import Engine, Request, word_distributions
+def test_tom_readout_at_the_generated_positions(tiny_model_dir, monkeypatch):
+    """The ToM read-out rides its request as a probe: the emotion word is read at the reply's
+    first position, the action word after the first generated "." (each equal to
+    word_distributions on those tokens); a reply without a "." in time has a NaN action row."""
+    from synclib.engine import Engine, Request, Result, word_distributions
     from synclib.models import load_model
 
     lm = load_model(tiny_model_dir)
-    p = lm.chat_prompt("Imagine you are Ann.\nTurn 0: Ann said: cake\nTurn 1: Bob said: cake cake\n"
-                       "Turn 2: Ann said:")
-    reply = lm.tokenizer(" Joy. Assertive. Fine, thanks.", add_special_tokens=False)["input_ids"]
-    eng = Engine(lm)
-    req = Request(p, session="tom")
-    res = eng.generate([req], max_new_tokens=1)[0]
-    forced = dataclasses.replace(res, token_ids=reply, text=" Joy. Assertive. Fine, thanks.")
-    emo, act, formatted = TomReadout(lm).read(eng, [req, req],
-                                              [forced, dataclasses.replace(forced, token_ids=[], text="")])
-    assert emo.shape == (2, 8) and act.shape == (2, 5)
-    np.testing.assert_allclose(emo[0], word_distributions(lm, [p], EMOTIONS)[0], rtol=1e-4)
-    dot = next(k for k, t in enumerate(reply) if "." in lm.tokenizer.decode([t]))
-    np.testing.assert_allclose(
-        act[0], word_distributions(lm, [lm.encode(p) + reply[:dot + 1]], ACTIONS)[0], rtol=1e-4)
-    assert np.isnan(act[1]).all() and np.isfinite(emo[1]).all()
-    np.testing.assert_allclose(emo.sum(1), 1.0)
-    assert list(formatted) == [1, 0]
+    (dot,) = lm.tokenizer(".", add_special_tokens=False)["input_ids"]
+    real = lm.model.forward
+
+    def forward(*args, **kwargs):  # "." likely, so that the replies hold one
+        out = real(*args, **kwargs)
+        out.logits[..., dot] += 8.0
+        return out
+
+    monkeypatch.setattr(lm.model, "forward", forward)
+    prompts = [lm.chat_prompt(f"Imagine you are Ann.\nTurn 0: Ann said: cake{' cake' * i}\nTurn 1: Bob said:")
+               for i in range(3)]
+    tom = TomReadout(lm)
+    st = Engine(lm, max_rows=3).stream(max_new_tokens=10, temperature=0.7)
+    for i, p in enumerate(prompts):
+        st.submit(i, Request(p, seed=i), tom.probe)
+    res = dict(st.run())
+    read = 0
+    for i, p in enumerate(prompts):
+        emo, act, formatted = tom.from_scores(res[i])
+        np.testing.assert_allclose(emo, word_distributions(lm, [p], EMOTIONS)[0], rtol=1e-4, atol=1e-7)
+        k = tom.action_at(res[i].token_ids)
+        if k is None:
+            assert np.isnan(act).all()
+            continue
+        read += 1
+        np.testing.assert_allclose(act, word_distributions(lm, [lm.encode(p) + res[i].token_ids[:k + 1]], ACTIONS)[0],
+                                   rtol=1e-4, atol=1e-7)
+    assert read >= 2
+    first, _ = res[0].scores
+    no_dot = Result(text=" Joy. Assertive. Fine.", token_ids=[], prompt_ids=[], states=None, finish_reason="stop",
+                    scores=(first, None))
+    emo, act, formatted = tom.from_scores(no_dot)
+    assert np.isnan(act).all() and np.isclose(emo.sum(), 1.0) and formatted == 1
+    assert tom.from_scores(Result(text="cake", token_ids=[], prompt_ids=[], states=None, finish_reason="stop",
+                                  scores=(first, None)))[2] == 0
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -334,9 +351,25 @@ def test_passive_reader_persona_and_seeds(tiny_models, tasks, tmp_path):
         assert persona.name in prompt
         np.testing.assert_allclose(cell.hidden_a_passive.values[0], _fresh_states(lm_a, prompt),
                                    rtol=1e-4, atol=1e-4)
-    with pytest.raises(ValueError, match="passive_seeds"):
+    with pytest.raises(ValueError, match=r"Passes.passive_seeds \[1\] are not among the seeds \[0\]"):
         simulate(a, b, [tasks[0]], [0], tmp_path / "bad.nc", passes=Passes(passive=True, passive_seeds=[1]), **SIM)
     assert not (tmp_path / "bad.nc").exists()
+
+
+def test_the_passive_seeds_rule_is_one_rule_in_every_spelling():
+    """passive_seeds within seeds: one check (``check_passive_seeds``), raised by the config
+    (naming the key), the cube (and, in the tests above, ``simulate`` and the command line)."""
+    from synclib.config import ConfigError, load_config
+    from synclib.cube import CubeError, CubeSpec, check_passive_seeds
+
+    check_passive_seeds(None, [0])  # None: all seeds
+    check_passive_seeds([0], [0, 1])
+    with pytest.raises(ConfigError, match=r"simulate.passive_seeds=\[0, 2\]: simulate.passive_seeds \[2\] are not among "
+                                          r"the seeds \[0, 1\] \(simulate.seeds\)"):
+        load_config(None, ["simulate.seeds=[0, 1]", "simulate.passive_seeds=[0, 2]"])
+    with pytest.raises(CubeError, match=r"passive_seeds \[2\] are not among the seeds \[0\]"):
+        CubeSpec(episodes=[], seeds=[0], n_rounds=1, n_layers_a=1, d_model_a=1, n_layers_b=1, d_model_b=1,
+                 passive=True, passive_seeds=[2])
 
 
 def test_sampling_settings_recorded(tiny_models, tasks, tmp_path):
@@ -473,8 +506,8 @@ def test_end_to_end_smollm2_cli(tmp_path):
 def test_continuous_scheduling_plays_the_same_dialogs(tiny_models, tasks, tmp_path, pair):
     """``scheduling="continuous"`` (each dialog's next utterance joins the running batch as
     soon as its reply ends) gives the turn-by-turn loop's cube: the same texts, lengths and
-    prompts exactly, the same states and ToM distributions to float rounding (the
-    continuous loop's read inside the streams, the turns loop's after each batch).  Replies end
+    prompts exactly, the same states and ToM distributions to float rounding (both read
+    inside the streams, the rows batched differently).  Replies end
     at different steps (a random twelfth of the vocabulary stops them), so the batch mixes
     turns; with two models the two streams alternate."""
     import dataclasses
@@ -506,20 +539,20 @@ def test_continuous_scheduling_plays_the_same_dialogs(tiny_models, tasks, tmp_pa
             np.testing.assert_allclose(x[name].values, y[name].values, rtol=1e-4, atol=1e-4, err_msg=name)
         else:
             np.testing.assert_array_equal(x[name].values, y[name].values, err_msg=name)
-    assert stats["continuous"]["stream_joins"] > 0 and stats["turns"].get("stream_joins", 0) == 0
+    assert stats["continuous"]["stream_joins"] > 0 and stats["turns"]["stream_joins"] > 0
     assert stats["continuous"]["reused_tokens"] > 0.5 * stats["turns"]["reused_tokens"]
     # one host read per decoding step; wall seconds per part of the loop (seconds_*)
     assert stats["continuous"]["host_reads"] == stats["continuous"]["decode_steps"] > 0
-    parts = {"continuous": ("decode", "join", "probe", "cube"), "turns": ("generate", "passive", "tom", "cube")}
+    parts = {"continuous": ("decode", "join", "probe", "cube"), "turns": ("decode", "join", "read", "probe", "cube")}
     for mode, names in parts.items():
         assert all(stats[mode][f"seconds_{n}"] > 0 for n in names), (mode, stats[mode])
     # the passive reader's prompts are read in the joins of their utterances' requests: one read a cell
     read = sum(int(np.isfinite(y[n].values).all(axis=(-2, -1)).sum()) for n in y.data_vars
                if n.startswith("hidden_") and n.endswith("passive"))
-    assert stats["continuous"]["stream_reads"] == read > 0 and "seconds_passive" not in stats["continuous"]
-    # the ToM replies are read inside the streams (probes), none after them
-    assert "seconds_tom" not in stats["continuous"] and stats["continuous"]["probe_points"] >= int(
-        y.n_utterances_tom.values.sum())
+    assert stats["continuous"]["stream_reads"] == read == stats["turns"]["stream_reads"] > 0
+    # the ToM replies are read inside the streams (probes), under both
+    for mode in parts:
+        assert stats[mode]["probe_points"] >= int(y.n_utterances_tom.values.sum())
     with pytest.raises(ValueError, match="Batching.scheduling must be one of 'turns', 'continuous', got 'fast' \(config key simulate.scheduling\)"):
         simulate(a, b, sel, [0], tmp_path / "bad.nc", batching=Batching(scheduling="fast"), **kw)
 

@@ -53,6 +53,31 @@ def test_the_scheduler_moves_a_dialog_through_its_statuses():
     assert sched.dialogs == [later] and sched.finished == []
 
 
+def test_the_turns_policy_sends_a_turn_together_and_hands_its_replies_back_together():
+    """``policy="turns"``: nothing is scheduled while a dialog runs, and a turn's replies come
+    back together once the last has come, in the order the dialogs were scheduled (whatever
+    order they ended in); ``"continuous"`` hands each back at once."""
+    a, b, c = (Dialog((i, 0), None, "active") for i in range(3))
+    sched = Scheduler([a, b, c], policy="turns")
+    assert sched.schedule() == [a, b, c]
+    assert sched.replied(c, "rc") == [] and sched.replied(a, "ra") == []
+    sched.add([Dialog((3, 0), None, "active")])
+    assert sched.schedule() == []  # the turn is still running
+    assert sched.replied(b, "rb") == [(a, "ra"), (b, "rb"), (c, "rc")]
+    sched.advance(a)
+    sched.finish(b)
+    assert sched.schedule() == []  # c is still running
+    sched.advance(c)
+    assert [d.unit for d in sched.schedule()] == [(3, 0), (0, 0), (2, 0)]
+    with pytest.raises(ValueError, match="not running"):
+        sched.replied(b, "again")
+    loose = Scheduler([Dialog((0, 0), None, "tom")], policy="continuous")
+    (d,) = loose.schedule()
+    assert loose.replied(d, "r") == [(d, "r")]
+    with pytest.raises(ValueError, match="policy must be one of 'turns', 'continuous', got 'fast'"):
+        Scheduler(policy="fast")
+
+
 # ----------------------------------------------------------------------------- the knobs
 
 def test_each_batching_knob_has_one_meaning_and_defaults_as_before(tmp_path):
@@ -106,24 +131,25 @@ def _runner(lms, tasks, batching: Batching):
                                        batching=batching)
 
 
-def test_the_tom_replies_come_back_read_from_the_stream(tiny_models, monkeypatch, tmp_path):
-    """The continuous loop reads no ToM reply after the fact: each ToM request carries its
+@pytest.mark.parametrize("scheduling", ["continuous", "turns"])
+def test_the_tom_replies_come_back_read_from_the_stream(tiny_models, monkeypatch, tmp_path, scheduling):
+    """Neither policy reads a ToM reply after the fact: each ToM request carries its
     read-outs as a probe, scored inside the stream (one point per reply at its prompt's end,
     one more where a "." came in time), even with an engine's rows halved to one by an
     out-of-memory error; every ToM utterance has its emotion distribution, and every dialog
-    ends FINISHED and leaves the scheduler with its written part."""
+    ends FINISHED (continuous: and leaves the scheduler with its written part)."""
     from synclib.models import load_model
 
     lms = (load_model(tiny_models[0]), load_model(tiny_models[1]))
     tasks = [load_tasks("embedded")[i] for i in (0, 3)]
-    spec, runner = _runner(lms, tasks, Batching(units_per_part=4, max_rows=4, scheduling="continuous"))
+    spec, runner = _runner(lms, tasks, Batching(units_per_part=4, max_rows=4, scheduling=scheduling))
     for eng in runner.engines:
         eng.max_rows = 1  # as an out-of-memory error leaves it
     scheds, added = [], []
 
     class Spy(Scheduler):
-        def __init__(self, dialogs=()):
-            super().__init__(dialogs)
+        def __init__(self, dialogs=(), policy="continuous"):
+            super().__init__(dialogs, policy)
             scheds.append(self)
 
         def add(self, dialogs):
@@ -132,17 +158,19 @@ def test_the_tom_replies_come_back_read_from_the_stream(tiny_models, monkeypatch
             super().add(dialogs)
 
     def no_readout(*args, **kwargs):
-        raise AssertionError("the continuous loop read a ToM reply outside the stream")
+        raise AssertionError("the loop read a ToM reply outside the stream")
 
-    monkeypatch.setattr(runner_module.TomReadout, "read", no_readout)
+    for eng in runner.engines:
+        monkeypatch.setattr(eng, "word_distributions", no_readout)
+        monkeypatch.setattr(eng, "sequence_logprobs", no_readout)
     monkeypatch.setattr(runner_module, "Scheduler", Spy)
     writer = CubeWriter(tmp_path / "x.nc", spec)
     runner.play([(0, spec.units())], writer)
     writer.wait()
-    assert writer.done == set(spec.units()) and len(scheds) == 1
-    sched = scheds[0]
-    assert len(added) == 8 and all(d.status is Status.FINISHED for d in added)
-    assert not (sched.dialogs or sched.waiting or sched.running or sched.finished)
+    assert writer.done == set(spec.units()) and len(added) == 8 and all(d.status is Status.FINISHED for d in added)
+    assert not any(sched.waiting or sched.running for sched in scheds)
+    if scheduling == "continuous":  # one scheduler for the run, the dialogs gone with their part
+        assert len(scheds) == 1 and not (scheds[0].dialogs or scheds[0].finished)
     toms = [d for d in added if d.view == "tom"]
     n_tom = sum(len(d.history) for d in toms)
     points = sum(eng.stats["probe_points"] for eng in {id(e): e for e in runner.engines}.values())

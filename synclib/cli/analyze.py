@@ -67,12 +67,12 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                         "(default: 1e-3 .. 1e3, half decades)")
     p.add_argument("--cv-folds", type=at.setting("analysis.cv_folds"), default=None, metavar="N",
                    help=f"alpha=cv: folds over whole episodes (default: {d('analysis.cv_folds')})")
-    p.add_argument("--cv-columns", type=at.arg_type(at.nonneg_int, "cv columns"), default=None,
+    p.add_argument("--cv-columns", type=at.setting("analysis.cv_columns", zero=True), default=None, metavar="N",
                    help=f"alpha=cv: target columns per layer in the criterion; 0 = all "
                         f"(default: {d('analysis.cv_columns')})")
     p.add_argument("--cv-seed", type=at.setting("analysis.cv_seed"), default=None, metavar="SEED",
                    help=f"alpha=cv: seed of the folds and columns (default: {d('analysis.cv_seed')})")
-    p.add_argument("--n-samples", type=at.arg_type(at.nonneg_int, "sample count"), default=None,
+    p.add_argument("--n-samples", type=at.setting("analysis.n_samples", zero=True), default=None, metavar="N",
                    help=f"fixed sample size per dataset; 0 = all (default: {d('analysis.n_samples')})")
     p.add_argument("--split-seeds", type=at.setting("analysis.split_seeds"), default=None, metavar="LIST",
                    help=f"split seeds, e.g. 0,1,2 (default: {','.join(map(str, d('analysis.split_seeds')))})")
@@ -86,9 +86,11 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nonlinear", action=on_off, default=None, help="also the 2-layer MLP comparison (appendix I)")
     p.add_argument("--nonlinear-epochs", type=at.setting("analysis.nonlinear_epochs"), default=None, metavar="N",
                    help=f"MLP epochs (default: {d('analysis.nonlinear_epochs')})")
-    p.add_argument("--nonlinear-batch-size", type=at.arg_type(at.nonneg_int, "batch size"), default=None,
+    p.add_argument("--nonlinear-batch-size", type=at.setting("analysis.nonlinear_batch_size", zero=True), default=None,
+                   metavar="N",
                    help=f"MLP minibatch size; 0 = full batch (default: {d('analysis.nonlinear_batch_size')})")
-    p.add_argument("--nonlinear-seeds", type=at.arg_type(at.nonneg_int, "split seeds"), default=None,
+    p.add_argument("--nonlinear-seeds", type=at.setting("analysis.nonlinear_seeds", zero=True), default=None,
+                   metavar="N",
                    help="fit the MLPs on the first this many split seeds only; 0 = all (default: all)")
     p.add_argument("--n-boot", type=at.setting("analysis.n_boot"), default=None, metavar="N",
                    help=f"resamples of whole episodes for the dialog-level tests; 0 = none "
@@ -125,23 +127,21 @@ def settings_from_args(args: argparse.Namespace):
         base = AnalysisSettings.from_config(load_config(args.config))
     else:
         base = AnalysisSettings.from_config(section_defaults("analysis")).replace(**_BLOCKS_OFF)
-    zero_none = lambda v: v or None  # noqa: E731 - 0 on the command line: all / full batch / none
     given = {
         "conditions": args.conditions, "lags": args.lags, "alpha": args.alpha, "cv_alphas": args.cv_alphas,
         "cv_folds": args.cv_folds, "cv_seed": args.cv_seed, "split_seeds": args.split_seeds,
         "device": args.device, "precision": args.precision, "persona_disjoint": args.persona_disjoint,
         "relationship": args.relationship, "nonlinear": args.nonlinear, "n_boot": args.n_boot, "tom": args.tom,
-        "surrogates": args.surrogates, "planted": args.planted}
-    options = {k: v for k, v in given.items() if v is not None}
+        "surrogates": args.surrogates, "planted": args.planted, "cv_columns": args.cv_columns,
+        "n_samples": args.n_samples, "nonlinear_seeds": args.nonlinear_seeds}
+    options = {k: at.value_of(v) for k, v in given.items() if v is not None}
     if args.conditions is not None and args.lags is None:
         options["lags"] = None  # the conditions as given
-    for key, value in (("cv_columns", args.cv_columns), ("n_samples", args.n_samples),
-                       ("sample_sizes", args.sample_sizes), ("nonlinear_seeds", args.nonlinear_seeds)):
-        if value is not None:
-            options[key] = zero_none(value)
+    if args.sample_sizes is not None:
+        options["sample_sizes"] = args.sample_sizes or None  # empty: none
     mlp = {} if args.nonlinear_epochs is None else {"epochs": args.nonlinear_epochs}
     if args.nonlinear_batch_size is not None:
-        mlp["batch_size"] = zero_none(args.nonlinear_batch_size)
+        mlp["batch_size"] = at.value_of(args.nonlinear_batch_size)
     if mlp:
         options["nonlinear_options"] = mlp
     if args.tom_format_filter is not None:

@@ -102,10 +102,10 @@ def run(args: argparse.Namespace) -> int:
     # the options named as the run config's keys, mapped as the pipeline maps a run config;
     # the options the run config lacks override the defaults
     cfg = {"scenarios": args.scenarios, "device": args.device, "judge": {
-        "model": args.judge_model, "url": args.judge_url, "api_key_env": args.api_key_env,
-        "mode": args.mode, "layout": args.layout, "structured": args.structured,
+        "model": args.judge_model, "url": at.value_of(args.judge_url), "api_key_env": args.api_key_env,
+        "mode": at.value_of(args.mode), "layout": args.layout, "structured": args.structured,
         "reasoning_max_chars": args.reasoning_max_chars, "concurrency": args.concurrency,
-        "sample": args.sample, "sample_seed": args.sample_seed}}
+        "sample": at.value_of(args.sample), "sample_seed": args.sample_seed}}
     outputs = dict(out=args.out, cache=args.cache, progress=not args.no_progress)
     try:
         options = JudgeOptions.from_config(cfg, timeout=args.timeout, max_retries=args.max_retries,

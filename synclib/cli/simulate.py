@@ -19,7 +19,7 @@ from synclib import argtypes as at
 from synclib.cli import main as cli_main
 from synclib.config import ConfigError, default, load_config
 from synclib.keys import section_defaults
-from synclib.cube import CubeError, is_complete
+from synclib.cube import CubeError, check_passive_seeds, is_complete
 from synclib.models import PROMPT_FORMATS, ModelNotFoundError
 from synclib.simulate import Batching, Passes, RunOptions, Sampling, simulate
 from synclib.tasks.scenarios import ScenarioError, load_tasks, select_tasks
@@ -128,7 +128,7 @@ def settings(args: argparse.Namespace) -> dict:
         sim.update({name: False for name in _OPT_IN})
     for name, _, _ in _KEYED:
         if getattr(args, name) is not None:
-            sim[name] = getattr(args, name)
+            sim[name] = at.value_of(getattr(args, name))
     return sim
 
 
@@ -180,10 +180,10 @@ def run(args: argparse.Namespace) -> int:
             return _fail(f"--config: simulate.episodes: {exc}")
     else:
         tasks = list(taskset)
-    if sim["passive_seeds"] is not None:
-        extra = sorted(set(sim["passive_seeds"]) - set(sim["seeds"]))
-        if extra:
-            return _fail(f"--passive-seeds: seed(s) {extra} are not among --seeds {sim['seeds']}")
+    try:
+        check_passive_seeds(sim["passive_seeds"], sim["seeds"])
+    except ValueError as exc:
+        return _fail(f"--passive-seeds: {exc} (--seeds)")
     if is_complete(out) and not args.overwrite:
         print(f"{out} is already a finished cube; nothing to do (use --overwrite to redo it)",
               file=sys.stderr)

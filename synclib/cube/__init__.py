@@ -55,11 +55,12 @@ is no overflow for large activations, unlike a cast to IEEE float16.
 """
 from synclib.cube.reader import DEFAULT_RESIDENT_BYTES, READ_BATCH_BYTES, HiddenRows, open_cube
 from synclib.cube.schema import (CUBE_VERSION, EPISODE_COORDS, STORE_DTYPES, VIEWS, CubeError, CubeSpec,
-                                 IncompleteCubeError, StalePartsError, Unit, cube_version, is_complete, parts_dir, var_name)
+                                 IncompleteCubeError, StalePartsError, Unit, check_passive_seeds, cube_version, is_complete,
+                                 parts_dir, var_name)
 from synclib.cube.writer import CubeWriter, bitround
 
 __all__ = [
     "CubeError", "IncompleteCubeError", "StalePartsError", "CubeSpec", "Unit", "CubeWriter", "EPISODE_COORDS", "STORE_DTYPES",
     "VIEWS", "var_name", "bitround", "open_cube", "is_complete", "parts_dir", "HiddenRows",
-    "DEFAULT_RESIDENT_BYTES", "READ_BATCH_BYTES", "CUBE_VERSION", "cube_version",
+    "DEFAULT_RESIDENT_BYTES", "READ_BATCH_BYTES", "CUBE_VERSION", "cube_version", "check_passive_seeds",
 ]

@@ -18,7 +18,7 @@ import numpy as np
 from synclib.tasks.prompts import VIEWS
 
 __all__ = ["CubeError", "IncompleteCubeError", "StalePartsError", "CubeSpec", "Unit", "EPISODE_COORDS", "STORE_DTYPES",
-           "VIEWS", "CUBE_VERSION", "var_name", "parts_dir", "is_complete", "cube_version"]
+           "VIEWS", "CUBE_VERSION", "var_name", "parts_dir", "is_complete", "cube_version", "check_passive_seeds"]
 
 #: per-episode coordinates (besides the ``episode`` dimension coordinate itself)
 EPISODE_COORDS = (
@@ -64,6 +64,18 @@ def parts_dir(path: str | os.PathLike) -> Path:
 
 _SIDED = ("hidden", "text", "prompt_len")          # one per agent and view
 _TOM_ONLY = ("emotion", "action", "tom_format")    # one per agent, ToM run only
+
+
+def check_passive_seeds(passive_seeds, seeds) -> None:
+    """The one rule across the passive reader's seeds and the simulated ones (the config's
+    ``simulate.passive_seeds`` and ``simulate.seeds``, the command line's, :class:`Passes`',
+    the cube's): the reader reads only simulated seeds; ``passive_seeds`` None means all.
+    Each caller raises the ValueError as its own error, naming its own spelling."""
+    if passive_seeds is None:
+        return
+    extra = sorted(set(int(s) for s in passive_seeds) - set(int(s) for s in seeds))
+    if extra:
+        raise ValueError(f"passive_seeds {extra} are not among the seeds {[int(s) for s in seeds]}")
 
 
 def var_name(kind: str, side: str | None = None, view: str = "active") -> str:
@@ -176,9 +188,10 @@ class CubeSpec:
             raise CubeError(f"seeds are not unique: {self.seeds}")
         if self.passive_seeds is not None:
             self.passive_seeds = [int(x) for x in self.passive_seeds]
-            extra = sorted(set(self.passive_seeds) - set(self.seeds))
-            if extra:
-                raise CubeError(f"passive_seeds {extra} are not among the seeds {self.seeds}")
+            try:
+                check_passive_seeds(self.passive_seeds, self.seeds)
+            except ValueError as exc:
+                raise CubeError(str(exc)) from None
         self.emotions = list(self.emotions)
         self.actions = list(self.actions)
         if self.tom and (not self.emotions or not self.actions):

@@ -20,11 +20,13 @@ Entry points
     of given token sequences after each prompt (the constrained judge's scores; it and a
     stream's probes feed them through one prefix-tree scorer, ``continuation_logprobs``);
     ``word_distributions`` builds normalised distributions over candidate words
-    on it (the ToM read-out of :mod:`synclib.simulate`'s turn-by-turn loop).
+    on it (the reference the ToM read-out's stream probes are tested against).
 :class:`DecodeStream` (:meth:`Engine.stream`)
     Continuous batching: rows join a running decoding batch at any step and leave it at
     the step they end, so a dialog's next utterance need not wait for other rows' longer
-    replies; the same per-row sampling and sessions as ``generate``.  A row may carry a
+    replies; the same per-row sampling and sessions as ``generate``.  Not refilled
+    (``refill=False``), rows join only an empty batch and it decodes to its last row:
+    ``generate``'s batches, bit for bit.  A row may carry a
     :class:`Probe`: token sequences scored at its prompt's end and after a marked token of its
     reply, over the stream's own keys/values (the ToM read-outs).
 :func:`generate`, :func:`read_states`, :func:`word_distributions`

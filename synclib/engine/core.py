@@ -90,7 +90,8 @@ class Engine:
         decoding step of a stream).
     seconds : collections.Counter
         Wall seconds per category of work, added by :meth:`timed` (``decode``: a stream's
-        decoding steps, ``join``: its joining rows' prefill and admission, ``generate``: whole
+        decoding steps, ``join``: its joining rows' prefill and admission, ``read``: its reads
+        prefilled in forwards of their own, ``generate``: whole
         :meth:`generate` calls, and the categories its callers time, e.g. the simulation's
         ``passive`` and ``tom``).
     sync_timing : bool
@@ -195,13 +196,19 @@ class Engine:
         sessions = list(sessions) if sessions is not None else [None] * len(ids)
         if len(sessions) != len(ids):
             raise ValueError(f"sessions has {len(sessions)} entries for {len(ids)} prompts")
-        # rows with similar new-token counts together (most first), then by length
-        order = sorted(range(len(ids)), key=lambda i: (-self.sessions.new_tokens(ids[i], sessions[i]), -len(ids[i])))
+        order = self.order(ids, sessions)
         res = self._batched(order, lambda chunk: fn(chunk, [(ids[i], sessions[i]) for i in chunk]))
         out: list = [None] * len(ids)
         for i, r in zip(order, res):
             out[i] = r
         return out
+
+    def order(self, ids: Sequence[list], sessions: Sequence) -> list[int]:
+        """The order in which the engine batches rows of token ``ids`` with their ``sessions``
+        (indices into them): rows with similar new-token counts together, most first, then the
+        longest first.  A caller that queues rows on a stream that is not refilled
+        (:class:`DecodeStream`) queues them in this order to get :meth:`generate`'s batches."""
+        return sorted(range(len(ids)), key=lambda i: (-self.sessions.new_tokens(ids[i], sessions[i]), -len(ids[i])))
 
     def _batched(self, items: list, fn: Callable[[list], list]) -> list:
         """Apply ``fn`` to chunks of ``items`` (at most ``max_rows``).
@@ -366,21 +373,20 @@ class Engine:
                                       sampling, on_step, first_line_only))
 
     def stream(self, max_new_tokens: int = 300, temperature: float = 0.7, first_line_only: bool = False,
-               top_k: int | None = None, top_p: float | None = None, capacity: int | None = None,
-               join_min: int | None = None, on_step: Callable[[int], None] | None = None,
-               decode: str | None = None, kv_tokens: int | None = None) -> "DecodeStream":
+               top_k: int | None = None, top_p: float | None = None, on_step: Callable[[int], None] | None = None,
+               capacity: int | None = None, decode: str | None = None, **admission) -> "DecodeStream":
         """A :class:`DecodeStream` over this engine: continuous batching of generation rows.
 
-        The arguments are :meth:`generate`'s; ``capacity`` (default ``max_rows``),
-        ``join_min``, ``kv_tokens`` (default: no token limit) and ``decode`` (default: the
-        engine's own mode, so ``"dynamic"`` on the CPU and ``"graph"`` on CUDA for the models
-        that allow it) are :class:`DecodeStream`'s.  The slot modes are tested against the
-        dynamic one on the CPU and, with CUDA graphs, on a GPU (``tests/test_engine_cuda.py``);
-        their speed there is in ``bench/gpu_notes.md``.
+        The arguments are :meth:`generate`'s; ``capacity`` (default ``max_rows``), ``decode``
+        (default: the engine's own mode, so ``"dynamic"`` on the CPU and ``"graph"`` on CUDA
+        for the models that allow it) and the keywords ``admission`` (``join_min``,
+        ``kv_tokens``, ``refill``) are :class:`DecodeStream`'s.  The slot modes are tested
+        against the dynamic one on the CPU and, with CUDA graphs, on a GPU
+        (``tests/test_engine_cuda.py``); their speed there is in ``bench/gpu_notes.md``.
         """
         check_sampling(max_new_tokens, temperature, top_k, top_p)
         return DecodeStream(self, max_new_tokens, (temperature, top_k, top_p), first_line_only,
-                            capacity or self.max_rows, join_min, on_step, decode or self.decode, kv_tokens)
+                            capacity or self.max_rows, on_step=on_step, decode=decode or self.decode, **admission)
 
     # -- decoding ------------------------------------------------------------------------
     def _generate_batch(self, ids, reqs, max_new_tokens, sampling, on_step, first_line_only=False

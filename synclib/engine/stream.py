@@ -29,8 +29,9 @@ __all__ = ["DecodeStream"]
 @dataclass
 class _StreamRow:
     """One row of a :class:`DecodeStream` (host side); ``pos`` is where its row store keeps it,
-    ``fed`` how many of its tokens it has been fed; with a ``probe``, its ``points`` wait to be
-    scored and ``scores`` hold what they gave (:mod:`synclib.engine.probes`)."""
+    ``fed`` how many of its tokens it has been fed, ``done`` whether it has ended (its result
+    returned) while it stays in a batch that is not refilled; with a ``probe``, its ``points``
+    wait to be scored and ``scores`` hold what they gave (:mod:`synclib.engine.probes`)."""
 
     tag: Hashable
     request: Request
@@ -41,6 +42,7 @@ class _StreamRow:
     tokens: list = field(default_factory=list)
     fed: int = 0
     probe: Probe | None = None
+    done: bool = False
     marked: bool = False
     points: list = field(default_factory=list)
     scores: list = field(default_factory=lambda: [None, None])
@@ -66,6 +68,15 @@ class DecodeStream:
         As :meth:`Engine.generate` (``sampling`` is ``(temperature, top_k, top_p)``).
     capacity : int
         Most rows decoding at once.
+    refill : bool, default True
+        Whether queued rows join a batch that is decoding (``join_min`` and ``kv_tokens``
+        say when).  False: rows join only an empty batch, ``capacity`` of them in queue order,
+        and the batch decodes until its last row ends, as :meth:`Engine.generate`'s batches do
+        (the simulation's ``scheduling="turns"``): a row that ended stays in the batch, fed
+        tokens that are never kept, until half of the batch has ended
+        (:meth:`~synclib.engine.dynamic.DynamicRows.worth_keeping`), and on the CPU the
+        batch's cache has room for the whole reply from its prefill
+        (:func:`~synclib.engine.dynamic.with_room`).  Reads then wait for an empty batch too.
     kv_tokens : int, optional
         Most key/value tokens the decoding rows may reach together: a row reserves its prompt
         and the most tokens it can be fed (``len(prompt ids) + max_new_tokens - 1``) from when
@@ -103,7 +114,7 @@ class DecodeStream:
 
     def __init__(self, engine, max_new_tokens: int, sampling: tuple, first_line_only: bool,
                  capacity: int, join_min: int | None = None, on_step=None, decode: str = "dynamic",
-                 kv_tokens: int | None = None):
+                 kv_tokens: int | None = None, refill: bool = True):
         import torch
 
         if int(capacity) < 1:
@@ -122,14 +133,18 @@ class DecodeStream:
         self.join_min = max(1, int(join_min) if join_min is not None else self.capacity // 4)
         self.on_step = on_step
         self.decode = decode
+        self.refill = bool(refill)
         self.stats: Counter = Counter()
         self._queue: list = []          # (tag, Request, token ids)
         self._reads: list = []          # (tag, prompt, session): prefill-only rows, see read
         self._read: list = []           # (tag, states) read, for take_reads
         self._rows: list[_StreamRow] = []
-        self._batch = DynamicRows(engine, self.stats) if decode == "dynamic" else \
-            FixedSlots(engine, self.capacity, self.max_new_tokens - 1, graph=decode == "graph",
-                       round_to=FixedSlots.ROUND)
+        steps = self.max_new_tokens - 1
+        if decode == "dynamic":
+            room = steps if not self.refill and self.lm.device.type == "cpu" and steps > 0 else None
+            self._batch = DynamicRows(engine, self.stats, room=room, trim=self.refill)
+        else:
+            self._batch = FixedSlots(engine, self.capacity, steps, graph=decode == "graph", round_to=FixedSlots.ROUND)
         dev = self.lm.device
         self._U = torch.zeros((0, self.max_new_tokens), dtype=torch.float64, device=dev)
         self._step = torch.zeros(0, dtype=torch.long, device=dev)
@@ -163,19 +178,21 @@ class DecodeStream:
         return len(self._reads)
 
     def __len__(self) -> int:
-        """Rows queued or decoding."""
-        return len(self._queue) + len(self._rows)
+        """Rows queued or decoding (not those that ended and stay in the batch)."""
+        return len(self._queue) + sum(not r.done for r in self._rows)
 
     def _admit(self) -> None:
         """Prefill queued rows and add them to the batch (see ``join_min`` and ``kv_tokens``),
         with the waiting reads."""
+        if not self.refill and self._rows:
+            return
         free = self.capacity - len(self._rows)
         room = self._room(free)
         # fewer than join_min rows wait while others decode, unless the slots or the token budget allow no more
         joins = room > 0 and (not self._rows or room >= min(self.join_min, free) or room < min(len(self._queue), free))
         reads = bool(self._reads) and (joins or not self._rows or len(self._reads) >= self.engine.max_rows)
         if joins or reads:
-            with self.engine.timed("join"):
+            with self.engine.timed("join" if joins else "read"):
                 self._join(room if joins else 0)
 
     def _reserve(self, ids: list) -> int:
@@ -301,6 +318,9 @@ class DecodeStream:
         self.engine.stats["host_reads"] += 1
         self.engine._count_step(B, self.on_step, self.stats)
         for i, row in enumerate(self._rows):
+            if row.done:
+                gone[i] = 0
+                continue
             if not kept[i]:
                 continue
             probe = row.probe
@@ -349,9 +369,14 @@ class DecodeStream:
                 scores = tuple(row.scores) if row.probe is not None else ()
                 finished.append((row.tag, make_result(self.lm, row.tokens, row.ids, row.states, why[i], row.reused,
                                                       scores)))
-            else:
+                row.done = True
+            elif not row.done:
                 stay.append(i)
-        if len(stay) < len(self._rows):
+        B = len(self._rows)
+        if stay and not self.refill:  # the ended rows stay until it is worth a copy (or keep their slots)
+            if not (self._batch.compacts and self._batch.worth_keeping(len(stay), B)):
+                stay = list(range(B))
+        if len(stay) < B:
             tok = self._leave(stay, tok)
         if self._rows:
             self._batch.feed([r.pos for r in self._rows], tok)

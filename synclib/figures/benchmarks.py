@@ -472,7 +472,8 @@ def _scheduling_lines(c) -> list[str]:
             if v.get("seconds"):
                 parts = ", ".join(f"{label} {_num(v['seconds'][key])}" for key, label in
                                   (("generate", "generate calls"), ("join", "joins"), ("decode", "decoding steps"),
-                                   ("passive", "passive reader"), ("tom", "ToM read-outs"),
+                                   ("passive", "passive reader"), ("read", "passive reads"),
+                                   ("tom", "ToM read-outs"),
                                    ("probe", "ToM read-outs inside the stream"), ("cube", "cube"),
                                    ("other", "other")) if key in v["seconds"])
                 counters = v.get("counters", {})

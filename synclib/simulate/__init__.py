@@ -24,8 +24,9 @@ session per episode, seed and agent).  The hidden states of every decoder layer 
 the last prompt token of utterance ``t`` go to round ``t // 2`` of
 ``hidden_a`` (even ``t``) or ``hidden_b`` (odd ``t``).
 
-Optional passes (:class:`Passes`), run per part (with ``scheduling="continuous"`` the passive
-reader reads each genuine utterance's prompt beside its request):
+Optional passes (:class:`Passes`), run per part (with ``scheduling="turns"`` the passive
+reader reads a part's genuine dialogs after they end, with ``"continuous"`` each genuine
+utterance's prompt beside its request):
 
 * passive (``Passes(passive=True)``): the genuine dialogs of the ``passive_seeds`` are re-read
   with the passive prompt view, model A in agent 1's slot (``hidden_a_passive``) and
@@ -38,18 +39,21 @@ reader reads each genuine utterance's prompt beside its request):
   others keep the cube's "unreached" values: ``n_utterances_tom`` is -1),
   storing ``hidden_*_tom``, ``text_*_tom`` and the distributions over the 8
   emotion and 5 action words where the agent generates them (``emotion_*``,
-  ``action_*``).  :mod:`~synclib.simulate.readout` owns the ToM reply format (:class:`TomReadout`: its
-  read-out after a ``generate`` call, built on :meth:`synclib.engine.Engine.word_distributions`,
-  and its stream probe): the emotion word
+  ``action_*``).  :mod:`~synclib.simulate.readout` owns the ToM reply format (:class:`TomReadout`:
+  its stream probe, which each ToM request carries, and a reply's read-out from the probe's
+  scores): the emotion word
   at the reply's first position, the action word after the first generated
   token holding a ``.`` (NaN when none came within 16 tokens).
   ``tom_format_*`` (an addition) is 1 where the raw reply opened with an
   emotion word and then an action word, as instructed, else 0.
 
-With ``scheduling="continuous"`` (continuous batching) the genuine and the ToM dialogs share
-one stream of decoding rows per model for the whole call (``max_in_flight`` rows at most,
-default the dialogs of one part; a ToM reply's read-outs are scored inside the stream, over
-the row's own keys/values, :class:`~synclib.simulate.readout.TomReadout`).  The next part
+One loop plays every dialog (:mod:`synclib.simulate.runner`): schedule, one step of each
+model's :class:`~synclib.engine.DecodeStream`, postprocess; the scheduling is the
+:class:`Scheduler`'s policy.  With ``scheduling="turns"`` (the default) a turn's requests go
+out together in batches that are not refilled and its replies come back together.  With
+``"continuous"`` (continuous batching) the genuine and the ToM dialogs share
+one refilled stream per model for the whole call (``max_in_flight`` rows at most,
+default the dialogs of one part).  The next part
 is in play beside the oldest one, so the places a part's ending dialogs free are taken by the
 next part's; the passive reader's prompt of each genuine utterance is prefilled in the same
 forward as the utterance's request (:meth:`synclib.engine.DecodeStream.read`).  Every row's
@@ -63,8 +67,8 @@ same composition (an unfinished run's ``units_per_part`` attribute),
 so the resumed cube equals an uninterrupted one.
 
 The package: :mod:`~synclib.simulate.options` (the settings' groups),
-:mod:`~synclib.simulate.dialog` (a dialog with its status; the scheduler's queues),
-:mod:`~synclib.simulate.runner` (the loops over the parts), :mod:`~synclib.simulate.readout` (the ToM reply
+:mod:`~synclib.simulate.dialog` (a dialog with its status; the scheduler's queues and policy),
+:mod:`~synclib.simulate.runner` (the one loop over the parts), :mod:`~synclib.simulate.readout` (the ToM reply
 format), :mod:`~synclib.simulate.play` (:func:`simulate`).
 """
 from synclib.simulate.dialog import Dialog, Scheduler, Status

@@ -11,11 +11,13 @@ A :class:`Scheduler` holds the dialogs in play in queues by status (as nano-vllm
 holds its sequences): those of one part, or, with continuous scheduling, of the parts in
 play, which join it (:meth:`Scheduler.add`) as the stream has room and leave it
 (:meth:`Scheduler.remove`) with their part.  :meth:`Scheduler.schedule` takes the waiting
-dialogs (their next utterance is due) and marks them running, and :meth:`Scheduler.advance`
-and :meth:`Scheduler.finish` move a dialog on once its reply is recorded (a ToM reply comes
-back read: in the turn-by-turn loop after its batch, in the continuous one from inside the
-stream).  The loops of :mod:`synclib.simulate.runner` are: schedule, run (one ``generate``
-call or one stream step), postprocess (record, advance, finish).
+dialogs (their next utterance is due) and marks them running, :meth:`Scheduler.replied`
+hands replies back, and :meth:`Scheduler.advance` and :meth:`Scheduler.finish` move a
+dialog on once its reply is recorded (a ToM reply comes back read, from inside the stream).
+Its ``policy`` is the scheduling: ``"turns"`` sends a turn's requests together and hands
+their replies back together, ``"continuous"`` each as soon as it can.  The one loop of
+:mod:`synclib.simulate.runner` repeats: schedule, run (one stream step per model),
+postprocess (record, advance, finish).
 """
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from synclib.cube import Unit
+from synclib.keys import SCHEDULING
 
 __all__ = ["Status", "Dialog", "Scheduler"]
 
@@ -79,19 +82,31 @@ class Dialog:
 
 
 class Scheduler:
-    """The queues of the dialogs in play: waiting, running, finished.
+    """The queues of the dialogs in play (waiting, running, finished) and the policy that
+    moves them: when a waiting dialog's request goes out, when a reply is handed back.
 
     Parameters
     ----------
     dialogs : sequence of Dialog, optional
         The first dialogs (:meth:`add`).
+    policy : {"turns", "continuous"}, default "continuous"
+        The config's ``simulate.scheduling`` (:data:`synclib.keys.SCHEDULING`).  ``"turns"``:
+        the dialogs go turn by turn together: the waiting ones are scheduled only when none is
+        running, and the replies of a turn are handed back together when its last one has
+        come, in the order the dialogs were scheduled (:meth:`replied`), so the next turn
+        starts from what every dialog said.  ``"continuous"``: a waiting dialog is scheduled
+        at once and its reply handed back as it comes.
     """
 
-    def __init__(self, dialogs=()):
+    def __init__(self, dialogs=(), policy: str = "continuous"):
+        if policy not in SCHEDULING:
+            raise ValueError(f"policy must be one of {', '.join(map(repr, SCHEDULING))}, got {policy!r}")
+        self.policy = policy
         self.dialogs: list[Dialog] = []
         self.waiting: deque[Dialog] = deque()
         self.running: dict[int, Dialog] = {}
         self.finished: list[Dialog] = []
+        self._replies: dict[int, object] = {}
         self.add(dialogs)
 
     def __bool__(self) -> bool:
@@ -118,12 +133,31 @@ class Scheduler:
         self.finished = [d for d in self.finished if id(d) not in gone]
 
     def schedule(self) -> list[Dialog]:
-        """The waiting dialogs, in order, now RUNNING (the caller submits their requests)."""
+        """The waiting dialogs, in order, now RUNNING (the caller submits their requests); with
+        ``policy="turns"``, none while a dialog is running."""
+        if self.policy == "turns" and self.running:
+            return []
         out = list(self.waiting)
         self.waiting.clear()
         for d in out:
             d.status = Status.RUNNING
             self.running[id(d)] = d
+        return out
+
+    def replied(self, d: Dialog, reply) -> list[tuple[Dialog, object]]:
+        """Running dialog ``d``'s ``reply`` came back: the (dialog, reply) pairs to
+        postprocess now (then :meth:`advance` or :meth:`finish` each): this one
+        (``"continuous"``), or with ``"turns"`` every running dialog's once the last has
+        replied, in the order they were scheduled, else none."""
+        if id(d) not in self.running:
+            raise ValueError(f"dialog {d.unit} {d.view} is not running ({d.status.name})")
+        if self.policy == "continuous":
+            return [(d, reply)]
+        self._replies[id(d)] = reply
+        if len(self._replies) < len(self.running):
+            return []
+        out = [(x, self._replies[k]) for k, x in self.running.items()]
+        self._replies = {}
         return out
 
     def _leave_running(self, d: Dialog) -> None:

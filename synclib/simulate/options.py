@@ -126,9 +126,10 @@ class Batching(Settings):
         run must keep its own (the cube attribute of that name).  Default: the unfinished
         run's value when resuming, else :func:`default_units_per_part`.
     max_rows : int, optional
-        Rows per forward pass of each engine's ``generate``, ``read_states`` and candidate
-        scoring (``Engine(max_rows=max_rows)``); an engine that runs out of memory halves
-        its own copy, nothing else.  Default: ``units_per_part``.
+        Rows per forward pass of each engine (``Engine(max_rows=max_rows)``): with
+        ``scheduling="turns"`` the rows of a decoding batch and of a passive reads' forward;
+        an engine that runs out of memory halves its own copy, nothing else.  Default:
+        ``units_per_part``.
     max_in_flight : int, optional
         With ``scheduling="continuous"``: rows a decoding stream holds at once (its
         capacity); the others wait in its queue, and a new dialog (of this part or the next)
@@ -142,7 +143,8 @@ class Batching(Settings):
         ``kv_tokens``): rows join in order while theirs fit, so more short dialogs than long
         ones are in flight.  Default: no token limit.
     scheduling : {"turns", "continuous"}, default "turns"
-        How a part's dialogs share the models (:data:`synclib.keys.SCHEDULING`).
+        How a part's dialogs share the models (:data:`synclib.keys.SCHEDULING`): the
+        :class:`~synclib.simulate.Scheduler`'s policy and whether the streams are refilled.
     cache_gib : "auto" or number, default "auto"
         Memory the session caches of both models may hold together, in GiB
         (:func:`synclib.memory.session_budget`).

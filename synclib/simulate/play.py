@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 
 from synclib import __version__
-from synclib.cube import CubeSpec, CubeWriter, is_complete
+from synclib.cube import CubeSpec, CubeWriter, check_passive_seeds, is_complete
 from synclib.memory import CacheBudget, session_budget
 from synclib.models import load_model
 from synclib.simulate.options import Batching, Passes, RunOptions, Sampling
@@ -38,10 +38,10 @@ def _check_run(max_utterances, seeds: list, passes: Passes) -> None:
         raise ValueError(f"max_utterances must be an integer >= 1, got {max_utterances!r}")
     if not seeds:
         raise ValueError("seeds: no seeds")
-    if passes.passive_seeds is not None:
-        extra = sorted(set(passes.passive_seeds) - set(seeds))
-        if extra:
-            raise ValueError(f"Passes.passive_seeds {extra} are not among seeds {seeds}")
+    try:
+        check_passive_seeds(passes.passive_seeds, seeds)
+    except ValueError as exc:
+        raise ValueError(f"Passes.{exc}") from None
 
 
 def _load_pair(model_a, model_b, dtype, device, prompt_formats) -> tuple:
@@ -135,8 +135,9 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16, s
         generated and read, on terminals), ``engine_stats`` (a dict filled with this call's
         engine counters, both models summed: ``prefill_tokens``, ``reused_tokens``, ...;
         ``cache_peak_bytes``, ``kv_reserved_peak`` (each stream's most key/value tokens
-        reserved at once); wall seconds ``seconds_decode``/``_join``/``_generate``/
-        ``_passive``/``_tom``/``_cube``, the last the loop's time lost to the cube: its waits
+        reserved at once); wall seconds ``seconds_decode``/``_join``/``_read`` (the passive
+        reads prefilled in forwards of their own: ``"turns"``)/``_probe`` (the ToM read-outs)/
+        ``_cube``, the last the loop's time lost to the cube: its waits
         for the part being written and the finalisation), ``sync_timing``
         (:class:`~synclib.simulate.options.RunOptions`).
 

@@ -1,15 +1,20 @@
-"""The loops that play the parts of a run: :class:`_Runner` and its progress bar.
+"""The loop that plays the parts of a run: :class:`_Runner` and its progress bar.
 
 A part's units become :class:`~synclib.simulate.dialog.Dialog` objects (one per unit and
-view) held by a :class:`~synclib.simulate.dialog.Scheduler`.  Both loops repeat one step:
-schedule (the waiting dialogs' next requests go out), run (``scheduling="turns"``: one
-:meth:`~synclib.engine.Engine.generate` call for every dialog at that utterance;
-``"continuous"``: one step of each model's :class:`~synclib.engine.DecodeStream`),
-postprocess (record the reply, advance the dialog or finish it).  ``"turns"`` plays the parts
-one after the other; ``"continuous"`` keeps one stream per model for all of them, and the next
-part's dialogs take the places the ending ones free.  Each part goes to the cube's writer as
-soon as all its units are done (:meth:`synclib.cube.CubeWriter.submit_part`: written in a
-background thread while the loop goes on).
+view) held by a :class:`~synclib.simulate.dialog.Scheduler`.  One loop repeats one step
+(:meth:`_Runner._step`): schedule (the waiting dialogs' next requests go out), run (one step of
+each model's :class:`~synclib.engine.DecodeStream`), postprocess (record the replies the
+scheduler hands back, advance each dialog or finish it; record the passive reads).  The
+scheduling is the scheduler's policy and the streams' refill: ``"turns"`` plays the parts one
+after the other, a turn's requests together in batches that are not refilled (the batches of
+:meth:`~synclib.engine.Engine.generate`), the passive reader after the genuine dialogs, then
+the ToM dialogs; ``"continuous"`` keeps one refilled stream per model for all the parts, each
+dialog's next request going out as its reply ends, the passive reads riding the requests'
+prefills, and the next part's dialogs taking the places the ending ones free.  A ToM
+request carries its read-outs (:attr:`TomReadout.probe`), scored inside the stream under
+both.  Each part goes to the cube's writer as soon as all its units are done
+(:meth:`synclib.cube.CubeWriter.submit_part`: written in a background thread while the loop
+goes on).
 """
 from __future__ import annotations
 
@@ -146,6 +151,8 @@ class _Runner:
         self.tom_tasks = tom_tasks
         self.progress = _Progress(0, 0, "", show=False)
         self._tom: dict[int, TomReadout] = {}
+        #: each agent's :class:`~synclib.engine.DecodeStream` (one object when one model plays both)
+        self.streams = None
 
     # -- the parts ---------------------------------------------------------------------
     def plays_tom(self, unit) -> bool:
@@ -155,24 +162,31 @@ class _Runner:
     def play(self, parts: Sequence[tuple[int, Sequence]], writer: CubeWriter) -> None:
         """Play ``parts`` ((part id, units) pairs) and hand each to ``writer`` as soon as all its
         units are done (:meth:`CubeWriter.submit_part`): ``scheduling="turns"`` part after part
-        (:meth:`play_part`), ``"continuous"`` all in one stream per model (:meth:`_dialog_stream`)."""
-        if self.batching.scheduling == "continuous":
-            self._dialog_stream(parts, writer)
+        (:meth:`play_part`), ``"continuous"`` all in one stream per model (:meth:`_continuous`)."""
+        if self.continuous:
+            self._continuous(parts, writer)
             return
         for b, units in parts:
             self._write(writer, b, self.play_part(units))
 
+    @property
+    def continuous(self) -> bool:
+        """Whether the run is scheduled ``"continuous"`` (else ``"turns"``)."""
+        return self.batching.scheduling == "continuous"
+
     def play_part(self, units: Sequence[tuple[int, int]]) -> list[Unit]:
-        """One part turn by turn (the ``"turns"`` loop, whatever ``batching.scheduling``): the
-        genuine dialogs, the passive reader, the ToM dialogs; the filled Units."""
+        """One part turn by turn (``scheduling="turns"``): its genuine dialogs, then the
+        passive reader (:meth:`_read_after`), then its ToM dialogs; the filled Units."""
         part = self._part(0, units)
         tom = [d for d in part.dialogs if d.view == "tom"]
+        if self.streams is None:
+            self._open_streams(self.engines[0].max_rows)
         try:
-            self._dialog_turns(part.active)
+            self._turns(part.active)
             if self.spec.passive:
-                self._passive(part.active)
+                self._read_after(part.active)
             if tom:
-                self._dialog_turns(tom)
+                self._turns(tom)
         finally:
             for eng in self.engines:
                 eng.clear()
@@ -210,10 +224,10 @@ class _Runner:
 
     # -- schedule, run, postprocess ------------------------------------------------------
     def _request(self, d: Dialog):
-        """The request of ``d``'s current utterance."""
+        """The request of ``d``'s current utterance (its prompt as token ids)."""
         agent = d.agent
-        return Request(prompt=self.lms[agent].chat_prompt(render_prompt(self.tasks[d.unit[0]], agent, d.history,
-                                                                        d.view)),
+        lm = self.lms[agent]
+        return Request(prompt=lm.encode(lm.chat_prompt(render_prompt(self.tasks[d.unit[0]], agent, d.history, d.view))),
                        seed=row_seed(d.unit[1], d.unit[0], d.turn, _TOM if d.view == "tom" else _GENUINE),
                        session=d.session(agent))
 
@@ -265,105 +279,109 @@ class _Runner:
         v[var_name("action", side, "tom")][k] = act
         v[var_name("tom_format", side, "tom")][k] = formatted
 
-    # -- the loops ---------------------------------------------------------------------
-    def _dialog_turns(self, dialogs: list[Dialog]) -> None:
-        """Play ``dialogs`` (one view) turn by turn.
+    # -- the loop --------------------------------------------------------------------------
+    def _open_streams(self, capacity: int) -> None:
+        """One :class:`~synclib.engine.DecodeStream` per model (:attr:`streams`, by agent) of
+        ``capacity`` rows: ``"turns"``, not refilled (:attr:`Engine.max_rows` rows, the batches
+        of :meth:`Engine.generate`); ``"continuous"``, refilled, with ``batching.kv_tokens``."""
+        refill = self.continuous
+        made = {}
+        for agent, eng in enumerate(self.engines):
+            if id(eng) not in made:
+                made[id(eng)] = eng.stream(capacity=capacity, kv_tokens=self.batching.kv_tokens if refill else None,
+                                           refill=refill, **self._engine_args(agent))
+        self.streams = tuple(made[id(e)] for e in self.engines)
 
-        Each step schedules every waiting dialog (all at the same utterance ``t``), asks agent
-        ``t % 2``'s model in one :meth:`~synclib.engine.Engine.generate` call, reads the ToM
-        replies out at once, and postprocesses; the next utterance waits for the call's
-        longest reply.
-        """
-        sched = Scheduler(dialogs)
-        while sched:
+    def _step(self, sched: Scheduler, fresh: deque | None = None, capacity: int = 0) -> None:
+        """One step of the loop, for each model's stream in turn: schedule (:meth:`_submit`),
+        run (one :meth:`DecodeStream.step`), postprocess (the replies ``sched`` hands back
+        (:meth:`Scheduler.replied`): ToM read-outs recorded, each reply recorded, its dialog
+        advanced or finished; the passive reads made, recorded)."""
+        for st in dict.fromkeys(self.streams):
+            self._submit(sched, fresh, capacity)
+            if not (len(st) or st.reads_waiting):
+                continue
+            for d, res in st.step():
+                for d, res in sched.replied(d, res):
+                    if d.view == "tom":
+                        self._record_tom(d.cells, d.turn, *self._tom_of(d.agent).from_scores(res))
+                    self._postprocess(sched, d, res)
+            for (d, t), states in st.take_reads():
+                d.reads -= 1
+                self._record_passive(d, t, states)
+
+    def _submit(self, sched: Scheduler, fresh: deque | None = None, capacity: int = 0) -> None:
+        """Submit the requests of the dialogs ``sched`` schedules, each to the stream of the
+        model that speaks (``"turns"``: in the engine's order, :meth:`Engine.order`, so each
+        batch is the one :meth:`Engine.generate` would make; ``"continuous"``: the passive
+        reader's prompt of a genuine utterance rides with its request, :meth:`_read`); start
+        ``fresh`` dialogs while agent 1's stream holds fewer than ``capacity`` rows."""
+        first = self.streams[0]
+        while True:
             batch = sched.schedule()
-            agent = batch[0].agent
-            eng = self.engines[agent]
             for d in batch:
                 d.request = self._request(d)
-            reqs = [d.request for d in batch]
-            # only the first line of a reply is kept (postprocess_reply): generation may stop there
-            res = eng.generate(reqs, **self._engine_args(agent))
-            if batch[0].view == "tom":
-                with eng.timed("tom"):
-                    rows = self._tom_of(agent).read(eng, reqs, res)
-                for d, row in zip(batch, zip(*rows)):
-                    self._record_tom(d.cells, d.turn, *row)
-            for d, r in zip(batch, res):
-                self._postprocess(sched, d, r)
-        for eng in self.engines:  # this view's sessions are done: free the budget for the next
+            if batch and not self.continuous:  # one turn: every dialog at it, one agent
+                eng = self.engines[batch[0].agent]
+                batch = [batch[i] for i in eng.order([d.request.prompt for d in batch],
+                                                     [d.request.session for d in batch])]
+            for d in batch:
+                self.streams[d.agent].submit(d, d.request, self._tom_of(d.agent).probe if d.view == "tom" else None)
+                if self.continuous and d.view == "active" and self.reads_passive(d.unit):
+                    if d.turn == 0:
+                        self._mark_reader(d)
+                    self._read(d, d.agent, d.turn)
+            room = min(len(fresh), capacity - len(first)) if fresh else 0
+            if room <= 0:
+                return
+            sched.add([fresh.popleft() for _ in range(room)])
+
+    def _turns(self, dialogs: list[Dialog]) -> None:
+        """Play ``dialogs`` (one view of a part) turn by turn: a turn's requests go out
+        together, its replies come back together (:class:`Scheduler` ``policy="turns"``);
+        then this view's sessions are dropped (free for the next view)."""
+        sched = Scheduler(dialogs, policy="turns")
+        while sched:
+            self._step(sched)
+        for eng in self.engines:
             eng.clear()
 
-    def _dialog_stream(self, parts: Sequence[tuple[int, Sequence]], writer: CubeWriter) -> None:
-        """Continuous batching (:class:`synclib.engine.DecodeStream`) over all ``parts``.
+    def _continuous(self, parts: Sequence[tuple[int, Sequence]], writer: CubeWriter) -> None:
+        """Continuous batching over all ``parts``: one refilled stream per model for the whole call.
 
-        One stream per model for the whole call.  Each dialog's next utterance is submitted as
-        soon as its reply ends, to the stream of the model that speaks next, so no dialog waits
-        for another's longer reply; the dialogs of every view (genuine and ToM) share the
-        streams, and a new dialog starts (its first utterance: agent 1's model) while that
-        stream holds fewer than ``batching.max_in_flight`` rows, queued or decoding (default:
-        the dialogs of the largest part; with ``batching.kv_tokens``, of the two largest, and
-        the rows decoding are those whose reserves fit the token budget).  The next part is in
-        play beside the oldest one (look ahead one part: at most two parts' cells are held, the one being written
-        included), so the places that a part's ending dialogs free are taken by the next
-        part's.  With two models the two streams take turns stepping.  A ToM utterance's
-        request carries its read-outs (:attr:`TomReadout.probe`), which the stream scores over
-        the row's own keys/values before the row leaves, so its reply comes back read.  The
-        passive reader's prompt of each genuine utterance goes to the same stream as the
-        utterance's request and is read in the same prefill (:meth:`DecodeStream.read`).  Between steps a part whose units are all
-        done goes to ``writer`` (:meth:`_write`), in whatever order the parts end.  Every
-        utterance's request, seed and session are the turn-by-turn loop's, so the dialogs are
-        the same up to float rounding; a dialog's sessions are dropped when it ends
-        (:meth:`_finish`), the passive reader's when its part is done.
+        Each dialog's next utterance is submitted as soon as its reply ends, to the stream of
+        the model that speaks next, so no dialog waits for another's longer reply; the
+        dialogs of every view (genuine and ToM) share the streams, and a new dialog starts
+        (its first utterance: agent 1's model) while that stream holds fewer than
+        ``batching.max_in_flight`` rows, queued or decoding (default: the dialogs of the
+        largest part; with ``batching.kv_tokens``, of the two largest, and the rows decoding
+        are those whose reserves fit the token budget).  The next part is in play beside the
+        oldest one (look ahead one part: at most two parts' cells are held, the one being
+        written included), so the places that a part's ending dialogs free are taken by the
+        next part's.  With two models the two streams take turns stepping.  The passive
+        reader's prompt of each genuine utterance goes to the same stream as the utterance's
+        request and is read in the same prefill (:meth:`DecodeStream.read`).  Between steps a
+        part whose units are all done goes to ``writer`` (:meth:`_write`), in whatever order
+        the parts end.  Every utterance's request, seed and session are the turn-by-turn
+        loop's, so the dialogs are the same up to float rounding; a dialog's sessions are
+        dropped when it ends (:meth:`_finish`), the passive reader's when its part is done.
         """
         if not parts:
             return
-        engines = list({id(e): e for e in self.engines}.values())
         capacity = self.batching.stream_capacity([sum(1 + self.plays_tom(u) for u in us) for _, us in parts])
-        streams = {id(e): e.stream(capacity=capacity, kv_tokens=self.batching.kv_tokens,
-                                   **self._engine_args(self.engines.index(e))) for e in engines}
-        todo, in_play, fresh, sched = deque(parts), [], deque(), Scheduler()
+        self._open_streams(capacity)
+        todo, in_play, fresh, sched = deque(parts), [], deque(), Scheduler(policy="continuous")
         while todo or in_play:
             while todo and len(in_play) + int(writer.writing) < 2:
                 part = self._part(*todo.popleft())
                 in_play.append(part)
                 fresh.extend(part.dialogs)
-            for eng in engines:
-                self._submit(sched, streams, fresh, capacity)
-                st = streams[id(eng)]
-                if not (len(st) or st.reads_waiting):
-                    continue
-                for d, res in st.step():
-                    if d.view == "tom":
-                        self._record_tom(d.cells, d.turn, *self._tom_of(d.agent).from_scores(res))
-                    self._postprocess(sched, d, res)
-                for (d, t), states in st.take_reads():
-                    d.reads -= 1
-                    self._record_passive(d, t, states)
+            self._step(sched, fresh, capacity)
             for part in [p for p in in_play if self._settle(p)]:
                 in_play.remove(part)
                 sched.remove(part.dialogs)
                 self._write(writer, part.id, part.cells)
                 release_free_memory()  # the part's sessions, freed: their pages go back
-
-    def _submit(self, sched: Scheduler, streams: dict, fresh: deque, capacity: int) -> None:
-        """Submit the waiting dialogs' next requests, each to the stream of the model that
-        speaks; start ``fresh`` dialogs while agent 1's stream holds fewer than ``capacity`` rows."""
-        first = streams[id(self.engines[0])]
-        while True:
-            for d in sched.schedule():
-                d.request = self._request(d)
-                st = streams[id(self.engines[d.agent])]
-                st.submit(d, d.request, self._tom_of(d.agent).probe if d.view == "tom" else None)
-                if d.view == "active" and self.reads_passive(d.unit):  # the reader's turn, in the same join
-                    if d.turn == 0:
-                        self._mark_reader(d)
-                    st.read((d, d.turn), self._passive_prompt(d, d.agent, d.turn), d.session(d.agent, "passive"))
-                    d.reads += 1
-            room = min(len(fresh), capacity - len(first))
-            if room <= 0:
-                return
-            sched.add([fresh.popleft() for _ in range(room)])
 
     def _settle(self, part: _Part) -> bool:
         """Between stream steps: whether every unit of ``part`` is done (its dialogs ended, its
@@ -376,6 +394,7 @@ class _Runner:
                     self.engines[agent].forget(d.session(agent, "passive"))
         return True
 
+    # -- the passive reader --------------------------------------------------------------
     def reads_passive(self, unit) -> bool:
         """Whether the passive reader reads ``unit`` (episode, seed): its seed is among the
         spec's ``passive_seeds``."""
@@ -393,34 +412,40 @@ class _Runner:
         return self.lms[agent].chat_prompt(render_prompt(self.tasks[d.unit[0]], agent, d.history[:t], "passive",
                                                          persona=self.readers.get(d.unit)))
 
-    def _record_passive(self, d: Dialog, t: int, states) -> None:
-        """Store the reader's states of utterance ``t`` of ``d``."""
-        d.cells.values[var_name("hidden", "ab"[t % 2], "passive")][t // 2] = states
-        self.progress.advance(1)
+    def _read(self, d: Dialog, agent: int, t: int, prompt=None) -> None:
+        """Queue the passive reader's read of utterance ``t`` of ``d`` in ``agent``'s place
+        on that model's stream (``prompt``: :meth:`_passive_prompt`, or its token ids; the
+        session ``d.session(agent, "passive")``); :meth:`_step` records it."""
+        prompt = self._passive_prompt(d, agent, t) if prompt is None else prompt
+        self.streams[agent].read((d, t), prompt, d.session(agent, "passive"))
+        d.reads += 1
 
-    def _passive(self, dialogs: list[Dialog]) -> None:
-        """Re-read the genuine ``dialogs`` with the passive view (prefill only), after they ended
-        (the turn-by-turn loop; the continuous one reads each utterance's prompt in the join of
-        its request, :meth:`_submit`).
-
-        Only the units whose seed is among the spec's ``passive_seeds`` are read; the reader
-        is told it is the persona drawn for (task, seed) (:func:`passive_persona`), recorded
-        in ``passive_reader``.  Round by round, so that each reader's prompt extends its
-        previous one and the engine re-uses that prefix's keys/values.
-        """
+    def _read_after(self, dialogs: list[Dialog]) -> None:
+        """``"turns"``: re-read the genuine ``dialogs`` after they ended, round by round, so
+        that each reader's prompt extends its previous one and the engine re-uses that
+        prefix's keys/values; a round's reads in the engine's order, :attr:`Engine.max_rows`
+        a forward, in forwards of their own (the batches of :meth:`Engine.read_states`).
+        (``"continuous"`` reads each utterance with its request, :meth:`_submit`.)"""
         read = [d for d in dialogs if self.reads_passive(d.unit)]
         for d in read:
             self._mark_reader(d)
+        idle = Scheduler(policy="turns")
         for agent in (0, 1):
             eng = self.engines[agent]
             for t in range(agent, self.max_utterances, 2):
                 rows = [d for d in read if t < len(d.history)]
                 if not rows:
                     break
-                with eng.timed("passive"):
-                    states = eng.read_states([self._passive_prompt(d, agent, t) for d in rows],
-                                             sessions=[d.session(agent, "passive") for d in rows])
-                for j, d in enumerate(rows):
-                    self._record_passive(d, t, states[j])
+                prompts = [self.lms[agent].encode(self._passive_prompt(d, agent, t)) for d in rows]
+                for i in eng.order(prompts, [d.session(agent, "passive") for d in rows]):
+                    self._read(rows[i], agent, t, prompts[i])
+                while any(d.reads for d in rows):
+                    self._step(idle)
             for d in read:  # only the reader's sessions: other dialogs may be in flight
                 eng.forget(d.session(agent, "passive"))
+
+    def _record_passive(self, d: Dialog, t: int, states) -> None:
+        """Store the reader's states of utterance ``t`` of ``d``."""
+        d.cells.values[var_name("hidden", "ab"[t % 2], "passive")][t // 2] = states
+        self.progress.advance(1)
+
