@@ -26,7 +26,7 @@ from synclib.cube.schema import STORE_DTYPES
 from synclib.models import PROMPT_FORMATS
 from synclib.tasks.prompts import REPLY_ENDS
 
-__all__ = ["Check", "Key", "KEYS", "STEPS", "SCHEDULING", "MODEL_KEYS", "default", "check_setting", "Settings",
+__all__ = ["Check", "Key", "KEYS", "STEPS", "SCHEDULING", "JUDGE_MODES", "JUDGE_LAYOUTS", "MODEL_KEYS", "default", "check_setting", "Settings",
            "section_defaults", "keys_of_step", "invalidation_table"]
 
 #: how the simulation's dialogs share the models (``simulate.scheduling``, the policy of the
@@ -35,6 +35,15 @@ __all__ = ["Check", "Key", "KEYS", "STEPS", "SCHEDULING", "MODEL_KEYS", "default
 #: batches: every dialog waits for the turn's longest reply); ``continuous``, each dialog's next
 #: request joins its model's refilled :class:`~synclib.engine.DecodeStream` as soon as its reply ends
 SCHEDULING = ("turns", "continuous")
+#: how the judge asks for scores (``judge.mode``, :data:`synclib.judge.options.MODES`):
+#: ``constrained`` (local models: each score read from the model's distribution over the allowed
+#: values) or ``json`` (a served model's JSON reply)
+JUDGE_MODES = ("constrained", "json")
+#: how the judge's message is laid out (``judge.layout``, :data:`synclib.judge.items.LAYOUTS`):
+#: ``sotopia`` (our normalised intro, Sotopia's quoted ``Turn #t`` lines, newline-separated parts)
+#: or ``reference`` (the paper's code, protocol correction 14: its complete intro, the agents' own
+#: dialog lines, the instructions, concatenated without separators)
+JUDGE_LAYOUTS = ("sotopia", "reference")
 
 #: the steps of the main job, in order
 STEPS = ("simulate", "judge", "analyze", "notebooks", "book")
@@ -255,9 +264,9 @@ KEYS: tuple[Key, ...] = (
        "OpenAI-compatible endpoint; null judges with a local model (from null to a URL re-runs the judge; a "
        "moved endpoint, e.g. another node, does not)", "judge"),
     _k("judge.api_key_env", "OPENAI_API_KEY", TEXT, "environment variable holding the API key", None),
-    _k("judge.mode", None, optional(choice("constrained", "json")),
+    _k("judge.mode", None, optional(choice(*JUDGE_MODES)),
        "constrained (local models) | json; null: constrained without a URL, json with one", "judge"),
-    _k("judge.layout", "sotopia", choice("sotopia", "reference"),
+    _k("judge.layout", "sotopia", choice(*JUDGE_LAYOUTS),
        "the judge's message: sotopia (Sotopia's evaluator layout) or reference (as the paper's "
        "evaluate_with_oss.py builds it)", "judge"),
     _k("judge.structured", True, BOOL,

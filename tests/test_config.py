@@ -97,14 +97,15 @@ def test_judge_defaults_agree_with_the_judge_package():
     from synclib.judge.items import LAYOUTS
 
     from synclib.judge.options import MODES
-    from synclib.keys import KEYS
+    from synclib.keys import JUDGE_LAYOUTS, JUDGE_MODES, KEYS
 
     assert default("judge.reasoning_max_chars") == rubric.REASONING_MAX_CHARS
     assert default("judge.layout") in LAYOUTS
-    # the judge's vocabularies are the keys' choices (the keys sit below the judge)
+    # the judge's vocabularies are the keys' choices, one tuple each (the keys sit below the judge)
+    assert LAYOUTS is JUDGE_LAYOUTS and MODES is JUDGE_MODES
     allowed = {k.path: k.check.allowed for k in KEYS}
     assert allowed["judge.layout"] == "one of " + ", ".join(map(repr, LAYOUTS))
-    assert allowed["judge.mode"] == "null or one of " + ", ".join(map(repr, sorted(MODES)))
+    assert allowed["judge.mode"] == "null or one of " + ", ".join(map(repr, MODES))
 
 
 def test_analysis_defaults_agree_with_the_analysis_package():

@@ -9,15 +9,13 @@ import numpy as np
 import xarray as xr
 
 from synclib.judge.errors import JudgeError
+from synclib.keys import JUDGE_LAYOUTS
 from synclib.tasks.prompts import complete_intro, judge_intro
 
 __all__ = ["JudgeItem", "items_from_cube", "sample_items", "LAYOUTS"]
 
-#: how the judge's message is laid out: ``sotopia`` (our normalised intro, Sotopia's
-#: quoted ``Turn #t`` lines, newline-separated parts) or ``reference`` (the paper's code,
-#: protocol correction 14: its complete intro, the agents' own dialog lines, the
-#: instructions, concatenated without separators)
-LAYOUTS = ("sotopia", "reference")
+#: how the judge's message is laid out (:data:`synclib.keys.JUDGE_LAYOUTS`, the key's choices)
+LAYOUTS = JUDGE_LAYOUTS
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,12 +28,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
 from synclib.judge.errors import JudgeError
-from synclib.keys import Settings, default
+from synclib.keys import JUDGE_MODES, Settings, default
 
 __all__ = ["MODES", "JudgeConnection", "JudgeSampling", "JudgeOptions", "LOCAL_MAX_NEW_TOKENS"]
 
 #: The judging modes (see :mod:`synclib.judge.evaluate`): those the key ``judge.mode`` allows.
-MODES = ("json", "constrained")
+MODES = JUDGE_MODES
 
 #: Answer length limit of a local judge in JSON mode when ``max_tokens`` is None.
 LOCAL_MAX_NEW_TOKENS = 1024
