@@ -183,7 +183,7 @@ def test_tom_readout_at_the_generated_positions(tiny_model_dir, monkeypatch):
     for i, p in enumerate(prompts):
         emo, act, formatted = tom.from_scores(res[i])
         np.testing.assert_allclose(emo, word_distributions(lm, [p], EMOTIONS)[0], rtol=1e-4, atol=1e-7)
-        k = tom.action_at(res[i].token_ids)
+        k = next((k for k, t in enumerate(res[i].token_ids[:tom.probe.within]) if tom.ends_emotion(t)), None)
         if k is None:
             assert np.isnan(act).all()
             continue

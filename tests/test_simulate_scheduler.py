@@ -131,6 +131,26 @@ def _runner(lms, tasks, batching: Batching):
                                        batching=batching)
 
 
+def test_play_part_plays_turn_by_turn_whatever_the_scheduling(tiny_models):
+    """``play_part`` (the benchmarks' entry) plays a part turn by turn on streams that are not
+    refilled, even on a runner scheduled ``"continuous"``, after that runner played its own
+    refilled streams: its cells are the turns runner's exactly."""
+    from synclib.models import load_model
+
+    lms = (load_model(tiny_models[0]), load_model(tiny_models[1]))
+    tasks = [load_tasks("embedded")[i] for i in (0, 3)]
+    cells = {}
+    for scheduling in ("turns", "continuous"):
+        spec, runner = _runner(lms, tasks, Batching(units_per_part=4, max_rows=2, scheduling=scheduling))
+        if scheduling == "continuous":
+            runner._open_streams(4, refill=True)  # as its own play leaves them
+        cells[scheduling] = runner.play_part(spec.units())
+        assert not any(st.refill for st in runner.streams)
+    for a, b in zip(cells["turns"], cells["continuous"]):
+        for name, value in a.values.items():
+            np.testing.assert_array_equal(value, b.values[name], err_msg=name)
+
+
 @pytest.mark.parametrize("scheduling", ["continuous", "turns"])
 def test_the_tom_replies_come_back_read_from_the_stream(tiny_models, monkeypatch, tmp_path, scheduling):
     """Neither policy reads a ToM reply after the fact: each ToM request carries its

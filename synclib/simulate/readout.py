@@ -12,7 +12,6 @@ words after the same tokens up to float rounding (``tests/test_simulate.py``).
 from __future__ import annotations
 
 import re
-from typing import Sequence
 
 import numpy as np
 
@@ -51,11 +50,6 @@ class TomReadout:
         if token not in self._dot:
             self._dot[token] = "." in self.lm.tokenizer.decode([token])
         return self._dot[token]
-
-    def action_at(self, token_ids: Sequence[int]) -> int | None:
-        """The index of the first of a reply's first :data:`_TOM_SEARCH_TOKENS` tokens that
-        ends the emotion word (the action word is read after it), or None."""
-        return next((k for k, t in enumerate(token_ids[:_TOM_SEARCH_TOKENS]) if self.ends_emotion(t)), None)
 
     def from_scores(self, result) -> tuple[np.ndarray, np.ndarray, int]:
         """One reply's read-out from its stream probe's scores (:attr:`Result.scores`).

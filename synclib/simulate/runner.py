@@ -175,12 +175,13 @@ class _Runner:
         return self.batching.scheduling == "continuous"
 
     def play_part(self, units: Sequence[tuple[int, int]]) -> list[Unit]:
-        """One part turn by turn (``scheduling="turns"``): its genuine dialogs, then the
-        passive reader (:meth:`_read_after`), then its ToM dialogs; the filled Units."""
+        """One part turn by turn (the ``"turns"`` scheduling, whatever ``batching.scheduling``):
+        its genuine dialogs, then the passive reader (:meth:`_read_after`), then its ToM
+        dialogs; the filled Units."""
         part = self._part(0, units)
         tom = [d for d in part.dialogs if d.view == "tom"]
-        if self.streams is None:
-            self._open_streams(self.engines[0].max_rows)
+        if self.streams is None or self.streams[0].refill:
+            self._open_streams(self.engines[0].max_rows, refill=False)
         try:
             self._turns(part.active)
             if self.spec.passive:
@@ -280,11 +281,11 @@ class _Runner:
         v[var_name("tom_format", side, "tom")][k] = formatted
 
     # -- the loop --------------------------------------------------------------------------
-    def _open_streams(self, capacity: int) -> None:
+    def _open_streams(self, capacity: int, refill: bool) -> None:
         """One :class:`~synclib.engine.DecodeStream` per model (:attr:`streams`, by agent) of
-        ``capacity`` rows: ``"turns"``, not refilled (:attr:`Engine.max_rows` rows, the batches
-        of :meth:`Engine.generate`); ``"continuous"``, refilled, with ``batching.kv_tokens``."""
-        refill = self.continuous
+        ``capacity`` rows: for ``"turns"`` not refilled (:attr:`Engine.max_rows` rows, the
+        batches of :meth:`Engine.generate`), for ``"continuous"`` refilled, with
+        ``batching.kv_tokens``."""
         made = {}
         for agent, eng in enumerate(self.engines):
             if id(eng) not in made:
@@ -312,22 +313,22 @@ class _Runner:
 
     def _submit(self, sched: Scheduler, fresh: deque | None = None, capacity: int = 0) -> None:
         """Submit the requests of the dialogs ``sched`` schedules, each to the stream of the
-        model that speaks (``"turns"``: in the engine's order, :meth:`Engine.order`, so each
+        model that speaks (by ``sched.policy``; ``"turns"``: in the engine's order, :meth:`Engine.order`, so each
         batch is the one :meth:`Engine.generate` would make; ``"continuous"``: the passive
         reader's prompt of a genuine utterance rides with its request, :meth:`_read`); start
         ``fresh`` dialogs while agent 1's stream holds fewer than ``capacity`` rows."""
-        first = self.streams[0]
+        first, continuous = self.streams[0], sched.policy == "continuous"
         while True:
             batch = sched.schedule()
             for d in batch:
                 d.request = self._request(d)
-            if batch and not self.continuous:  # one turn: every dialog at it, one agent
+            if batch and not continuous:  # one turn: every dialog at it, one agent
                 eng = self.engines[batch[0].agent]
                 batch = [batch[i] for i in eng.order([d.request.prompt for d in batch],
                                                      [d.request.session for d in batch])]
             for d in batch:
                 self.streams[d.agent].submit(d, d.request, self._tom_of(d.agent).probe if d.view == "tom" else None)
-                if self.continuous and d.view == "active" and self.reads_passive(d.unit):
+                if continuous and d.view == "active" and self.reads_passive(d.unit):
                     if d.turn == 0:
                         self._mark_reader(d)
                     self._read(d, d.agent, d.turn)
@@ -369,7 +370,7 @@ class _Runner:
         if not parts:
             return
         capacity = self.batching.stream_capacity([sum(1 + self.plays_tom(u) for u in us) for _, us in parts])
-        self._open_streams(capacity)
+        self._open_streams(capacity, refill=True)
         todo, in_play, fresh, sched = deque(parts), [], deque(), Scheduler(policy="continuous")
         while todo or in_play:
             while todo and len(in_play) + int(writer.writing) < 2:
