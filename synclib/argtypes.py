@@ -12,7 +12,7 @@ import argparse
 import re
 
 from synclib.keys import check_setting
-from synclib.penalty import Penalty
+from synclib.penalty import check_alpha_value
 
 __all__ = ["arg_type", "setting", "NULL", "value_of", "positive_int", "nonneg_int", "nonneg_float", "positive_float",
            "index_list", "int_list", "ridge_alpha"]
@@ -171,6 +171,6 @@ def int_list(text: str, lo: int = 0) -> list[int]:
 
 
 def ridge_alpha(text):
-    """A ridge penalty > 0, or ``"cv"`` (checked by :meth:`synclib.penalty.Penalty.parse`);
+    """A ridge penalty > 0, or ``"cv"`` (checked by :func:`synclib.penalty.check_alpha_value`);
     returns the config's form, ``"cv"`` or a float."""
-    return Penalty.parse(text if text == "cv" else _float(text)).value
+    return check_alpha_value(text if text == "cv" else _float(text))

@@ -120,9 +120,9 @@ def test_analysis_defaults_agree_with_the_analysis_package():
     settings = AnalysisSettings()
     assert default("analysis.alpha") == PAPER_ALPHA == settings.penalty.alpha
     assert default("analysis.n_boot") == N_BOOT == settings.n_boot
-    cv = Penalty.parse("cv")
+    cv = Penalty("cv")
     assert (tuple(default("analysis.cv_alphas")), default("analysis.cv_folds"), default("analysis.cv_columns"),
-            default("analysis.cv_seed")) == (cv.alphas, cv.folds, cv.columns, cv.seed)
+            default("analysis.cv_seed")) == (cv.cv_alphas, cv.cv_folds, cv.cv_columns, cv.cv_seed)
 
 
 def test_environment_yml_lists_pyproject_dependencies():

@@ -73,7 +73,7 @@ def test_a_contrast_whose_only_difference_is_the_rows_positions_shows_no_gap():
     from synclib.analysis.blocks import _fit_splits, own_splits
 
     cube = _late_synchrony_cube()
-    ctx = Context(cube=cube, directions=("A->B",), split_seeds=[0, 1, 2], n_samples=None, penalty=Penalty.parse("cv"),
+    ctx = Context(cube=cube, directions=("A->B",), split_seeds=[0, 1, 2], n_samples=None, penalty=Penalty("cv"),
                   device=None, precision="float32", max_resident_bytes=None, progress=False, log=lambda m: None,
                   arrays=HiddenCache(cube))
     ctx.bar = type("Bar", (), {"update": lambda self, n=1: None})()
@@ -161,8 +161,8 @@ def test_the_method_page_says_where_the_penalties_fell(tmp_path):
                                                        sample_sizes=None, nonlinear=False, tom=False))
     res = results.load_results(root)
     ds = res.analysis("S-S")
-    grid = np.asarray(ds.attrs["alpha_grid"])
-    assert np.allclose(grid, DEFAULT_CV_ALPHAS) and "layer_scale" in ds.attrs["alpha_grid_rule"]
+    grid = np.asarray(ds.attrs["cv_alphas"])
+    assert np.allclose(grid, DEFAULT_CV_ALPHAS) and "layer_scale" in ds.attrs["cv_alphas_rule"]
     rel = ds["alpha_relative"].values
     assert np.isfinite(rel).any() and all(np.isclose(grid, v).any() for v in rel[np.isfinite(rel)])
     t = run_summary.penalty_table(res)

@@ -147,7 +147,7 @@ def test_cv_picks_the_grouped_cv_optimum():
     X[:, 1] *= 1000.0  # a layer of another scale
     groups = tr // 4  # 4 samples per "episode"
     grid = (0.01, 0.1, 1.0, 10.0, 100.0)
-    fit = r2_grid(X, Y, tr, te, Penalty("cv", None, alphas=grid, folds=3, columns=None), groups=groups)
+    fit = r2_grid(X, Y, tr, te, Penalty("cv", cv_alphas=grid, cv_folds=3, cv_columns=None), groups=groups)
     r2, al = fit.r2, fit.alpha
     folds = episode_folds(groups, 3, seed=0)
     for l in range(2):

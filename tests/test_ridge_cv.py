@@ -11,6 +11,7 @@ from sklearn.linear_model import Ridge
 from sklearn.metrics import r2_score
 
 from synclib.analysis.ridge_cv import _cv_alpha, _cv_setup, _fold_basis, _gram_pays, _gram_scores, _grams
+from synclib.penalty import Penalty
 
 
 @pytest.mark.parametrize("n, D", [(180, 12), (90, 140)])  # primal, dual
@@ -23,7 +24,7 @@ def test_cv_scores_equal_brute_force(n, D):
                   for t in range(Lt)], axis=1).astype(np.float32)
     groups = np.arange(n) // 5  # whole "episodes" of 5 samples
     grid = (0.01, 1.0, 30.0, 1e3, 1e5)
-    cvd = _cv_setup(torch.from_numpy(Y), torch.arange(n), groups, grid, 3, None, 0, torch.device("cpu"))
+    cvd = _cv_setup(torch.from_numpy(Y), torch.arange(n), groups, Penalty("cv", grid, 3, None, 0), torch.device("cpu"))
     best, score = _cv_alpha(torch.from_numpy(X), cvd.folds, cvd.grid)
     want = np.zeros((len(grid), Lt))
     for f in cvd.folds:
@@ -47,7 +48,7 @@ def test_the_cheaper_form_is_chosen():
     n_fit^2 work per target layer was 16x slower."""
     def fold(n, nv, Lt, m):
         cvd = _cv_setup(torch.zeros(n + nv, Lt, m) + torch.randn(n + nv, Lt, m), torch.arange(n + nv),
-                        np.arange(n + nv) // 3, (1.0, 10.0), 3, None, 0, torch.device("cpu"))
+                        np.arange(n + nv) // 3, Penalty("cv", (1.0, 10.0), 3, None, 0), torch.device("cpu"))
         return cvd.folds[0]
     wide = fold(168, 0, 30, 32)
     assert _gram_pays(wide, 576, 100, 13) and _gram_pays(wide, 576, 1, 13)

@@ -15,36 +15,40 @@ from synclib.splits import RidgeInputError
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(kind="auto"), r"kind must be one of \('fixed', 'cv'\)"),
+    (dict(alpha="auto"), r"alpha must be a positive number, an array of them or 'cv'"),
     (dict(alpha=0.0), r"alpha must be a positive number"),
     (dict(alpha=True), r"alpha must be a positive number"),
     (dict(alpha=[0.1, -1.0]), r"alpha must be a positive number"),
-    (dict(kind="cv", alpha=0.1), r"alpha must be None with kind='cv'"),
-    (dict(kind="cv", alpha=None, alphas=()), r"alphas \(the CV grid\) must be a non-empty list of numbers > 0"),
-    (dict(kind="cv", alpha=None, alphas=(0.1, 0.0)), r"alphas \(the CV grid\)"),
-    (dict(folds=1), r"folds \(the CV folds\) must be an integer >= 2, got 1"),
-    (dict(columns=0), r"columns \(target columns per layer of the CV criterion\) must be null or an integer >= 1"),
-    (dict(seed=-1), r"seed \(of the CV folds and columns\) must be an integer >= 0, got -1"),
+    (dict(alpha="cv", cv_alphas=()), r"cv_alphas \(the CV grid\) must be a non-empty list of numbers > 0"),
+    (dict(alpha="cv", cv_alphas=(0.1, 0.0)), r"cv_alphas \(the CV grid\)"),
+    (dict(cv_folds=1), r"cv_folds \(the CV folds\) must be an integer >= 2, got 1"),
+    (dict(cv_columns=0), r"cv_columns \(target columns per layer of the CV criterion\) must be null or an integer >= 1"),
+    (dict(cv_seed=-1), r"cv_seed \(of the CV folds and columns\) must be an integer >= 0, got -1"),
 ])
 def test_penalty_errors_name_the_field(kwargs, match):
     with pytest.raises(RidgeInputError, match=match):
         Penalty(**kwargs)
 
 
-def test_penalty_parse_of_and_attrs_round_trip():
-    with pytest.raises(RidgeInputError, match=r"alpha must be a number > 0 or 'cv', got 'auto'"):
-        Penalty.parse("auto")
-    with pytest.raises(RidgeInputError, match="alpha must be a number > 0 or 'cv', got -1"):
-        Penalty.parse(-1)
-    assert Penalty.parse(PAPER_ALPHA) == Penalty() and Penalty().is_paper() and not Penalty.parse("cv").is_paper()
-    cv = Penalty.parse("cv", alphas=[1.0, 10.0], folds=4, columns=None, seed=2)
-    assert (cv.kind, cv.alpha, cv.alphas, cv.folds, cv.columns, cv.seed) == ("cv", None, (1.0, 10.0), 4, None, 2)
-    assert Penalty.of(cv) is cv and Penalty.of("cv") == Penalty.parse("cv")
+def test_penalty_of_and_attrs_round_trip_under_the_configs_names():
+    from synclib.keys import KEYS
+    from synclib.penalty import FIELDS
+
+    assert Penalty(PAPER_ALPHA) == Penalty() and Penalty().is_paper() and not Penalty("cv").is_paper()
+    cv = Penalty("cv", cv_alphas=[1.0, 10.0], cv_folds=4, cv_columns=None, cv_seed=2)
+    assert (cv.kind, cv.alpha, cv.cv_alphas, cv.cv_folds, cv.cv_columns, cv.cv_seed) == ("cv", "cv", (1.0, 10.0), 4,
+                                                                                         None, 2)
+    assert Penalty.of(cv) is cv and Penalty.of("cv") == Penalty("cv") and Penalty(0.5).kind == "fixed"
     assert Penalty.of(np.array([0.1, 1.0])).alpha == (0.1, 1.0)
-    for p in (cv, Penalty.parse("cv"), Penalty.parse(0.5)):
+    for p in (cv, Penalty("cv"), Penalty(0.5)):
         assert Penalty.from_attrs(p.attrs()) == p
-    assert Penalty.from_attrs({"alpha": "cv"}) == Penalty.parse("cv")  # an analysis written before the record
-    assert Penalty.parse("cv").alphas == DEFAULT_CV_ALPHAS and Penalty.parse(0.5).label() == "λ = 0.5"
+    # one spelling: each field is a config key and, with CV, an attribute of the analysis
+    assert {f"analysis.{f}" for f in FIELDS} <= {k.path for k in KEYS} and set(FIELDS) <= set(cv.attrs())
+    assert Penalty.from_attrs({"alpha": "cv"}) == Penalty("cv")  # an analysis written before the record
+    old = {"alpha": "cv", "penalty_kind": "cv", "alpha_grid": np.array([1.0, 10.0]), "penalty_folds": 4,
+           "penalty_columns": -1, "penalty_seed": 2}  # an analysis written before the one spelling
+    assert Penalty.from_attrs(old) == cv
+    assert Penalty("cv").cv_alphas == DEFAULT_CV_ALPHAS and Penalty(0.5).label() == "λ = 0.5"
 
 
 def test_the_config_and_the_command_line_check_the_penalty_through_penalty(tmp_path):
@@ -87,7 +91,7 @@ def test_the_pipeline_and_the_cli_share_one_mapping_from_the_config(monkeypatch,
         pipeline.step_analyze(cfg, None, tmp_path / "out.nc", "cube.nc")
     expected = AnalysisSettings.from_config(cfg)
     assert seen["pipeline"] == expected
-    assert expected.penalty == Penalty.parse("cv", folds=4, seed=7) and expected.lags == (1,)
+    assert expected.penalty == Penalty("cv", cv_folds=4, cv_seed=7) and expected.lags == (1,)
     assert expected.nonlinear_seeds == 1
 
     cli, args = _cli_args("--config", str(cfg_path))
@@ -105,10 +109,10 @@ def test_the_pipeline_and_the_cli_share_one_mapping_from_the_config(monkeypatch,
     cli, args = _cli_args("--config", str(cfg_path), "--n-samples", "0", "--cv-columns", "0",
                           "--nonlinear-batch-size", "0")
     got = cli.settings_from_args(args)
-    assert got.n_samples is None and got.penalty.columns is None and got.nonlinear_options.batch_size is None
+    assert got.n_samples is None and got.penalty.cv_columns is None and got.nonlinear_options.batch_size is None
     cli, args = _cli_args("--config", str(cfg_path), "--n-samples", "none", "--cv-columns", "8")
     got = cli.settings_from_args(args)
-    assert got.n_samples is None and got.penalty.columns == 8
+    assert got.n_samples is None and got.penalty.cv_columns == 8
     cli, args = _cli_args("--planted", "3", "--no-tom-format-filter")
     assert cli.settings_from_args(args).planted == 3
     assert cli.settings_from_args(args).tom_options == {"format_filter": False}

@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 
-from synclib.cube import CubeSpec, CubeWriter, open_cube, parts_dir, var_name
+from synclib.cube import CubeSpec, CubeWriter, Unit, open_cube, parts_dir, var_name
 from synclib.tasks.prompts import ACTIONS, EMOTIONS, render_prompt
 from synclib.tasks.scenarios import load_tasks
 from synclib.simulate import (Batching, Dialog, Passes, RunOptions, Sampling, Scheduler, Status, default_units_per_part,
@@ -26,7 +26,7 @@ from synclib.simulate import runner as runner_module
 # ----------------------------------------------------------------------------- the scheduler
 
 def test_the_scheduler_moves_a_dialog_through_its_statuses():
-    talk, tom = Dialog((0, 0), None, "active"), Dialog((0, 0), None, "tom")
+    talk, tom = Dialog(Unit(0, 0, {}), "active"), Dialog(Unit(0, 0, {}), "tom")
     sched = Scheduler([talk, tom])
     assert sched and list(sched.waiting) == [talk, tom] and talk.status is Status.WAITING
     assert sched.schedule() == [talk, tom]
@@ -44,7 +44,7 @@ def test_the_scheduler_moves_a_dialog_through_its_statuses():
         sched.advance(talk)
     with pytest.raises(ValueError, match="must be WAITING"):
         Scheduler([talk])
-    later = Dialog((1, 0), None, "active")  # a dialog of the next part joins
+    later = Dialog(Unit(1, 0, {}), "active")  # a dialog of the next part joins
     sched.add([later])
     assert sched and list(sched.waiting) == [later] and sched.dialogs == [talk, tom, later]
     with pytest.raises(ValueError, match="only a finished dialog can leave"):
@@ -57,11 +57,11 @@ def test_the_turns_policy_sends_a_turn_together_and_hands_its_replies_back_toget
     """``policy="turns"``: nothing is scheduled while a dialog runs, and a turn's replies come
     back together once the last has come, in the order the dialogs were scheduled (whatever
     order they ended in); ``"continuous"`` hands each back at once."""
-    a, b, c = (Dialog((i, 0), None, "active") for i in range(3))
+    a, b, c = (Dialog(Unit(i, 0, {}), "active") for i in range(3))
     sched = Scheduler([a, b, c], policy="turns")
     assert sched.schedule() == [a, b, c]
     assert sched.replied(c, "rc") == [] and sched.replied(a, "ra") == []
-    sched.add([Dialog((3, 0), None, "active")])
+    sched.add([Dialog(Unit(3, 0, {}), "active")])
     assert sched.schedule() == []  # the turn is still running
     assert sched.replied(b, "rb") == [(a, "ra"), (b, "rb"), (c, "rc")]
     sched.advance(a)
@@ -71,7 +71,7 @@ def test_the_turns_policy_sends_a_turn_together_and_hands_its_replies_back_toget
     assert [d.unit for d in sched.schedule()] == [(3, 0), (0, 0), (2, 0)]
     with pytest.raises(ValueError, match="not running"):
         sched.replied(b, "again")
-    loose = Scheduler([Dialog((0, 0), None, "tom")], policy="continuous")
+    loose = Scheduler([Dialog(Unit(0, 0, {}), "tom")], policy="continuous")
     (d,) = loose.schedule()
     assert loose.replied(d, "r") == [(d, "r")]
     with pytest.raises(ValueError, match="policy must be one of 'turns', 'continuous', got 'fast'"):

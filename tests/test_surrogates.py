@@ -65,7 +65,7 @@ def test_each_target_set_chooses_its_own_penalty_as_a_fit_of_its_own_would(monke
     xtr, xte = np.arange(90), np.arange(90, 120)
     sets = [(xtr, xte), (xtr + n, xte + n), (rng.permutation(xtr), rng.permutation(xte))]
     groups = np.repeat(np.arange(18), 5)
-    cv = ridge.Penalty.parse("cv")
+    cv = ridge.Penalty("cv")
     alphas = ridge.cv_penalties(X, Y, xtr, [s[0] for s in sets], cv, groups)
     assert alphas.shape == (3, L)
     for t, (ytr, yte) in enumerate(sets):

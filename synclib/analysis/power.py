@@ -920,11 +920,11 @@ def detection_size(curve: pd.DataFrame, target: float = 0.8, by: str = "planted"
 
 
 def _ridge_alpha(attrs):
-    """The penalty an analysis recorded, in the config's form (:attr:`synclib.penalty.Penalty.value`:
+    """The penalty an analysis recorded, in the config's form (:attr:`synclib.penalty.Penalty.alpha`:
     a float or ``"cv"``), or None when absent or unreadable."""
     if "alpha" not in attrs:
         return None
     try:
-        return Penalty.from_attrs(attrs).value
+        return Penalty.from_attrs(attrs).alpha
     except (TypeError, ValueError):
         return None

@@ -409,7 +409,7 @@ def cv_penalties(X, Y, x_train, y_trains, penalty: Penalty, groups, *,
     ytrs = [_rows(r, f"y_trains[{i}] (rows of Y)", Y.shape[0], device) for i, r in enumerate(y_trains)]
     if any(y.numel() != xtr.numel() for y in ytrs):
         raise RidgeInputError("y_trains: each set needs one training row of Y per row of x_train")
-    cvs = [_cv_setup(Y, y, groups, penalty.alphas, penalty.folds, penalty.columns, penalty.seed, device) for y in ytrs]
+    cvs = [_cv_setup(Y, y, groups, penalty, device) for y in ytrs]
     base_grid, chunks = cvs[0].grid, _set_chunks([c.folds for c in cvs], X.shape[2], cvs[0].grid.numel())
     del cvs
     Xtrs = []
@@ -583,7 +583,7 @@ def relative_alphas(X, train, alphas) -> np.ndarray:
 def _alpha_chooser(penalty: Penalty, X, xtr, Y, ytr, device, groups) -> Callable:
     """``alpha_of(Xtr_l, l)``: the penalty of source layer ``l``, fixed, or chosen for every source
     layer at once by :func:`cv_penalties` (grouped CV over ``groups`` on the training rows, from
-    ``penalty.alphas`` times the layer's scale)."""
+    ``penalty.cv_alphas`` times the layer's scale)."""
     if penalty.cv:
         fixed = cv_penalties(X, Y, xtr, [ytr], penalty, groups, compute=ComputeOptions(device=str(device)))[0]
     else:
@@ -615,10 +615,10 @@ def r2_grid(X, Y, train, test, penalty=PAPER_ALPHA, *, groups=None, test_groups=
     train, test : 1-D integer index arrays (or boolean masks) into the rows of both X
         and Y (then ``n_x == n_y``), or pairs ``(x_rows, y_rows)`` of equal length.
     penalty : :class:`Penalty`, or what :meth:`Penalty.of` takes: a float > 0, an array
-        (L_src,) of them, or ``"cv"`` (the default CV).  With ``kind="cv"`` the penalty of each
-        source layer is chosen from ``penalty.alphas`` times the layer's scale
-        (:func:`layer_scale`, :data:`CV_GRID_RULE`) by ``penalty.folds``-fold CV over whole
-        ``groups`` (episodes) on the training rows only, the criterion on ``penalty.columns``
+        (L_src,) of them, or ``"cv"`` (the default CV).  With ``alpha="cv"`` the penalty of each
+        source layer is chosen from ``penalty.cv_alphas`` times the layer's scale
+        (:func:`layer_scale`, :data:`CV_GRID_RULE`) by ``penalty.cv_folds``-fold CV over whole
+        ``groups`` (episodes) on the training rows only, the criterion on ``penalty.cv_columns``
         target columns per target layer; see :func:`_cv_alpha`.
     groups : (n_train,) group label of each training sample (CV penalties); default: every
         sample its own group.

@@ -63,17 +63,17 @@ class _CV:
     grid: torch.Tensor   # (n_alpha,) float64
 
 
-def _cv_setup(Y, ytr, groups, cv_alphas, cv_folds: int, cv_columns, cv_seed: int, device) -> _CV:
-    """Folds over whole ``groups`` of the training rows, restricted to the CV columns."""
-    grid = torch.as_tensor(np.asarray(cv_alphas, dtype=np.float64), device=device)
-    if grid.ndim != 1 or grid.numel() == 0 or bool((grid <= 0).any()):
-        raise RidgeInputError("cv_alphas must be a non-empty list of positive numbers")
+def _cv_setup(Y, ytr, groups, penalty, device) -> _CV:
+    """Folds over whole ``groups`` of the training rows, restricted to the CV columns
+    (``penalty``: a :class:`synclib.penalty.Penalty` with ``alpha="cv"``, checked there)."""
+    cv_columns, cv_seed = penalty.cv_columns, penalty.cv_seed
+    grid = torch.as_tensor(np.asarray(penalty.cv_alphas, dtype=np.float64), device=device)
     n_tr = ytr.numel()
     Lt, Dt = Y.shape[1], Y.shape[2]
     g = np.arange(n_tr) if groups is None else np.asarray(groups)
     if g.shape != (n_tr,):
         raise RidgeInputError(f"groups must have one label per training sample ({n_tr}), got shape {g.shape}")
-    folds = episode_folds(g, cv_folds, seed=cv_seed)
+    folds = episode_folds(g, penalty.cv_folds, seed=cv_seed)
     rng = np.random.default_rng(cv_seed)
     cols = (np.arange(Lt * Dt) if cv_columns is None or cv_columns >= Dt else
             np.concatenate([t * Dt + np.sort(rng.choice(Dt, cv_columns, replace=False)) for t in range(Lt)]))
@@ -82,7 +82,7 @@ def _cv_setup(Y, ytr, groups, cv_alphas, cv_folds: int, cv_columns, cv_seed: int
     for vm in folds:
         vmask = torch.as_tensor(vm, device=device)
         if int(vmask.sum()) < 2 or int((~vmask).sum()) < 3:
-            raise RidgeInputError(f"train: too few samples ({n_tr}) for {cv_folds} alpha='cv' folds")
+            raise RidgeInputError(f"train: too few samples ({n_tr}) for {penalty.cv_folds} alpha='cv' folds")
         fold_data.append(_make_fold(Y, ytr, vmask, cols, Lt))
     return _CV(fold_data, grid)
 

@@ -12,14 +12,9 @@ from synclib.analysis.blocks import N_BOOT
 from synclib.analysis.mlp import MLPOptions
 from synclib.analysis.samples import DEFAULT_CONDITIONS, DIRECTIONS, AnalysisError, parse_condition
 from synclib.keys import Settings
-from synclib.penalty import Penalty
+from synclib.penalty import FIELDS as PENALTY_FIELDS, Penalty
 
-__all__ = ["AnalysisSettings", "PENALTY_OPTIONS"]
-
-#: the config's spelling of the penalty (``analysis.alpha``, ``analysis.cv_*``) -> the
-#: keyword of :meth:`synclib.penalty.Penalty.parse`; :meth:`AnalysisSettings.replace` takes them
-PENALTY_OPTIONS = {"alpha": "value", "cv_alphas": "alphas", "cv_folds": "folds", "cv_columns": "columns",
-                   "cv_seed": "seed"}
+__all__ = ["AnalysisSettings"]
 
 
 def _int(v) -> bool:
@@ -59,7 +54,8 @@ class AnalysisSettings(Settings):
         :func:`synclib.analysis.samples.pseudo_partners`), ``lagJ``.  Conditions whose
         variables are missing are skipped with a note.
     penalty : :class:`synclib.penalty.Penalty` (or what :meth:`~synclib.penalty.Penalty.of`
-        takes: a number > 0 or ``"cv"``).  With CV (episode-grouped, on each training set)
+        takes: a number > 0 or ``"cv"``), whose fields are the config's ``analysis.alpha`` and
+        ``analysis.cv_*``.  With CV (episode-grouped, on each training set)
         the chosen penalties are in ``alpha``.  With a penalty other than the paper's
         (:data:`synclib.penalty.PAPER_ALPHA`) the genuine condition is also fitted at the
         paper's (``paper_alpha_*``, figure 8).
@@ -172,19 +168,16 @@ class AnalysisSettings(Settings):
 
     def replace(self, **options) -> "AnalysisSettings":
         """A copy with ``options`` (fields) changed, checked again.  The penalty may also be
-        given in the config's spelling (:data:`PENALTY_OPTIONS`: ``alpha``, ``cv_alphas``,
-        ``cv_folds``, ``cv_columns``, ``cv_seed``), each changing only its part of ``penalty``;
-        ``nonlinear_options`` may be a dict of the fields to change."""
+        given by its fields (:data:`synclib.penalty.FIELDS`: ``alpha``, ``cv_alphas``,
+        ``cv_folds``, ``cv_columns``, ``cv_seed``, the config's keys), each changing only that
+        field of ``penalty``; ``nonlinear_options`` may be a dict of the fields to change."""
         known = {f.name for f in fields(self)}
-        unknown = sorted(set(options) - known - set(PENALTY_OPTIONS))
+        unknown = sorted(set(options) - known - set(PENALTY_FIELDS))
         if unknown:
-            raise TypeError(f"unknown analysis option(s) {unknown}; known: {sorted(known | set(PENALTY_OPTIONS))}")
-        parts = {PENALTY_OPTIONS[k]: options.pop(k) for k in list(options) if k in PENALTY_OPTIONS}
+            raise TypeError(f"unknown analysis option(s) {unknown}; known: {sorted(known | set(PENALTY_FIELDS))}")
+        parts = {k: options.pop(k) for k in list(options) if k in PENALTY_FIELDS}
         if parts:
-            p = Penalty.of(options.get("penalty", self.penalty))
-            now = {"value": p.value, "alphas": p.alphas, "folds": p.folds, "columns": p.columns, "seed": p.seed}
-            now.update(parts)
-            options["penalty"] = Penalty.parse(now.pop("value"), **now)
+            options["penalty"] = replace(Penalty.of(options.get("penalty", self.penalty)), **parts)
         if isinstance(options.get("nonlinear_options"), dict):
             options["nonlinear_options"] = MLPOptions.of({**_fields(self.nonlinear_options),
                                                           **options["nonlinear_options"]})
@@ -201,8 +194,7 @@ class AnalysisSettings(Settings):
         device = cfg.get("device")
         return cls(
             conditions=tuple(c for c in DEFAULT_CONDITIONS if ana["pseudo_dyads"] or c != "pseudo"),
-            penalty=Penalty.parse(ana["alpha"], alphas=ana["cv_alphas"], folds=ana["cv_folds"],
-                                  columns=ana["cv_columns"], seed=ana["cv_seed"]),
+            penalty=Penalty(**{f: ana[f] for f in PENALTY_FIELDS}),
             n_samples=ana["n_samples"], split_seeds=tuple(ana["split_seeds"]), lags=tuple(ana["lags"]),
             device=None if device in (None, "auto") else device, precision=ana["precision"],
             persona_disjoint=ana["persona_disjoint"], relationship=ana["relationship"],

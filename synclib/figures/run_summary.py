@@ -105,7 +105,7 @@ def _penalty_cell(alpha) -> str:
     """The run summary's ridge penalty (the config's ``analysis.alpha``), with the paper's beside it."""
     if alpha is None:
         return "n/a"
-    penalty = Penalty.parse(alpha)
+    penalty = Penalty(alpha)
     if penalty.cv:
         return (f"chosen per source layer by cross-validation over whole episodes (the paper: {PAPER_ALPHA}; "
                 f"figure 8 also refits at {PAPER_ALPHA})")
@@ -213,7 +213,7 @@ def _value_text(row, interval) -> str:
 
 def penalty_table(res) -> pd.DataFrame:
     """Where the cross-validated penalties fell on their grid (``alpha_relative`` over the
-    analysis' ``alpha_grid``): per ordered run and condition, ``fits`` (source layers x
+    analysis' ``cv_alphas``): per ordered run and condition, ``fits`` (source layers x
     split seeds x directions), ``at_top`` and ``at_bottom`` (shares of the fits at the grid's
     ends, where the search may have wanted to go further), ``median`` (the median relative
     penalty), ``grid_lo``, ``grid_hi``.  Empty for runs with a fixed penalty."""
@@ -221,9 +221,10 @@ def penalty_table(res) -> pd.DataFrame:
     rows = []
     for r in res.runs:
         ds = res.analysis(r.name)
-        if "alpha_relative" not in ds or "alpha_grid" not in ds.attrs:
+        penalty = Penalty.from_attrs(ds.attrs)
+        if "alpha_relative" not in ds or not penalty.cv:
             continue
-        grid = np.atleast_1d(np.asarray(ds.attrs["alpha_grid"], dtype=float))
+        grid = np.asarray(penalty.cv_alphas)
         for c in ds["condition"].values:
             v = ds["alpha_relative"].sel(condition=c).to_numpy().ravel()
             v = v[np.isfinite(v)]

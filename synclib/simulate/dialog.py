@@ -45,10 +45,9 @@ class Dialog:
 
     Attributes
     ----------
-    unit : (int, int)
-        (task index, simulation seed).
     cells : Unit
-        The unit's cube cells; the dialog writes its view's variables.
+        The unit's cube cells (:class:`synclib.cube.Unit`: episode, seed and values); the dialog
+        writes its view's variables.
     view : {"active", "tom"}
     history : list of str
         The post-processed utterances so far.
@@ -61,7 +60,6 @@ class Dialog:
     status : Status
     """
 
-    unit: tuple
     cells: Unit
     view: str
     history: list = field(default_factory=list)
@@ -69,6 +67,11 @@ class Dialog:
     request: object = None
     reads: int = 0
     status: Status = Status.WAITING
+
+    @property
+    def unit(self) -> tuple[int, int]:
+        """(task index, simulation seed): its cells' episode and seed."""
+        return self.cells.episode, self.cells.seed
 
     @property
     def agent(self) -> int:

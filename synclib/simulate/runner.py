@@ -197,8 +197,8 @@ class _Runner:
     def _part(self, part_id: int, units: Sequence[tuple[int, int]]) -> _Part:
         """Part ``part_id`` of ``units``: empty cube cells, a genuine dialog per unit, then the ToM ones."""
         cells = [Unit.empty(self.spec, e, s) for e, s in units]
-        dialogs = [Dialog(u, c, "active") for u, c in zip(units, cells)]
-        dialogs += [Dialog(u, c, "tom") for u, c in zip(units, cells) if self.plays_tom(u)]
+        dialogs = [Dialog(c, "active") for c in cells]
+        dialogs += [Dialog(c, "tom") for c in cells if self.plays_tom((c.episode, c.seed))]
         return _Part(part_id, cells, dialogs)
 
     def _write(self, writer: CubeWriter, part_id: int, cells: list[Unit]) -> None:
