@@ -15,7 +15,7 @@ from synclib.keys import check_setting
 from synclib.penalty import check_alpha_value
 
 __all__ = ["arg_type", "setting", "NULL", "value_of", "positive_int", "nonneg_int", "nonneg_float", "positive_float",
-           "index_list", "int_list", "ridge_alpha"]
+           "index_list", "ridge_alpha"]
 
 
 def arg_type(fn, what: str):
@@ -70,10 +70,18 @@ def setting(path: str, zero: bool = False):
     ``"simulate.temperature"``): its text read as a value (:func:`_value`; one integer, where
     the key takes only a list, as a list of it) and checked by the key's one check.  The
     key's null (``none``, or with ``zero`` also ``0``: "all", "full batch") comes back as
-    :data:`NULL`."""
+    :data:`NULL`.  Empty text is "none of them": the empty list where the key takes one
+    (``--lags ''``), else the key's null (``--sample-sizes ''``)."""
     name = path.rsplit(".", 1)[-1]
 
     def parse(text):
+        if not str(text).strip():
+            for empty in ([], None):
+                try:
+                    checked = check_setting(None, name, path, empty)
+                    return NULL if checked is None else checked
+                except ValueError:
+                    pass
         try:
             value = _value(text)
         except ValueError as exc:
@@ -158,15 +166,6 @@ def index_list(text: str) -> list[int]:
             raise ValueError(f"{piece!r} is neither an index nor a range like 0-39")
     if len(set(out)) != len(out):
         raise ValueError(f"duplicate indices in {text!r}")
-    return out
-
-
-def int_list(text: str, lo: int = 0) -> list[int]:
-    """``"1000,3000"`` -> ``[1000, 3000]``; empty text gives ``[]``; each value >= ``lo``."""
-    out = [_int(x) for x in str(text).split(",") if x.strip()]
-    bad = [v for v in out if v < lo]
-    if bad:
-        raise ValueError(f"values must be >= {lo}, got {bad[0]}")
     return out
 
 

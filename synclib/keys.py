@@ -370,9 +370,11 @@ class Settings:
     value, raising ``ERROR`` with the field and the key named; :meth:`from_config` makes the
     object from a run config.  A field's default may differ from its key's where the library's
     bare call means less than a run (the passive reader off, the protocol's split seeds); the
-    object's docstring says so."""
+    object's docstring says so.  A field in ``UNSET`` may also be None where its key has no
+    null: the library's "not given" (the analysis' ``lags``: the conditions as given)."""
 
     KEYS: ClassVar[dict[str, str]] = {}
+    UNSET: ClassVar[tuple[str, ...]] = ()
     ERROR: ClassVar[type[Exception]] = ValueError
 
     def _check(self) -> None:
@@ -380,6 +382,8 @@ class Settings:
         stored normalised, a list as a tuple (the object is frozen)."""
         for name, path in self.KEYS.items():
             value = getattr(self, name)
+            if value is None and name in self.UNSET:
+                continue
             if isinstance(value, (tuple, range)) or getattr(value, "ndim", 0) == 1:
                 value = list(value)  # the library's tuples (and arrays) are the config's lists
             try:

@@ -113,6 +113,14 @@ def test_the_pipeline_and_the_cli_share_one_mapping_from_the_config(monkeypatch,
     cli, args = _cli_args("--config", str(cfg_path), "--n-samples", "none", "--cv-columns", "8")
     got = cli.settings_from_args(args)
     assert got.n_samples is None and got.penalty.cv_columns == 8
+    # the lists by their keys too: empty text is none of them, a lag of 0 or a size of 1 is refused
+    cli, args = _cli_args("--lags", "", "--sample-sizes", "")
+    got = cli.settings_from_args(args)
+    assert got.lags == () and got.sample_sizes is None and "lag1" not in got.all_conditions()
+    assert cli.settings_from_args(_cli_args("--sample-sizes", "100,200")[1]).sample_sizes == (100, 200)
+    for option, bad in (("--lags", "0,1"), ("--sample-sizes", "1,200")):
+        with pytest.raises(SystemExit):
+            _cli_args(option, bad)
     cli, args = _cli_args("--planted", "3", "--no-tom-format-filter")
     assert cli.settings_from_args(args).planted == 3
     assert cli.settings_from_args(args).tom_options == {"format_filter": False}
@@ -157,6 +165,27 @@ def test_analysis_settings_errors_name_the_field():
             AnalysisSettings(**kwargs)
     with pytest.raises(TypeError, match="unknown analysis option"):
         AnalysisSettings().replace(n_sample=3)
+
+
+def test_the_lags_and_the_mlps_training_are_checked_by_their_keys():
+    """analysis.lags and analysis.nonlinear_* have one rule each, the key's: the library's
+    objects used to check them again (lags with lag 0 allowed, then refused as a condition)."""
+    from synclib.analysis import AnalysisError, AnalysisSettings
+    from synclib.analysis.mlp import MLPOptions
+
+    with pytest.raises(AnalysisError, match=r"AnalysisSettings.lags must be a list of distinct integers >= 1, "
+                                            r"got \[0, 1\] \(config key analysis.lags\)"):
+        AnalysisSettings(lags=(0, 1))
+    assert AnalysisSettings(lags=None).lags is None and AnalysisSettings(lags=[2]).lags == (2,)
+    assert AnalysisSettings(lags=()).all_conditions() == ["genuine", "passive", "shuffled", "pseudo"]
+    with pytest.raises(ValueError, match=r"MLPOptions.epochs must be an integer >= 1, got 0 "
+                                         r"\(config key analysis.nonlinear_epochs\)"):
+        MLPOptions(epochs=0)
+    with pytest.raises(ValueError, match=r"MLPOptions.batch_size must be null or an integer >= 1"):
+        MLPOptions(batch_size=0)
+    assert MLPOptions(batch_size=None).batch_size is None
+    cfg = {"analysis": {"nonlinear_epochs": 7, "nonlinear_batch_size": None}}
+    assert MLPOptions.from_config(cfg) == MLPOptions(epochs=7, batch_size=None)
 
 
 def test_simulate_and_run_share_one_mapping_from_the_config(monkeypatch, tmp_path):

@@ -382,8 +382,8 @@ def test_sampling_settings_recorded(tiny_models, tasks, tmp_path):
     assert resolve_sampling(lm) == {"top_k": 50, "top_p": None}
     assert resolve_sampling(lm, top_k=None, top_p=0.9) == {"top_k": None, "top_p": 0.9}
     assert resolve_sampling(lm, top_k=7, top_p=1.0) == {"top_k": 7, "top_p": None}
-    with pytest.raises(ValueError, match="top_p"):
-        resolve_sampling(lm, top_p=1.5)
+    with pytest.raises(ValueError, match=r"Sampling.top_p must be .*got 1.5 \(config key simulate.top_p\)"):
+        resolve_sampling(lm, top_p=1.5)  # the key's one rule
     out = tmp_path / "s.nc"
     simulate(tiny_models[0], tiny_models[1], [tasks[0]], [0], out,
              **{**SIM, "sampling": Sampling(max_new_tokens=6, top_k=5, top_p="model")})

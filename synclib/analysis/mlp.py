@@ -3,9 +3,12 @@ one target layer, scored by test R^2 like the ridge maps."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 import numpy as np
 import torch
+
+from synclib.keys import Settings
 
 __all__ = ["mlp_r2", "mlp_r2_batch", "mlp_defaults", "MLPOptions", "STOPPING_RULE"]
 
@@ -16,15 +19,20 @@ def _int_at_least(name: str, v, lo: int) -> None:
 
 
 @dataclass(frozen=True)
-class MLPOptions:
+class MLPOptions(Settings):
     """The MLP of appendix I and its training, checked once (errors name the field).
 
     hidden : hidden units of the Linear-ReLU-Linear network.
     lr, weight_decay : AdamW's learning rate (> 0) and weight decay (>= 0).
-    epochs : training epochs (with a validation part: the most, :data:`STOPPING_RULE`).
-    batch_size : minibatch size; None: full batch (one step per epoch).
+    epochs : training epochs (with a validation part: the most, :data:`STOPPING_RULE`);
+        config key ``analysis.nonlinear_epochs``, checked by its rule.
+    batch_size : minibatch size; None: full batch (one step per epoch); config key
+        ``analysis.nonlinear_batch_size``, checked by its rule.
     patience : epochs without a better validation MSE before early stopping.
     """
+
+    KEYS: ClassVar[dict[str, str]] = {"epochs": "analysis.nonlinear_epochs",
+                                      "batch_size": "analysis.nonlinear_batch_size"}
 
     hidden: int = 512
     lr: float = 1e-4
@@ -34,11 +42,9 @@ class MLPOptions:
     patience: int = 20
 
     def __post_init__(self):
+        self._check()
         _int_at_least("hidden", self.hidden, 1)
-        _int_at_least("epochs", self.epochs, 1)
         _int_at_least("patience", self.patience, 1)
-        if self.batch_size is not None:
-            _int_at_least("batch_size", self.batch_size, 1)
         for name, lo_open in (("lr", True), ("weight_decay", False)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 if lo_open else v >= 0):

@@ -93,8 +93,9 @@ class AnalysisSettings(Settings):
     """
 
     KEYS: ClassVar[dict[str, str]] = {n: f"analysis.{n}" for n in (
-        "n_samples", "split_seeds", "precision", "persona_disjoint", "relationship", "sample_sizes", "nonlinear",
-        "nonlinear_seeds", "tom", "n_boot", "surrogates", "planted")}
+        "n_samples", "split_seeds", "lags", "precision", "persona_disjoint", "relationship", "sample_sizes",
+        "nonlinear", "nonlinear_seeds", "tom", "n_boot", "surrogates", "planted")}
+    UNSET: ClassVar[tuple[str, ...]] = ("lags",)
     ERROR: ClassVar[type[Exception]] = AnalysisError
 
     conditions: tuple = DEFAULT_CONDITIONS
@@ -131,8 +132,6 @@ class AnalysisSettings(Settings):
         if isinstance(self.conditions, str):
             raise AnalysisError(f"conditions must be a sequence of condition names, got {self.conditions!r}")
         _set(self, "conditions", tuple(self.conditions))
-        if self.lags is not None:
-            _set(self, "lags", _ints("lags", self.lags, 0, nonempty=False))
         self.all_conditions()  # checks every condition
         _set(self, "directions", tuple(self.directions))
         for d in self.directions:
@@ -199,7 +198,7 @@ class AnalysisSettings(Settings):
             device=None if device in (None, "auto") else device, precision=ana["precision"],
             persona_disjoint=ana["persona_disjoint"], relationship=ana["relationship"],
             sample_sizes=tuple(ana["sample_sizes"]) if ana["sample_sizes"] else None, nonlinear=ana["nonlinear"],
-            nonlinear_options=MLPOptions(epochs=ana["nonlinear_epochs"], batch_size=ana["nonlinear_batch_size"]),
+            nonlinear_options=MLPOptions.from_config(cfg),
             nonlinear_seeds=ana["nonlinear_seeds"], tom=bool(ana["tom"] and cfg.get("simulate", {}).get("tom", True)),
             tom_options={"format_filter": ana["tom_format_filter"]}, n_boot=ana["n_boot"],
             surrogates=ana["surrogates"], planted=ana["planted"],

@@ -57,7 +57,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--conditions", type=at.arg_type(_conditions, "conditions"), default=None,
                    help="comma-separated conditions: genuine, passive, shuffled, pseudo (pseudo-dyads), lagJ "
                         "(default: all of them, with --lags)")
-    p.add_argument("--lags", type=at.arg_type(lambda t: at.int_list(t, 1), "lags"), default=None,
+    p.add_argument("--lags", type=at.setting("analysis.lags"), default=None, metavar="LIST",
                    help=f"lag controls, e.g. 1,2; empty: none (default: {','.join(map(str, d('analysis.lags')))})")
     p.add_argument("--alpha", type=cv, default=None,
                    help="ridge penalty, or 'cv' for episode-grouped CV per source layer "
@@ -81,8 +81,8 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    help=f"matmul precision of the big products (default: {d('analysis.precision')})")
     p.add_argument("--persona-disjoint", action=on_off, default=None, help="also the persona-disjoint split (table 2)")
     p.add_argument("--relationship", action=on_off, default=None, help="also relationship subsets (appendix G)")
-    p.add_argument("--sample-sizes", type=at.arg_type(lambda t: at.int_list(t, 2), "sample sizes"), default=None,
-                   help="comma-separated sample sizes for the appendix D sweep; empty: none (default: none)")
+    p.add_argument("--sample-sizes", type=at.setting("analysis.sample_sizes"), default=None, metavar="LIST",
+                   help="comma-separated sample sizes for the appendix D sweep; empty or none: none (default: none)")
     p.add_argument("--nonlinear", action=on_off, default=None, help="also the 2-layer MLP comparison (appendix I)")
     p.add_argument("--nonlinear-epochs", type=at.setting("analysis.nonlinear_epochs"), default=None, metavar="N",
                    help=f"MLP epochs (default: {d('analysis.nonlinear_epochs')})")
@@ -138,7 +138,7 @@ def settings_from_args(args: argparse.Namespace):
     if args.conditions is not None and args.lags is None:
         options["lags"] = None  # the conditions as given
     if args.sample_sizes is not None:
-        options["sample_sizes"] = args.sample_sizes or None  # empty: none
+        options["sample_sizes"] = at.value_of(args.sample_sizes)  # empty or none: none
     mlp = {} if args.nonlinear_epochs is None else {"epochs": args.nonlinear_epochs}
     if args.nonlinear_batch_size is not None:
         mlp["batch_size"] = at.value_of(args.nonlinear_batch_size)

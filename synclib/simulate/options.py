@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import ClassVar, Sequence
 
 from synclib.cube import CubeWriter
-from synclib.keys import Settings, default
+from synclib.keys import Settings, check_setting, default
 
 __all__ = ["Sampling", "Passes", "Batching", "RunOptions", "resolve_sampling", "default_units_per_part"]
 
@@ -242,10 +242,8 @@ def resolve_sampling(lm, top_k="model", top_p="model") -> dict:
     :meth:`synclib.engine.Engine.generate`.
     """
     own = getattr(lm, "generation_defaults", None) or {"top_k": 50, "top_p": 1.0}
-    k = own.get("top_k") if top_k == "model" else top_k
-    p = own.get("top_p") if top_p == "model" else top_p
-    if k is not None and (isinstance(k, bool) or int(k) != k or k < 0):
-        raise ValueError(f"top_k must be 'model', None or an integer >= 0, got {top_k!r}")
-    if p is not None and not 0 < float(p) <= 1:
-        raise ValueError(f"top_p must be 'model', None or a number in (0, 1], got {top_p!r}")
+    # each by its key's rule (simulate.top_k / top_p), the model's own values too
+    k, p = (check_setting("Sampling" if v != "model" else "the model's generation_config", name,
+                          f"simulate.{name}", own.get(name) if v == "model" else v)
+            for name, v in (("top_k", top_k), ("top_p", top_p)))
     return {"top_k": None if not k else int(k), "top_p": None if p is None or float(p) >= 1 else float(p)}
