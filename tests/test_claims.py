@@ -343,6 +343,20 @@ def test_the_overview_names_its_caveats_and_chart(res, published):
     assert np.allclose(gen.loc[by_run.index], by_run)
 
 
+def test_a_colour_means_a_condition_on_every_page(res):
+    """Conditions take their own colours (CONDITION_COLOURS); whatever else a chart colours (the
+    first page's ordered runs, families, settings) takes none of them: the overview's second run
+    was orange, the passive reader's colour on the controls page."""
+    from synclib.figures import charts
+
+    conditions = ["genuine", "passive", "lag1"]
+    assert charts.colour_scale(conditions).range == [charts.CONDITION_COLOURS[c] for c in conditions]
+    assert not set(charts.OTHER_COLOURS) & set(charts.CONDITION_COLOURS.values())
+    spec = scorecard.overview_chart(res).to_dict()
+    runs = [layer["encoding"]["color"] for layer in spec["layer"] if "color" in layer.get("encoding", {})]
+    assert runs and all(c["field"] == "run" and c["scale"]["range"] == list(charts.OTHER_COLOURS) for c in runs)
+
+
 def test_the_pages_step_writes_the_overview_and_its_chart(res, tmp_path, monkeypatch):
     """The pipeline's pages step writes the chart (a PNG) and the overview that shows it."""
     monkeypatch.setattr(pipeline, "GENERATED_DIR", tmp_path / "_generated")

@@ -42,16 +42,19 @@ NEGATIVE_GREY = "#c8c8c8"
 #: one colour per condition on every page (:func:`colour_scale`)
 CONDITION_COLOURS = {"genuine": "#4c78a8", "passive": "#f58518", "shuffled": "#54a24b", "pseudo": "#b279a2",
                      "lag1": "#e45756", "lag2": "#72b7b2", "surrogates": "#9d755d"}
+#: the colours of whatever else a chart colours (ordered runs, pairs, families, settings): none of
+#: the conditions' hues, so that no colour reads as a condition it is not (orange is always passive)
+OTHER_COLOURS = ("#6b6b6b", "#bcbd22", "#e377c2", "#8c8c8c", "#17becf", "#eeca3b", "#843c39", "#393b79")
 
 
 def colour_scale(values):
     """The colour scale of a chart whose colour encodes ``values``: where they are conditions
     (:data:`CONDITION_COLOURS`), each its own colour, the same on every page, in the order they come;
-    otherwise altair's default."""
+    otherwise :data:`OTHER_COLOURS`."""
     present = [v for v in dict.fromkeys(values) if isinstance(v, str)]
     if present and all(v in CONDITION_COLOURS for v in present):
         return alt.Scale(domain=present, range=[CONDITION_COLOURS[v] for v in present])
-    return alt.Undefined
+    return alt.Scale(range=list(OTHER_COLOURS))
 HEATMAP_SCHEME = "viridis"
 #: faceted charts put this many panels in a row (with the legend below, two fit the book's text column)
 FACET_COLUMNS = 2
@@ -535,7 +538,8 @@ def comparison_bars(frame: pd.DataFrame, title: str, setting_title: str = "setti
             alt.Tooltip("se:Q", format=".3f")]
     bars = alt.Chart().mark_bar().encode(
         y=ys, yOffset=yo, x=alt.X("mean:Q", title=x_title),
-        color=alt.Color("setting:N", title=setting_title, sort=None), tooltip=tips)
+        color=alt.Color("setting:N", title=setting_title, sort=None, scale=colour_scale(d["setting"])),
+        tooltip=tips)
     err = alt.Chart().mark_errorbar(ticks=True).encode(y=ys, yOffset=yo,
                                                        x=alt.X("lo:Q", title=x_title), x2="hi:Q")
     return alt.layer(bars, err, data=d).properties(title=title, width=380)

@@ -18,7 +18,7 @@ import xarray as xr
 
 from synclib.analysis import power
 from synclib.analysis.results import layer_offset
-from synclib.figures.charts import need_columns, placeholder_if_empty, heatmap_grid, wrap_title
+from synclib.figures.charts import colour_scale, need_columns, placeholder_if_empty, heatmap_grid, wrap_title
 from synclib.figures.report import empty_note, join_words, paper_note
 from synclib.figures.verdicts import AGREES, CANNOT, DIFFERS, PARTLY, Claim, Measure, p_test, significant, who
 from synclib.stats import fmt as _f
@@ -141,7 +141,7 @@ def generalisation_scatter(frame: pd.DataFrame, title: str, size: int = 360, flo
                 axis=alt.Axis(tickCount=max(2, size // 50))),
         y=alt.Y("test_r2:Q", title="test R² (mean over split seeds)", scale=scale,
                 axis=alt.Axis(tickCount=max(2, size // 50))),
-        color=alt.Color("run:N", title="ordered run", legend=alt.Legend(orient="bottom")),
+        color=alt.Color("run:N", title="ordered run", scale=colour_scale(d["run"]), legend=alt.Legend(orient="bottom")),
         tooltip=[alt.Tooltip("run:N", title="ordered run"), alt.Tooltip("direction:N"),
                  alt.Tooltip("source:N", title="source model"), alt.Tooltip("target:N", title="target model"),
                  alt.Tooltip("src_layer:O", title="source layer"), alt.Tooltip("tgt_layer:O", title="target layer"),

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from synclib import stats
-from synclib.figures.charts import WRAPPED_LABEL, need_columns, placeholder_if_empty
+from synclib.figures.charts import WRAPPED_LABEL, colour_scale, need_columns, placeholder_if_empty
 from synclib.figures.report import empty_note, join_words, paper_note
 from synclib.figures.verdicts import AGREES, CANNOT, DIFFERS, Claim, Measure, significant
 from synclib.stats import MIN_N_CORR
@@ -71,7 +71,7 @@ def distribution_by_category(frame: pd.DataFrame, category: str, value: str, tit
     tips.append(alt.Tooltip(f"{value}:Q", format=".3f"))
     pts = alt.Chart().mark_circle(size=30, opacity=0.8).encode(
         x=xs, y=f"{value}:Q", xOffset=alt.XOffset(f"{color}:N") if color else alt.Undefined,
-        color=alt.Color(f"{color}:N") if color else alt.value("black"), tooltip=tips)
+        color=alt.Color(f"{color}:N", scale=colour_scale(frame[color])) if color else alt.value("black"), tooltip=tips)
     return alt.layer(box, pts, data=frame).properties(title=title, width=420)
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 
 from synclib import stats
 from synclib.analysis.results import ResultsError
-from synclib.figures.charts import need_columns, placeholder_if_empty, with_bounds
+from synclib.figures.charts import colour_scale, need_columns, placeholder_if_empty, with_bounds
 from synclib.figures.report import paper_note, readable
 from synclib.figures.verdicts import AGREES, CANNOT, DIFFERS, Claim, pairs_text, significant
 from synclib.paths import display, in_repo
@@ -114,7 +114,7 @@ def sync_vs_social(frame: pd.DataFrame, title: str) -> alt.LayerChart:
             alt.Tooltip("sync_se:Q", title="SE", format=".3f")]
     xs = alt.X("social:Q", title="social performance (judge, mean of 7 dimensions)",
                scale=alt.Scale(zero=False))
-    color = alt.Color("family:N", title="family")
+    color = alt.Color("family:N", title="family", scale=colour_scale(d["family"]))
     pts = alt.Chart().mark_circle(size=90).encode(x=xs, y=alt.Y("sync:Q", title="SyncR²"),
                                                   color=color, tooltip=tips)
     err = alt.Chart().mark_errorbar().encode(x=xs, y=alt.Y("lo:Q", title="SyncR²"), y2="hi:Q",

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from synclib import stats
-from synclib.figures.charts import need_columns, placeholder_if_empty, lines_with_se, placeholder
+from synclib.figures.charts import colour_scale, need_columns, placeholder_if_empty, lines_with_se, placeholder
 from synclib.figures.report import empty_note, paper_note
 from synclib.figures.verdicts import AGREES, CANNOT, DIFFERS, Claim, pairs_text
 from synclib.stats import fmt as _f
@@ -74,7 +74,7 @@ def correlation_vs_k(frame: pd.DataFrame, title: str) -> alt.Chart:
     return alt.Chart(d).mark_line(point=True).encode(
         x=alt.X("k:O", title="top-k target layers", axis=alt.Axis(labelAngle=0)),
         y=alt.Y("r:Q", title="Pearson r with social performance", scale=alt.Scale(domain=[-1, 1])),
-        color=alt.Color("group:N", title="family", legend=alt.Legend(orient="bottom")),
+        color=alt.Color("group:N", title="family", scale=colour_scale(d["group"]), legend=alt.Legend(orient="bottom")),
         shape=alt.Shape("group:N", title="family", legend=alt.Legend(orient="bottom")),
         size=alt.Size("significance:N", scale=alt.Scale(domain=["p < 0.05", "p ≥ 0.05"], range=[120, 30]),
                       legend=alt.Legend(orient="bottom")),

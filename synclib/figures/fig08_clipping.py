@@ -13,7 +13,7 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-from synclib.figures.charts import need_columns, placeholder_if_empty, with_bounds
+from synclib.figures.charts import colour_scale, need_columns, placeholder_if_empty, with_bounds
 from synclib.figures.report import empty_note, paper_note
 from synclib.figures.verdicts import AGREES, CANNOT, DIFFERS, PARTLY, Claim
 from synclib.penalty import PAPER_ALPHA
@@ -76,7 +76,7 @@ def clipping_panels(frame: pd.DataFrame, title: str, x: str = "pair", x_title: s
             alt.Tooltip("mean:Q", format=".3f"), alt.Tooltip("se:Q", format=".3g")]
     xs = alt.X(f"{x}:N", title=x_title, sort=None, axis=alt.Axis(labelAngle=0, labelLimit=160))
     xo = alt.XOffset("method:N")
-    color = alt.Color("method:N", title="negative R²")
+    color = alt.Color("method:N", title="negative R²", scale=colour_scale(d["method"]))
     upper = alt.layer(
         alt.Chart().mark_bar().encode(x=xs, xOffset=xo, y=alt.Y("mean:Q", title="SyncR²"),
                                       color=color, tooltip=tips),

@@ -29,7 +29,7 @@ import pandas as pd
 
 from synclib.analysis import power
 from synclib.figures import claims
-from synclib.figures.charts import WRAPPED_LABEL, chart_png
+from synclib.figures.charts import WRAPPED_LABEL, chart_png, colour_scale
 from synclib.figures.fig09_sample_size import dataset_sizes
 from synclib.figures.report import join_words, passive_share_value
 from synclib.figures.verdicts import CANNOT, PAPER_PAIRS, Claim, evaluate, n_claim_tests, test_link
@@ -105,7 +105,8 @@ def overview_chart(res, width: int = CHART_WIDTH) -> alt.LayerChart:
             alt.Tooltip("hi:Q", format=".3f")]
     bars = alt.Chart().mark_bar().encode(
         x=x, xOffset=xo, y=alt.Y("mean:Q", title="SyncR²"),
-        color=alt.Color("run:N", title="ordered run", sort=runs, legend=alt.Legend(orient="top")),
+        color=alt.Color("run:N", title="ordered run", sort=runs, scale=colour_scale(runs),
+                        legend=alt.Legend(orient="top")),
         opacity=alt.condition(alt.datum.condition == "genuine", alt.value(1.0), alt.value(0.55)), tooltip=tips)
     err = alt.Chart().mark_errorbar(ticks=True, color="black").encode(
         x=x, xOffset=xo, y=alt.Y("lo:Q", title="SyncR²"), y2="hi:Q", tooltip=tips)

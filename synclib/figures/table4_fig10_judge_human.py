@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from synclib import stats
-from synclib.figures.charts import NEGATIVE_GREY, need_columns, placeholder_if_empty, enable, placeholder
+from synclib.figures.charts import NEGATIVE_GREY, OTHER_COLOURS, need_columns, placeholder_if_empty, enable, placeholder
 from synclib.figures.verdicts import CANNOT, Claim
 from synclib.judge.human import (agreement, differences, episode_coverage, load_measured, measured_differences,
                                  paired_scores, read_ratings, within_share)
@@ -196,7 +196,7 @@ def difference_histogram(frame: pd.DataFrame, title: str) -> alt.LayerChart:
         x=alt.X("difference:Q", bin=alt.Bin(step=1), title="judge − human score"),
         y=alt.Y("count():Q", title="agent × dimension scores", stack=True),
         color=alt.Color("within:N", title=None,
-                        scale=alt.Scale(domain=["within 1 SD", "beyond 1 SD"], range=["#4c78a8", NEGATIVE_GREY])),
+                        scale=alt.Scale(domain=["within 1 SD", "beyond 1 SD"], range=[OTHER_COLOURS[0], NEGATIVE_GREY])),
         tooltip=[alt.Tooltip("within:N"), alt.Tooltip("count():Q", title="scores")])
     zero = alt.Chart(pd.DataFrame({"x": [0]})).mark_rule(color="black", strokeDash=[4, 3]).encode(x="x:Q")
     return alt.layer(bars, zero).properties(title=title, width=420, height=220)
