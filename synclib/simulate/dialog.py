@@ -49,6 +49,8 @@ class Dialog:
         The unit's cube cells (:class:`synclib.cube.Unit`: episode, seed and values); the dialog
         writes its view's variables.
     view : {"active", "tom"}
+        The prompt view its speakers read (:data:`synclib.tasks.prompts.VIEWS`): ``"active"``
+        for a genuine dialog (the protocol's name of the speaker's prompt), ``"tom"`` for a ToM one.
     history : list of str
         The post-processed utterances so far.
     turn : int

@@ -103,8 +103,9 @@ class _Part:
     dialogs: list
 
     @property
-    def active(self) -> list[Dialog]:
-        """The genuine dialogs."""
+    def genuine(self) -> list[Dialog]:
+        """The genuine dialogs: those played in the speaker's prompt view, ``"active"``
+        (:data:`synclib.tasks.prompts.VIEWS`); the analysis' condition ``"genuine"`` pairs their states."""
         return [d for d in self.dialogs if d.view == "active"]
 
 
@@ -183,9 +184,9 @@ class _Runner:
         if self.streams is None or self.streams[0].refill:
             self._open_streams(self.engines[0].max_rows, refill=False)
         try:
-            self._turns(part.active)
+            self._turns(part.genuine)
             if self.spec.passive:
-                self._read_after(part.active)
+                self._read_after(part.genuine)
             if tom:
                 self._turns(tom)
         finally:
@@ -389,7 +390,7 @@ class _Runner:
         passive reads made); the reader's sessions of a done part are dropped."""
         if any(d.status is not Status.FINISHED or d.reads for d in part.dialogs):
             return False
-        for d in part.active:  # the reader's sessions: read to the end
+        for d in part.genuine:  # the reader's sessions: read to the end
             if self.reads_passive(d.unit):
                 for agent in (0, 1):
                     self.engines[agent].forget(d.session(agent, "passive"))
