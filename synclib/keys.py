@@ -198,7 +198,8 @@ def _k(path, default, check, help_, step):
 
 KEYS: tuple[Key, ...] = (
     _k("name", "run", TEXT, "the run's name, shown in the book", "notebooks"),
-    _k("results_dir", _REQUIRED, TEXT, "where cubes, judge scores and analyses go (relative to the repository)", None),
+    _k("results_dir", _REQUIRED, TEXT, "where cubes, judge scores and analyses go (relative to the repository); "
+       "the book's notebooks, which all results folders share, re-run for another", "notebooks"),
     _k("scenarios", _REQUIRED, TEXT, "'embedded', 'sotopia' (the paper's 450 tasks, fetched into your cache: "
        "`synclib fetch sotopia`) or a Sotopia-format task folder (envs.json, agents.json, env_agent_combos.json)",
        "simulate"),

@@ -33,6 +33,20 @@ def test_shipped_configs_validate(name):
     assert all(d in jobs for j in jobs.values() for d in j.deps)
 
 
+def test_another_results_folder_re_runs_the_shared_notebooks_only(tmp_path):
+    """book/executed/ and the generated pages are shared by every results folder: a run into
+    another folder re-runs them (their pages name the folder and show its results), while each
+    folder's own jobs are fingerprinted by their settings alone (a moved checkout keeps its
+    stamps: the folder is recorded relative to the repository)."""
+    a, b = (build_jobs(load_config(REPO / "config" / "default.yaml", [f"results_dir={tmp_path / n}"]))
+            for n in ("a", "b"))
+    assert all(a[k].fp == b[k].fp for k in a if k.split(":")[0] in ("simulate", "judge", "analyze"))
+    shared = [k for k in a if k.startswith("notebook:")] + ["manifest", "pages", "book"]
+    assert len(shared) > 4 and all(a[k].fp != b[k].fp for k in shared)
+    inside = build_jobs(load_config(REPO / "config" / "default.yaml"))
+    assert inside["manifest"].inputs["results_dir"] == "results/embedded"
+
+
 def test_paper_grid_is_21_pairs_in_36_ordered_runs():
     cfg = _load_shipped("paper.yaml")
     assert len(cfg["pairs"]) == 21
