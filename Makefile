@@ -12,7 +12,7 @@ PIP_QUIET ?= -q
 CONFIG ?= config/default.yaml
 STAMP := $(VENV)/.synclib-installed
 
-.PHONY: venv test book lab clean-results browser bench bench-gpu
+.PHONY: venv test book page lab clean-results browser bench bench-gpu
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -38,11 +38,18 @@ test: venv browser
 book: venv
 	$(VENV)/bin/synclib run --config $(CONFIG) $(ARGS)
 
-# JupyterLab on the repository, opened at notebooks/: the .md text notebooks open as notebooks
-# (jupytext), with a kernel that imports synclib; results/ and book/ are in its file browser; a
-# notebook finds the run's results from any folder (results_dir is relative to the repository).
-# Headless: make lab LAB_ARGS=--no-browser
+# one page after an edit: re-run notebooks/NAME.md (a name or a unique prefix: NAME=fig02) and rebuild
+# the book, the other pages as they were; the run's results must be there (make book first)
+page: venv
+	@test -n "$(NAME)" || { echo "make page NAME=fig02: which notebook (notebooks/NAME.md)"; exit 2; }
+	$(VENV)/bin/synclib run --config $(CONFIG) --steps notebooks,book --pages $(NAME) $(ARGS)
+
+# JupyterLab on the repository, opened at notebooks/: a double-click opens a .md text notebook as a
+# notebook (jupytext; the default viewer is set in .jupyter/labconfig), with a kernel that imports
+# synclib; results/ and book/ are in its file browser; a notebook finds the run's results from any
+# folder (results_dir is relative to the repository).  Headless: make lab LAB_ARGS=--no-browser
 lab: venv
+	JUPYTER_CONFIG_PATH="$(CURDIR)/.jupyter$${JUPYTER_CONFIG_PATH:+:$$JUPYTER_CONFIG_PATH}" \
 	$(VENV)/bin/jupyter lab --ServerApp.root_dir=. --LabApp.default_url=/lab/tree/notebooks \
 	  $$(test "$$(id -u)" = 0 && echo --allow-root) $(LAB_ARGS)
 

@@ -15,7 +15,9 @@ timed here:
 Workload: a short dialog cube simulated with the embedded SmolLM2 (``--episodes`` tasks x
 ``--utterances`` utterances).  ToM: every utterance's ToM-view prompt of both agents is
 prefilled into its session first (as in the simulation, where the prompt was just
-generated from), then the emotion distributions are timed, for each embedded model.  Judge:
+generated from), then the emotion distributions are timed (``tests/reference_engine.py``'s
+``word_distributions``: the prompts' sessions, then the words' prefix tree over them), for
+each embedded model.  Judge:
 ``synclib evaluate --mode constrained`` with the embedded SmolLM2 on the cube's first
 ``--judge-dialogs`` dialogs (14 questions each), a fresh answer cache per path.  Both paths
 must give the same numbers up to float rounding (``max_abs_difference``).
@@ -40,6 +42,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "tests"))  # reference_engine: the word distributions the ToM read-out equals
 
 PATHS = ("prefix_tree", "per_prefix")
 
@@ -78,6 +81,7 @@ def tom_prompts(lm, cube, tasks):
 
 def time_tom(spec, cube, tasks):
     import numpy as np
+    from reference_engine import word_distributions
 
     from synclib.engine import Engine
     from synclib.models import load_model
@@ -93,7 +97,7 @@ def time_tom(spec, cube, tasks):
         calls0 = eng.stats["forward_calls"]
         with _path(name):
             t0 = time.perf_counter()
-            probs[name] = eng.word_distributions(prompts, EMOTIONS, sessions)
+            probs[name] = word_distributions(eng, prompts, EMOTIONS, sessions)
             secs = time.perf_counter() - t0
         res[name] = {"seconds": round(secs, 2), "forward_calls": eng.stats["forward_calls"] - calls0}
         print(f"ToM {spec:14s} {name:12s} {secs:7.2f}s", flush=True)

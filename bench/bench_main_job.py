@@ -8,7 +8,7 @@ into an estimate for another configuration:
 - simulate: seconds per planned utterance of each ordered run (genuine dialogs, passive
   reads and ToM dialogs, each planned to ``max_utterances``: :func:`synclib.run.plan.simulate_work`);
 - judge: seconds per judged dialog; analyze: seconds per ordered run and per episode;
-- each notebook's seconds (run ``notebooks_at_once`` at a time, sharing the cores), the pages
+- each notebook's seconds (run ``notebooks_at_once`` at a time, sharing the cores), the claims
   and the book; ``pipeline_seconds`` counts the notebooks so (:func:`synclib.run.plan.wall_seconds`).
 
 With ``--float32 N``, it also times ``synclib simulate`` of the first pair on N tasks in
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
             kinds["analyze"][name] = entry
         elif kind == "notebook":
             kinds["notebooks"][name] = entry
-        elif kind in ("manifest", "pages", "book"):
+        elif kind in ("manifest", "claims", "book"):
             kinds[kind] = entry
     out = {"benchmark": "bench_main_job", "date": time.strftime("%Y-%m-%d"),
            "what": f"the jobs of `synclib run --config` {cfg['name']!r} ({args.results}) on this machine, "

@@ -10,8 +10,7 @@ mean of both directions, as a pair's value), each direction's value, the mean of
 the directional standard errors over split seeds, and the training / test sample
 counts actually used; plus machine, wall times and settings.
 
-What reads it: the book (the figure 9 page and the run summary quote it,
-:func:`synclib.figures.fig09_sample_size.sample_curve_markdown`) and the size guard of
+What reads it: the book (the figure 9 page and the first page quote it) and the size guard of
 ``synclib run`` (:mod:`synclib.analysis.sizing`), which warns when a run has fewer training
 samples than the curve needs to lift SyncR^2 off zero.
 

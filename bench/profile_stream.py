@@ -1,15 +1,16 @@
-"""Profile: one decoding step of the continuous stream's slots against the batch decoder's.
+"""Profile: one decoding step of a refilled stream's slots against a batch's that is not refilled.
 
-Issue 39 (step 2): at the Mistral-7B shape on a GPU the continuous stream took 46 % fewer
-decoding steps than the turn-by-turn loop but only 4 % less time (``scheduling_cuda.json``).
-This script times, on random prompts of one length and a fixed number of new tokens (no line
-stop, so every row decodes every step):
+At the Mistral-7B shape on a GPU the continuous stream took 46 % fewer decoding steps than
+the turn-by-turn batches but only 4 % less time (``scheduling_cuda.json``).  This script
+times, on random prompts of one length and a fixed number of new tokens (no line stop, so
+every row decodes every step):
 
-* ``generate``: :meth:`synclib.engine.Engine.generate` of ``rows`` requests (the batch in fixed
-  slots, ``engine.fixed.FixedSlots`` of ``rows`` slots; one CUDA-graph replay a step on CUDA);
+* ``generate``: :meth:`synclib.engine.Engine.generate` of ``rows`` requests (one batch of a
+  stream that is not refilled, its slots, ``engine.fixed.FixedSlots``, grown to the ``rows``
+  rows; one CUDA-graph replay a step on CUDA);
 * ``stream``: the same requests submitted to :meth:`Engine.stream` at once and stepped to the end
   (``FixedSlots`` of capacity ``--capacity``, so free slots run too);
-* ``prefill``: the same requests with one new token (the prefill alone).
+* ``prefill``: the same requests read (:meth:`Engine.read_states`: the prefill alone).
 
 Per mode and row count: wall seconds, decoding steps, and the step time
 ``(wall - prefill) / steps`` in ms.  Writes ``bench/results/profile_stream_<device>.json``.
@@ -73,6 +74,11 @@ def main(argv=None) -> int:
                                              **{**kw, "max_new_tokens": new}))
         return wall, dict(eng.stats)
 
+    def run_prefill(n):
+        eng = Engine(lm, max_rows=max(rows_list), kv_reuse=False)
+        _, wall = timed(lambda: eng.read_states(prompts[:n]))
+        return wall
+
     def run_stream(n):
         eng = Engine(lm, max_rows=args.capacity, kv_reuse=False)
 
@@ -92,7 +98,7 @@ def main(argv=None) -> int:
     res = {"preset": preset, "model": info, "capacity": args.capacity, "prompt_tokens": args.prompt_tokens,
            "new_tokens": args.new_tokens, "runs": {}}
     for n in rows_list:
-        pre, _ = run_generate(n, 1)
+        pre = run_prefill(n)
         r = {"prefill_s": round(pre, 3)}
         for mode in ("generate", "stream"):
             wall, st = run_generate(n, args.new_tokens) if mode == "generate" else run_stream(n)

@@ -1,37 +1,20 @@
 """The config's ``cluster:`` block as one checked object: :class:`ClusterSpec`.
 
-A run's jobs go to a Dask cluster in one of two ways:
+Either ``cluster: {scheduler: tcp://HEAD:8786}``, a running scheduler with workers of its own (as ``synclib run
+--scheduler``), or ``cluster: {type: slurm, jobs: 8, walltime: "08:00:00", ...}``: `dask-jobqueue
+<https://jobqueue.dask.org>`_ submits worker jobs to the batch system (``slurm``, ``pbs``, ``sge``, ``lsf``;
+``local`` starts worker processes here). The rules that keep a GPU grid alive for days on jobs that live hours,
+as dask-jobqueue's documentation advises (*How to handle job queueing system walltime killing workers*):
 
-``cluster: {scheduler: tcp://HEAD:8786}``
-    a scheduler someone started, with workers of their own (``synclib run --scheduler`` does
-    the same from the command line).
-``cluster: {type: slurm, jobs: 8, walltime: "08:00:00", ...}``
-    `dask-jobqueue <https://jobqueue.dask.org>`_ submits worker jobs to the batch system
-    (``slurm``, ``pbs``, ``sge``, ``lsf``; ``local`` starts worker processes on this machine).
+- **One worker process per job** (``processes: 1``), so a GPU is never shared.
+- **One GPU per job** (``gpus``): the worker offers the resource ``GPU=1`` the GPU jobs ask for; SLURM jobs ask
+  for ``--gres=gpu:1`` (on PBS, SGE and LSF, give your site's directive in ``job_extra_directives``).
+- **Workers leave before the walltime** (``lifetime`` +- ``lifetime_stagger``), so the batch system never kills
+  one mid-write; a simulation on a leaving worker resumes elsewhere from its cube's parts.
+- **Adaptive jobs** (``jobs`` at most), replaced when they end, so the grid outlives any one job (a fixed
+  ``scale(jobs=N)`` leaves no workers once the first N end).
 
-The rules that keep a GPU grid alive for days on jobs that live hours, as dask-jobqueue's
-documentation advises (*How to handle job queueing system walltime killing workers*):
-
-- **One worker process per job** (``processes: 1``): a GPU job's card is never shared by two
-  workers.  A GPU run (``device: cuda``) that asks for more is refused, naming the fix.
-- **One GPU per job** (``gpus``, 1 on a CUDA run): the worker offers the resource ``GPU=1`` that
-  the run's GPU jobs ask for, and on SLURM the job asks for ``--gres=gpu:1`` (on PBS, SGE and
-  LSF, name your site's GPU directive in ``job_extra_directives``).
-- **Workers leave before the walltime** (``lifetime``): each worker closes itself
-  ``lifetime`` +- ``lifetime_stagger`` after it starts, so the batch system never kills one
-  mid-write; by default the lifetime ends the workers between 5 and 30 minutes before the
-  walltime.  A simulation running on a worker that leaves is given to another worker, which
-  resumes its cube from the parts on disk (at most the part in progress is played again).
-- **Adaptive jobs** (``jobs`` at most): the cluster submits jobs while work waits and replaces
-  those that ended (lifetime, walltime, ``scancel``, a failed node), so the grid outlives any
-  one job.  A fixed ``scale(jobs=N)`` would leave no workers once the first N jobs end.
-
-Every other key goes to the dask-jobqueue class as it is (``cores``, ``memory``, ``queue``,
-``account``, ``job_extra_directives``, ``job_script_prologue``, ``local_directory``,
-``log_directory``, ``interface``, ...), its name checked against that class's parameters.
-:meth:`ClusterSpec.job_script` writes the script a job would run (the dry run prints it);
-:meth:`ClusterSpec.make` starts the cluster (``synclib run``).  The config checks the block
-when it loads (:func:`synclib.config.load_config`); dask and dask-jobqueue load only then.
+Every other key goes to the dask-jobqueue class, its name checked against that class's parameters.
 """
 from __future__ import annotations
 
@@ -72,15 +55,9 @@ _CLOCK = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 
 
 def parse_duration(value, key: str) -> float:
-    """Seconds of a batch-system duration: ``"HH:MM:SS"``, ``"MM:SS"``, ``"D-HH:MM:SS"``,
-    ``"D-HH"`` (SLURM's forms), a number of minutes (as ``sbatch -t 90``), or a Dask time
-    string such as ``"7h"`` or ``"450m"``.
-
-    Raises
-    ------
-    ClusterError
-        naming ``key`` and the forms allowed.
-    """
+    """Seconds of a batch-system duration: ``"HH:MM:SS"``, ``"MM:SS"``, ``"D-HH:MM:SS"``, ``"D-HH"`` (SLURM's
+    forms), a number of minutes (as ``sbatch -t 90``), or a Dask time such as ``"7h"``; else ClusterError
+    naming ``key``."""
     bad = ClusterError(f"{key} = {value!r} is not a duration: give 'HH:MM:SS', 'D-HH:MM:SS', minutes, "
                        "or a time such as '7h'")
     if isinstance(value, bool):
@@ -160,17 +137,15 @@ def _parameters(kind: str) -> set[str]:
 
 
 def _default_walltime(kind: str) -> str | None:
-    """The walltime a job gets when the config names none: dask-jobqueue's configuration
-    (``jobqueue.KIND.walltime``, 30 minutes as shipped)."""
+    """dask-jobqueue's configured walltime (``jobqueue.KIND.walltime``, 30 minutes as shipped)."""
     import dask
 
     return dask.config.get(f"jobqueue.{kind}.walltime", default=None)
 
 
 def _auto_lifetime(walltime: float) -> tuple[float, float]:
-    """A worker's lifetime and stagger for jobs of ``walltime`` seconds: the latest worker
-    leaves 5 % of the walltime (5 to 30 minutes) before it ends; the stagger, 2 % of it (1 to
-    5 minutes), spreads the leaving workers so that they are not all replaced at once."""
+    """Lifetime and stagger (s) for jobs of ``walltime`` s: the latest worker leaves 5 % of it (5 to 30 min) before
+    its end; the stagger, 2 % (1 to 5 min), keeps the workers from all being replaced at once."""
     margin = min(max(0.05 * walltime, 300.0), 1800.0)
     stagger = min(max(0.02 * walltime, 60.0), 300.0)
     return max(walltime - margin - stagger, 60.0), stagger
@@ -178,19 +153,10 @@ def _auto_lifetime(walltime: float) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    """A checked ``cluster:`` block (:meth:`from_config`).
-
-    Attributes
-    ----------
-    scheduler : the address of a running scheduler (the block's only key), or None
-    type : ``local``, ``slurm``, ``pbs``, ``sge`` or ``lsf``; None with ``scheduler``
-    jobs : the most worker jobs at once (the cluster adapts between 0 and ``jobs``)
-    gpus : GPUs per job (0 or 1): the worker's resource ``GPU`` and, on SLURM, ``--gres=gpu:1``
-    walltime : seconds a job may run (the config's, else dask-jobqueue's default); None for ``local``
-    walltime_source : where ``walltime`` comes from (for the dry run)
-    lifetime, lifetime_stagger : seconds a worker lives (+- the stagger); None: no lifetime
-    options : every other key, for the cluster class (``processes`` set to 1 where not given)
-    """
+    """A checked ``cluster:`` block (:meth:`from_config`): ``scheduler`` (a running one's address) or ``type``;
+    ``jobs`` (the most at once), ``gpus`` per job (0 or 1), ``walltime`` (s; the config's, else dask-jobqueue's;
+    None for ``local``) and its source, ``lifetime`` +- ``lifetime_stagger`` (s; None: none), and ``options``,
+    every other key for the cluster class (``processes`` 1 where not given)."""
 
     scheduler: str | None = None
     type: str | None = None
@@ -205,15 +171,8 @@ class ClusterSpec:
     # ------------------------------------------------------------------ checking
     @classmethod
     def from_config(cls, block: dict | None, gpu: bool = False) -> ClusterSpec | None:
-        """Check a config's ``cluster`` mapping; None for none.  ``gpu``: the run's models may
-        compute on a GPU (``device`` cuda or auto), so its simulation jobs (and a local judge,
-        and on CUDA the analyses' ridge grids) hold one GPU each.
-
-        Raises
-        ------
-        ClusterError
-            naming the key (``cluster.KEY``), the value and what is allowed, or the fix.
-        """
+        """Check a config's ``cluster`` mapping (None for none); ClusterError names the key, the value and what
+        is allowed, or the fix. ``gpu``: the run's models may compute on a GPU, so its GPU jobs hold one each."""
         if block is None:
             return None
         if not isinstance(block, dict):
@@ -354,8 +313,7 @@ class ClusterSpec:
         return kw
 
     def job_script(self, scheduler: str = SCHEDULER_PLACEHOLDER) -> str | None:
-        """The batch script one worker job runs (None for ``local`` or a named scheduler),
-        written by dask-jobqueue's own job class without starting anything."""
+        """The batch script one worker job runs, from dask-jobqueue's job class (None for ``local`` or a scheduler)."""
         if self.type in (None, "local"):
             return None
         import importlib
@@ -367,8 +325,7 @@ class ClusterSpec:
         return job(scheduler=scheduler, name="synclib-worker", **kw).job_script()
 
     def make(self):
-        """Start the cluster: its class with :meth:`class_kwargs`, adapting between 0 and
-        ``jobs`` worker jobs (a local cluster: ``jobs`` worker processes)."""
+        """Start the cluster, adapting between 0 and ``jobs`` worker jobs (local: ``jobs`` worker processes)."""
         cls = _class(self.type)
         if self.type == "local":
             return cls(n_workers=self.jobs, **self.class_kwargs())
@@ -412,6 +369,5 @@ def _job_parameters() -> set[str]:
 
 
 def spec_of(cfg: dict) -> ClusterSpec | None:
-    """The checked cluster of a loaded config (None when it names none); a run whose models may
-    compute on a GPU (``device`` cuda or auto) has GPU jobs."""
+    """The checked cluster of a loaded config, or None; GPU jobs unless ``device`` is cpu."""
     return ClusterSpec.from_config(cfg.get("cluster"), gpu=not str(cfg.get("device")).startswith("cpu"))

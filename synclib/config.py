@@ -1,17 +1,10 @@
 """The run configuration: loading a run config and refusing its mistakes.
 
-The keys themselves, each with its type, range, default and step, are data in
-:mod:`synclib.keys` (re-exported here).  A run config is a YAML file (``config/default.yaml``
-and friends) plus ``--set KEY=VALUE`` overrides.  :func:`load_config` reads both, refuses any
-mistake before work starts (an unknown key names the closest valid one; a bad value names the
-key, the value and what is allowed; every message names the file or override it came from) and
-returns a plain, complete ``dict``.  The library and the command line read their defaults from here
-(:func:`default`), so a default is written once.
-
-Each key also says which step of the main job it feeds (:attr:`Key.step`): changing it
-re-runs that step's jobs and what depends on them, nothing upstream; keys with no step
-(how fast or how wide a job runs) re-run nothing.  ``book/reproduce.md`` shows the table
-(:func:`invalidation_table`).
+The keys, each with its type, range, default and step (:attr:`Key.step`: the step a change re-runs, with what
+depends on it), are data in :mod:`synclib.keys` (re-exported here). A run config is a YAML file plus ``--set
+KEY=VALUE`` overrides; :func:`load_config` reads both, refuses any mistake before work starts (an unknown key
+names the closest valid one; a bad value names the key, the value and what is allowed; every message names the
+file or override it came from) and returns a plain, complete ``dict``.
 """
 from __future__ import annotations
 
@@ -117,17 +110,8 @@ def _apply_override(cfg: dict, origin: dict, item: str) -> None:
 
 
 def load_config(path: str | os.PathLike | None = None, overrides=()) -> dict:
-    """Read a YAML run config, apply ``KEY=VALUE`` overrides and validate it (nothing runs).
-
-    Relative paths (``results_dir``, ``scenarios``, the ``notebooks.*`` files) are
-    resolved against the repository root when the file lies in the repository, else
-    against the file's folder.
-
-    Raises
-    ------
-    ConfigError
-        naming the file or override, the key, the value and what is allowed.
-    """
+    """Read a YAML run config, apply ``KEY=VALUE`` overrides and validate it; raises :class:`ConfigError`.
+    Relative paths are resolved against the repository root when the file lies in it, else the file's folder."""
     path = Path(path or DEFAULT_CONFIG)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
@@ -173,10 +157,8 @@ def _models(value, src: str) -> dict:
 
 
 def validate_config(cfg: dict, source: str = "<config>", base: Path = REPO_ROOT, origin: dict | None = None) -> dict:
-    """Check every key and cross-reference; fill defaults; resolve paths.  Returns a new dict.
-
-    ``origin`` maps dotted keys to the override that set them (for messages).
-    """
+    """Check every key and cross-reference, fill defaults, resolve paths; a new dict. ``origin``: dotted key ->
+    the override that set it (for messages)."""
     origin = origin or {}
     flat = _flatten(copy.deepcopy(cfg), origin, source)
     out: dict = {}
@@ -261,8 +243,7 @@ def _cross_check(cfg: dict, flat: dict, source: str, base: Path) -> None:
 
 
 def _check_episodes(cfg: dict, src: str) -> None:
-    """The task set loads and holds the tasks ``simulate.episodes`` asks for (a dataset not
-    fetched yet is checked once ``synclib run`` has fetched it)."""
+    """The task set holds the tasks ``simulate.episodes`` asks for (a dataset not fetched yet: checked later)."""
     if cfg["scenarios"] in datasets.TASK_SETS and not datasets.is_cached(datasets.TASK_SETS[cfg["scenarios"]]):
         return
     try:
@@ -274,10 +255,9 @@ def _check_episodes(cfg: dict, src: str) -> None:
 
 
 def _check_human(nb: dict, flat: dict, source, resolve) -> None:
-    """``notebooks.human_ratings`` and ``notebooks.human_judge_scores``: both or neither,
-    the judge table readable with an ``episode_id`` column, the ratings checked line by
-    line against its episodes (:func:`synclib.judge.human.read_ratings`)."""
-    # lazy: pandas (through synclib.judge) only when human ratings are checked (synclib.config stays light)
+    """``notebooks.human_ratings`` and ``notebooks.human_judge_scores``: both or neither, the judge table with an
+    ``episode_id`` column, the ratings checked against its episodes (:func:`synclib.judge.human.read_ratings`)."""
+    # lazy: pandas, only when human ratings are checked
     from synclib.judge import JudgeError, read_ratings, read_table
 
     keys = ("human_ratings", "human_judge_scores")

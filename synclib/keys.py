@@ -1,14 +1,10 @@
 """The run config's keys as data: each key's default, check, help line and step.
 
-One :class:`Key` per setting of a run (``simulate.temperature``, ``analysis.alpha``, ...) in
-:data:`KEYS`: its default, its :class:`Check` (what is allowed, said in words, and the
-function that normalises a value or refuses it), a line for the docs and the first step whose
-results it changes.  Everything that checks a setting asks its key: the run config
-(:func:`synclib.config.load_config`), the command-line options (:func:`synclib.argtypes.setting`)
-and the option objects of the steps (:func:`check_setting`, e.g. ``Sampling``), so a rule and a
-default are written once.  The vocabularies the checks allow live where they are used (the
-prompts' reply ends, the models' prompt formats, the cube's stored dtypes) and are imported
-here; the simulation's scheduling policies, named only by their key, are defined here.
+One :class:`Key` per setting of a run in :data:`KEYS`. Everything that checks a setting asks its key: the run
+config (:func:`synclib.config.load_config`), the command-line options (:func:`synclib.cli.argtypes.setting`)
+and the steps' option objects (:func:`check_setting`, e.g. ``Sampling``), so a rule and a default are written
+once. The vocabularies the checks allow are imported from where they are used (reply ends, prompt formats,
+stored dtypes), except those named only by their key, defined here.
 """
 from __future__ import annotations
 
@@ -26,23 +22,19 @@ from synclib.cube.schema import STORE_DTYPES
 from synclib.models import PROMPT_FORMATS
 from synclib.tasks.prompts import REPLY_ENDS
 
-__all__ = ["Check", "Key", "KEYS", "STEPS", "SCHEDULING", "JUDGE_MODES", "JUDGE_LAYOUTS", "MODEL_KEYS", "default", "check_setting", "Settings",
-           "section_defaults", "keys_of_step", "invalidation_table"]
+__all__ = ["Check", "Key", "KEYS", "STEPS", "SCHEDULING", "JUDGE_MODES", "JUDGE_LAYOUTS", "MODEL_KEYS", "lookup",
+           "default", "check_setting", "Settings", "section_defaults", "keys_of_step", "invalidation_table"]
 
-#: how the simulation's dialogs share the models (``simulate.scheduling``, the policy of the
-#: :class:`~synclib.simulate.Scheduler` of :mod:`synclib.simulate`'s one loop): ``turns``, a turn's
-#: requests go out together in batches that are not refilled (:meth:`~synclib.engine.Engine.generate`'s
-#: batches: every dialog waits for the turn's longest reply); ``continuous``, each dialog's next
-#: request joins its model's refilled :class:`~synclib.engine.DecodeStream` as soon as its reply ends
+#: how the dialogs share the models (``simulate.scheduling``, :class:`~synclib.simulate.Scheduler`'s policy):
+#: ``turns``, a turn's requests in batches not refilled (every dialog waits for the turn's longest reply);
+#: ``continuous``, each next request joins its model's :class:`~synclib.engine.DecodeStream` as its reply ends
 SCHEDULING = ("turns", "continuous")
-#: how the judge asks for scores (``judge.mode``, :data:`synclib.judge.options.MODES`):
-#: ``constrained`` (local models: each score read from the model's distribution over the allowed
-#: values) or ``json`` (a served model's JSON reply)
+#: how the judge asks for scores (``judge.mode``): ``constrained`` (local models: each score read from the
+#: model's distribution over the allowed values) or ``json`` (a served model's JSON reply)
 JUDGE_MODES = ("constrained", "json")
-#: how the judge's message is laid out (``judge.layout``, :data:`synclib.judge.items.LAYOUTS`):
-#: ``sotopia`` (our normalised intro, Sotopia's quoted ``Turn #t`` lines, newline-separated parts)
-#: or ``reference`` (the paper's code, protocol correction 14: its complete intro, the agents' own
-#: dialog lines, the instructions, concatenated without separators)
+#: the judge's message layout (``judge.layout``): ``sotopia`` (our normalised intro, Sotopia's quoted ``Turn #t``
+#: lines, newline-separated parts) or ``reference`` (the paper's code, protocol correction 14: its complete intro,
+#: the agents' own dialog lines, the instructions, without separators)
 JUDGE_LAYOUTS = ("sotopia", "reference")
 
 #: the steps of the main job, in order
@@ -54,8 +46,7 @@ _REQUIRED = object()
 # --------------------------------------------------------------------------- value checks
 @dataclass(frozen=True)
 class Check:
-    """A value check: ``fn(value)`` returns the normalised value, or the sentinel ``_BAD`` if the
-    value is not allowed (``allowed`` says what is, in words)."""
+    """``fn(value)``: the normalised value, or the sentinel ``_BAD`` (``allowed`` says what is, in words)."""
 
     allowed: str
     fn: Callable[[Any], Any]
@@ -169,17 +160,9 @@ def _top_p(v):
 # --------------------------------------------------------------------------- the schema
 @dataclass(frozen=True)
 class Key:
-    """One configuration key.
-
-    Attributes
-    ----------
-    path : dotted key, e.g. ``"simulate.episodes"``
-    default : its default (``_REQUIRED`` for keys a config must give)
-    check : :class:`Check`
-    help : one line for the docs
-    step : the first step whose results it changes (:data:`STEPS`), or None when it changes
-        only how a job runs (speed, memory, parallelism), not what it finds
-    """
+    """One configuration key: ``path`` (``"simulate.episodes"``), ``default`` (``_REQUIRED`` for keys a config
+    must give), ``check``, ``help`` (one line for the docs) and ``step``: the first step whose results it changes
+    (:data:`STEPS`), or None when it changes only how a job runs (speed, memory, parallelism)."""
 
     path: str
     default: Any
@@ -280,8 +263,18 @@ KEYS: tuple[Key, ...] = (
        "judge a random sample of N dialogs per ordered run, drawn with judge.sample_seed (null: every dialog)",
        "judge"),
     _k("judge.sample_seed", 0, integer(0), "seed of the judged sample (judge.sample)", "judge"),
+    _k("judge.seed", 0, integer(0), "the judge's seed: sent with every HTTP request; a local judge seeds torch "
+       "with it", "judge"),
+    _k("judge.max_tokens", None, optional(integer(1)), "answer length limit (null: an HTTP judge sends none and "
+       "the server's own applies; a local judge in json mode stops at its own)", "judge"),
+    _k("judge.timeout", 300, number(0, lo_open=True), "HTTP judge: seconds to wait to connect and for each read",
+       None),
+    _k("judge.max_retries", 5, integer(0), "HTTP judge: retries on 429, 5xx, timeouts and dropped connections, "
+       "with exponential backoff", None),
+    _k("judge.batch_size", 16, integer(1), "local judge, constrained mode: rows per forward pass", None),
     _k("analysis.alpha", _penalty.PAPER_ALPHA, _penalty_check("alpha", _penalty.check_alpha_value),
-       "ridge penalty, or 'cv'", "analyze"),
+       "ridge penalty: a number > 0 (the paper: 0.1), or 'cv' for episode-grouped CV "
+       "per source layer", "analyze"),
     _k("analysis.cv_alphas", list(_penalty.DEFAULT_CV_ALPHAS), _penalty_check("cv_alphas", _penalty.check_alphas),
        "alpha: cv's grid, multiples of each source layer's scale", "analyze"),
     _k("analysis.cv_folds", 3, _penalty_check("cv_folds", _penalty.check_folds),
@@ -290,10 +283,11 @@ KEYS: tuple[Key, ...] = (
        "alpha: cv's target columns per layer in the criterion (null: all)", "analyze"),
     _k("analysis.cv_seed", 0, _penalty_check("cv_seed", _penalty.check_seed), "alpha: cv's seed of folds and columns",
        "analyze"),
-    _k("analysis.n_samples", 6500, optional(integer(2)), "samples per dataset (null: all)", "analyze"),
+    _k("analysis.n_samples", 6500, optional(integer(2)), "fixed sample size per dataset (the paper: 6500; null: all)",
+       "analyze"),
     _k("analysis.split_seeds", [0, 1, 2], int_list(0, hi=2**32 - 1),  # numpy's RandomState(seed), as the reference
        "train/test split seeds", "analyze"),
-    _k("analysis.lags", [1, 2], int_list(1, nonempty=False), "lag controls", "analyze"),
+    _k("analysis.lags", [1, 2], int_list(1, nonempty=False), "lag controls lagJ (empty: none)", "analyze"),
     _k("analysis.pseudo_dyads", True, BOOL, "the pseudo-dyad control (ours): the partner's states from a dialog "
        "the source agent did not take part in", "analyze"),
     _k("analysis.surrogates", 99, integer(0), "surrogate partners per dialog (ours): genuine SyncR² against the "
@@ -302,17 +296,21 @@ KEYS: tuple[Key, ...] = (
     _k("analysis.planted", 40, integer(0), "replicates of the power page's planted differences (ours): genuine "
        "against controls with a share of their targets from a surrogate partner, on re-splits of the run "
        "(synclib.analysis.planted); 0: none", "analyze"),
-    _k("analysis.sample_sizes", None, optional(int_list(2)), "appendix D sample sizes (fig 9)", "analyze"),
-    _k("analysis.persona_disjoint", True, BOOL, "table 2", "analyze"),
-    _k("analysis.relationship", True, BOOL, "fig 5 (appendix G)", "analyze"),
-    _k("analysis.nonlinear", True, BOOL, "table 5 (appendix I)", "analyze"),
+    _k("analysis.sample_sizes", None, optional(int_list(2)),
+       "also genuine SyncR² at these sample sizes (appendix D, fig 9; null: none)", "analyze"),
+    _k("analysis.persona_disjoint", True, BOOL, "also genuine SyncR² on a persona-disjoint split (table 2)",
+       "analyze"),
+    _k("analysis.relationship", True, BOOL, "also genuine SyncR² by relationship (fig 5, appendix G)", "analyze"),
+    _k("analysis.nonlinear", True, BOOL, "also a two-layer MLP against the affine map (table 5, appendix I)",
+       "analyze"),
     _k("analysis.nonlinear_epochs", 200, integer(1), "MLP training epochs (appendix I)", "analyze"),
     _k("analysis.nonlinear_batch_size", 64, optional(integer(1)), "MLP minibatch (null: full batch)", "analyze"),
     _k("analysis.nonlinear_seeds", None, optional(integer(1)),
        "fit the MLPs on the first N split seeds only (null: all)", "analyze"),
     _k("analysis.n_boot", 2000, integer(0),
        "resamples of whole episodes for the dialog-level tests of the controls (0: none)", "analyze"),
-    _k("analysis.tom", True, BOOL, "fig 11 (appendix J)", "analyze"),
+    _k("analysis.tom", True, BOOL, "also the Theory-of-Mind decoding where simulate.tom ran its dialogs "
+       "(fig 11, appendix J)", "analyze"),
     _k("analysis.tom_format_filter", True, BOOL,
        "fig 11: drop samples whose target reply did not follow the 'Emotion. Action type.' format "
        "(the protocol); false uses every sample, for models that never follow it", "analyze"),
@@ -341,6 +339,11 @@ MODEL_KEYS = {"spec": TEXT, "family": TEXT, "label": TEXT,
 _SECTIONS = {p.split(".")[0] for p in _BY_PATH if "." in p}
 
 
+def lookup(path: str) -> Key:
+    """The key ``path``, e.g. ``lookup("analysis.alpha").help``."""
+    return _BY_PATH[path]
+
+
 def default(path: str):
     """The default of ``path`` (a copy), e.g. ``default("analysis.alpha") == 0.1``."""
     key = _BY_PATH[path]
@@ -350,11 +353,9 @@ def default(path: str):
 
 
 def check_setting(owner: str | None, name: str, path: str, value):
-    """``value`` of the setting ``owner.name`` (an option object's field, e.g.
-    ``Sampling.temperature``) checked by the schema's one check of its config key ``path``:
-    the normalised value, or a ValueError naming the field, what is allowed and the key,
-    ``Sampling.temperature must be a number >= 0, got -1 (config key simulate.temperature)``
-    (with ``owner`` None, a command-line option's: ``must be a number >= 0, got -1``)."""
+    """``value`` of the field ``owner.name`` checked by config key ``path``'s rule: the normalised value, or a
+    ValueError ``Sampling.temperature must be a number >= 0, got -1 (config key simulate.temperature)`` (with
+    ``owner`` None, a command-line option's: ``must be a number >= 0, got -1``)."""
     key = _BY_PATH[path]
     out = key.check(value)
     if out is _BAD:
@@ -365,39 +366,39 @@ def check_setting(owner: str | None, name: str, path: str, value):
 
 
 class Settings:
-    """Base of the option objects whose fields are run-config keys (a frozen dataclass each):
-    ``KEYS`` maps a field to its dotted key; :meth:`_check` (from ``__post_init__``) checks
-    each such field by its key's rule (a tuple as the config's list) and stores the normalised
-    value, raising ``ERROR`` with the field and the key named; :meth:`from_config` makes the
-    object from a run config.  A field's default may differ from its key's where the library's
-    bare call means less than a run (the passive reader off, the protocol's split seeds); the
-    object's docstring says so.  A field in ``UNSET`` may also be None where its key has no
-    null: the library's "not given" (the analysis' ``lags``: the conditions as given)."""
+    """Base of the option objects (frozen dataclasses) whose fields are run-config keys (``KEYS``: field -> key),
+    checked and normalised in ``__post_init__`` (``ERROR`` raised). A field's default is its key's unless the
+    library's bare call means less than a run (the object's docstring says which). A field in ``UNSET`` may also
+    be None, the library's "not given", where its key has no null (the analysis' ``lags``)."""
 
     KEYS: ClassVar[dict[str, str]] = {}
     UNSET: ClassVar[tuple[str, ...]] = ()
     ERROR: ClassVar[type[Exception]] = ValueError
 
     def _check(self) -> None:
-        """Each field in ``KEYS`` checked by its key's one check (:func:`check_setting`) and
-        stored normalised, a list as a tuple (the object is frozen)."""
+        """Each field in ``KEYS`` checked by its key's rule (:func:`check_setting`)."""
         for name, path in self.KEYS.items():
             value = getattr(self, name)
             if value is None and name in self.UNSET:
                 continue
-            if isinstance(value, (tuple, range)) or getattr(value, "ndim", 0) == 1:
-                value = list(value)  # the library's tuples (and arrays) are the config's lists
             try:
-                value = check_setting(type(self).__name__, name, path, value)
+                value = check_setting(type(self).__name__, name, path, _as_list(value))
             except ValueError as exc:
                 raise self.ERROR(str(exc)) from None
             object.__setattr__(self, name, tuple(value) if isinstance(value, list) else value)
 
+    def _check_own(self, **checks: Check) -> None:
+        """Each field named in ``checks`` (no config key) checked by its :class:`Check`:
+        ``MLPOptions.hidden must be an integer >= 1, got 0``."""
+        for name, check in checks.items():
+            value = check(_as_list(getattr(self, name)))
+            if value is _BAD:
+                raise self.ERROR(f"{type(self).__name__}.{name} must be {check.allowed}, got {getattr(self, name)!r}")
+            object.__setattr__(self, name, tuple(value) if isinstance(value, list) else value)
+
     @classmethod
     def from_config(cls, cfg: dict, **fields):
-        """The object of a run config (:func:`synclib.config.load_config`'s dict, or any dict
-        with the keys' sections): each field from its key; ``fields`` give the others (or
-        override)."""
+        """The object of a run config (any dict with the keys' sections); ``fields`` give the others (or override)."""
         values = {}
         for name, path in cls.KEYS.items():
             node = cfg
@@ -407,9 +408,13 @@ class Settings:
         return cls(**{**values, **fields})
 
 
+def _as_list(value):
+    """The library's tuples, ranges and 1-d arrays as the config's lists."""
+    return list(value) if isinstance(value, (tuple, range)) or getattr(value, "ndim", 0) == 1 else value
+
+
 def section_defaults(section: str) -> dict:
-    """The schema's defaults of one section's keys, as a run config holds them:
-    ``{"simulate": {"episodes": 40, ...}}`` for ``"simulate"``."""
+    """The defaults of one section's keys as a run config holds them: ``{"simulate": {"episodes": 40, ...}}``."""
     return {section: {k.path.split(".", 1)[1]: default(k.path) for k in KEYS if k.path.startswith(section + ".")}}
 
 
@@ -419,8 +424,7 @@ def keys_of_step(step: str) -> list[str]:
 
 
 def _inline_yaml(value) -> str:
-    """``value`` as one line of YAML (``null``, ``0.7``, ``[0, 1]``, ``auto``), without the
-    document-end marker ``...`` that PyYAML writes after a bare scalar."""
+    """``value`` as one line of YAML (``null``, ``0.7``, ``[0, 1]``, ``auto``), without PyYAML's ``...``."""
     text = yaml.safe_dump(value, default_flow_style=True).strip()
     if text.endswith("\n..."):
         text = text[:-4]

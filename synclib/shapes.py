@@ -1,12 +1,8 @@
 """A model's shape, read without loading it: layers, width, heads, parameters.
 
-:func:`model_shape` is the one place that knows a model's size before it loads: the dry run
-(:mod:`synclib.run.price` prices GPU time, memory and disk from it) and the run's sizing
-(:mod:`synclib.analysis.sizing` checks the training samples against a model's width) both read
-it.  It looks in :data:`KNOWN_SHAPES` (the paper's six models and the embedded ones, from their
-``config.json``: no hub access needed), then a local model directory's ``config.json``, a
-``.gguf`` file's metadata, and the local hub cache's ``config.json``; nothing is downloaded and
-nothing here imports torch or transformers.
+:func:`model_shape` gives the dry run (:mod:`synclib.run.price`) and the run's sizing (:mod:`synclib.analysis.sizing`)
+a model's size before it loads, from :data:`KNOWN_SHAPES`, a local ``config.json``, a ``.gguf`` file's metadata or
+the local hub cache; nothing is downloaded and nothing here imports torch or transformers.
 """
 from __future__ import annotations
 
@@ -52,8 +48,7 @@ class Shape:
 
 
 _HUB = "the model's config.json on the hub"
-#: the paper's six models (their hub ``config.json``: layers, hidden size, intermediate size, heads,
-#: key/value heads, head dim, vocabulary, tied embeddings) and the embedded models; parameters from
+#: the paper's six models (from their hub ``config.json``) and the embedded models; parameters from
 #: :attr:`Shape.n_params` (tests hold the formula to the counts published for them)
 KNOWN_SHAPES = {
     "mistralai/Mistral-7B-Instruct-v0.1": Shape(32, 4096, 14336, 32, 8, 128, 32000, source=_HUB),
@@ -79,11 +74,8 @@ def _shape_from_config(d: dict, source: str) -> Shape | None:
 
 
 def model_shape(spec: str) -> Shape | None:
-    """:class:`Shape` of a model spec without loading it; None when unknown.
-
-    :data:`KNOWN_SHAPES` first, then a local directory's ``config.json``, a ``.gguf`` file's
-    metadata, then the local hub cache's ``config.json`` (nothing is downloaded).
-    """
+    """:class:`Shape` of a model spec without loading it, None when unknown: :data:`KNOWN_SHAPES` first, then a local
+    directory's ``config.json``, a ``.gguf`` file's metadata, then the local hub cache's ``config.json``."""
     if spec in KNOWN_SHAPES:
         return KNOWN_SHAPES[spec]
     p = Path(str(spec)).expanduser()

@@ -1,11 +1,5 @@
-"""Train/test, validation and CV splits by whole groups (episodes), as the reference code splits.
-
-numpy only: the dry run sizes a run's training sets with :func:`episode_split` without
-importing torch.  :mod:`synclib.analysis.ridge` fits on these splits.
-
-:func:`episode_split`     the reference's train/test split by whole groups (episodes)
-:func:`validation_split`  a training set's fitting and validation parts, by whole groups
-:func:`episode_folds`     CV folds by whole groups, for ``alpha="cv"``
+"""Train/test (:func:`episode_split`, the reference's), validation (:func:`validation_split`) and CV
+(:func:`episode_folds`, for ``alpha="cv"``) splits by whole groups (episodes).  numpy only, for the dry run.
 """
 from __future__ import annotations
 
@@ -20,12 +14,7 @@ class RidgeInputError(ValueError):
 
 
 def _group_codes(groups, n_groups):
-    """Groups as codes ``0 .. n_groups-1`` and the label of each code.
-
-    With ``n_groups`` the groups must already be integer codes in ``[0, n_groups)``
-    (e.g. positions along the cube's episode dim); otherwise the distinct labels,
-    sorted, are the groups.
-    """
+    """Groups as codes ``0 .. n_groups-1`` and the label of each code (see :func:`episode_split`)."""
     groups = np.asarray(groups)
     if n_groups is None:
         labels, codes = np.unique(groups, return_inverse=True)
@@ -37,8 +26,7 @@ def _group_codes(groups, n_groups):
 
 
 def _take(perm: np.ndarray, counts: np.ndarray, start: int, need: int) -> int:
-    """Walk ``perm`` from ``start``, taking whole groups while fewer than ``need`` samples
-    (``counts`` per group) are taken and groups remain; returns the end position."""
+    """The end position of whole groups taken from ``perm[start:]`` until ``need`` samples or no groups remain."""
     i, got = start, 0
     while got < need and i < len(perm):
         got += counts[perm[i]]
@@ -50,36 +38,26 @@ def episode_split(groups, n_samples: int | None = 6500, seed=0, *, n_groups: int
                   train_frac: float = 0.8):
     """Train/test split by whole groups (episodes), as the reference code splits.
 
-    The rule of the reference (``affine_transformation.py`` ``sampling_with_full_episodes``,
-    protocol correction 11): with ``N = n_samples``, the targets are
-    ``n_train* = int(train_frac * N)`` and ``n_test* = N - n_train*`` (6,500 -> 5,200 /
-    1,300).  ``perm = np.random.RandomState(seed).permutation(n_groups)`` orders *all*
-    groups, including groups without samples.  The test set takes ``perm[0], perm[1],
-    ...`` while it holds fewer than ``n_test*`` samples; the training set takes the
-    following groups while it holds fewer than ``n_train*`` samples and groups remain.
-    With fewer than ``N`` samples (``short``) the test set still takes ``>= n_test*``
-    and the training set all the rest; nothing is ever upsampled.
-
-    Guard (ours): where the test set leaves no sample for training the reference
-    solves a singular system; here a :class:`RidgeInputError` says so.
+    The reference's rule (``affine_transformation.py`` ``sampling_with_full_episodes``, protocol correction 11):
+    the targets are ``n_train* = int(train_frac * N)`` and ``n_test* = N - n_train*`` (6,500 -> 5,200 / 1,300);
+    ``perm = np.random.RandomState(seed).permutation(n_groups)`` orders *all* groups, empty ones included; the
+    test set takes ``perm[0], perm[1], ...`` while it holds fewer than ``n_test*`` samples, the training set
+    the following groups while it holds fewer than ``n_train*`` and groups remain.  With fewer than ``N``
+    samples (``short``) the training set takes all the rest; nothing is upsampled.
 
     Parameters
     ----------
     groups : array, shape (n,)
-        Group of each sample.  With ``n_groups``: integer codes in ``[0, n_groups)``
-        (e.g. positions along the cube's episode dim); without: any labels, the
-        distinct labels in sorted order being the groups.
+        Group of each sample: with ``n_groups``, integer codes in ``[0, n_groups)`` (e.g. positions along the
+        cube's episode dim); without, any labels, the distinct labels in sorted order being the groups.
     n_samples : int or None
-        ``N``, the total sample size; ``None``: ``N`` = all samples (the training set
-        then takes every sample the test set leaves).
+        ``N``, the total sample size; ``None``: all samples.
     seed : int or numpy.random.RandomState
-        Split seed; a ``RandomState`` is used as it is and left advanced past the
-        permutation (the shuffled control continues it).
+        Split seed; a ``RandomState`` is used as it is and left advanced (the shuffled control continues it).
     n_groups : int, optional
-        Number of groups, including groups without samples (the reference permutes
-        every listed episode).
+        Number of groups, including groups without samples.
     train_frac : float
-        Fraction of ``N`` the training set aims at (0.8).
+        Fraction of ``N`` the training set aims at.
 
     Returns
     -------
@@ -87,16 +65,15 @@ def episode_split(groups, n_samples: int | None = 6500, seed=0, *, n_groups: int
         Indices into the samples, ascending.
     test : int array, shape (n_test,)
     info : dict
-        ``n_available`` (n), ``n_requested`` (-1 for None), ``short`` (1: fewer than
-        ``n_samples`` samples, the training set took all the rest), ``n_train``,
-        ``n_test``, ``train_groups``, ``test_groups`` (group labels in the order taken,
-        empty groups included, as the reference's ``train_set_idx``/``test_set_idx``).
+        ``n_available`` (n), ``n_requested`` (-1 for None), ``short`` (0 or 1), ``n_train``, ``n_test``,
+        ``train_groups``, ``test_groups`` (labels in the order taken, empty groups included, as the reference's
+        ``train_set_idx``/``test_set_idx``).
 
     Raises
     ------
     RidgeInputError
-        ``n_samples < 2``, ``train_frac`` outside (0, 1), groups outside
-        ``0 .. n_groups-1``, no samples, or no sample left for training.
+        ``n_samples < 2``, ``train_frac`` outside (0, 1), groups outside ``0 .. n_groups-1``, no samples, or no
+        sample left for training (where the reference would solve a singular system).
     """
     if n_samples is not None and n_samples < 2:
         raise RidgeInputError(f"n_samples must be >= 2, got {n_samples}")
@@ -130,60 +107,22 @@ def episode_split(groups, n_samples: int | None = 6500, seed=0, *, n_groups: int
                     "n_test": len(te), "train_groups": labels[train_g], "test_groups": labels[test_g]}
 
 
-#: added to a split seed for the validation split inside its training set (:func:`validation_split`),
-#: so that the inner permutation is not the outer one's
+#: added to a split seed for the validation split inside its training set, so the two permutations differ
 VALIDATION_SEED_OFFSET = 10_000
 
 
 def validation_split(groups, seed: int, val_frac: float = 0.2):
-    """A training set's fitting and validation parts, by whole groups (episodes).
-
-    The rule of :func:`episode_split` on the training samples alone, with all of them
-    (``n_samples=None``): the validation part takes whole groups, in the order of
-    ``RandomState(seed + VALIDATION_SEED_OFFSET).permutation``, until it holds at least
-    ``val_frac`` of the samples; the fitting part takes the rest.  Whatever is chosen on the
-    validation part (a layer, a penalty) never sees the test set of the outer split.
-
-    Parameters
-    ----------
-    groups : array, shape (n_train,)
-        Group (episode) of each training sample.
-    seed : int
-        The outer split's seed.
-    val_frac : float
-        Fraction of the training samples for validation (0.2).
-
-    Returns
-    -------
-    fit, val : int arrays
-        Indices into ``groups``.
-
-    Raises
-    ------
-    RidgeInputError
-        Too few samples, or the validation part leaves nothing to fit.
-    """
+    """A training set's fitting and validation parts (indices into ``groups``, the training samples' episodes):
+    :func:`episode_split` of all of them with seed ``seed + VALIDATION_SEED_OFFSET`` (``seed``: the outer
+    split's), the validation part taking at least ``val_frac`` of the samples.  Raises :class:`RidgeInputError`
+    for too few samples or nothing left to fit."""
     fit, val, _ = episode_split(groups, None, int(seed) + VALIDATION_SEED_OFFSET, train_frac=1 - val_frac)
     return fit, val
 
 
 def episode_folds(groups, n_folds: int, seed: int = 0) -> list[np.ndarray]:
-    """Assign whole groups (episodes) to ``n_folds`` folds of similar sample count.
-
-    Parameters
-    ----------
-    groups : array, shape (n,)
-        Group label per sample.
-    n_folds : int
-        Number of folds (>= 2).
-    seed : int
-        Shuffles the groups.
-
-    Returns
-    -------
-    list of bool arrays, shape (n,)
-        One validation mask per fold.
-    """
+    """One validation mask (n,) per fold: whole groups (labels ``groups`` (n,), shuffled by ``seed``) assigned
+    to ``n_folds`` (>= 2) folds of similar sample count."""
     groups = np.asarray(groups)
     uniq, inv, counts = np.unique(groups, return_inverse=True, return_counts=True)
     if len(uniq) < n_folds:

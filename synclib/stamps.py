@@ -1,7 +1,5 @@
-"""The ``*.done.json`` stamps of finished jobs: one beside each job's output, holding the
-fingerprint of the inputs it was made from (:mod:`synclib.run.pipeline` writes them,
-:mod:`synclib.run.plan` reads them for the dry run), and the lock one process holds while it
-makes an output (:func:`output_lock`)."""
+"""The ``<output>.done.json`` stamps of finished jobs, holding the fingerprint of the inputs each output was
+made from (written by :mod:`synclib.run.pipeline`, read by :mod:`synclib.run.plan`), and the output's lock."""
 from __future__ import annotations
 
 import fcntl
@@ -14,12 +12,12 @@ from pathlib import Path
 
 
 def stamp_path(output: Path) -> Path:
-    """Where the stamp of ``output`` lives: ``<output>.done.json``."""
+    """``<output>.done.json``."""
     return output.with_name(output.name + ".done.json")
 
 
 def read_stamp(output: Path) -> dict | None:
-    """The ``*.done.json`` stamp of a finished job's output, or None (missing or torn)."""
+    """The stamp of a finished ``output``, or None (missing or torn)."""
     stamp = stamp_path(output)
     if not (output.exists() and stamp.exists()):
         return None
@@ -46,13 +44,10 @@ def mark_done(output: Path, fp: str, **info) -> None:
 
 @contextmanager
 def output_lock(output: Path, say=print):
-    """Hold the lock of ``output`` (``<output>.lock``, a POSIX record lock, which NFS and the
-    parallel file systems of clusters honour) while the block runs: one process at a time
-    makes an output.  A worker that a batch system stops may live on for seconds while its
-    job is already given to another worker, and two array tasks may name the same run; the
-    second waits here (saying so once, with the holder's host and pid) until the first has
-    ended, since the kernel drops a dead process's locks.  Then it finds the output finished
-    (its stamp) or resumes it."""
+    """Hold ``<output>.lock`` (a POSIX record lock, honoured by NFS and clusters' file systems) while the
+    block runs, so one process at a time makes an output.  A second process (a stopped worker still alive,
+    two array tasks naming the same run) waits, saying so once with the holder's host and pid, until the
+    first ends (the kernel drops a dead process's locks); it then finds the output stamped or resumes it."""
     lock = output.with_name(output.name + ".lock")
     lock.parent.mkdir(parents=True, exist_ok=True)
     with open(lock, "a+") as f:

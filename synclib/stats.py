@@ -1,18 +1,9 @@
-"""Statistics: means with standard errors, correlations, partial correlations.
+"""Statistics: means with standard errors, correlations, partial correlations, p-values.
 
-:func:`mean_se` is the one mean-and-standard-error of the package: the analysis (over split
-seeds, into the results file), the results tables and the notebooks all use it, so a run
-with one split seed has a NaN standard error everywhere (a standard error of one value is
-undefined), never 0 in one place and NaN in another.
-
-Everything here is honest about small samples.  A correlation needs at least three points
-(``MIN_N_CORR``) and a partial correlation with ``c`` covariates at least ``c + 3``; below
-that the result carries ``r = nan`` and a ``reason`` saying why, which the notebooks print
-instead of a number.  With the embedded run (three pairs) a per-family correlation is never
-computed: each family holds one pair.
-
-Pair-level ability (table 1) is the mean of the two models' scores; the paper does not say
-how it combines them, so this choice is stated wherever it is used.
+:func:`mean_se` is the package's one mean and standard error, so one split seed gives a NaN standard error
+everywhere.  A correlation needs at least ``MIN_N_CORR`` (3) points and a partial correlation with ``c``
+covariates ``c + 3``; below that the result has ``r = nan`` and a ``reason``, printed instead of a number.
+Pair-level ability (table 1) is the mean of the two models' scores, our choice (the paper does not say).
 """
 from __future__ import annotations
 
@@ -28,19 +19,8 @@ MIN_N_CORR = 3
 
 @dataclass(frozen=True)
 class Correlation:
-    """A (partial) Pearson correlation with its sample size.
-
-    Attributes
-    ----------
-    r, p : float
-        Pearson r and its two-sided p-value; ``nan`` when not computable.
-    n : int
-        Number of points (pairs) used.
-    covariates : tuple of str
-        Names controlled for (empty for a plain correlation).
-    reason : str or None
-        Why ``r`` is ``nan`` (too few points, no variance), else ``None``.
-    """
+    """A (partial) Pearson correlation: ``r`` and two-sided ``p`` (``nan`` when not computable), ``n`` points,
+    the ``covariates`` controlled for, and the ``reason`` ``r`` is ``nan`` (else None)."""
 
     r: float
     p: float
@@ -76,8 +56,7 @@ def p_clause(p: float) -> str:
 
 
 def fmt(x, digits: int = 2, sign: bool = False) -> str:
-    """A number in a sentence: ``digits`` decimals (with its sign, ``sign``), ``"n/a"`` when
-    missing or not finite."""
+    """``x`` with ``digits`` decimals (and its sign with ``sign``), ``"n/a"`` when missing or not finite."""
     return "n/a" if x is None or not np.isfinite(x) else f"{x:{'+' if sign else ''}.{digits}f}"
 
 
@@ -87,18 +66,14 @@ def mean_se(values, axis=None):
     Parameters
     ----------
     values : array-like
-        Samples, e.g. one SyncR² per split seed, shape ``(n,)``, or any array with the
-        samples along ``axis``, e.g. ``(condition, direction, split_seed)``.
+        Samples, e.g. one SyncR² per split seed ``(n,)``, or ``(condition, direction, split_seed)`` with ``axis``.
     axis : int or None
-        ``None``: all values, flattened (returns floats); an int: along that axis
-        (returns arrays of ``values.shape`` without ``axis``).  NaN and inf are left out.
+        ``None``: all values flattened (floats returned); an int: along that axis.  NaN and inf are left out.
 
     Returns
     -------
     mean, se : float, or arrays of ``values.shape`` without ``axis``
-        ``se = std(ddof=1) / sqrt(n)`` over the ``n`` finite values.  A standard
-        error of fewer than two values is undefined: ``se`` is NaN for ``n < 2``
-        (and ``mean`` is NaN for ``n = 0``).
+        ``se = std(ddof=1) / sqrt(n)`` over the ``n`` finite values; NaN for ``n < 2`` (``mean`` NaN for ``n = 0``).
     """
     v = np.asarray(values, dtype=np.float64)
     if axis is None:  # the finite values only (also keeps numpy's summation order of a plain mean)
@@ -119,9 +94,8 @@ def mean_se(values, axis=None):
 
 
 def holm(p) -> np.ndarray:
-    """Holm's step-down adjustment of a family of p-values (the family-wise error rate): the
-    k-th smallest of the m finite ones times ``m - k + 1``, made monotone, at most 1; NaN stays
-    NaN (not a member of the family).  Shape as ``p``."""
+    """Holm's step-down adjustment of a family of p-values: the k-th smallest of the m finite ones times
+    ``m - k + 1``, made monotone, at most 1; NaN stays NaN (not in the family).  Shape as ``p``."""
     p = np.asarray(p, dtype=np.float64)
     out = np.full(p.shape, np.nan)
     ok = np.flatnonzero(np.isfinite(p))
@@ -142,9 +116,8 @@ def bootstrap_p(draws) -> float:
 
 
 def rank_p(value: float, null) -> float:
-    """One-sided rank p of ``value`` against a null distribution of exchangeable draws ``null``
-    (finite ones): ``(1 + #{null >= value}) / (1 + n)``; it cannot fall below ``1 / (1 + n)``.
-    NaN without a finite value or draw."""
+    """One-sided rank p of ``value`` against the finite exchangeable draws ``null``:
+    ``(1 + #{null >= value}) / (1 + n)``; NaN without a finite value or draw."""
     d = np.asarray(null, dtype=np.float64)
     d = d[np.isfinite(d)]
     if not d.size or not np.isfinite(value):
@@ -164,22 +137,15 @@ def bootstrap_interval(draws, level: float = 0.95) -> tuple[float, float]:
 
 
 def reference_family_se(pair_means, n_split_seeds: int = 3) -> float:
-    """Figure 4a's error bar as the reference computes it: ``np.std(pair_means)`` (ddof 0)
-    ``/ sqrt(n_split_seeds * n_pairs)`` (``playground/data_analysis.py`` 1206-1207, the 3 being
-    its split seeds).  Not :func:`mean_se`: the reference's own formula, for its figure.
+    """Figure 4a's error bar as the reference computes it (``playground/data_analysis.py`` 1206-1207):
+    ``np.std(pair_means)`` (ddof 0) ``/ sqrt(n_split_seeds * n_pairs)``; NaN without values.
 
     Parameters
     ----------
     pair_means : array-like, shape (n_pairs,)
-        One SyncR^2 per model pair of a family (the mean of its four directional values);
-        non-finite values are left out.
+        One SyncR^2 per model pair of a family (the mean of its four directions); non-finite ones left out.
     n_split_seeds : int
-        The factor under the square root besides the number of pairs.
-
-    Returns
-    -------
-    float
-        NaN without values.
+        The factor under the square root besides the number of pairs (the reference's 3 split seeds).
     """
     v = np.asarray(pair_means, dtype=np.float64).ravel()
     v = v[np.isfinite(v)]
@@ -194,13 +160,7 @@ def _pcol(res: pd.DataFrame) -> str:
 
 
 def pearson(x, y) -> Correlation:
-    """Pearson correlation via pingouin, or a :class:`Correlation` with a reason.
-
-    Parameters
-    ----------
-    x, y : array-like, shape (n,)
-        Paired values; pairs with a non-finite member are dropped.
-    """
+    """Pearson correlation (pingouin) of ``x`` and ``y`` (n,), pairs with a non-finite member dropped."""
     import pingouin as pg
 
     x = np.asarray(x, dtype=float)
@@ -222,17 +182,8 @@ def pearson(x, y) -> Correlation:
 
 
 def partial_pearson(data: pd.DataFrame, x: str, y: str, covar: str | list[str]) -> Correlation:
-    """Partial Pearson correlation of ``x`` and ``y`` given ``covar`` (pingouin).
-
-    Parameters
-    ----------
-    data : DataFrame
-        One row per model pair, with columns ``x``, ``y`` and the covariates.
-    x, y : str
-        Column names.
-    covar : str or list of str
-        Covariate column(s), e.g. ``"ifeval"``.
-    """
+    """Partial Pearson correlation (pingouin) of columns ``x`` and ``y`` of ``data`` (one row per model pair)
+    given the covariate column(s) ``covar``, e.g. ``"ifeval"``."""
     import pingouin as pg
 
     covs = [covar] if isinstance(covar, str) else list(covar)
@@ -256,14 +207,8 @@ def partial_pearson(data: pd.DataFrame, x: str, y: str, covar: str | list[str]) 
 
 def correlations_by_group(table: pd.DataFrame, x: str, y: str, by: str = "family",
                           pooled: str | None = "All pairs") -> pd.DataFrame:
-    """Pearson r of ``x`` and ``y`` within each group (and pooled over all rows).
-
-    Returns
-    -------
-    DataFrame
-        Columns ``group, n, r, p, reason, text``; one row per group, then the pooled row
-        when ``pooled`` is a label.
-    """
+    """Pearson r of ``x`` and ``y`` per group, then pooled (when ``pooled`` is a label): columns ``group, n, r,
+    p, reason, text``."""
     rows = []
     groups = list(table.groupby(by, sort=False)) + ([(pooled, table)] if pooled else [])
     for name, sub in groups:
@@ -274,15 +219,8 @@ def correlations_by_group(table: pd.DataFrame, x: str, y: str, by: str = "family
 
 
 def compare_groups(table: pd.DataFrame, value: str, by: str) -> dict:
-    """Do the groups ``by`` of ``table`` differ in ``value``?  Welch's t-test for two groups,
-    one-way ANOVA for more (:mod:`scipy.stats`), over the rows (e.g. judged dialogs).
-
-    Returns
-    -------
-    dict
-        ``name`` (the test), ``p`` (NaN with fewer than two groups of at least two values),
-        ``n`` (rows per group).
-    """
+    """Whether the groups ``by`` differ in ``value`` over the rows: Welch's t-test for two groups, one-way ANOVA
+    for more.  ``{"name", "p" (NaN with fewer than two groups of two values), "n" (rows per group)}``."""
     from scipy import stats as sps
 
     groups = {k: g[value].dropna().to_numpy(float) for k, g in table.groupby(by, sort=False)}
@@ -296,20 +234,8 @@ def compare_groups(table: pd.DataFrame, value: str, by: str) -> dict:
 
 
 def pair_ability(pairs: pd.DataFrame, scores: pd.DataFrame, measures=("ifeval", "musr")) -> pd.DataFrame:
-    """Add each pair's ability: the mean of its two models' scores.
-
-    Parameters
-    ----------
-    pairs : DataFrame
-        Columns ``model_a``, ``model_b`` (model labels or specs, as in the ability CSV).
-    scores : DataFrame
-        Columns ``model`` and the measures (see :func:`synclib.figures.fig06_table1_social.load_ability_scores`).
-
-    Returns
-    -------
-    DataFrame
-        ``pairs`` with one column per measure (``nan`` where a model has no score).
-    """
+    """``pairs`` (``model_a``, ``model_b``) with one column per measure: the mean of its two models' ``scores``
+    (``model`` and the measures, :func:`synclib.analysis.results.load_ability_scores`); NaN where one has none."""
     out = pairs.copy()
     s = scores.set_index("model")
     for m in measures:

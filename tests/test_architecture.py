@@ -173,31 +173,56 @@ def test_no_function_takes_more_than_10_parameters():
 
 
 def _notebook_imports(path: Path):
-    """``(module, name)`` of every synclib import in a notebook's code cells."""
+    """``(module, name)`` of every import in a notebook's code cells (``name`` None for ``import module``)."""
     text = path.read_text()
     for cell in re.findall(r"^```\{code-cell\}[^\n]*\n(.*?)^```", text, flags=re.M | re.S):
         code = "\n".join(line for line in cell.splitlines() if not line.startswith(":"))
         for node in ast.walk(ast.parse(code)):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("synclib"):
-                yield from ((node.module, a.name) for a in node.names)
+            if isinstance(node, ast.ImportFrom):
+                yield from ((node.module or "", a.name) for a in node.names)
             elif isinstance(node, ast.Import):
-                yield from ((a.name, None) for a in node.names if a.name.startswith("synclib"))
+                yield from ((a.name, None) for a in node.names)
 
 
-def test_a_notebook_imports_only_synclib_notebook_and_its_own_figure_module():
-    """A student changing a figure opens the notebook and ``synclib/figures/NAME.py``, nothing else."""
+#: what runs a statistical test (module -> its names that do; None: the whole module): a page reads the
+#: tests of the claims step (``claims.json``) instead, so that no two pages can judge a claim differently
+TESTS = {"synclib.analysis.power": None, "synclib.analysis.planted": None, "scipy": None, "scipy.stats": None,
+         "synclib.analysis.cka": {"unrelated_cka"}, "synclib.stats": {"pearson", "partial_pearson", "correlations_by_group",
+                                                                       "compare_groups", "bootstrap_p", "bootstrap_interval",
+                                                                       "rank_p", "holm"}}
+
+
+def test_no_page_runs_a_statistical_test_while_it_renders():
+    """A notebook imports no test (:data:`TESTS`), and of the claims only their constants (the rules'
+    numbers, the verdicts' words): the claims and their tests are computed once, by the claims step."""
     notebooks = sorted((REPO / "notebooks").glob("*.md"))
     assert notebooks
     wrong = []
     for nb in notebooks:
-        allowed = {("synclib", "notebook"), ("synclib.figures", nb.stem)}
-        wrong += [f"{nb.name}: {m} {n or ''}".rstrip() for m, n in _notebook_imports(nb) if (m, n) not in allowed]
+        for module, name in _notebook_imports(nb):
+            if module in TESTS and (TESTS[module] is None or name in TESTS[module] or name in (None, "*")):
+                wrong.append(f"{nb.name}: {module} {name or ''}".rstrip())
+            elif module == "synclib.analysis.claims" and not (name or "").isupper():
+                wrong.append(f"{nb.name}: {module} {name or ''}".rstrip())
+            elif module in ("synclib", "synclib.analysis") and name in ("claims", "power", "planted"):
+                wrong.append(f"{nb.name}: {module} {name}")
     assert not wrong, wrong
+
+
+def test_every_figure_and_table_notebook_draws_its_charts_in_its_own_cells():
+    """The chart is in the notebook: every notebook that shows a chart builds it with ``alt.Chart(`` in its
+    own code, and none imports a chart from the package (the package's pages are only the theme)."""
+    for nb in sorted((REPO / "notebooks").glob("*.md")):
+        text = nb.read_text()
+        if nb.stem.startswith(("fig", "table")) and nb.stem != "table4_fig10_judge_human" or "alt." in text:
+            assert "alt.Chart(" in text, f"{nb.name} draws no chart of its own"
+    assert not (PACKAGE / "figures").exists() or not list((PACKAGE / "figures").glob("*.py")), \
+        "synclib/figures still holds page modules"
 
 
 def test_the_top_level_holds_at_most_15_modules():
     """The rest lives in packages that show the layers (tasks, engine, cube, simulate, judge,
-    analysis, figures, run, cli), each opened by a docstring a newcomer reads first."""
+    analysis, run, cli), each opened by a docstring a newcomer reads first."""
     top = sorted(p.name for p in PACKAGE.glob("*.py"))
     assert len(top) <= 15, top
     for pkg in sorted(p for p in PACKAGE.iterdir() if (p / "__init__.py").exists()):

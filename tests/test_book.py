@@ -8,10 +8,7 @@ proxy answers it with an error.  The test fails if there is any.
 from __future__ import annotations
 
 import json
-import os
 import re
-import select
-import shutil
 import socket
 import subprocess
 import threading
@@ -22,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from book_fixtures import ROOT, built_book
+from devtools import CHROMIUM, LAPTOP, Browser
 
 pytestmark = pytest.mark.slow
 
@@ -32,8 +30,6 @@ pytestmark = pytest.mark.slow
 #: android.clients.google.com, seen from Chromium 150 on a loaded machine): not the pages'
 BROWSER_HOSTS = ("update.googleapis.com", "accounts.google.com", "clients2.google.com", "www.google.com",
                  "android.clients.google.com")
-CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")
-                 if shutil.which(n)), None)
 
 
 class RecordingProxy:
@@ -151,7 +147,13 @@ def dump_dom(url: str, profile: Path, proxy_port: int, extra=()) -> str:
 
 
 def toc_pages() -> list[str]:
-    return re.findall(r"file: (\S+)", (ROOT / "_toc.yml").read_text()) + ["book/intro"]
+    """Every page of the table of contents, its root (the first page, ``book/executed/intro``) first."""
+    toc = (ROOT / "_toc.yml").read_text()
+    return re.findall(r"^root: (\S+)", toc, re.M) + re.findall(r"file: (\S+)", toc)
+
+
+#: the first page: the intro notebook, executed (it was book/intro.md with generated parts)
+FIRST_PAGE = "book/executed/intro"
 
 
 def test_build_has_every_page_and_no_cdn(book):
@@ -173,8 +175,10 @@ def test_vendored_vega_lite_matches_altair():
     assert version.group(1) == alt.SCHEMA_VERSION.lstrip("v").split(".")[0]
 
 
-#: executed pages that show no chart (the dialogs themselves)
-NO_CHART = ("book/executed/dialogs",)
+#: executed pages that show no chart: the dialogs themselves, and the pages of words and tables that were
+#: written from Python (the embedded models, how to reproduce, the benchmarks)
+NO_CHART = ("book/executed/dialogs", "book/executed/embedded_models", "book/executed/reproduce",
+            "book/executed/benchmarks")
 
 
 def test_charts_render_offline(book, proxy, tmp_path):
@@ -196,7 +200,7 @@ def test_charts_render_offline(book, proxy, tmp_path):
 
 
 def test_intro_and_method_pages(book, proxy, tmp_path):
-    intro = dump_dom((book / "book" / "intro.html").as_uri(), tmp_path / "p-intro", proxy.port)
+    intro = dump_dom((book / f"{FIRST_PAGE}.html").as_uri(), tmp_path / "p-intro", proxy.port)
     assert "Synthetic test data" in intro and "Headline numbers of this run" in intro
     method = dump_dom((book / "book" / "method.html").as_uri(), tmp_path / "p-method", proxy.port)
     scan = ChartScan()
@@ -218,9 +222,6 @@ def test_proxy_sees_a_page_that_reaches_out(tmp_path):
         p.close()
     assert any("cdn.example.org" in r for r in p.page_requests())
 
-
-#: a laptop's browser viewport
-LAPTOP = (1280, 800)
 
 MEASURE = """<html><body style="margin:0">
 <iframe id="f" src="{src}" style="width:{w}px;height:{h}px;border:0"></iframe><pre id="out">pending</pre>
@@ -265,7 +266,6 @@ def test_figures_fit_a_laptop_screen(book, proxy, tmp_path):
     scroll bar; the power table and the method page's table used to scroll); no chart text is
     cut with an ellipsis (the heatmap panels' titles were) and no axis label overlaps its
     neighbour (figure 11's were)."""
-    import json
 
     for i, page in enumerate(toc_pages()):
         wrapper = tmp_path / f"measure{i}.html"
@@ -293,14 +293,18 @@ def test_no_machine_paths_in_pages(book):
 
 
 class VisibleText(HTMLParser):
-    """The text a reader sees in a page's article (scripts and styles left out), and the
-    output cells' classes."""
+    """The text a reader sees in a page's article (scripts and styles left out, and the notebooks' code:
+    a page's cells hold the code of its tables, folded under the output), and the output cells' classes."""
+
+    VOID = {"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "param", "source", "track",
+            "wbr"}
 
     def __init__(self):
         super().__init__()
         self.parts: list[str] = []
         self.outputs: list[str] = []
         self._skip = 0
+        self._code = 0  # open elements inside a cell's code (div.cell_input), 0 outside
 
     def handle_starttag(self, tag, attrs):
         if tag in ("script", "style"):
@@ -308,13 +312,17 @@ class VisibleText(HTMLParser):
         cls = dict(attrs).get("class") or ""
         if "output" in cls.split():
             self.outputs.append(cls)
+        if tag not in self.VOID and (self._code or "cell_input" in cls.split()):
+            self._code += 1
 
     def handle_endtag(self, tag):
         if tag in ("script", "style") and self._skip:
             self._skip -= 1
+        if tag not in self.VOID and self._code:
+            self._code -= 1
 
     def handle_data(self, data):
-        if not self._skip:
+        if not self._skip and not self._code:
             self.parts.append(data)
 
 
@@ -343,123 +351,17 @@ def test_rendered_pages_show_no_raw_tables_warnings_or_stderr(book):
 # book in ``_build/html`` (the last ``make book`` of the real run; skipped where there is none),
 # because some defects only show with the real run's data (figure 7's 30 values of k).
 
-class DevTools:
-    """Headless Chromium over ``--remote-debugging-pipe``: the browser reads commands on its
-    fd 3 and writes replies and events on its fd 4, each message JSON ended by a NUL byte."""
-
-    def __init__(self, profile: Path, proxy_port: int, size=LAPTOP):
-        if CHROMIUM is None:
-            pytest.fail("Chromium is not installed: `apt-get install chromium` (make test does it)")
-        to_child, self._w = os.pipe()
-        self._r, from_child = os.pipe()
-        cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-               "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-default-apps",
-               "--disable-extensions", "--disable-features=NetworkTimeServiceQuerying,MediaRouter,"
-               "OptimizationHints,Translate", "--disable-domain-reliability", "--no-pings",
-               "--disable-client-side-phishing-detection", "--disable-breakpad", "--metrics-recording-only",
-               f"--user-data-dir={profile}", f"--proxy-server=127.0.0.1:{proxy_port}",
-               "--proxy-bypass-list=<-loopback>", f"--window-size={size[0]},{size[1]}",
-               "--remote-debugging-pipe", "about:blank"]
-        actions = [(os.POSIX_SPAWN_DUP2, to_child, 3), (os.POSIX_SPAWN_DUP2, from_child, 4),
-                   (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                   (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-                   (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)]
-        self.pid = os.posix_spawn(cmd[0], cmd, dict(os.environ), file_actions=actions)
-        os.close(to_child)
-        os.close(from_child)
-        self._buf, self._id, self.session, self.events = b"", 0, None, []
-        try:
-            page = next(t for t in self.call("Target.getTargets")["targetInfos"] if t["type"] == "page")
-            self.session = self.call("Target.attachToTarget", targetId=page["targetId"], flatten=True)["sessionId"]
-            for domain in ("Runtime", "Log", "Page"):
-                self.call(f"{domain}.enable")
-        except BaseException:
-            self.close()
-            raise
-
-    def _read(self, deadline: float) -> dict:
-        while b"\0" not in self._buf:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self._r], [], [], left)[0]:
-                raise TimeoutError("no message from Chromium")
-            chunk = os.read(self._r, 1 << 20)
-            if not chunk:
-                raise RuntimeError("Chromium closed the DevTools pipe")
-            self._buf += chunk
-        msg, self._buf = self._buf.split(b"\0", 1)
-        return json.loads(msg)
-
-    def call(self, method: str, timeout: float = 60, **params):
-        self._id += 1
-        msg = {"id": self._id, "method": method, "params": params}
-        if self.session:
-            msg["sessionId"] = self.session
-        os.write(self._w, json.dumps(msg).encode() + b"\0")
-        deadline = time.monotonic() + timeout
-        while True:
-            m = self._read(deadline)
-            if m.get("id") == self._id:
-                if "error" in m:
-                    raise RuntimeError(f"{method}: {m['error']}")
-                return m.get("result", {})
-            self.events.append(m)
-
-    def evaluate(self, expression: str, timeout: float = 60):
-        r = self.call("Runtime.evaluate", timeout=timeout, expression=expression, returnByValue=True,
-                      awaitPromise=True)
-        assert "exceptionDetails" not in r, f"the probe failed: {r['exceptionDetails']}"
-        return r["result"].get("value")
+class DevTools(Browser):
+    """A :class:`devtools.Browser` whose pages are the book's: :meth:`open` waits for MathJax and the charts."""
 
     def open(self, url: str, timeout: float = 90) -> None:
         """Load ``url``; wait for its load event, MathJax's typesetting and every chart."""
-        self.call("Page.navigate", url=url)
+        self.load(url, timeout)
         deadline = time.monotonic() + timeout
-        while not any(e.get("method") == "Page.loadEventFired" for e in self.events):
-            self.events.append(self._read(deadline))
         while not self.evaluate(READY):
             assert time.monotonic() < deadline, f"{url}: charts or equations never finished"
             self.drain(0.25)
         self.drain(0.5)  # late console messages
-
-    def drain(self, seconds: float) -> None:
-        """Collect the events of the next ``seconds``."""
-        deadline = time.monotonic() + seconds
-        try:
-            while True:
-                self.events.append(self._read(deadline))
-        except TimeoutError:
-            pass
-
-    def console_errors(self) -> list[str]:
-        """What the page logged as an error: uncaught exceptions, ``console.error`` and
-        ``console.assert`` calls, the browser's own error entries (a failed load)."""
-        out = []
-        for e in self.events:
-            m, p = e.get("method"), e.get("params", {})
-            if m == "Runtime.exceptionThrown":
-                d = p["exceptionDetails"]
-                out.append((d.get("exception") or {}).get("description") or d.get("text", "exception"))
-            elif m == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
-                out.append(" ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", [])))
-            elif m == "Log.entryAdded" and p["entry"].get("level") == "error":
-                out.append(f"{p['entry'].get('text')} ({p['entry'].get('url', '')})")
-        return out
-
-    def close(self) -> None:
-        try:
-            self.session = None
-            self.call("Browser.close", timeout=10)
-        except Exception:
-            pass
-        for _ in range(100):
-            if os.waitpid(self.pid, os.WNOHANG)[0]:
-                break
-            time.sleep(0.1)
-        else:
-            os.kill(self.pid, 9)
-            os.waitpid(self.pid, 0)
-        os.close(self._r)
-        os.close(self._w)
 
 
 #: true once the page has loaded, MathJax has typeset and every chart is drawn (or failed)
@@ -529,7 +431,7 @@ def reader_view(request, tmp_path_factory, proxy):
         html = request.getfixturevalue("book")
     else:
         html = ROOT / "_build" / "html"
-        if not (html / "book" / "intro.html").is_file():
+        if not (html / f"{FIRST_PAGE}.html").is_file():
             pytest.skip("no book in _build/html: `make book` builds it")
     profiles = tmp_path_factory.mktemp(f"reader-{request.param}")
     return request.param, probe_pages(html, toc_pages(), proxy.port, profiles)
@@ -554,7 +456,7 @@ def test_axis_labels_stand_apart(reader_view):
 
 def test_no_empty_chart(reader_view):
     """Every chart draws data (figure 7's correlation chart was a frame holding only a message:
-    a chart with nothing to draw is a sentence, :func:`synclib.figures.charts.placeholder_html`)."""
+    a chart with nothing to draw is a sentence, :func:`synclib.notebook.offline_renderer`)."""
     which, found = reader_view
     # a chart with nothing to draw (a run too small to fit the maps) is a sentence instead
     assert sum(f["charts"] + f["placeholders"] for f in found.values()) >= 10, f"{which}: charts were not drawn"
@@ -604,9 +506,9 @@ class HeaderRows(HTMLParser):
 def test_tables_have_one_header_row(which, request):
     """No table on any page has two header rows (pandas wrote a second one for a named index or
     columns: table 2's "setting / label", the controls page's "run / genuine vs"):
-    :func:`synclib.figures.charts.flat_table` shows DataFrames flat."""
+    :func:`synclib.notebook.flat_table` shows DataFrames flat."""
     html = request.getfixturevalue("book") if which == "tiny" else ROOT / "_build" / "html"
-    if not (html / "book" / "intro.html").is_file():
+    if not (html / f"{FIRST_PAGE}.html").is_file():
         pytest.skip("no book in _build/html: `make book` builds it")
     bad = {}
     for page in toc_pages():
@@ -651,21 +553,30 @@ def test_reader_checks_catch_each_defect(tmp_path, proxy):
 def test_prompt_shows_glyphless_characters_by_code_point(tmp_path, proxy):
     """A model's emoji, zero-width joiner or U+FFFD in a prompt shows as its code point (the
     ToM prompt drew "□□□□" in a monospace font without emoji), while the prompt's text, the
-    ``<ins>`` tags unwrapped, stays exact."""
+    ``<ins>`` tags unwrapped, stays exact: the dialogs page on a run of one dialog (embedded task 0)
+    whose second utterance holds them, its prompts shown at turn 2."""
     import html as html_lib
 
-    from synclib.figures.dialog_prompts import render_html, turn_prompts
+    import nbformat
+
+    from book_fixtures import crafted_cube, crafted_results, execute_notebook, html_outputs
+    from synclib.tasks.prompts import render_prompt
     from synclib.tasks.scenarios import load_tasks
 
     tasks = load_tasks("embedded")
     odd = "Hi \U0001F469\u200d\U0001F368\U0001F41D\ufffd"
-    tp = turn_prompts(tasks[0], 0, ["Hello there.", odd], 0, tasks)
-    page = render_html(tp)
+    root = crafted_results(tmp_path / "results", {"C-C": crafted_cube([["Hello there.", odd, "Fine."]],
+                                                                      tasks=[tasks[0]])})
+    out = tmp_path / "dialogs.ipynb"
+    proc = execute_notebook(ROOT / "notebooks" / "dialogs.md", out, {"results_dir": root})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    page = next(h for h in html_outputs(nbformat.read(out, 4)) if 'class="spv"' in h)  # what the models read
     for cp in ("U+1F469", "U+200D", "U+1F368", "U+1F41D", "U+FFFD"):
         assert f'data-cp="{cp}"' in page
     box = re.search(r'data-view="active".*?<div class="spv-text">(.*?)</div>', page, re.S).group(1)
     box = re.sub(r'<del class="spv-cut"[^>]*>.*?</del>', "", box, flags=re.S)
-    assert odd in html_lib.unescape(re.sub(r"</?ins[^>]*>", "", box))
+    prompt = html_lib.unescape(re.sub(r"</?ins[^>]*>", "", box))
+    assert odd in prompt and prompt == render_prompt(tasks[0], 0, ["Hello there.", odd], "active")
     # in a browser: the code points are drawn, the glyphs are not
     (tmp_path / "p.html").write_text(f'<!DOCTYPE html><meta charset="utf-8"><body>{page}</body>')
     browser = DevTools(tmp_path / "profile", proxy.port)
@@ -685,17 +596,18 @@ def test_a_chart_with_no_finite_value_is_a_sentence():
     import altair as alt
     import pandas as pd
 
-    from synclib.figures import charts
+    from synclib import notebook
 
     nan = pd.DataFrame({"pair": ["S-S", "G-G"], "sync": [float("nan")] * 2, "lo": [float("nan")] * 2})
     bars = alt.Chart(nan, title="SyncR²").mark_bar().encode(x="pair:N", y="sync:Q")
-    bundle = charts.offline_renderer(bars.to_dict())
-    assert "not drawn" in bundle["text/html"] and charts.VEGALITE_MIME not in bundle
+    bundle = notebook.offline_renderer(bars.to_dict())
+    assert "not drawn" in bundle["text/html"] and not any(k.startswith("application/vnd.vegalite") for k in bundle)
     some = nan.assign(sync=[0.2, float("nan")])
     layered = alt.layer(alt.Chart(some).mark_bar().encode(x="pair:N", y="sync:Q"),
                         alt.Chart(some).mark_rule().encode(x="pair:N", y="lo:Q"))
-    assert not charts.nothing_to_draw(layered.to_dict())
-    assert charts.VEGALITE_MIME in charts.offline_renderer(layered.to_dict(), png=False)
+    assert not notebook.nothing_to_draw(layered.to_dict())
+    drawn = notebook.offline_renderer(layered.to_dict(), png=False)
+    assert any(k.startswith("application/vnd.vegalite") for k in drawn)
 
 
 class ProseText(HTMLParser):
@@ -754,7 +666,7 @@ def test_no_raw_tex_on_any_page(which, request):
     """No raw ``$`` or TeX command reaches a page's prose (the method page's bootstrap formula, which
     defines every claim's p, once rendered as ``$ 2 \\min(1 + #{d_b ...``)."""
     html = request.getfixturevalue("book") if which == "tiny" else ROOT / "_build" / "html"
-    if not (html / "book" / "intro.html").is_file():
+    if not (html / f"{FIRST_PAGE}.html").is_file():
         pytest.skip("no book in _build/html: `make book` builds it")
     bad = {page: found for page in toc_pages() if (found := raw_tex((html / f"{page}.html").read_text()))}
     assert not bad, f"{which} book: raw TeX on pages: {bad}"

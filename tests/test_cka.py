@@ -1,5 +1,5 @@
 """Linear CKA (synclib.analysis.cka): against a reference implementation, its invariances,
-the analysis' ``cka`` variable, the results table and the sentence."""
+the analysis' ``cka`` variable, the results table and the controls page's chart and sentence."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,8 +7,7 @@ import pytest
 
 from synclib.analysis import analyze, build_dataset, cka_grid, linear_cka, shuffle_training_targets, sim_seed_rank
 from synclib.analysis.blocks import CKA_SHUFFLE_SEED
-from synclib.analysis.synthetic import Planted, Shapes, build_synthetic_results, make_synthetic_cube
-from synclib.figures import fig03_04_controls as controls
+from synthetic import Planted, Shapes, build_synthetic_results, make_synthetic_cube
 
 
 def hsic_cka(X, Y) -> float:
@@ -127,18 +126,20 @@ def test_cka_leaves_the_other_variables_unchanged(cube, result):
 
 
 # --------------------------------------------------------------------------- results and the sentence
-def test_cka_table_frame_and_sentence(tmp_path):
-    from synclib.analysis import results
-    from synclib.figures import charts
+def test_cka_table_frame_and_sentence(tmp_path, monkeypatch):
+    import xarray as xr
+
+    from pages import copy_results, run_page
+    from synclib.analysis import claims, results
 
     root = build_synthetic_results(tmp_path / "r", analyze_kwargs={"tom": False})
     res = results.load_results(root)
-    f = controls.cka_frame(res, res.example_run())
+    f = res.cka_frame(res.example_run())
     assert list(f.columns) == ["src_layer", "tgt_layer", "cka", "best"] and len(f)
     assert f["src_layer"].min() == 1 and f.groupby("src_layer")["best"].sum().eq(1).all()
     best = f[f["best"]].set_index("src_layer")["cka"]
     assert np.allclose(best, f.groupby("src_layer")["cka"].max().loc[best.index])
-    t = controls.cka_table(res)
+    t = res.cka_table()
     assert set(t["condition"]) == set(res.conditions()) and set(t["pair"]) == set(res.pair_names)
     assert t["mean"].between(0, 1).all() and (t["best"] >= t["mean"]).all()
     assert (t["n_min"] <= t["n_max"]).all()
@@ -147,16 +148,25 @@ def test_cka_table_frame_and_sentence(tmp_path):
     grids = [res.analysis(r)["cka"].sel(condition="genuine", direction=d).values
              for r in ("S-G", "G-S") for d in ("A->B", "B->A")]
     assert g["mean"] == pytest.approx(np.mean([np.nanmean(x) for x in grids]))
-    text = controls.sentence_cka(t, embedded=True)
-    assert "embedded tiny models' numbers, never the paper's" in text and "no CKA" in text
+    # the controls page: the example run's CKA heatmap and the sentence, from the same table
+    claims.write(res, results.load_published())
+    shown = run_page("fig03_04_controls", results_dir=str(root))
+    text = shown.text
+    assert "These are numbers from synthetic test data, never the paper's" in text
     assert "shuffled: CKA puts genuine" in text and "samples of each dataset" in text
-    assert "synthetic test data" in controls.sentence_cka(t, embedded=False, synthetic=True)
-    assert "lack `cka`" in controls.sentence_cka(t.iloc[:0], embedded=True)
-    spec = str(charts.heatmap_grid({"x": f}, value="cka", value_title="linear CKA").to_dict())
-    assert "linear CKA" in spec and "test R²" not in spec
-    # an analysis written before CKA: empty tables, a placeholder chart, a sentence that says so
-    old = results.load_results(root)
-    for n in old.run_names:
-        old._analysis[n] = old.analysis(n).drop_vars("cka")
-    assert controls.cka_frame(old, old.example_run()).empty and controls.cka_table(old).empty
-    assert "no data" in str(charts.heatmap_grid({"none": controls.cka_frame(old, old.example_run())}, value="cka").to_dict())
+    (spec,) = [c for c in shown.charts if "linear CKA per layer pair" in str(c.get("vconcat"))]
+    assert "linear CKA" in str(spec) and "test R²" not in str(spec)
+    monkeypatch.setattr(results.Results, "embedded", property(lambda self: True))
+    monkeypatch.setattr(results.Results, "synthetic", property(lambda self: False))
+    text = run_page("fig03_04_controls", results_dir=str(root)).text
+    assert "the embedded tiny models' numbers, never the paper's: the paper reports no CKA" in text
+    monkeypatch.undo()
+    # an analysis written before CKA: empty tables, no heatmap drawn, a sentence that says so
+    old = copy_results(root, tmp_path / "old")
+    for path in (old / "analysis").glob("*.nc"):
+        ds = xr.load_dataset(path).drop_vars("cka")
+        ds.to_netcdf(path)
+    before = results.load_results(old)
+    assert before.cka_frame(before.example_run()).empty and before.cka_table().empty
+    text = run_page("fig03_04_controls", results_dir=str(old)).text
+    assert "lack `cka`" in text and "linear CKA per layer pair (A->B)**: not drawn. No data in this run" in text

@@ -49,6 +49,11 @@ def test_every_key_has_a_valid_default():
     (GOOD, ["simulate=3"], ["'simulate' is a section"]),
     (GOOD + "simulate: 3\n", (), ["'simulate' must be a section"]),
     (GOOD, ["judge.mode=constrained", "judge.url=http://h:1/v1"], ["judge.mode = 'constrained' needs a local"]),
+    (GOOD, ["judge.timeout=0"], ["judge.timeout = 0", "a number > 0"]),
+    (GOOD, ["judge.max_retries=-1"], ["judge.max_retries = -1", "an integer >= 0"]),
+    (GOOD, ["judge.seed=1.5"], ["judge.seed = 1.5", "an integer >= 0"]),
+    (GOOD, ["judge.max_tokens=0"], ["judge.max_tokens = 0", "null or an integer >= 1"]),
+    (GOOD + "judge: {model: x, batch_size: many}\n", (), ["run.yaml", "judge.batch_size = 'many'", "an integer >= 1"]),
 ])
 def test_mistakes_are_named(tmp_path, text, overrides, needles):
     with pytest.raises(ConfigError) as err:
@@ -76,6 +81,10 @@ def test_defaults_filled_and_mode_follows_url(tmp_path):
 
 def test_steps_partition_the_keys():
     assert "judge.concurrency" not in keys_of_step("judge") and "judge.sample" in keys_of_step("judge")
+    # the judge's seed and answer length change its scores; its timeout, retries and batch only how it runs
+    assert {"judge.seed", "judge.max_tokens"} <= set(keys_of_step("judge"))
+    assert not {"judge.timeout", "judge.max_retries", "judge.batch_size"} & {k for s in config.STEPS
+                                                                           for k in keys_of_step(s)}
     assert "analysis.max_resident_gib" not in keys_of_step("analyze")
     table = invalidation_table()
     assert "| `simulate.temperature` | simulate |" in table and "`judge.concurrency` | nothing" in table

@@ -13,7 +13,7 @@ from synclib.analysis.contrasts import common_rows, contrast_fits
 from synclib.analysis.samples import build_dataset
 from synclib.analysis.scores import seed_aggregate
 from synclib.analysis.sizing import planned_samples
-from synclib.analysis.synthetic import Planted, Shapes, make_synthetic_cube
+from synthetic import Planted, Shapes, make_synthetic_cube
 
 QUIET = dict(progress=False, log=lambda m: None)
 
@@ -111,12 +111,12 @@ def results_dir(tmp_path_factory):
     return tiny_results(tmp_path_factory.getbasetemp())
 
 
-def test_the_contrast_table_and_sentence_are_the_analyses_numbers(results_dir):
+def test_the_contrast_table_and_sentence_are_the_analyses_numbers(results_dir, monkeypatch):
+    from pages import run_page
     from synclib.analysis import results
-    from synclib.figures import fig03_04_controls as controls
 
     res = results.load_results(results_dir)
-    table = controls.contrast_table(res)
+    table = res.contrast_table()
     assert set(table["control"]) == set(res.conditions()) - {"genuine"}
     for _, row in table.iterrows():
         runs = res.runs_of(row["pair"])
@@ -128,33 +128,42 @@ def test_the_contrast_table_and_sentence_are_the_analyses_numbers(results_dir):
         assert row["genuine_moved"] == pytest.approx(row["genuine"] - row["genuine_all"])
         n = [res.analysis(r.name)["n_train_contrast"].sel(contrast=row["control"]) for r in runs]
         assert row["n_train"] == pytest.approx(np.mean([v.sel(side="control").mean() for v in n]))
-    text = controls.sentence_contrasts(table, res.embedded, res.synthetic)
+    # the controls page words the contrasts from the same table
+    text = run_page("fig03_04_controls", results_dir=str(results_dir)).text
     lag2 = table[table["control"] == "lag2"]
     assert f"(gap {lag2['gap'].mean():.3f})" in text and f"gap {lag2['gap_all'].mean():.3f}" in text
-    assert "synthetic test data" in text
-    assert "no contrasts" in controls.sentence_contrasts(table.iloc[:0], False)
+    assert "These are numbers from synthetic test data; the paper fixes 6,500" in text
+    monkeypatch.setattr(results.Results, "contrast_table", lambda self: table.iloc[:0])
+    assert "This run's analyses have no contrasts" in run_page("fig03_04_controls", results_dir=str(results_dir)).text
 
 
-def test_the_passive_share_is_the_pairs_mean_ratio(results_dir):
-    from synclib.figures import report
+def test_the_passive_share_is_the_pairs_mean_ratio(results_dir, monkeypatch):
+    """The first page and the controls page quote the share of genuine SyncR² the passive reader keeps: the
+    mean over pairs (genuine above 0) of each pair's ratio; a run without the passive reader says so."""
+    from pages import run_page
     from synclib.analysis import results
 
     res = results.load_results(results_dir)
     g, p = res.sync_table(), res.sync_table("passive")
     m = g.merge(p, on="pair", suffixes=("_g", "_p"))
+    m = m[np.isfinite(m["mean_g"]) & np.isfinite(m["mean_p"]) & (m["mean_g"] > 0)]
     want = 100 * (m["mean_p"] / m["mean_g"]).mean()
-    text = report.passive_share(g, p)
-    assert text.startswith(f"the passive reader, who reads the same dialog without taking part in it, keeps {want:.0f} %")
-    assert report.passive_share(g, None) == ""
+    sentence = f"The passive reader, who reads the same dialog without taking part in it, keeps {want:.0f} %"
+    for stem in ("intro", "fig03_04_controls"):
+        assert sentence in run_page(stem, results_dir=str(results_dir)).text, stem
+    conditions = results.Results.conditions
+    monkeypatch.setattr(results.Results, "conditions", lambda self: [c for c in conditions(self) if c != "passive"])
+    text = run_page("intro", results_dir=str(results_dir)).text
+    assert "keeps" not in text and "This run has no passive reader" in text
 
 
 def test_the_method_page_says_where_the_penalties_fell(tmp_path):
-    """alpha='cv' stores each fit's penalty over its layer's scale on the grid it searched; the
-    method page counts the fits at the grid's ends, per run (a fixed penalty says so)."""
-    from synclib.analysis import results
-    from synclib.figures import run_summary
+    """alpha='cv' stores each fit's penalty over its layer's scale on the grid it searched; figure 8's
+    page counts the fits at the grid's ends, per run (a fixed penalty says so)."""
+    from pages import run_page
+    from synclib.analysis import claims, results
     from synclib.analysis.ridge import DEFAULT_CV_ALPHAS
-    from synclib.analysis.synthetic import SYNTHETIC_PAIRS, build_synthetic_results
+    from synthetic import SYNTHETIC_PAIRS, build_synthetic_results
 
     root = build_synthetic_results(tmp_path / "cv", pairs=SYNTHETIC_PAIRS[:1], n_episodes=16,
                                    analyze_kwargs=dict(alpha="cv", persona_disjoint=False, relationship=False,
@@ -165,16 +174,20 @@ def test_the_method_page_says_where_the_penalties_fell(tmp_path):
     assert np.allclose(grid, DEFAULT_CV_ALPHAS) and "layer_scale" in ds.attrs["cv_alphas_rule"]
     rel = ds["alpha_relative"].values
     assert np.isfinite(rel).any() and all(np.isclose(grid, v).any() for v in rel[np.isfinite(rel)])
-    t = run_summary.penalty_table(res)
+    t = res.penalty_table()
     g = t[t["condition"] == "genuine"].iloc[0]
     v = ds["alpha_relative"].sel(condition="genuine").values
     v = v[np.isfinite(v)]
     assert g["fits"] == v.size and g["at_top"] == pytest.approx(np.isclose(v, grid.max()).mean())
-    page = run_summary.penalty_markdown(res)
+    claims.write(res, results.load_published())
+    page = run_page("fig08_clipping", results_dir=str(root)).text
     assert "| S-S | genuine |" in page and "times each source layer's scale" in page
-    fixed = results.load_results(build_synthetic_results(tmp_path / "fixed", pairs=SYNTHETIC_PAIRS[:1], n_episodes=8,
-                                                         analyze_kwargs=dict(persona_disjoint=False, tom=False)))
-    assert run_summary.penalty_table(fixed).empty and "λ = 0.1 for every map" in run_summary.penalty_markdown(fixed)
+    fixed_root = build_synthetic_results(tmp_path / "fixed", pairs=SYNTHETIC_PAIRS[:1], n_episodes=8,
+                                         analyze_kwargs=dict(persona_disjoint=False, tom=False))
+    fixed = results.load_results(fixed_root)
+    claims.write(fixed, results.load_published())
+    assert fixed.penalty_table().empty
+    assert "λ = 0.1 for every map" in run_page("fig08_clipping", results_dir=str(fixed_root)).text
 
 
 def test_a_layer_a_thousand_times_larger_chooses_the_same_relative_penalty():

@@ -1,7 +1,7 @@
 """Every run size renders: each notebook executes on runs at the edges of what the config accepts,
 and where a quantity cannot be computed its page says so in a sentence (no "nan" in the text).
 
-The runs are synthetic results directories (:func:`synclib.analysis.synthetic.build_synthetic_results`:
+The runs are synthetic results directories (``synthetic.build_synthetic_results``:
 cubes in the schema of a simulation, analysed by :func:`synclib.analysis.analyze`, the code path
 of a real run), each with one ordered run and one simulation seed:
 
@@ -11,20 +11,25 @@ of a real run), each with one ordered run and one simulation seed:
 * one episode (no other dialog: no pseudo-dyads);
 * dialogs that all end at utterance 2 (one reply each; no lag has a sample);
 * every optional block off (no lags, relationships, persona split, MLPs, sample sizes, ToM).
+
+Each run's claims are judged (``claims.write``, the main job's claims step) before its notebooks run: every
+notebook that reads a run, the first page (``notebooks/intro.md``) and the embedded models' page among them
+(the pages that read none, how to reproduce and the benchmarks, do not change with the run).
 """
 from __future__ import annotations
 
+import json
 import re
 from concurrent.futures import ThreadPoolExecutor
 
 import nbformat
+import numpy as np
 import pytest
 
-from book_fixtures import NOTEBOOKS, execute_notebook
-from synclib.analysis import results
-from synclib.analysis.synthetic import SYNTHETIC_PAIRS, Planted, build_synthetic_results
-from synclib.figures import run_summary
-from synclib.figures import fig01_framework
+from book_fixtures import (NOTEBOOKS, ROOT, execute_notebook, html_outputs, missing_glue, page_text, results_params,
+                           vegalite_specs)
+from synclib.analysis import claims, results
+from synthetic import SYNTHETIC_PAIRS, Planted, build_synthetic_results
 
 ONE_RUN = SYNTHETIC_PAIRS[:1]
 NO_BLOCKS = dict(lags=(), persona_disjoint=False, relationship=False, nonlinear=False, sample_sizes=None, tom=False)
@@ -39,20 +44,17 @@ NOT_A_NUMBER = re.compile(r"(?<![\w.])(nan|NaN|inf|None)(?![\w])")
 
 
 def _build(root, spec: dict):
-    return build_synthetic_results(root, pairs=ONE_RUN, n_seeds=1, **spec)
+    """The run's results directory, its claims judged as the main job's claims step does."""
+    root = build_synthetic_results(root, pairs=ONE_RUN, n_seeds=1, **spec)
+    claims.write(results.load_results(root), results.load_published())
+    return root
 
 
 def _texts(nb) -> tuple[list[str], list[str]]:
-    """A notebook's Markdown outputs and its HTML tables (not its charts)."""
-    md, tables = [], []
-    for cell in nb.cells:
-        for o in cell.get("outputs", []):
-            data = o.get("data", {})
-            if "text/markdown" in data:
-                md.append(data["text/markdown"])
-            elif "text/html" in data and "<table" in data["text/html"] and "vega" not in data["text/html"].lower():
-                tables.append(data["text/html"])
-    return md, tables
+    """A notebook's words as a reader sees them (its Markdown with the glued values, and the Markdown its cells
+    wrote) and its HTML tables (not its charts)."""
+    tables = [h for h in html_outputs(nb) if "<table" in h and "vega" not in h.lower()]
+    return [page_text(nb)], tables
 
 
 @pytest.mark.slow
@@ -64,12 +66,14 @@ def test_every_notebook_renders_a_degenerate_run(name, tmp_path):
     out.mkdir()
 
     def run(nb):
-        return nb.stem, execute_notebook(nb, out / f"{nb.stem}.ipynb", {"results_dir": root})
+        return nb.stem, execute_notebook(nb, out / f"{nb.stem}.ipynb", results_params(nb, root))
 
     with ThreadPoolExecutor(max_workers=2) as pool:
-        procs = dict(pool.map(run, NOTEBOOKS))
+        procs = dict(pool.map(run, [nb for nb in NOTEBOOKS if results_params(nb, root)]))  # those that read a run
     failed = {stem: (p.stderr.strip().splitlines() or ["?"])[-1] for stem, p in procs.items() if p.returncode}
     assert not failed, f"{name}: {failed}"
+    gaps = {stem: g for stem in procs if (g := missing_glue(nbformat.read(out / f"{stem}.ipynb", as_version=4)))}
+    assert not gaps, f"{name}: sentences with values never glued: {gaps}"
     for stem in procs:
         md, tables = _texts(nbformat.read(out / f"{stem}.ipynb", as_version=4))
         for text in md:
@@ -77,20 +81,29 @@ def test_every_notebook_renders_a_degenerate_run(name, tmp_path):
             assert m is None, f"{name}, {stem}: {text[max(0, m.start() - 200):m.end() + 40]!r}"
         for html in tables:
             assert not re.search(r">\s*(nan|NaN|None)\s*<", html), f"{name}, {stem}: a table shows NaN"
-    res = results.load_results(root)
-    for page in (run_summary.run_summary_markdown(res), run_summary.embedded_run_markdown(res)):
-        m = NOT_A_NUMBER.search(page)
-        assert m is None, f"{name}, first page: {page[max(0, m.start() - 200):m.end() + 40]!r}"
+    # the first page and the embedded models' page (their run summaries were written from Python) are among them
+    assert {"intro", "embedded_models"} <= set(procs)
 
 
+@pytest.mark.slow
 def test_figure1_says_why_no_map_was_drawn(tmp_path):
-    """With every grid NaN, figure 1 keeps the dialog and its states, draws no scatter, and its
+    """With every grid NaN, figure 1's page keeps the dialog and its states, draws no scatter, and its
     sentence gives the reason the analysis recorded (the split left no training sample)."""
-    res = results.load_results(_build(tmp_path / "r", RUNS["no map fitted"]))
-    fig = fig01_framework.figure1(res)
-    assert not fig.info["fitted"] and fig.scatter.empty
-    assert len(fig.turns) and len(fig.states)
-    assert "holds 8 samples" in fig.info["reason"] and "leaves none of the 8 available for training" in fig.info["reason"]
-    text = fig01_framework.sentence(fig, results.load_published(), res.embedded)
-    assert text.startswith("No map is drawn: the genuine A→B dataset holds 8 samples")
-    assert fig.scatter_title == "No A→B map was fitted in this run"
+    root = _build(tmp_path / "r", RUNS["no map fitted"])
+    res = results.load_results(root)
+    assert not np.isfinite(res.analysis(res.example_run())["r2_mean"].sel(condition="genuine", direction="A->B")).any()
+    out = tmp_path / "fig01.ipynb"
+    nb = ROOT / "notebooks" / "fig01_framework.md"
+    proc = execute_notebook(nb, out, results_params(nb, root))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    executed = nbformat.read(out, as_version=4)
+    # (1) the dialog's turns, as a table; (2) the states, drawn; (3) no map, so no scatter
+    assert any("<table" in h and "utterance" in h for h in html_outputs(executed))
+    titles = [json.dumps(s.get("title"), ensure_ascii=False) for s in vegalite_specs(executed)]
+    assert len(titles) == 1 and "Each layer's state over the dialog" in titles[0], titles
+    text = page_text(executed)
+    # the reason, from the analysis' note on its split
+    m = re.search(r"No map is drawn: the genuine A→B dataset holds 8 samples, and no split seed could fit a map "
+                  r"\((.*?)\)\. A run with more samples", text, re.S)
+    assert m, text[-2000:]
+    assert "leaves none of the 8 available for training" in m.group(1)

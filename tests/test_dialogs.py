@@ -1,10 +1,13 @@
-"""The dialogs page (synclib.figures.dialogs): what is collected from the cubes and judge tables,
-and the offline HTML widget that shows it.
+"""The dialogs page: what is collected from the cubes and judge tables (synclib.analysis.dialogs), and
+the page that shows it (notebooks/dialogs.md: the offline HTML widget, its sentences and the prompts of
+one turn), executed with papermill as the main job does.
 
 Data: a synthetic results directory (two ordered runs, minimal analysis), a real cube
 simulated by two tiny random Llamas on embedded tasks (gibberish texts, so escaping is
 exercised) wrapped in a results directory with a crafted judge table, and cubes crafted in
-memory for the end-of-dialog rules and the ToM read-out.
+memory, in results directories of their own (tests/book_fixtures.py: ``crafted_results``), for the
+end-of-dialog rules, the ToM read-out and the prompts of one turn.  The dialogs page reads the cubes and
+judge tables only (no analysis, no claims).
 """
 from __future__ import annotations
 
@@ -15,17 +18,40 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import nbformat
 import numpy as np
 import pandas as pd
 import pytest
 
-from synclib.analysis.synthetic import SYNTHETIC_PAIRS, Planted, Shapes, build_synthetic_results, make_synthetic_cube
-from synclib.figures import dialogs
+from book_fixtures import ROOT, crafted_cube, crafted_results, execute_notebook, html_outputs, page_text
+from synthetic import SYNTHETIC_PAIRS, build_synthetic_results
+from synclib.analysis import dialogs
 from synclib.judge import DIMENSIONS, TABLE_COLUMNS, save_table
 from synclib.tasks.prompts import is_leave, render_text
 from synclib.tasks.scenarios import load_tasks
 
 CHROMIUM = "/usr/bin/chromium"
+PAGE = ROOT / "notebooks" / "dialogs.md"
+
+
+class Page:
+    """The dialogs page executed on a results directory: ``text`` (its words as a reader sees them),
+    ``widget`` (the dialogs' HTML) and ``prompts`` (what the models read, HTML)."""
+
+    def __init__(self, root: Path, out: Path, **params):
+        proc = execute_notebook(PAGE, out, {"results_dir": root, **params})
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        nb = nbformat.read(out, 4)
+        outs = html_outputs(nb)
+        self.text = page_text(nb)
+        self.widget = next(h for h in outs if 'class="sdlg"' in h)
+        self.prompts = next(h for h in outs if 'class="spv"' in h)
+
+
+def _plain(page: str) -> str:
+    """``page`` with the code-point marks of characters a font may not draw unwrapped (``visible_html``)."""
+    return re.sub(r'<(span|ins) class="[^"]*synclib-cp" data-cp="[^"]*" title="[^"]*">(.*?)</\1>', r"\2", page,
+                  flags=re.S)
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -40,9 +66,18 @@ def synthetic_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def synthetic_html(synthetic_dir):
+def synthetic_html(synthetic_dir, tmp_path_factory):
+    """Every dialog of the synthetic results (``max_dialogs_per_run = None``), as collected and as the page shows
+    them."""
     found = dialogs.collect_dialogs(synthetic_dir, max_dialogs_per_run=None)
-    return found, dialogs.render_html(found)
+    return found, Page(synthetic_dir, tmp_path_factory.mktemp("dlg-page") / "all.ipynb", max_dialogs_per_run=None)
+
+
+@pytest.fixture(scope="module")
+def synthetic_capped(synthetic_dir, tmp_path_factory):
+    """At most 3 dialogs per run, as collected and as the page shows them."""
+    found = dialogs.collect_dialogs(synthetic_dir, max_dialogs_per_run=3)
+    return found, Page(synthetic_dir, tmp_path_factory.mktemp("dlg-page") / "capped.ipynb", max_dialogs_per_run=3)
 
 
 REASONING = 'Agent 1 <b>kept</b> the "deal" & said: it\'s fine'
@@ -78,6 +113,12 @@ def tiny_run(tiny_model_dir, tmp_path_factory):
     return root, cube, tasks
 
 
+@pytest.fixture(scope="module")
+def tiny_page(tiny_run, tmp_path_factory):
+    """The page on the tiny model's run, every dialog shown."""
+    return Page(tiny_run[0], tmp_path_factory.mktemp("dlg-tiny-page") / "page.ipynb", max_dialogs_per_run=None)
+
+
 def _stored_utterances(cube, suffix=""):
     """Every stored utterance of a cube: ``(episode, seed, t, text)``."""
     out = []
@@ -91,71 +132,74 @@ def _stored_utterances(cube, suffix=""):
     return out
 
 
-def _crafted_cube(texts, max_utterances=6, tom=False):
-    """A synthetic cube with one episode per entry of ``texts`` (one seed), its stored
-    utterances replaced by ``texts[e]``."""
-    E, R = len(texts), max_utterances // 2
-    cube = make_synthetic_cube(n_episodes=E, n_seeds=1, n_rounds=R,
-                               shapes=Shapes(layers_a=2, dim_a=4, layers_b=2, dim_b=4), passive=False, tom=tom,
-                               planted=Planted(min_utterances=1))
-    ta = np.full((E, 1, R), "", dtype=object)
-    tb = np.full((E, 1, R), "", dtype=object)
-    for e, utts in enumerate(texts):
-        for t, u in enumerate(utts):
-            (ta if t % 2 == 0 else tb)[e, 0, t // 2] = u
-    cube["text_a"] = (("episode", "sim_seed", "round"), ta)
-    cube["text_b"] = (("episode", "sim_seed", "round"), tb)
-    cube["n_utterances"] = (("episode", "sim_seed"), np.array([[len(u)] for u in texts], dtype=np.int32))
-    return cube
-
-
 # --------------------------------------------------------------------------- the rules
-def test_end_reason_leave_limit_other():
-    long_reply = "Leave it to me, I will explain the whole plan to you right now"
-    assert not is_leave(long_reply)  # LEAVE only counts within the line's last 10 characters
-    cube = _crafted_cube([
-        ["Hello there.", "I have to go now, I left."],           # LEAVE at utterance 1
-        ["a", "b", "c", "d", "e", "f"],                         # the limit (6)
-        ['<i>"Hi" & bye</i>', long_reply, "Fine."],             # neither
-        ["x", "y", "z", "w", "v", "Bye, I will leave"],         # LEAVE at the limit: LEAVE
-    ])
-    found, notes = dialogs.dialogs_from_cube(cube, run="X-Y")
-    assert [d.genuine.end for d in found] == ["leave", "limit", "other", "leave"]
-    assert "utterance 1" in found[0].genuine.end_detail
-    assert "also the last allowed" in found[3].genuine.end_detail
-    assert [d.genuine.n_utterances for d in found] == [2, 6, 3, 6]
-    assert found[0].genuine.turns[1].speaker == str(cube["agent2_name"].values[0])
-    html_text = dialogs.render_html(dialogs.DialogSet(dialogs=found, runs=[], counts={}))
-    ends = re.findall(r'<p class="sdlg-end" data-end="(\w+)">', html_text)
-    assert ends == ["leave", "limit", "other", "leave"]
-    assert html.escape('<i>"Hi" & bye</i>') in html_text and "<i>" not in html_text
-    # with the task, the rule is is_leave(utterance, task, turn) on the complete dialog line
-    task = load_tasks("embedded")[0]
-    assert dialogs.end_reason(["Hi", "ok, I leave"], 16, task=task)[0] == "leave"
-    assert dialogs.end_reason(["Hi", "ok"], 2, task=task)[0] == "limit"
-    assert dialogs.end_reason([], 16)[0] == "other"
+ENDS = [
+    ["Hello there.", "I have to go now, I left."],           # LEAVE at utterance 1
+    ["a", "b", "c", "d", "e", "f"],                         # the limit (6)
+    ['<i>"Hi" & bye</i>', "Leave it to me, I will explain the whole plan to you right now", "Fine."],  # neither
+    ["x", "y", "z", "w", "v", "Bye, I will leave"],         # LEAVE at the limit: LEAVE
+]
+TOM = [["Joy. Assertive. Hello.", "Fear. Directive. Go away, I left."]]
 
 
-def test_tom_readout_is_the_argmax_of_the_stored_distributions():
-    cube = _crafted_cube([["Joy. Assertive. Hello.", "Fear. Directive. Go away, I left."]], tom=True)
+def _tom_cube():
+    """One dialog with its ToM dialog: agent 1's first emotion distribution peaked on Trust, agent 2's first
+    action read-out missing (no '.' in time), agent 1's first reply in the format."""
+    cube = crafted_cube(TOM, tom=True, tom_texts=TOM)
     emo = cube["emotion_a"].values.copy()
     emo[0, 0, 0] = [0.05, 0.7, 0.05, 0.05, 0.05, 0.04, 0.03, 0.03]
     cube["emotion_a"] = (cube["emotion_a"].dims, emo)
     act = cube["action_b"].values.copy()
     act[0, 0, 0] = np.nan  # no '.' generated in time: no action read-out
     cube["action_b"] = (cube["action_b"].dims, act)
-    cube["text_a_tom"] = cube["text_a"]
-    cube["text_b_tom"] = cube["text_b"]
-    cube["n_utterances_tom"] = cube["n_utterances"]
     cube["tom_format_a"] = (("episode", "sim_seed", "round"), np.array([[[1, -1, -1]]], dtype=np.int32))
-    (d,), _ = dialogs.dialogs_from_cube(cube, run="X-Y")
+    return cube.drop_vars([v for v in ("tom_format_b",) if v in cube])
+
+
+@pytest.fixture(scope="module")
+def crafted_page(tmp_path_factory):
+    """The page on a run of the four end-of-dialog cases (X-Y) and one of the ToM read-out (T-M), without
+    a scenario set (names from the cubes, no goals)."""
+    root = crafted_results(tmp_path_factory.mktemp("dlg-crafted") / "results",
+                           {"X-Y": crafted_cube(ENDS), "T-M": _tom_cube()}, scenarios=None)
+    return root, Page(root, root.parent / "page.ipynb")
+
+
+# --------------------------------------------------------------------------- the rules
+def test_end_reason_leave_limit_other(crafted_page):
+    long_reply = ENDS[2][1]
+    assert not is_leave(long_reply)  # LEAVE only counts within the line's last 10 characters
+    cube = crafted_cube(ENDS)
+    found = dialogs.dialogs_from_cube(cube, run="X-Y")
+    assert [d.genuine.end for d in found] == ["leave", "limit", "other", "leave"]
+    assert [d.genuine.n_utterances for d in found] == [2, 6, 3, 6]
+    assert found[0].genuine.turns[1].speaker == str(cube["agent2_name"].values[0])
+    # the page: each dialog's end, where and why, the utterances escaped
+    _, page = crafted_page
+    ends = re.findall(r'<details class="sdlg-dialog" data-run="X-Y"[^>]*>.*?<p class="sdlg-end" data-end="(\w+)">'
+                      r"<b>How it ended.</b> ([^<]*)</p>", page.widget, re.S)
+    assert [e for e, _ in ends] == ["leave", "limit", "other", "leave"]
+    assert "utterance 1 has" in ends[0][1] and "also the last allowed utterance (6)" in html.unescape(ends[3][1])
+    assert "At the utterance limit: 6 of 6 utterances" in ends[1][1] and "do not explain the end" in ends[2][1]
+    assert html.escape('<i>"Hi" & bye</i>') in page.widget and "<i>" not in page.widget
+    assert "The results manifest names no scenario set" in html.unescape(page.widget)
+    # with the task, the rule is is_leave(utterance, task, turn) on the complete dialog line
+    task = load_tasks("embedded")[0]
+    assert dialogs.end_reason(["Hi", "ok, I leave"], 16, task=task) == "leave"
+    assert dialogs.end_reason(["Hi", "ok"], 2, task=task) == "limit"
+    assert dialogs.end_reason([], 16) == "other"
+
+
+def test_tom_readout_is_the_argmax_of_the_stored_distributions(crafted_page):
+    (d,) = dialogs.dialogs_from_cube(_tom_cube(), run="X-Y")
     first, second = d.tom.turns
     assert (first.emotion, round(first.emotion_p, 2), first.tom_format) == ("Trust", 0.7, 1)
     assert second.action is None and second.emotion is not None and second.tom_format is None
     assert d.tom.end == "leave"
-    page = dialogs.render_html(dialogs.DialogSet(dialogs=[d], runs=[], counts={}))
+    page = crafted_page[1].widget
     assert "emotion Trust 0.70" in page
     assert "action – · format ✓" not in page and "emotion Trust 0.70 · action " in page
+    assert f"emotion {second.emotion} {second.emotion_p:.2f} · action –</div>" in page
     assert html.escape("Joy. Assertive. Hello.") in page
 
 
@@ -163,7 +207,8 @@ def test_tom_readout_is_the_argmax_of_the_stored_distributions():
 def test_synthetic_every_utterance_verbatim_and_runs_listed(synthetic_dir, synthetic_html):
     from synclib.analysis.results import load_results
 
-    found, page = synthetic_html
+    found, shown = synthetic_html
+    page = _plain(shown.widget)
     res = load_results(synthetic_dir)
     for r in res.runs:
         assert f'<option value="run:{html.escape(r.name)}">' in page
@@ -183,7 +228,8 @@ def test_synthetic_every_utterance_verbatim_and_runs_listed(synthetic_dir, synth
 def test_synthetic_judge_reasoning_scores_and_no_network(synthetic_dir, synthetic_html):
     from synclib.analysis.results import load_results
 
-    found, page = synthetic_html
+    found, shown = synthetic_html
+    page = shown.widget
     assert "synthetic test data" in page  # the judge's reasoning column
     res = load_results(synthetic_dir)
     table = res.judge(res.run_names[0])
@@ -200,29 +246,36 @@ def test_synthetic_judge_reasoning_scores_and_no_network(synthetic_dir, syntheti
     assert widths and all(w.endswith("%") or w == "0" for w in widths), widths  # no fixed widths
 
 
-def test_cap_states_what_was_left_out(synthetic_dir):
-    found = dialogs.collect_dialogs(synthetic_dir, max_dialogs_per_run=3)
-    page = dialogs.render_html(found)
+def test_cap_states_what_was_left_out(synthetic_dir, synthetic_capped):
+    found, shown = synthetic_capped
+    page = shown.widget
     assert len(found.dialogs) == 3 * len(found.runs)
     assert page.count('<details class="sdlg-dialog"') == len(found.dialogs)
     assert all(r.shown == 3 and len(r.left_out) == r.total - 3 for r in found.runs)
     assert "at most 3 dialogs per run" in page
-    sentence = dialogs.summary_sentence(found)
+    for r in found.runs:  # the left-out dialogs, named by episode and seed
+        seeds = sorted({s for _, s in r.left_out})
+        assert f"{r.name}: episodes " in page and all(f"of seed {s}" in page for s in seeds)
+    sentence = shown.text
     assert f"hold {found.counts['dialogs']} dialogs" in sentence and "left out" in sentence
     assert f"{found.counts['leave']} ended with LEAVE" in sentence
     assert dialogs.collect_dialogs(synthetic_dir, max_dialogs_per_run="None").max_dialogs_per_run is None
     assert dialogs.collect_dialogs(synthetic_dir, max_dialogs_per_run="2").max_dialogs_per_run == 2
     with pytest.raises(ValueError):
         dialogs.collect_dialogs(synthetic_dir, max_dialogs_per_run=-1)
-    assert "not dialogs" in dialogs.source_note(synthetic_dir)
+    assert "These are not dialogs" in sentence  # whose dialogs these are: synthetic test data
 
 
 # --------------------------------------------------------------------------- a real cube
-def test_real_cube_texts_goals_judge_and_tom(tiny_run):
+def test_real_cube_texts_goals_judge_and_tom(tiny_run, tiny_page):
     root, cube, tasks = tiny_run
     found = dialogs.collect_dialogs(root, max_dialogs_per_run=None)
-    page = dialogs.render_html(found)
-    assert len(found.dialogs) == 2 and not found.notes
+    page = _plain(tiny_page.widget)
+    assert len(found.dialogs) == 2 and found.tasks is not None and not found.tasks_missing
+    (run,) = found.runs  # nothing the page must say it lacks
+    assert run.has_cube and run.has_judge_table and run.max_utterances == 4
+    assert not run.mismatched_tasks and not run.missing_tasks
+    assert '<p class="sdlg-note">Run T-T:' not in page
     for suffix in ("", "_tom"):
         stored = _stored_utterances(cube, suffix)
         assert stored
@@ -252,9 +305,9 @@ def test_real_cube_texts_goals_judge_and_tom(tiny_run):
 
 
 @pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="no headless chromium at /usr/bin/chromium")
-def test_widget_script_runs_in_chromium(synthetic_dir, tmp_path):
-    found = dialogs.collect_dialogs(synthetic_dir, max_dialogs_per_run=4)
-    widget = dialogs.render_html(found)
+def test_widget_script_runs_in_chromium(synthetic_capped, tmp_path):
+    found, shown = synthetic_capped
+    widget = shown.widget
     n = len(found.dialogs)
     harness = """<script>
 (function(){
@@ -313,8 +366,11 @@ def _boxes(page: str) -> dict:
     return dict(re.findall(r'<details class="spv-view" data-view="(\w+)"(.*?)</details>', page, re.S))
 
 
-def test_dialog_prompts_show_each_prompt_exactly_masked_parts_marked_and_escaped():
-    from synclib.figures import dialog_prompts
+def test_dialog_prompts_show_each_prompt_exactly_masked_parts_marked_and_escaped(tmp_path):
+    """The prompts of one turn: each box is the prompt exactly (the marks dropped), the other agent's secret
+    and goal marked where the masking hid them, and the dialog's text escaped.  The run: one dialog of
+    embedded task 5 with simulation seed 3, its passive reader the drawn one, and a ToM dialog; shown at
+    turn 2."""
     from synclib.tasks.prompts import passive_persona, render_prompt
 
     tasks = load_tasks("embedded")
@@ -322,17 +378,23 @@ def test_dialog_prompts_show_each_prompt_exactly_masked_parts_marked_and_escaped
     other = task.agents[1]
     history = ['Hi </div><script>alert("x")</script> & "you"', " <del>I'm fine</del> & <ins>you?</ins>"]
     tom = ["Joy. Assertive. <b>Hello</b>", "Fear. Directive. </details> ok"]
-    tp = dialog_prompts.turn_prompts(task, 0, history, 3, tasks, tom_history=tom)
+    tp = dialogs.turn_prompts(task, 0, history, 3, tasks, tom_history=tom)
     reader = passive_persona(tasks, task.index, 3)
-    assert tp.reader == reader and tp.turn == 2 and not tp.notes
+    assert tp.reader == reader == tp.drawn and tp.turn == 2 and tp.dialog is None
     expected = {"active": render_prompt(task, 0, history, "active"),
                 "passive": render_prompt(task, 0, history, "passive", reader),
                 "tom": render_prompt(task, 0, tom, "tom")}
-    page = dialog_prompts.render_html(tp)
+    for view, text in expected.items():
+        assert tp.view(view).text == text
+    # the page on a run of that dialog (a third utterance, so that turn 2 is the latest of its turns)
+    cube = crafted_cube([history + ["Fine."]], tom=True, tom_texts=[tom + ["Calm. Assertive. Fine."]],
+                        tasks=[task], sim_seed=3, readers=[reader.pk])
+    shown = Page(crafted_results(tmp_path / "results", {"C-C": cube}), tmp_path / "page.ipynb")
+    page = shown.prompts
+    assert f"episode 0 ({task.codename}), seed 3, turn 2" in shown.text
     boxes = _boxes(page)
     assert set(boxes) == {"active", "passive", "tom"}
     for view, text in expected.items():
-        assert tp.view(view).text == text
         assert _prompt_of(boxes[view]) == text
         # the marks: the other agent's goal stands as Unknown, its secret is cut, both shown only in <del>
         cuts = " ".join(re.findall(r'<del class="spv-cut"[^>]*>(.*?)</del>', boxes[view], re.S))
@@ -343,32 +405,35 @@ def test_dialog_prompts_show_each_prompt_exactly_masked_parts_marked_and_escaped
     assert "Imagine you are " + reader.name in expected["passive"]
     assert "<script" not in page and "http" not in page and "<b>Hello" not in page and "<del>I" not in page
     assert "&lt;script&gt;" in page and "&lt;b&gt;Hello" in page and "Legend" in page
+    # the recorded reader is the drawn one, and the dialog was re-read: nothing to warn about
+    assert "is not the one drawn" not in page and "was not re-read" not in page
+    assert f"passive reader: {html.escape(reader.name)} ({reader.pk})" in page
 
 
-def test_dialog_prompts_of_a_real_dialog(tiny_run, synthetic_dir):
-    from synclib.figures import dialog_prompts
+def test_dialog_prompts_of_a_real_dialog(tiny_run, tiny_page, synthetic_html):
     from synclib.tasks.prompts import passive_persona, render_prompt
 
     root, cube, tasks = tiny_run
     # from the fixture's open cube: opening its file again in this process can crash netCDF4
-    found = dialogs.DialogSet(dialogs=dialogs.dialogs_from_cube(cube, run="T-T", tasks=tasks)[0], runs=[],
-                              counts={})
-    tp = dialog_prompts.dialog_turn_prompts(found, tasks)
-    d = next(d for d in found.dialogs if f"episode {d.episode}" in tp.source and f"seed {d.sim_seed}" in tp.source)
+    found = dialogs.DialogSet(dialogs=dialogs.dialogs_from_cube(cube, run="T-T", tasks=tasks), runs=[], counts={})
+    tp = dialogs.dialog_turn_prompts(found, tasks)
+    d = tp.dialog
+    assert d in found.dialogs
     task = tasks[d.task_index]
     t = tp.turn
     assert 0 <= t < d.genuine.n_utterances and t < d.tom.n_utterances and tp.agent == t % 2
     assert d.passive_reader_id and tp.reader.pk == d.passive_reader_id
-    assert tp.reader == passive_persona(tasks, d.task_index, d.sim_seed)  # as the run drew it
+    assert tp.reader == passive_persona(tasks, d.task_index, d.sim_seed) == tp.drawn  # as the run drew it
     genuine = [x.text for x in d.genuine.turns[:t]]
     assert tp.view("active").text == render_prompt(task, t % 2, genuine, "active")
     assert tp.view("passive").text == render_prompt(task, t % 2, genuine, "passive", tp.reader)
     assert tp.view("tom").text == render_prompt(task, t % 2, [x.text for x in d.tom.turns[:t]], "tom")
-    text, page = dialogs.prompts_section(root, found)
-    assert f"turn {t}" in text and tp.reader.name in text
+    # the page shows the same turn of the same dialog
+    text, page = tiny_page.text, tiny_page.prompts
+    assert f"episode {d.episode}" in text and f"seed {d.sim_seed}, turn {t}" in text and tp.reader.name in text
     boxes = _boxes(page)
     assert _prompt_of(boxes["passive"]) == tp.view("passive").text
     # synthetic data has no task texts: an illustration, labelled as such
-    text, page = dialogs.prompts_section(synthetic_dir)
-    assert "illustration" in text and "Synthetic test data" in text and set(_boxes(page)) == {"active", "passive",
-                                                                                             "tom"}
+    shown = synthetic_html[1]
+    assert "illustration" in shown.text and "Synthetic test data" in shown.text
+    assert set(_boxes(shown.prompts)) == {"active", "passive", "tom"}

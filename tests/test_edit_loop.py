@@ -8,6 +8,13 @@ a mistake in a notebook stops the run with two lines (the notebook, the cell, it
 the executed copy and the traceback are) and the same command resumes once it is fixed; a
 checkout moved to another folder keeps every stamp (none records an absolute path); and a
 successful run prints no kernel or transport warnings.
+
+A notebook's fingerprint covers what it imports (issue 73): the package files its imports reach,
+directly or not (``pipeline.synclib_closure`` of ``notebook.synclib_imports``), so an edit under
+``synclib/`` re-runs the pages that use the edited module and no other; the claims job re-runs where
+the claims' code changed, and with it every page; ``synclib run --pages NAME`` (``make page``)
+re-runs the named notebook and the book only.  The fast tests below read the job graph's
+fingerprints; the long ones edit a copied repository and run the main job.
 """
 from __future__ import annotations
 
@@ -20,16 +27,21 @@ from pathlib import Path
 
 import pytest
 
+from synclib.config import load_config
+from synclib.notebook import figure_notebooks, synclib_imports
+from synclib.paths import NOTEBOOK_DIR, REPO_ROOT
+from synclib.run import pipeline
 from test_resume import _env, _finish, _setup
 
 NOTEBOOK = "fig07_topk"
 
 
-def _started(root: Path, cfg: Path, steps: str | None = None) -> set[str]:
+def _started(root: Path, cfg: Path, steps: str | None = None, pages: str | None = None) -> set[str]:
     """Run the main job once more; the jobs it started (not those it found up to date)."""
     log = root / "results" / "tiny" / "run-log.jsonl"
     before = len(log.read_text().splitlines())
     cmd = [sys.executable, "-m", "synclib", "run", "--config", str(cfg)] + (["--steps", steps] if steps else [])
+    cmd += ["--pages", pages] if pages else []
     proc = subprocess.run(cmd, cwd=root, env=_env(root), capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for noise in ("Kernel is running over TCP", "Parent appears to have exited", "KeyboardInterrupt"):
@@ -109,3 +121,154 @@ def test_an_edited_notebook_reaches_its_page_and_nothing_else_reruns(tiny_models
                          env=_env(moved), capture_output=True, text=True, check=True).stdout
     assert Path(out.strip()).is_relative_to(moved)
     assert _started(moved, moved_cfg) == set()  # a moved checkout re-runs nothing
+
+
+# --------------------------------------------------------------------------- what a notebook's fingerprint covers
+NB_HEAD = ("---\njupytext:\n  text_representation:\n    extension: .md\n    format_name: myst\n"
+           "kernelspec:\n  display_name: Python 3\n  language: python\n  name: python3\n---\n\n")
+
+
+def test_a_notebooks_imports_are_its_code_cells_synclib_imports():
+    """notebook.synclib_imports: the package's modules a text notebook's code cells (or a module's code)
+    import, anywhere in them (in a function too), a name imported from a package that is a module of it
+    counted as that module; its Markdown, IPython's magics and other packages are not imports."""
+    text = NB_HEAD + (
+        "# A page\n\nIt says `from synclib import power` in words.\n\n"
+        "```{code-cell}\n%matplotlib inline\nimport numpy as np\nfrom synclib import notebook, theme\n"
+        "import synclib.stats\nfrom synclib.analysis.claims import CANNOT\n```\n\n"
+        "```{code-cell}\ndef later():\n    from synclib.analysis import tables\n    return tables\n```\n")
+    got = synclib_imports(text, REPO_ROOT)
+    assert set(got) == {"synclib", "synclib.notebook", "synclib.theme", "synclib.stats", "synclib.analysis.claims",
+                        "synclib.analysis", "synclib.analysis.tables"}
+    assert "synclib.power" not in got and "synclib.analysis.claims.CANNOT" not in got
+    module = "import os\nfrom synclib.paths import REPO_ROOT\n\ndef f():\n    import synclib.stats as s\n    return s\n"
+    assert set(synclib_imports(module, REPO_ROOT)) == {"synclib.paths", "synclib.stats"}
+    assert set(synclib_imports((NOTEBOOK_DIR / "fig07_topk.md").read_text(), REPO_ROOT)) == \
+        {"synclib", "synclib.notebook", "synclib.theme", "synclib.stats"}
+
+
+def _rel(paths) -> set[str]:
+    return {str(p.relative_to(REPO_ROOT)) for p in paths}
+
+
+def test_the_closure_is_every_package_file_an_import_reaches():
+    """pipeline.synclib_closure: the modules' files, their packages' __init__ files, and, closed under
+    import, every package file those import at load time or inside a function; nothing else."""
+    assert _rel(pipeline.synclib_closure(["synclib.theme"])) == {"synclib/__init__.py", "synclib/theme.py"}
+    notebook = pipeline.synclib_closure(["synclib.notebook"])
+    assert "synclib/theme.py" in _rel(notebook)  # imported inside the renderer
+    tables = _rel(pipeline.synclib_closure(["synclib.analysis.tables"]))
+    assert {"synclib/analysis/__init__.py", "synclib/analysis/tables.py", "synclib/stats.py",
+            "synclib/tasks/scenarios.py", "synclib/tasks/__init__.py"} <= tables
+    for modules in (["synclib.notebook"], ["synclib.analysis.claims"], ["synclib.run.pipeline"]):
+        closure = pipeline.synclib_closure(modules)
+        for path in closure:  # closed: every import of a file in it resolves to files in it
+            for name in synclib_imports(path.read_text(), REPO_ROOT):
+                assert pipeline.synclib_closure([name]) <= closure, (modules, path, name)
+    # directly or not: the reproduce page prices the paper's grid with the main job's code, which reaches the
+    # engine; a figure's page does not
+    fig07 = pipeline.synclib_closure(["synclib.notebook", *synclib_imports((NOTEBOOK_DIR / "fig07_topk.md")
+                                                                          .read_text(), REPO_ROOT)])
+    reproduce = pipeline.synclib_closure(["synclib.notebook", *synclib_imports((NOTEBOOK_DIR / "reproduce.md")
+                                                                              .read_text(), REPO_ROOT)])
+    assert "synclib/engine/core.py" not in _rel(fig07) and "synclib/engine/core.py" in _rel(reproduce)
+    assert pipeline.code_hash(["synclib.theme"]) == pipeline._file_hash(*sorted(
+        pipeline.synclib_closure(["synclib.theme"])))
+
+
+def _rerun_by(monkeypatch, tmp_path, edited: str) -> set[str]:
+    """The jobs of the default run whose fingerprint an edit of the repository's file ``edited`` changes
+    (those a run would start again), read from the graph with the file's hash changed."""
+    cfg = load_config(None, [f"results_dir={tmp_path / 'r'}"])
+    before = {k: j.fp for k, j in pipeline.build_jobs(cfg).items()}
+    path = REPO_ROOT / edited
+    assert path.is_file()
+    real = pipeline._file_hash
+    monkeypatch.setattr(pipeline, "_file_hash", lambda *paths: real(*paths) + ("+edit" if path in paths else ""))
+    after = {k: j.fp for k, j in pipeline.build_jobs(cfg).items()}
+    return {k for k in before if before[k] != after[k]}
+
+
+def _pages(*stems) -> set[str]:
+    return {f"notebook:{s}" for s in stems}
+
+
+EVERY_PAGE = {f"notebook:{nb.stem}" for nb in figure_notebooks()}
+
+
+@pytest.mark.parametrize("edited, rerun", [
+    ("notebooks/fig07_topk.md", _pages("fig07_topk") | {"book"}),
+    ("synclib/analysis/tables.py", {"claims", "book"} | EVERY_PAGE),   # the claims' code and every page's
+    ("synclib/analysis/claims.py", {"claims", "book"} | EVERY_PAGE),
+    ("synclib/judge/backends.py", set()),                               # imported by no page and not by the claims
+    ("data/published.json", {"claims", "book"} | EVERY_PAGE)])
+def test_an_edit_re_runs_the_jobs_whose_fingerprint_covers_it(monkeypatch, tmp_path, edited, rerun):
+    assert _rerun_by(monkeypatch, tmp_path, edited) == rerun
+
+
+#: the claims job's fingerprint covers ``synclib.analysis.claims``' closure only (not the pipeline's, which
+#: reaches the engine and the theme): an edit outside it re-runs only the pages whose imports reach it
+@pytest.mark.parametrize("edited, rerun", [
+    ("synclib/theme.py", {"book"} | EVERY_PAGE),                        # every page imports it, the claims do not
+    ("synclib/engine/core.py", _pages("reproduce") | {"book"})])        # reproduce prices the grid with the engine's
+def test_an_edit_re_runs_only_the_pages_that_import_it(monkeypatch, tmp_path, edited, rerun):
+    assert _rerun_by(monkeypatch, tmp_path, edited) == rerun
+
+
+def _edit_docstring(path: Path) -> None:
+    text = path.read_text()
+    i = text.index('"""') + 3
+    path.write_text(text[:i] + "Edited by a test. " + text[i:])
+
+
+@pytest.fixture(scope="module")
+def finished(tiny_models, tmp_path_factory):
+    """A copy of the repository with the small run finished (tests/test_resume.py's set-up)."""
+    root, cfg = _setup(tmp_path_factory.mktemp("imports"), "imports", tiny_models)
+    _finish(root, cfg)
+    return root, cfg
+
+
+def _every_page(root: Path) -> set[str]:
+    return {f"notebook:{nb.stem}" for nb in (root / "notebooks").glob("*.md")}
+
+
+def _html(root: Path, stem: str) -> str:
+    return (root / "_build" / "html" / "book" / "executed" / f"{stem}.html").read_text()
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_an_edit_under_synclib_re_runs_the_pages_that_import_it(finished):
+    """In a copied repository: an edit to a module no page and no claim imports re-runs nothing; an edit
+    to the tables re-runs the claims and every page; `--pages fig07` (what `make page NAME=fig07` runs)
+    re-runs that notebook and the book only, leaving another edited page for the next whole run."""
+    root, cfg = finished
+    assert _started(root, cfg) == set()
+    _edit_docstring(root / "synclib" / "judge" / "backends.py")
+    assert _started(root, cfg) == set()
+    _edit_docstring(root / "synclib" / "analysis" / "tables.py")
+    assert _started(root, cfg) == {"claims", "book"} | _every_page(root)
+    for stem, line in (("fig11_tom", "A line on another page."), (NOTEBOOK, "A line on the page being worked on.")):
+        nb = root / "notebooks" / f"{stem}.md"
+        nb.write_text(nb.read_text() + f"\n{line}\n")
+    assert _started(root, cfg, "notebooks,book", pages="fig07") == {f"notebook:{NOTEBOOK}", "book"}
+    assert "A line on the page being worked on." in _html(root, NOTEBOOK)
+    assert "A line on another page." not in _html(root, "fig11_tom")
+    assert _started(root, cfg) == {"notebook:fig11_tom", "book"}
+    assert "A line on another page." in _html(root, "fig11_tom")
+    assert _started(root, cfg) == set()
+
+
+@pytest.mark.slow
+@pytest.mark.long
+def test_an_edit_to_the_theme_or_the_engine_re_runs_only_the_pages_that_import_them(finished):
+    """In the same copy: the theme, which every page imports and the claims do not, re-runs every page and
+    the book, not the claims; the engine, which only the reproduce page reaches (through the main job's
+    price of the paper's grid), re-runs that page and the book."""
+    root, cfg = finished
+    assert _started(root, cfg) == set()
+    _edit_docstring(root / "synclib" / "theme.py")
+    assert _started(root, cfg) == {"book"} | _every_page(root)
+    _edit_docstring(root / "synclib" / "engine" / "core.py")
+    assert _started(root, cfg) == {"notebook:reproduce", "book"}

@@ -26,7 +26,7 @@ def _fenced(text: str, lang: str = "") -> list[str]:
 
 def test_readme_is_at_most_120_lines():
     n = len(_readme().splitlines())
-    assert n <= 120, f"README.md has {n} lines; the measurement history belongs on book/benchmarks.md"
+    assert n <= 120, f"README.md has {n} lines; the measurement history belongs on notebooks/benchmarks.md"
 
 
 def test_readme_opens_with_the_picture_then_the_two_commands():
@@ -67,7 +67,7 @@ def test_readme_links_resolve_and_reach_the_books_pages():
         if re.match(r"[a-z]+://", link):
             continue
         assert (REPO / link.split("#")[0]).exists(), f"README.md links to {link}, which does not exist"
-    for page in ("book/method.md", "book/reproduce.md", "book/benchmarks.md", "book/architecture.md"):
+    for page in ("book/method.md", "notebooks/reproduce.md", "notebooks/benchmarks.md", "book/architecture.md"):
         assert page in links, page
 
 

@@ -476,12 +476,10 @@ def test_bad_configuration_is_reported():
     (lambda: J.JudgeConnection(""), "JudgeConnection.model"),
     (lambda: J.JudgeConnection("m", "ftp://x"), "JudgeConnection.url"),
     (lambda: J.JudgeConnection("m", api_key_env=""), "JudgeConnection.api_key_env"),
-    (lambda: J.JudgeConnection("m", timeout=0), "JudgeConnection.timeout"),
     (lambda: J.JudgeConnection("m", max_retries=-1), "JudgeConnection.max_retries"),
     (lambda: J.JudgeConnection("m", backoff=-1.0), "JudgeConnection.backoff"),
     (lambda: J.JudgeSampling(temperature=-0.5), "JudgeSampling.temperature"),
     (lambda: J.JudgeSampling(seed=True), "JudgeSampling.seed"),
-    (lambda: J.JudgeSampling(max_tokens=0), "JudgeSampling.max_tokens"),
     (lambda: J.JudgeSampling(structured="yes"), "JudgeSampling.structured"),
     (lambda: J.JudgeSampling(reasoning_max_chars=2000), "JudgeSampling.reasoning_max_chars"),
     (lambda: J.JudgeOptions(J.JudgeConnection("m"), mode="free"), "JudgeOptions.mode"),
@@ -489,12 +487,62 @@ def test_bad_configuration_is_reported():
     (lambda: J.JudgeOptions(J.JudgeConnection("m"), layout="wide"), "JudgeOptions.layout"),
     (lambda: J.JudgeOptions(J.JudgeConnection("m"), concurrency=0), "JudgeOptions.concurrency"),
     (lambda: J.JudgeOptions(J.JudgeConnection("m"), sample=2.5), "JudgeOptions.sample"),
-    (lambda: J.JudgeOptions(J.JudgeConnection("m"), batch_size=0), "JudgeOptions.batch_size"),
     (lambda: J.JudgeOptions("m"), "JudgeOptions.connection"),
 ])
 def test_judge_settings_are_checked_once_naming_the_field(make, field):
     with pytest.raises(J.JudgeError, match=re.escape(field)):
         make()
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda: J.JudgeConnection("m", timeout=0), "JudgeConnection.timeout must be a number > 0, got 0"),
+    (lambda: J.JudgeConnection("m", max_retries=1.5), "JudgeConnection.max_retries must be an integer >= 0, got 1.5"),
+    (lambda: J.JudgeSampling(seed=-1), "JudgeSampling.seed must be an integer >= 0, got -1"),
+    (lambda: J.JudgeSampling(max_tokens=0), "JudgeSampling.max_tokens must be null or an integer >= 1, got 0"),
+    (lambda: J.JudgeOptions(J.JudgeConnection("m"), batch_size=0), "JudgeOptions.batch_size must be an integer >= 1, "
+                                                                    "got 0"),
+])
+def test_the_judges_timeout_retries_seed_length_and_batch_are_keys(make, message):
+    """judge.timeout, max_retries, seed, max_tokens and batch_size: each field is checked by its
+    key's rule, and the error names the field and the key; the key's default is the field's."""
+    from synclib.keys import default
+
+    key = "judge." + message.split(".", 1)[1].split(" ", 1)[0]
+    with pytest.raises(J.JudgeError, match=re.escape(f"{message} (config key {key})")):
+        make()
+    assert J.JudgeOptions.from_config({"judge": {"model": "m", key.split(".")[1]: default(key)}}) == \
+        J.JudgeOptions(J.JudgeConnection("m"))
+
+
+def test_synclib_evaluate_reads_every_judge_key(monkeypatch, tmp_path):
+    """Each judge.* key is an option of ``synclib evaluate`` with the key's default; the options
+    become the JudgeOptions a run config with those values makes."""
+    import argparse
+
+    from synclib.cli import evaluate as cli, main
+    from synclib.config import load_config
+    from synclib.keys import KEYS, default
+
+    p = argparse.ArgumentParser()
+    cli.configure_parser(p)
+    options = {a.dest: a for a in p._actions}
+    for key in (k for k in KEYS if k.path.startswith("judge.")):
+        name = key.path.split(".", 1)[1]
+        dest = {"model": "judge_model", "url": "judge_url"}.get(name, name)
+        assert dest in options, key.path
+        assert key.required or name == "mode" or options[dest].default == default(key.path), key.path
+    seen = []
+    monkeypatch.setattr(cli, "evaluate_cube", lambda source, options, **_: seen.append(options))
+    assert main(["evaluate", "c.nc", "--judge-model", "m", "--timeout", "5", "--max-retries", "0", "--seed", "3",
+                 "--max-tokens", "100", "--batch-size", "4", "--no-progress"]) == 0
+    cfg_path = tmp_path / "run.yaml"
+    cfg_path.write_text("results_dir: r\nscenarios: embedded\nmodels: {S: smollm2-135m}\npairs: [S-S]\n"
+                        "judge: {model: m, timeout: 5, max_retries: 0, seed: 3, max_tokens: 100, batch_size: 4}\n")
+    want = J.JudgeOptions.from_config(load_config(cfg_path))
+    assert seen[0].connection == want.connection and seen[0].sampling == want.sampling
+    assert (seen[0].batch_size, seen[0].judge_mode) == (want.batch_size, want.judge_mode) == (4, "constrained")
+    assert main(["evaluate", "c.nc", "--judge-model", "m", "--max-tokens", "none", "--no-progress"]) == 0
+    assert seen[1].sampling.max_tokens is None and seen[1].connection.timeout == default("judge.timeout")
 
 
 def test_judge_options_from_a_run_config_and_overrides(monkeypatch):

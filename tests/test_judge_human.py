@@ -2,7 +2,9 @@
 
 Real parts: episodes and ratings files of our own text, the fake judge server on
 127.0.0.1 (``tests/judge_server.py``, case ``shifted``: known scores that differ between
-episodes), ``synclib evaluate`` through the CLI, and the page run by papermill.
+episodes), ``synclib evaluate`` through the CLI, and the page run by papermill on a copy of the
+tiny synthetic results (tests/book_fixtures.py) whose claims are judged with the ratings
+(``claims.write(..., ratings=, judge_scores=)``, the main job's claims step).
 """
 from __future__ import annotations
 
@@ -20,6 +22,35 @@ from synclib.judge.human import agreement, differences, paired_scores, read_rati
 from judge_server import FakeJudgeServer, shifted_score
 
 ROOT = Path(__file__).resolve().parents[1]
+PAGE = ROOT / "notebooks" / "table4_fig10_judge_human.md"
+
+
+@pytest.fixture()
+def run_dir(tmp_path_factory, tmp_path) -> Path:
+    """A copy of the session's tiny synthetic results, its claims judged again by the test."""
+    from book_fixtures import copy_results
+
+    return copy_results(tmp_path_factory.getbasetemp(), tmp_path / "results")
+
+
+def judge_claims(root: Path, **files) -> None:
+    """The claims step on ``root`` with ``files`` (``ratings``, ``judge_scores``: table 4's inputs)."""
+    from synclib.analysis import claims, results
+
+    claims.write(results.load_results(root), results.load_published(), **files)
+
+
+def run_page(nb: Path, root: Path, out: Path) -> str:
+    """The page (``nb``) executed on ``root``: its words as a reader sees them and its HTML outputs."""
+    import nbformat
+
+    from book_fixtures import execute_notebook, html_outputs, page_text, vegalite_specs
+
+    proc = execute_notebook(nb, out, {"results_dir": root})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    executed = nbformat.read(out, 4)
+    charts = "application/vnd.vegalite" if vegalite_specs(executed) else ""
+    return "\n".join([page_text(executed), *html_outputs(executed), charts])
 SHIFTS = {"e-lunch": 0, "e-rent": 1, "e-bike": 3, "e-garden": 6}
 
 
@@ -198,24 +229,19 @@ def test_config_checks_the_ratings_before_any_work(episodes_file, tmp_path):
 
 
 # ------------------------------------------------------------------------------ the page
-def test_page_renders_without_and_with_ratings(episodes_file, tmp_path):
-    """The page for the default run (no ratings: the paper's table and what it needs) and for
-    the fixture (our table 4 and figure 10), executed by papermill as the main job does."""
-    from book_fixtures import execute_notebook
-
-    nb = ROOT / "notebooks" / "table4_fig10_judge_human.md"
-    plain = tmp_path / "plain.ipynb"
-    proc = execute_notebook(nb, plain, {"results_dir": tmp_path})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    text = plain.read_text()
+@pytest.mark.slow
+def test_page_renders_without_and_with_ratings(episodes_file, run_dir, tmp_path):
+    """The page for a run without ratings (the paper's table and what it needs) and for the fixture's
+    ratings given to the claims step (our table 4 and figure 10), executed by papermill as the main job does."""
+    judge_claims(run_dir)
+    text = run_page(PAGE, run_dir, tmp_path / "plain.ipynb")
     assert "No human ratings were given to this run" in text and "0.71" in text
 
     judge_file(episodes_file)
-    full = tmp_path / "full.ipynb"
-    proc = execute_notebook(nb, full, {"results_dir": tmp_path, "ratings": write_ratings(tmp_path / "ratings.csv"),
-                                       "judge_scores": episodes_file.with_suffix(".judge.csv")})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    text = full.read_text()
+    judge_claims(run_dir, ratings=write_ratings(tmp_path / "ratings.csv"),
+                 judge_scores=episodes_file.with_suffix(".judge.csv"))
+    text = run_page(PAGE, run_dir, tmp_path / "full.ipynb")
+    assert "No human ratings were given to this run" not in text
     assert "4 rated episodes, 112 ratings from 2 rater label(s); 56 agent" in text
     assert "fake-judge against the human raters' mean: believability r = " in text
     assert ("They rest on 4 of the 4 rated episodes. Which and why: those the judge's table scores. "
@@ -395,13 +421,13 @@ def load_bench():
     return module
 
 
-def test_benchmark_uses_published_scores_on_every_episode_and_a_judge_on_those_with_a_dialog(tmp_path):
+@pytest.mark.slow
+def test_benchmark_uses_published_scores_on_every_episode_and_a_judge_on_those_with_a_dialog(run_dir, tmp_path):
     """The benchmark on the toy study (prepared by the real prepare): GPT-4's published
     scores on all three GPT-4 episodes, the one without a dialog included; a judge (the fake
     server) on the two GPT-4 episodes with a dialog; each judge's episode set (rule, count,
-    left-out ids and reasons) in its record and in the page's sentence; r as by hand."""
-    from synclib.analysis import results
-    from synclib.figures import table4_fig10_judge_human as page
+    left-out ids and reasons) in its record and in the page's sentence; r as by hand.  The page is a copy
+    of the notebook that reads this record (``load_measured(FOLDER)``) instead of bench/results'."""
     from synclib.judge import JudgeConnection, JudgeOptions, evaluate_episodes
     from synclib.judge.human import NO_DIALOG
     from synclib.judge.sotopia_human import prepare
@@ -440,31 +466,38 @@ def test_benchmark_uses_published_scores_on_every_episode_and_a_judge_on_those_w
     text = json.dumps(res)
     assert "PROLIFIC" not in text and "dishes" not in text and "Wren" not in text
 
+    from synclib.judge.human import MEASURED_FILE
+
     measured = {"ratings": {"source": "a toy study"}, "date": "today", "judges": res}
-    sentence = page.sentence_measured_judges(measured)
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / MEASURED_FILE).write_text(json.dumps(measured))
+    source = PAGE.read_text()
+    assert source.count("load_measured()") == 1
+    nb = tmp_path / PAGE.name
+    nb.write_text(source.replace("load_measured()", f"load_measured({str(tmp_path / 'bench')!r})"))
+    judge_claims(run_dir)
+    sentence = run_page(nb, run_dir, tmp_path / "page.ipynb")
     assert (f"**GPT-4 (published scores)** on 3 of the 4 rated episodes (1 of them without a dialog: ep2). "
             f"Which and why: {bench.PUBLISHED_RULE}. Left out: 1, reason: no published GPT-4 score (only the "
             "GPT-4 episodes have one): ep3. Over these 3 episodes, 42 agent × dimension scores: r from") in sentence
     assert (f"**fake-judge** on 2 of the 4 rated episodes. Which and why: {bench.JUDGED_RULE}. Left out: 1, "
             f"reason: {NO_DIALOG}: ep2; 1, reason: {bench.NOT_JUDGED}: ep3. Over these 2 episodes, 28 agent × "
             "dimension scores: r from") in sentence
-    table = page.measured_judge_table(measured, results.load_published())
-    assert {"GPT-4 (published scores) r (3 episodes)", "fake-judge r (2 episodes)"} <= set(table.columns)
+    # the table's columns, one per judge with its number of episodes
+    assert "GPT-4 (published scores) r (3 episodes)" in sentence and "fake-judge r (2 episodes)" in sentence
+    assert "Measured on a toy study (today" in sentence
 
 
-def test_measured_judges_page_agrees_with_the_benchmark_json(tmp_path):
+@pytest.mark.slow
+def test_measured_judges_page_agrees_with_the_benchmark_json(run_dir, tmp_path):
     """The page quotes bench/results/judge_human_sotopia_pi.json: every judge's r per
     dimension and its within-1-SD share, and draws figure 10 from its differences."""
-    from book_fixtures import execute_notebook
-
     from synclib.judge import load_measured
 
     measured = load_measured()
     assert measured is not None, "bench/results/judge_human_sotopia_pi.json is missing"
-    out = tmp_path / "page.ipynb"
-    proc = execute_notebook(ROOT / "notebooks" / "table4_fig10_judge_human.md", out, {"results_dir": tmp_path})
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    text = out.read_text()
+    judge_claims(run_dir)
+    text = run_page(PAGE, run_dir, tmp_path / "page.ipynb")
     assert f"GPT-4 (published scores) r ({measured['judges'][0]['episodes']} episodes)" in text
     for judge in measured["judges"]:
         es = judge["episode_set"]  # which episodes, by which rule, and the left-out ones with reasons

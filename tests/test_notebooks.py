@@ -1,26 +1,37 @@
 """The notebooks: each runs under papermill on a tiny synthetic results directory and
-produces its figure; plus the stats, loader and chart functions the notebooks use."""
+produces its page (charts drawn in its own cells, words in its Markdown with glued numbers);
+plus the tables, stats and rendering functions the notebooks use."""
 from __future__ import annotations
 
+import ast
 import base64
 import io
 import json
 import re
 from pathlib import Path
 
+import altair as alt
 import nbformat
 import numpy as np
 import pandas as pd
 import pytest
 
-from book_fixtures import NOTEBOOKS, ROOT, execute_notebook, executed_notebooks, tiny_results
-from synclib import notebook, stats
-from synclib.analysis import results, synthetic
-from synclib.figures import report
-from synclib.figures import charts
+from book_fixtures import (NOTEBOOKS, ROOT, copy_results, execute_notebook, executed_notebooks, html_outputs,
+                           markdown_outputs, missing_glue, outputs, page_text, tiny_results, vegalite_specs)
+from synclib import notebook, stats, theme
+from synclib.analysis import claims, results
+import synthetic
 
 STEMS = [nb.stem for nb in NOTEBOOKS]
 CDN = re.compile(r"https?://(cdn|unpkg|fastly|cdnjs)[^\"' ]*", re.I)
+#: the MIME type of a chart's Vega-Lite spec in a notebook's outputs (:func:`synclib.notebook.offline_renderer`)
+VEGALITE_MIME = f"application/vnd.vegalite.v{alt.SCHEMA_VERSION.lstrip('v').split('.')[0]}+json"
+
+
+@pytest.fixture(scope="session")
+def base(tmp_path_factory):
+    """The session's folder of the tiny results, executed notebooks and book (tests/book_fixtures.py)."""
+    return tmp_path_factory.getbasetemp()
 
 
 @pytest.fixture(scope="session")
@@ -33,10 +44,11 @@ def executed(tmp_path_factory):
     return executed_notebooks(tmp_path_factory.getbasetemp())
 
 
-def _outputs(nb):
-    for cell in nb.cells:
-        if cell.cell_type == "code":
-            yield from cell.get("outputs", [])
+def _executed(executed, stem):
+    """The executed notebook ``stem`` (failing with papermill's stderr where it did not run)."""
+    path, proc = executed[stem]
+    assert proc.returncode == 0, f"papermill failed for {stem}:\n{proc.stderr[-3000:]}"
+    return nbformat.read(path, 4)
 
 
 def _png_is_drawn(b64: str) -> bool:
@@ -47,44 +59,72 @@ def _png_is_drawn(b64: str) -> bool:
 
 
 # --------------------------------------------------------------------------- notebooks
+#: pages that draw no chart: the dialogs themselves, and the book's pages of words and tables
+NO_FIGURE = ("dialogs", "embedded_models", "reproduce", "benchmarks")
+#: pages that read no results directory (no ``results_dir`` parameter): how to reproduce, the benchmarks
+NO_RESULTS = ("reproduce", "benchmarks")
+#: pages that quote no paper number: the dialogs and the book's pages about the study and its code
+NO_PAPER = ("dialogs", "embedded_models", "reproduce", "benchmarks")
+
+
 def test_every_figure_and_table_has_a_notebook():
     expected = {"fig01_framework", "fig02_heatmaps", "fig03_04_controls", "fig05_relationship", "fig06_table1_social",
                 "fig07_topk", "fig08_clipping", "fig09_sample_size", "table2_persona_disjoint",
-                "table5_nonlinear", "fig11_tom", "dialogs", "power", "table4_fig10_judge_human"}
+                "table5_nonlinear", "fig11_tom", "dialogs", "power", "table4_fig10_judge_human",
+                # the pages that were written from Python (issue 73): the first page and the book's pages
+                "intro", "embedded_models", "reproduce", "benchmarks"}
     assert expected == set(STEMS)
     toc = (ROOT / "_toc.yml").read_text()
+    assert re.search(r"^root: book/executed/intro$", toc, re.M), "the first page is the intro notebook"
     for stem in STEMS:
         assert f"book/executed/{stem}" in toc, f"{stem} missing from _toc.yml"
 
 
+def _functions(nb) -> list[tuple[str, str, int]]:
+    """``(name, body, lines)`` of every function a notebook's code cells define, the body as ``ast.dump``
+    without the name (IPython's ``%`` and ``!`` lines left out)."""
+    out = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        src = "\n".join(ln for ln in cell.source.splitlines() if not ln.lstrip().startswith(("%", "!")))
+        for node in ast.walk(ast.parse(src)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out.append((node.name, ast.dump(ast.Module(body=node.body, type_ignores=[])),
+                            node.end_lineno - node.lineno + 1))
+    return out
+
+
 @pytest.mark.parametrize("stem", STEMS)
 def test_notebook_source_shape(stem):
-    """Parameters cell first (tagged), results_dir declared, no logic copied between notebooks."""
+    """Parameters cell first (tagged), results_dir declared where the page reads a run; committed without
+    outputs; helpers small and its own: no class, no helper defined twice, none copied from another notebook."""
     nb = notebook.read(ROOT / "notebooks" / f"{stem}.md")
     code = [c for c in nb.cells if c.cell_type == "code"]
-    assert "parameters" in code[0].metadata.get("tags", [])
-    assert re.search(r"^results_dir = ", code[0].source, re.M)
+    if stem in NO_RESULTS:
+        assert not notebook.parameters(ROOT / "notebooks" / f"{stem}.md"), f"{stem} reads no run: no parameters"
+    else:
+        assert "parameters" in code[0].metadata.get("tags", [])
+        assert re.search(r"^results_dir = ", code[0].source, re.M)
     assert all(not c.get("outputs") for c in code), "commit notebooks without outputs"
     body = "\n".join(c.source for c in code[1:])
-    assert "def " not in body and "class " not in body, "heavy logic belongs in synclib"
-
-
-#: pages that draw no chart and quote no paper number: the dialogs themselves
-NO_FIGURE = ("dialogs",)
-#: pages that read nothing of the run's results (table 4 holds a judge against the human
-#: ratings given to the page, and quotes the judges measured by bench/bench_judge_human.py)
-NO_RESULTS = ("table4_fig10_judge_human",)
+    assert not re.search(r"^\s*class ", body, re.M), "a page defines no class: tables and tests belong in synclib"
+    names = [name for name, _, _ in _functions(nb)]
+    assert len(names) == len(set(names)), f"{stem} defines a helper twice: {sorted(names)}"
+    # logic in two notebooks belongs in synclib; a one-line formatter (a dash for a missing p) may repeat
+    own = {body for _, body, lines in _functions(nb) if lines > 3}
+    for other in STEMS:
+        if other != stem:
+            theirs = {body for _, body, _ in _functions(notebook.read(ROOT / "notebooks" / f"{other}.md"))}
+            assert not own & theirs, f"{stem} and {other} hold the same helper: it belongs in synclib"
 
 
 @pytest.mark.slow
 def test_dialogs_page_runs_and_shows_the_widget(executed, results_dir):
-    path, proc = executed["dialogs"]
-    assert proc.returncode == 0, f"papermill failed for dialogs:\n{proc.stderr[-3000:]}"
-    html = "\n".join(o["data"]["text/html"] for o in _outputs(nbformat.read(path, 4))
-                     if "text/html" in o.get("data", {}))
+    nb = _executed(executed, "dialogs")
+    html = "\n".join(html_outputs(nb))
     assert "data-sdlg" in html and "<select" in html and not CDN.search(html)
-    text = "\n".join(o["data"]["text/markdown"] for o in _outputs(nbformat.read(path, 4))
-                     if "text/markdown" in o.get("data", {}))
+    text = page_text(nb)
     assert "Synthetic test data" in text and re.search(r"\d+ dialogs", text)
     # what the models read: the three prompts (an illustration here: synthetic data has no task texts)
     assert all(f'data-view="{v}"' in html for v in ("active", "passive", "tom")) and 'class="spv-cut"' in html
@@ -94,12 +134,9 @@ def test_dialogs_page_runs_and_shows_the_widget(executed, results_dir):
 @pytest.mark.slow
 def test_controls_page_has_the_pseudo_dyads_and_the_rounds(executed):
     """Ours: the pseudo-dyads (bars, partner rule, claim) and SyncR² per round (chart, trend)."""
-    path, proc = executed["fig03_04_controls"]
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    outs = list(_outputs(nbformat.read(path, 4)))
-    text = "\n".join(o["data"]["text/markdown"] for o in outs if "text/markdown" in o.get("data", {}))
-    titles = json.dumps([o["data"][charts.VEGALITE_MIME].get("title") for o in outs
-                         if charts.VEGALITE_MIME in o.get("data", {})], ensure_ascii=False)
+    nb = _executed(executed, "fig03_04_controls")
+    text = page_text(nb)
+    titles = json.dumps([spec.get("title") for spec in vegalite_specs(nb)], ensure_ascii=False)
     assert "SyncR², genuine dyads vs pseudo-dyads" in titles and "SyncR² per round of the dialog" in titles
     assert "Here the partner dialog is the same task under another simulation seed" in text
     assert "Pseudo-dyads, agents of different dialogs, below genuine (ours; not in the paper): **" in text
@@ -109,16 +146,14 @@ def test_controls_page_has_the_pseudo_dyads_and_the_rounds(executed):
 @pytest.mark.slow
 @pytest.mark.parametrize("stem", [s for s in STEMS if s not in NO_FIGURE])
 def test_notebook_runs_and_draws_its_figure(stem, executed, results_dir):
-    path, proc = executed[stem]
-    assert proc.returncode == 0, f"papermill failed for {stem}:\n{proc.stderr[-3000:]}"
-    nb = nbformat.read(path, 4)
+    nb = _executed(executed, stem)
     injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert injected and str(results_dir) in injected[0].source
-    drawn = [o for o in _outputs(nb) if charts.VEGALITE_MIME in o.get("data", {})]
+    drawn = [o for o in outputs(nb) if VEGALITE_MIME in o.get("data", {})]
     assert drawn, f"{stem} produced no Vega-Lite chart"
     for o in drawn:
         data = o["data"]
-        spec = data[charts.VEGALITE_MIME]
+        spec = data[VEGALITE_MIME]
         assert spec["$schema"].startswith("https://vega.github.io/schema/vega-lite/v6")
         html = data["text/html"]
         assert 'class="synclib-vega"' in html and "vegaEmbed" in html
@@ -126,38 +161,61 @@ def test_notebook_runs_and_draws_its_figure(stem, executed, results_dir):
         assert "<script src" not in html
         assert _png_is_drawn(data["image/png"]), "the static PNG fallback is blank"
         assert "tooltip" in json.dumps(spec), "charts should show values on hover"
-    text = "\n".join(o["data"]["text/markdown"] for o in _outputs(nb)
-                     if "text/markdown" in o.get("data", {}))
-    if stem in NO_RESULTS:  # nothing of the synthetic run is shown, so nothing to label
-        assert "Synthetic test data" not in text
-    else:
-        assert "Synthetic test data" in text, "synthetic results must be labelled as such"
-    assert "*Paper (" in text or "Paper claim (" in text, "each notebook shows the paper's number or claim beside ours"
+    text = page_text(nb)  # the Markdown cells with their glued values, and the Markdown the cells wrote
+    assert "Synthetic test data" in text, "synthetic results must be labelled as such"
+    # the paper's note is Markdown with glued values (*Paper (SOURCE):* CLAIM); the first page's scorecard
+    # sets each claim of the paper beside this run's number
+    assert "*Paper (" in text or "Paper claim (" in text or "| claim of the paper" in text, \
+        "each notebook shows the paper's number or claim beside ours"
     assert re.search(r"\d\.\d", text), "the sentence should state numbers from the data"
 
 
 @pytest.mark.slow
-def test_table1_with_ability_scores_is_honest_about_n(results_dir, tmp_path):
-    """With ability scores for 3 pairs, table 1 says a partial r needs 4 pairs instead of faking one."""
-    res = results.load_results(results_dir)
+@pytest.mark.parametrize("stem", NO_FIGURE)
+def test_pages_without_a_chart_run(stem, executed):
+    """The dialogs and the book's pages of words (the embedded models, how to reproduce, the benchmarks) run
+    clean: no error and nothing on stderr; the one that reads the run labels synthetic data as such."""
+    nb = _executed(executed, stem)
+    bad = [o for o in outputs(nb) if o.get("output_type") == "error" or o.get("name") == "stderr"]
+    assert not bad, f"{stem}: {bad[:2]}"
+    text = page_text(nb)
+    assert ("Synthetic test data" in text) == (stem not in NO_RESULTS)
+    assert text.strip() and re.search(r"\d", text)
+
+
+@pytest.mark.slow
+def test_every_glued_value_is_glued(executed):
+    """Every ``{glue:text}`name``` of a page's Markdown names a value its cells glued (myst-nb writes a warning
+    and leaves a gap otherwise), and the paper's notes are glued Markdown in the notebook, not an output."""
+    for stem in STEMS:
+        nb = _executed(executed, stem)
+        assert not missing_glue(nb), f"{stem}: sentences with values never glued: {missing_glue(nb)}"
+        if stem not in NO_PAPER and stem not in ("intro", "power"):
+            assert any("*Paper ({glue:text}`" in c.source for c in nb.cells if c.cell_type == "markdown"), stem
+
+
+@pytest.mark.slow
+def test_table1_with_ability_scores_is_honest_about_n(base, tmp_path):
+    """With ability scores for 3 pairs, table 1 says a partial r needs 4 pairs instead of faking one.  The scores
+    are the claims step's input (``claims.write(..., ability_scores=)``, the config's ``notebooks.ability_scores``),
+    the page quotes what it computed."""
+    root = copy_results(base, tmp_path / "results")
+    res = results.load_results(root)
     models = sorted({p.model_a for p in res.runs} | {p.model_b for p in res.runs})
     csv = tmp_path / "ability.csv"
     pd.DataFrame({"model": models, "ifeval": np.linspace(30, 60, len(models)),
                   "musr": np.linspace(5, 15, len(models))}).to_csv(csv, index=False)
-    nb = ROOT / "notebooks" / "fig06_table1_social.md"
+    claims.write(res, results.load_published(), ability_scores=csv)
     out = tmp_path / "out.ipynb"
-    proc = execute_notebook(nb, out, {"results_dir": results_dir, "ability_scores": csv})
+    proc = execute_notebook(ROOT / "notebooks" / "fig06_table1_social.md", out, {"results_dir": root})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    text = "\n".join(o["data"]["text/markdown"] for o in _outputs(nbformat.read(out, 4))
-                     if "text/markdown" in o.get("data", {}))
-    assert "No ability scores were given" not in text
+    text = page_text(nbformat.read(out, 4))
+    assert "No ability scores were given" not in text and "has no IFEval or MuSR scores" not in text
     assert "needs at least 4" in text
 
 
-# --------------------------------------------------------------------------- results loader
+# --------------------------------------------------------------------------- results loader and tables
 def test_results_tables(results_dir):
-    from synclib.figures import fig03_04_controls, fig06_table1_social, fig09_sample_size
-
     res = results.load_results(results_dir)
     assert res.synthetic and res.run_names == ["S-S", "S-G", "G-S", "G-G"]
     assert res.pair_names == ["S-S", "S-G", "G-G"] and res.orders_played() == "both"
@@ -176,7 +234,7 @@ def test_results_tables(results_dir):
     assert hm.groupby("src_layer")["best"].sum().eq(1).all(), "one best target per source layer"
     best = hm[hm["best"]].set_index("src_layer")["r2"]
     assert np.allclose(best, hm.groupby("src_layer")["r2"].max().loc[best.index])
-    lag = fig03_04_controls.lag_table(res)
+    lag = res.lag_table()
     assert set(lag["k"]) >= {0, 1, 2}
     # social performance: the mean over the pair's orders
     social = res.social_table().set_index("pair")["social"]
@@ -186,7 +244,7 @@ def test_results_tables(results_dir):
     # table 1 as compute_partial_correlation: the order-1 run's social score, the A->B
     # SyncR² of both orders
     scores = pd.DataFrame({"model": ["synthetic-S", "synthetic-G"], "ifeval": [1, 2], "musr": [3, 4]})
-    ab = fig06_table1_social.ability_table(res, scores)
+    ab = res.ability_table(scores)
     row = ab.set_index("pair").loc["S-G"]
     assert row["social"] == pytest.approx(res.run_social("S-G"))
     assert row["sync"] == pytest.approx(np.mean([res.analysis(r)["sync_r2"].sel(condition="genuine",
@@ -194,7 +252,7 @@ def test_results_tables(results_dir):
                                                  for r in ("S-G", "G-S")]))
     assert row["ifeval"] == 1.5
     # figure 4a's error bar is the reference's
-    control = fig03_04_controls.control_table(res)
+    control = res.control_table()
     fam = control[(control.family == "Cross") & (control.condition == "genuine")].iloc[0]
     assert fam["se"] == pytest.approx(stats.reference_family_se([row_mean for row_mean in
                                                                  sync[sync.family == "Cross"]["mean"]], 3))
@@ -202,7 +260,7 @@ def test_results_tables(results_dir):
     judge = res.judge(res.run_names[0])
     assert (judge["judge"] == synthetic.SYNTHETIC_JUDGE).all()
     # figure 9: the sweep, then the run's full size (its mean training + test samples) where larger
-    size = fig09_sample_size.sample_size_table(res)
+    size = res.sample_size_table()
     for pair, t in size.groupby("pair"):
         sweep, full = t[t["point"] == "sweep"], t[t["point"] == "full run"]
         runs = res.runs_of(pair)
@@ -214,19 +272,32 @@ def test_results_tables(results_dir):
             assert full["mean"].item() == pytest.approx(sync.set_index("pair").loc[pair, "mean"])
         else:
             assert full.empty
-    assert "S-S from" in fig09_sample_size.sentence_sample_size(size, results.load_published())
     # pages name a results directory inside the repository relative to it, never by a machine path
     inside = results.Results(root=ROOT / "results" / "x", manifest={"name": "x"}, runs=res.runs)
     assert "results: results/x (x," in inside.describe() and str(ROOT) not in inside.describe()
 
 
+@pytest.mark.slow
+def test_sample_size_sentence_states_the_table(executed, results_dir):
+    """Figure 9's sentence goes over each pair's sweep, first to last, as :meth:`sample_size_table` has it."""
+    from synclib.stats import fmt
+
+    text = page_text(_executed(executed, "fig09_sample_size"))
+    size = results.load_results(results_dir).sample_size_table()
+    assert "S-S from" in text
+    for pair, t in size.groupby("pair", sort=False):
+        t = t.sort_values("n_samples")
+        first, last = t.iloc[0], t.iloc[-1]
+        assert (f"{pair} from {fmt(first['mean'])} with {int(first['n_samples'])} samples per dataset to "
+                f"{fmt(last['mean'])} with {int(last['n_samples'])}") in text
+
+
 def test_generalisation_table_is_the_analysis_averaged_by_hand(results_dir):
     """Issue 38 (3): training and test R² per layer pair are the analysis' ``train_r2`` and
-    ``r2`` (genuine) averaged over split seeds; the summary and the sentence state its numbers."""
-    from synclib.figures import fig02_heatmaps as fig
-
+    ``r2`` (genuine) averaged over split seeds; the summary states its numbers (the page's sentence:
+    :func:`test_generalisation_sentence_and_chart_on_the_page`)."""
     res = results.load_results(results_dir)
-    gen = fig.generalisation_table(res)
+    gen = res.generalisation_table()
     assert list(dict.fromkeys(gen["run"])) == res.run_names
     for name in res.run_names:
         ds, run = res.analysis(name), res.run(name)
@@ -248,7 +319,7 @@ def test_generalisation_table_is_the_analysis_averaged_by_hand(results_dir):
     hm = res.heatmap_frame("S-G", direction="B->A").set_index(["src_layer", "tgt_layer"])["r2"]
     sg = gen[(gen["run"] == "S-G") & (gen["direction"] == "B->A")].set_index(["src_layer", "tgt_layer"])["test_r2"]
     assert np.allclose(sg.sort_index(), hm.sort_index())
-    summary = fig.generalisation_summary(res, gen)
+    summary = res.generalisation_summary(gen)
     counts = res.sample_counts()
     for row in summary.itertuples():
         sub = gen[gen["run"] == row.run]
@@ -260,27 +331,40 @@ def test_generalisation_table_is_the_analysis_averaged_by_hand(results_dir):
         assert row.n_train == pytest.approx(n[n > 0].mean())
         assert row.n_test == pytest.approx(counts[(counts["run"] == row.run)
                                                   & (counts["condition"] == "genuine")]["n_test"].mean())
-    published = results.load_published()
-    text = fig.sentence_generalisation(summary, published, embedded=res.embedded)
-    for row in summary.itertuples():
-        assert (f"{row.run} loses a median of {row.gap_median:.3f} (mean {row.gap_mean:.3f}; median training R² "
-                f"{row.train_median:.3f}, test {row.test_median:.3f}) and keeps a positive test R² in "
-                f"{100 * row.share_positive:.0f}% of its {row.layer_pairs} layer pairs, on a mean of {row.n_train:.0f} "
-                f"training and {row.n_test:.0f} test samples per dataset") in text
-    assert "generalizes well to the test set" in text and "embedded tiny models" not in text
-    assert "embedded tiny models, not the paper's" in fig.sentence_generalisation(summary, published, True)
-    # the chart: one hoverable point per layer pair, the diagonal; a run without train_r2 is left out
-    spec = fig.generalisation_scatter(gen, "t").to_dict()
-    assert "tooltip" in json.dumps(spec) and len(spec["layer"]) == 3
+    assert summary.attrs["present"]
+    # the page's two other branches: values that could not be computed (the analyses hold train_r2), or
+    # analyses without train_r2 at all; a run without train_r2 is left out of the table
+    empty = res.generalisation_summary(gen.iloc[:0])
+    assert empty.empty and empty.attrs["present"]
     res._analysis["G-G"] = res.analysis("G-G").drop_vars("train_r2")
-    assert "G-G" not in set(fig.generalisation_table(res)["run"])
-    # an empty table: values that could not be computed, or analyses without train_r2 at all
-    assert "none of its values could be computed" in fig.sentence_generalisation(
-        fig.generalisation_summary(res, gen.iloc[:0]), published)
+    assert "G-G" not in set(res.generalisation_table()["run"])
     for name in res.run_names:
         res._analysis[name] = res.analysis(name).drop_vars("train_r2", errors="ignore")
-    assert "lack `train_r2`" in fig.sentence_generalisation(fig.generalisation_summary(res), published)
-    assert fig.generalisation_scatter(gen.iloc[:0], "none").to_dict()["mark"]["type"] == "text"
+    none = res.generalisation_summary()
+    assert none.empty and not none.attrs["present"]
+
+
+@pytest.mark.slow
+def test_generalisation_sentence_and_chart_on_the_page(executed, results_dir):
+    """Figure 2's page states each run's loss from training to test R² as the summary has it, the paper's
+    claim beside it; its scatter has one hoverable point per layer pair and the diagonal."""
+    from synclib.stats import fmt
+
+    nb = _executed(executed, "fig02_heatmaps")
+    text = page_text(nb)
+    summary = results.load_results(results_dir).generalisation_summary()
+    for row in summary.itertuples():
+        assert (f"{row.run} loses a median of {fmt(row.gap_median, 3)} (mean {fmt(row.gap_mean, 3)}; median training "
+                f"R² {fmt(row.train_median, 3)}, test {fmt(row.test_median, 3)}) and keeps a positive test R² in "
+                f"{fmt(100 * row.share_positive, 0)}% of its {row.layer_pairs} layer pairs, on a mean of "
+                f"{fmt(row.n_train, 0)} training and {fmt(row.n_test, 0)} test samples per dataset") in text
+    assert "generalizes well to the test set" in text and "embedded tiny models" not in text
+    scatter = next(s for s in vegalite_specs(nb)
+                   if "Test against training R²" in json.dumps(s.get("title"), ensure_ascii=False))
+    assert "tooltip" in json.dumps(scatter) and len(scatter["layer"]) == 3
+    points = next(rows for rows in scatter["datasets"].values() if rows and "test_r2" in rows[0])
+    assert len(points) == len(results.load_results(results_dir).generalisation_table().dropna(
+        subset=["train_r2", "test_r2"]))
 
 
 def test_load_results_errors_name_the_file(tmp_path):
@@ -295,7 +379,7 @@ def test_load_results_errors_name_the_file(tmp_path):
 
 
 def test_load_ability_scores_validates(tmp_path):
-    from synclib.figures.fig06_table1_social import load_ability_scores
+    from synclib.analysis.results import load_ability_scores
 
     bad = tmp_path / "a.csv"
     bad.write_text("model,ifeval\nx,1\n")
@@ -361,49 +445,70 @@ def test_mean_se_and_pair_ability():
     assert out.loc[0, "ifeval"] == 15.0 and np.isnan(out.loc[1, "ifeval"])
 
 
-def test_partial_table_uses_ability(tmp_path):
-    from synclib.figures.fig06_table1_social import partial_table, sentence_table1
-
+def test_partial_table_uses_ability():
+    """Table 1's partial correlations (the claims step's ``partial`` table): per family and over all pairs,
+    finite partial r given each ability where there are enough pairs."""
     rng = np.random.default_rng(3)
     n = 8
     t = pd.DataFrame({"family": ["F"] * n, "sync": rng.normal(size=n),
                       "social": rng.normal(size=n), "ifeval": rng.normal(size=n),
                       "musr": rng.normal(size=n)})
-    table = partial_table(t)
+    table = claims._partial(t)
     assert list(table["family"]) == ["F", "All pairs"]
     assert np.isfinite(table["ifeval"]).all() and np.isfinite(table["musr"]).all()
-    assert "r = " in sentence_table1(table, "x.csv", results.load_published())
+    assert (table["n"] == n).all() and (table["ifeval n"] == n).all()
+    for m in ("ifeval", "musr"):
+        assert table[m].iloc[0] == pytest.approx(stats.partial_pearson(t, "sync", "social", m).r)
+    few = claims._partial(t.head(3))
+    assert not np.isfinite(few["ifeval"]).any() and few["ifeval reason"].str.contains("needs at least 4").all()
 
 
 # --------------------------------------------------------------------------- plots
 def test_offline_renderer_bundle_has_no_cdn_and_a_drawn_png():
     frame = pd.DataFrame({"src_layer": [1, 1, 2, 2], "tgt_layer": [1, 2, 1, 2],
                           "r2": [0.5, -0.1, 0.2, 0.3], "best": [True, False, False, True]})
-    chart = charts.r2_heatmap(frame, title="t")
-    bundle = charts.offline_renderer(chart.to_dict())
-    assert set(bundle) == {charts.VEGALITE_MIME, "text/html", "text/plain", "image/png"}
+    chart = alt.Chart(frame, title="t").mark_rect().encode(
+        x="src_layer:O", y="tgt_layer:O",
+        color=alt.when(alt.datum.r2 >= 0).then(alt.Color("r2:Q", scale=alt.Scale(scheme=theme.HEATMAP_SCHEME)))
+        .otherwise(alt.value(theme.NEGATIVE_GREY)), tooltip=["r2:Q"])
+    bundle = notebook.offline_renderer(chart.to_dict())
+    assert set(bundle) == {VEGALITE_MIME, "text/html", "text/plain", "image/png"}
     assert not CDN.search(bundle["text/html"]) and "http" not in bundle["text/html"].split(
         "var spec")[0]
     assert _png_is_drawn(bundle["image/png"])
-    spec = json.dumps(bundle[charts.VEGALITE_MIME])
-    assert charts.NEGATIVE_GREY in spec and '"stroke": "black"' in spec
+    spec = bundle[VEGALITE_MIME]
+    # the theme under the chart's own config: axis labels kept apart on every page
+    for key, values in theme.CHART_CONFIG.items():
+        assert values.items() <= spec["config"][key].items()
+
+
+@pytest.mark.slow
+def test_heatmaps_look_as_the_theme_says(executed, results_dir):
+    """Figure 2's heatmaps: the theme's scheme from 0, negative cells grey, each source layer's best target boxed
+    in black, the layer axes ticked by :func:`synclib.theme.layer_ticks`."""
+    spec = next(s for s in vegalite_specs(_executed(executed, "fig02_heatmaps")) if "vconcat" in s)
+    text = json.dumps(spec)
+    assert theme.NEGATIVE_GREY in text and '"stroke": "black"' in text
+    assert f'"scheme": "{theme.HEATMAP_SCHEME}"' in text
+    res = results.load_results(results_dir)
+    panels = [p for row in spec["vconcat"] for p in row["hconcat"]]
+    assert len(panels) == min(4, len(res.run_names))
+    for panel, name in zip(panels, res.run_names):
+        frame = res.heatmap_frame(name).dropna(subset=["r2"])
+        enc = panel["layer"][0]["encoding"]
+        assert enc["x"]["axis"]["values"] == theme.layer_ticks(frame["src_layer"])
+        assert enc["y"]["axis"]["values"] == theme.layer_ticks(frame["tgt_layer"])
 
 
 @pytest.mark.parametrize("n_layers", [5, 9, 17, 25, 29, 31, 32, 33, 65])
 def test_heatmap_layer_ticks_are_evenly_spaced(n_layers):
     """Ticks every few layers, the first and the last layer labelled, and no two labels crowded
-    (31 layers used to end ..., 24, 28, 30)."""
-    grid = np.arange(n_layers)
-    frame = pd.DataFrame({"src_layer": np.repeat(grid, n_layers), "tgt_layer": np.tile(grid, n_layers),
-                          "r2": 0.1, "best": False})
-    spec = charts.r2_heatmap(frame, title="t").to_dict()
-    encoding = spec["layer"][0]["encoding"] if "layer" in spec else spec["encoding"]
-    for axis in ("x", "y"):
-        ticks = encoding[axis]["axis"]["values"]
-        assert ticks[0] == 0 and ticks[-1] == n_layers - 1 and len(ticks) <= 9
-        gaps = np.diff(ticks)
-        step = gaps[0]
-        assert (gaps[:-1] == step).all() and step <= gaps[-1] < 2 * step, ticks
+    (31 layers used to end ..., 24, 28, 30): :func:`synclib.theme.layer_ticks`, which the heatmaps' axes use."""
+    ticks = theme.layer_ticks(np.arange(n_layers))
+    assert ticks[0] == 0 and ticks[-1] == n_layers - 1 and len(ticks) <= 9
+    gaps = np.diff(ticks)
+    step = gaps[0]
+    assert (gaps[:-1] == step).all() and step <= gaps[-1] < 2 * step, ticks
 
 
 def test_readable_tables_show_whole_text_and_formatted_numbers():
@@ -412,16 +517,19 @@ def test_readable_tables_show_whole_text_and_formatted_numbers():
     note = "no r (only 1 point; a correlation needs at least 3 points, here 1)" * 2
     frame = pd.DataFrame({"group": ["a", "b"], "n": [1, 3], "r": [np.nan, 0.999176],
                           "p": [np.nan, 0.0002], "musr p": [0.02584, np.nan], "note": [note, "y"]})
-    html = report.readable(frame).to_html()
+    html = notebook.readable(frame).to_html()
     assert note in html and ">0.999<" in html and "&lt; 0.001" in html and ">0.026<" in html
     assert html.count(">–<") == 3 and 'class="dataframe"' in html and "0.999176" not in html
     assert ">0<" not in html and ">1<" in html  # n stays an integer; no row numbers
 
 
 def test_empty_frames_give_a_placeholder_chart():
-    chart = charts.lines_with_se(pd.DataFrame(), x="k", series="pair", title="none")
-    spec = chart.to_dict()
-    assert spec["mark"]["type"] == "text" and "no data" in json.dumps(spec)
+    """A chart whose data are empty is a sentence naming it, not an empty frame (the renderer does it for every
+    page's charts)."""
+    chart = alt.Chart(pd.DataFrame({"k": [], "mean": []}), title="none").mark_line().encode(x="k:O", y="mean:Q")
+    bundle = notebook.offline_renderer(chart.to_dict())
+    assert VEGALITE_MIME not in bundle and "image/png" not in bundle
+    assert "<b>none</b>: not drawn" in bundle["text/html"] and "no data" in bundle["text/plain"].lower()
 
 
 @pytest.mark.slow
@@ -430,24 +538,30 @@ def test_controls_notebook_without_a_passive_run(tmp_path):
     """A run with ``simulate.passive: false`` has no passive condition; the controls page says so."""
     root = synthetic.build_synthetic_results(tmp_path / "no-passive", cube_kwargs={"passive": False},
                                            analyze_kwargs={"tom": False})
-    assert "passive" not in results.load_results(root).conditions()
+    res = results.load_results(root)
+    assert "passive" not in res.conditions()
+    claims.write(res, results.load_published())
+    assert results.load_results(root).claim("passive")["reason"] == "absent"
     out = tmp_path / "out.ipynb"
     proc = execute_notebook(ROOT / "notebooks" / "fig03_04_controls.md", out, {"results_dir": root})
     assert proc.returncode == 0, proc.stderr[-3000:]
-    text = "\n".join(o["data"]["text/markdown"] for o in _outputs(nbformat.read(out, 4))
-                     if "text/markdown" in o.get("data", {}))
-    assert "no passive-reader condition" in text
+    text = page_text(nbformat.read(out, 4))
+    assert "no passive-reader condition" in text and "this run has no passive condition" in text
 
 
 # --------------------------------------------------------------------------- papermill routes
 @pytest.mark.long
-def test_synclib_notebooks_runs_chosen_notebooks(results_dir, tmp_path):
-    """`synclib notebooks --results DIR NAMES -p k v`: executed copies with the parameters;
-    bad input refused before anything runs."""
+def test_synclib_notebooks_runs_chosen_notebooks(base, tmp_path):
+    """`synclib notebooks --results DIR NAMES -p k v`: the claims judged, then executed copies with the
+    parameters; bad input refused before anything runs (the claims included)."""
     import subprocess
     import sys
 
     from book_fixtures import kernel_env
+
+    # a copy: `synclib notebooks` judges the claims again, with the inputs its config names
+    results_dir = copy_results(base, tmp_path / "results")
+    (results_dir / "claims.json").unlink()
 
     def cli(*args):
         return subprocess.run([sys.executable, "-m", "synclib", "notebooks", *args], capture_output=True,
@@ -459,8 +573,10 @@ def test_synclib_notebooks_runs_chosen_notebooks(results_dir, tmp_path):
     nb = nbformat.read(out / "fig09_sample_size.ipynb", as_version=4)
     injected = [c for c in nb.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert len(injected) == 1 and str(results_dir) in injected[0].source
-    assert any(o.get("output_type") == "display_data" for o in _outputs(nb))
-    assert "1 notebook(s) executed" in p.stdout
+    assert any(o.get("output_type") == "display_data" for o in outputs(nb))
+    assert "1 notebook(s) executed" in p.stdout and "judged the claims" in p.stdout
+    assert (results_dir / "claims.json").is_file()
+    (results_dir / "claims.json").unlink()
     for args, said in ((["--results", str(tmp_path)], "no manifest.json"),
                        (["--results", str(results_dir), "fig99"], "matches none; choose from"),
                        (["--results", str(results_dir), "fig0"], "matches fig01_framework, fig02_heatmaps"),
@@ -468,12 +584,14 @@ def test_synclib_notebooks_runs_chosen_notebooks(results_dir, tmp_path):
                         "-p colour: no chosen notebook declares")):
         p = cli(*args, "--out", str(tmp_path / "never"))
         assert p.returncode == 2 and said in p.stderr, (args, p.stderr)
-    assert not (tmp_path / "never").exists()
+    assert not (tmp_path / "never").exists() and not (results_dir / "claims.json").exists()
 
 
-def test_synclib_notebooks_names_the_failing_notebook_and_cell(results_dir, tmp_path, monkeypatch, capsys):
+def test_synclib_notebooks_names_the_failing_notebook_and_cell(base, tmp_path, monkeypatch, capsys):
     from synclib import cli
     from synclib import notebook as nbmod
+
+    results_dir = copy_results(base, tmp_path / "results")  # `synclib notebooks` judges its claims again
 
     folder = tmp_path / "nbs"
     folder.mkdir()
@@ -515,8 +633,8 @@ def test_readme_papermill_command_runs_as_printed(results_dir, tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     out = work / line.split("| papermill - ")[1].split()[0]
     nb = nbformat.read(out, as_version=4)
-    assert any(o.get("output_type") == "display_data" for o in _outputs(nb))
-    assert not any(o.get("output_type") == "error" for o in _outputs(nb))
+    assert any(o.get("output_type") == "display_data" for o in outputs(nb))
+    assert not any(o.get("output_type") == "error" for o in outputs(nb))
 
 
 @pytest.mark.long
@@ -569,7 +687,7 @@ def test_parameter_mistakes_get_one_synclib_line_on_every_route(results_dir, tmp
     assert p.returncode != 0
     assert "synclib: unknown parameter 'directon'" in p.stdout + p.stderr
     # in the executed notebook (what JupyterLab shows) the error is that line alone, no traceback
-    errors = [o for o in _outputs(nbformat.read(tmp_path / "p.ipynb", as_version=4)) if o["output_type"] == "error"]
+    errors = [o for o in outputs(nbformat.read(tmp_path / "p.ipynb", as_version=4)) if o["output_type"] == "error"]
     assert len(errors) == 1 and errors[0]["traceback"] == [
         "synclib: unknown parameter 'directon': this notebook's parameters are columns, direction, panel_size, "
         "results_dir, runs, vmax"]
@@ -586,45 +704,56 @@ def test_heatmap_knobs_are_parameters(results_dir, tmp_path):
                             {"results_dir": results_dir, "runs": res.run_names[1], "vmax": 0.9, "panel_size": 280,
                              "columns": 1})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    spec = next(v for o in _outputs(nbformat.read(out, as_version=4)) for k, v in o.get("data", {}).items()
+    spec = next(v for o in outputs(nbformat.read(out, as_version=4)) for k, v in o.get("data", {}).items()
                 if k.startswith("application/vnd.vegalite"))
     text = json.dumps(spec)
     assert '"domain": [0, 0.9]' in text and '"width": 280' in text
     assert res.run_names[1] in text and res.run_names[0] + " genuine" not in text
 
 
-def test_the_parameters_page_lists_every_notebooks_parameters():
-    from synclib.notebook import figure_notebooks, parameters, parameters_markdown
+@pytest.mark.slow
+def test_the_parameters_page_lists_every_notebooks_parameters(executed):
+    """The reproduce page's table of parameters is read from the notebooks themselves."""
+    from synclib.notebook import figure_notebooks, parameters
 
-    page = parameters_markdown()
+    page = "\n".join(markdown_outputs(_executed(executed, "reproduce")))
     for nb in figure_notebooks():
         for name in parameters(nb):
             assert f"| `{nb.stem}` | `{name}` |" in page, (nb.stem, name)
     assert "| `fig02_heatmaps` | `vmax` | `None` | upper end of the colour scale" in page
 
 
-def test_topk_sentence_is_true_of_the_ks_drawn(results_dir):
-    """Figure 7's sentence names the largest k of the table it is given: every partner layer only
-    where that k is the partner's depth (a student who filters to k <= 2 gets "of its partner's 5
-    layers"; a pair of models of two depths, "of the partners' 4 and 5 layers")."""
-    from synclib.figures import fig07_topk
-
-    res = results.load_results(results_dir)
-    topk = fig07_topk.topk_table(res)
-    published = results.load_published()
-    full = fig07_topk.sentence_topk(topk, fig07_topk.topk_correlations(res), published)
+@pytest.mark.slow
+def test_topk_sentence_is_true_of_the_ks_drawn(executed, results_dir, tmp_path):
+    """Figure 7's sentence names the largest k of the table it draws: every partner layer only
+    where that k is the partner's depth (a student who filters the notebook's table to k <= 2 gets "of its
+    partner's 5 layers"; a pair of models of two depths, "of the partners' 4 and 5 layers")."""
+    topk = results.load_results(results_dir).topk_table()
+    last = topk.sort_values("k").groupby("pair").last()
+    assert last.loc["S-S", ["k", "target_layers"]].tolist() == [5, "5"]
+    assert last.loc["S-G", ["k", "target_layers"]].tolist() == [4, "4 and 5"]
+    full = page_text(_executed(executed, "fig07_topk"))
     assert "S-S from" in full and "(k = 5, all its partner's layers)" in full
     assert "(k = 4, of the partners' 4 and 5 layers)" in full  # S-G: its targets have 4 and 5 layers
-    few = fig07_topk.sentence_topk(topk[topk["k"] <= 2], fig07_topk.topk_correlations(res), published)
+    # the student's edit: the notebook's table filtered to k <= 2, in a copy of the notebook
+    source = (ROOT / "notebooks" / "fig07_topk.md").read_text()
+    assert source.count("topk = res.topk_table()\n") == 1
+    edited = tmp_path / "fig07_topk.md"
+    edited.write_text(source.replace("topk = res.topk_table()\n",
+                                     'topk = res.topk_table()\ntopk = topk[topk["k"] <= 2]\n'))
+    out = tmp_path / "fig07.ipynb"
+    proc = execute_notebook(edited, out, {"results_dir": results_dir})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    few = page_text(nbformat.read(out, 4))
     assert "all its partner's layers" not in few and "(k = 2, of its partner's 5 layers)" in few
 
 
 def _documented_commands() -> list[tuple[str, str]]:
-    """Every command line that runs a notebook in the README, the book's pages and synclib's
-    docstrings: ``(file, command)``, continuation lines joined, Markdown's inline code spans
+    """Every command line that runs a notebook in the README, the book's pages (the notebooks' Markdown
+    included) and synclib's docstrings: ``(file, command)``, continuation lines joined, Markdown's inline code spans
     included; commands with placeholders (``NB OUT``, ``notebooks/NAME.md``) left out."""
-    sources = [ROOT / "README.md", *sorted((ROOT / "book").glob("*.md")), ROOT / "synclib" / "notebook.py",
-               ROOT / "synclib" / "cli" / "notebooks.py"]
+    sources = [ROOT / "README.md", *sorted((ROOT / "book").glob("*.md")), *sorted((ROOT / "notebooks").glob("*.md")),
+               ROOT / "synclib" / "notebook.py", ROOT / "synclib" / "cli" / "notebooks.py"]
     start = re.compile(r"(synclib notebooks |python -m synclib\.cli\.notebooks |jupytext --to ipynb )")
     out = []
     for path in sources:

@@ -300,14 +300,18 @@ def test_pricing_a_gpu_run_imports_no_torch(tmp_path):
 
 
 def test_the_pages_quote_the_papers_price_as_the_dry_run_computes_it():
-    """The reproduce page includes the price the build computes (book/_generated/paper_price.md);
-    the README quotes its total, which must be that number: a price that differs between two
-    pages is a bug."""
+    """The reproduce page shows the price its notebook computes with the dry run's code
+    (pipeline.paper_price_markdown); the README quotes its total, which must be that number: a price
+    that differs between two pages is a bug."""
+    from pages import run_page
+
     text = pipeline.paper_price_markdown()
     total = re.search(r"^36 simulations: ~([\d,]+) GPU-hours on (\w+)", text, flags=re.M)
     assert total, text
     assert f"~{total[1]} {total[2]}-hours for the 36 simulations in float32" in (REPO / "README.md").read_text()
-    assert "```{include} _generated/paper_price.md" in (REPO / "book" / "reproduce.md").read_text()
+    assert not (REPO / "book" / "reproduce.md").exists()
+    assert "paper_price_markdown()" in (REPO / "notebooks" / "reproduce.md").read_text()
+    assert text in run_page("reproduce").text
     flat = " ".join(text.split())  # the page wraps its lines
     assert "every simulation job fits the H100 as configured" in flat and "assumptions of the" in flat
     assert max(len(line) for line in text.splitlines()) <= pipeline.PAGE_TEXT_WIDTH

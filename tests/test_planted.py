@@ -12,7 +12,7 @@ from synclib.analysis import power, ridge
 from synclib.analysis.planted import PLANTED_SPLIT_STRIDE, _layers, _shares_rows, planted_block
 from synclib.analysis.results import load_results
 from synclib.analysis.scores import sync_r2
-from synclib.analysis.synthetic import Shapes, build_synthetic_results, make_synthetic_cube
+from synthetic import Shapes, build_synthetic_results, make_synthetic_cube
 
 
 def test_each_share_replaces_its_count_of_rows_nested_where_a_partner_has_one():
@@ -121,16 +121,26 @@ def test_the_power_curve_is_the_corrected_test_per_replicate(tmp_path):
     assert row["rate"] == 1.0 and curve["planted"].iloc[-1] > curve["planted"].iloc[0]
     assert power.detection_size(curve) is not None
     assert len(power.planted_power(res, runs=[])) == 0
-    # the page's sentence quotes the curve's own counts and says what the re-splits cannot show
-    from synclib.figures import power as page
-    text = page._curve_sentence(curve, None, 0.1)
+    # the claims step keeps the curve (with where it reaches 80 %) for the power page, which quotes its own counts
+    # and says what the re-splits cannot show
+    from synclib.analysis import claims, results
+    from pages import plant_test, run_page
+
+    claims.write(res, results.load_published())
+    kept = load_results(root).tests("planted")
+    np.testing.assert_allclose(kept[power.PLANTED_COLUMNS].to_numpy(float), curve.to_numpy(float))
+    assert kept.attrs["detection_size"] == power.detection_size(curve)
+    shown = run_page("power", results_dir=str(root))
+    text = shown.text
     last = curve.sort_values("planted").iloc[-1]
     assert f"in {int(last['detected'])} of 6" in text and "evenly spaced layers of each model" in text
     assert "not the spread between new runs of dialogs" in text and "at most the curve's" in text
-    flat = curve.assign(planted=0.0, detected=0, rate=0.0)        # a run whose SyncR² stays at 0
-    assert "none could be planted" in page._curve_sentence(flat, None, 0.1)
-    table = page.format_curve(curve)
+    (table,) = [t for t in shown.tables if "found (p < 0.05)" in t.columns]
     assert len(table) == len(curve) and table["found (p < 0.05)"].iloc[-1] == f"{int(last['detected'])} of 6"
+    flat = curve.assign(planted=0.0, detected=0, rate=0.0)        # a run whose SyncR² stays at 0
+    flat.attrs.update(curve.attrs, detection_size=None)
+    plant_test(root, "planted", flat)
+    assert "none could be planted" in run_page("power", results_dir=str(root)).text
 
 
 def test_detection_size_reads_where_the_curve_stays_above_the_target():

@@ -1,6 +1,6 @@
 """synclib.analysis.power (paired control tests, minimum detectable differences, the planted differences'
-power curve), synclib.analysis.planted and the pages' tables and sentences of the tests (synclib.figures.power,
-synclib.figures.fig03_04_controls)."""
+power curve), synclib.analysis.planted and the pages' tables and sentences of the tests (notebooks/power.md,
+notebooks/fig03_04_controls.md, run here on the tests the claims step keeps in claims.json)."""
 from __future__ import annotations
 
 import itertools
@@ -11,10 +11,9 @@ import pandas as pd
 import pytest
 from scipy import stats as sps
 
-from synclib.analysis import power, results
-from synclib.analysis.synthetic import SYNTHETIC_PAIRS, build_synthetic_results
-from synclib.figures import fig03_04_controls
-from synclib.figures import power as power_page
+from pages import copy_results, plant_test, rewrite_claims, run_page
+from synclib.analysis import claims, power, results
+from synthetic import SYNTHETIC_PAIRS, build_synthetic_results
 
 
 def brute_force_sign_flip(d) -> float:
@@ -130,12 +129,13 @@ def test_n_pairs_needed_is_the_first_n_that_reaches_the_difference():
 def small_results(tmp_path_factory):
     """Two ordered runs (the cross pair in both orders), 48 episodes (enough for every condition
     at lag 2's count to leave 0), only the conditions block (genuine, passive, shuffled, pseudo,
-    lag1, lag2): a few seconds, not minutes."""
+    lag1, lag2), its claims judged: a few seconds, not minutes."""
     root = build_synthetic_results(
         tmp_path_factory.mktemp("power") / "results", pairs=SYNTHETIC_PAIRS[1:3], n_episodes=48,
         cube_kwargs={"tom": False},
         analyze_kwargs={"persona_disjoint": False, "relationship": False, "sample_sizes": None,
                         "nonlinear": False, "tom": False})
+    claims.write(results.load_results(root), results.load_published())
     return results.load_results(root)
 
 
@@ -173,7 +173,7 @@ def test_corrected_resampled_test_by_hand():
     assert np.isnan(power.corrected_resampled_test([0.1], ratio)["t"])
 
 
-def test_paired_tests_by_run_and_the_corrected_columns(small_results):
+def test_paired_tests_by_run_and_the_corrected_columns(small_results, monkeypatch):
     res = small_results
     table = power.paired_control_tests(res, ["passive"])
     r = table.iloc[0]
@@ -193,13 +193,17 @@ def test_paired_tests_by_run_and_the_corrected_columns(small_results):
     one = by[(by["run"] == res.run_names[0]) & (by["control"] == "passive")].iloc[0]
     ds = res.analysis(res.run_names[0])
     assert one["n_pairs"] == ds.sizes["direction"] * ds.sizes["split_seed"]
-    text = fig03_04_controls.by_run_sentence(by, embedded=True)
-    assert text.count("the embedded models show") == len(res.run_names)
-    shown = fig03_04_controls.format_by_run(by)
-    assert {"p (re-splits)", "p (episodes)"} <= set(shown.columns) and len(shown) == len(by)
+    # the claims step keeps every control's tests per run; the controls page shows them, run by run
+    pd.testing.assert_frame_equal(res.tests("controls_by_run"), power.paired_tests_by_run(res), check_dtype=False)
+    monkeypatch.setattr(results.Results, "embedded", property(lambda self: True))
+    shown = run_page("fig03_04_controls", results_dir=str(res.root))
+    every = res.tests("controls_by_run")
+    assert shown.text.count("the embedded models show genuine SyncR²") == len(res.run_names)
+    (by_run,) = [t for t in shown.tables if "p (re-splits)" in getattr(t, "columns", ())]
+    assert {"p (re-splits)", "p (episodes)"} <= set(by_run.columns) and len(by_run) == len(every)
     # every verdict is worded from the larger p of the two tests
-    assert (by["p"] == by[["p_corrected", "p_episodes"]].max(axis=1)).all()
-    assert "the larger of two tests" in text
+    assert (every["p"] == every[["p_corrected", "p_episodes"]].max(axis=1)).all()
+    assert "Each p is the larger of two tests" in shown.text
 
 
 def test_episode_bootstrap_test_by_hand(small_results):
@@ -261,38 +265,50 @@ def test_control_table_pairs_by_run_direction_and_seed(small_results):
 
 def test_sample_sizes_and_sentences(small_results):
     res = small_results
-    sizes = power.run_sample_sizes(res)
+    sizes = res.sample_sizes()
     assert 0 < sizes["n_train"] < sizes["n_samples"]
     assert sizes["n_runs"] == 2 and sizes["split_seeds"] == 3 and sizes["directions"] == 2
     table = power.paired_control_tests(res)
-    text = power_page.claims_text(table, None, sizes, results.load_published(), 0.1,
-                                  conservative=power.paired_control_tests(res, unit="direction"))
+    shown = run_page("power", results_dir=str(res.root))
+    text = shown.text
     passive = table.set_index("control").loc["passive"]
     assert f"{passive['mean_diff']:.3f}" in text and "stated assumption" in text
-    assert f"{sizes['n_samples']:.0f}" in text  # "this run has about K"
+    assert f"this run has about {sizes['n_samples']:.0f}" in text
     both = pd.concat([table, power.paired_control_tests(res, unit="direction")], ignore_index=True)
-    shown = power_page.format_table(both)
-    assert len(shown) == len(both) and "min. detectable difference" in shown.columns
+    (shown_table,) = [t for t in shown.tables if "min. detectable difference" in t.columns]
+    assert len(shown_table) == len(both)
     # one control's rows together, per split seed first
-    assert list(shown.index[:2]) == [("passive", "per split seed"), ("passive", "seeds averaged")]
-    assert shown.loc[("passive", "per split seed"), "difference"] == f"{passive['mean_diff']:.3f}"
+    assert list(shown_table.index[:2]) == [("passive", "per split seed"), ("passive", "seeds averaged")]
+    assert shown_table.loc[("passive", "per split seed"), "difference"] == f"{passive['mean_diff']:.3f}"
 
 
-def test_sentences_follow_the_numbers():
-    base = {"comparison": "genuine - passive", "control": "passive", "unit": "split_seed", "n_runs": 4,
-                "mean_genuine": 0.05, "mean_control": 0.04, "t": 1.0, "mde_normal": np.nan}
-    published = {"fig3_4": {"claim_passive": "P.", "claim_lag": "L."}, "fig9": {"n_samples": 6500, "claim": "C."}}
-    sizes = {"n_samples": 72.0, "n_train": 57.0, "n_runs": 4}
-    noisy = pd.DataFrame([{**base, "n_pairs": 24, "mean_diff": 0.01, "sd_diff": 0.3, "p_t": 0.6, "p_perm": 0.6,
-                           "mde": power.mde_paired(0.3, 24)}])
-    text = power_page.claims_text(noisy, None, sizes, published, 0.1)
+def test_sentences_follow_the_numbers(small_results, tmp_path):
+    """The power page words what the run can say about the paper's (assumed) passive difference from the
+    controls' tests the claims step kept: planted here, noisy, then precise, then none."""
+    res = small_results
+    published = results.load_published()
+    root = copy_results(res.root, tmp_path / "planted")
+    real = power.paired_control_tests(res, ["passive"])
+    base = real.assign(n_runs=4, mean_genuine=0.05, mean_control=0.04, t=1.0, mde_normal=np.nan, p_corrected=np.nan,
+                       p_episodes=np.nan, p=np.nan, mde_corrected=np.nan, sync_diff=np.nan, ci_lo=np.nan,
+                       ci_hi=np.nan, n_boot=0)
+    noisy = base.assign(n_pairs=24, mean_diff=0.01, sd_diff=0.3, p_t=0.6, p_perm=0.6, mde=power.mde_paired(0.3, 24))
+    sizes = res.sample_sizes()
+
+    def page(controls):
+        t = claims.RunTests(res, published)
+        t.controls = controls
+        plant_test(root, "controls", controls)
+        rewrite_claims(root, t)
+        return run_page("power", results_dir=str(root)).text
+
+    text = page(noisy)
     assert "**cannot**" in text and f"{power.mde_paired(0.3, 24):.3f}" in text
-    assert f"about {power.n_pairs_needed(0.1, 0.3)} paired values" in text
-    assert "6,500" in text and "about 72" in text
+    assert f"about {power.n_pairs_needed(claims.ASSUMED_PAPER_DIFFERENCE, 0.3)} paired values" in text
+    assert "6,500" in text and f"about {sizes['n_samples']:.0f}" in text
     precise = noisy.assign(sd_diff=0.01, mde=power.mde_paired(0.01, 24), p_t=1e-5, p_perm=1e-4, mean_diff=0.08)
-    text = power_page.claims_text(precise, None, sizes, published, 0.1)
+    text = page(precise)
     assert "**can**" in text and "finds genuine above passive" in text
     # a run without controls
-    assert "no control" in power_page.claims_text(noisy.iloc[:0], None, sizes, published, 0.1)
-
-
+    text = page(noisy.iloc[:0])
+    assert "no control condition" in text and "this run has no passive condition" in text

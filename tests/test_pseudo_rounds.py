@@ -11,8 +11,7 @@ from synclib.analysis import AnalysisError, analyze, build_dataset
 from synclib.analysis.ridge import r2_grid, resampled_r2
 from synclib.analysis.samples import pseudo_partners
 from synclib.analysis.scores import sync_r2, sync_r2_noclip
-from synclib.analysis.synthetic import Planted, Shapes, make_synthetic_cube
-from synclib.figures import fig03_04_controls as controls
+from synthetic import Planted, Shapes, make_synthetic_cube
 from synclib.splits import episode_split
 
 SMALL = dict(passive=False, tom=False, shapes=Shapes(layers_a=4, dim_a=16, layers_b=4, dim_b=16))
@@ -179,8 +178,9 @@ def test_the_rounds_average_to_the_whole_test_value():
 def test_a_trend_planted_over_the_rounds_is_found_and_tested(tmp_path):
     """The partner's states drown in noise that grows round by round: synchrony fades, and the
     trend table says so, its slope a least-squares fit of the round table's values."""
-    from synclib.analysis.results import load_results
-    from synclib.analysis.synthetic import SYNTHETIC_PAIRS, build_synthetic_results
+    from synclib.analysis import claims
+    from synclib.analysis.results import load_published, load_results
+    from synthetic import SYNTHETIC_PAIRS, build_synthetic_results
 
     root = build_synthetic_results(tmp_path / "res", pairs=SYNTHETIC_PAIRS[:1], analyze_kwargs=dict(
         persona_disjoint=False, relationship=False, sample_sizes=None, nonlinear=False, tom=False, n_boot=50))
@@ -190,12 +190,13 @@ def test_a_trend_planted_over_the_rounds_is_found_and_tested(tmp_path):
     analyze(cube, conditions=("genuine", "pseudo"), **{**FIT, "n_boot": 400}).to_netcdf(root / "analysis" / "S-S.nc")
     res = load_results(root)
 
-    table = controls.round_table(res)
+    table = res.round_table()
     g = table[table["condition"] == "genuine"]
     assert g["kept"].all() and g["round"].tolist() == [1, 2, 3, 4, 5]  # round 6 has agent 1's direction only
     assert (g["ci_lo"] <= g["mean"]).all() and (g["mean"] <= g["ci_hi"]).all()
     assert g["mean"].iloc[0] > g["mean"].iloc[-1] + 0.1
-    trend = controls.trend_table(res).set_index("condition")
+    claims.write(res, load_published())  # the claims step tests the trends, once, for the controls page
+    trend = load_results(root).tests("trends").set_index("condition")
     t = trend.loc["genuine"]
     assert t["slope"] == pytest.approx(np.polyfit(g["round"], g["mean"], 1)[0])
     assert t["slope"] < 0 and t["ci_hi"] < 0 and t["p"] < 0.01 and t["n_boot"] == 400
@@ -226,4 +227,5 @@ def test_the_presets_pages_have_pseudo_dyads_and_rounds_with_their_intervals(nam
     cube = make_synthetic_cube(n_episodes=4, n_seeds=len(cfg["simulate"]["seeds"]), **SMALL)
     assert pseudo_partners(cube)[2].startswith(partner)
     page = (repo / "notebooks" / "fig03_04_controls.md").read_text()
-    assert "fig.round_table(res)" in page and "fig.sentence_pseudo(" in page
+    assert "res.round_table()" in page and 'res.tests("trends")' in page
+    assert "Here the partner dialog is" in page and "SyncR², genuine dyads vs pseudo-dyads" in page

@@ -1,9 +1,10 @@
 """The settings as single validated objects: the ridge penalty and analyze's options (synclib.penalty.Penalty,
-synclib.analysis.AnalysisSettings): errors name the field, and one mapping from a run config
-serves the main job and ``synclib analyze --config`` alike."""
+synclib.analysis.AnalysisSettings): errors name the field and the key, the keys give the rules and
+defaults, and one mapping from a run config serves the main job and ``synclib analyze`` alike."""
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -52,12 +53,15 @@ def test_penalty_of_and_attrs_round_trip_under_the_configs_names():
 
 
 def test_the_config_and_the_command_line_check_the_penalty_through_penalty(tmp_path):
-    from synclib import argtypes
+    from synclib.cli import argtypes
     from synclib.config import ConfigError, load_config
 
-    assert argtypes.ridge_alpha("cv") == "cv" and argtypes.ridge_alpha("0.3") == 0.3
-    with pytest.raises(ValueError, match="> 0"):
-        argtypes.ridge_alpha("0")
+    alpha, grid = argtypes.setting("analysis.alpha"), argtypes.setting("analysis.cv_alphas")
+    assert alpha("cv") == "cv" and alpha("0.3") == 0.3 and grid("0.1,1,10") == [0.1, 1.0, 10.0] and grid("2") == [2]
+    for parse, bad, match in ((alpha, "0", "a number > 0 or 'cv', got 0"),
+                              (grid, "0.1,-1", r"a non-empty list of numbers > 0, got \[0.1, -1\]")):
+        with pytest.raises(argparse.ArgumentTypeError, match=match):
+            parse(bad)
     with pytest.raises(ConfigError, match="analysis.cv_folds"):
         load_config(overrides=["analysis.cv_folds=1"])
     with pytest.raises(ConfigError, match="analysis.alpha"):
@@ -100,11 +104,11 @@ def test_the_pipeline_and_the_cli_share_one_mapping_from_the_config(monkeypatch,
                           "--nonlinear-seeds", "0")
     assert cli.settings_from_args(args) == expected.replace(cv_folds=5, persona_disjoint=False, lags=(1, 2),
                                                             nonlinear_seeds=None)
-    # without --config: the schema's defaults with the optional blocks off (the command line's own)
-    cli, args = _cli_args()
-    plain = cli.settings_from_args(args)
-    assert plain.penalty == Penalty() and not (plain.persona_disjoint or plain.nonlinear or plain.tom)
-    assert plain.surrogates == 0 and plain.planted == 0 and plain.lags == (1, 2)
+    cli, args = _cli_args("--config", str(cfg_path), "--alpha", "0.5", "--cv-alphas", "1,10", "--no-pseudo-dyads",
+                          "--nonlinear-epochs", "7", "--max-resident-gib", "0.5", "--device", "cpu")
+    got = cli.settings_from_args(args)
+    assert got.penalty == Penalty(0.5, cv_alphas=(1.0, 10.0), cv_folds=4, cv_seed=7) and "pseudo" not in got.conditions
+    assert got.nonlinear_options.epochs == 7 and got.max_resident_bytes == 2**29 and got.device == "cpu"
     # 0 stands for a key's null ("all", "full batch"), checked by the key: 1 sample is refused
     cli, args = _cli_args("--config", str(cfg_path), "--n-samples", "0", "--cv-columns", "0",
                           "--nonlinear-batch-size", "0")
@@ -126,17 +130,108 @@ def test_the_pipeline_and_the_cli_share_one_mapping_from_the_config(monkeypatch,
     assert cli.settings_from_args(args).tom_options == {"format_filter": False}
 
 
+def test_synclib_analyze_without_a_config_has_a_run_configs_defaults(tmp_path):
+    """Without --config, ``synclib analyze`` computes what a run config that sets no analysis
+    key computes (the keys' defaults: 99 surrogates, every block on), not a second set."""
+    from synclib.analysis import AnalysisError, AnalysisSettings
+    from synclib.config import default, load_config
+
+    cfg_path = tmp_path / "run.yaml"
+    cfg_path.write_text("results_dir: r\nscenarios: embedded\nmodels: {S: smollm2-135m}\npairs: [S-S]\n"
+                        "judge: {model: x}\n")
+    cli, args = _cli_args()
+    plain = cli.settings_from_args(args)
+    assert plain == AnalysisSettings.from_config(load_config(cfg_path))
+    assert plain.surrogates == default("analysis.surrogates") == 99 and plain.planted == default("analysis.planted")
+    assert plain.persona_disjoint and plain.relationship and plain.nonlinear and plain.tom
+    assert plain.penalty == Penalty() and plain.lags == (1, 2) and plain.n_samples == 6500
+    # conditions without genuine: the blocks that need it are off, unless one is asked for
+    alone = cli.settings_from_args(_cli_args("--conditions", "passive,lag1")[1])
+    assert alone.conditions == ("passive", "lag1") and alone.lags is None and not alone.needs_genuine()
+    assert alone.tom and alone.n_boot == plain.n_boot
+    with pytest.raises(AnalysisError, match="need the 'genuine' condition"):
+        cli.settings_from_args(_cli_args("--conditions", "passive", "--surrogates", "5")[1])
+
+
+def test_synclib_analyze_skips_the_tom_decoding_of_a_cube_without_tom_dialogs(monkeypatch, tmp_path, capsys):
+    from synclib.analysis import core
+
+    seen = []
+
+    class Cube:
+        variables = {"hidden_a": None}
+
+    class Result:
+        condition = type("C", (), {"values": []})()
+
+        def to_netcdf(self, path):
+            path.write_text("")
+
+    cli, args = _cli_args()
+    monkeypatch.setattr(cli, "open_cube", lambda path: Cube())
+    monkeypatch.setattr(core, "analyze", lambda cube, settings, progress: seen.append(settings) or Result())
+    args.out = str(tmp_path / "r.nc")
+    assert cli.run(args) == 0 and not seen[0].tom and "no ToM decoding" in capsys.readouterr().err
+    _, args = _cli_args("--tom")
+    args.out = str(tmp_path / "r.nc")
+    assert cli.run(args) == 0 and seen[1].tom  # asked for: the analysis says what is missing
+
+
 def test_every_analysis_key_is_an_option_of_synclib_analyze():
-    """Each analysis.* key can be set on ``synclib analyze``'s command line, by an option of its
-    own name (the penalty's cv_* keys included), or, for pseudo_dyads, by --conditions."""
+    """Each analysis.* key is an option of ``synclib analyze`` of its name, with the key's
+    help, not given unless typed (so --config's value stands); the other options are few."""
     from synclib.cli import analyze as cli
     from synclib.keys import KEYS
 
     p = argparse.ArgumentParser()
     cli.configure_parser(p)
-    options = {a.dest for a in p._actions} | {"pseudo_dyads"}  # --conditions genuine,...,pseudo
-    missing = [k.path for k in KEYS if k.path.startswith("analysis.") and k.path.split(".", 1)[1] not in options]
-    assert not missing, f"keys that synclib analyze cannot set: {missing}"
+    options = {a.dest: a for a in p._actions}
+    keys = [k for k in KEYS if k.path.startswith("analysis.")]
+    for key in keys:
+        name = key.path.split(".", 1)[1]
+        assert name in options, f"{key.path} has no option in synclib analyze"
+        assert options[name].default is None and key.help in options[name].help, key.path
+        assert "--" + name.replace("_", "-") in options[name].option_strings
+    others = set(options) - {k.path.split(".", 1)[1] for k in keys}
+    assert others == {"help", "cube", "out", "config", "conditions", "device", "no_progress"}
+
+
+def test_every_analysis_key_reaches_the_settings():
+    """AnalysisSettings.from_config reads every analysis.* key: a config that changes one key
+    makes other settings (the keyed fields through the key table, the rest derived)."""
+    from synclib.analysis import AnalysisSettings
+    from synclib.keys import KEYS, section_defaults
+
+    other = {"alpha": "cv", "cv_alphas": [1.0], "cv_folds": 5, "cv_columns": None, "cv_seed": 3, "n_samples": None,
+             "split_seeds": [4], "lags": [3], "pseudo_dyads": False, "surrogates": 9, "planted": 2,
+             "sample_sizes": [100], "persona_disjoint": False, "relationship": False, "nonlinear": False,
+             "nonlinear_epochs": 3, "nonlinear_batch_size": None, "nonlinear_seeds": 1, "n_boot": 0, "tom": False,
+             "tom_format_filter": False, "precision": "bf16", "max_resident_gib": 0}
+    assert set(other) == {k.path.split(".", 1)[1] for k in KEYS if k.path.startswith("analysis.")}
+    base = {**section_defaults("analysis"), **section_defaults("simulate")}
+    plain = AnalysisSettings.from_config(base)
+    for name, value in other.items():
+        changed = AnalysisSettings.from_config({**base, "analysis": {**base["analysis"], name: value}})
+        assert changed != plain, name
+
+
+def test_the_analysis_settings_defaults_are_the_keys():
+    """A keyed field's default is its key's, but for the optional blocks, which a bare library
+    call leaves off; the MLP's keyed fields too."""
+    from dataclasses import fields
+
+    from synclib.analysis import AnalysisSettings
+    from synclib.analysis.mlp import MLPOptions
+    from synclib.keys import default
+
+    blocks = {"persona_disjoint", "relationship", "nonlinear", "tom", "surrogates", "planted"}
+    for cls in (AnalysisSettings, MLPOptions):
+        for f in fields(cls):
+            if f.name in cls.KEYS and f.name not in blocks | set(cls.UNSET):
+                want = default(cls.KEYS[f.name])
+                assert f.default == (tuple(want) if isinstance(want, list) else want), (cls.__name__, f.name)
+    assert not any(getattr(AnalysisSettings(), b) for b in blocks) and all(default(f"analysis.{b}") for b in blocks)
+    assert AnalysisSettings().penalty == Penalty()
 
 
 def test_a_split_seed_numpy_cannot_take_is_refused_with_the_config():
@@ -152,6 +247,25 @@ def test_a_split_seed_numpy_cannot_take_is_refused_with_the_config():
                                             r"\(config key analysis.split_seeds\)"):
         AnalysisSettings(split_seeds=(2**32,))
     assert AnalysisSettings(split_seeds=np.arange(3)).split_seeds == (0, 1, 2)
+
+
+@pytest.mark.parametrize("make, match", [
+    (dict(surrogates=-1), r"AnalysisSettings.surrogates must be an integer >= 0, got -1 "
+                          r"\(config key analysis.surrogates\)"),
+    (dict(tom="yes"), r"AnalysisSettings.tom must be true or false, got 'yes' \(config key analysis.tom\)"),
+    (dict(n_samples=1), r"AnalysisSettings.n_samples must be null or an integer >= 2, got 1 \(config key "
+                        r"analysis.n_samples\)"),
+    (dict(sample_sizes=(1,)), r"AnalysisSettings.sample_sizes must be null or .* \(config key analysis.sample_sizes\)"),
+    (dict(relationship_min=-1), r"AnalysisSettings.relationship_min must be an integer >= 0, got -1$"),
+    (dict(relationship_seeds=()), r"AnalysisSettings.relationship_seeds must be a non-empty list"),
+    (dict(max_resident_bytes=-1), r"AnalysisSettings.max_resident_bytes must be null or an integer >= 0, got -1$"),
+])
+def test_analysis_settings_errors_name_the_field_and_the_key(make, match):
+    """A keyed field's error names the field and its key; a field that is no key, the field."""
+    from synclib.analysis import AnalysisError, AnalysisSettings
+
+    with pytest.raises(AnalysisError, match=match):
+        AnalysisSettings(**make)
 
 
 def test_analysis_settings_errors_name_the_field():
@@ -181,8 +295,14 @@ def test_the_lags_and_the_mlps_training_are_checked_by_their_keys():
     with pytest.raises(ValueError, match=r"MLPOptions.epochs must be an integer >= 1, got 0 "
                                          r"\(config key analysis.nonlinear_epochs\)"):
         MLPOptions(epochs=0)
-    with pytest.raises(ValueError, match=r"MLPOptions.batch_size must be null or an integer >= 1"):
+    with pytest.raises(ValueError, match=r"MLPOptions.batch_size must be null or an integer >= 1, got 0 "
+                                         r"\(config key analysis.nonlinear_batch_size\)"):
         MLPOptions(batch_size=0)
+    for kwargs, match in ((dict(hidden=0), "MLPOptions.hidden must be an integer >= 1, got 0"),
+                          (dict(lr=0.0), "MLPOptions.lr must be a number > 0, got 0.0"),
+                          (dict(weight_decay=-1), "MLPOptions.weight_decay must be a number >= 0, got -1")):
+        with pytest.raises(ValueError, match=re.escape(match)):
+            MLPOptions(**kwargs)
     assert MLPOptions(batch_size=None).batch_size is None
     cfg = {"analysis": {"nonlinear_epochs": 7, "nonlinear_batch_size": None}}
     assert MLPOptions.from_config(cfg) == MLPOptions(epochs=7, batch_size=None)

@@ -17,7 +17,7 @@ import torch
 
 from conftest import kill9_when
 from synclib import cli
-from synclib.argtypes import index_list as parse_index_list
+from synclib.cli.argtypes import index_list as parse_index_list
 from synclib.cube import IncompleteCubeError, open_cube, parts_dir
 from synclib.simulate import Batching, Passes, RunOptions, Sampling, TomReadout, simulate
 from synclib.tasks.prompts import ACTIONS, EMOTIONS, is_leave, postprocess_reply, render_prompt
@@ -158,8 +158,10 @@ def test_cli_unknown_model_is_a_clear_error(capsys, tmp_path):
 def test_tom_readout_at_the_generated_positions(tiny_model_dir, monkeypatch):
     """The ToM read-out rides its request as a probe: the emotion word is read at the reply's
     first position, the action word after the first generated "." (each equal to
-    word_distributions on those tokens); a reply without a "." in time has a NaN action row."""
-    from synclib.engine import Engine, Request, Result, word_distributions
+    the reference word_distributions on those tokens); a reply without a "." in time has a NaN
+    action row."""
+    from reference_engine import word_distributions
+    from synclib.engine import Engine, Request, Result
     from synclib.models import load_model
 
     lm = load_model(tiny_model_dir)

@@ -181,7 +181,6 @@ def test_the_tom_replies_come_back_read_from_the_stream(tiny_models, monkeypatch
         raise AssertionError("the loop read a ToM reply outside the stream")
 
     for eng in runner.engines:
-        monkeypatch.setattr(eng, "word_distributions", no_readout)
         monkeypatch.setattr(eng, "sequence_logprobs", no_readout)
     monkeypatch.setattr(runner_module, "Scheduler", Spy)
     writer = CubeWriter(tmp_path / "x.nc", spec)

@@ -12,7 +12,7 @@ from synclib.analysis import power
 from synclib.analysis import analyze
 from synclib.analysis.samples import build_dataset
 from synclib.analysis.surrogates import surrogate_partners, surrogate_rows
-from synclib.analysis.synthetic import Planted, Shapes, make_synthetic_cube
+from synthetic import Planted, Shapes, make_synthetic_cube
 from synclib.stats import bootstrap_p, rank_p
 
 
@@ -187,7 +187,7 @@ def test_planted_synchrony_is_above_every_surrogate():
 
 def test_surrogate_test_on_results(tmp_path):
     from synclib.analysis.results import load_results
-    from synclib.analysis.synthetic import build_synthetic_results
+    from synthetic import build_synthetic_results
 
     root = build_synthetic_results(tmp_path / "r", n_episodes=30,
                                    analyze_kwargs={"sample_sizes": None, "nonlinear": False, "relationship": False,

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import write_chunked_cube
-from synclib.analysis.synthetic import Planted, Shapes, make_synthetic_cube
+from synthetic import Planted, Shapes, make_synthetic_cube
 from synclib.analysis.tom import ToMError, kl_divergence, tom_dataset, tom_decode
 
 

@@ -13,6 +13,11 @@ image; the cells' code may differ):
 
     python tools/page_text.py outputs before.ipynb after.ipynb
 
+A rewording that must keep every number, verdict and chart of each page (the pages may move:
+``--moved OLD=NEW`` pairs a page with its new path):
+
+    python tools/page_text.py numbers before.json after.json --moved book/intro.html=book/executed/intro.html
+
 ``snapshot`` keeps, for every page under ``book/``, the text of its article without the notebooks'
 code cells (one line per block, whitespace collapsed) and the SHA-256 of every embedded image (the charts are PNGs
 drawn by the offline renderer).  ``compare`` prints a unified diff of each page whose text
@@ -27,6 +32,7 @@ import hashlib
 import json
 import re
 import sys
+from collections import Counter
 from pathlib import Path
 
 from bs4 import BeautifulSoup
@@ -75,6 +81,45 @@ def compare(before: dict, after: dict) -> list[str]:
     return out
 
 
+#: a number as a page writes it: 0.31, -0.058, 1,024, 95 %, 2.5e-06
+NUMBER = re.compile(r"(?<![\w.])[-−+]?\d(?:[\d,]*\d)?(?:\.\d+)?(?:e[-+]?\d+)?(?: ?%)?")
+VERDICTS = re.compile(r"\b(agrees|partly|differs|cannot test)\b")
+
+
+def page_numbers(record: dict) -> tuple[Counter, Counter]:
+    """The numbers of a page's text (each as written, ``−`` read as ``-``, ``95 %`` as ``95%``) and
+    its verdict words, as multisets."""
+    text = " ".join(record["text"])  # an inline element (a glued number) is a line of its own
+    numbers = Counter(n.replace("−", "-").replace(" %", "%") for n in NUMBER.findall(text))
+    return numbers, Counter(VERDICTS.findall(text))
+
+
+def compare_numbers(before: dict, after: dict, moved: dict) -> list[str]:
+    """Per page (``moved``: old path -> new path), the numbers, verdict words and charts of ``before`` that
+    ``after`` lacks, and those it adds; empty lists where every page keeps all of them."""
+    out = []
+    for page in sorted(before):
+        new = moved.get(page, page)
+        if new not in after:
+            out.append(f"{page}: no page {new} after")
+            continue
+        (nb, vb), (na, va) = page_numbers(before[page]), page_numbers(after[new])
+        lost, gained = nb - na, na - nb
+        charts = Counter(before[page]["images"]) - Counter(after[new]["images"])
+        lines = []
+        if lost:
+            lines.append(f"  numbers only before ({sum(lost.values())}): {' '.join(sorted(lost.elements()))}")
+        if gained:
+            lines.append(f"  numbers only after ({sum(gained.values())}): {' '.join(sorted(gained.elements()))}")
+        if vb != va:
+            lines.append(f"  verdict words: before {dict(vb)}, after {dict(va)}")
+        if charts:
+            lines.append(f"  charts only before: {sum(charts.values())} of {len(before[page]['images'])}")
+        label = page if new == page else f"{page} -> {new}"
+        out += [f"{label}: {sum(nb.values())} numbers before, {sum(na.values())} after"] + lines if lines else []
+    return out
+
+
 def notebook_outputs(path: Path) -> list[str]:
     """Every output of an executed notebook, in order, as lines (images by their SHA-256)."""
     out = []
@@ -109,6 +154,10 @@ def main(argv=None) -> int:
     c = sub.add_parser("compare")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
+    n = sub.add_parser("numbers")
+    n.add_argument("before", type=Path)
+    n.add_argument("after", type=Path)
+    n.add_argument("--moved", action="append", default=[], metavar="OLD=NEW", help="a page that moved")
     o = sub.add_parser("outputs")
     o.add_argument("before", type=Path)
     o.add_argument("after", type=Path)
@@ -117,6 +166,11 @@ def main(argv=None) -> int:
         diff = list(difflib.unified_diff(notebook_outputs(args.before), notebook_outputs(args.after), str(args.before),
                                          str(args.after), lineterm="", n=1))
         print("\n".join(diff) if diff else "the two notebooks' outputs are the same")
+        return 1 if diff else 0
+    if args.cmd == "numbers":
+        moved = dict(m.split("=", 1) for m in args.moved)
+        diff = compare_numbers(json.loads(args.before.read_text()), json.loads(args.after.read_text()), moved)
+        print("\n".join(diff) if diff else "every page keeps its numbers, verdicts and charts")
         return 1 if diff else 0
     if args.cmd == "snapshot":
         args.out.write_text(json.dumps(snapshot(args.build), indent=1))

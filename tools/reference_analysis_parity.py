@@ -4,7 +4,7 @@ The paper's numbers come from GitHub ``zzn-nzz/LM_neural_synchrony`` at commit
 49fe97e1e22b18061cae49aec14aba69a9ec0e8c.  This tool runs *that code* (its own files, from a
 checkout; nothing of it is copied here) and synclib on the same activation cube and compares:
 
-1. A cube (default: ``synclib.analysis.synthetic.make_synthetic_cube`` with 120 episodes x 5 simulation
+1. A cube (default: ``make_synthetic_cube`` of tests/synthetic.py with 120 episodes x 5 simulation
    seeds, 4 x 8 and 3 x 6 hidden states; or ``--cube`` a file written by ``synclib simulate``)
    is exported into the reference's on-disk layout
    (``sotopia_results/{RUN}/all/episode_{e}/t0.7_seed{s}/agent_{a}_turn_{t}/states.npy``,
@@ -63,8 +63,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))  # the synthetic cubes
 from synclib.analysis import analyze, build_dataset, sim_seed_rank, sync_r2_noclip, sync_r2_topk  # noqa: E402
-from synclib.analysis.synthetic import Planted, Shapes, make_synthetic_cube  # noqa: E402
+from synthetic import Planted, Shapes, make_synthetic_cube  # noqa: E402
 from synclib.cube import open_cube  # noqa: E402
 from synclib.splits import episode_split  # noqa: E402
 

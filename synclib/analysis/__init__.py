@@ -1,29 +1,13 @@
-"""SyncR^2 from an activation cube: datasets, splits, controls, sensitivity.
+"""SyncR^2 from an activation cube: datasets, splits, controls, sensitivity (the paper's sections 3.2-3.3,
+appendices B-E, G, I, J).
 
-Protocol (the paper's sections 3.2-3.3, appendices B-E, G, I, J):
-
-* datasets, with rounds ``k`` (see book/architecture.md): A->B pairs
-  ``(hidden_a[k], hidden_b[k])``; B->A ``(hidden_b[k], hidden_a[k+1])``; lag ``j``:
-  A->B ``(hidden_a[k], hidden_b[k+j])``, B->A ``(hidden_b[k], hidden_a[k+1+j])``;
-  passive: the ``_passive`` source with the genuine target; shuffled: the genuine
-  samples with the training targets permuted within each dialog (the reference's
-  control).  Samples whose source or target is not finite (unreached rounds) are dropped.
-* split (per split seed, :func:`synclib.splits.episode_split`), the reference's rule:
-  ``RandomState(seed).permutation`` over all cube episodes; whole episodes to the test
-  set until it holds ``>= N - int(0.8 N)`` samples, then to the training set until it
-  holds ``>= int(0.8 N)`` or the episodes run out (a cube with fewer than ``N``
-  samples: training = all the rest; recorded in ``split_short``).  The
-  persona-disjoint variant (ours) assigns whole (unordered) agent pairs instead.
-* ridge (:func:`synclib.analysis.ridge.r2_grid`) for every layer pair: test and training R^2.
-* SyncR^2 as the reference aggregates it (:mod:`synclib.analysis.scores`): grids
-  averaged over split seeds first, then per source layer the best target layer, clip
-  at 0, mean over source layers; its standard error from the variance over split
-  seeds at the chosen target.  The per-seed scores are kept (``*_per_seed``).
-
-:func:`analyze` returns everything as an ``xarray.Dataset`` (schema in
-book/architecture.md, "Analysis results"); ``synclib analyze`` (:mod:`synclib.cli.analyze`)
+:func:`analyze` pairs hidden states into datasets per condition and direction (:mod:`synclib.analysis.samples`),
+splits them by whole episodes with the reference's rule (:func:`synclib.splits.episode_split`; ``split_short`` where
+the cube holds fewer than ``N`` samples; a persona-disjoint variant is ours), fits ridge maps for every layer pair
+(:func:`synclib.analysis.ridge.r2_grid`: test and training R^2) and aggregates SyncR^2 over split seeds as the
+reference does (:mod:`synclib.analysis.scores`; per-seed scores kept as ``*_per_seed``).  It returns an
+``xarray.Dataset`` (book/architecture.md, "Analysis results"); ``synclib analyze`` (:mod:`synclib.cli.analyze`)
 writes it to netCDF.
-
 Modules
 -------
 ``samples``  paired samples of one condition and direction (index arithmetic), persona keys
@@ -41,8 +25,10 @@ Modules
 ``power``    paired tests of the controls and settings, detectable sizes, surrogate_test, planted_power
 ``planted``  differences planted in a run's own states, on re-splits (the power page's curve)
 ``sizing``   a run's training samples per dataset against the measured sample curves (numpy only)
-``results``  load_results -> Results: a results directory's analyses and judge tables, looked up
-``synthetic`` synthetic cubes and results directories (test fixtures)
+``results``  load_results -> Results: a results directory's analyses, judge tables and claims, looked up
+``tables``   the figures' tidy tables (a base of Results)
+``claims``   the paper's claims judged once per run, and the tests behind them (claims.json)
+``dialogs``  the dialogs of a cube as the simulator stored them, with their tasks and judge scores
 """
 import importlib
 

@@ -1,26 +1,18 @@
-"""The analysis blocks: one function per block, each returning an ``xarray.Dataset``
-(:func:`conditions_block` returns it together with the genuine fits).
+"""The analysis blocks: one function per block, each returning an ``xarray.Dataset``.
 
-==========================  ===============================================  ==============
-block                       what                                             paper
-==========================  ===============================================  ==============
-:func:`conditions_block`    genuine and controls (passive, shuffled, lags):  3.3, figs 2-4,
-                            grids, SyncR^2, top-k, unclipped, and SyncR^2    app. C, fig 8
-                            on resamples of whole episodes (ours); linear
-                            CKA per layer pair on all samples (ours)
-:func:`paper_alpha_block`   genuine at the paper's penalty (runs with        fig 8
-                            another): clipped and not
-:func:`persona_block`       genuine, persona-disjoint split                  table 2
-:func:`sample_size_block`   genuine at smaller sample sizes                  app. D
-:func:`relationship_block`  genuine maps scored on test subsets by           app. G
-                            relationship
-:func:`nonlinear_block`     MLP against the affine map on a few layer pairs  app. I
-:func:`tom_block`           Theory-of-Mind decoding                          app. J
-==========================  ===============================================  ==============
+* :func:`conditions_block`: genuine and controls (passive, shuffled, lags): grids, SyncR^2, top-k, unclipped, SyncR^2
+  on resamples of whole episodes (ours), linear CKA per layer pair on all samples (ours); paper 3.3, figs 2-4, app. C.
+* :func:`paper_alpha_block`: genuine at the paper's penalty (runs with another), clipped and not; fig 8.
+* :func:`persona_block`: genuine, persona-disjoint split; table 2.
+* :func:`sample_size_block`: genuine at smaller sample sizes; app. D.
+* :func:`relationship_block`: genuine maps scored on test subsets by relationship; app. G.
+* :func:`nonlinear_block`: MLP against the affine map on a few layer pairs; app. I.
+* :func:`tom_block`: Theory-of-Mind decoding; app. J.
 
-:func:`conditions_block` runs first; the others re-use its genuine fits
-(:class:`~synclib.analysis.context.GenuineFits`).  Variables, dims and coordinates
-are documented in book/architecture.md ("Analysis results").
+:func:`conditions_block` runs first and returns, with its Dataset, the genuine fits
+(:class:`~synclib.analysis.context.GenuineFits`: samples per direction, splits, penalties and maps per split seed),
+the ``genuine`` the other blocks re-use; their scores are aggregated over split seeds as the main SyncR^2.
+Variables, dims and coordinates are documented in book/architecture.md ("Analysis results").
 """
 from __future__ import annotations
 
@@ -56,8 +48,7 @@ RELATIONSHIP_SOURCES = ("social_iqa", "social_chemistry", "normbank")
 
 
 def _mean_se_vars(name: str, values: np.ndarray, dims: tuple) -> dict:
-    """``{name}_mean`` and ``{name}_se`` over the last axis of ``values`` (split seeds),
-    as Dataset variables with ``dims`` (those of ``values`` without the last)."""
+    """``{name}_mean`` and ``{name}_se`` over the last axis (split seeds) of ``values``, as variables with ``dims``."""
     m, se = mean_se(values, axis=-1)
     return {f"{name}_mean": (dims, m), f"{name}_se": (dims, se)}
 
@@ -67,8 +58,7 @@ def _coords(ctx: Context, **more) -> dict:
 
 
 _REF = "reference: per-seed grids averaged over split seeds first, then "
-#: how each SyncR^2-type variable is aggregated over split seeds (the ``aggregation``
-#: attribute of each variable and, joined, of the Dataset)
+#: how each SyncR^2-type variable is aggregated over split seeds (its ``aggregation`` attribute; joined, the Dataset's)
 AGGREGATION = {
     "r2": "per split seed: test R^2 of each layer pair",
     "train_r2": "per split seed: training R^2 of each layer pair (the same maps on their training rows); "
@@ -143,14 +133,10 @@ class Conditions:
 
 
 def _score_vars(prefix: str, grids: np.ndarray, dims: tuple, variants: bool = False, noclip: bool = False) -> dict:
-    """The SyncR^2 variables of ``grids`` (*lead, S, L, L), whose leading dims are ``dims``.
-
-    ``{prefix}``, ``{prefix}_se`` (reference aggregation over split seeds, dims ``dims``)
-    and ``{prefix}_per_seed`` (``dims`` + split_seed); with ``noclip`` (or ``variants``) also
-    ``{prefix}_noclip``, ``{prefix}_noclip_se`` and ``{prefix}_noclip_per_seed``; with
-    ``variants`` also ``r2_mean``, ``r2_var`` (``dims`` + src_layer, tgt_layer),
-    ``sync_r2_topk`` (``dims`` + k) and ``sync_r2_topk_per_seed``.
-    """
+    """The SyncR^2 variables of ``grids`` (*lead, S, L, L), leading dims ``dims``: ``{prefix}``, ``{prefix}_se``
+    (reference aggregation, ``dims``) and ``{prefix}_per_seed`` (``dims`` + split_seed); with ``noclip`` or
+    ``variants`` the same three ``_noclip``; with ``variants`` also ``r2_mean``, ``r2_var`` (``dims`` + src_layer,
+    tgt_layer), ``sync_r2_topk`` (``dims`` + k) and ``sync_r2_topk_per_seed``."""
     noclip = noclip or variants
     lead, (S, L) = grids.shape[:-3], grids.shape[-3::2]
     aggs = [seed_aggregate(grids[i]) for i in np.ndindex(*lead)]
@@ -233,8 +219,7 @@ class _ConditionArrays:
 
 
 def _cka(ctx: Context, samples: PairedSamples, seed_rank: np.ndarray) -> np.ndarray:
-    """Linear CKA of every layer pair of one (condition, direction) on all its samples
-    (:data:`CKA_RULE`): (L_src, L_tgt)."""
+    """Linear CKA (L_src, L_tgt) of each layer pair of one (condition, direction), all samples (:data:`CKA_RULE`)."""
     if samples.condition == "shuffled":
         y = shuffle_training_targets(samples, range(ctx.cube.sizes["episode"]),
                                      np.random.RandomState(CKA_SHUFFLE_SEED), seed_rank)
@@ -277,26 +262,20 @@ ROUND_RULE = ("ours (the paper has no score per round): each split's maps, fitte
 
 
 def episode_bootstrap(fits: list, counts: np.ndarray, round_: int | None = None, targets=None) -> np.ndarray:
-    """SyncR^2 of one (condition, direction) on each resample of whole episodes (:data:`BOOT_RULE`),
-    or on the test samples of one round of them (:data:`ROUND_RULE`).
+    """SyncR^2 of one (condition, direction) on each resample of whole episodes (:data:`BOOT_RULE`), or on the
+    test samples of one round of them (:data:`ROUND_RULE`): (B,), NaN where no split seed has a drawn test sample.
 
     Parameters
     ----------
     fits : list of SplitFit or None
-        One per split seed, with ``test_loss`` (None: a split that was not fitted).
+        One per split seed, with ``test_loss`` (None: not fitted).
     counts : array (B, E)
         :func:`episode_draws` (all ones, shape (1, E): the test set itself).
     round_ : int, optional
         Score only the test samples of this round (the source state's round).
     targets : int array (L_src,), optional
-        Each source layer's target layer and clip, fixed (:func:`synclib.analysis.scores.best_targets`
-        of the whole test set, :func:`synclib.analysis.scores.sync_r2_at`); None: the best target
-        of each resampled grid, clipped (:func:`sync_r2_many`).
-
-    Returns
-    -------
-    array (B,)
-        NaN where no split seed has a drawn test sample (or none was fitted).
+        Each source layer's target layer and clip, fixed (:func:`synclib.analysis.scores.best_targets` of the whole
+        test set, :func:`synclib.analysis.scores.sync_r2_at`); None: each resampled grid's best target, clipped.
     """
     grids = []
     for fit in fits:
@@ -335,10 +314,9 @@ def own_splits(ctx: Context, samples: PairedSamples, n_samples: int | None | str
 
 def _fit_splits(ctx: Context, samples: PairedSamples, seed_rank: np.ndarray, splits: list,
                 alphas: list | None = None) -> list:
-    """One fit per split of ``splits`` (:func:`own_splits`; None where there is none), with the
-    training R^2, the test loss per episode and round; the ``shuffled`` condition shuffles the
-    training targets per split.  ``alphas``: one penalty array per split seed (another fit's: no
-    CV, nothing more than the grid)."""
+    """One fit per split of ``splits`` (:func:`own_splits`; None where there is none), with training R^2 and the
+    test loss per episode and round; ``shuffled`` shuffles the training targets per split.  ``alphas``: one penalty
+    array per split seed (another fit's: no CV, only the grid)."""
     label, fits = _label(samples), []
     for si, (seed, split) in enumerate(zip(ctx.split_seeds, splits)):
         alpha = None if alphas is None else alphas[si]
@@ -397,44 +375,28 @@ class _Rounds:
 
 
 def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Conditions:
-    """The genuine condition and its controls: test and training R^2 grids per
-    (condition, direction, split seed) and their SyncR^2 scores, aggregated over split
-    seeds as the reference does (:mod:`synclib.analysis.scores`) and per seed, each condition on
-    its own samples (the reference's design); and every control's contrast with genuine on the
-    rows both hold (:mod:`synclib.analysis.contrasts`).
-
-    Parameters
-    ----------
-    ctx : Context
-    conditions : list of str
-        ``genuine``, ``passive``, ``shuffled``, ``pseudo``, ``lagJ``, whose variables the cube has.
+    """The genuine condition and its controls: test and training R^2 grids per (condition, direction, split seed)
+    and their SyncR^2, aggregated over split seeds as the reference does (:mod:`synclib.analysis.scores`) and per
+    seed, each condition on its own samples (the reference's design); and every control's contrast with genuine on
+    the rows both hold (:mod:`synclib.analysis.contrasts`).  ``conditions``: ``genuine``, ``passive``,
+    ``shuffled``, ``pseudo``, ``lagJ``, whose variables the cube has.
 
     Returns
     -------
     Conditions
-        ``dataset``: ``r2``, ``train_r2`` (condition, direction, split_seed, src_layer,
-        tgt_layer; ``train_r2`` for the genuine condition only, NaN for the controls),
-        ``alpha`` (..., src_layer), ``n_train``, ``n_test``, ``split_short``
-        (condition, direction, split_seed), ``n_available`` (condition, direction);
-        reference aggregation: ``r2_mean``, ``r2_var`` (condition, direction, src_layer,
-        tgt_layer), ``sync_r2``, ``sync_r2_se``, ``sync_r2_noclip``,
-        ``sync_r2_noclip_se`` (condition, direction), ``sync_r2_topk`` (..., k); per seed:
-        ``sync_r2_per_seed``, ``sync_r2_noclip_per_seed`` (condition, direction,
-        split_seed), ``sync_r2_topk_per_seed`` (..., k); with ``ctx.n_boot`` resamples,
-        ``sync_r2_boot`` (condition, direction, boot: :func:`episode_bootstrap`, attribute
-        ``boot_rule``); with the genuine condition and a control, the contrasts
-        (:func:`synclib.analysis.contrasts.contrast_variables`: ``sync_r2_contrast``,
-        ``n_train_contrast``, ``n_test_contrast``, ``sync_r2_contrast_pooled``,
-        ``sync_r2_contrast_boot``; attribute ``contrast_rule``); with the pseudo-dyads, the
-        attribute ``pseudo_partner`` (the partner rule,
-        :func:`synclib.analysis.samples.pseudo_partners`); per round of the test episodes
-        (:data:`ROUND_RULE`, attribute ``round_rule``): ``sync_r2_round`` (condition,
-        direction, round), ``n_test_round`` (..., split_seed, round), ``round_tgt_layer``
-        (condition, direction, src_layer; -1: padding) and with resamples
-        ``sync_r2_round_boot`` (..., round, boot); with ``cka``, ``cka`` (condition,
-        direction, src_layer, tgt_layer: linear CKA on all samples of each dataset,
-        :data:`CKA_RULE`, attribute ``cka_rule``).  ``genuine``: the genuine fits, for the
-        other blocks.
+        ``dataset``, with C, Dir, S = condition, direction, split_seed: ``r2``, ``train_r2`` (C, Dir, S, src_layer,
+        tgt_layer; ``train_r2`` genuine only), ``alpha`` (..., src_layer), ``n_train``, ``n_test``, ``split_short``
+        (C, Dir, S), ``n_available`` (C, Dir); reference aggregation: ``r2_mean``, ``r2_var`` (C, Dir, src_layer,
+        tgt_layer), ``sync_r2``, ``sync_r2_se``, ``sync_r2_noclip``, ``sync_r2_noclip_se`` (C, Dir),
+        ``sync_r2_topk`` (..., k); per seed: ``sync_r2_per_seed``, ``sync_r2_noclip_per_seed`` (C, Dir, S),
+        ``sync_r2_topk_per_seed`` (..., k); with ``ctx.n_boot`` resamples, ``sync_r2_boot`` (C, Dir, boot;
+        :func:`episode_bootstrap`, attribute ``boot_rule``); with genuine and a control, the contrasts
+        (:func:`synclib.analysis.contrasts.contrast_variables`, attribute ``contrast_rule``); with the pseudo-dyads
+        the attribute ``pseudo_partner`` (:func:`synclib.analysis.samples.pseudo_partners`); per round of the test
+        episodes (:data:`ROUND_RULE`, attribute ``round_rule``): ``sync_r2_round`` (C, Dir, round),
+        ``n_test_round`` (C, Dir, S, round), ``round_tgt_layer`` (C, Dir, src_layer; -1: padding), with resamples
+        ``sync_r2_round_boot`` (..., round, boot); with ``cka``, ``cka`` (C, Dir, src_layer, tgt_layer;
+        :data:`CKA_RULE`, attribute ``cka_rule``).  ``genuine``: the genuine fits, for the other blocks.
     """
     shape = (len(conditions), len(ctx.directions), len(ctx.split_seeds))
     arrays = _ConditionArrays.empty(shape, max(ctx.cube.sizes["layer_a"], ctx.cube.sizes["layer_b"]))
@@ -498,19 +460,11 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
 
 # --------------------------------------------------------------------------- the paper's penalty
 def paper_alpha_block(ctx: Context, genuine: GenuineFits) -> xr.Dataset:
-    """Genuine SyncR^2 with the paper's ridge penalty (:data:`synclib.analysis.ridge.PAPER_ALPHA`) on
-    the genuine splits, clipped and not, for a run whose own penalty is another (e.g.
-    ``alpha="cv"``): figure 8 (appendix C.2) shows what clipping does at the paper's setting,
-    where maps fitted on few samples predict worse than the mean and R^2 goes negative.
-
-    Returns
-    -------
-    xarray.Dataset
-        ``paper_alpha_r2`` (direction, split_seed, src_layer, tgt_layer: test R^2),
-        ``paper_alpha_sync_r2``, ``paper_alpha_sync_r2_se``, ``paper_alpha_sync_r2_noclip``,
-        ``paper_alpha_sync_r2_noclip_se`` (direction; aggregated as the main SyncR^2) and
-        their ``_per_seed`` (direction, split_seed); attribute ``paper_alpha``.
-    """
+    """Genuine SyncR^2 at the paper's penalty (:data:`synclib.analysis.ridge.PAPER_ALPHA`) on the genuine splits,
+    clipped and not, for a run whose own penalty is another: figure 8 (appendix C.2) shows what clipping does there,
+    where maps fitted on few samples predict worse than the mean.  Variables ``paper_alpha_r2`` (direction,
+    split_seed, src_layer, tgt_layer), ``paper_alpha_sync_r2``, ``..._se``, ``..._noclip``, ``..._noclip_se``
+    (direction) and their ``_per_seed`` (direction, split_seed); attribute ``paper_alpha``."""
     L = max(ctx.cube.sizes["layer_a"], ctx.cube.sizes["layer_b"])
     grids = np.full((len(ctx.directions), len(ctx.split_seeds), L, L), np.nan)
     for di, d in enumerate(ctx.directions):
@@ -530,24 +484,10 @@ def paper_alpha_block(ctx: Context, genuine: GenuineFits) -> xr.Dataset:
 
 # --------------------------------------------------------------------------- table 2, appendix D
 def persona_block(ctx: Context, genuine: GenuineFits) -> xr.Dataset:
-    """Table 2: genuine SyncR^2 with a persona-disjoint split (ours; the reference has
-    none): the reference's rule (:func:`synclib.splits.episode_split`) applied to
-    unordered agent pairs instead of episodes, over all of the cube's pairs in sorted
-    order, so that no agent pair is in both sets.  Scores are aggregated as the main SyncR^2
-    (seed-mean grid first).
-
-    Parameters
-    ----------
-    ctx : Context
-    genuine : GenuineFits
-        Its samples per direction.
-
-    Returns
-    -------
-    xarray.Dataset
-        ``persona_disjoint_sync_r2``, ``persona_disjoint_sync_r2_se`` (direction);
-        ``persona_disjoint_sync_r2_per_seed``, ``persona_disjoint_n_train``,
-        ``persona_disjoint_n_test`` (direction, split_seed).
+    """Table 2: genuine SyncR^2 with a persona-disjoint split (ours; the reference has none): the reference's rule
+    (:func:`synclib.splits.episode_split`) applied to the cube's unordered agent pairs in sorted order instead of
+    episodes, so that no agent pair is in both sets.  Variables ``persona_disjoint_sync_r2``, ``..._se``
+    (direction); ``..._per_seed``, ``persona_disjoint_n_train``, ``persona_disjoint_n_test`` (direction, split_seed).
     """
     labels, codes = np.unique(persona_keys(ctx.cube), return_inverse=True)
     L = max(ctx.cube.sizes["layer_a"], ctx.cube.sizes["layer_b"])
@@ -573,24 +513,10 @@ def persona_block(ctx: Context, genuine: GenuineFits) -> xr.Dataset:
 
 
 def sample_size_block(ctx: Context, genuine: GenuineFits, sample_sizes) -> xr.Dataset:
-    """Appendix D: genuine SyncR^2 at smaller sample sizes (the reference's split at
-    ``N`` = each size; scores aggregated as the main SyncR^2).
-
-    Parameters
-    ----------
-    ctx : Context
-    genuine : GenuineFits
-        Its samples per direction.
-    sample_sizes : sequence of int
-        ``N`` of each fit; NaN and a note where the cube has fewer samples.
-
-    Returns
-    -------
-    xarray.Dataset
-        ``sample_size_sync_r2``, ``sample_size_sync_r2_se`` (sample_size, direction);
-        ``sample_size_sync_r2_per_seed``, ``sample_size_n_used`` (sample_size,
-        direction, split_seed).
-    """
+    """Appendix D: genuine SyncR^2 at smaller sample sizes, the reference's split at ``N`` = each of
+    ``sample_sizes`` (NaN and a note where the cube has fewer samples).  Variables ``sample_size_sync_r2``,
+    ``..._se`` (sample_size, direction); ``..._per_seed``, ``sample_size_n_used`` (sample_size, direction,
+    split_seed)."""
     sizes = [int(s) for s in sample_sizes]
     L = max(ctx.cube.sizes["layer_a"], ctx.cube.sizes["layer_b"])
     shape = (len(sizes), len(ctx.directions), len(ctx.split_seeds))
@@ -618,8 +544,7 @@ def sample_size_block(ctx: Context, genuine: GenuineFits, sample_sizes) -> xr.Da
 
 # --------------------------------------------------------------------------- appendix G
 def _test_by_relationship(ctx: Context, fit: SplitFit, codes: list) -> list:
-    """The fit's test samples from :data:`RELATIONSHIP_SOURCES`, one index array per
-    relationship code in ``codes``."""
+    """The fit's test samples from :data:`RELATIONSHIP_SOURCES`, one index array per relationship code in ``codes``."""
     episode = fit.samples.episode
     rels = np.asarray(ctx.cube["relationship"].values).astype(int)
     srcs = np.asarray(ctx.cube["source"].values).astype(str)
@@ -647,31 +572,18 @@ def relationship_block(ctx: Context, genuine: GenuineFits, seeds=(0, 1, 2), min_
     """Appendix G: the genuine maps scored on equal-sized test subsets per relationship.
 
     Test samples from :data:`RELATIONSHIP_SOURCES` are split by relationship
-    (:data:`synclib.tasks.scenarios.RELATIONSHIPS`, in code order); relationships with at
-    least ``min_samples`` of them are subsampled to the size of the smallest, the
-    others stay NaN.
-
-    Parameters
-    ----------
-    ctx : Context
-    genuine : GenuineFits
-        Its fits (maps, penalties, splits) on all the genuine samples: the categories compare
-        genuine with itself.
-    seeds : sequence of int
-        Subsampling seeds.
-    min_samples : int
-        Fewest test samples of a relationship that enter.
+    (:data:`synclib.tasks.scenarios.RELATIONSHIPS`, in code order); relationships with at least ``min_samples`` of
+    them are subsampled to the size of the smallest, once per subsampling seed of ``seeds``, the others stay NaN.
+    ``genuine``'s fits on all its samples serve: the categories compare genuine with itself.
 
     Returns
     -------
     xarray.Dataset
-        ``relationship_sync_r2`` (relationship, direction, split_seed,
-        relationship_seed), ``relationship_subset_size`` (direction, split_seed),
-        ``relationship_sync_r2_mean``/``_se`` (relationship, direction: mean over
-        the subsampling seeds, then mean and standard error over split seeds),
-        ``relationship_n_episodes`` and ``relationship_n_scenarios`` (relationship: the
-        cube's episodes and distinct scenarios of each relationship among the kept sources;
-        a category from few scenarios confounds relationship with scenario).
+        ``relationship_sync_r2`` (relationship, direction, split_seed, relationship_seed),
+        ``relationship_subset_size`` (direction, split_seed), ``relationship_sync_r2_mean``/``_se`` (relationship,
+        direction: mean over the subsampling seeds, then mean and SE over split seeds), ``relationship_n_episodes``
+        and ``relationship_n_scenarios`` (relationship: the cube's episodes and distinct scenarios of each among the
+        kept sources; a category from few scenarios confounds relationship with scenario).
     """
     codes = sorted(RELATIONSHIPS)
     v = np.full((len(codes), len(ctx.directions), len(ctx.split_seeds), len(seeds)), np.nan)
@@ -723,11 +635,9 @@ def _sources(n_layers: int) -> list[int]:
 
 def _validation_targets(fit: SplitFit, xtr: np.ndarray, ytr: np.ndarray, sources: list, device) -> tuple:
     """Each source layer's target layer chosen on a validation part of the fit's training set
-    (:data:`NONLINEAR_SELECTION`).
-
-    ``xtr`` (n_train, L_src, D_src) and ``ytr`` (n_train, L_tgt, D_tgt) are the training
-    samples of ``fit``.  Returns ``(targets, val_r2)``: the target layer of each source and
-    the validation R^2 it was chosen by."""
+    (:data:`NONLINEAR_SELECTION`); ``xtr`` (n_train, L_src, D_src), ``ytr`` (n_train, L_tgt, D_tgt) are the fit's
+    training samples.  Returns ``(targets, val_r2, val)``: each source's target, the validation R^2 it was chosen by
+    and the validation rows."""
     part, val = validation_split(fit.samples.episode[fit.train], fit.seed)
     grid = r2_grid(xtr[:, sources], ytr, part, val, fit.alpha[sources], compute=ComputeOptions(device=device)).r2
     targets = [int(np.nanargmax(row)) for row in grid]
@@ -736,35 +646,28 @@ def _validation_targets(fit: SplitFit, xtr: np.ndarray, ytr: np.ndarray, sources
 
 def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: MLPOptions | dict | None = None,
                     n_seeds: int | None = None) -> xr.Dataset:
-    """Appendix I: a 2-layer MLP against the affine map, on the genuine splits, for a
-    few layer pairs.
+    """Appendix I: a 2-layer MLP against the affine map, on the genuine splits, for a few layer pairs.
 
     Parameters
     ----------
-    ctx : Context
-    genuine : GenuineFits
-        Its fits (splits, penalties and affine test R^2).
     pairs : list of (int, int), dict of them by direction, or None
-        (source, target) layer pairs, the same on every split; None: chosen per split
-        without its test set (:data:`NONLINEAR_SELECTION`).
+        (source, target) layer pairs, the same on every split; None: chosen per split without its test set
+        (:data:`NONLINEAR_SELECTION`).
     options : MLPOptions or a dict of its fields, optional
-        The MLPs (:class:`~synclib.analysis.mlp.MLPOptions`; default its defaults).
     n_seeds : int, optional
-        Fit on the first ``n_seeds`` split seeds only (the MLPs cost far more than the
-        affine grids); the other seeds' values are NaN.  None: all.
+        Fit on the first ``n_seeds`` split seeds only (the MLPs cost far more than the affine grids); the others
+        are NaN.  None: all.
 
     Returns
     -------
     xarray.Dataset
-        ``nonlinear_r2`` and ``affine_r2`` (direction, split_seed, layer_pair: both maps'
-        test R^2), ``nonlinear_src_layer`` (direction, layer_pair), ``nonlinear_tgt_layer``
-        and ``nonlinear_val_r2`` (direction, split_seed, layer_pair: the target and the
-        validation R^2 it was chosen by; NaN for given ``pairs``), ``nonlinear_epochs`` (the
-        same dims: each MLP's epochs, by early stopping on the validation part,
-        :data:`synclib.analysis.mlp.STOPPING_RULE`) and ``nonlinear_steps_per_epoch``
-        (direction, split_seed); -1 pads directions with fewer pairs and split seeds not
-        fitted.  Attributes ``nonlinear_options``, ``nonlinear_selection``,
-        ``nonlinear_stopping`` and ``nonlinear_max_epochs``.
+        ``nonlinear_r2`` and ``affine_r2`` (direction, split_seed, layer_pair: both maps' test R^2),
+        ``nonlinear_src_layer`` (direction, layer_pair), ``nonlinear_tgt_layer`` and ``nonlinear_val_r2``
+        (direction, split_seed, layer_pair: the target and the validation R^2 it was chosen by; NaN for given
+        ``pairs``), ``nonlinear_epochs`` (the same dims: each MLP's epochs by early stopping on the validation part,
+        :data:`synclib.analysis.mlp.STOPPING_RULE`) and ``nonlinear_steps_per_epoch`` (direction, split_seed); -1
+        pads directions with fewer pairs and split seeds not fitted.  Attributes ``nonlinear_options``,
+        ``nonlinear_selection``, ``nonlinear_stopping``, ``nonlinear_max_epochs``.
     """
     opts = MLPOptions.of(options)
     fixed = None if pairs is None else {d: [tuple(map(int, p)) for p in (pairs[d] if isinstance(pairs, dict) else pairs)]
@@ -800,8 +703,7 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: MLP
                 ctx.note(f"nonlinear {d} split {seed}: no validation part to choose targets and epochs on "
                          f"({exc}); left NaN")
                 continue
-            # the split's layer pairs side by side (each exactly as alone, mlp_r2_batch), the epochs
-            # chosen by early stopping on the validation part (STOPPING_RULE)
+            # the split's layer pairs side by side (each as alone), epochs by early stopping (STOPPING_RULE)
             nl[di, si, :len(src)], epochs[di, si, :len(src)] = mlp_r2_batch(
                 np.moveaxis(xtr[:, src], 1, 0), np.moveaxis(ytr[:, tgt], 1, 0),
                 np.moveaxis(xte[:, src], 1, 0), np.moveaxis(yte[:, tgt], 1, 0),
@@ -826,20 +728,8 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: MLP
 
 # --------------------------------------------------------------------------- appendix J
 def tom_block(ctx: Context, options: dict | None = None) -> xr.Dataset:
-    """Appendix J: Theory-of-Mind decoding on the split seeds of ``ctx``.
-
-    Parameters
-    ----------
-    ctx : Context
-    options : dict, optional
-        Other keywords of :func:`synclib.analysis.tom.tom_decode`.
-
-    Returns
-    -------
-    xarray.Dataset
-        That of :func:`synclib.analysis.tom.tom_decode`; empty (and a note) when the cube has
-        too few ToM samples to split.
-    """
+    """Appendix J: Theory-of-Mind decoding (:func:`synclib.analysis.tom.tom_decode`, further keywords in
+    ``options``) on the split seeds of ``ctx``; an empty Dataset and a note when the cube has too few ToM samples."""
     try:
         return tom_decode(ctx.cube, split_seeds=ctx.split_seeds, device=ctx.device, progress=ctx.progress,
                           max_resident_bytes=ctx.max_resident_bytes, **(options or {}))

@@ -1,27 +1,18 @@
-"""Linear centered kernel alignment (CKA; Kornblith et al. 2019, "Similarity of Neural
-Network Representations Revisited"), a second measure of how alike two sets of states are.
+"""Linear centred kernel alignment (CKA; Kornblith et al. 2019, "Similarity of Neural Network Representations
+Revisited"), a second measure of how alike two sets of states are.
 
-For ``n`` paired samples with features ``X`` (n, d_x) and ``Y`` (n, d_y), centred per
-column (``Xc = H X``, ``H = I - 11^T/n``), the linear kernels are ``K = Xc Xc^T`` and
-``L = Yc Yc^T`` and
+For ``n`` paired samples ``X`` (n, d_x), ``Y`` (n, d_y), centred per column (``Xc = H X``, ``H = I - 11^T/n``), with
+linear kernels ``K = Xc Xc^T`` and ``L = Yc Yc^T``:
 
     CKA(X, Y) = <K, L>_F / (||K||_F ||L||_F)
               = ||Yc^T Xc||_F^2 / (||Xc^T Xc||_F ||Yc^T Yc||_F),
 
-the normalised HSIC of the two kernels (the ``1/(n-1)^2`` of HSIC cancels).  It lies in
-[0, 1], equals 1 for ``Y = X``, and is invariant to orthogonal transforms and isotropic
-scaling of either side (not to arbitrary invertible linear maps).  Nothing is fitted, so
-it needs no split and none of the sample sizes ridge maps need.
-
-This is the biased estimator: it is not 0 for unrelated states.  With fewer samples than
-dimensions it is high even for independent random states (:func:`unrelated_cka`: about 0.8 at
-150 samples of widths 576 and 640), and it rises as the samples fall, so values on different
-sample counts are not comparable and none is measured against 0.
-
-:func:`cka_grid` computes it for every (source layer, target layer) pair: the centred
-Gram matrix of each layer, then one matrix product of the flattened Grams (rows taken in
-blocks to bound memory).  This is the cheap form when ``n`` is below the layers' widths,
-as in the embedded runs (a few hundred samples, 576/640 wide).  Everything is float64.
+the normalised HSIC of the two kernels.  It lies in [0, 1], equals 1 for ``Y = X``, and is invariant to orthogonal
+transforms and isotropic scaling of either side (not to arbitrary invertible linear maps); nothing is fitted, so it
+needs no split.  This biased estimator is not 0 for unrelated states: with fewer samples than dimensions it is high
+even for independent random states (:func:`unrelated_cka`: about 0.8 at 150 samples of widths 576 and 640) and rises
+as the samples fall, so values on different sample counts are not comparable and none is measured against 0.
+Everything is float64; CKA is NaN where a side is constant (a zero kernel) or there are fewer than two samples.
 """
 from __future__ import annotations
 
@@ -40,21 +31,8 @@ def _centred(x, mean=None) -> np.ndarray:
 
 
 def linear_cka(X, Y) -> float:
-    """Linear CKA of two paired sets of samples.
-
-    Parameters
-    ----------
-    X : array of shape (n_samples, n_features_x)
-    Y : array of shape (n_samples, n_features_y)
-        Row ``i`` of ``Y`` is paired with row ``i`` of ``X``.
-
-    Returns
-    -------
-    float
-        ``||Yc^T Xc||_F^2 / (||Xc^T Xc||_F ||Yc^T Yc||_F)`` with ``Xc``, ``Yc`` centred per
-        column; NaN when either side is constant (a zero kernel) or there are fewer than
-        two samples.
-    """
+    """Linear CKA of two paired sets of samples ``X`` (n_samples, n_features_x) and ``Y`` (n_samples,
+    n_features_y), row ``i`` of each paired: ``||Yc^T Xc||_F^2 / (||Xc^T Xc||_F ||Yc^T Yc||_F)`` (module doc)."""
     X, Y = np.asarray(X), np.asarray(Y)
     if X.ndim != 2 or Y.ndim != 2 or X.shape[0] != Y.shape[0]:
         raise ValueError(f"linear_cka: X (n, d_x) and Y (n, d_y) with the same n, got {X.shape} and {Y.shape}")
@@ -72,10 +50,8 @@ def unrelated_cka(n: int, d_x: int, d_y: int, reps: int = 3, seed: int = 0) -> f
 
 
 def _gram_rows(arr: np.ndarray, means: list, rows: slice) -> np.ndarray:
-    """Rows ``rows`` of each layer's centred Gram matrix, flattened: (n_layers, n_rows * n).
-
-    ``arr`` (n, n_layers, d) holds the states, ``means`` each layer's column means (d,);
-    one layer at a time is held centred in float64."""
+    """Rows ``rows`` of each layer's centred Gram matrix, flattened: (n_layers, n_rows * n), from ``arr`` (n,
+    n_layers, d) and each layer's column means ``means`` (d,); one layer at a time is held centred."""
     out = []
     for l, mean in enumerate(means):
         x = _centred(arr[:, l], mean)
@@ -84,25 +60,13 @@ def _gram_rows(arr: np.ndarray, means: list, rows: slice) -> np.ndarray:
 
 
 def cka_grid(src, tgt, *, block_bytes: int = DEFAULT_BLOCK_BYTES) -> np.ndarray:
-    """Linear CKA for every pair of a source layer and a target layer.
+    """Linear CKA for every pair of a source and a target layer: ``cka[i, j] = linear_cka(src[:, i], tgt[:, j])``,
+    (n_layers_src, n_layers_tgt) float64.
 
-    Parameters
-    ----------
-    src : array of shape (n_samples, n_layers_src, n_features_src)
-    tgt : array of shape (n_samples, n_layers_tgt, n_features_tgt)
-        Sample ``i`` of ``tgt`` is paired with sample ``i`` of ``src``; any float dtype
-        (computed in float64).
-    block_bytes : int
-        The most bytes of Gram rows held at once: the Grams' rows are taken in blocks of
-        ``max(1, block_bytes // (8 * n_samples * (n_layers_src + n_layers_tgt)))``
-        (one block, i.e. one matrix product of the whole flattened Grams, for the embedded
-        runs).
-
-    Returns
-    -------
-    array of shape (n_layers_src, n_layers_tgt), float64
-        ``cka[i, j] = linear_cka(src[:, i], tgt[:, j])``; NaN where a layer is constant or
-        there are fewer than two samples.
+    ``src`` (n_samples, n_layers_src, n_features_src) and ``tgt`` (n_samples, n_layers_tgt, n_features_tgt) pair
+    sample ``i`` with sample ``i`` (any float dtype).  Each layer's centred Gram matrix, then one product of the
+    flattened Grams: the cheap form for ``n`` below the widths.  The Grams' rows are taken in blocks of
+    ``max(1, block_bytes // (8 * n_samples * (n_layers_src + n_layers_tgt)))`` (one block for the embedded runs).
     """
     src, tgt = np.asarray(src), np.asarray(tgt)
     if src.ndim != 3 or tgt.ndim != 3 or src.shape[0] != tgt.shape[0]:

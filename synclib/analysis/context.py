@@ -25,17 +25,15 @@ class SplitFit:
     alpha: np.ndarray   # (L_src,) the penalty of each source layer
     train_r2: np.ndarray | None = None  # (L_src, L_tgt) training R^2, when asked for
     split: dict | None = None           # the ``info`` of :func:`synclib.splits.episode_split`
-    test_loss: tuple | None = None      # (episodes (G,), losses (G, L_src, L_tgt), samples (G,)) per group of
-                                        # test samples of one episode and round, when asked for
-                                        # (:func:`synclib.analysis.ridge.r2_grid` test_groups)
+    test_loss: tuple | None = None      # (episodes (G,), losses (G, L_src, L_tgt), samples (G,)) per group of one
+                                        # test episode and round, when asked for (r2_grid's test_groups)
     test_rounds: np.ndarray | None = None  # (G,) the round of each of those groups
     alpha_relative: np.ndarray | None = None  # (L_src,) with a CV penalty: the penalty over the layer's scale
 
 
 @dataclass
 class GenuineFits:
-    """The genuine condition, which the appendix blocks re-use: its samples per
-    direction and its fits per (direction, split seed) (absent where the split failed)."""
+    """The genuine condition, which the appendix blocks re-use (no fit where the split failed)."""
     samples: dict = field(default_factory=dict)   # direction -> PairedSamples
     fits: dict = field(default_factory=dict)      # (direction, split seed) -> SplitFit, on all genuine's samples
 
@@ -65,11 +63,9 @@ class Context:
             self.log("note: " + msg)
 
     def split(self, groups, n_groups: int, seed: int, what: str, n_samples: int | None | str = "default"):
-        """The reference split (:func:`synclib.splits.episode_split`) of samples in ``groups``
-        (codes ``0 .. n_groups-1``) for split ``seed``, at ``n_samples`` (default: the
-        analysis's).  Returns ``(train, test, info, rs)``, ``rs`` the ``RandomState`` as
-        the split left it (the shuffled control continues it), or None and a note where
-        no split is possible."""
+        """The reference split (:func:`synclib.splits.episode_split`) of samples in ``groups`` (codes ``0 ..
+        n_groups-1``) for ``seed`` at ``n_samples`` (default: the analysis'): ``(train, test, info, rs)``, ``rs`` the
+        ``RandomState`` as the split left it (the shuffled control continues it); None and a note where impossible."""
         rs = np.random.RandomState(seed)
         n = self.n_samples if n_samples == "default" else n_samples
         try:
@@ -82,13 +78,11 @@ class Context:
     def fit(self, samples: PairedSamples, seed: int, train, test, what: str, *,
             train_r2: bool = False, split: dict | None = None, penalty=None,
             episode_loss: bool = False) -> SplitFit:
-        """The R^2 grid of ``samples`` fitted on ``train``, scored on ``test`` (sample
-        indices), with ``train_r2`` also on ``train`` and with ``episode_loss`` the share of
-        the test loss of each test episode's samples of each round (``test_loss`` and
-        ``test_rounds``: the episode bootstrap and the scores per round); a split too small
-        or degenerate to fit gives NaN and a note.  ``split`` is kept on the result;
-        ``penalty`` (a :class:`~synclib.analysis.ridge.Penalty` or a fixed (L_src,) array, e.g. another
-        fit's) replaces the analysis' penalty."""
+        """The R^2 grid of ``samples`` fitted on ``train``, scored on ``test`` (sample indices); with ``train_r2``
+        also on ``train``, with ``episode_loss`` each test episode's and round's share of the test loss
+        (``test_loss``, ``test_rounds``: the episode bootstrap, the scores per round).  ``split`` is kept on the
+        result; ``penalty`` (a :class:`~synclib.analysis.ridge.Penalty` or a fixed (L_src,) array) replaces the
+        analysis'.  A split too small or degenerate to fit gives NaN and a note."""
         Ls, Lt = samples.X.shape[1], samples.Y.shape[1]
         R = int(samples.round.max(initial=0)) + 1
         try:

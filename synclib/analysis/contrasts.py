@@ -1,23 +1,15 @@
-"""Every contrast on the same rows (ours): genuine against each control, fitted on the samples
-both hold, so that only the targets differ.
+"""Every contrast on the same rows (ours): genuine against each control, fitted on the samples both hold, so that
+only the targets differ.
 
-A condition fitted on its own samples (the reference's design, ``sync_r2``) differs from genuine
-in more than its targets: a lag has no sample at the dialog's last rounds, the passive reader
-reads only some seeds, a pseudo-dyad's partner may end early; and which positions a dataset
-holds moves SyncR² by itself (the last utterances of a dialog carry much of its synchrony). A
-contrast therefore takes the samples whose source position (episode, simulation seed, round)
-both datasets hold (:func:`common_rows`), splits them by genuine's own split of each split seed
-(its training and test episodes), and fits both sides with the analysis' penalty rule (each its
-own CV): the two sides have the same episodes, positions and counts, and differ in their
-targets (and, for the passive reader, in whose state is read at that position). Their test
-episodes are the same, so the bootstrap of whole episodes (the same draws) pairs them.
-
-Where a control holds exactly genuine's rows, its own split is genuine's and its own fits are
-the contrast's, nothing is refitted (shuffled; passive with every seed read; pseudo-dyads whose
-partners hold every round).
-
-:func:`contrast_fits` gives one contrast's two sides per split seed; :func:`contrast_variables`
-the Dataset variables of all of them.
+A condition fitted on its own samples (the reference's design, ``sync_r2``) differs from genuine in more than its
+targets: a lag has no sample at the dialog's last rounds, the passive reader reads only some seeds, a pseudo-dyad's
+partner may end early; and which positions a dataset holds moves SyncR² by itself (the last utterances of a dialog
+carry much of its synchrony).  A contrast takes the samples whose source position (episode, simulation seed, round)
+both datasets hold (:func:`common_rows`), splits them by genuine's own split of each split seed and fits both sides
+with the analysis' penalty rule (each its own CV): the sides have the same episodes, positions and counts and differ
+in their targets (the passive reader: in whose state is read), and the bootstrap of whole episodes (the same draws)
+pairs them.  A control holding exactly genuine's rows is not refitted (shuffled; passive with every seed read;
+pseudo-dyads whose partners hold every round).
 """
 from __future__ import annotations
 
@@ -31,7 +23,6 @@ from synclib.analysis.scores import seed_aggregate, sync_r2
 
 __all__ = ["CONTRAST_RULE", "SIDES", "common_rows", "contrast_fits", "contrast_variables"]
 
-#: the two sides of a contrast
 SIDES = ("genuine", "control")
 
 CONTRAST_RULE = (
@@ -72,22 +63,11 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
 
 def contrast_fits(ctx: Context, genuine: PairedSamples, control: PairedSamples, genuine_fits: list,
                   control_fits: list) -> tuple[list, list]:
-    """Genuine and ``control`` on the rows both hold, per split seed of ``ctx`` (:data:`CONTRAST_RULE`).
-
-    Parameters
-    ----------
-    genuine, control : PairedSamples
-        One direction's genuine and control datasets.
-    genuine_fits, control_fits : list of SplitFit or None
-        Their own fits, one per split seed (the conditions block's): genuine's splits are the
-        contrast's; a control holding exactly genuine's rows and split is not refitted.
-
-    Returns
-    -------
-    (genuine side, control side) : two lists of SplitFit or None, one per split seed, each fit on
-    the same training and test positions (with the test loss per episode and round, for the
-    episode bootstrap).
-    """
+    """Genuine and ``control`` (one direction's datasets) on the rows both hold, per split seed of ``ctx``
+    (:data:`CONTRAST_RULE`), from their own fits ``genuine_fits``, ``control_fits`` (SplitFit or None per split
+    seed, the conditions block's): genuine's splits are the contrast's, and a control holding exactly genuine's rows
+    and split is not refitted.  Returns ``(genuine side, control side)``: lists of SplitFit or None per split seed,
+    on the same training and test positions, with the test loss per episode and round (for the episode bootstrap)."""
     gi, ci = common_rows(genuine, control)
     whole = len(gi) == genuine.n == control.n and np.array_equal(gi, np.arange(genuine.n)) \
         and np.array_equal(ci, np.arange(control.n))
@@ -129,23 +109,13 @@ def _seed_mean(fits: list, n_layers: int) -> np.ndarray:
 
 def contrast_variables(contrasts: dict, directions: tuple, n_seeds: int, n_layers: int,
                        boot=None) -> tuple[dict, list]:
-    """The Dataset variables of every contrast.
+    """The Dataset variables of every contrast, ``contrasts`` ``{(control, direction): (genuine side, control
+    side)}`` of :func:`contrast_fits`; ``boot(fits) -> (B,)``: SyncR² on resamples of whole episodes (the conditions
+    block's :func:`synclib.analysis.blocks.episode_bootstrap` with its draws).
 
-    Parameters
-    ----------
-    contrasts : dict
-        ``{(control, direction): (genuine side, control side)}`` of :func:`contrast_fits`.
-    boot : callable, optional
-        ``boot(fits) -> (B,)`` SyncR² on the resamples of whole episodes (the conditions block's
-        :func:`synclib.analysis.blocks.episode_bootstrap` with its draws).
-
-    Returns
-    -------
-    (dict, list)
-        The variables ``sync_r2_contrast``, ``n_train_contrast``, ``n_test_contrast`` (contrast,
-        direction, split_seed, side), ``sync_r2_contrast_pooled`` (contrast, direction, side) and
-        with ``boot`` ``sync_r2_contrast_boot`` (contrast, direction, side, boot); the
-        ``contrast`` coordinate (the controls, in order).
+    Returns ``(variables, names)``: ``sync_r2_contrast``, ``n_train_contrast``, ``n_test_contrast`` (contrast,
+    direction, split_seed, side), ``sync_r2_contrast_pooled`` (contrast, direction, side) and with ``boot``
+    ``sync_r2_contrast_boot`` (contrast, direction, side, boot); the ``contrast`` coordinate (the controls, in order).
     """
     names = list(dict.fromkeys(c for c, _ in contrasts))
     C, D = len(names), len(directions)

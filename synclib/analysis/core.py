@@ -30,8 +30,7 @@ def _check(cube) -> None:
 
 
 def _skip_missing(cube, conditions: list, log) -> list:
-    """Remove from ``conditions`` (in place) those whose variables the cube lacks
-    (passive); returns the removed ones."""
+    """Remove from ``conditions`` (in place) those whose variables the cube lacks (passive); returns them."""
     if "passive" in conditions and var_name("hidden", "a", "passive") not in cube.variables:
         conditions.remove("passive")
         log("note: the cube has no passive-reader variables; condition 'passive' skipped")
@@ -40,8 +39,7 @@ def _skip_missing(cube, conditions: list, log) -> list:
 
 
 def _label_aggregation(out: xr.Dataset) -> str:
-    """Set each SyncR^2-type variable's ``aggregation`` attribute; returns them joined,
-    one ``name: rule`` per line, for the Dataset's attribute of the same name."""
+    """Set each SyncR^2-type variable's ``aggregation`` attribute; returns them as ``name: rule`` lines."""
     lines = []
     for name in out.data_vars:
         if name in AGGREGATION:
@@ -70,25 +68,21 @@ def _attrs(ctx: Context, skipped: list, relationship: bool) -> dict:
 
 def analyze(cube, settings: AnalysisSettings | None = None, *, progress: bool = True, log=None,
             **options) -> xr.Dataset:
-    """All SyncR^2 analyses of one cube (one model pair).
+    """All SyncR^2 analyses of one cube (one model pair), in memory or dask-backed.
 
     Parameters
     ----------
-    cube : xarray.Dataset (cube schema), in memory or dask-backed.
     settings : AnalysisSettings, optional
-        What to compute and how (:class:`synclib.analysis.settings.AnalysisSettings`, its
-        fields' defaults by default; from a run config: ``AnalysisSettings.from_config(cfg)``).
+        What to compute and how (default: its fields' defaults; from a run config:
+        ``AnalysisSettings.from_config(cfg)``).
     progress : show a tqdm bar on stderr.
     log : callable for notes (default: print to stderr).
-    **options : fields of ``settings`` to change (:meth:`AnalysisSettings.replace`: e.g.
-        ``conditions=("genuine",)``, ``n_samples=None``, ``penalty="cv"`` or, in the config's
-        spelling, ``alpha="cv"``), checked as the settings are.
+    **options : fields of ``settings`` to change (:meth:`AnalysisSettings.replace`: e.g. ``conditions=("genuine",)``,
+        ``n_samples=None``, ``penalty="cv"`` or, in the config's spelling, ``alpha="cv"``), checked as the settings are.
 
-    Returns
-    -------
-    xarray.Dataset (see book/architecture.md, "Analysis results"); the merge of the
-    blocks' Datasets (:mod:`synclib.analysis.blocks`).  Its attributes record the settings
-    that shape the numbers, the penalty among them (:meth:`synclib.penalty.Penalty.attrs`).
+    Returns the merge of the blocks' Datasets (:mod:`synclib.analysis.blocks`; book/architecture.md, "Analysis
+    results"), its attributes recording the settings that shape the numbers (the penalty's:
+    :meth:`synclib.penalty.Penalty.attrs`).
     """
     if settings is not None and not isinstance(settings, AnalysisSettings):
         raise AnalysisError(f"settings must be an AnalysisSettings (pass conditions=... by name), got {settings!r}")
@@ -137,16 +131,10 @@ def analyze(cube, settings: AnalysisSettings | None = None, *, progress: bool = 
 
 def analysis_split(cube, analysis: xr.Dataset, direction: str, seed: int,
                    condition: str = "genuine") -> tuple[np.ndarray, np.ndarray]:
-    """The training and test samples the analysis ``analysis`` of ``cube`` fitted ``condition``
-    on in ``direction`` and split seed ``seed``: indices into
-    ``build_dataset(cube, direction, condition)``, by the analysis' own rule (its ``n_samples``
-    attribute; :func:`synclib.analysis.blocks.own_splits`).
-
-    Raises
-    ------
-    AnalysisError
-        That split could not be made (too few samples).
-    """
+    """The training and test samples the analysis ``analysis`` of ``cube`` fitted ``condition`` on in ``direction``
+    and split seed ``seed``: indices into ``build_dataset(cube, direction, condition)``, by the analysis' own rule
+    (its ``n_samples`` attribute; :func:`synclib.analysis.blocks.own_splits`).  Raises :class:`AnalysisError` where
+    that split could not be made (too few samples)."""
     n = int(analysis.attrs.get("n_samples", -1))
     ctx = Context(cube=cube, directions=(direction,), split_seeds=[int(seed)], n_samples=None if n < 0 else n,
                   penalty=Penalty.from_attrs(analysis.attrs), device=None, precision="float32", max_resident_bytes=None,

@@ -8,26 +8,18 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from synclib.keys import Settings
+from synclib.keys import Settings, default, integer, number
 
 __all__ = ["mlp_r2", "mlp_r2_batch", "mlp_defaults", "MLPOptions", "STOPPING_RULE"]
 
 
-def _int_at_least(name: str, v, lo: int) -> None:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-        raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-
-
 @dataclass(frozen=True)
 class MLPOptions(Settings):
-    """The MLP of appendix I and its training, checked once (errors name the field).
+    """The MLP of appendix I and its training, checked when made (errors name the field and any config key).
 
-    hidden : hidden units of the Linear-ReLU-Linear network.
-    lr, weight_decay : AdamW's learning rate (> 0) and weight decay (>= 0).
-    epochs : training epochs (with a validation part: the most, :data:`STOPPING_RULE`);
-        config key ``analysis.nonlinear_epochs``, checked by its rule.
-    batch_size : minibatch size; None: full batch (one step per epoch); config key
-        ``analysis.nonlinear_batch_size``, checked by its rule.
+    hidden : hidden units of the Linear-ReLU-Linear network.  lr, weight_decay : AdamW's learning rate (> 0) and
+    weight decay (>= 0).  epochs (``analysis.nonlinear_epochs``) : training epochs; with a validation part the most
+    (:data:`STOPPING_RULE`).  batch_size (``analysis.nonlinear_batch_size``) : minibatch size; None: full batch.
     patience : epochs without a better validation MSE before early stopping.
     """
 
@@ -37,18 +29,13 @@ class MLPOptions(Settings):
     hidden: int = 512
     lr: float = 1e-4
     weight_decay: float = 0.1
-    epochs: int = 200
-    batch_size: int | None = 64
+    epochs: int = default("analysis.nonlinear_epochs")
+    batch_size: int | None = default("analysis.nonlinear_batch_size")
     patience: int = 20
 
     def __post_init__(self):
         self._check()
-        _int_at_least("hidden", self.hidden, 1)
-        _int_at_least("patience", self.patience, 1)
-        for name, lo_open in (("lr", True), ("weight_decay", False)):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 if lo_open else v >= 0):
-                raise ValueError(f"{name} must be a number {'>' if lo_open else '>='} 0, got {v!r}")
+        self._check_own(hidden=integer(1), patience=integer(1), lr=number(0, lo_open=True), weight_decay=number(0))
 
     @classmethod
     def of(cls, options) -> "MLPOptions":
@@ -66,31 +53,14 @@ class MLPOptions(Settings):
 
 
 def mlp_r2(Xtr, Ytr, Xte, Yte, options: MLPOptions | None = None, *, seed: int = 0, device=None) -> float:
-    """Test R^2 of a 2-layer MLP (appendix I).
+    """Test R^2 of a 2-layer MLP (appendix I): one map of :func:`mlp_r2_batch`, on arrays ``Xtr`` (n_train, D_src),
+    ``Ytr`` (n_train, D_tgt), ``Xte`` (n_test, D_src), ``Yte`` (n_test, D_tgt).
 
-    Linear-ReLU-Linear with ``options.hidden`` units, trained with AdamW (``lr``,
-    ``weight_decay``) for ``epochs`` on MSE.  Inputs and targets are standardised
-    with training statistics (the paper does not say; R^2 is unaffected by the
-    target rescaling, which is undone before scoring).  ``batch_size=None`` trains
-    full-batch (one step per epoch); the default uses shuffled minibatches of 64
-    (the paper does not say either).  One map of :func:`mlp_r2_batch`.
-
-    Parameters
-    ----------
-    Xtr : array, shape (n_train, D_src)
-    Ytr : array, shape (n_train, D_tgt)
-    Xte : array, shape (n_test, D_src)
-    Yte : array, shape (n_test, D_tgt)
-    options : MLPOptions, optional
-        The MLP and its training (default ``MLPOptions()``).
-    seed : int
-        Initialisation and minibatch order.
-    device : torch device (default CPU).
-
-    Returns
-    -------
-    float
-        Test R^2, uniform average over the target columns (as scikit-learn).
+    Linear-ReLU-Linear with ``options.hidden`` units (default ``MLPOptions()``), trained with AdamW on MSE, inputs
+    and targets standardised with training statistics (the paper does not say; R^2 is unaffected, the target
+    rescaling being undone before scoring), in shuffled minibatches of ``batch_size`` (nor does it say that);
+    ``seed`` sets the initialisation and minibatch order, ``device`` defaults to CPU.  Returns the test R^2,
+    uniform average over the target columns (as scikit-learn).
     """
     f = lambda a: np.asarray(a)[None]  # noqa: E731
     return float(mlp_r2_batch(f(Xtr), f(Ytr), f(Xte), f(Yte), options, seed=seed, device=device)[0])
@@ -98,41 +68,26 @@ def mlp_r2(Xtr, Ytr, Xte, Yte, options: MLPOptions | None = None, *, seed: int =
 
 def mlp_r2_batch(Xtr, Ytr, Xte, Yte, options: MLPOptions | None = None, *, seed: int = 0, device=None,
                  val=None, return_epochs: bool = False):
-    """Test R^2 of ``P`` MLPs trained side by side on the same samples (e.g. several layer
-    pairs of one split): each is exactly the :func:`mlp_r2` of its own arrays.
+    """Test R^2 of ``P`` MLPs trained side by side on the same samples (e.g. several layer pairs of one split), each
+    exactly the :func:`mlp_r2` of its own arrays: they share the initialisation (one ``torch.manual_seed(seed)``
+    draw) and minibatch order, their parameters are disjoint, the loss is the sum of their MSEs and AdamW works
+    element-wise, so one batched network (``torch.baddbmm``) gives each the updates it gets alone, up to rounding.
 
-    The ``P`` maps share the sample rows, so they share the initialisation (the same
-    ``torch.manual_seed(seed)`` draw of one Linear-ReLU-Linear) and the minibatch order;
-    their parameters are disjoint, the loss is the sum of their MSEs and AdamW works
-    element-wise, so training them as one batched network (``torch.baddbmm``) gives each the
-    updates it gets alone, up to float rounding, in one step per minibatch instead of ``P``.
-
-    With ``val`` the number of epochs is chosen by early stopping (:data:`STOPPING_RULE`): the
-    maps are trained on the training rows outside ``val``, each map's validation MSE is read
-    after every epoch, and training stops once no map has improved for ``patience`` epochs (or
-    at ``epochs``); each map's best epoch ``e`` is kept, and the maps are then trained again,
-    from the same initialisation and minibatch seed, on all training rows for ``e`` epochs
-    each.  Without it every map trains for ``options.epochs``.
+    With ``val`` the epochs are chosen by early stopping (:data:`STOPPING_RULE`): the maps train on the rows outside
+    ``val``, each map's validation MSE is read after every epoch and training stops once none has improved for
+    ``patience`` epochs (or at ``epochs``); each map is then trained again, from the same initialisation and
+    minibatch seed, on all training rows for its best epoch count.  Without it every map trains ``options.epochs``.
 
     Parameters
     ----------
-    Xtr : array, shape (P, n_train, D_src)
-    Ytr : array, shape (P, n_train, D_tgt)
-    Xte : array, shape (P, n_test, D_src)
-    Yte : array, shape (P, n_test, D_tgt)
-    options, seed, device : as :func:`mlp_r2` (``options.patience``: epochs without a better
-        validation MSE before stopping).
+    Xtr, Ytr, Xte, Yte : arrays (P, n_train, D_src), (P, n_train, D_tgt), (P, n_test, D_src), (P, n_test, D_tgt)
+    options, seed, device : as :func:`mlp_r2`.
     val : int array, optional
-        Training rows of the validation part (whole episodes, e.g.
-        :func:`synclib.splits.validation_split`).
+        Training rows of the validation part (whole episodes, e.g. :func:`synclib.splits.validation_split`).
     return_epochs : bool
-        Also return each map's number of training epochs.
+        Also return each map's epochs on all rows, (P,) int.
 
-    Returns
-    -------
-    numpy.ndarray
-        ``(P,)`` float64: each map's test R^2 (uniform average over its target columns); with
-        ``return_epochs`` also ``(P,)`` int, the epochs each map was trained for on all rows.
+    Returns each map's test R^2, (P,) float64, uniform average over its target columns.
     """
     dev = torch.device(device or "cpu")
     f = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float32)  # noqa: E731
@@ -168,14 +123,11 @@ STOPPING_RULE = ("ours (the paper trains 200 epochs): early stopping on the vali
 
 
 def _train(Xtr, Ytr, stop_at, options: MLPOptions, *, seed: int, dev, val=None):
-    """Train the ``P`` batched maps on (P, n, D) rows, each map's parameters kept at epoch
-    ``stop_at[p]`` (training ends at the largest).  With ``val = (xval, yval)`` ((P, n_val, D)
-    rows) ``stop_at`` is the most epochs, each map's epoch is instead the one of its best
-    validation MSE (standardised targets), and training ends once no map improved for
-    ``options.patience`` epochs.
-
-    Returns ``(net, epochs (P,) int, (mx, sx, my, sy))``: the network with every map at its
-    kept epoch, the epochs kept and the training rows' standardisation."""
+    """Train the ``P`` batched maps on (P, n, D) rows, each map's parameters kept at epoch ``stop_at[p]``; with
+    ``val = (xval, yval)`` ((P, n_val, D)) ``stop_at`` is the most epochs and each map keeps its best validation MSE
+    epoch (standardised targets), training ending once none improved for ``options.patience`` epochs.  Returns
+    ``(net, epochs (P,) int, (mx, sx, my, sy))``: the network with every map at its kept epoch, the epochs kept and
+    the training rows' standardisation."""
     hidden, lr, weight_decay, batch_size = options.hidden, options.lr, options.weight_decay, options.batch_size
     xval, yval = val if val is not None else (None, None)
     g = torch.Generator().manual_seed(seed)
@@ -194,8 +146,7 @@ def _train(Xtr, Ytr, stop_at, options: MLPOptions, *, seed: int, dev, val=None):
     def net(x):
         return torch.baddbmm(b2, torch.relu(torch.baddbmm(b1, x, w1)), w2)
 
-    # torch's fused AdamW: one pass over each parameter's memory instead of one per operation
-    # (the same update up to float rounding; 20 % less time measured on 2 CPU cores)
+    # fused AdamW: one pass over each parameter's memory instead of one per operation (same update up to rounding)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=dev.type in ("cpu", "cuda") or None)
     kept = [t.detach().clone() for t in params]
     most = int(np.max(stop_at, initial=0))
@@ -237,6 +188,5 @@ def _train(Xtr, Ytr, stop_at, options: MLPOptions, *, seed: int, dev, val=None):
 
 
 def mlp_defaults() -> dict:
-    """The MLP settings of :func:`mlp_r2` by default: ``hidden``, ``lr``, ``weight_decay``,
-    ``epochs``, ``batch_size``, ``patience`` (:class:`MLPOptions`' fields, so they cannot drift)."""
+    """The default MLP settings (:class:`MLPOptions`' fields, so they cannot drift)."""
     return asdict(MLPOptions())

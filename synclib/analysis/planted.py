@@ -1,17 +1,13 @@
 """Planted differences (ours): which genuine-minus-control differences this run's test finds.
 
-A run's paired test can miss a difference because there is none or because the run is too
-small to see it.  To tell the two apart, this block plants differences of known size in the
-run's own states and asks how often the claims' test finds them (the power curve of
-:func:`synclib.analysis.power.planted_power`).  The planted *control* is genuine with a share
-of its target rows taken from a surrogate partner (:func:`synclib.analysis.surrogates.surrogate_rows`:
-the state another dialog's partner holds at the same round), so it keeps genuine's source
-states, widths, rows and spread and loses the partner on that share of its samples.  Each
-replicate re-splits the run's samples by the analysis' own rule at as many fresh split seeds
-as the run has (replicate 0: the run's own), with its own rows replaced and its own partner,
-and fits genuine and every planted control on the same rows.  The replicates hold the run's
-samples fixed: they measure the test as it behaves on this run's data, not the spread
-between runs of new dialogs.
+A paired test can miss a difference because there is none or because the run is too small to see it.  This block
+plants differences of known size in the run's own states and asks how often the claims' test finds them (the power
+curve of :func:`synclib.analysis.power.planted_power`).  The planted *control* is genuine with a share of its target
+rows taken from a surrogate partner (:func:`synclib.analysis.surrogates.surrogate_rows`), so it keeps genuine's
+source states, widths, rows and spread and loses the partner on that share.  Each replicate re-splits the run's
+samples by the analysis' own rule (replicate 0: the run's own splits) with its own rows replaced and its own partner,
+fitting genuine and every planted control on the same rows; the samples stay fixed, so the replicates measure the
+test on this run's data, not the spread between runs of new dialogs.
 """
 from __future__ import annotations
 
@@ -28,9 +24,8 @@ __all__ = ["PLANTED_SHARES", "PLANTED_LAYERS", "PLANTED_RULE", "planted_block"]
 
 #: shares of the control's target rows taken from a surrogate partner; 0 is genuine itself
 PLANTED_SHARES = (0.0, 0.01, 0.02, 0.03, 0.045, 0.065, 0.09, 0.13, 0.18)
-#: layers of each model fitted, as source and as target (evenly spaced, the first and the last
-#: among them): the planted differences are SyncR² of that sub-grid, the cost of a replicate
-#: about (8 / 30)^2 of the models' whole grids
+#: layers of each model fitted, as source and as target (evenly spaced, the first and last among them): the planted
+#: differences are SyncR² of that sub-grid, a replicate costing about (8 / 30)^2 of the models' whole grids
 PLANTED_LAYERS = 8
 #: seed of the rows each share replaces, per direction and replicate
 PLANTED_SEED = 0
@@ -80,28 +75,17 @@ def _scores(ctx: Context, samples, tr: np.ndarray, te: np.ndarray, y_sets: list,
 
 def planted_block(ctx: Context, genuine: GenuineFits, n_reps: int, shares=PLANTED_SHARES,
                   max_layers: int = PLANTED_LAYERS) -> xr.Dataset:
-    """Genuine against controls with planted differences, on re-splits of the run (:data:`PLANTED_RULE`).
-
-    Parameters
-    ----------
-    ctx : Context
-    genuine : GenuineFits
-        The genuine samples and fits of the conditions block (their penalties).
-    n_reps : int
-        Replicates per direction (replicate 0 on the run's own split seeds).
-    shares : sequence of float in [0, 1]
-        Shares of the control's target rows taken from a surrogate partner (0: genuine).
-    max_layers : int
-        Layers of each model fitted, evenly spaced.
+    """Genuine against controls with planted differences, on re-splits of the run (:data:`PLANTED_RULE`), at
+    ``genuine``'s penalties: ``n_reps`` replicates per direction (replicate 0 on the run's own split seeds), the
+    ``shares`` (in [0, 1]; 0: genuine) of the control's target rows taken from a surrogate partner, ``max_layers``
+    evenly spaced layers of each model.
 
     Returns
     -------
     xarray.Dataset
-        ``planted_sync_r2`` (direction, replicate, split_seed, share): SyncR² per replicate and
-        split seed; ``n_train_planted``, ``n_test_planted`` (direction, replicate, split_seed);
-        NaN and 0 where a direction or a split could not be fitted.  Attributes
-        ``planted_rule``, ``planted_layers_a`` and ``planted_layers_b`` (the layers of model A and
-        of model B fitted, as source or target by direction).
+        ``planted_sync_r2`` (direction, replicate, split_seed, share), ``n_train_planted``, ``n_test_planted``
+        (direction, replicate, split_seed); NaN and 0 where a direction or split could not be fitted.  Attributes
+        ``planted_rule``, ``planted_layers_a`` and ``planted_layers_b`` (model A's and B's layers fitted).
     """
     shares = tuple(float(f) for f in shares)
     D, S, R, T = len(ctx.directions), len(ctx.split_seeds), int(n_reps), len(shares)

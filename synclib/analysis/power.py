@@ -1,40 +1,21 @@
 """Statistical power: what a run's genuine-vs-control comparisons can and cannot detect.
 
-A run's headline numbers (a few dozen training samples per dataset, SyncR² of a few
-hundredths with standard errors as large) cannot by themselves tell "no difference between
-genuine and passive" apart from "too few samples to see one".  This module gives the
-numbers that can:
+A few dozen training samples per dataset and SyncR² of a few hundredths with standard errors as large cannot by
+themselves tell "no difference" apart from "too few samples to see one"; this module gives the numbers that can:
 
-* :func:`paired_control_tests`: for each control condition of a run (passive, shuffled,
-  lagJ) a *paired* comparison with the genuine condition.  The pairable values are the
-  per-split-seed scores of genuine's contrast with the control (``sync_r2_contrast``, dims
-  ``contrast, direction, split_seed, side``: both fitted on the rows both hold,
-  :mod:`synclib.analysis.contrasts`) of every ordered run: genuine and control share the run,
-  the direction, the split seed, the episodes and the source positions.
-  Per comparison: a paired t-test (:func:`scipy.stats.ttest_rel`), an exact sign-flip
-  permutation test (:func:`sign_flip_pvalue`) and the minimum detectable difference
-  (:func:`mde_paired`, alpha 0.05 two-sided, power 0.8) at the run's number of pairs and
-  standard deviation of the paired differences.
-* :func:`episode_test`, :func:`episode_interval`: the same comparisons with the episode (the
-  dialog) as the unit, from the analyses' resamples of whole episodes; :func:`setting_test`
-  and :func:`tom_tests` for tables 2 and 5 and figure 11.
-* :func:`paired_tests_by_run` (the tests per ordered run) and :func:`run_sample_sizes` (how
-  many samples the run's datasets have).
+* :func:`paired_control_tests`: genuine against each control (passive, shuffled, lagJ), paired per split seed on
+  genuine's contrast with the control (``sync_r2_contrast``, dims ``contrast, direction, split_seed, side``: both
+  fitted on the rows both hold, :mod:`synclib.analysis.contrasts`): paired t-test, exact sign-flip permutation test
+  and minimum detectable difference; :func:`paired_tests_by_run` per ordered run.
+* :func:`episode_test`, :func:`episode_interval`: the same with the episode (dialog) as the unit, from resamples of
+  whole episodes; :func:`setting_test` and :func:`tom_tests` for tables 2 and 5 and figure 11.
+* :func:`planted_power`: the power curve of the claims' corrected test on differences planted in the run's own
+  states (:mod:`synclib.analysis.planted`); :func:`detection_size`, where it reaches 80 %.
 
-* :func:`planted_power`: the power curve of the claims' corrected test on differences planted
-  in the run's own states (``planted_sync_r2``, :mod:`synclib.analysis.planted`), and
-  :func:`detection_size`, where that curve reaches 80 %.
-
-:mod:`synclib.figures.power` and :mod:`synclib.figures.fig03_04_controls` turn these numbers into the
-tests' tables and the power page's generated argument.
-
-Independence caveat
--------------------
-The split seeds of one ordered run re-split the *same* samples, so their scores are
-positively correlated; a test that treats the per-seed values as independent pairs
-(``unit="split_seed"``, the default) overstates the number of independent replicates.
-``unit="direction"`` averages the split seeds first (one paired value per ordered run and
-direction), which is more conservative.  The notebook ``notebooks/power.md`` shows both.
+:mod:`synclib.analysis.claims` runs these once per run (``claims.json``).  The minimum detectable difference (MDE)
+is at alpha 0.05 two-sided and power 0.8.  The split seeds of one ordered run re-split the *same* samples, so their
+scores are positively correlated: ``unit="split_seed"`` (the default) overstates the number of independent
+replicates, ``unit="direction"`` (split seeds averaged first) is conservative.
 """
 from __future__ import annotations
 
@@ -47,7 +28,6 @@ from scipy import optimize
 from scipy import stats as sps
 
 from synclib import stats
-from synclib.penalty import Penalty
 
 __all__ = [
     "EXACT_MAX_N",
@@ -70,7 +50,6 @@ __all__ = [
     "paired_values",
     "planted_power",
     "reported_difference",
-    "run_sample_sizes",
     "setting_test",
     "significantly_above",
     "sign_flip_pvalue",
@@ -97,31 +76,11 @@ def _diffs(diffs) -> np.ndarray:
 
 def sign_flip_pvalue(diffs, n_random: int = N_RANDOM_FLIPS, seed: int = 0,
                      exact_max_n: int = EXACT_MAX_N) -> float:
-    """Two-sided sign-flip permutation p-value of the mean of paired differences.
+    """Two-sided sign-flip permutation p-value of the mean of paired differences ``diffs`` (n,; non-finite dropped).
 
-    Under the null hypothesis of no difference the sign of each paired difference is
-    exchangeable.  The statistic is ``|mean(d)|``; the p-value is the fraction of sign
-    vectors ``s`` with ``|mean(s * d)| >= |mean(d)|`` (up to a relative tolerance of 1e-9
-    for floating-point ties).
-
-    Parameters
-    ----------
-    diffs : array-like, shape (n,)
-        Paired differences (e.g. genuine minus control); non-finite values are dropped.
-    n_random : int
-        Number of random sign vectors when ``n > exact_max_n``.
-    seed : int
-        Seed of ``numpy.random.default_rng`` for the random sign vectors (fixed: the result
-        is deterministic).
-    exact_max_n : int
-        Up to this ``n`` all ``2**n`` sign vectors are enumerated (exact p-value, at least
-        ``2**-(n-1)`` when every difference is non-zero).
-
-    Returns
-    -------
-    float
-        Exact: ``count / 2**n``.  Random: ``(1 + count) / (1 + n_random)`` (the observed
-        signs counted once, so the p-value is never 0).  NaN without differences.
+    The statistic is ``|mean(d)|``; the p-value is the share of sign vectors ``s`` with ``|mean(s * d)| >= |mean(d)|``
+    (relative tolerance 1e-9 for ties): all ``2**n`` up to ``n = exact_max_n`` (``count / 2**n``), else ``n_random``
+    drawn by ``numpy.random.default_rng(seed)`` (``(1 + count) / (1 + n_random)``, never 0).  NaN without differences.
     """
     d = _diffs(diffs)
     n = d.size
@@ -141,23 +100,11 @@ def sign_flip_pvalue(diffs, n_random: int = N_RANDOM_FLIPS, seed: int = 0,
 
 
 def paired_test(a, b, seed: int = 0) -> dict:
-    """Paired comparison of ``a`` and ``b`` (e.g. genuine and a control).
+    """Paired comparison of ``a`` and ``b``, shape (n,); pairs with a non-finite member are dropped.
 
-    Parameters
-    ----------
-    a, b : array-like, shape (n,)
-        Paired values; pairs with a non-finite member are dropped.
-    seed : int
-        For :func:`sign_flip_pvalue` when ``n > 16``.
-
-    Returns
-    -------
-    dict
-        ``n_pairs`` (int), ``mean_a``, ``mean_b``, ``mean_diff`` (mean of ``a - b``),
-        ``sd_diff`` (ddof 1), ``t``, ``p_t`` (:func:`scipy.stats.ttest_rel`, two-sided),
-        ``p_perm`` (:func:`sign_flip_pvalue`), ``mde`` (:func:`mde_paired` at ``n_pairs``
-        and ``sd_diff``).  t and p_t are NaN for fewer than two pairs or when every
-        difference is the same (no variance).
+    Returns a dict: ``n_pairs``, ``mean_a``, ``mean_b``, ``mean_diff`` (of ``a - b``), ``sd_diff`` (ddof 1), ``t``
+    and ``p_t`` (:func:`scipy.stats.ttest_rel`; NaN for fewer than two pairs or no variance), ``p_perm``
+    (:func:`sign_flip_pvalue` with ``seed``) and ``mde`` (:func:`mde_paired`).
     """
     a = np.asarray(a, dtype=np.float64).ravel()
     b = np.asarray(b, dtype=np.float64).ravel()
@@ -181,28 +128,14 @@ def paired_test(a, b, seed: int = 0) -> dict:
 def corrected_resampled_test(diffs, test_train_ratio: float) -> dict:
     """Nadeau and Bengio's corrected resampled t-test of paired differences from re-splits.
 
-    Differences measured on ``n`` random train/test splits of the *same* samples are
-    positively correlated, so the plain paired t-test's variance of the mean, ``var / n``,
-    is too small.  The correction (Nadeau & Bengio 2003, *Machine Learning* 52:239) uses
-    ``var * (1 / n + n_test / n_train)``, with ``n - 1`` degrees of freedom.  Differences
-    pooled from several independent ordered runs or directions get the same correction,
-    which is then conservative.
+    Differences over ``n`` random train/test splits of the same samples are positively correlated, so the plain
+    ``var / n`` is too small; the correction (Nadeau & Bengio 2003, *Machine Learning* 52:239) uses
+    ``var * (1 / n + test_train_ratio)`` (``n_test / n_train`` of the splits) with ``n - 1`` degrees of freedom;
+    conservative for differences pooled from independent runs or directions.  ``diffs``: shape (n,), non-finite
+    values dropped.
 
-    Parameters
-    ----------
-    diffs : array-like, shape (n,)
-        Paired differences (e.g. genuine minus control SyncR², one per split seed); non-finite
-        values are dropped.
-    test_train_ratio : float
-        ``n_test / n_train`` of the splits.
-
-    Returns
-    -------
-    dict
-        ``n``, ``mean``, ``t``, ``p`` (two-sided) and ``mde`` (the smallest true difference
-        detected at alpha 0.05 with power 0.8: :func:`mde_paired` at the inflated spread
-        ``sd * sqrt(1 + n * test_train_ratio)``); NaN where the differences do not vary or
-        ``n < 2``.
+    Returns a dict: ``n``, ``mean``, ``t``, ``p`` (two-sided) and ``mde`` (:func:`mde_paired` at the inflated spread
+    ``sd * sqrt(1 + n * test_train_ratio)``); NaN where the differences do not vary or ``n < 2``.
     """
     d = _diffs(diffs)
     n = int(d.size)
@@ -232,32 +165,16 @@ def _power_t(delta: float, sd: float, n: int, alpha: float) -> float:
 
 
 def mde_paired(sd, n, alpha: float = 0.05, power: float = 0.8, method: str = "t") -> float:
-    """Minimum detectable difference of a two-sided paired t-test.
+    """Minimum detectable difference of a two-sided paired t-test: the smallest true mean difference that the test
+    at level ``alpha`` detects with probability ``power`` from ``n`` paired values whose differences have standard
+    deviation ``sd`` (ddof 1).
 
-    The smallest true mean difference ``delta`` that the test at level ``alpha`` detects
-    with probability ``power``, given ``n`` paired values whose differences have standard
-    deviation ``sd``.
+    ``method="t"`` (the tables') solves the power equation exactly with the noncentral t (``n - 1`` degrees of
+    freedom, noncentrality ``delta sqrt(n) / sd``, both tails); ``"normal"`` is the approximation
+    ``(z_{1-alpha/2} + z_power) sd / sqrt(n)``, too small for small ``n``.
 
-    Parameters
-    ----------
-    sd : float
-        Standard deviation of the paired differences (ddof 1).
-    n : int
-        Number of paired values.
-    alpha, power : float
-    method : {"t", "normal"}
-        ``"t"`` (default, used in the tables): solves the power equation of the t-test
-        exactly with the noncentral t distribution (``scipy.stats.nct``, ``n - 1`` degrees
-        of freedom, noncentrality ``delta sqrt(n) / sd``; both tails).  ``"normal"``: the
-        normal approximation ``(z_{1-alpha/2} + z_power) sd / sqrt(n)``, which is too small
-        for small ``n``.
-
-    Returns
-    -------
-    float
-        In the units of ``sd``; proportional to ``sd``, shrinking with ``n``.  NaN for
-        ``n < 2`` or an ``sd`` that is not finite and positive (differences that do not
-        vary, e.g. every value clipped to 0, define no test).
+    Returns the difference in the units of ``sd``; NaN for ``n < 2`` or an ``sd`` that is not finite and positive
+    (differences that do not vary define no test).
     """
     n = int(n)
     if n < 2 or sd is None or not np.isfinite(sd) or sd <= 0:
@@ -276,16 +193,9 @@ def mde_paired(sd, n, alpha: float = 0.05, power: float = 0.8, method: str = "t"
 
 
 def n_pairs_needed(diff, sd, alpha: float = 0.05, power: float = 0.8, max_n: int = 10 ** 6) -> int | None:
-    """The smallest number of paired values at which a two-sided paired t-test detects a
-    true mean difference ``diff`` with probability ``power``, when the paired differences
-    have standard deviation ``sd`` (exact, :func:`mde_paired` with ``method="t"``).
-
-    Returns
-    -------
-    int or None
-        At least 2; None when ``diff`` or ``sd`` is not finite or positive, or more than
-        ``max_n`` pairs would be needed.
-    """
+    """The smallest number of pairs (at least 2) at which a two-sided paired t-test detects a true mean difference
+    ``diff`` with probability ``power`` when the differences have standard deviation ``sd``; None when ``diff`` or
+    ``sd`` is not finite and positive or more than ``max_n`` would be needed."""
     if not (np.isfinite(diff) and np.isfinite(sd)) or diff <= 0 or sd <= 0:
         return None
     if mde_paired(sd, max_n, alpha, power) > diff:
@@ -313,9 +223,8 @@ def _per_seed(results, name: str, condition: str):
 
 
 def _contrast(results, name: str, control: str):
-    """Genuine's and ``control``'s per-seed SyncR² on the rows both hold (``sync_r2_contrast``,
-    :data:`synclib.analysis.contrasts.CONTRAST_RULE`) as two (direction, split_seed) DataArrays;
-    an analysis without contrasts (older files): each condition on its own samples."""
+    """Genuine's and ``control``'s per-seed SyncR² as two (direction, split_seed) DataArrays from
+    ``sync_r2_contrast`` (:data:`synclib.analysis.contrasts.CONTRAST_RULE`); without it, each on its own samples."""
     ds = results.analysis(name)
     if "sync_r2_contrast" in ds and control in ds["contrast"].values:
         v = ds["sync_r2_contrast"].sel(contrast=control).transpose("direction", "split_seed", "side")
@@ -342,25 +251,12 @@ def _controls(results) -> list[str]:
 
 
 def paired_values(results, control: str, unit: str = "split_seed") -> pd.DataFrame:
-    """The paired genuine and control SyncR² values of a run.
+    """The paired genuine and control SyncR² values of a run, one row per pair with both values finite.
 
-    Parameters
-    ----------
-    results : synclib.analysis.results.Results
-    control : str
-        A condition of the analysis (``"passive"``, ``"shuffled"``, ``"lag1"``, ...).
-    unit : {"split_seed", "direction"}
-        ``"split_seed"``: one pair per (ordered run, direction, split seed) from the contrast of
-        genuine and ``control`` on the rows both hold (``sync_r2_contrast``).  ``"direction"``:
-        the split seeds averaged first (over the seeds where both values are finite), one
-        pair per (ordered run, direction).
-
-    Returns
-    -------
-    DataFrame
-        Columns ``run, direction, split_seed`` (-1 for ``unit="direction"``), ``genuine``,
-        ``control``; one row per pair with both values finite.  Runs without the control or
-        without ``sync_r2_per_seed`` contribute nothing.
+    ``unit="split_seed"``: one pair per (ordered run, direction, split seed) from the contrast of genuine and
+    ``control`` on the rows both hold (``sync_r2_contrast``); ``"direction"``: the split seeds averaged first (where
+    both are finite), one pair per (ordered run, direction).  Returns a DataFrame with columns ``run, direction,
+    split_seed`` (-1 for ``"direction"``), ``genuine``, ``control``; runs without the control add nothing.
     """
     if unit not in UNITS:
         raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
@@ -395,11 +291,9 @@ TWO_TESTS = ("the corrected resampled t-test over re-splits and the bootstrap ov
 
 
 def _pooled(results, pick, runs=None) -> tuple[float, np.ndarray, int]:
-    """A reported SyncR² quantity and its resamples of whole episodes, each averaged over the
-    ordered runs (or those in ``runs``) and directions: ``pick(ds)`` gives one analysis'
-    ``(value (direction,), resamples (direction, boot))`` DataArrays, or None where it lacks them.
-    Returns ``(value, draws (B,) finite, n_episodes of the first run)``; NaN and no draws where no
-    run qualifies."""
+    """A reported SyncR² quantity and its resamples of whole episodes, averaged over the ordered runs (all, or
+    ``runs``) and directions; ``pick(ds)`` gives ``(value (direction,), resamples (direction, boot))`` or None.
+    Returns ``(value, finite draws (B,), n_episodes of the first run)``; NaN and no draws where no run qualifies."""
     vals, boots, n_ep = [], [], 0
     for r in results.runs:
         if runs is not None and r.name not in runs:
@@ -430,10 +324,8 @@ def _condition(name: str):
 
 
 def _contrast_side(control: str, side):
-    """``pick`` of :func:`_pooled`: one side of genuine's contrast with ``control`` on the rows both
-    hold (``sync_r2_contrast_pooled``, ``sync_r2_contrast_boot``), or their difference (``side``
-    "gap": genuine minus control); an analysis without contrasts (older files): the conditions on
-    their own samples."""
+    """``pick`` of :func:`_pooled`: one side of genuine's contrast with ``control`` (``sync_r2_contrast_pooled``,
+    ``sync_r2_contrast_boot``), or for ``side="gap"`` genuine minus control; without contrasts, own samples."""
     def pick(ds):
         if "sync_r2_contrast_boot" in ds and control in ds["contrast"].values:
             v, b = (ds[n].sel(contrast=control) for n in ("sync_r2_contrast_pooled", "sync_r2_contrast_boot"))
@@ -452,25 +344,17 @@ def _contrast_side(control: str, side):
 
 
 def episode_test(results, control: str, runs=None) -> dict:
-    """Genuine against ``control`` with the episode (dialog) as the unit: a bootstrap of whole
-    episodes, the maps held fixed, on the rows both hold (the contrast's ``sync_r2_contrast_boot``;
-    the rules are the analyses' ``boot_rule`` and ``contrast_rule`` attributes).
+    """Genuine against ``control`` with the episode (dialog) as the unit: a bootstrap of whole episodes, maps held
+    fixed, on the rows both hold (``sync_r2_contrast_boot``; rules in the analyses' ``boot_rule`` and
+    ``contrast_rule`` attributes).
 
-    The statistic is the difference of the contrast's SyncR² (reference aggregation over split
-    seeds), genuine minus control, averaged over the ordered runs and directions; each
-    resample gives it again on the drawn episodes, the same for both sides.  Where the runs play
-    the same tasks the same draws serve all of them (the analyses use one seed), so a task drawn
-    counts in every run at once.
+    The statistic is the contrast's SyncR² difference, genuine minus control, averaged over the ordered runs and
+    directions.  Runs that play the same tasks share the draws (one seed), so a task drawn counts in every run.
 
-    Returns
-    -------
-    dict
-        ``n_episodes`` (episodes of the first run's cube), ``n_boot``, ``sync_genuine`` and
-        ``sync_control`` (the contrast's SyncR², mean over runs and directions), ``sync_diff``
-        (their difference), ``se_episodes`` (sd of the resampled differences), ``ci_lo``/``ci_hi``
-        (2.5 and 97.5 percentiles), ``p_episodes`` (two-sided:
-        ``2 min(1 + #{d_b <= 0}, 1 + #{d_b >= 0}) / (1 + B)``, at most 1); NaN where no run
-        has the resamples of both.
+    Returns a dict: ``n_episodes`` (of the first run's cube), ``n_boot``, ``sync_genuine``, ``sync_control``,
+    ``sync_diff``, ``se_episodes`` (sd of the resampled differences), ``ci_lo``/``ci_hi`` (2.5 and 97.5
+    percentiles), ``p_episodes`` (``2 min(1 + #{d_b <= 0}, 1 + #{d_b >= 0}) / (1 + B)``, at most 1); NaN where no
+    run has the resamples.
     """
     d, db, n_ep = _pooled(results, _contrast_side(control, "gap"), runs)
     out = {"n_episodes": n_ep, "n_boot": 0, "sync_genuine": math.nan, "sync_control": math.nan,
@@ -488,16 +372,11 @@ def episode_test(results, control: str, runs=None) -> dict:
 
 
 def episode_interval(results, condition: str = "genuine", runs=None) -> dict:
-    """The reported SyncR² of ``condition`` (mean over the ordered runs, or those in ``runs``, and
-    directions) with its interval over resamples of whole episodes (``sync_r2_boot``; :func:`episode_test`
-    for the rule).
+    """The reported SyncR² of ``condition`` (mean over the ordered runs, or ``runs``, and directions) with its
+    interval over resamples of whole episodes (``sync_r2_boot``).
 
-    Returns
-    -------
-    dict
-        ``value``, ``ci_lo``, ``ci_hi`` (2.5 and 97.5 percentiles), ``p_zero`` (one-sided,
-        ``(1 + #{s_b <= 0}) / (1 + B)``: that SyncR² is 0, no synchrony), ``n_boot``,
-        ``n_episodes``; NaN where no run has the resamples.
+    Returns a dict: ``value``, ``ci_lo``, ``ci_hi`` (2.5 and 97.5 percentiles), ``p_zero`` (one-sided,
+    ``(1 + #{s_b <= 0}) / (1 + B)``: that SyncR² is 0), ``n_boot``, ``n_episodes``; NaN where no run has resamples.
     """
     v, b, n_ep = _pooled(results, _condition(condition), runs)
     out = {"value": math.nan, "ci_lo": math.nan, "ci_hi": math.nan, "p_zero": math.nan, "n_boot": 0,
@@ -509,26 +388,20 @@ def episode_interval(results, condition: str = "genuine", runs=None) -> dict:
 
 
 def surrogate_test(results, runs=None) -> dict:
-    """Genuine SyncR² against its surrogate partners (``sync_r2_surrogate`` of the analyses;
-    :data:`synclib.analysis.surrogates.SURROGATE_RULE`), each averaged over the ordered runs (or
-    those in ``runs``) and directions: the null that can happen, in place of SyncR² = 0.
+    """Genuine SyncR² against its surrogate partners (``sync_r2_surrogate``,
+    :data:`synclib.analysis.surrogates.SURROGATE_RULE`), each averaged over the ordered runs (or ``runs``) and
+    directions: the null that can happen, in place of SyncR² = 0.
 
-    Two tests: the rank of genuine among the surrogates (``p_rank``,
-    :func:`synclib.stats.rank_p`: at least ``1 / (1 + n_surrogates)``) and the bootstrap of
-    whole episodes of the gap, genuine minus the surrogates' mean (``surrogate_gap_boot``,
-    ``p_episodes`` two-sided as :func:`episode_test`); ``p`` is the larger.
+    Two tests, ``p`` the larger: the rank of genuine among the surrogates (``p_rank``, :func:`synclib.stats.rank_p`,
+    at least ``p_floor = 1 / (1 + n_surrogates)``) and the bootstrap of whole episodes of the gap to the surrogates'
+    mean (``surrogate_gap_boot``; ``p_episodes`` as :func:`episode_test`).
 
-    Returns
-    -------
-    dict
-        ``genuine`` (genuine on the surrogates' rows: ``sync_r2_surrogate_genuine``),
-        ``surrogate_mean``, ``surrogate_sd``, ``surrogate_max``, ``surrogates`` (the
-        distribution, (n,)), ``n_surrogates``, ``share_below`` (surrogates below genuine),
-        ``gap``, ``ci_lo``/``ci_hi``, ``p_rank``, ``p_episodes``, ``p``, ``p_floor`` (the smallest
-        p the rank test can give, ``1 / (1 + n_surrogates)``), ``n_boot``,
-        ``n_episodes``, ``same_personas`` (share of surrogate samples whose partner dialog
-        has the same persona pair), ``n_runs``, ``n_sim_seeds`` (the fewest simulation seeds of the
-        runs' cubes: with one, no surrogate keeps the task); NaN and 0 where no run has surrogates.
+    Returns a dict: ``genuine`` (on the surrogates' rows), ``surrogate_mean``, ``surrogate_sd``, ``surrogate_max``,
+    ``surrogates`` (the distribution, (n,)), ``n_surrogates``, ``share_below`` (surrogates below genuine), ``gap``,
+    ``ci_lo``/``ci_hi``, ``p_rank``, ``p_episodes``, ``p``, ``p_floor``, ``n_boot``, ``n_episodes``,
+    ``same_personas`` (share of surrogate samples whose partner dialog has the same persona pair), ``n_runs``,
+    ``n_sim_seeds`` (fewest simulation seeds of the runs' cubes: with one, no surrogate keeps the task); NaN and 0
+    where no run has surrogates.
     """
     gen, sur, gaps, same, n_ep, n_seeds = [], [], [], [], 0, []
     for r in results.runs:
@@ -573,9 +446,8 @@ def surrogate_test(results, runs=None) -> dict:
 
 
 def surrogate_table(results) -> pd.DataFrame:
-    """:func:`surrogate_test` per pair (both orders) and over all runs (``pair`` "all"); rows
-    only where a surrogate value could be computed (``attrs["present"]``: some run's analysis
-    has the surrogates).  Columns: ``pair``, then the test's scalar entries."""
+    """:func:`surrogate_test` per pair (both orders) and over all runs (``pair`` "all"), where a value could be
+    computed; ``attrs["present"]``: some analysis has surrogates.  Columns ``pair`` and the test's scalar entries."""
     rows, present = [], False
     units = [(p, [r.name for r in results.runs_of(p)]) for p in results.pair_names]
     for name, runs in units + ([("all", None)] if len(units) > 1 else []):
@@ -595,19 +467,12 @@ SETTINGS = {"persona": ("persona_disjoint_sync_r2_per_seed", (), "persona-disjoi
 
 def setting_test(results, setting: str) -> dict:
     """Table 2 or 5: a setting against the original, paired by run, direction and split seed, with
-    the corrected resampled t-test (:func:`corrected_resampled_test`; the split seeds re-split the
-    same samples).
+    :func:`corrected_resampled_test`.  ``"persona"``: ``persona_disjoint_sync_r2_per_seed`` minus the genuine
+    ``sync_r2_per_seed`` (ratio of the persona-disjoint splits); ``"nonlinear"``: ``nonlinear_r2`` minus
+    ``affine_r2``, averaged over the layer pairs (ratio of the genuine splits).
 
-    ``"persona"``: ``persona_disjoint_sync_r2_per_seed`` minus the genuine ``sync_r2_per_seed``
-    (n_test / n_train of the persona-disjoint splits).  ``"nonlinear"``: ``nonlinear_r2`` minus
-    ``affine_r2``, averaged over the layer pairs (the genuine splits' ratio).
-
-    Returns
-    -------
-    dict
-        :func:`corrected_resampled_test`'s ``n``, ``mean``, ``t``, ``p``, ``mde``,
-        ``n_layer_pairs`` (nonlinear; 0 otherwise), ``n_runs`` and ``n_seeds`` (the split seeds of
-        the setting: with one, the paired values are runs x directions, no re-splits).
+    Returns the test's dict plus ``n_layer_pairs`` (nonlinear; else 0), ``n_runs`` and ``n_seeds`` (the setting's
+    split seeds: with one, the pairs are runs x directions, no re-splits).
     """
     if setting not in SETTINGS:
         raise ValueError(f"setting must be one of {sorted(SETTINGS)}, got {setting!r}")
@@ -638,16 +503,10 @@ def setting_test(results, setting: str) -> dict:
 
 
 def tom_tests(results) -> pd.DataFrame:
-    """Figure 11: each decoder against the train-mean baseline, paired by run, reading agent and
-    split seed (baseline minus decoder test KL: positive when the decoder is better), with the
-    corrected resampled t-test (n_test / n_train of its own probes).
-
-    Returns
-    -------
-    DataFrame
-        ``target, relation, n, mean, p, mde, format_followed`` (whether the decoded replies
-        followed the instructed format: the format filter was on); empty without ToM results.
-    """
+    """Figure 11: each decoder against the train-mean baseline, paired by run, reading agent and split seed
+    (baseline minus decoder test KL: positive when the decoder is better), with :func:`corrected_resampled_test`
+    (n_test / n_train of its own probes).  Columns ``target, relation, n, mean, p, mde, format_followed`` (whether
+    the format filter was on); empty without ToM results."""
     cols = ["target", "relation", "n", "mean", "p", "mde", "format_followed"]
     names = results.runs_with("tom_kl_best")
     if not names:
@@ -680,9 +539,8 @@ def conservative_p(row) -> float:
 
 
 def _test_train_ratio(results, runs, condition: str) -> float:
-    """Mean ``n_test / n_train`` over the analyses of ``runs`` of genuine's contrast with
-    ``condition`` (the fits its paired values come from; an analysis without contrasts: the
-    condition's own fits); NaN without."""
+    """Mean ``n_test / n_train`` over ``runs`` of the fits behind genuine's contrast with ``condition`` (without
+    contrasts: the condition's own fits); NaN without."""
     ratios = []
     for name in runs:
         ds = results.analysis(name)
@@ -705,12 +563,9 @@ def paired_control_tests(results, controls=None, unit: str = "split_seed", seed:
     ----------
     results : synclib.analysis.results.Results
     controls : sequence of str, optional
-        Default: every condition other than ``genuine`` that some run has (passive,
-        shuffled, pseudo, then the lags by k).
+        Default: every non-genuine condition some run has (passive, shuffled, pseudo, then the lags by k).
     unit : {"split_seed", "direction"}
-        The paired values (:func:`paired_values`).  The split seeds of a run re-split the
-        same samples, so ``"split_seed"`` overstates the number of independent replicates;
-        ``"direction"`` is the conservative choice.
+        The paired values (:func:`paired_values`); ``"direction"`` is the conservative choice.
     seed : int
         For the random sign flips (more than 16 pairs).
     runs : sequence of str, optional
@@ -719,22 +574,12 @@ def paired_control_tests(results, controls=None, unit: str = "split_seed", seed:
     Returns
     -------
     DataFrame
-        One row per control, columns :data:`TABLE_COLUMNS`: ``comparison`` (e.g.
-        ``"genuine - passive"``), ``control``, ``unit``, ``n_runs`` (ordered runs with
-        pairs), ``n_pairs`` (paired values), ``mean_genuine``, ``mean_control``,
-        ``mean_diff`` (genuine minus control), ``sd_diff`` (ddof 1), ``t`` and ``p_t``
-        (:func:`scipy.stats.ttest_rel`), ``p_perm`` (:func:`sign_flip_pvalue`: exact up to
-        16 pairs, else 10,000 random sign vectors with a fixed seed), ``mde`` (the minimum
-        detectable difference at alpha 0.05 two-sided and power 0.8 of a paired t-test with
-        this ``n_pairs`` and ``sd_diff``, solved exactly with the noncentral t) and
-        ``mde_normal`` (the normal approximation ``(z_0.975 + z_0.8) sd / sqrt(n)``);
-        with ``unit="split_seed"`` also ``test_train_ratio`` and the corrected resampled
-        t-test of :func:`corrected_resampled_test` (``t_corrected``, ``p_corrected``,
-        ``mde_corrected``), the test to read for re-split values, and the bootstrap over whole
-        episodes of :func:`episode_test` (``n_episodes``, ``n_boot``, ``sync_genuine``,
-        ``sync_control``, ``sync_diff``,
-        ``se_episodes``, ``ci_lo``, ``ci_hi``, ``p_episodes``); ``p``: the larger p of the two
-        (:func:`conservative_p`), the one every claim is worded from (NaN for ``"direction"``).
+        One row per control, columns :data:`TABLE_COLUMNS`: ``comparison`` (e.g. ``"genuine - passive"``),
+        ``control``, ``unit``, ``n_runs`` (ordered runs with pairs), ``n_pairs`` and the means, sd, t, p and MDE of
+        :func:`paired_test`, ``mde_normal`` (the normal approximation); with ``unit="split_seed"`` also
+        ``test_train_ratio``, ``t_corrected``, ``p_corrected``, ``mde_corrected`` (:func:`corrected_resampled_test`,
+        the test to read for re-split values) and the entries of :func:`episode_test`; ``p``:
+        :func:`conservative_p`, the p every claim is worded from (NaN for ``"direction"``).
     """
     controls = _controls(results) if controls is None else list(controls)
     rows = []
@@ -761,9 +606,8 @@ def paired_control_tests(results, controls=None, unit: str = "split_seed", seed:
 
 
 def paired_tests_by_run(results, controls=None) -> pd.DataFrame:
-    """:func:`paired_control_tests` (per-split-seed values, corrected resampled t-test) for
-    each ordered run alone, then for all runs pooled (``run`` = ``"all runs"``; only when
-    there are several).  Columns ``run`` and :data:`TABLE_COLUMNS`."""
+    """:func:`paired_control_tests` for each ordered run alone, then, with several, all pooled (``run`` =
+    ``"all runs"``).  Columns ``run`` and :data:`TABLE_COLUMNS`."""
     names = [r.name for r in results.runs]
     parts = [paired_control_tests(results, controls, runs=[n]).assign(run=n) for n in names]
     if len(names) > 1:
@@ -785,43 +629,6 @@ def significantly_above(row, level: float = 0.05) -> bool:
     return bool(np.isfinite(row["p"]) and row["p"] < level and reported_difference(row) > 0)
 
 
-def run_sample_sizes(results, condition: str = "genuine") -> dict:
-    """How many samples the run's datasets of ``condition`` have
-    (:meth:`synclib.analysis.results.Results.sample_counts`, the one count every page quotes).
-
-    Returns
-    -------
-    dict
-        ``n_train``, ``n_samples`` (training plus test samples per dataset): means over
-        ordered runs, directions and split seeds of ``condition`` (NaN without them);
-        ``n_train_min``, ``n_train_max``; ``split_seeds`` (the number of split seeds of the
-        first run); ``n_runs``; ``directions`` (number of directions of the first run);
-        ``dims`` (sorted hidden widths of the run's models, from the cubes' ``d_model_*``
-        attributes where the cube files are there; empty otherwise); ``alpha`` (the ridge
-        penalty of the first run's analysis: a float, ``"cv"``, or None).
-    """
-    counts = results.sample_counts()
-    c = counts[counts["condition"] == condition]
-    ntr, nte = c["n_train"].to_numpy(float), c["n_test"].to_numpy(float)
-    first = results.analysis(results.runs[0].name)
-    dims = set()
-    for r in results.runs:
-        if r.cube is not None and r.cube.is_file():
-            import xarray as xr
-
-            try:
-                with xr.open_dataset(r.cube) as cube:
-                    dims |= {int(cube.attrs[k]) for k in ("d_model_a", "d_model_b") if k in cube.attrs}
-            except (OSError, ValueError):
-                pass
-    return {"n_train": float(ntr.mean()) if ntr.size else math.nan,
-            "n_samples": float((ntr + nte).mean()) if ntr.size else math.nan,
-            "n_train_min": int(ntr.min()) if ntr.size else 0, "n_train_max": int(ntr.max()) if ntr.size else 0,
-            "split_seeds": int(first.sizes.get("split_seed", 0)), "n_runs": len(results.runs),
-            "directions": int(first.sizes.get("direction", 0)), "dims": sorted(dims),
-            "alpha": _ridge_alpha(first.attrs)}
-
-
 #: columns of :func:`planted_power`
 PLANTED_COLUMNS = ["share", "planted", "planted_se", "n_reps", "detected", "rate", "rate_se", "n_pairs",
                    "sd_diff", "mde"]
@@ -830,30 +637,20 @@ PLANTED_COLUMNS = ["share", "planted", "planted_se", "n_reps", "detected", "rate
 def planted_power(results, runs=None, level: float = 0.05) -> pd.DataFrame:
     """How often the claims' corrected test finds a difference planted in the run's own states.
 
-    Per replicate of :mod:`synclib.analysis.planted` (a re-split of every ordered run, replicate
-    ``r`` of each run pooled), the paired differences genuine minus a planted control, over
-    ordered runs x directions x split seeds, get :func:`corrected_resampled_test` (the test
-    of the claims' paired comparisons) at the replicates' mean ``n_test / n_train``; a replicate
-    *detects* the difference when ``p < level`` and the mean difference is above 0.
-
-    Parameters
-    ----------
-    results : synclib.analysis.results.Results
-    runs : names of the ordered runs to pool (default: all that have ``planted_sync_r2`` with the
-        first such run's shares).
-    level : float
+    Per replicate of :mod:`synclib.analysis.planted` (replicate ``r`` of each ordered run pooled), the differences
+    genuine minus a planted control over ordered runs x directions x split seeds get :func:`corrected_resampled_test`
+    at the replicates' mean ``n_test / n_train``; a replicate *detects* the difference when ``p < level`` and the
+    mean difference is above 0.  ``runs``: the ordered runs to pool (default: all with ``planted_sync_r2`` and the
+    first such run's shares).
 
     Returns
     -------
     DataFrame
-        One row per planted share > 0, columns :data:`PLANTED_COLUMNS`: ``planted`` (the
-        difference, mean over replicates of each replicate's mean paired difference: what the
-        method measures at this run's size), ``planted_se`` (its SE over replicates),
-        ``n_reps``, ``detected``, ``rate`` (``detected / n_reps``), ``rate_se`` (binomial),
-        ``n_pairs`` (paired values per replicate), ``sd_diff`` (mean over replicates of the
-        paired differences' sd), ``mde`` (mean over replicates of the corrected test's
-        detectable difference).  Empty without planted replicates.  ``attrs``: ``runs``,
-        ``test_train_ratio``, ``layers`` (per run, the layers of model A and of model B fitted).
+        One row per planted share > 0, columns :data:`PLANTED_COLUMNS`: ``planted`` (mean over replicates of the
+        mean paired difference: what the method measures at this run's size), ``planted_se`` (SE over replicates),
+        ``n_reps``, ``detected``, ``rate`` (``detected / n_reps``), ``rate_se`` (binomial), ``n_pairs`` (per
+        replicate), ``sd_diff`` and ``mde`` (means over replicates).  Empty without planted replicates.  ``attrs``:
+        ``runs``, ``test_train_ratio``, ``level``, ``layers`` (per run, the layers of models A and B fitted).
     """
     names = [r.name for r in results.runs] if runs is None else list(runs)
     parts, ratios, layers, shares = [], [], {}, None
@@ -917,14 +714,3 @@ def detection_size(curve: pd.DataFrame, target: float = 0.8, by: str = "planted"
     below = np.where(~ok)[0]
     first = 0 if below.size == 0 else below[-1] + 1
     return float(c[by].iloc[first])
-
-
-def _ridge_alpha(attrs):
-    """The penalty an analysis recorded, in the config's form (:attr:`synclib.penalty.Penalty.alpha`:
-    a float or ``"cv"``), or None when absent or unreadable."""
-    if "alpha" not in attrs:
-        return None
-    try:
-        return Penalty.from_attrs(attrs).alpha
-    except (TypeError, ValueError):
-        return None

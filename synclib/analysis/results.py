@@ -1,36 +1,27 @@
-"""Loading a results directory for the notebooks, as tidy tables.
+"""A results directory, loaded for the pages: :func:`load_results` -> :class:`Results`.
 
-Layout of a results directory (what ``synclib run`` writes; paths in the manifest are
-relative to it)::
+Layout (what ``synclib run`` writes; the manifest's paths are relative to it)::
 
     RESULTS/
-      manifest.json            {"name": ..., "embedded": bool, "config": {...},
-                                "pairs": [{"name": "G-S", "pair": "S-G", "order": 2,
-                                           "model_a": label, "model_b": label,
-                                           "spec_a": ..., "spec_b": ..., "family": "Cross",
-                                           "cube": "cubes/G-S.nc",
-                                           "analysis": "analysis/G-S.nc",
-                                           "judge": "judge/G-S.judge.csv"}, ...]}
-      cubes/RUN.nc             activation cube of one ordered run (book/architecture.md)
-      analysis/RUN.nc          its analysis Dataset
+      manifest.json            {"name", "embedded", "config", "created",
+                                "pairs": [{"name": "G-S", "pair": "S-G", "order": 2, "model_a", "model_b",
+                                           "spec_a", "spec_b", "family": "Cross", "cube": "cubes/G-S.nc",
+                                           "analysis": "analysis/G-S.nc", "judge": "judge/G-S.judge.csv"}, ...]}
+      cubes/RUN.nc             the activation cube of one ordered run (book/architecture.md)
+      analysis/RUN.nc          its analysis
       judge/RUN.judge.csv      its judge scores
+      claims.json              the claims judged on the run and their tests (:mod:`synclib.analysis.claims`)
 
-:func:`load_results` returns a :class:`Results`; its ``*_table`` methods return the tidy
-:class:`pandas.DataFrame` each notebook draws with :mod:`synclib.figures.charts`.  As the paper's
-code: SyncR² is aggregated over split seeds by the analysis (``sync_r2``, ``sync_r2_se``);
-a model pair's SyncR² is the mean of its directional values (two directions x both speaking
-orders), its band the mean of their standard errors; its social performance the mean over
-its orders.  ``separate=True`` gives one row per ordered run instead.
-
-:func:`synclib.analysis.synthetic.build_synthetic_results` writes a tiny results directory for tests;
-its manifest says ``"synthetic": true``.
+A table's *unit* is a model pair (its ordered runs pooled, as the paper's figures pool both speaking orders)
+or, with ``separate=True``, one ordered run.  As the paper's code: a pair's SyncR² is the mean of its
+directional values (two directions x both orders, each aggregated over split seeds by the analysis), its
+band the mean of their standard errors, its social performance the mean over its orders.
 """
 from __future__ import annotations
 
 import json
 import math
 import os
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,43 +32,15 @@ import xarray as xr
 from synclib import stats
 from synclib.judge import read_table, social_performance
 from synclib.judge.table import overall_scores
-from synclib.paths import PUBLISHED_NUMBERS, display, in_repo
+from synclib.paths import CLAIMS_FILE, PUBLISHED_NUMBERS, display, in_repo
 from synclib.penalty import Penalty
-from synclib.tasks.scenarios import RELATIONSHIPS
+from synclib.analysis.tables import Tables, grid_frame
 
 MANIFEST = "manifest.json"
-#: fields every manifest entry (one ordered run) has; ``pair`` and ``order`` are optional
-#: (default: the run's own name, order 1), so results written before both orders still load
+#: fields every manifest entry has; ``pair`` and ``order`` are optional (default: the run's name, order 1)
 PAIR_KEYS = ("name", "model_a", "model_b", "family", "analysis", "judge")
 #: analysis variable holding SyncR² with the persona-disjoint split (table 2)
 PERSONA_VAR = "persona_disjoint_sync_r2"
-
-
-def layer_offset(layers) -> int:
-    """1 when the analysis numbers layers from 0 (the pages number them from 1), else 0."""
-    layers = np.asarray(layers)
-    return 1 if (layers.size and layers.min() == 0) else 0
-
-
-def grid_frame(grid, value: str) -> pd.DataFrame:
-    """A ``(src_layer, tgt_layer)`` grid as rows ``src_layer, tgt_layer, VALUE, best``: layers
-    1-based, non-finite cells (padding) dropped, ``best`` the first of each source layer's
-    highest values."""
-    grid = grid.transpose("src_layer", "tgt_layer")
-    vals = grid.to_numpy().astype(float)
-    src, tgt = np.asarray(grid["src_layer"]), np.asarray(grid["tgt_layer"])
-    offset = layer_offset(src)
-    rows = []
-    for i in range(vals.shape[0]):
-        row = vals[i]
-        if not np.isfinite(row).any():
-            continue
-        best = int(np.nanargmax(row))
-        for j in range(vals.shape[1]):
-            if np.isfinite(row[j]):
-                rows.append({"src_layer": int(src[i]) + offset, "tgt_layer": int(tgt[j]) + offset,
-                             value: float(row[j]), "best": j == best})
-    return pd.DataFrame(rows, columns=["src_layer", "tgt_layer", value, "best"])
 
 
 class ResultsError(ValueError):
@@ -86,12 +49,8 @@ class ResultsError(ValueError):
 
 @dataclass(frozen=True)
 class RunInfo:
-    """One ordered run of a results directory (a cube, its analysis and judge table).
-
-    ``pair`` is the unordered pair as the config names it (``"S-G"``); ``order`` is 1 for
-    the pair as written (its first model plays agent 1) and 2 for the reversed run
-    (``name == "G-S"``).  Paths are absolute.
-    """
+    """One ordered run: a cube, its analysis and judge table (absolute paths).  ``pair`` is the config's
+    unordered pair (``"S-G"``); ``order`` is 1 as written (first model is agent 1), 2 reversed (``"G-S"``)."""
 
     name: str
     model_a: str
@@ -146,28 +105,16 @@ def load_results(results_dir: str | os.PathLike) -> "Results":
 
 
 @dataclass
-class Results:
-    """A loaded results directory.
-
-    Attributes
-    ----------
-    root : Path
-    manifest : dict
-    runs : list of RunInfo
-        The ordered runs, in manifest order.
-
-    A *unit* of the tables is a model pair (default: its ordered runs pooled, as the
-    paper's figures pool both speaking orders) or, with ``separate=True``, one ordered run
-    (the reference's ``separate=True`` view).
-    """
+class Results(Tables):
+    """A loaded results directory: ``root``, ``manifest`` and ``runs`` (:class:`RunInfo`, manifest order)."""
 
     root: Path
     manifest: dict
     runs: list
     _analysis: dict = field(default_factory=dict, repr=False)
     _judge: dict = field(default_factory=dict, repr=False)
+    _claims: dict = field(default_factory=dict, repr=False)
 
-    # ------------------------------------------------------------------ basics
     @property
     def embedded(self) -> bool:
         """True when the run used the embedded tiny models."""
@@ -175,7 +122,7 @@ class Results:
 
     @property
     def synthetic(self) -> bool:
-        """True for a test fixture made by :func:`synclib.analysis.synthetic.build_synthetic_results`."""
+        """True for a test fixture (tests/synthetic.py): its manifest says ``"synthetic": true``."""
         return bool(self.manifest.get("synthetic", False))
 
     @property
@@ -227,40 +174,68 @@ class Results:
             self._judge[name] = read_table(path) if path.is_file() else None
         return self._judge[name]
 
+    def _claims_file(self) -> dict:
+        if not self._claims:
+            path = self.root / CLAIMS_FILE
+            if not path.is_file():
+                raise ResultsError(f"{display(path)} is missing: the claims step writes it (`synclib run --steps "
+                                   "notebooks`, or `synclib notebooks`)")
+            data = json.loads(path.read_text())
+            for name, t in data.get("tests", {}).items():
+                data["tests"][name] = pd.DataFrame(t["rows"], columns=t["columns"])
+                data["tests"][name].attrs.update(t.get("attrs") or {})
+            self._claims.update(data)
+        return self._claims
+
+    def claims(self) -> list[dict]:
+        """Every claim judged on this run (``claims.json``), in the paper's order: records with ``id``, ``page``,
+        ``keys``, ``what``, ``verdict``, ``reason``, ``measures``, ``numbers``."""
+        return self._claims_file()["claims"]
+
+    def claim_inputs(self) -> dict:
+        """The files besides the run that the claims step read: ``ability_scores`` (table 1), ``ratings`` and
+        ``judge_scores`` (table 4), each relative to the repository where it lies there, or None."""
+        return dict(self._claims_file()["inputs"])
+
+    @property
+    def n_claim_tests(self) -> int:
+        """How many tests the claims' verdicts were Holm-adjusted across."""
+        return int(self._claims_file()["n_claim_tests"])
+
+    def claim(self, id: str) -> dict:
+        """The claim ``id`` (e.g. ``"passive"``) of :meth:`claims`."""
+        found = {c["id"]: c for c in self.claims()}
+        if id not in found:
+            raise KeyError(f"no claim {id!r}; claims: {', '.join(found)}")
+        return found[id]
+
+    def tests(self, name: str) -> pd.DataFrame:
+        """A table of the claims step's tests (:func:`synclib.analysis.claims.test_tables`), e.g. ``"trends"``."""
+        tables = self._claims_file()["tests"]
+        if name not in tables:
+            raise KeyError(f"no table of tests {name!r}; tables: {', '.join(tables)}")
+        return tables[name].copy()
+
     def runs_with(self, var: str) -> list[str]:
         """Names of the runs whose analysis has variable ``var``."""
         return [r.name for r in self.runs if var in self.analysis(r.name)]
 
-    def mark_present(self, frame: pd.DataFrame, var: str) -> pd.DataFrame:
-        """``frame`` with ``attrs["present"]``: whether a run's analysis has ``var``, so that an
-        empty table can say why (no value could be computed, or the block was not run)."""
-        frame.attrs["present"] = bool(self.runs_with(var))
-        return frame
-
     def unit_info(self, runs: list[RunInfo], separate: bool = False) -> dict:
-        """A table row's description of a unit: ``pair`` (or the run's name with ``separate``),
-        ``family``, ``model_a``, ``model_b`` and ``orders`` (its ordered runs)."""
+        """A unit's row description: ``pair`` (the run's name if ``separate``), ``family``, ``model_a``,
+        ``model_b``, ``orders``."""
         first = runs[0]
         return {"pair": first.name if separate else first.pair, "family": first.family,
                 "model_a": first.model_a, "model_b": first.model_b, "orders": len(runs)}
 
     def orders_played(self) -> str:
-        """``"both"``, ``"first"`` or ``"mixed"``: whether pairs of two different models
-        were played in both speaking orders."""
+        """``"both"``, ``"first"`` or ``"mixed"``: the orders pairs of two different models were played in."""
         mixed = [p for p in self.pair_names if self.runs_of(p)[0].model_a != self.runs_of(p)[0].model_b]
         n = {len(self.runs_of(p)) for p in mixed}
         return "both" if n == {2} else "first" if n <= {1} else "mixed"
 
     def model_table(self) -> pd.DataFrame:
-        """Table 3 (appendix F) for this run: each model's abbreviation (its key in the config),
-        its label, spec and family, and its layers and width as the cubes record them.
-
-        Returns
-        -------
-        DataFrame
-            ``abbreviation, model, spec, family, layers, width`` (layers and width NaN where no
-            cube of the model is there).
-        """
+        """Table 3 (appendix F): per configured model ``abbreviation`` (its key), ``model``, ``spec``, ``family``,
+        and ``layers`` and ``width`` as its cubes record them (NaN without a cube)."""
         shapes: dict = {}
         for r in self.runs:
             if r.cube is None or not r.cube.is_file():
@@ -287,18 +262,11 @@ class Results:
         return (f"results: {where} ({self.manifest.get('name', 'unnamed')}, {kind}); "
                 f"pairs: {', '.join(self.pair_names)}; ordered runs: {', '.join(self.run_names)}")
 
-    # ------------------------------------------------------------------ fig 2, 3
     def heatmap_frame(self, name: str, condition: str = "genuine",
                       direction: str = "A->B") -> pd.DataFrame:
-        """Test R² per layer pair of one ordered run, averaged over split seeds, with each
-        source layer's best target (the reference's ``r2_mean``).
-
-        Returns
-        -------
-        DataFrame
-            Columns ``src_layer, tgt_layer, r2, best`` (layers 1-based, padding dropped);
-            empty when the run has no finite value for ``condition``.
-        """
+        """Figures 2-3: test R² per layer pair of one ordered run, averaged over split seeds (the reference's
+        ``r2_mean``): ``src_layer, tgt_layer, r2, best`` (1-based layers, padding dropped; ``best`` marks each source
+        layer's best target); empty when ``condition`` has no finite value."""
         ds = self.analysis(name)
         if "r2_mean" in ds:
             grid = ds["r2_mean"].sel(condition=condition, direction=direction)
@@ -319,12 +287,8 @@ class Results:
 
     def heatmap_frames(self, runs=None, conditions=("genuine",), direction: str = "A->B",
                        max_runs: int = 3) -> dict[str, pd.DataFrame]:
-        """:meth:`heatmap_frame` for several runs and conditions, keyed by a panel title.
-
-        ``runs``: a run name, a list of them, or None for the first ``max_runs`` runs of the
-        manifest.  A title reads
-        e.g. ``"S-G genuine: SmolLM2 → Gemma"`` (source model first).
-        """
+        """:meth:`heatmap_frame` per run and condition, keyed by a panel title (``"S-G genuine: SmolLM2 → Gemma"``,
+        source model first); ``runs``: a name, a list, or None for the manifest's first ``max_runs``."""
         names = [runs] if isinstance(runs, str) else list(runs) if runs else self.run_names[:max_runs]
         out = {}
         for name in names:
@@ -334,7 +298,6 @@ class Results:
                 out[f"{name} {cond}: {src} → {tgt}"] = self.heatmap_frame(name, cond, direction)
         return out
 
-    # ------------------------------------------------------------------ SyncR² summaries
     def _directional(self, runs: list[RunInfo], var: str, directions=None, **sel) -> tuple[np.ndarray, np.ndarray]:
         """The directional values of ``var`` (and of ``{var}_se``, NaN without it) over
         ``runs``: one per (run, direction), reference-aggregated over split seeds."""
@@ -358,9 +321,8 @@ class Results:
         return np.concatenate(vals), np.concatenate(ses)
 
     def unit_value(self, runs, var: str = "sync_r2", directions=None, **sel) -> dict:
-        """``mean`` of the unit's directional values (the paper's pair SyncR²: both
-        directions of both orders), ``se`` the mean of their standard errors (the
-        reference's band), ``n_values`` how many were finite."""
+        """``mean`` of the unit's finite directional values (the paper's pair SyncR²), ``se`` the mean of their
+        standard errors (the reference's band), ``n_values`` how many were finite."""
         v, se = self._directional(runs, var, directions, **sel)
         ok = np.isfinite(v)
         return {"mean": float(v[ok].mean()) if ok.any() else math.nan,
@@ -381,16 +343,8 @@ class Results:
         return [c for c in sets[0] if all(c in s for s in sets)]
 
     def sample_counts(self) -> pd.DataFrame:
-        """Samples of every dataset of the run, as the analyses record them: the one count
-        every page, the claims list and the run summary quote.
-
-        Returns
-        -------
-        DataFrame
-            One row per (run, condition, direction, split seed) that was split: ``run``,
-            ``condition``, ``direction``, ``split_seed``, ``n_train``, ``n_test``,
-            ``n_available`` (the dataset's samples before the split).
-        """
+        """Every dataset's samples as the analyses record them (the one count every page quotes): per split (run,
+        condition, direction, split seed), ``n_train``, ``n_test``, ``n_available`` (samples before the split)."""
         rows = []
         for r in self.runs:
             ds = self.analysis(r.name)
@@ -405,15 +359,13 @@ class Results:
             return pd.DataFrame(columns=cols)
         return pd.concat(rows, ignore_index=True).reindex(columns=cols)
 
-    # ------------------------------------------------------------------ fig 6, table 1
     def run_social(self, name: str) -> float:
-        """One ordered run's social performance (:func:`synclib.judge.social_performance`),
-        NaN without a judge table."""
+        """An ordered run's social performance (:func:`synclib.judge.social_performance`); NaN unjudged."""
         table = self.judge(name)
         return float(social_performance(table)) if table is not None else math.nan
 
     def social_table(self, separate: bool = False) -> pd.DataFrame:
-        """Per pair: social performance, the mean over its ordered runs (the reference's
+        """Figure 6, table 1: per pair, social performance, the mean over its ordered runs (the reference's
         ``get_performance_averaged``), or per run with ``separate``."""
         rows = []
         for _, runs in self.units(separate):
@@ -428,14 +380,8 @@ class Results:
         return pd.DataFrame(rows)
 
     def dialog_scores(self) -> pd.DataFrame:
-        """Every judged dialog's social performance: the mean of both agents' overall scores
-        (a dialog counts when both were scored, as :func:`synclib.judge.social_performance`).
-
-        Returns
-        -------
-        DataFrame
-            ``run, pair, episode, sim_seed, score``.
-        """
+        """Every judged dialog's social performance, the mean of both agents' overall scores (dialogs with
+        both scored): ``run, pair, episode, sim_seed, score``."""
         parts = []
         for r in self.runs:
             t = self.judge(r.name)
@@ -449,11 +395,8 @@ class Results:
         return pd.concat(parts, ignore_index=True)[cols] if parts else pd.DataFrame(columns=cols)
 
     def judged_table(self) -> pd.DataFrame:
-        """Per ordered run: the dialogs the judge scored (``judged``, of ``dialogs`` in the
-        cube) and the run's social performance with a 95 % t interval over its judged
-        dialogs (each dialog: the mean of both agents' overall scores; ``mean``, ``lo``,
-        ``hi``).  With a judged sample (``judge.sample``) the interval is what the sample
-        can say about the run's mean."""
+        """Per ordered run: dialogs judged (``judged`` of ``dialogs`` in the cube) and social performance with a 95 %
+        t interval over them (``mean``, ``lo``, ``hi``; with ``judge.sample``, what the sample says of the run)."""
         from scipy import stats as sps
 
         scores = self.dialog_scores()
@@ -483,151 +426,33 @@ class Results:
         t["fit"] = t["family"].map(counts).fillna(0).ge(min_fit) & ok
         return t
 
-    # ------------------------------------------------------------------ ridge penalty (fig 8)
     def penalty(self):
-        """The run's ridge penalty as its analyses recorded it (:class:`synclib.penalty.Penalty`,
-        :meth:`~synclib.penalty.Penalty.from_attrs`): ``.kind`` is ``"fixed"`` or ``"cv"``."""
+        """The run's ridge penalty (figure 8) as its analyses recorded it (:class:`synclib.penalty.Penalty`)."""
         return Penalty.from_attrs(self.analysis(self.runs[0].name).attrs)
 
     def penalty_label(self) -> str:
         """The run's ridge penalty in words: ``"λ = 0.1"`` or ``"λ chosen by cross-validation"``."""
         return self.penalty().label()
 
-    # ------------------------------------------------------------------ optional blocks
-    def units_with(self, var: str) -> list[tuple[str, list[RunInfo]]]:
-        """The units (a pair and its ordered runs) whose runs hold ``var``, each with those runs only."""
-        have = set(self.runs_with(var))
-        return [(n, [r for r in runs if r.name in have]) for n, runs in self.units()
-                if any(r.name in have for r in runs)]
 
-    def relationship_table(self) -> pd.DataFrame:
-        """Figure 5: SyncR² samples by relationship (one row per pair, relationship, sample).
-
-        Samples are the values over every dimension other than relationship and direction
-        (split seeds, subsampling seeds) of every run of the pair; directions are averaged.
-        ``code`` is Sotopia's relationship code (0 stranger .. 5 family_member), for ordering;
-        ``n_test`` the test samples each value rests on (the run's mean subset size: every
-        relationship is subsampled to the smallest one's count).
-        """
-        var = "relationship_sync_r2"
-        codes = {name: code for code, name in RELATIONSHIPS.items()}
-        rows = []
-        for _, runs in self.units_with(var):
-            for r in runs:
-                ds = self.analysis(r.name)
-                da = ds[var]
-                size = ds.get("relationship_subset_size")
-                n_test = float(size.where(size > 0).mean()) if size is not None else math.nan
-                if "relationship" not in da.dims:
-                    raise ResultsError(f"{display(r.analysis)}: {var} has no 'relationship' dim (dims {da.dims})")
-                if "direction" in da.dims:
-                    da = da.mean("direction")
-                for rel in da["relationship"].values:
-                    label = (RELATIONSHIPS.get(int(rel), str(rel))
-                             if isinstance(rel, (int, np.integer)) else str(rel))
-                    vals = da.sel(relationship=rel).to_numpy().ravel().astype(float)
-                    for v in vals[np.isfinite(vals)]:
-                        rows.append({**self.unit_info(runs), "relationship": label,
-                                     "code": codes.get(label, -1), "sync": float(v), "n_test": n_test})
-        return self.mark_present(pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders",
-                                                         "relationship", "code", "sync", "n_test"]), var)
-
-    def relationship_scenarios(self, with_values: bool = True) -> dict:
-        """Distinct scenarios per relationship category among the analysed sources
-        (``relationship_n_scenarios``; the fewest over the runs): for the categories with values
-        in :meth:`relationship_table`, or with ``with_values=False`` for every category the
-        tasks have."""
-        have = set(self.relationship_table()["relationship"])
-        out: dict = {}
-        for r in self.runs:
-            ds = self.analysis(r.name)
-            if "relationship_n_scenarios" in ds:
-                for rel, n in zip(ds["relationship"].values, ds["relationship_n_scenarios"].values):
-                    if (str(rel) in have if with_values else int(n) > 0):
-                        out[str(rel)] = min(int(n), out.get(str(rel), int(n)))
-        return out
-
-    def per_seed_pooled(self, runs, var: str, reduce=("layer_pair", "direction", "agent"), **sel) -> np.ndarray:
-        """``var`` per split seed, averaged over ``reduce`` dims and over the runs."""
-        per_run = []
-        with warnings.catch_warnings():  # split seeds without values (e.g. MLPs fitted on some seeds): NaN
-            warnings.simplefilter("ignore", RuntimeWarning)
-            for r in runs:
-                da = self.analysis(r.name)[var]
-                da = da.sel(**{k: v for k, v in sel.items() if k in da.dims})
-                da = da.mean([d for d in reduce if d in da.dims])
-                per_run.append(np.atleast_1d(da.to_numpy().astype(float)))
-            return np.nanmean(np.stack(per_run), axis=0)
-
-    def tom_table(self) -> pd.DataFrame:
-        """Figure 11: test KL of the ToM decoders and of the train-mean baseline.
-
-        Uses ``tom_kl_best`` (each probe at its validation-chosen layer) and
-        ``tom_kl_baseline`` (dims ``tom_target, tom_relation, agent, split_seed``); the two
-        reading agents and the pair's runs are averaged per split seed, then mean and SE
-        over split seeds.  ``n_kept`` / ``n_dropped``: replies in / out of the instructed
-        "Emotion. Action type." format (``tom_n_kept``, ``tom_n_dropped``, summed over runs).
-
-        Returns
-        -------
-        DataFrame
-            ``pair, family, model_a, model_b, orders, target, relation, panel``,
-            ``decoder_or_baseline`` (``"decoder"`` / ``"baseline"``), ``mean``, ``se``,
-            ``n_kept``, ``n_dropped``, ``n_train`` and ``n_test`` (samples per probe: mean
-            over reading agents, split seeds and runs), ``filtered`` (whether the format
-            filter dropped the replies that did not follow it).
-        """
-        cols = ["pair", "family", "model_a", "model_b", "orders", "target", "relation", "panel",
-                "decoder_or_baseline", "mean", "se", "n_kept", "n_dropped", "n_train", "n_test", "filtered"]
-        rows = []
-        for name, runs in self.units_with("tom_kl_best"):
-            first = self.analysis(runs[0].name)
-            for kind, var in (("decoder", "tom_kl_best"), ("baseline", "tom_kl_baseline")):
-                if var not in first:
-                    continue
-                for target in first[var]["tom_target"].values:
-                    for rel in first[var]["tom_relation"].values:
-                        m, s = stats.mean_se(self.per_seed_pooled(runs, var, tom_target=target,
-                                                                   tom_relation=rel))
-                        counts = self._tom_counts(runs, tom_target=target, tom_relation=rel)
-                        sizes = {k: self._tom_size(runs, f"tom_{k}", tom_target=target, tom_relation=rel)
-                                 for k in ("n_train", "n_test")}
-                        filtered = all(str(self.analysis(r.name).attrs.get("tom_format_filter", "applied"))
-                                       .startswith("applied") for r in runs)
-                        rows.append({**self.unit_info(runs), "target": str(target),
-                                     "relation": str(rel).replace("_", " "),
-                                     "panel": f"{name} · {target}", "decoder_or_baseline": kind,
-                                     "mean": m, "se": s, "n_kept": counts["kept"],
-                                     "n_dropped": counts["dropped"], **sizes, "filtered": filtered})
-        return self.mark_present(pd.DataFrame(rows, columns=cols), "tom_kl_best")
-
-    def _tom_size(self, runs, var: str, **sel) -> float:
-        """Mean of ``var`` (``tom_n_train`` or ``tom_n_test``) over the reading agents, split
-        seeds and ``runs`` at ``sel`` (a dim the variable lacks, as in analyses written before
-        the counts had a target dim, is not selected); NaN without it."""
-        vals = []
-        for r in runs:
-            ds = self.analysis(r.name)
-            if var in ds:
-                da = ds[var]
-                vals.append(float(da.sel(**{k: v for k, v in sel.items() if k in da.dims}).to_numpy().mean()))
-        return float(np.mean(vals)) if vals else math.nan
-
-    def _tom_counts(self, runs, **sel) -> dict:
-        """Replies kept / dropped by the ToM format filter, summed over agents and runs."""
-        out = {}
-        for c in ("kept", "dropped"):
-            total = 0
-            for r in runs:
-                ds = self.analysis(r.name)
-                if f"tom_n_{c}" in ds:
-                    da = ds[f"tom_n_{c}"]
-                    total += int(da.sel(**{k: v for k, v in sel.items() if k in da.dims}).sum())
-            out[c] = total
-        return out
+def load_ability_scores(path: str | os.PathLike) -> pd.DataFrame:
+    """Table 1's per-model ability scores: a CSV with columns (any case) ``model`` (a label or spec of
+    the manifest), ``ifeval``, ``musr``; other columns are kept.  Errors name the file and column."""
+    path = in_repo(path)
+    if not path.is_file():
+        raise ResultsError(f"ability_scores: file not found: {display(path)}")
+    df = pd.read_csv(path)
+    df.columns = [c.strip().lower() for c in df.columns]
+    if missing := [c for c in ("model", "ifeval", "musr") if c not in df.columns]:
+        raise ResultsError(f"{display(path)}: missing column(s) {missing}; have {list(df.columns)}")
+    for c in ("ifeval", "musr"):
+        bad = pd.to_numeric(df[c], errors="coerce").isna() & df[c].notna()
+        if bad.any():
+            raise ResultsError(f"{display(path)}: column {c!r} has non-numeric value(s) {df.loc[bad, c].tolist()}")
+        df[c] = pd.to_numeric(df[c], errors="coerce")
+    return df
 
 
-# ---------------------------------------------------------------------- published numbers
 def load_published(path: str | os.PathLike | None = None) -> dict:
     """The paper's published numbers (``data/published.json``), each with its source."""
     path = Path(path) if path else PUBLISHED_NUMBERS

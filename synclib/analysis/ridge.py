@@ -1,52 +1,33 @@
 """Ridge regression: the one solver, batched test R^2 grids and CV.
 
-The paper fits one ridge map per layer pair (``Ridge(alpha=0.1, fit_intercept=True)``)
-and scores it with ``r2_score(..., multioutput="uniform_average")``.  Here one
-factorisation per *source* layer serves every target layer, and no Python loop
-runs over target layers.
-
-Contents
---------
-:func:`ridge_solve`       the solver (primal or dual Cholesky, float64); every ridge fit
-                          of the package (the grids below and the ToM probes) goes through it
-:func:`r2_grid`           test R^2 of every (source layer, target layer) pair
-:func:`resampled_r2`      the grid on test sets resampled by whole groups (episodes), maps fixed
-:func:`r2_grid_subsets`   one fit per layer pair, scored on several test subsets
-:func:`r2_grid_targets`   one factorisation of the source side, scored against several target sets
-:class:`Penalty`          the penalty: fixed or chosen by grouped CV (:mod:`synclib.penalty`, re-exported)
-:class:`ComputeOptions`   precision, device, method and memory budgets of a grid
-:class:`GridFit`          what a grid returns: test R^2, the penalties, optionally training R^2 and group losses
-
-The splits by whole groups (episodes) these fits are scored on live in :mod:`synclib.splits`.
+The paper fits one ``Ridge(alpha=0.1, fit_intercept=True)`` map per layer pair and scores it with
+``r2_score(..., multioutput="uniform_average")``; here one factorisation per *source* layer serves every target layer,
+with no Python loop over target layers.  Every ridge fit of the package (the grids and the ToM probes) goes through
+:func:`ridge_solve`; :func:`r2_grid` scores every (source layer, target layer) pair, :func:`resampled_r2` on test
+sets resampled by whole groups (episodes), :func:`r2_grid_subsets` on several test subsets and
+:func:`r2_grid_targets` against several target sets.  The splits live in :mod:`synclib.splits`.
 
 Algebra
 -------
-For source layer ``l`` let ``Xc`` be the centred training inputs (train means
-``mx``), ``Xt`` the test inputs centred on ``mx``, ``Yc`` the targets centred on
-the train means ``my`` and ``E = Y_test - my``.  Ridge with an unpenalised
-intercept predicts ``E_hat = H Yc`` with the hat matrix
+For source layer ``l`` let ``Xc`` be the centred training inputs (train means ``mx``), ``Xt`` the test inputs
+centred on ``mx``, ``Yc`` the targets centred on the train means ``my`` and ``E = Y_test - my``.  Ridge with an
+unpenalised intercept predicts ``E_hat = H Yc`` with the hat matrix
 
     H = Xt (Xc'Xc + a I)^-1 Xc'  = Xt Xc' (Xc Xc' + a I)^-1          (n_test, n_train)
 
-(primal (D x D) or dual (n x n) Cholesky, whichever is smaller, in float64).  The
-uniform-average R^2 of target layer ``t`` is ``1 - mean_j w_j SSres_j`` with
-``w_j = 1 / SStot_j`` (test-mean centred, as scikit-learn).  Two ways to get it:
+(primal (D x D) or dual (n x n) Cholesky, whichever is smaller, in float64).  The uniform-average R^2 of target
+layer ``t`` is ``1 - mean_j w_j SSres_j`` with ``w_j = 1 / SStot_j`` (test-mean centred, as scikit-learn):
 
-``direct``  predictions ``H Yc`` (or ``(Xt A^-1)(Xc' Yc)`` when that is cheaper),
-            residuals per column.  Cost ~ L_src * M * n_test * n_train.
-``gram``    the weighted residual sum of a whole target layer is
-            ``sum_j w_j |e_j|^2 - 2 <H, C_t> + <H'H, S_t>`` with
-            ``C_t = E W Yc'`` and ``S_t = Yc W Yc'`` shared by all source layers.
-            Cost ~ M * n_train * (n_train + n_test) + L_src * n_train^2 * n_test,
-            i.e. about L_src / 5 times less than ``direct`` for an 80/20 split.
+``direct``  predictions ``H Yc`` (or ``(Xt A^-1)(Xc' Yc)`` when cheaper), residuals per column; cost
+            ~ L_src * M * n_test * n_train.
+``gram``    a target layer's weighted residual sum is ``sum_j w_j |e_j|^2 - 2 <H, C_t> + <H'H, S_t>`` with
+            ``C_t = E W Yc'`` and ``S_t = Yc W Yc'`` shared by all source layers; cost
+            ~ M * n_train * (n_train + n_test) + L_src * n_train^2 * n_test (about L_src / 5 times less for 80/20).
 
-``method="auto"`` takes the cheaper one that fits the memory budget.  Columns
-that are constant on the test set get scikit-learn's score (1 if predicted
-exactly, else 0).
-
-Precision: ``"float32"`` (default; factorisations and the final contractions in
-float64, the big products in float32 with TF32 off), ``"tf32"`` (CUDA only: the
-big products in TF32) or ``"bf16"`` (the big products with bfloat16 inputs).
+``method="auto"`` takes the cheaper one that fits the memory budget.  Columns constant on the test set get
+scikit-learn's score (1 if predicted exactly, else 0).  Precision: ``"float32"`` (default; factorisations and final
+contractions in float64, the big products in float32 with TF32 off), ``"tf32"`` (CUDA only: the big products in
+TF32) or ``"bf16"`` (the big products with bfloat16 inputs).
 """
 from __future__ import annotations
 
@@ -75,11 +56,10 @@ SOLVE_FORMS = ("predict", "hat", "left")
 class ComputeOptions:
     """How a grid is computed (not what): checked once, errors name the field.
 
-    precision : ``"float32"`` | ``"tf32"`` (CUDA) | ``"bf16"``; see the module doc.
-    device : torch device for the computation (default None: X's device, CPU for numpy).
-    method : ``"auto"`` | ``"gram"`` | ``"direct"`` (module doc).
-    max_chunk_bytes : memory budget of one chunk of target layers.
-    max_memory_bytes : ``method="auto"`` avoids ``gram`` above this.
+    precision : ``"float32"`` | ``"tf32"`` (CUDA) | ``"bf16"``; method : ``"auto"`` | ``"gram"`` | ``"direct"``
+    (module doc).  device : the computation's torch device (default None: X's, CPU for numpy).
+    max_chunk_bytes : memory budget of one chunk of target layers; max_memory_bytes : ``"auto"`` avoids ``gram``
+    above it.
     """
 
     precision: str = "float32"
@@ -101,12 +81,9 @@ class ComputeOptions:
 
 @dataclass(frozen=True)
 class GroupLoss:
-    """Each group's share of the test loss (:func:`r2_grid` ``test_groups``).
-
-    labels : (G,) the distinct group labels, sorted.
-    loss : (G, L_src, L_tgt) float64 (:func:`r2_grid`; (T, G, L_src, L_tgt) from :func:`r2_grid_targets`).
-    sizes : (G,) int, the test samples of each group.
-    """
+    """Each group's share of the test loss (:func:`r2_grid` ``test_groups``): ``labels`` (G,) the distinct group
+    labels, sorted; ``loss`` (G, L_src, L_tgt) float64 ((T, G, L_src, L_tgt) from :func:`r2_grid_targets`);
+    ``sizes`` (G,) int, the test samples of each group."""
 
     labels: np.ndarray
     loss: np.ndarray
@@ -115,13 +92,9 @@ class GroupLoss:
 
 @dataclass(frozen=True)
 class GridFit:
-    """What :func:`r2_grid` and :func:`r2_grid_targets` return.
-
-    r2 : (L_src, L_tgt) float64 test R^2 ((T, L_src, L_tgt) from :func:`r2_grid_targets`).
-    alpha : (L_src,) float64, the penalty each source layer was fitted with.
-    train_r2 : (L_src, L_tgt) float64 training R^2 with ``train_r2=True``, else None.
-    test_loss : :class:`GroupLoss` with ``test_groups``, else None.
-    """
+    """What :func:`r2_grid` and :func:`r2_grid_targets` return: ``r2`` (L_src, L_tgt) float64 test R^2 ((T, L_src,
+    L_tgt) from :func:`r2_grid_targets`); ``alpha`` (L_src,) float64, each source layer's penalty; ``train_r2``
+    (L_src, L_tgt) with ``train_r2=True``, else None; ``test_loss`` a :class:`GroupLoss` with ``test_groups``."""
 
     r2: np.ndarray
     alpha: np.ndarray
@@ -132,47 +105,33 @@ class GridFit:
 # --------------------------------------------------------------------------- the solver
 def ridge_solve(Xtr: torch.Tensor, Xte: torch.Tensor, alpha: float, Ytr: torch.Tensor | None = None, *,
                 form: str = "predict") -> torch.Tensor:
-    """Ridge regression with an unpenalised intercept, fitted on one training set and
-    applied to test inputs: ``Ridge(alpha, fit_intercept=True)`` in closed form.
+    """Ridge with an unpenalised intercept fitted on one training set and applied to test inputs:
+    ``Ridge(alpha, fit_intercept=True)`` in closed form.
 
-    With ``Xc = Xtr - mx`` and ``Xt = Xte - mx`` (``mx`` the training means) the
-    predictions are ``Xt W + my`` with ``W = (Xc'Xc + alpha I)^-1 Xc' (Ytr - my)``.
-    The regularised system is factorised by Cholesky in its primal form
-    ``Xc'Xc + alpha I`` (D x D) when ``D <= n_train``, else in its dual form
-    ``Xc Xc' + alpha I`` (n_train x n_train), using
-    ``(Xc'Xc + a I)^-1 Xc' = Xc' (Xc Xc' + a I)^-1``.
+    With ``Xc = Xtr - mx``, ``Xt = Xte - mx`` the predictions are ``Xt W + my``, ``W = (Xc'Xc + alpha I)^-1 Xc'
+    (Ytr - my)``, by Cholesky of ``Xc'Xc + alpha I`` (D x D) when ``D <= n_train``, else of the dual
+    ``Xc Xc' + alpha I`` (n_train x n_train), using ``(Xc'Xc + a I)^-1 Xc' = Xc' (Xc Xc' + a I)^-1``.
 
     Parameters
     ----------
     Xtr : torch.Tensor, shape (n_train, D)
-        Training inputs, float64 (the solve is done in the inputs' dtype and device).
+        Training inputs, float64 (the solve uses their dtype and device).
     Xte : torch.Tensor, shape (n_test, D)
-        Test inputs.
     alpha : float
         Penalty, > 0.
     Ytr : torch.Tensor, shape (n_train, K), optional
-        Training targets; needed by ``form="predict"`` only.
+        Training targets; for ``form="predict"`` only.
     form : {"predict", "hat", "left"}
-        What to return:
-
-        ``"predict"``  the test predictions ``Xt W + my``, shape (n_test, K).
-        ``"hat"``      the hat matrix ``H = Xt (Xc'Xc + alpha I)^-1 Xc'``, shape
-                       (n_test, n_train): the predictions of *any* targets are
-                       ``H @ (Ytr - my) + my`` (one factorisation for many targets).
-        ``"left"``     ``G = Xt (Xc'Xc + alpha I)^-1``, shape (n_test, D), always
-                       primal: the predictions are ``G @ (Xc' (Ytr - my)) + my``,
-                       cheaper than the hat matrix when ``n_train >> D``.
-
-    Returns
-    -------
-    torch.Tensor
-        Shape (n_test, K), (n_test, n_train) or (n_test, D), as ``form`` says.
+        ``"predict"``: the test predictions ``Xt W + my``, (n_test, K).  ``"hat"``: ``H = Xt (Xc'Xc + alpha I)^-1
+        Xc'``, (n_test, n_train); any targets' predictions are ``H @ (Ytr - my) + my``.  ``"left"``: ``G = Xt
+        (Xc'Xc + alpha I)^-1``, (n_test, D), always primal; predictions ``G @ (Xc' (Ytr - my)) + my``, cheaper than
+        the hat matrix when ``n_train >> D``.
 
     Raises
     ------
     RidgeInputError
-        for an unknown ``form``, ``Ytr`` missing (or given) against ``form``, or a
-        system that is not positive definite (``alpha`` too small for the inputs).
+        for an unknown ``form``, ``Ytr`` missing (or given) against ``form``, or a system that is not positive
+        definite (``alpha`` too small for the inputs).
     """
     if form not in SOLVE_FORMS:
         raise RidgeInputError(f"form must be one of {SOLVE_FORMS}, got {form!r}")
@@ -301,8 +260,7 @@ def _layer_alphas(alpha, n_layers: int) -> np.ndarray:
 
 
 def _all_finite(t: torch.Tensor) -> bool:
-    """Whether ``t`` holds no NaN or inf: its sum is finite then (20x cheaper than testing every
-    element; a NaN or inf makes the sum NaN or inf), else, the sum overflowing, every element."""
+    """Whether ``t`` holds no NaN or inf: a finite sum (20x cheaper) says so, else every element is tested."""
     total = t.sum(dtype=torch.float64 if t.dtype == torch.float64 else torch.float32)
     return bool(torch.isfinite(total)) or bool(torch.isfinite(t).all())
 
@@ -356,8 +314,7 @@ def _target_block(Y, tr_rows, te_rows, layers, cdtype, first_layer: int,
     if check_constant and bool(all_const.any()):
         t = first_layer + int(all_const.nonzero()[0])
         raise RidgeInputError(f"Y: target layer {t} is constant over the test samples; R^2 is undefined")
-    # scikit-learn: a constant test column scores 1 if predicted exactly, else 0. The
-    # prediction is exact only when the column is constant on train with the same value.
+    # scikit-learn: a constant test column scores 1 if predicted exactly (constant on train, same value), else 0
     exact = const & (Yc == 0).all(0) & (E == 0).all(0) if bool(const.any()) else const
     base = (w * (E ** 2).sum(0)).sum(-1)
     return _TargetBlock(Yc.to(cdtype), E.to(cdtype), w, base,
@@ -370,8 +327,7 @@ def _chunks(n: int, size: int):
 
 
 def _dot64(A: torch.Tensor, B: torch.Tensor, block: int = 1 << 18) -> torch.Tensor:
-    """``A @ B.T`` for wide (rows, K) operands: float32 products over K-blocks of
-    ``block``, accumulated in float64 (bounds the rounding error of long sums)."""
+    """``A @ B.T`` for wide (rows, K) operands: float32 products over K-blocks, accumulated in float64."""
     acc = torch.zeros(A.shape[0], B.shape[0], dtype=torch.float64, device=A.device)
     K = A.shape[1]
     blk = max(1, min(K, block))
@@ -382,23 +338,10 @@ def _dot64(A: torch.Tensor, B: torch.Tensor, block: int = 1 << 18) -> torch.Tens
 
 def cv_penalties(X, Y, x_train, y_trains, penalty: Penalty, groups, *,
                  compute: ComputeOptions | None = None) -> np.ndarray:
-    """Each target set's penalty per source layer, chosen by the grouped CV of ``penalty``
-    (``alpha="cv"``: the grid times each source layer's scale, folds over whole ``groups``),
-    as :func:`r2_grid` chooses one set's; the folds' source sides are factorised once for every
-    set (:func:`_cv_alpha_sets`).
-
-    Parameters
-    ----------
-    X : array (n_x, L_src, D_src); Y : array (n_y, L_tgt, D_tgt).
-    x_train : 1-D integer array of rows of X (n_train,).
-    y_trains : list of T arrays of rows of Y (n_train,), the training targets of each set.
-    penalty : a CV :class:`Penalty`.
-    groups : (n_train,) the group (episode) of each training row.
-
-    Returns
-    -------
-    float64 array (T, L_src)
-    """
+    """Each target set's penalty per source layer, (T, L_src) float64, chosen as :func:`r2_grid` chooses one set's
+    (grouped CV of a CV ``penalty`` over whole ``groups``, (n_train,)), the folds' source sides factorised once for
+    every set (:func:`_cv_alpha_sets`).  ``X`` (n_x, L_src, D_src), ``Y`` (n_y, L_tgt, D_tgt); ``x_train``
+    (n_train,) rows of X; ``y_trains``: T arrays (n_train,) of rows of Y, each set's training targets."""
     if not penalty.cv:
         raise RidgeInputError("cv_penalties: the penalty is not alpha='cv'")
     compute = compute or ComputeOptions()
@@ -437,12 +380,8 @@ def _choose_method(method: str, Ls: int, D: int, M: int, n_tr: int, n_te: int, m
 
 @dataclass
 class _SourceSide:
-    """The fitted maps of every source layer, in the form the scoring needs.
-
-    Either ``H`` (hat matrices) or ``left`` and ``Xc`` (the ``"left"`` form of
-    :func:`ridge_solve` and the centred training inputs) is set; ``H_train`` /
-    ``left_train`` are the same for the training rows as inputs (train R^2).
-    """
+    """The fitted maps of every source layer: either ``H`` (hat matrices) or ``left`` and ``Xc`` (the ``"left"``
+    form of :func:`ridge_solve`, the centred training inputs); ``H_train``/``left_train`` for the training rows."""
     alphas: np.ndarray                      # (L_src,) float64, the penalty of each source layer
     H: torch.Tensor | None = None           # (L_src, n_test, n_train) compute dtype
     left: list | None = None                # L_src x (n_test, D) compute dtype
@@ -456,9 +395,8 @@ class _SourceSide:
 
 
 def _source_side(X, xtr, xte, alpha_of: Callable, cdtype, use_left: bool, train: bool = False) -> _SourceSide:
-    """One factorisation per source layer (:func:`ridge_solve`); ``alpha_of(Xtr_l, l)``
-    gives the penalty of layer ``l`` from its (n_train, D) float64 training inputs.
-    With ``train`` the same factorisation is also applied to the training rows."""
+    """One factorisation per source layer (:func:`ridge_solve`), ``alpha_of(Xtr_l, l)`` giving layer ``l``'s
+    penalty from its (n_train, D) float64 training inputs; with ``train`` also applied to the training rows."""
     Ls, n_te, n_tr = X.shape[1], xte.numel(), xtr.numel()
     src = _SourceSide(np.full(Ls, np.nan))
     if use_left:
@@ -502,10 +440,9 @@ def _group_base(blk: _TargetBlock, rows: list) -> torch.Tensor:
 
 def _score_gram(H, Y, ytr, yte, cdtype, max_chunk_bytes: int, check_constant: bool = True,
                 groups=None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """R^2 (L_src, L_tgt) float64 from the hat matrices H (L_src, n_test, n_train), gram form.
-    ``yte`` may be the training rows (train R^2, ``check_constant=False``).  With ``groups``
-    ((n_test,) codes) also the group losses of :func:`r2_grid` (G, L_src, L_tgt), else None:
-    a group's weighted residual sum is ``base_g - 2 sum_(i in g) <H_i, C_i> + <H_g'H_g, S_t>``."""
+    """R^2 (L_src, L_tgt) float64 from hat matrices H (L_src, n_test, n_train), gram form; ``yte`` may be the
+    training rows (``check_constant=False``).  With ``groups`` ((n_test,) codes) also the group losses (G, L_src,
+    L_tgt), else None: group g's weighted residual sum is ``base_g - 2 sum_(i in g) <H_i, C_i> + <H_g'H_g, S_t>``."""
     Ls, n_te, n_tr = H.shape
     Lt, Dt = Y.shape[1], Y.shape[2]
     out = torch.empty(Ls, Lt, dtype=torch.float64, device=H.device)
@@ -543,9 +480,7 @@ def _score_gram(H, Y, ytr, yte, cdtype, max_chunk_bytes: int, check_constant: bo
 
 def _score_direct(src: _SourceSide, Y, ytr, yte, cdtype, max_chunk_bytes: int,
                   check_constant: bool = True, groups=None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """R^2 (L_src, L_tgt) float64 from the test predictions, residuals per column.
-    ``yte`` may be the training rows (train R^2, ``check_constant=False``).  With ``groups``
-    also the group losses of :func:`r2_grid` (G, L_src, L_tgt), else None."""
+    """As :func:`_score_gram`, from the test predictions with residuals per column (``src`` in either form)."""
     Ls = len(src.alphas)
     n_tr, n_te = ytr.numel(), yte.numel()
     Lt, Dt = Y.shape[1], Y.shape[2]
@@ -569,11 +504,9 @@ def _score_direct(src: _SourceSide, Y, ytr, yte, cdtype, max_chunk_bytes: int,
 
 
 def relative_alphas(X, train, alphas) -> np.ndarray:
-    """Each source layer's penalty over its scale (:func:`layer_scale` of its training rows):
-    where ``alphas`` came from ``alpha="cv"``, the grid point chosen (:data:`DEFAULT_CV_ALPHAS`).
-
-    ``X`` (n_x, L_src, D) and ``train`` as :func:`r2_grid` takes them (an index array, or a
-    pair ``(x_rows, y_rows)``); ``alphas`` (L_src,).  Returns (L_src,) float64."""
+    """Each source layer's penalty over its scale (:func:`layer_scale` of its training rows), (L_src,) float64:
+    for ``alpha="cv"`` penalties, the grid point chosen (:data:`DEFAULT_CV_ALPHAS`).  ``X``, ``train`` as
+    :func:`r2_grid` takes them; ``alphas`` (L_src,)."""
     X = _as_tensor(X, "X", _device(X, None))
     rows = train[0] if isinstance(train, tuple) else train
     rows = _rows(rows, "train", X.shape[0], X.device)
@@ -581,9 +514,7 @@ def relative_alphas(X, train, alphas) -> np.ndarray:
 
 
 def _alpha_chooser(penalty: Penalty, X, xtr, Y, ytr, device, groups) -> Callable:
-    """``alpha_of(Xtr_l, l)``: the penalty of source layer ``l``, fixed, or chosen for every source
-    layer at once by :func:`cv_penalties` (grouped CV over ``groups`` on the training rows, from
-    ``penalty.cv_alphas`` times the layer's scale)."""
+    """``alpha_of(Xtr_l, l)``: source layer ``l``'s penalty, fixed or chosen for all at once by :func:`cv_penalties`."""
     if penalty.cv:
         fixed = cv_penalties(X, Y, xtr, [ytr], penalty, groups, compute=ComputeOptions(device=str(device)))[0]
     else:
@@ -593,8 +524,7 @@ def _alpha_chooser(penalty: Penalty, X, xtr, Y, ytr, device, groups) -> Callable
 
 def _score(src: _SourceSide, method: str, Y, ytr, yte, cdtype, max_chunk_bytes: int,
            check_constant: bool = True, groups=None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """R^2 (L_src, L_tgt) of the maps ``src`` on the rows ``yte`` by ``method``, and the
-    group losses (or None) of ``groups``."""
+    """R^2 (L_src, L_tgt) of the maps ``src`` on the rows ``yte`` by ``method``, and the group losses or None."""
     if method == "gram":
         return _score_gram(src.H, Y, ytr, yte, cdtype, max_chunk_bytes, check_constant, groups)
     return _score_direct(src, Y, ytr, yte, cdtype, max_chunk_bytes, check_constant, groups)
@@ -604,53 +534,39 @@ def r2_grid(X, Y, train, test, penalty=PAPER_ALPHA, *, groups=None, test_groups=
             compute: ComputeOptions | None = None) -> GridFit:
     """Test R^2 of ridge maps from every source layer to every target layer.
 
-    Each entry equals scikit-learn's ``Ridge(alpha, fit_intercept=True)`` fit on
-    the training rows followed by ``r2_score(y_test, pred,
-    multioutput="uniform_average")`` (within 1e-5 in float32).
+    Each entry equals scikit-learn's ``Ridge(alpha, fit_intercept=True)`` fitted on the training rows followed by
+    ``r2_score(y_test, pred, multioutput="uniform_average")`` (within 1e-5 in float32).
 
     Parameters
     ----------
     X : array (n_x, L_src, D_src) or (n_x, D_src), numpy or torch (CPU or CUDA); any float dtype.
     Y : array (n_y, L_tgt, D_tgt) or (n_y, D_tgt).
-    train, test : 1-D integer index arrays (or boolean masks) into the rows of both X
-        and Y (then ``n_x == n_y``), or pairs ``(x_rows, y_rows)`` of equal length.
-    penalty : :class:`Penalty`, or what :meth:`Penalty.of` takes: a float > 0, an array
-        (L_src,) of them, or ``"cv"`` (the default CV).  With ``alpha="cv"`` the penalty of each
-        source layer is chosen from ``penalty.cv_alphas`` times the layer's scale
-        (:func:`layer_scale`, :data:`CV_GRID_RULE`) by ``penalty.cv_folds``-fold CV over whole
-        ``groups`` (episodes) on the training rows only, the criterion on ``penalty.cv_columns``
-        target columns per target layer; see :func:`_cv_alpha`.
-    groups : (n_train,) group label of each training sample (CV penalties); default: every
-        sample its own group.
-    test_groups : (n_test,) group label (e.g. episode) of each test sample: also return
-        each group's share of the test loss (``test_loss``), for resampling whole groups with
-        the maps held fixed.  Group ``g``'s loss is ``l_g = sum_(i in g) sum_j w_j (y_ij - yhat_ij)^2 / D_tgt``
-        with ``w_j = 1 / SStot_j`` of the whole test set, so that
-        ``r2 = k - sum_g l_g`` (``k`` = 1 but for columns constant on the test set).  A
-        resample drawing group ``g`` ``c_g`` times, ``n = sum_g c_g n_g`` rows, has
-        ``r2_c = k - (n_test / n) sum_g c_g l_g``: its R^2 with each column's test variance held
-        at the whole test set's (:func:`resampled_r2`).
-    train_r2 : also score the same maps on their training rows (``train_r2``,
-        ``r2_score(y_train, pred_train)`` as the reference reports it).  The same factorisation
-        serves both; the scoring cost roughly doubles (``gram``: an extra (n_train x n_train)
-        hat matrix per source layer).
-    compute : :class:`ComputeOptions` (precision, device, method, memory budgets); default
-        ``ComputeOptions()``.
+    train, test : 1-D integer index arrays (or boolean masks) into the rows of both X and Y (then
+        ``n_x == n_y``), or pairs ``(x_rows, y_rows)`` of equal length.
+    penalty : :class:`Penalty`, or what :meth:`Penalty.of` takes: a float > 0, an array (L_src,) of them, or
+        ``"cv"``: each source layer's penalty chosen from ``penalty.cv_alphas`` times the layer's scale
+        (:func:`layer_scale`, :data:`CV_GRID_RULE`) by ``penalty.cv_folds``-fold CV over whole ``groups`` on the
+        training rows, the criterion on ``penalty.cv_columns`` target columns per target layer (:func:`_cv_alpha`).
+    groups : (n_train,) group label of each training sample (CV); default: each sample its own group.
+    test_groups : (n_test,) group label (e.g. episode) of each test sample: also return each group's share of the
+        test loss, ``l_g = sum_(i in g) sum_j w_j (y_ij - yhat_ij)^2 / D_tgt`` with ``w_j = 1 / SStot_j`` of the
+        whole test set, so that ``r2 = k - sum_g l_g`` (``k`` = 1 but for columns constant on the test set), for
+        resampling whole groups with the maps held fixed (:func:`resampled_r2`).
+    train_r2 : also score the maps on their training rows (``r2_score(y_train, pred_train)``, as the reference
+        reports it), from the same factorisation; the scoring cost roughly doubles.
+    compute : :class:`ComputeOptions`; default ``ComputeOptions()``.
 
     Returns
     -------
     GridFit
-        ``r2`` (L_src, L_tgt) float64; ``alpha`` (L_src,) float64, the penalties used;
-        ``train_r2`` (L_src, L_tgt) with ``train_r2``, else None; ``test_loss`` with
-        ``test_groups`` a :class:`GroupLoss` (the distinct labels (G,) in sorted order, the
-        losses (G, L_src, L_tgt) float64 and the test samples of each group (G,)), else None.
+        ``r2`` (L_src, L_tgt) float64, ``alpha`` (L_src,) the penalties used, ``train_r2`` and ``test_loss``
+        (:class:`GroupLoss`) where asked for, else None.
 
     Raises
     ------
     RidgeInputError
-        fewer than 2 train or test samples (3 for the training set), NaN/inf in
-        the samples used, a target layer constant over the test samples,
-        mismatched sample counts, bad penalty / precision / method.
+        fewer than 3 training or 2 test samples, NaN/inf in the samples used, a target layer constant over the
+        test samples, mismatched sample counts, bad penalty / precision / method.
     """
     penalty = Penalty.of(penalty)
     compute = compute or ComputeOptions()
@@ -690,31 +606,16 @@ def r2_grid(X, Y, train, test, penalty=PAPER_ALPHA, *, groups=None, test_groups=
 
 
 def resampled_r2(r2, loss, sizes, counts, drawn=None) -> np.ndarray:
-    """R^2 grids of test sets resampled by whole groups, the maps held fixed.
+    """R^2 grids (B, L_src, L_tgt) of test sets resampled by whole groups, the maps held fixed.
 
-    Parameters
-    ----------
-    r2 : array (L_src, L_tgt)
-        The grid on the whole test set (:func:`r2_grid`).
-    loss : array (G, L_src, L_tgt)
-        Each group's loss (:func:`r2_grid` with ``test_groups``).
-    sizes : array (G,)
-        Test samples per group.
-    counts : array (B, G), or (B, len(drawn)) with ``drawn``
-        How often each resample draws each group.
-    drawn : int array, optional
-        The groups ``counts`` refers to (the others are drawn 0 times), e.g. the groups of
-        one round: the test samples of that round scored with each column's variance held at
-        the whole test set's (:func:`synclib.analysis.blocks.episode_bootstrap` with ``round_``).
+    ``r2`` (L_src, L_tgt): the grid on the whole test set; ``loss`` (G, L_src, L_tgt) and ``sizes`` (G,): each
+    group's loss and test samples (:func:`r2_grid` with ``test_groups``); ``counts`` (B, G): how often each
+    resample draws each group, or (B, len(drawn)) for the groups ``drawn`` (the others drawn 0 times, e.g. one
+    round's: :func:`synclib.analysis.blocks.episode_bootstrap` with ``round_``).
 
-    Returns
-    -------
-    array (B, L_src, L_tgt)
-        ``k - (n_test / n_b) sum_g counts[b, g] loss[g]`` with ``k = r2 + sum_g loss[g]`` and
-        ``n_b = sum_g counts[b, g] sizes[g]`` (each column's test variance held at the whole
-        test set's); NaN where a resample draws no group.  ``counts`` of all ones gives ``r2``.
-        For one subset of the test samples drawn once, this is one minus the mean over target
-        columns of the subset's mean squared error over the whole test set's variance (ddof 0).
+    Returns ``k - (n_test / n_b) sum_g counts[b, g] loss[g]`` with ``k = r2 + sum_g loss[g]`` and
+    ``n_b = sum_g counts[b, g] sizes[g]``: each column's test variance held at the whole test set's; NaN where a
+    resample draws no group.  ``counts`` of all ones gives ``r2``.
     """
     loss, sizes, counts = np.asarray(loss, float), np.asarray(sizes, float), np.asarray(counts, float)
     k = np.asarray(r2, float) + loss.sum(0)
@@ -739,9 +640,8 @@ class _Subset:
 
 
 def _subset_stats(i: int, pos, Yte, E, yc_zero) -> _Subset:
-    """Statistics of subset ``i`` (rows ``pos`` of Yte (n_union, c, Dt) float64);
-    E (n_union, c, Dt) are the test targets minus the train means, yc_zero (c, Dt)
-    the columns constant on the training rows."""
+    """Statistics of subset ``i``, rows ``pos`` of Yte (n_union, c, Dt) float64; E (n_union, c, Dt): test targets
+    minus train means; yc_zero (c, Dt): columns constant on the training rows."""
     const, w = _test_weights(Yte[pos])
     if bool(const.all(-1).any()):
         raise RidgeInputError(f"tests[{i}]: a target layer is constant over the subset")
@@ -750,24 +650,13 @@ def _subset_stats(i: int, pos, Yte, E, yc_zero) -> _Subset:
 
 
 def r2_grid_subsets(X, Y, train, tests, penalty=PAPER_ALPHA, *, compute: ComputeOptions | None = None):
-    """One fit per layer pair on ``train``, scored on several test subsets.
+    """One fit per layer pair on ``train``, scored on several test subsets: ``[r2_grid(X, Y, train, t, penalty).r2
+    for t in tests]`` with the maps fitted once (direct form on the union of the subsets).
 
-    Equivalent to ``[r2_grid(X, Y, train, t, penalty).r2 for t in tests]`` but the maps
-    are fitted once: predictions for the union of the subsets are computed
-    (direct form) and each subset's R^2 is aggregated from them.
-
-    Parameters
-    ----------
-    X, Y, train : as :func:`r2_grid` (index arrays into the rows of both X and Y).
-    tests : list of 1-D index arrays (each at least 2 rows).
-    penalty : a fixed :class:`Penalty`, a float > 0 or an array (L_src,) of them (e.g. the
-        alphas chosen by a CV fit, :attr:`GridFit.alpha`).
-    compute : :class:`ComputeOptions`; its ``device`` and ``max_chunk_bytes`` are used (the
-        products are float32).
-
-    Returns
-    -------
-    numpy float64 array (len(tests), L_src, L_tgt)
+    ``X``, ``Y``, ``train`` as :func:`r2_grid` (index arrays into the rows of both); ``tests``: list of 1-D index
+    arrays (each at least 2 rows); ``penalty``: fixed (a float > 0 or an array (L_src,), e.g.
+    :attr:`GridFit.alpha` of a CV fit); of ``compute`` only ``device`` and ``max_chunk_bytes`` count (the products
+    are float32).  Returns a float64 array (len(tests), L_src, L_tgt).
     """
     penalty = _fixed_penalty(penalty, "r2_grid_subsets")
     compute = compute or ComputeOptions()
@@ -812,33 +701,17 @@ def r2_grid_subsets(X, Y, train, tests, penalty=PAPER_ALPHA, *, compute: Compute
 # --------------------------------------------------------------------------- r2_grid_targets
 def r2_grid_targets(X, Y, x_train, x_test, targets, penalty, *, test_groups=None,
                     compute: ComputeOptions | None = None) -> GridFit:
-    """One fit of the source side, scored against several sets of targets.
+    """One fit of the source side, scored against several sets of targets: ``[r2_grid(X, Y, (x_train, ytr),
+    (x_test, yte), penalty) for ytr, yte in targets]`` with each source layer factorised once (the sets share the
+    source rows and differ in their target rows: the surrogates of :mod:`synclib.analysis.surrogates`).  A set
+    costs its scoring alone (``gram``: ~ M * n_train * (n_train + n_test) for M target columns).
 
-    Equivalent to ``[r2_grid(X, Y, (x_train, ytr), (x_test, yte), penalty) for ytr, yte in
-    targets]`` but each source layer is factorised once: the sets share the source rows and
-    the penalties and differ only in their target rows (the surrogates of
-    :mod:`synclib.analysis.surrogates`).  The cost of a set is the scoring alone
-    (``gram``: ~ M * n_train * (n_train + n_test) for M target columns).
-
-    Parameters
-    ----------
-    X : array (n_x, L_src, D_src); Y : array (n_y, L_tgt, D_tgt).
-    x_train, x_test : 1-D integer arrays of rows of X (n_train,), (n_test,).
-    targets : list of pairs ``(y_train, y_test)`` of rows of Y, of lengths n_train and n_test.
-    penalty : a fixed :class:`Penalty`, a float > 0 or an array (L_src,) of them (e.g. the
-        penalties a CV fit chose; no CV), or an array (T, L_src): each set's own penalties
-        (:func:`cv_penalties`); each source layer is then factorised once per distinct penalty.
-    test_groups : (n_test,) label of each test row: also return each group's share of the test
-        loss of every set, as :func:`r2_grid` does (``r2 = k - sum_g l_g``).
-    compute : :class:`ComputeOptions`, as :func:`r2_grid`.
-
-    Returns
-    -------
-    GridFit
-        ``r2`` (T, L_src, L_tgt) float64, T = len(targets); ``alpha`` (L_src,), or (T, L_src)
-        with per-set penalties;
-        ``train_r2`` None; ``test_loss`` with ``test_groups`` a :class:`GroupLoss` whose
-        ``loss`` is (T, G, L_src, L_tgt), else None.
+    ``X`` (n_x, L_src, D_src), ``Y`` (n_y, L_tgt, D_tgt); ``x_train`` (n_train,), ``x_test`` (n_test,): rows of X;
+    ``targets``: pairs ``(y_train, y_test)`` of rows of Y of those lengths; ``penalty``: fixed (a :class:`Penalty`,
+    a float > 0 or an array (L_src,)) or (T, L_src), each set's own (:func:`cv_penalties`; each source layer then
+    factorised once per distinct penalty); ``test_groups`` (n_test,): also each set's group losses, as
+    :func:`r2_grid`; ``compute`` as there.  Returns a :class:`GridFit`: ``r2`` (T, L_src, L_tgt), ``alpha``
+    (L_src,) or (T, L_src), ``train_r2`` None, ``test_loss`` with ``test_groups`` (``loss`` (T, G, L_src, L_tgt)).
     """
     per_set = isinstance(penalty, np.ndarray) and penalty.ndim == 2
     if per_set:
@@ -888,9 +761,8 @@ def r2_grid_targets(X, Y, x_train, x_test, targets, penalty, *, test_groups=None
 
 
 def _source_sides(X, xtr, xte, alphas: np.ndarray, cdtype, use_left: bool):
-    """One :class:`_SourceSide` per row of ``alphas`` (T, L_src), in order: where every set has
-    the same penalties, one factorisation serves them all; otherwise each source layer is
-    factorised once per distinct penalty and each set takes its own."""
+    """One :class:`_SourceSide` per row of ``alphas`` (T, L_src), in order: one factorisation for all where the rows
+    are equal, else one per source layer and distinct penalty, each set taking its own."""
     if (alphas == alphas[0]).all():
         src = _source_side(X, xtr, xte, lambda Xtr_l, l: float(alphas[0, l]), cdtype, use_left)
         for _ in range(len(alphas)):

@@ -1,11 +1,8 @@
-"""The grouped cross-validation of ``alpha="cv"``: each source layer's penalty chosen on the
-training rows, whole groups (episodes) per fold, from a grid relative to the layer's scale
-(:data:`synclib.penalty.CV_GRID_RULE`).
-
-:mod:`synclib.analysis.ridge` calls it for one target set (:func:`synclib.analysis.ridge.r2_grid`)
-and for many at once (:func:`synclib.analysis.ridge.cv_penalties`: the surrogates).  Each fold's
-source side is diagonalised once (:func:`_fold_basis`); the whole grid then costs small quadratic
-forms per target set (:func:`_fold_score`).
+"""The grouped cross-validation of ``alpha="cv"``: each source layer's penalty chosen on the training rows, whole
+groups (episodes) per fold, from a grid relative to the layer's scale (:data:`synclib.penalty.CV_GRID_RULE`), for one
+target set (:func:`synclib.analysis.ridge.r2_grid`) or many at once (:func:`synclib.analysis.ridge.cv_penalties`).
+Each fold's source side is diagonalised once (:func:`_fold_basis`); the grid then costs small quadratic forms per
+target set.  The criterion's big products are float32: it only ranks alphas.
 """
 from __future__ import annotations
 
@@ -20,10 +17,8 @@ __all__ = ["layer_scale", "CV_SET_BYTES", "CV_GRAM_BYTES"]
 
 
 def _test_weights(Yte: torch.Tensor):
-    """Columns constant on the test rows and the R^2 weights ``1/SStot`` (0 for constant ones).
-
-    Yte (n_test, ..., Dt) float64 -> const (..., Dt) bool, w (..., Dt) float64.
-    """
+    """Columns constant on the test rows and the R^2 weights ``1/SStot`` (0 for those): Yte (n_test, ..., Dt)
+    float64 -> const (..., Dt) bool, w (..., Dt) float64."""
     const = (Yte == Yte[:1]).all(0)
     sstot = ((Yte - Yte.mean(0, keepdim=True)) ** 2).sum(0)
     w = torch.where(const, torch.zeros_like(sstot), 1.0 / torch.where(const, torch.ones_like(sstot), sstot))
@@ -32,9 +27,8 @@ def _test_weights(Yte: torch.Tensor):
 
 @dataclass
 class _Fold:
-    """Target-side data of one CV fold, restricted to the CV columns: the columns themselves
-    (``Yc``, ``E``, ``w``) or, in the Gram form (:func:`_grams`), their weighted products per
-    target layer (``G``, ``C``; ``Yc`` and ``E`` then None)."""
+    """Target-side data of one CV fold on the CV columns: the columns (``Yc``, ``E``, ``w``) or, in the Gram form
+    (:func:`_grams`), their weighted products per target layer (``G``, ``C``; ``Yc`` and ``E`` None)."""
     vmask: torch.Tensor   # (n_train,) bool, validation rows
     Yc: torch.Tensor      # (n_fit, M_cv) float32, centred on the fold-train means
     E: torch.Tensor       # (n_val, M_cv) float32
@@ -88,9 +82,8 @@ def _cv_setup(Y, ytr, groups, penalty, device) -> _CV:
 
 
 def _eigh(A: torch.Tensor):
-    """Symmetric eigendecomposition.  On CPU LAPACK's tridiagonalisation gains
-    little from threads and suffers badly when cores are shared, so it runs on
-    one thread there."""
+    """Symmetric eigendecomposition, on one thread on CPU (LAPACK's tridiagonalisation gains little from threads
+    and suffers badly when cores are shared)."""
     if A.device.type != "cpu":
         return torch.linalg.eigh(A)
     n = torch.get_num_threads()
@@ -110,8 +103,7 @@ def _fold_basis(Xtr_l: torch.Tensor, vmask: torch.Tensor) -> tuple:
     mx = Xf.mean(0, keepdim=True)
     Xc, Xt = Xf - mx, Xv - mx
     n, d = Xc.shape
-    # eigendecompositions in float64; the products with the many target
-    # columns in float32 (the criterion only ranks alphas)
+    # eigendecompositions in float64, the products with the many target columns in float32
     if d <= n:
         lam, V = _eigh(Xc.T @ Xc)
         return lam.clamp_min(0), (Xt @ V).float(), V.T.float(), Xc.T.float()
@@ -120,11 +112,9 @@ def _fold_basis(Xtr_l: torch.Tensor, vmask: torch.Tensor) -> tuple:
 
 
 def _grams(folds: list) -> _Fold:
-    """Folds of several target sets over the same rows (:func:`_side_by_side`) in the Gram form:
-    per target layer ``t`` the weighted products ``G_t = Yc_t diag(w_t) Yc_t'`` (n_fit, n_fit;
-    kept as its upper triangle, the off-diagonal doubled) and ``C_t = E_t diag(w_t) Yc_t'``
-    (n_val, n_fit), which do not depend on the source layer (:func:`_gram_scores`); the sets'
-    layers one after the other."""
+    """Folds of several target sets over the same rows (:func:`_side_by_side`) in the Gram form: per target layer
+    ``t`` ``G_t = Yc_t diag(w_t) Yc_t'`` (n_fit, n_fit; its upper triangle, off-diagonal doubled) and
+    ``C_t = E_t diag(w_t) Yc_t'`` (n_val, n_fit), independent of the source layer; the sets' layers in turn."""
     f0 = folds[0]
     n, nv, Lt = f0.Yc.shape[0], f0.E.shape[0], f0.base.numel()
     iu = torch.triu_indices(n, n, device=f0.Yc.device)
@@ -149,10 +139,9 @@ def _gram_bytes(f: _Fold) -> int:
 
 
 def _gram_factors(basis: tuple, alphas: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The source side of the Gram form's criterion (:func:`_gram_scores`) for one fold's
-    ``basis`` (:func:`_fold_basis`): with ``R = L Yc`` and ``P_a = Q diag(d_a) L`` (n_val, n_fit),
-    the packed upper triangle of ``P_a' P_a`` (n_alpha, n_fit (n_fit + 1) / 2) and ``P_a``
-    itself (n_alpha, n_val n_fit), float32."""
+    """The Gram criterion's source side for one fold's ``basis`` (:func:`_fold_basis`): with ``R = L Yc`` and
+    ``P_a = Q diag(d_a) L`` (n_val, n_fit), the packed upper triangle of ``P_a' P_a`` (n_alpha, n_fit (n_fit + 1)
+    / 2) and ``P_a`` (n_alpha, n_val n_fit), float32."""
     lam, Q, left, right = basis
     Dg = 1.0 / (lam[None, :] + alphas[:, None])                              # (n_alpha, r)
     L = (left @ right if right is not None else left).double()              # (r, n_fit)
@@ -164,13 +153,10 @@ def _gram_factors(basis: tuple, alphas: torch.Tensor) -> tuple[torch.Tensor, tor
 
 
 def _gram_scores(bases: list, f: _Fold, grids: list) -> torch.Tensor:
-    """One fold's validation criterion (L_src, n_alpha, L_tgt) in the Gram form (:func:`_grams`)
-    for every source layer at once (``bases``, ``grids``: one per source layer).
-
-    The squared norm of the weighted predictions of target layer ``t`` is ``<P_a' P_a, G_t>``
-    and the cross term with the validation targets ``<P_a, C_t>`` (:func:`_gram_factors`): two
-    (L_src n_alpha, .) x (., L_tgt) products that read the targets' Grams once for every source
-    layer (float32: the criterion only ranks alphas)."""
+    """One fold's validation criterion (L_src, n_alpha, L_tgt) in the Gram form for every source layer at once
+    (``bases``, ``grids``: one per source layer): target layer ``t``'s weighted predictions have squared norm
+    ``<P_a' P_a, G_t>`` and cross term ``<P_a, C_t>`` (:func:`_gram_factors`), two (L_src n_alpha, .) x (., L_tgt)
+    products reading the targets' Grams once for all source layers."""
     Zs, Ps = zip(*(_gram_factors(b, g) for b, g in zip(bases, grids)))
     quad = (torch.cat(Zs) @ f.G.T).double()                                  # (L_src n_alpha, L_tgt)
     cross = (torch.cat(Ps) @ f.C.T).double()
@@ -179,19 +165,15 @@ def _gram_scores(bases: list, f: _Fold, grids: list) -> torch.Tensor:
     return score.view(len(bases), -1, f.base.numel())
 
 
-#: target layers whose (r, r) products :func:`_fold_score` forms at once: small enough to stay in
-#: the cache until they are contracted (27x faster than forming them all, on 2 cores)
+#: target layers whose (r, r) products :func:`_fold_score` forms at once, few enough to stay in the cache
 SCORE_LAYERS = 64
 
 
 def _fold_score(basis: tuple, f: _Fold, alphas: torch.Tensor) -> torch.Tensor:
-    """One fold's validation criterion (n_alpha, L_tgt) of the targets of ``f`` for the source
-    side ``basis`` (:func:`_fold_basis`).
-
-    With ``d_a = 1/(lambda + a)`` and ``S_t = sum_j w_j R_j R_j'`` over target layer ``t``'s
-    columns, the squared norm of the weighted predictions is ``<Z_a, S_t>`` with
-    ``Z_a = (d_a d_a') * (Q'Q)``: one (n_alpha, r^2) x (r^2, L_tgt) product, the ``S_t`` formed
-    :data:`SCORE_LAYERS` at a time (float32: the criterion only ranks alphas; relative error ~1e-6)."""
+    """One fold's validation criterion (n_alpha, L_tgt) of the targets of ``f`` for the source side ``basis``
+    (:func:`_fold_basis`): with ``d_a = 1/(lambda + a)`` and ``S_t = sum_j w_j R_j R_j'`` over target layer ``t``'s
+    columns, the weighted predictions' squared norm is ``<Z_a, S_t>``, ``Z_a = (d_a d_a') * (Q'Q)``: one
+    (n_alpha, r^2) x (r^2, L_tgt) product, the ``S_t`` formed :data:`SCORE_LAYERS` at a time (relative error ~1e-6)."""
     lam, Q, left, right = basis
     Dg = 1.0 / (lam[None, :] + alphas[:, None])                              # (n_alpha, r)
     R = left @ (right @ f.Yc) if right is not None else left @ f.Yc   # (r, M)
@@ -210,18 +192,13 @@ def _fold_score(basis: tuple, f: _Fold, alphas: torch.Tensor) -> torch.Tensor:
 
 
 def _cv_alpha(Xtr_l: torch.Tensor, folds: list, alphas: torch.Tensor) -> tuple[int, torch.Tensor]:
-    """Pick alpha for one source layer by grouped CV on the training rows.
+    """Pick alpha for one source layer (``Xtr_l`` (n_train, D) float64) by grouped CV on the training rows.
 
-    Each fold's fit is diagonalised once (primal ``Xc'Xc`` or dual ``Xc Xc'``
-    eigendecomposition, :func:`_fold_basis`), so the whole alpha grid costs only small
-    (r x r) quadratic forms: with ``Q = Xval V``, ``R = V' Xc' Yc`` and
-    ``d_a = 1/(lambda + a)`` the validation predictions are ``Q diag(d_a) R``.
-    The criterion is the fold-averaged validation R^2 (uniform over the CV
-    columns of a target layer), maximised over target layers (the quantity
-    SyncR^2 uses), then over alpha.
-
-    Xtr_l is (n_train, D) float64, alphas (n_alpha,).  Returns the index of the
-    chosen alpha and the (n_alpha, L_tgt) CV score.
+    Each fold's fit is diagonalised once (:func:`_fold_basis`), so the grid ``alphas`` (n_alpha,) costs only small
+    (r x r) quadratic forms: with ``Q = Xval V``, ``R = V' Xc' Yc`` and ``d_a = 1/(lambda + a)`` the validation
+    predictions are ``Q diag(d_a) R``.  The criterion, the fold-averaged validation R^2 (uniform over a target
+    layer's CV columns), is maximised over target layers (as SyncR^2 does), then over alpha.  Returns the chosen
+    index and the (n_alpha, L_tgt) CV score.
     """
     score = 0.0
     for f in folds:
@@ -231,12 +208,10 @@ def _cv_alpha(Xtr_l: torch.Tensor, folds: list, alphas: torch.Tensor) -> tuple[i
 
 
 def _gram_pays(f: _Fold, width: int, n_sets: int, n_alpha: int) -> bool:
-    """Whether the Gram form scores the fold ``f`` of ``n_sets`` target sets in fewer flops than the
-    column form, for source layers ``width`` wide: the Gram form costs ~ n_alpha n_fit (n_fit / 2 +
-    n_val) per target layer, plus its source-side factors ~ n_alpha n_fit n_val (r + n_fit) shared by
-    the sets; the column form ~ columns r (n_fit + r + n_val) + n_alpha r^2 per target layer, with
-    r = min(n_fit, width).  The Gram form wins when the fold's rank is near its rows (wide states,
-    the models'); the column form when the states are narrow (r << n_fit)."""
+    """Whether the Gram form scores fold ``f`` of ``n_sets`` target sets in fewer flops than the column form, for
+    source layers ``width`` wide: ~ n_alpha n_fit (n_fit / 2 + n_val) per target layer plus source-side factors
+    ~ n_alpha n_fit n_val (r + n_fit) shared by the sets, against ~ columns r (n_fit + r + n_val) + n_alpha r^2 per
+    target layer, r = min(n_fit, width).  Gram wins for wide states (rank near the rows), columns for narrow ones."""
     n, nv, Lt, M = f.Yc.shape[0], f.E.shape[0], f.base.numel(), f.Yc.shape[1]
     r = min(n, width)
     gram = n_alpha * Lt * n * (n / 2 + nv) + n_alpha * n * nv * (r + n) / max(1, n_sets)
@@ -245,14 +220,11 @@ def _gram_pays(f: _Fold, width: int, n_sets: int, n_alpha: int) -> bool:
 
 
 def _set_chunks(fold_sets: list, width: int, n_alpha: int) -> list[tuple[int, list]]:
-    """Several target sets on the same training rows and folds (``fold_sets``: one list of
-    :class:`_Fold` per set, the folds in the same order with the same rows) as chunks of sets
-    scored together: ``(sets in the chunk, its folds)``, each fold the chunk's sets side by side
-    (:func:`_side_by_side`: the criterion is per target layer).  In the Gram form
-    (:func:`_grams`) where it takes fewer flops (:func:`_gram_pays`, source layers ``width`` wide,
-    ``n_alpha`` penalties) and every set's fits within :data:`CV_GRAM_BYTES`, then as one chunk;
-    otherwise as many sets at a time as keep :func:`_fold_score`'s (r, columns) products within
-    :data:`CV_SET_BYTES`."""
+    """Several target sets on the same training rows and folds (``fold_sets``: one list of :class:`_Fold` per set,
+    in the same order) as chunks ``(sets in the chunk, its folds)``, each fold the chunk's sets side by side: one
+    chunk in the Gram form where :func:`_gram_pays` (``width``, ``n_alpha``) and every set fits within
+    :data:`CV_GRAM_BYTES`, else as many sets at a time as keep the (r, columns) products within :data:`CV_SET_BYTES`.
+    """
     if (_gram_pays(fold_sets[0][0], width, len(fold_sets), n_alpha)
             and sum(_gram_bytes(f) for folds in fold_sets for f in folds) <= CV_GRAM_BYTES):
         return [(len(fold_sets), [_grams([folds[i] for folds in fold_sets]) for i in range(len(fold_sets[0]))])]
@@ -267,10 +239,9 @@ def _set_chunks(fold_sets: list, width: int, n_alpha: int) -> list[tuple[int, li
 
 
 def _cv_alpha_sets(Xtrs: list, chunks: list, grids: list) -> np.ndarray:
-    """:func:`_cv_alpha` for several target sets on the same training rows and folds (``chunks``:
-    :func:`_set_chunks`) and every source layer (``Xtrs``: per source layer its training rows
-    (n_train, D) float64; ``grids``: its alphas (n_alpha,)): each fold's source side is
-    diagonalised once for all the sets.  Returns the chosen alpha's index (L_src, T)."""
+    """:func:`_cv_alpha` for several target sets (``chunks``: :func:`_set_chunks`) and every source layer (``Xtrs``:
+    its training rows (n_train, D) float64; ``grids``: its alphas (n_alpha,)), each fold's source side diagonalised
+    once for all sets.  Returns the chosen alpha's index (L_src, T)."""
     bases = [[_fold_basis(X, f.vmask) for f in chunks[0][1]] for X in Xtrs]   # (L_src, folds)
     chosen = []
     for n_sets, folds in chunks:
@@ -286,14 +257,12 @@ def _cv_alpha_sets(Xtrs: list, chunks: list, grids: list) -> np.ndarray:
 
 #: bytes the CV of several target sets at once may take for its (r, columns) products
 CV_SET_BYTES = 1 << 28
-#: bytes the Gram form of every target set's folds may take (:func:`_set_chunks`): below it the
-#: CV of the default run's 100 target sets is ~4x faster (n_fit ~ 110, 32 columns a layer)
+#: bytes the Gram form of every target set's folds may take (:func:`_set_chunks`)
 CV_GRAM_BYTES = 1 << 30
 
 
 def _side_by_side(folds: list) -> _Fold:
-    """Folds of several target sets over the same rows as one fold whose target layers are the
-    sets' layers one after the other."""
+    """Folds of several target sets over the same rows as one fold, the sets' target layers in turn."""
     if len(folds) == 1:
         return folds[0]
     if folds[0].Yc is None:
@@ -305,10 +274,9 @@ def _side_by_side(folds: list) -> _Fold:
 
 
 def layer_scale(Xtr_l: torch.Tensor) -> float:
-    """The scale of one source layer's training inputs (n_train, D): the mean non-zero
-    eigenvalue of ``Xc'Xc`` (``Xc`` the centred rows), ``trace / min(n_train - 1, D)``; the
-    penalties ``alpha="cv"`` searches are multiples of it (:data:`CV_GRID_RULE`).  1 for
-    constant inputs."""
+    """The scale of one source layer's training inputs (n_train, D): the mean non-zero eigenvalue of ``Xc'Xc``,
+    ``trace / min(n_train - 1, D)`` (1 for constant inputs); ``alpha="cv"`` searches multiples of it
+    (:data:`CV_GRID_RULE`)."""
     Xc = Xtr_l - Xtr_l.mean(0, keepdim=True)
     trace = float((Xc * Xc).sum())
     rank = max(1, min(Xtr_l.shape[0] - 1, Xtr_l.shape[1]))

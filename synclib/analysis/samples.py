@@ -13,15 +13,10 @@ shuffled     as genuine; training targets permuted     as genuine
 pseudo       ``(hidden_a[k], hidden_b'[k])``           ``(hidden_b[k], hidden_a'[k+1])``
 ===========  ========================================  ========================================
 
-``'`` marks the partner dialog of the pseudo-dyads (ours; :func:`pseudo_partners`): the same
-task under the next simulation seed where the cube has two or more, otherwise another task of
-the same scenario.  The agents of a pseudo-dyad never talked to each other; they played the
-same task (or scenario) in the same format, at the same round.
-
-Samples whose source or target is not finite (unreached rounds) are dropped.  Samples are
-ordered episode-major, then simulation seed (cube order), then round: within a dialog in
-round order, as the reference's datasets (``affine_transformation.py`` 209-278; protocol
-"Datasets for the affine maps").
+``'`` marks the partner dialog of the pseudo-dyads (ours; :func:`pseudo_partners`), whose agents never talked to each
+other but played the same task (or scenario) in the same format, at the same round.  Samples whose source or target
+is not finite (unreached rounds) are dropped; they are ordered by episode, simulation seed (cube order), then round,
+as the reference's datasets (``affine_transformation.py`` 209-278; protocol "Datasets for the affine maps").
 """
 from __future__ import annotations
 
@@ -59,15 +54,10 @@ def parse_condition(condition: str) -> tuple[str, int]:
 
 @dataclass
 class PairedSamples:
-    """Paired samples of one (condition, direction).
-
-    ``X`` and ``Y`` are the whole source / target variables as rows
-    (:class:`synclib.cube.HiddenRows`, flattened over (episode, sim_seed, round):
-    shapes (E*S*R, L_src, D_src) and (E*S*R, L_tgt, D_tgt)); sample ``i`` pairs
-    row ``x_rows[i]`` of X with row ``y_rows[i]`` of Y.  :meth:`take` reads the
-    arrays of chosen samples.  ``episode`` (position along the cube's episode dim),
-    ``sim_seed`` and ``round`` (source round), each (n,), describe each sample.
-    """
+    """Paired samples of one (condition, direction): sample ``i`` pairs row ``x_rows[i]`` of ``X`` with row
+    ``y_rows[i]`` of ``Y``, the whole source / target variables as :class:`synclib.cube.HiddenRows` (rows (episode,
+    sim_seed, round) flattened: (E*S*R, L_src, D_src), (E*S*R, L_tgt, D_tgt)); ``episode`` (position along the
+    cube's episode dim), ``sim_seed`` and ``round`` (source round), each (n,), describe the samples."""
     condition: str
     direction: str
     X: HiddenRows
@@ -89,9 +79,8 @@ class PairedSamples:
         return self.X[self.x_rows[idx]], self.Y[self.y_rows[idx]]
 
     def ridge_inputs(self, tr, te):
-        """``(X, Y, train, test)`` for :func:`synclib.analysis.ridge.r2_grid` on samples ``tr``/``te``:
-        the whole arrays with paired row indices when both variables are in memory;
-        otherwise only the rows of these samples, read from disk."""
+        """``(X, Y, train, test)`` for :func:`synclib.analysis.ridge.r2_grid` on samples ``tr``/``te``: the whole
+        arrays with paired row indices when both are in memory, else only these samples' rows, read from disk."""
         if self.X.resident and self.Y.resident:
             return (self.X.array, self.Y.array,
                     (self.x_rows[tr], self.y_rows[tr]), (self.x_rows[te], self.y_rows[te]))
@@ -127,29 +116,15 @@ class HiddenCache:
 def pseudo_partners(cube) -> tuple[np.ndarray, np.ndarray, str]:
     """The partner dialog of every dialog for the pseudo-dyads (ours; no reference code).
 
-    * Two or more simulation seeds: the same task under the next seed (ascending seed
-      order, the last taking the first), so a pseudo-dyad differs from a genuine one
-      only in that its agents did not talk to each other.
-    * One seed: another task of the same scenario (``env_id``), the next one of the
-      scenario in cube order (the last taking the first).  Tasks alone in their scenario
-      are paired among themselves the same way; a single one left takes the next task in
-      cube order (then one dialog is a partner twice).  A cube without ``env_id``
-      counts as one scenario.
+    With two or more simulation seeds: the same task under the next seed (ascending, the last taking the first), so
+    a pseudo-dyad differs from a genuine one only in that its agents did not talk to each other.  With one: the next
+    task of the same scenario (``env_id``; without it, one scenario) in cube order, the last taking the first; tasks
+    alone in their scenario are paired among themselves the same way, a single one left taking the next task in cube
+    order (the one dialog that is a partner twice).  No dialog is its own partner.
 
-    No dialog is its own partner, and (but for that single leftover) every dialog is
-    exactly one dialog's partner.
-
-    Returns
-    -------
-    episode, sim_seed : int arrays (E, S)
-        Positions of the partner dialog of (episode position, seed position).
-    rule : str
-        Which rule applied, in words (for the page).
-
-    Raises
-    ------
-    AnalysisError
-        A cube with one dialog: there is no other to pair with.
+    Returns ``(episode, sim_seed, rule)``: int arrays (E, S), the positions of the partner of (episode position,
+    seed position), and the rule that applied, in words (for the page).  Raises :class:`AnalysisError` for a cube of
+    one dialog.
     """
     E, S = cube.sizes["episode"], cube.sizes["sim_seed"]
     if E * S < 2:
@@ -177,24 +152,13 @@ def pseudo_partners(cube) -> tuple[np.ndarray, np.ndarray, str]:
 
 def build_dataset(cube, direction: str, condition: str = "genuine",
                   arrays: HiddenCache | None = None) -> PairedSamples:
-    """Paired samples of one direction and condition (index arithmetic in the module doc).
+    """Paired samples of one direction and condition of ``cube`` (in memory or dask-backed; index arithmetic in
+    the module doc).
 
-    Parameters
-    ----------
-    cube : xarray.Dataset
-        In the cube schema (in memory or dask-backed).
-    direction : {"A->B", "B->A"}
-    condition : str
-        ``"genuine"``, ``"passive"``, ``"shuffled"`` (the genuine samples; the targets
-        are shuffled per split by :func:`shuffle_training_targets`), ``"pseudo"`` (the
-        targets from the partner dialog of :func:`pseudo_partners`; ``info["partner"]``
-        says which rule applied; a cube of one dialog gives no sample) or ``"lagJ"`` (J >= 1).
-    arrays : HiddenCache, optional
-        A shared loader (re-uses variables already opened).
-
-    Returns
-    -------
-    PairedSamples
+    ``condition``: ``"genuine"``, ``"passive"``, ``"shuffled"`` (the genuine samples; targets shuffled per split by
+    :func:`shuffle_training_targets`), ``"pseudo"`` (targets from the partner dialog of :func:`pseudo_partners`,
+    ``info["partner"]`` the rule; a cube of one dialog gives no sample) or ``"lagJ"`` (J >= 1).  ``arrays``: a
+    shared :class:`HiddenCache` (re-uses variables already opened).
     """
     if direction not in DIRECTIONS:
         raise AnalysisError(f"direction must be one of {DIRECTIONS}, got {direction!r}")
@@ -240,31 +204,15 @@ def sim_seed_rank(cube) -> np.ndarray:
 
 def shuffle_training_targets(samples: PairedSamples, train_groups, rs: np.random.RandomState,
                              seed_rank=None) -> np.ndarray:
-    """The shuffled control's targets: training targets permuted within each dialog.
+    """The shuffled control's targets: ``y_rows`` (n,) with the training targets permuted within each dialog.
 
-    The reference (``affine_transformation.py`` 356-372, ``shuffle=True``; protocol
-    correction 13): after the split, the *same* ``RandomState`` goes on; for each
-    training episode in the order the split took it (episodes without samples draw
-    nothing), for each simulation seed in ascending seed order, a dialog with ``m > 1``
-    samples gets ``perm = rs.permutation(m)`` and its targets (in round order) become
-    ``targets[perm]``.  Test samples and sources are untouched.
-
-    Parameters
-    ----------
-    samples : PairedSamples
-        The genuine samples of one direction.
-    train_groups : sequence of int
-        Episode positions of the training set, in the order the split took them
-        (``info["train_groups"]`` of :func:`synclib.splits.episode_split`).
-    rs : numpy.random.RandomState
-        The state the split left (advanced in place).
-    seed_rank : array, shape (S,), optional
-        :func:`sim_seed_rank` of the cube (default: cube order).
-
-    Returns
-    -------
-    int array, shape (n,)
-        ``y_rows`` with the training samples' target rows permuted within each dialog.
+    The reference (``affine_transformation.py`` 356-372, ``shuffle=True``; protocol correction 13): after the split
+    the *same* ``RandomState`` ``rs`` goes on (advanced in place); for each training episode in the order the split
+    took it (``train_groups``: ``info["train_groups"]`` of :func:`synclib.splits.episode_split`; episodes without
+    samples draw nothing), for each simulation seed in ascending order (``seed_rank``: :func:`sim_seed_rank`,
+    default cube order), a dialog with ``m > 1`` samples gets ``perm = rs.permutation(m)`` and its targets (in
+    round order) become ``targets[perm]``.  Test samples and sources are untouched.  ``samples``: the genuine
+    samples of one direction.
     """
     seed_rank = np.arange(int(samples.sim_seed.max(initial=0)) + 1) if seed_rank is None else np.asarray(seed_rank)
     rank = seed_rank[samples.sim_seed]

@@ -1,27 +1,21 @@
 """SyncR^2 and its variants from R^2 grids, aggregated over split seeds as the reference does.
 
-A grid is the test R^2 of every (source layer, target layer) pair, shape (L_src, L_tgt):
-rows are source layers, columns target layers.  All-NaN rows and columns (the padding of a
-grid stored in a square of the larger depth) are ignored everywhere.
+A grid is the test R^2 of every (source layer, target layer) pair, (L_src, L_tgt); all-NaN rows and columns (the
+padding of a grid stored in a square of the larger depth) are ignored everywhere, and an all-NaN grid scores NaN.
 
-Aggregation over split seeds (the reference's ``playground/data_analysis.py``
-``get_r2_scores_setting`` with ``compute_avg_metric_row`` / ``compute_avg_and_se_metric_row``;
-protocol correction 10): the per-seed grids ``G_s`` (S, L_src, L_tgt) are averaged first,
-``M = mean_s G_s``, ``V = var_s G_s`` (ddof 0); every score is then computed on ``M``:
+Aggregation over split seeds (the reference's ``playground/data_analysis.py`` ``get_r2_scores_setting`` with
+``compute_avg_metric_row`` / ``compute_avg_and_se_metric_row``; protocol correction 10): the per-seed grids ``G_s``
+(S, L_src, L_tgt) are averaged first, ``M = mean_s G_s``, ``V = var_s G_s`` (ddof 0), and every score is computed on
+``M`` (:func:`seed_aggregate`; each function also scores a single seed's grid):
 
 * SyncR^2 = ``mean_l max(0, max_j M[l, j])``  (:func:`sync_r2`)
-* its standard error = ``sqrt(sum_l v_l) / L_src`` with ``v_l = V[l, j*(l)]``, ``j*(l)`` the
-  first argmax of ``M[l]``, and ``v_l = 0`` where ``max_j M[l, j] < 0``  (:func:`sync_r2_se`)
-* unclipped (figure 8; no reference code) = ``mean_l max_j M[l, j]`` (:func:`sync_r2_noclip`),
-  its SE the same formula without the ``0 if negative`` rule (ours)
-* top-k (appendix C; no reference code; protocol correction 15: k = 1 is the original, so
-  the clipping stays) = ``mean_l max(0, mean of the k largest M[l, j])`` (:func:`sync_r2_topk`).
-  Of the two readings in the reference notes (10.6) we take this one: the clip applies to a
-  source layer's score, as SyncR^2 clips its per-layer maximum, not to each cell before the
-  top-k mean; both equal SyncR^2 at k = 1.
-
-:func:`seed_aggregate` computes all of them from the per-seed grids.  Each function also
-works on a single grid (one split seed), which is how the per-seed scores are made.
+* its standard error = ``sqrt(sum_l v_l) / L_src`` with ``v_l = V[l, j*(l)]``, ``j*(l)`` the first argmax of
+  ``M[l]``, and ``v_l = 0`` where ``max_j M[l, j] < 0``  (:func:`sync_r2_se`)
+* unclipped (figure 8; no reference code) = ``mean_l max_j M[l, j]`` (:func:`sync_r2_noclip`), its SE without the
+  ``0 if negative`` rule (ours)
+* top-k (appendix C; no reference code; protocol correction 15: k = 1 is the original, so the clip stays) =
+  ``mean_l max(0, mean of the k largest M[l, j])`` (:func:`sync_r2_topk`): of the reference notes' two readings
+  (10.6), the clip applies to a source layer's score, not to each cell before the mean.
 """
 from __future__ import annotations
 
@@ -46,11 +40,7 @@ def _valid(grid) -> np.ndarray:
 
 
 def sync_r2(grid) -> float:
-    """Paper eq.: mean over source layers of ``max(0, max over target layers of R^2)``.
-
-    ``grid`` is (L_src, L_tgt): the seed-mean grid (the reference) or one seed's grid.
-    NaN for an all-NaN grid.
-    """
+    """Paper eq.: mean over source layers of ``max(0, max over target layers of R^2)``; ``grid`` (L_src, L_tgt)."""
     g = _valid(grid)
     if g.size == 0:
         return float("nan")
@@ -58,10 +48,7 @@ def sync_r2(grid) -> float:
 
 
 def sync_r2_many(grids) -> np.ndarray:
-    """:func:`sync_r2` of many grids at once: ``grids`` (..., L_src, L_tgt) -> (...).
-
-    All-NaN rows and columns (padding) are ignored as in :func:`sync_r2`; an all-NaN grid
-    gives NaN."""
+    """:func:`sync_r2` of many grids at once: ``grids`` (..., L_src, L_tgt) -> (...)."""
     g = np.asarray(grids, dtype=np.float64)
     rows = ~np.all(np.isnan(g), axis=-1)                            # (..., L_src)
     best = np.max(np.where(np.isnan(g), -np.inf, g), axis=-1)       # -inf on padding rows
@@ -79,15 +66,12 @@ def best_targets(grid) -> np.ndarray:
 
 
 def sync_r2_at(grids, targets) -> np.ndarray:
-    """Unclipped SyncR^2 with each source layer's target layer fixed beforehand: ``grids``
-    (..., L_src, L_tgt) and ``targets`` (L_src,) from :func:`best_targets` of another grid ->
-    (...): the mean over source layers (padding, -1, left out) of ``grid[l, targets[l]]``.
-    Nothing is chosen on ``grids``: no maximum and no clip (a clip per subset would lift the
-    subsets whose values straddle 0).  Scored on subsets of a test set (the rounds of
-    :data:`synclib.analysis.blocks.ROUND_RULE`) with the targets of the whole set's grid, the
-    subsets' values, weighted by their samples, average to the whole set's :func:`sync_r2_noclip`
-    (which is :func:`sync_r2` where no source layer's best R^2 is negative).  NaN where a chosen
-    cell is not finite (a subset without samples)."""
+    """Unclipped SyncR^2 with each source layer's target layer fixed beforehand: ``grids`` (..., L_src, L_tgt) and
+    ``targets`` (L_src,) from :func:`best_targets` of another grid -> (...), the mean over source layers (padding,
+    -1, left out) of ``grid[l, targets[l]]``; NaN where a chosen cell is not finite.  Nothing is chosen or clipped
+    on ``grids`` (a clip per subset would lift subsets straddling 0), so subsets of a test set (the rounds of
+    :data:`synclib.analysis.blocks.ROUND_RULE`) scored with the whole set's targets average, weighted by their
+    samples, to the whole set's :func:`sync_r2_noclip`."""
     g = np.asarray(grids, dtype=np.float64)
     t = np.asarray(targets, dtype=np.int64)
     rows = np.flatnonzero(t >= 0)
@@ -105,11 +89,8 @@ def sync_r2_noclip(grid) -> float:
 
 
 def sync_r2_topk(grid, k: int) -> float:
-    """Mean over source layers of ``max(0, mean of the top-k target R^2)`` (appendix C, clipped).
-
-    ``grid`` is (L_src, L_tgt); NaN if ``k`` exceeds the number of target layers.
-    Equal to :func:`sync_r2` at ``k = 1``.
-    """
+    """Mean over source layers of ``max(0, mean of the top-k target R^2)`` (appendix C, clipped); NaN if ``k``
+    exceeds the target layers; :func:`sync_r2` at ``k = 1``."""
     if k < 1:
         raise AnalysisError(f"k must be >= 1, got {k}")
     g = _valid(grid)
@@ -120,24 +101,10 @@ def sync_r2_topk(grid, k: int) -> float:
 
 
 def sync_r2_se(grids, clip: bool = True) -> float:
-    """The reference's standard error of SyncR^2 from the per-seed grids.
-
-    Parameters
-    ----------
-    grids : array, shape (S, L_src, L_tgt)
-        One test-R^2 grid per split seed (all-NaN grids, i.e. failed splits, are left out).
-    clip : bool
-        True: ``v_l = 0`` for a source layer whose best mean R^2 is negative (the
-        reference, for the clipped SyncR^2); False: no such rule (the unclipped variant).
-
-    Returns
-    -------
-    float
-        ``sqrt(sum_l v_l) / L_src`` with ``v_l`` the ddof-0 variance over split seeds at
-        ``(l, j*(l))``, ``j*(l)`` the first argmax of the seed-mean row.  NaN with fewer
-        than two seeds: a standard error of one value is undefined in this package
-        (:func:`synclib.stats.mean_se`), where the reference's ``np.std`` would give 0.
-    """
+    """The reference's standard error of SyncR^2 from the per-seed grids ``grids`` (S, L_src, L_tgt) (module doc);
+    ``clip=False``: without the ``v_l = 0`` rule, for the unclipped variant.  NaN with fewer than two seeds (a
+    standard error of one value is undefined here, :func:`synclib.stats.mean_se`; the reference's ``np.std`` gives
+    0)."""
     agg = seed_aggregate(grids, max_k=0)
     return agg.sync_r2_se if clip else agg.noclip_se
 
@@ -156,8 +123,7 @@ class SeedAggregate:
 
 
 def _se(M: np.ndarray, V: np.ndarray, n_seeds: int, clip: bool) -> float:
-    """``sqrt(sum_l v_l) / L`` on the valid part of the mean grid M and variance grid V
-    (NaN for fewer than two seeds)."""
+    """``sqrt(sum_l v_l) / L`` on the valid part of the mean grid M and variance grid V (module doc)."""
     rows = ~np.all(np.isnan(M), axis=1)
     cols = ~np.all(np.isnan(M), axis=0)
     M, V = M[rows][:, cols], V[rows][:, cols]
@@ -171,20 +137,8 @@ def _se(M: np.ndarray, V: np.ndarray, n_seeds: int, clip: bool) -> float:
 
 
 def seed_aggregate(grids, max_k: int | None = None) -> SeedAggregate:
-    """Average the per-seed grids, then every score on the mean grid (module doc).
-
-    Parameters
-    ----------
-    grids : array, shape (S, L_src, L_tgt)
-        One grid per split seed; an all-NaN grid (a split that could not be fitted)
-        is left out of the mean and variance.
-    max_k : int, optional
-        Top-k scores for k = 1 .. max_k (default: L_tgt of the padded grid).
-
-    Returns
-    -------
-    SeedAggregate
-    """
+    """Average the per-seed grids (S, L_src, L_tgt), all-NaN ones (splits not fitted) left out, then every score on
+    the mean grid (module doc); top-k for k = 1 .. ``max_k`` (default: L_tgt of the padded grid)."""
     g = np.asarray(grids, dtype=np.float64)
     if g.ndim != 3:
         raise AnalysisError(f"grids must have shape (split_seed, L_src, L_tgt), got {g.shape}")

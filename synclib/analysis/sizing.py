@@ -1,24 +1,13 @@
 """How many samples a run's datasets will have, and whether SyncR² can leave zero with them.
 
-SyncR² clips each source layer's best test R² at 0, and a ridge map fitted on too few
-samples predicts the partner's next state worse than its mean: every R² is negative and
-SyncR² is exactly 0, whatever the models do.  The measured sample-size curves of the
-embedded pairs (``bench/bench_sample_curve.py``, ``bench/results/sample_curve_*.json``)
-say where that ends.  This module turns a run's settings into its dataset sizes, before
-anything runs, and holds them against those curves:
-
-:func:`planned_samples`
-    Samples per dataset of one ordered run if every dialog runs to ``max_utterances``
-    (dialogs that end early by LEAVE give fewer): total, training and test counts per
-    condition and direction, split by the analysis' own rule
-    (:func:`synclib.splits.episode_split`).
-:func:`load_curves`, :func:`clip_size`
-    The measured curves, and the training samples below which SyncR² is still about 0
-    for a model of a given width (read without loading it: :func:`synclib.shapes.model_shape`).
-:func:`run_sizes`, :func:`format_sizes`
-    All of it for a run config: one line per ordered run, and a warning naming the
-    settings to change where a run is too small (``synclib run`` and its ``--dry-run``
-    print them).
+SyncR² clips each source layer's best test R² at 0, and a ridge map fitted on too few samples predicts worse than the
+mean: SyncR² is then exactly 0, whatever the models do.  The measured sample-size curves of the embedded pairs
+(``bench/bench_sample_curve.py``, ``bench/results/sample_curve_*.json``) say where that ends.  This module turns a
+run's settings into its dataset sizes before anything runs (:func:`planned_samples`: every dialog reaching
+``max_utterances``, split by :func:`synclib.splits.episode_split`), holds them against those curves
+(:func:`load_curves`, :func:`clip_size`; widths from :func:`synclib.shapes.model_shape`, no model loaded) and reports
+them for a run config (:func:`run_sizes`, :func:`format_sizes`: a line per ordered run and a warning naming the
+settings to change, printed by ``synclib run`` and its ``--dry-run``).
 """
 from __future__ import annotations
 
@@ -46,9 +35,8 @@ _LEVERS = "simulate.episodes (more tasks), simulate.seeds (more seeds per task) 
 
 # --------------------------------------------------------------------------- a run's datasets
 def _per_dialog(max_utterances: int, direction: str, lag: int) -> int:
-    """Samples one full-length dialog gives (the index arithmetic of
-    :mod:`synclib.analysis.samples`): A->B pairs utterance 2k with 2(k+lag)+1, B->A pairs
-    2k+1 with 2(k+1+lag)."""
+    """Samples one full-length dialog gives (:mod:`synclib.analysis.samples`): A->B pairs utterance 2k with
+    2(k+lag)+1, B->A pairs 2k+1 with 2(k+1+lag)."""
     u = int(max_utterances)
     full = u // 2 if direction == "A->B" else (u - 1) // 2
     return max(0, full - int(lag))
@@ -56,26 +44,13 @@ def _per_dialog(max_utterances: int, direction: str, lag: int) -> int:
 
 def planned_samples(n_tasks: int, n_seeds: int, max_utterances: int, n_samples: int | None = None,
                     lags=(1, 2), split_seed: int = 0) -> dict:
-    """Dataset sizes of one ordered run whose dialogs all reach ``max_utterances``.
+    """Dataset sizes of one ordered run of ``n_tasks`` tasks (episodes) x ``n_seeds`` simulation seeds whose dialogs
+    all reach ``max_utterances``, at the analysis' fixed ``n_samples`` (None: all), in split ``split_seed`` (with
+    equal-sized episodes every seed gives the same).
 
-    Parameters
-    ----------
-    n_tasks, n_seeds : int
-        Tasks (episodes) and simulation seeds per task.
-    max_utterances : int
-    n_samples : int or None
-        The analysis' fixed dataset size (None: all samples).
-    lags : sequence of int
-    split_seed : int
-        Split whose counts are reported (with equal-sized episodes every seed gives the same).
-
-    Returns
-    -------
-    dict
-        ``{condition: {direction: {"total", "train", "test"}}}`` for ``genuine`` (the
-        passive and shuffled datasets are the same size, the pseudo-dyads' at most as large:
-        a partner dialog that ends sooner drops samples) and ``lag{k}``; ``train`` is 0
-        where the test set takes everything (the analysis then fits nothing).
+    Returns ``{condition: {direction: {"total", "train", "test"}}}`` for ``genuine`` (the passive and shuffled
+    datasets are the same size, the pseudo-dyads' at most as large) and ``lag{k}`` for ``lags``; ``train`` is 0 where
+    the test set takes everything (the analysis then fits nothing).
     """
     out: dict = {}
     for cond, lag in [("genuine", 0)] + [(f"lag{int(k)}", int(k)) for k in lags]:
@@ -97,11 +72,8 @@ def planned_samples(n_tasks: int, n_seeds: int, max_utterances: int, n_samples: 
 # --------------------------------------------------------------------------- measured curves
 @dataclass
 class Curve:
-    """One measured sample-size curve (``bench/results/sample_curve_<pair>.json``).
-
-    ``points`` are ``(training samples, genuine SyncR²)``: the mean over directions of the
-    training samples used and the pair's SyncR² (mean of both directions), one per size.
-    """
+    """One measured sample-size curve (``bench/results/sample_curve_<pair>.json``); ``points``: ``(training samples,
+    genuine SyncR²)`` per size, each the mean over both directions."""
 
     pair: str
     width: int
@@ -139,17 +111,10 @@ def load_curves(bench_dir=BENCH_RESULTS) -> list[Curve]:
 
 
 def curve_table(bench_dir=BENCH_RESULTS):
-    """Every condition of every measured curve in ``bench_dir`` as one long table.
-
-    Returns
-    -------
-    pandas.DataFrame
-        Columns ``pair, condition, n_samples`` (the analysis' ``N``; -1 for all samples),
-        ``n_train`` (mean over directions of the training samples used), ``mean`` (the
-        pair's SyncR², mean of both directions), ``se`` (mean of the directional standard
-        errors over split seeds), ``tasks``, ``source`` (file name); the attribute
-        ``attrs["runs"]`` maps each pair to its settings, wall times and machine.
-    """
+    """Every condition of every measured curve in ``bench_dir`` as one long DataFrame: columns ``pair, condition,
+    n_samples`` (the analysis' ``N``; -1 for all), ``n_train``, ``mean`` (as :class:`Curve`), ``se`` (mean of the
+    directional SEs over split seeds), ``tasks``, ``source`` (file name); ``attrs["runs"]``: each pair's settings,
+    wall times and machine."""
     import pandas as pd
 
     rows, runs = [], {}
@@ -192,17 +157,10 @@ def leaves_zero_text(curves: list[Curve] | None = None) -> str:
 
 
 def clip_size(width: int, curves: list[Curve]) -> tuple[float, str] | None:
-    """Training samples per dataset below which SyncR² is still about 0 at ``width``.
-
-    The measured curve of the nearest width gives the fewest training samples at which its
-    genuine SyncR² reached :data:`LEAVES_ZERO`; for another width that count is scaled in
-    proportion to the width (an assumption: the ridge maps then have proportionally more
-    inputs to fit; the curves measure only the embedded models' widths).
-
-    Returns
-    -------
-    (samples, explanation) or None without a usable curve.
-    """
+    """Training samples per dataset below which SyncR² is still about 0 at ``width``, and how that was found; None
+    without a usable curve.  The nearest width's curve gives the fewest training samples at which it reached
+    :data:`LEAVES_ZERO`, for another width scaled in proportion to the width (an assumption: the ridge maps then
+    have proportionally more inputs; the curves measure only the embedded models' widths)."""
     usable = [c for c in curves if c.leaves_zero is not None]
     if not usable or not width:
         return None
@@ -240,11 +198,9 @@ def _layers_width(spec: str) -> tuple[int, int] | None:
 
 
 def run_sizes(cfg: dict, ordered_runs, curves: list[Curve] | None = None) -> list[RunSize]:
-    """:class:`RunSize` of each ordered run of a validated config.
-
-    ``ordered_runs`` are the config's runs (:func:`synclib.run.pipeline.runs`: ``name``, ``a``,
-    ``b`` model keys); ``curves`` default to :func:`load_curves`.
-    """
+    """:class:`RunSize` of each ordered run of a validated config; ``ordered_runs``: the config's runs
+    (:func:`synclib.run.pipeline.runs`: ``name``, ``a``, ``b`` model keys); ``curves``: default
+    :func:`load_curves`."""
     sim, ana = cfg["simulate"], cfg["analysis"]
     n_tasks = count_tasks(cfg["scenarios"], sim["episodes"])
     samples = planned_samples(n_tasks, len(sim["seeds"]), sim["max_utterances"], ana["n_samples"],

@@ -1,21 +1,17 @@
 """Surrogate partners (ours): genuine SyncR² against a distribution of dialogs that never met.
 
-Hyperscanning practice tests the synchrony of a real pair against many *surrogate* pairings:
-the same source states, each paired with the states of a partner who took part in another
-interaction.  Here each dialog gets ``n`` partner dialogs it did not take part in
-(:func:`surrogate_partners`); surrogate ``m`` pairs every genuine sample's source state with
-the target state its dialog's ``m``-th partner holds at the same round.  A surrogate keeps
-the genuine split and source rows and changes only the targets; with ``alpha="cv"`` it chooses
-its own penalties by the same CV as genuine (a surrogate held to genuine's penalty would be
-fitted worse than it can be, and the null biased low), the folds' source sides factorised once
-for every surrogate (:func:`synclib.analysis.ridge.cv_penalties`), and each source layer is
-factorised once per distinct penalty (:func:`synclib.analysis.ridge.r2_grid_targets`).
+As hyperscanning tests a real pair's synchrony against *surrogate* pairings (the same source states, each paired with
+a partner from another interaction), each dialog gets ``n`` partner dialogs it did not take part in
+(:func:`surrogate_partners`); surrogate ``m`` pairs every genuine sample's source state with the target state its
+dialog's ``m``-th partner holds at the same round.  A surrogate keeps the genuine split and source rows and changes
+only the targets; with ``alpha="cv"`` it chooses its own penalties by genuine's CV (held to genuine's it would be
+fitted worse than it can be, the null biased low), the folds' source sides factorised once for every surrogate
+(:func:`synclib.analysis.ridge.cv_penalties`), each source layer once per distinct penalty
+(:func:`synclib.analysis.ridge.r2_grid_targets`).
 
-The same batch scores the genuine targets on the same rows (``sync_r2_surrogate_genuine``),
-so that genuine and surrogates differ in nothing but who the partner was; where every partner
-has a state at every round the dialog needs (the usual case) it equals the genuine
-``sync_r2``.  The bootstrap of whole episodes (:data:`synclib.analysis.blocks.BOOT_RULE`,
-the same draws) gives the gap, genuine minus the surrogates' mean, on each resample.
+The same batch scores the genuine targets on the same rows (``sync_r2_surrogate_genuine``; the genuine ``sync_r2``
+where every partner has every round the dialog needs), and the bootstrap of whole episodes
+(:data:`synclib.analysis.blocks.BOOT_RULE`, the same draws) gives the gap, genuine minus the surrogates' mean.
 """
 from __future__ import annotations
 
@@ -52,9 +48,8 @@ SURROGATE_RULE = (
 
 #: seed of the partners drawn once a dialog's candidates are used up (:data:`SURROGATE_RULE`)
 PARTNER_SEED = 0
-#: split seeds the surrogate test fits, the run's first ones: the reference's three.  Genuine and its 99
-#: surrogates are compared on the same seeds, so fewer seeds only widen both alike; the paired tests of
-#: the controls use every split seed
+#: split seeds the surrogate test fits, the run's first (the reference's three): genuine and its surrogates share
+#: them, so fewer only widen both alike; the controls' paired tests use every split seed
 SURROGATE_SPLITS = 3
 
 
@@ -78,23 +73,10 @@ def _dialog_order(env: np.ndarray) -> list[list[int]]:
 
 
 def surrogate_partners(cube, samples: PairedSamples, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The partner dialogs of every dialog (:data:`SURROGATE_RULE`).
-
-    Parameters
-    ----------
-    cube : xarray.Dataset
-        In the cube schema.
-    samples : PairedSamples
-        The genuine samples of one direction (their rounds say which target rounds a partner needs).
-    n : int
-        Surrogates per dialog.
-
-    Returns
-    -------
-    episode, sim_seed : int arrays (E, S, n)
-        Positions of the ``m``-th partner of (episode position, seed position).  Empty along the
-        last axis (n = 0) for a cube of one dialog.
-    """
+    """The partner dialogs of every dialog (:data:`SURROGATE_RULE`): ``(episode, sim_seed)``, int arrays (E, S, n),
+    the positions of the ``m``-th of ``n`` partners of (episode position, seed position); empty along the last axis
+    for a cube of one dialog.  ``samples``: the genuine samples of one direction (their rounds say which target
+    rounds a partner needs)."""
     E, S, R = (cube.sizes[d] for d in ("episode", "sim_seed", "round"))
     pe, ps = np.zeros((E, S, n), dtype=np.int64), np.zeros((E, S, n), dtype=np.int64)
     if E * S < 2:
@@ -155,10 +137,9 @@ def split_inputs(samples: PairedSamples, tr, te, y_sets, layers=None):
 
 
 def _seed_fit(ctx: Context, samples: PairedSamples, fit, rows: np.ndarray):
-    """One split seed: the grids (T, L_src, L_tgt) of the genuine targets (set 0) and of every
-    surrogate on the rows every partner covers, their group losses per test episode, and the
-    penalties (T, L_src): with a CV penalty each set's own, chosen by the same CV on the same
-    training rows (:func:`synclib.analysis.ridge.cv_penalties`), else the genuine fit's."""
+    """One split seed: the grids (T, L_src, L_tgt) of the genuine targets (set 0) and every surrogate on the rows
+    every partner covers, their group losses per test episode, and the penalties (T, L_src): each set's own by the
+    same CV (:func:`synclib.analysis.ridge.cv_penalties`) with a CV penalty, else the genuine fit's."""
     keep = (rows >= 0).all(1)
     tr, te = fit.train[keep[fit.train]], fit.test[keep[fit.test]]
     y_sets = [(samples.y_rows[tr], samples.y_rows[te])] + [(rows[tr, m], rows[te, m]) for m in range(rows.shape[1])]
@@ -178,18 +159,16 @@ GAP_CHUNK_BYTES = 1 << 27
 
 
 def _gap_resamples(grids: list, losses: list, counts: np.ndarray) -> np.ndarray:
-    """Genuine minus the surrogates' mean SyncR² on each resample of whole episodes (B,): per
-    target set, each split seed's grid on the drawn test episodes (maps fixed,
-    :func:`synclib.analysis.ridge.resampled_r2`), averaged over the seeds that drew a test
-    episode, then SyncR²; the sets a chunk at a time (``GAP_CHUNK_BYTES``), the resampled grids
-    in float32."""
+    """Genuine minus the surrogates' mean SyncR² on each resample of whole episodes, (B,): per target set, each
+    split seed's grid on the drawn test episodes (maps fixed, :func:`synclib.analysis.ridge.resampled_r2`), averaged
+    over the seeds that drew a test episode, then SyncR²; the sets ``GAP_CHUNK_BYTES`` at a time, in float32."""
     T, B = len(grids[0]), len(counts)
     cell = int(np.prod(grids[0].shape[1:]))
     per = max(1, GAP_CHUNK_BYTES // (8 * B * cell))
     scores = np.empty((T, B))
     for t0 in range(0, T, per):
         t1 = min(T, t0 + per)
-        # float32: the resamples only rank (their p resolves 1/B); 6x faster than float64 here
+        # float32: the resamples only rank (their p resolves 1/B)
         total = np.zeros((B, t1 - t0) + grids[0].shape[1:], dtype=np.float32)
         seeds = np.zeros(B)
         for g, (eps, loss, sizes) in zip(grids, losses):   # one split seed: r2 (T, Ls, Lt), loss (T, G, Ls, Lt)
@@ -213,29 +192,20 @@ def _gap_resamples(grids: list, losses: list, counts: np.ndarray) -> np.ndarray:
 
 
 def surrogate_block(ctx: Context, genuine: GenuineFits, n: int, counts=None) -> xr.Dataset:
-    """Genuine SyncR² against ``n`` surrogate partners per dialog (:data:`SURROGATE_RULE`).
-
-    Parameters
-    ----------
-    ctx : Context
-    genuine : GenuineFits
-        The genuine samples and fits of the conditions block (their splits and penalties).
-    n : int
-        Surrogates per dialog (at least 1).
-    counts : array (B, E), optional
-        :func:`synclib.analysis.blocks.episode_draws`, the draws of ``sync_r2_boot``.
+    """Genuine SyncR² against ``n`` (>= 1) surrogate partners per dialog (:data:`SURROGATE_RULE`), on ``genuine``'s
+    samples, splits and penalties; ``counts`` (B, E): :func:`synclib.analysis.blocks.episode_draws`, the draws of
+    ``sync_r2_boot``.
 
     Returns
     -------
     xarray.Dataset
         ``sync_r2_surrogate`` (direction, surrogate), ``sync_r2_surrogate_genuine`` (direction),
-        ``surrogate_same_personas`` and ``surrogate_same_scenario`` (direction, surrogate: share
-        of samples whose partner dialog shares the persona pair / the scenario),
-        ``n_train_surrogate``, ``n_test_surrogate`` (direction, split_seed), ``alpha_surrogate``
-        (direction, split_seed, target_set, src_layer: the penalties, set 0 the genuine targets
-        on the same rows, set ``m + 1`` surrogate ``m``; NaN past a model's layers), the split seeds past
-        the first :data:`SURROGATE_SPLITS` left 0 and NaN (not fitted); with ``counts``,
-        ``surrogate_gap_boot`` (direction, boot); attribute ``surrogate_rule``.
+        ``surrogate_same_personas`` and ``surrogate_same_scenario`` (direction, surrogate: share of samples whose
+        partner dialog shares the persona pair / the scenario), ``n_train_surrogate``, ``n_test_surrogate``
+        (direction, split_seed), ``alpha_surrogate`` (direction, split_seed, target_set, src_layer: set 0 the genuine
+        targets on the same rows, set ``m + 1`` surrogate ``m``; NaN past a model's layers); split seeds past the
+        first :data:`SURROGATE_SPLITS` are left 0 and NaN; with ``counts``, ``surrogate_gap_boot`` (direction,
+        boot); attribute ``surrogate_rule``.
     """
     D, S = len(ctx.directions), len(ctx.split_seeds)
     value, gen = np.full((D, n), np.nan), np.full(D, np.nan)

@@ -1,9 +1,8 @@
 """Theory-of-Mind decoding (paper appendix J, figure 11).
 
-In the ToM run each speaker states an emotion (8 words) and an action type (5
-words) before its reply; the cube holds, per utterance, the speaker's
-probability distribution over those words (``emotion_a`` etc.).  We decode these
-distributions from hidden states of the ToM run with linear probes:
+In the ToM run each speaker states an emotion (8 words) and an action type (5 words) before its reply; the cube
+holds, per utterance, the speaker's probability distribution over those words (``emotion_a`` etc.), which linear
+probes decode from the ToM run's hidden states:
 
 =================  ======================================  ======================================
 relation           reader A: ``hidden_a_tom[k]`` (utt 2k)   reader B: ``hidden_b_tom[k]`` (utt 2k+1)
@@ -15,28 +14,17 @@ partner_next       ``emotion_b[k]``                         ``emotion_a[k+1]``
 
 (likewise for actions).  The partner's words are never in the reader's prompt.
 
-Format filter (figure 11; the paper restricts itself to models that follow the format):
-a sample is kept only if its *target* utterance -- the one whose emotion/action
-distribution is decoded (the reader's own utterance for ``self_current``, the partner's
-for ``partner_previous``/``partner_next``) -- opened with "Emotion. Action type." as
-instructed (the cube's ``tom_format_a``/``tom_format_b`` = 1).  The reader's own
-utterance need not follow it: its hidden state is read before it generates anything.
-The numbers kept and dropped are recorded per reader, relation and target
-(``tom_n_kept``, ``tom_n_dropped``); a cube without ``tom_format_*`` variables is used
-whole (attribute ``tom_format_filter`` says so).  ``format_filter=False`` uses every sample
-(models that never follow the format, such as the tiny embedded ones, would otherwise
-leave nothing to decode); the two counts then still say how many did and did not follow
-it.
+Format filter (figure 11; the paper keeps models that follow the format): a sample is kept only if its *target*
+utterance (the reader's own for ``self_current``, else the partner's) opened with "Emotion. Action type." as
+instructed (``tom_format_a``/``tom_format_b`` = 1; counts in ``tom_n_kept``/``tom_n_dropped``).  A cube without
+``tom_format_*`` is used whole, as is every sample with ``format_filter=False`` (models that never follow the
+format, such as the tiny embedded ones, would leave nothing); attribute ``tom_format_filter`` says which.
 
-Probe (our choice; the paper does not give one): ridge regression
-(:func:`synclib.analysis.ridge.ridge_solve`) from one layer's hidden state to the centred
-log-probabilities, read out with a softmax.  Layer and penalty are chosen on an
-episode-grouped validation part (20 %) of the training set; the per-layer test KL
-is also reported (at each layer's validation-best penalty).  Metric: mean test
-KL(true || predicted); baseline: KL(true || mean training distribution).  Splits:
-all samples by whole episodes with the rule of :func:`synclib.splits.episode_split`
-(test ``>= n - int(0.8 n)`` samples, training the rest), per split seed (the
-protocol's fixed 6,500 applies to the synchrony datasets, not here).
+Probe (ours; the paper gives none): ridge (:func:`synclib.analysis.ridge.ridge_solve`) from one layer's hidden state
+to the centred log-probabilities, read out with a softmax; layer and penalty chosen on an episode-grouped validation
+part (20 %) of the training set (per-layer test KL at each layer's validation-best penalty).  Metric: mean test
+KL(true || predicted); baseline: KL(true || mean training distribution).  Splits: all samples by whole episodes with
+the rule of :func:`synclib.splits.episode_split`, per split seed (the fixed 6,500 is the synchrony datasets').
 """
 from __future__ import annotations
 
@@ -69,19 +57,8 @@ class ToMError(ValueError):
 
 
 def kl_divergence(p, q) -> np.ndarray:
-    """Row-wise KL(p || q) in nats.
-
-    Parameters
-    ----------
-    p : array, shape (n, K)
-        True distributions (0 log 0 = 0).
-    q : array, shape (n, K) or (1, K)
-        Predicted distributions (clipped at 1e-8).
-
-    Returns
-    -------
-    array, shape (n,)
-    """
+    """Row-wise KL(p || q) in nats, (n,): ``p`` (n, K) true distributions (0 log 0 = 0), ``q`` (n, K) or (1, K)
+    predicted ones (clipped at 1e-8)."""
     p = np.asarray(p, dtype=np.float64)
     q = np.clip(np.asarray(q, dtype=np.float64), _EPS, None)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -117,21 +94,10 @@ def _hidden(cube, agent: str, max_resident_bytes: int | None = None) -> HiddenRo
 
 
 def _tom_samples(cube, agent: str, relation: str, target: str, hidden: HiddenRows, format_filter: bool = True):
-    """The samples of one probe (index arithmetic in the module doc).
-
-    Returns
-    -------
-    rows : int array, shape (n,)
-        Rows of ``hidden`` (flat (episode, sim_seed, round)).
-    P : array, shape (n, K)
-        Target distributions.
-    episode : int array, shape (n,)
-        Episode position of each sample.
-    counts : dict
-        ``kept`` and ``dropped`` (samples whose target utterance did / did not follow the
-        format; module doc) and ``filtered`` (False: the cube has no ``tom_format_*`` or
-        ``format_filter`` is off, and every sample is used).
-    """
+    """The samples of one probe (index arithmetic in the module doc): ``rows`` (n,) of ``hidden`` (flat (episode,
+    sim_seed, round)), ``P`` (n, K) target distributions, ``episode`` (n,) and ``counts``: ``kept``/``dropped``
+    (target utterance did / did not follow the format) and ``filtered`` (False: no ``tom_format_*`` in the cube or
+    ``format_filter`` off, every sample used)."""
     me, other = _check_vars(cube, agent, relation, target)
     E, S, R = hidden.grid
     if relation == "self_current":
@@ -159,17 +125,8 @@ def _tom_samples(cube, agent: str, relation: str, target: str, hidden: HiddenRow
 
 
 def tom_dataset(cube, agent: str, relation: str, target: str):
-    """Samples for one probe (after the format filter of the module doc).
-
-    Returns
-    -------
-    X : array, shape (n, L, D)
-        Hidden states of the reader (as stored).
-    P : array, shape (n, K)
-        Target distributions.
-    episode : int array, shape (n,)
-        Episode position of each sample.
-    """
+    """Samples for one probe after the format filter: ``X`` (n, L, D) the reader's hidden states (as stored),
+    ``P`` (n, K) target distributions, ``episode`` (n,) each sample's episode position."""
     _check_vars(cube, agent, relation, target)
     hidden = _hidden(cube, agent)
     rows, P, ep, _ = _tom_samples(cube, agent, relation, target, hidden)
@@ -252,9 +209,8 @@ class _Results:
 
 
 def _probe_split(ep: np.ndarray, seed: int, val_frac: float, test_frac: float):
-    """``(fit, val, train, test)`` sample indices of one probe by whole episodes ``ep``
-    (n,): test and train by :func:`synclib.splits.episode_split`, then the training
-    set into fit and validation parts; None where a part would hold fewer than 2."""
+    """``(fit, val, train, test)`` indices of one probe by whole episodes ``ep`` (n,): :func:`episode_split`, then
+    the training set into fit and validation parts; None where a part would hold fewer than 2."""
     try:
         tr, te, _ = episode_split(ep, None, seed, train_frac=1 - test_frac)
         fit, val = validation_split(ep[tr], seed, val_frac)
@@ -309,8 +265,7 @@ def _probe_layer(Xl: torch.Tensor, layer: int, p: _Probe, alphas, res: _Results)
 
 
 def _fit_probes(hidden: HiddenRows, probes: list[_Probe], alphas, dev, res: _Results, bar) -> None:
-    """Every probe of one reader on every layer, reading the states in blocks of
-    layers (all layers at once when they fit the resident budget)."""
+    """Every probe of one reader on every layer, the states read in blocks of layers within the resident budget."""
     La = hidden.shape[1]
     used = np.unique(np.concatenate([p.rows for p in probes]))
     row_bytes = hidden.shape[2] * hidden.dtype.itemsize * len(used)
@@ -331,44 +286,35 @@ def _fit_probes(hidden: HiddenRows, probes: list[_Probe], alphas, dev, res: _Res
 def tom_decode(cube, split_seeds=(0, 1, 2), *, alphas=DEFAULT_TOM_ALPHAS, val_frac: float = 0.2,
                test_frac: float = 0.2, device=None, max_resident_bytes: int | None = None,
                progress: bool = False, format_filter: bool = True) -> xr.Dataset:
-    """ToM decoding for both readers, three relations, emotions and actions.
+    """ToM decoding for both readers, three relations, emotions and actions (module doc).
 
     Parameters
     ----------
     cube : xarray.Dataset
-        Cube with the ToM variables (``hidden_*_tom``, ``emotion_*``, ``action_*``).
+        With the ToM variables (``hidden_*_tom``, ``emotion_*``, ``action_*``).
     split_seeds : sequence of int
-        Episode-grouped 80/20 splits.
     alphas : sequence of float
         Ridge penalties searched (with the layer) on the validation part.
-    val_frac : float
-        Fraction of training samples (whole episodes) used for validation.
-    test_frac : float
-        Fraction of the samples (whole episodes) in the test set.
+    val_frac, test_frac : float
+        Share of the training samples in the validation part, of all samples in the test set (whole episodes).
     device : torch device of the probes (default CPU).
     max_resident_bytes : int, optional
-        A reader's states up to this size are loaded whole; larger ones (lazily
-        opened cubes) are read in blocks of layers of about this size (see
-        :class:`synclib.cube.HiddenRows`).
+        A reader's states up to this size are loaded whole, larger ones (lazily opened cubes) read in blocks of
+        layers of about this size (:class:`synclib.cube.HiddenRows`).
     progress : bool
-        Show a tqdm bar on stderr.
+        A tqdm bar on stderr.
     format_filter : bool
-        Drop samples whose target utterance did not follow the instructed format (the
-        paper's restriction, module doc); False uses every sample.
+        Drop samples whose target utterance did not follow the format (module doc).
 
     Returns
     -------
     xarray.Dataset
-        ``tom_kl`` (tom_target, tom_relation, agent, split_seed, tom_layer),
-        ``tom_kl_best``, ``tom_kl_baseline``, ``tom_best_layer``, ``tom_best_alpha``
-        (tom_target, tom_relation, agent, split_seed), summary
-        ``tom_kl_best_mean``/``_se`` and ``tom_kl_baseline_mean``/``_se``
-        (tom_target, tom_relation, agent; :func:`synclib.stats.mean_se` over split
-        seeds), ``tom_n_train``, ``tom_n_test`` (tom_target, tom_relation, agent, split_seed:
-        the emotion and action probes have their own samples: an action distribution exists
-        only where the reply generated a token holding a '.' after which to read it),
-        ``tom_n_kept``, ``tom_n_dropped`` (tom_target, tom_relation, agent: the format
-        filter of the module doc), attribute ``tom_format_filter``.
+        With T, R, A, S = tom_target, tom_relation, agent, split_seed: ``tom_kl`` (T, R, A, S, tom_layer),
+        ``tom_kl_best``, ``tom_kl_baseline``, ``tom_best_layer``, ``tom_best_alpha`` (T, R, A, S),
+        ``tom_kl_best_mean``/``_se`` and ``tom_kl_baseline_mean``/``_se`` (T, R, A; :func:`synclib.stats.mean_se`
+        over split seeds), ``tom_n_train``, ``tom_n_test`` (T, R, A, S: emotions and actions have their own
+        samples, an action distribution existing only where the reply generated a token holding a '.'),
+        ``tom_n_kept``, ``tom_n_dropped`` (T, R, A), attribute ``tom_format_filter``.
 
     Raises
     ------

@@ -1,23 +1,10 @@
 """Command-line interface: ``synclib SUBCOMMAND ...``.
 
-Each subcommand's command line is a module of this package (:data:`SUBCOMMANDS`) with
-``configure_parser(parser)`` (adds its options, documented for ``--help``, their defaults
-read from :func:`synclib.config.default`) and ``run(args) -> int``; the work itself is done
-by the library modules they call, which never import this package.  This file only wires
-them together, importing a module when its subcommand is used; the modules import the
-heavy libraries (torch, transformers) only when they run, so that ``synclib --help``
-stays fast.
-
-Modules
--------
-simulate   ``synclib simulate``: two models play tasks into a cube (:mod:`synclib.simulate`)
-analyze    ``synclib analyze``: SyncR^2 from a cube, to netCDF (:mod:`synclib.analysis`)
-evaluate   ``synclib evaluate``: judge a cube or an episodes file (:mod:`synclib.judge`)
-run        ``synclib run``: the main job (:mod:`synclib.run.pipeline`)
-notebooks  ``synclib notebooks``: execute figure notebooks (:mod:`synclib.notebook`); also
-           ``python -m synclib.cli.notebooks NB OUT`` for one notebook
-fetch      ``synclib fetch``: a dataset into the user's cache (:mod:`synclib.tasks.datasets`)
-bench      ``synclib bench``: one ordered run's loop measured here, for the dry run's price (:mod:`synclib.run.bench`)
+Each subcommand is a module of this package (:data:`SUBCOMMANDS`) with ``configure_parser(parser)`` (its
+options, their defaults read from :func:`synclib.config.default`) and ``run(args) -> int``; the work is done by
+the library modules they call, which never import this package. A module is imported when its subcommand is
+used, and imports the heavy libraries (torch, transformers) only when it runs, so that ``synclib --help`` stays
+fast (the "lazy" imports of these modules).
 """
 from __future__ import annotations
 

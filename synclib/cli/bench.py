@@ -1,7 +1,5 @@
-"""``synclib bench``: one ordered run's dialog loop measured on this machine
-(:mod:`synclib.run.bench`), kept in ``RESULTS/bench/`` where the dry run finds it and prices the
-grid from it.  A few minutes: the models load, then one part of the run plays (by default
-``units_per_part`` tasks x one seed, with the run's own settings)."""
+"""``synclib bench``: one ordered run's dialog loop measured on this machine (:mod:`synclib.run.bench`), kept
+in ``RESULTS/bench/`` where the dry run prices the grid from it. A few minutes: the models load, one part plays."""
 from __future__ import annotations
 
 import argparse
@@ -30,8 +28,7 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Measure, keep the record, print where it went and what it measured; 0 when done, 2 on a
-    bad config or option."""
+    """Measure, keep and summarise the record; 0 when done, 2 on a bad config or option."""
     try:
         cfg = load_config(args.config, args.overrides)
         if args.tasks is not None and args.tasks < 1:

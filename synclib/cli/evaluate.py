@@ -1,23 +1,31 @@
-"""``synclib evaluate``: judge a cube's dialogs, or a file of finished episodes, and write
-``SOURCE.judge.csv`` (:func:`synclib.judge.evaluate_cube`, :func:`synclib.judge.evaluate_episodes`).
+"""``synclib evaluate``: judge a cube's dialogs, or a file of finished episodes, and write ``SOURCE.judge.csv``.
 
-An option that sets a ``judge.*`` key is read and checked by that key's rule
-(:func:`synclib.argtypes.setting`) and defaults to the key's default; the options a run
-config lacks default to :mod:`synclib.judge.options`'s.  The options become a
-:class:`~synclib.judge.options.JudgeOptions` through the mapping the pipeline's judge step
-uses (:meth:`~synclib.judge.options.JudgeOptions.from_config`).
+Each ``judge.*`` key is an option (``judge.max_tokens``: ``--max-tokens``; ``judge.model`` and ``judge.url``:
+``--judge-model``, ``--judge-url``), with the key's default, mapped to
+:class:`~synclib.judge.options.JudgeOptions` as the pipeline's judge step maps a run config.
 """
 from __future__ import annotations
 
 import argparse
 
-from synclib import argtypes as at
+from synclib.cli import argtypes as at
 from synclib.judge.errors import JudgeError
 from synclib.judge.evaluate import evaluate_cube, evaluate_episodes
-from synclib.judge.options import LOCAL_MAX_NEW_TOKENS, JudgeConnection, JudgeOptions, JudgeSampling
-from synclib.keys import default
+from synclib.judge.options import LOCAL_MAX_NEW_TOKENS, JudgeOptions
+from synclib.keys import KEYS, default, lookup
 
 __all__ = ["configure_parser", "run"]
+
+#: the judge.* keys, each an option; its dest where that is not the key's name
+_KEYS = tuple(k.path.split(".", 1)[1] for k in KEYS if k.path.startswith("judge."))
+_DEST = {"model": "judge_model", "url": "judge_url"}
+
+
+def _keyed(parser: argparse.ArgumentParser, name: str, metavar: str) -> None:
+    """The option of ``judge.<name>``: the key's rule, default and help."""
+    path = "judge." + name
+    parser.add_argument("--" + name.replace("_", "-"), type=at.setting(path), default=default(path),
+                        metavar=metavar, help=f"{lookup(path).help} (default %(default)s)")
 
 
 def configure_parser(parser: argparse.ArgumentParser) -> None:
@@ -41,20 +49,15 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--judge-url", type=at.setting("judge.url"), default=None, metavar="URL",
                         help="base URL of an OpenAI-compatible API, e.g. "
                              "http://localhost:8000/v1 (requests go to URL/chat/completions)")
-    parser.add_argument("--api-key-env", default=default("judge.api_key_env"),
+    parser.add_argument("--api-key-env", type=at.setting("judge.api_key_env"), default=default("judge.api_key_env"),
                         help="environment variable holding the API key (default "
                              "OPENAI_API_KEY; unset means no key is sent). The key itself is "
                              "never written anywhere")
     parser.add_argument("--concurrency", type=at.setting("judge.concurrency"), metavar="N",
                         default=default("judge.concurrency"),
                         help="requests in flight at once (HTTP judge; default %(default)s)")
-    parser.add_argument("--timeout", type=at.arg_type(at.positive_float, "seconds"),
-                        default=JudgeConnection.timeout,
-                        help="seconds to wait to connect and for each read (default %(default)g)")
-    parser.add_argument("--max-retries", type=at.arg_type(at.nonneg_int, "retries"),
-                        default=JudgeConnection.max_retries,
-                        help="retries on 429/5xx/timeouts/dropped connections, with "
-                             "exponential backoff (default %(default)s)")
+    _keyed(parser, "timeout", "SECONDS")
+    _keyed(parser, "max_retries", "N")
     parser.add_argument("--mode", type=at.setting("judge.mode"), default=None, metavar="json|constrained",
                         help="json: the judge writes the whole evaluation (default for "
                              "--judge-url); constrained: one agent and dimension at a time, "
@@ -77,14 +80,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
                         default=default("judge.reasoning_max_chars"),
                         help="with structured output, the longest reasoning per dimension, in "
                              "characters (1-1999; default %(default)s)")
-    parser.add_argument("--seed", type=at.arg_type(at.nonneg_int, "seed"), default=JudgeSampling.seed,
-                        help="judge seed (default %(default)s)")
-    parser.add_argument("--max-tokens", type=at.arg_type(at.positive_int, "token count"),
-                        default=JudgeSampling.max_tokens,
-                        help=f"answer length limit (HTTP default: the server's; local: {LOCAL_MAX_NEW_TOKENS})")
-    parser.add_argument("--batch-size", type=at.arg_type(at.positive_int, "batch size"),
-                        default=JudgeOptions.batch_size,
-                        help="rows per forward pass in constrained scoring (default %(default)s)")
+    _keyed(parser, "seed", "SEED")
+    parser.add_argument("--max-tokens", type=at.setting("judge.max_tokens"), default=default("judge.max_tokens"),
+                        metavar="N", help=f"answer length limit (default: an HTTP judge sends none and the server's "
+                                          f"own applies; a local judge in json mode stops at {LOCAL_MAX_NEW_TOKENS})")
+    _keyed(parser, "batch_size", "N")
     parser.add_argument("--device", default=None, help="device of a local judge (default: auto)")
     parser.add_argument("--sample", type=at.setting("judge.sample"), default=default("judge.sample"), metavar="N",
                         help="judge a random sample of N dialogs (episode x sim seed; default: all)")
@@ -98,19 +98,12 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``synclib evaluate``: judge a cube or an episodes file and write ``SOURCE.judge.csv``."""
-    # the options named as the run config's keys, mapped as the pipeline maps a run config;
-    # the options the run config lacks override the defaults
-    cfg = {"scenarios": args.scenarios, "device": args.device, "judge": {
-        "model": args.judge_model, "url": at.value_of(args.judge_url), "api_key_env": args.api_key_env,
-        "mode": at.value_of(args.mode), "layout": args.layout, "structured": args.structured,
-        "reasoning_max_chars": args.reasoning_max_chars, "concurrency": args.concurrency,
-        "sample": at.value_of(args.sample), "sample_seed": args.sample_seed}}
+    """Entry point of ``synclib evaluate``."""
+    cfg = {"scenarios": args.scenarios, "device": args.device,
+           "judge": {name: at.value_of(getattr(args, _DEST.get(name, name))) for name in _KEYS}}
     outputs = dict(out=args.out, cache=args.cache, progress=not args.no_progress)
     try:
-        options = JudgeOptions.from_config(cfg, timeout=args.timeout, max_retries=args.max_retries,
-                                           seed=args.seed, max_tokens=args.max_tokens,
-                                           batch_size=args.batch_size)
+        options = JudgeOptions.from_config(cfg)
         if str(args.source).endswith((".jsonl", ".json")):
             evaluate_episodes(args.source, options, **outputs)
         else:

@@ -1,6 +1,4 @@
-"""``synclib fetch NAME``: a dataset into the user's cache (:func:`synclib.tasks.datasets.fetch`),
-then how to use it.
-"""
+"""``synclib fetch NAME``: a dataset into the user's cache (:func:`synclib.tasks.datasets.fetch`), then its use."""
 from __future__ import annotations
 
 import argparse
@@ -35,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
     if ds.kind == "tasks":
         print(f"{ds.name}: {len(ds.files)} files ready in {root} (use `scenarios: {ds.name}`)")
     else:
-        # lazy: pandas (through synclib.judge) only for the human ratings' usage note
+        # lazy: pandas loads only when the command runs
         from synclib.judge.sotopia_human import usage
 
         print(f"{ds.name}: {len(ds.files)} files ready in {root}\n{usage(root)}")

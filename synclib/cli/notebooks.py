@@ -1,11 +1,8 @@
-"""``synclib notebooks``: execute chosen figure notebooks against a results directory
-(:func:`synclib.notebook.execute`); ``python -m synclib.cli.notebooks NB OUT`` executes one.
+"""``synclib notebooks``: execute chosen figure notebooks (all without names) against a results directory into
+``RESULTS/executed/``, after judging its claims (:func:`synclib.notebook.execute`). ``python -m
+synclib.cli.notebooks NB OUT`` executes one, as the main job and the tests do::
 
-Command lines::
-
-    # chosen notebooks (all without names) against a results directory -> RESULTS/executed/
-    synclib notebooks --results results/embedded fig02 fig06 -p ability_scores my_scores.csv
-    # one notebook, as the main job and the tests run it
+    synclib notebooks --results results/embedded fig02 fig06 -p direction "B->A"
     python -m synclib.cli.notebooks notebooks/fig02_heatmaps.md out.ipynb -p results_dir results/embedded
 """
 from __future__ import annotations
@@ -14,37 +11,17 @@ import argparse
 import sys
 from pathlib import Path
 
-from synclib.notebook import NotebookParameterError, execute, failure, figure_notebooks, parameters
+from synclib.notebook import NotebookParameterError, choose, execute, failure, parameters
+from synclib.paths import CLAIMS_FILE, display
 
 __all__ = ["configure_parser", "run", "main", "request"]
 
 
-def _chosen(names) -> list[Path]:
-    """The notebooks named by stem or a unique prefix of one (all of them for none)."""
-    every = figure_notebooks()
-    if not names:
-        return every
-    out = []
-    for name in names:
-        stem = Path(name).stem if name.endswith(".md") else name
-        hits = [nb for nb in every if nb.stem == stem] or [nb for nb in every if nb.stem.startswith(stem)]
-        if len(hits) != 1:
-            what = "matches none" if not hits else f"matches {', '.join(h.stem for h in hits)}"
-            raise ValueError(f"notebook {name!r} {what}; choose from {', '.join(nb.stem for nb in every)}")
-        out += [h for h in hits if h not in out]
-    return out
-
-
 def request(names, params: dict) -> list[Path]:
-    """The notebooks ``names`` choose (:func:`_chosen`), checked against ``params``: every
-    parameter must be declared by one of them, and ``results_dir`` is ``--results``'s.
-
-    Raises
-    ------
-    ValueError
-        naming the notebook or parameter, and what is valid.
-    """
-    chosen = _chosen(names)
+    """The notebooks ``names`` choose (:func:`synclib.notebook.choose`), checked against ``params``: every
+    parameter must be declared by one of them, and ``results_dir`` is ``--results``'s. Raises ValueError naming
+    the notebook or parameter, and what is valid."""
+    chosen = choose(names)
     if "results_dir" in params:
         raise ValueError("-p results_dir: give the results directory as --results")
     declared = {nb.stem: parameters(nb) for nb in chosen}
@@ -56,8 +33,7 @@ def request(names, params: dict) -> list[Path]:
 
 
 def _value(text: str):
-    """A ``-p`` value: YAML numbers, true/false, null and lists (``[S-G, G-S]``) become Python
-    values, anything else stays text."""
+    """A ``-p`` value: YAML numbers, true/false, null and lists (``[S-G, G-S]``), anything else as text."""
     import yaml
 
     try:
@@ -77,14 +53,28 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", default=None, metavar="DIR",
                         help="where the executed copies go (default: RESULTS/executed)")
     parser.add_argument("-p", "--parameter", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"),
-                        help="a notebook parameter (repeatable), e.g. -p ability_scores my_scores.csv; "
+                        help="a notebook parameter (repeatable), e.g. -p direction B->A; "
                              "numbers, true/false and null are read as such")
     parser.add_argument("-k", "--kernel", default="python3", help="Jupyter kernel (default python3)")
 
 
+def _judge_claims(results: Path) -> None:
+    """The claims step on ``results`` (:mod:`synclib.analysis.claims`), with the files its config's
+    ``notebooks.*`` keys name, so that the pages read claims of the analyses as they are now."""
+    # lazy: xarray and the tests load only when the command runs
+    from synclib.analysis import claims
+    from synclib.analysis.results import load_published, load_results  # lazy, as claims
+
+    res = load_results(results)
+    nb = res.config.get("notebooks") or {}
+    claims.write(res, load_published(), ability_scores=nb.get("ability_scores"), ratings=nb.get("human_ratings"),
+                 judge_scores=nb.get("human_judge_scores"))
+    print(f"judged the claims: {display(results / CLAIMS_FILE)}", flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
-    """``synclib notebooks``: execute the chosen notebooks against ``--results``; 0 when all
-    ran, 1 when one failed (named with its cell), 2 on bad input (nothing run)."""
+    """Entry point of ``synclib notebooks``: 0 when all ran, 1 when one failed (named with its cell), 2 on bad
+    input (nothing run)."""
     from papermill.exceptions import PapermillExecutionError
 
     def fail(msg: str) -> int:
@@ -100,6 +90,10 @@ def run(args: argparse.Namespace) -> int:
         chosen = request(args.names, params)
     except ValueError as exc:
         return fail(str(exc))
+    try:
+        _judge_claims(results)
+    except (ValueError, OSError) as exc:
+        return fail(f"--results {args.results}: the claims step failed: {exc}")
     out = Path(args.out).expanduser() if args.out else results / "executed"
     out.mkdir(parents=True, exist_ok=True)
     failed = []
@@ -146,8 +140,7 @@ def main(argv=None) -> int:
 
 
 def _one_line(exc: Exception, out) -> str:
-    """A failed notebook in one line: synclib's own refusal as the kernel said it, the failing
-    cell (:func:`synclib.notebook.failure`), else the exception's name and message."""
+    """A failed notebook in one line: synclib's own refusal, the failing cell, else the exception's."""
     from papermill.exceptions import PapermillExecutionError
 
     if isinstance(exc, PapermillExecutionError) and exc.ename == NotebookParameterError.__name__:

@@ -1,9 +1,7 @@
-"""``synclib run``: the main job (:mod:`synclib.run.pipeline`) from a run config and ``--set``
-overrides: simulate, judge, analyse, execute notebooks, build the book.
+"""``synclib run``: the main job (:mod:`synclib.run.pipeline`) from a run config and ``--set`` overrides.
 
-The config is checked (:func:`synclib.config.load_config`) and a task set that is not
-cached yet is fetched before any job starts; ``--dry-run`` prints the plan
-(:mod:`synclib.run.plan`) and the training samples per dataset (:mod:`synclib.analysis.sizing`) instead.
+The config, its hub ids and a task set not cached yet are checked or fetched before any job starts;
+``--dry-run`` prints the plan (:mod:`synclib.run.plan`) and the training samples per dataset instead.
 """
 from __future__ import annotations
 
@@ -13,6 +11,7 @@ import time
 
 from synclib.analysis.sizing import format_sizes, run_sizes
 from synclib.config import STEPS, ConfigError, load_config
+from synclib.notebook import choose
 from synclib.paths import DEFAULT_CONFIG, display
 from synclib.cluster import is_scheduler_address, spec_of
 from synclib.run.pipeline import (JobFailed, build_jobs, clear_failed, clocked, execute, not_done, runs,
@@ -51,14 +50,15 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                    help="run only these ordered runs (names like M1-L2, or positions 0, 1, ... as --list-runs "
                         "numbers them: an array job's task id): their simulation, judge and analysis; the notebooks "
                         "and the book wait for every run (--steps notebooks,book once all are in)")
+    p.add_argument("--pages", default=None, metavar="NAME[,NAME...]",
+                   help="re-run only these notebooks (by name, e.g. fig02_heatmaps, or a unique prefix, fig02) and "
+                        "rebuild the book with the other pages as they were last executed (make page NAME=...)")
     p.add_argument("--list-runs", action="store_true",
                    help="print the config's ordered runs, one per line with its position, and exit")
 
 
 def _dataset_sizes(cfg: dict, steps) -> str:
-    """The training samples per dataset of each ordered run, and a warning where the
-    measured sample-size curves say SyncR² would stay at 0 (:mod:`synclib.analysis.sizing`);
-    empty when the run analyses nothing."""
+    """Each ordered run's training samples per dataset, warning where SyncR² would stay at 0; "" without analyze."""
     if "analyze" not in steps:
         return ""
     return format_sizes(run_sizes(cfg, runs(cfg)))
@@ -73,9 +73,8 @@ SCHEDULER_TIMEOUT = 5.0
 
 
 def _probe_scheduler(args: argparse.Namespace, cfg: dict) -> dict | None:
-    """A dry run's look at the named dask scheduler (``--scheduler`` or ``cluster.scheduler``):
-    whether it answers within :data:`SCHEDULER_TIMEOUT` s, its workers and GPU workers; None for
-    ``sync``/``threads`` or none named."""
+    """:func:`synclib.run.price.check_scheduler` of ``--scheduler`` or ``cluster.scheduler``, with its
+    ``address``; None for ``sync``/``threads`` or none named."""
     address = args.scheduler or (cfg.get("cluster") or {}).get("scheduler")
     if not address or address in ("sync", "threads"):
         return None
@@ -96,9 +95,7 @@ HUB_TIMEOUT = 5.0
 
 
 def _check_hub(cfg: dict, only) -> HubReport | None:
-    """The hub ids among the models the run loads (its ordered runs' models; a local judge's),
-    checked before anything starts (:func:`synclib.run.hub.check_models`); None when it loads
-    no hub id."""
+    """The hub check of the models the run loads (its ordered runs', a local judge's); None without hub ids."""
     chosen = runs(cfg) if only is None else select_runs(cfg, only)
     specs = [cfg["models"][k]["spec"] for r in chosen for k in (r.a, r.b)]
     if cfg["judge"]["url"] is None:
@@ -109,9 +106,7 @@ def _check_hub(cfg: dict, only) -> HubReport | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """``synclib run``: check the config, fetch a task set not cached yet, then print the plan
-    (``--dry-run``) or execute the job graph; 0 when done, 1 when a job failed (one line), 2 on a
-    bad config or option."""
+    """Entry point of ``synclib run``: 0 when done, 1 when a job failed (one line), 2 on a bad config or option."""
     try:
         cfg = load_config(args.config, args.overrides)
         steps = tuple(s.strip() for s in args.steps.split(",") if s.strip())
@@ -140,6 +135,14 @@ def run(args: argparse.Namespace) -> int:
             if not steps:
                 raise ConfigError("--runs with --steps notebooks,book runs nothing: the notebooks and the book are "
                                   "built from every run at once (drop --runs)")
+        pages = None
+        if args.pages is not None:
+            try:
+                pages = choose([x for x in args.pages.split(",") if x.strip()]) or None
+            except ValueError as exc:
+                raise ConfigError(f"--pages: {exc}") from None
+            if pages is None or only is not None:
+                raise ConfigError("--pages names notebooks to re-run (e.g. --pages fig02), without --runs")
     except ConfigError as exc:
         print(f"synclib run: {exc}", file=sys.stderr)
         return 2
@@ -160,7 +163,7 @@ def run(args: argparse.Namespace) -> int:
         except (DatasetError, ConfigError) as exc:
             print(f"synclib run: scenarios: {exc}", file=sys.stderr)
             return 2
-    jobs = build_jobs(cfg, steps, only)
+    jobs = build_jobs(cfg, steps, only, pages)
     sizes = _dataset_sizes(cfg, steps)
     missing = not_done(jobs)
     if args.dry_run:

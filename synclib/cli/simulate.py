@@ -1,13 +1,9 @@
-"""``synclib simulate``: two models play Sotopia tasks and fill an activation cube
-(:func:`synclib.simulate.simulate`).
+"""``synclib simulate``: two models play Sotopia tasks and fill an activation cube (:func:`synclib.simulate.simulate`).
 
-Every option that sets a ``simulate.*`` key of the run config is that key, spelt as an option
-(``--max-new-tokens`` is ``simulate.max_new_tokens``), read and checked by the schema's one
-check (:func:`synclib.argtypes.setting`); the settings go to the option groups through the
-same ``from_config`` as ``synclib run``'s.  Their defaults are the schema's, or ``--config``'s
-``simulate.*`` where given (without ``--config``, the passive reader and the ToM dialogs are
-off unless asked for), so ``synclib simulate --config C`` and ``synclib run --config C``
-simulate alike.  ``python -m synclib.cli.simulate ...`` is the same as ``synclib simulate ...``.
+An option that sets a ``simulate.*`` key is that key spelt as an option (``--max-new-tokens``); the settings go
+to the option groups through ``synclib run``'s ``from_config``. Their defaults are the schema's, or
+``--config``'s (without it, the passive reader and ToM dialogs are off unless asked for), so ``synclib simulate
+--config C`` and ``synclib run --config C`` simulate alike.
 """
 from __future__ import annotations
 
@@ -15,7 +11,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from synclib import argtypes as at
+from synclib.cli import argtypes as at
 from synclib.cli import main as cli_main
 from synclib.config import ConfigError, default, load_config
 from synclib.keys import section_defaults
@@ -26,8 +22,7 @@ from synclib.tasks.scenarios import ScenarioError, load_tasks, select_tasks
 
 __all__ = ["configure_parser", "run", "main"]
 
-#: the simulate.* keys set by an option of their own: (key, metavar or None for on/off, help);
-#: the option's name is the key's, its check and default the schema's
+#: the simulate.* keys set by an option of their own: (key, metavar or None for on/off, help)
 _KEYED = (
     ("seeds", "LIST", "simulation seeds, e.g. 0,1,2 or 0-4"),
     ("passive", None, "also record the passive reader on the genuine dialogs (control 1)"),
@@ -118,9 +113,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def settings(args: argparse.Namespace) -> dict:
-    """The run config's ``simulate`` section this command runs with: ``--config``'s (else the
-    schema's defaults, the passive reader and the ToM dialogs off), each option given overriding
-    its key.  Raises :class:`~synclib.config.ConfigError` for a bad ``--config``."""
+    """The ``simulate`` section this command runs with (see the module doc); raises
+    :class:`~synclib.config.ConfigError` for a bad ``--config``."""
     if args.config:
         sim = dict(load_config(args.config)["simulate"])
     else:

@@ -4,12 +4,9 @@
 ``writer``  :class:`CubeWriter`: parts, then the finished file
 ``reader``  :func:`open_cube`, :class:`HiddenRows`
 
-
-One cube per model pair (and condition set) holds, for every episode (task
-index) and simulation seed, the hidden states of both agents at the last
-prompt token of each of their utterances, the utterance texts and the prompt
-lengths, plus the optional passive-reader and Theory-of-Mind variables.  The
-schema is the one in ``book/architecture.md`` ("The cube"):
+One cube per model pair (and condition set) holds, for every episode (task index) and simulation seed, both
+agents' hidden states at the last prompt token of each of their utterances, the utterance texts and prompt
+lengths, and the optional passive-reader and Theory-of-Mind variables (``book/architecture.md``, "The cube"):
 
 =====================================  ==============================================
 variable                               dims
@@ -24,34 +21,27 @@ variable                               dims
 ``passive_reader``                     episode, sim_seed   (persona id; ``""`` where not read)
 =====================================  ==============================================
 
-(``prompt_len_a_tom``, ``prompt_len_b_tom``, ``n_utterances_tom`` and
-``tom_format_a``, ``tom_format_b`` are additions for the ToM run.)  Rounds an episode never reached are NaN.  The attribute ``passive_seeds`` names the seeds
-the passive reader read (cube v2; in v1 cubes it read every seed).
+The ToM run adds ``prompt_len_a_tom``, ``prompt_len_b_tom``, ``n_utterances_tom``, ``tom_format_a`` and
+``tom_format_b``.  Unreached rounds are NaN.  The attribute ``passive_seeds`` names the seeds the passive
+reader read (cube v2; v1 cubes read every seed).
 
 Crash safety
 ------------
-A run writes *parts*: every finished batch of whole (episode, seed) *units*
-goes to ``PATH.parts/part-NNNNN.nc``, written under a temporary name, fsynced
-and atomically renamed, so a part either exists completely or not at all, even
-after ``kill -9``.  A part may be written in a background thread while the run goes on
-(:meth:`CubeWriter.submit_part`, one at a time; its error is re-raised in the caller's
-thread); it counts only once its file is complete.  Parts are keyed by their id, in
-whatever order they are written.  ``PATH.parts/spec.json`` records the run's settings; a
-re-run with the same settings skips the units already in parts.  When every
-unit is in, :meth:`CubeWriter.finalize` streams the parts into ``PATH.tmp``
-(one unit at a time, never the whole cube in memory), sets the global
-attribute ``complete = 1``, fsyncs, renames to ``PATH`` and removes the parts.
-:func:`open_cube` refuses any file without ``complete = 1``.
+A run writes *parts*: every finished batch of whole (episode, seed) *units* goes to
+``PATH.parts/part-NNNNN.nc`` under a temporary name, fsynced and atomically renamed, so a part exists
+completely or not at all, even after ``kill -9``.  A part may be written in a background thread
+(:meth:`CubeWriter.submit_part`, one at a time; its error is re-raised in the caller's thread).  Parts are
+keyed by id, in any order.  ``PATH.parts/spec.json`` records the run's settings; a re-run with the same
+settings skips the units already in parts.  :meth:`CubeWriter.finalize` streams the parts into ``PATH.tmp``
+one unit at a time, sets the global attribute ``complete = 1``, fsyncs, renames to ``PATH`` and removes the
+parts.  :func:`open_cube` refuses any file without ``complete = 1``.
 
 Storage
 -------
-Hidden states are float32 on disk, chunked one (episode, seed) unit per chunk
-(``(1, 1, rounds, layers, dim)``; 4 MiB at 8 x 32 x 4096) and compressed with
-zlib + shuffle.  ``store_dtype="float16"`` (or ``"bfloat16"``) keeps float32's
-range but rounds the mantissa to float16's 10 (bfloat16's 7) bits, IEEE
-round-to-nearest-even ("bit rounding"); the zeroed low bits then compress
-away.  The relative error of every value is at most 2**-11 (2**-8), and there
-is no overflow for large activations, unlike a cast to IEEE float16.
+Hidden states are float32 on disk, one (episode, seed) unit per chunk (``(1, 1, rounds, layers, dim)``;
+4 MiB at 8 x 32 x 4096), zlib + shuffle.  ``store_dtype="float16"`` (``"bfloat16"``) keeps float32's range
+but rounds the mantissa to 10 (7) bits, round-to-nearest-even ("bit rounding"), so the zeroed low bits
+compress away: relative error at most 2**-11 (2**-8), and no overflow, unlike a cast to IEEE float16.
 """
 from synclib.cube.reader import DEFAULT_RESIDENT_BYTES, READ_BATCH_BYTES, HiddenRows, open_cube
 from synclib.cube.schema import (CUBE_VERSION, EPISODE_COORDS, STORE_DTYPES, VIEWS, CubeError, CubeSpec,

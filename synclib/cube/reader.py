@@ -17,16 +17,14 @@ def open_cube(path: str | os.PathLike, chunks: dict | str | None = "native", **k
     Parameters
     ----------
     path : path of the ``.nc`` file
-    chunks : dask chunks, e.g. ``{"episode": 16}``; default ``"native"`` = the
-        on-disk chunks (one (episode, seed) unit per chunk); ``None`` loads
-        eagerly into numpy.
+    chunks : dask chunks, e.g. ``{"episode": 16}``; ``"native"``: the on-disk chunks (one unit each);
+        ``None`` loads eagerly into numpy.
     **kwargs : passed to :func:`xarray.open_dataset`
 
     Returns
     -------
     xarray.Dataset
-        The hidden-state variables are dask arrays; the small ones
-        (coordinates, texts, lengths, ToM distributions) are loaded.
+        Hidden states as dask arrays; the small variables (coordinates, texts, lengths, ToM) loaded.
 
     Raises
     ------
@@ -62,7 +60,6 @@ def open_cube(path: str | os.PathLike, chunks: dict | str | None = "native", **k
                         f"cubes up to v{CUBE_VERSION}: upgrade synclib")
     if chunks is None:
         return ds
-    # coordinates, texts, lengths and distributions are small: load them now
     small = [n for n in ds.variables if not {"dim_a", "dim_b"} & set(ds[n].dims)]
     for n in small:
         ds[n] = ds[n].load()
@@ -76,8 +73,7 @@ READ_BATCH_BYTES = 256 << 20
 
 
 def _outer(a, index, axis: int):
-    """``a`` indexed from ``axis`` on by ``index``, one axis at a time (outer indexing;
-    numpy would broadcast several index arrays together, dask refuses them)."""
+    """``a`` indexed from ``axis`` on by ``index``, one axis at a time (outer indexing, which dask allows)."""
     for i in index:
         a = a[(slice(None),) * axis + (i,)]
         axis += isinstance(i, slice) or np.ndim(i) > 0
@@ -85,35 +81,29 @@ def _outer(a, index, axis: int):
 
 
 def _local(*arrays):
-    """Compute dask arrays with threads in this process, even inside a task of a
-    ``dask.distributed`` cluster (the file is local to the worker; nothing to ship)."""
+    """Compute dask arrays with threads in this process, even inside a ``dask.distributed`` task (the file is
+    local to the worker)."""
     import dask
 
     return dask.compute(*arrays, scheduler="threads")
 
 
 class HiddenRows:
-    """One hidden-state variable of a cube as rows: sample ``(episode, sim_seed, round)``
-    -> ``(layer, dim)``, flattened in C order to ``shape = (E*S*R, L, D)``.
+    """One hidden-state variable of a cube as rows: ``(episode, sim_seed, round)`` -> ``(layer, dim)``, flattened
+    in C order to ``shape = (E*S*R, L, D)``.
 
-    A variable of at most ``max_resident_bytes`` (default
-    :data:`DEFAULT_RESIDENT_BYTES`, 2 GiB) is loaded whole, once.  A larger
-    one (only possible when the cube was opened lazily, see :func:`open_cube`)
-    streams from disk: :attr:`ok` is reduced chunk by chunk with dask, and
-    indexing reads only the on-disk chunks that hold the requested rows, so
-    memory follows the rows asked for, not the cube.
+    A variable of at most ``max_resident_bytes`` (default :data:`DEFAULT_RESIDENT_BYTES`, 2 GiB) is loaded
+    whole, once; a larger one (cube opened lazily) streams: :attr:`ok` is reduced chunk by chunk with dask and
+    indexing reads only the on-disk chunks holding the requested rows.
 
-    Indexing: ``rows[idx]`` -> ``(len(idx), L, D)``, with ``idx`` an integer or
-    a 1-D integer array of flat row numbers (any order, repeats allowed);
-    further indices select layers and dims, each on its own axis (outer
-    indexing: ``rows[idx, 3]``, ``rows[idx, 2:5]``, ``rows[idx, [0, 2]]``).
-    Results are numpy, in the stored dtype.
+    ``rows[idx]`` -> ``(len(idx), L, D)`` numpy in the stored dtype, ``idx`` an integer or 1-D integer array of
+    flat rows (any order, repeats allowed); further indices select layers and dims, each on its own axis
+    (outer indexing: ``rows[idx, 3]``, ``rows[idx, 2:5]``, ``rows[idx, [0, 2]]``).
 
     Raises
     ------
     CubeError
-        if the variable is not 5-D ``(episode, sim_seed, round, layer, dim)`` or not
-        floating point.
+        if the variable is not 5-D ``(episode, sim_seed, round, layer, dim)`` floating point.
     """
 
     def __init__(self, var, max_resident_bytes: int | None = None):
@@ -175,8 +165,8 @@ class HiddenRows:
         return out[0] if rows.ndim == 0 else out
 
     def _read(self, rows: np.ndarray, rest: tuple) -> np.ndarray:
-        """Rows of a streamed variable, read unit by unit (one on-disk chunk each) in
-        batches of about :data:`READ_BATCH_BYTES`, into one preallocated array."""
+        """Rows of a streamed variable, read unit by unit (one chunk each) in batches of about
+        :data:`READ_BATCH_BYTES`."""
         data = _outer(self._data, rest, 3)  # lazy (E, S, R, ...)
         out = np.empty((len(rows),) + data.shape[3:], dtype=self.dtype)
         if len(rows) == 0:

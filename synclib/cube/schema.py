@@ -1,8 +1,5 @@
-"""The cube's schema: dimensions, variables and their names, identity, file layout.
-
-See the package docstring (:mod:`synclib.cube`) for the table of variables.  Every
-variable name is built by :func:`var_name`; nothing else spells them out.
-"""
+"""The cube's schema: dimensions, variables and their names (built by :func:`var_name` only), identity, file
+layout.  The table of variables is in :mod:`synclib.cube`."""
 from __future__ import annotations
 
 import dataclasses
@@ -13,8 +10,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-# the views a variable can come from are the prompt views: ``"active"``, the played dialog, whose
-# states the analysis' condition ``"genuine"`` pairs; ``"passive"``, the passive reader; ``"tom"``, the ToM run
+# views: "active" (the played dialog; the analysis' "genuine" condition), "passive" (the reader), "tom"
 from synclib.tasks.prompts import VIEWS
 
 __all__ = ["CubeError", "IncompleteCubeError", "StalePartsError", "CubeSpec", "Unit", "EPISODE_COORDS", "STORE_DTYPES",
@@ -32,9 +28,7 @@ STORE_DTYPES = {"float32": None, "float16": 10, "bfloat16": 7}
 
 _ZLIB_LEVEL = 4
 
-#: the cube layout this synclib writes (global attribute ``conventions``).  v2 added
-#: ``passive_reader`` and ``passive_seeds``; v1 cubes (every seed read by a passive
-#: reader told it is the replaced agent) are read as they are.
+#: the layout written (attribute ``conventions``); v2 added ``passive_reader`` and ``passive_seeds``, v1 is still read
 CUBE_VERSION = 2
 _CONVENTIONS = "synclib cube v{} (see book/architecture.md)"
 
@@ -48,8 +42,7 @@ class IncompleteCubeError(CubeError):
 
 
 class StalePartsError(CubeError):
-    """The parts folder holds parts of a run with other settings (the message names them);
-    ``parts`` is that folder."""
+    """The parts folder ``parts`` holds parts of a run with other settings (the message names them)."""
 
     def __init__(self, message: str, parts: Path):
         super().__init__(message)
@@ -67,10 +60,8 @@ _TOM_ONLY = ("emotion", "action", "tom_format")    # one per agent, ToM run only
 
 
 def check_passive_seeds(passive_seeds, seeds) -> None:
-    """The one rule across the passive reader's seeds and the simulated ones (the config's
-    ``simulate.passive_seeds`` and ``simulate.seeds``, the command line's, :class:`Passes`',
-    the cube's): the reader reads only simulated seeds; ``passive_seeds`` None means all.
-    Each caller raises the ValueError as its own error, naming its own spelling."""
+    """Raise ValueError unless the passive reader's seeds are among the simulated ones (None: all); the one
+    rule for the config, the command line, :class:`Passes` and the cube, each re-raising as its own error."""
     if passive_seeds is None:
         return
     extra = sorted(set(int(s) for s in passive_seeds) - set(int(s) for s in seeds))
@@ -88,16 +79,14 @@ def var_name(kind: str, side: str | None = None, view: str = "active") -> str:
     side : {"a", "b"}
         The agent (``a`` = agent 1, model A); ``None`` for ``n_utterances`` and ``reader``.
     view : {"active", "passive", "tom"}
-        Which run the variable comes from; ``passive`` exists for ``hidden`` only, and
-        ``emotion``, ``action`` and ``tom_format`` exist for ``tom`` only (their names
-        carry no suffix).
+        ``passive`` exists for ``hidden`` only; ``emotion``, ``action`` and ``tom_format`` for ``tom`` only
+        (their names carry no suffix).
 
     Returns
     -------
-    str, e.g. ``var_name("hidden", "a", "passive") == "hidden_a_passive"``,
-    ``var_name("n_utterances", view="tom") == "n_utterances_tom"``,
-    ``var_name("emotion", "b", "tom") == "emotion_b"``,
-    ``var_name("reader", view="passive") == "passive_reader"``.
+    str, e.g. ``("hidden", "a", "passive")`` -> ``hidden_a_passive``, ``("n_utterances", view="tom")`` ->
+    ``n_utterances_tom``, ``("emotion", "b", "tom")`` -> ``emotion_b``,
+    ``("reader", view="passive")`` -> ``passive_reader``.
 
     Raises
     ------
@@ -136,10 +125,9 @@ class CubeSpec:
     Parameters
     ----------
     episodes : list of dict
-        One dict per episode with the keys of :data:`EPISODE_COORDS`
-        (``task_index`` unique); order = order along ``episode``.
+        One per episode, keys :data:`EPISODE_COORDS` (``task_index`` unique), in ``episode`` order.
     seeds : list of int
-        Simulation seeds, order = order along ``sim_seed``.
+        Simulation seeds, in ``sim_seed`` order.
     n_rounds : int
         Rounds per agent (``ceil(max_utterances / 2)``).
     n_layers_a, d_model_a, n_layers_b, d_model_b : int
@@ -147,14 +135,12 @@ class CubeSpec:
     passive, tom : bool
         Whether the passive-reader and ToM variables exist.
     passive_seeds : list of int, optional
-        The seeds the passive reader read (None: all); elsewhere ``hidden_*_passive`` stays
-        NaN and ``passive_reader`` empty.
+        The seeds the passive reader read (None: all); elsewhere ``hidden_*_passive`` is NaN, ``passive_reader`` "".
     emotions, actions : sequence of str
         Candidate words of the ToM distributions (used only when ``tom``).
     store_dtype : {"float32", "float16", "bfloat16"}
     attrs : dict
-        Further global attributes (model names, generation settings, ...):
-        str, int, float or bool values.
+        Further global attributes (model names, generation settings, ...): str, int, float or bool values.
     """
 
     episodes: list
@@ -221,11 +207,8 @@ class CubeSpec:
         return d
 
     def variables(self) -> dict[str, tuple[tuple[str, ...], str]]:
-        """Per-unit variables: name -> (dims without episode/sim_seed, kind).
-
-        kind is ``"hidden"`` (float32, NaN fill), ``"prob"`` (float32, NaN
-        fill), ``"text"`` (str, ``""`` fill) or ``"int"`` (int32, ``-1`` fill).
-        """
+        """Per-unit variables: name -> (dims without episode/sim_seed, kind); kind is ``"hidden"`` or ``"prob"``
+        (float32, NaN fill), ``"text"`` (str, ``""`` fill) or ``"int"`` (int32, ``-1`` fill)."""
         h = {"a": ("round", "layer_a", "dim_a"), "b": ("round", "layer_b", "dim_b")}
         r = ("round",)
         views = ("active",) + (("tom",) if self.tom else ())
@@ -285,12 +268,8 @@ def _attr_value(v):
 
 @dataclasses.dataclass
 class Unit:
-    """One finished (episode, seed): every per-unit variable of the spec.
-
-    ``values[name]`` has the shape of the variable's dims without
-    ``episode``/``sim_seed``, e.g. ``hidden_a`` is ``(n_rounds, n_layers_a,
-    d_model_a)`` float32 and ``text_a`` an object array ``(n_rounds,)``.
-    """
+    """One finished (episode, seed): ``values[name]`` has the variable's dims without ``episode``/``sim_seed``,
+    e.g. ``hidden_a`` float32 ``(n_rounds, n_layers_a, d_model_a)``, ``text_a`` object ``(n_rounds,)``."""
 
     episode: int
     seed: int

@@ -1,8 +1,5 @@
-"""Writing a cube crash-safely: parts of whole units (in the caller's thread or a background
-one), then one streamed finalisation.
-
-See the package docstring (:mod:`synclib.cube`, "Crash safety" and "Storage").
-"""
+"""Writing a cube crash-safely: parts of whole units, then one streamed finalisation (:mod:`synclib.cube`,
+"Crash safety" and "Storage")."""
 from __future__ import annotations
 
 import json
@@ -25,10 +22,8 @@ def _tmp_path(path: Path) -> Path:
 
 
 def bitround(x: np.ndarray, keepbits: int | None) -> np.ndarray:
-    """Round float32 values to ``keepbits`` explicit mantissa bits.
-
-    IEEE round-to-nearest-even on the mantissa, float32 range kept; NaN and
-    infinities pass unchanged.  ``keepbits=None`` returns ``x`` as float32.
+    """Round float32 values to ``keepbits`` explicit mantissa bits (round-to-nearest-even, float32 range kept;
+    NaN and infinities unchanged; ``keepbits=None`` returns ``x`` as float32).
 
     Parameters
     ----------
@@ -88,14 +83,12 @@ class CubeWriter:
     path : path of the final ``.nc`` file
     spec : CubeSpec
     overwrite : bool
-        Replace an existing finished cube at ``path``; without it a finished
-        cube raises :class:`CubeError`.
+        Replace an existing finished cube at ``path``.
 
     Raises
     ------
     CubeError
-        if ``path`` is finished (and not ``overwrite``) or if parts from a run
-        with different settings are present.
+        if ``path`` is finished (and not ``overwrite``) or parts of a run with other settings are present.
 
     Examples
     --------
@@ -104,9 +97,6 @@ class CubeWriter:
     >>> w.write_part(batch_id, [unit, ...])           # doctest: +SKIP
     >>> w.submit_part(batch_id, [unit, ...])          # doctest: +SKIP
     >>> w.finalize()                                  # doctest: +SKIP
-
-    :meth:`write_part` writes a part and returns when it is complete; :meth:`submit_part`
-    writes it in a background thread (one part at a time) and returns at once.
     """
 
     def __init__(self, path: str | os.PathLike, spec: CubeSpec, *, overwrite: bool = False):
@@ -158,15 +148,8 @@ class CubeWriter:
 
     # ------------------------------------------------------------------ parts
     def write_part(self, part_id: int, units: Iterable[Unit]) -> Path:
-        """Write finished units atomically as part ``part_id``.
-
-        Parameters
-        ----------
-        part_id : int
-            Identifies the batch (file ``part-{part_id:05d}.nc``).
-        units : iterable of Unit
-            Each with every variable of the spec, shapes as in :meth:`Unit.empty`.
-        """
+        """Write finished units atomically as ``part-{part_id:05d}.nc``; each unit has every variable of the
+        spec, shapes as in :meth:`Unit.empty`."""
         import netCDF4
 
         units = list(units)
@@ -208,12 +191,8 @@ class CubeWriter:
         return final
 
     def submit_part(self, part_id: int, units: Iterable[Unit]) -> None:
-        """Write part ``part_id`` as :meth:`write_part` does, in a background thread; return at once.
-
-        One write at a time: the call first waits for the part being written (:meth:`wait`,
-        which re-raises that write's error).  A part counts (:meth:`has_part`, :attr:`done`)
-        once its file is complete, as with :meth:`write_part`; :meth:`finalize` waits for it.
-        """
+        """:meth:`write_part` in a background thread; return at once.  One write at a time: first waits for
+        the previous one (:meth:`wait`, re-raising its error).  The part counts once its file is complete."""
         self.wait()
         units = list(units)
         self._writing = threading.Thread(target=self._write_in_background, args=(part_id, units),
@@ -228,7 +207,7 @@ class CubeWriter:
 
     @property
     def writing(self) -> bool:
-        """Whether a part submitted with :meth:`submit_part` is still being written."""
+        """Whether a submitted part is still being written."""
         return self._writing is not None and self._writing.is_alive()
 
     def wait(self) -> None:
@@ -242,14 +221,8 @@ class CubeWriter:
 
     # ------------------------------------------------------------------ final
     def finalize(self) -> Path:
-        """Stream all parts into the final cube, mark it complete, clean up (after waiting for
-        the part being written in the background, whose error it re-raises).
-
-        Raises
-        ------
-        CubeError
-            if units are missing.
-        """
+        """Wait for the background write (re-raising its error), stream all parts into the final cube, mark it
+        complete, remove the parts.  Raises :class:`CubeError` if units are missing."""
         import netCDF4
 
         self.wait()
@@ -313,7 +286,6 @@ class CubeWriter:
                 "conventions": _CONVENTIONS.format(CUBE_VERSION),
                 "store_dtype": spec.store_dtype,
                 "passive": int(spec.passive),
-                # the seeds the passive reader read (space-separated; all seeds unless passive_seeds)
                 "passive_seeds": " ".join(str(x) for x in spec.read_passive_seeds()),
                 "tom": int(spec.tom),
                 **{k: _attr_value(v) for k, v in spec.attrs.items()},

@@ -1,14 +1,11 @@
 """Candidate scoring: teacher-forced log-probabilities of given token sequences after prefilled rows.
 
-The constrained judge scores every allowed answer after its prompt, and the ToM read-out
-scores every candidate word (:meth:`Engine.sequence_logprobs`,
-:meth:`Engine.word_distributions`).  :func:`continuation_logprobs` feeds a row's candidates as
-one prefix tree over the row's key/value cache: each distinct proper prefix is one input
-token at the position after its parent's, attending to the row's prompt and to its own
-ancestors only (:func:`tree_masks`).  Attention implementations that take no explicit mask
-fall back to one cache copy per prefix (:func:`per_prefix_logprobs`).
-:func:`candidate_sequences` spells candidate words as token sequences, and
-:func:`exclusive_probabilities` turns their scores into a distribution over the words.
+Used by the constrained judge (:meth:`Engine.sequence_logprobs`) and the ToM read-out (a stream row's
+:class:`~synclib.engine.Probe`).  :func:`continuation_logprobs` feeds a row's candidates as one prefix tree over the
+row's key/value cache: each distinct proper prefix is one input token at the position after its parent's, attending
+to the row's prompt and its own ancestors only (:func:`tree_masks`); attention implementations that take no explicit
+mask fall back to one cache copy per prefix (:func:`per_prefix_logprobs`).  :func:`candidate_sequences` spells
+candidate words as token sequences, :func:`exclusive_probabilities` turns their scores into a distribution.
 """
 from __future__ import annotations
 
@@ -25,33 +22,22 @@ __all__ = ["continuation_logprobs", "per_prefix_logprobs", "prefix_trees", "tree
 
 def continuation_logprobs(model, cache, mask, next_pos, items, pad_token_id: int,
                           batch_size: int = 16, ends=None) -> tuple[list[float], int]:
-    """Teacher-forced log-probabilities of token sequences after prefilled rows.
+    """Teacher-forced ``log P(seq[1:] | row's prompt, seq[0])`` of ``(row, seq)`` items after prefilled rows.
 
-    ``items`` are ``(row, seq)`` pairs; for each, ``log P(seq[1:] | row's prompt, seq[0])``
-    (the first token's own probability is read from the prefill's logits by the
-    caller; 0.0 for a one-token ``seq``).
-
-    The tokens to feed are, per row, the distinct proper prefixes of its sequences, laid
-    out as a prefix tree (:func:`prefix_trees`, :func:`tree_masks`).  One forward pass over
-    the row's key/value cache thus scores all of its candidates, ``batch_size`` rows per
-    pass, instead of one cache copy per distinct prefix (:func:`per_prefix_logprobs`, used
-    for attention implementations that take no explicit mask).  Both give the
-    log-probabilities of running each ``prompt + seq`` alone, up to float rounding.
+    The caller reads the first token's probability from the prefill's logits (0.0 here for a one-token ``seq``); the
+    result equals running each ``prompt + seq`` alone, up to float rounding.
 
     Parameters
     ----------
     model : transformers causal LM
-    cache : ``DynamicCache`` of the prefilled batch holding every column (a plain
-        ``DynamicCache()``, also for sliding-window models); not modified
+    cache : ``DynamicCache`` of the prefilled batch holding every column (also for sliding windows); not modified
     mask : (B, T) long attention mask of the cache's columns
     next_pos : (B,) long, position id of each row's next token
     items : sequence of (int, sequence of int)
-    pad_token_id : int
-    batch_size : int
+    pad_token_id, batch_size : int
     ends : (B,) long, optional
-        The column after each row's last open one (default: all ``T``): where a row's next
-        token sits for the sliding windows, when its mask closes columns at its right end (a
-        stream row scored at an earlier point, :mod:`synclib.engine.probes`).
+        The column after each row's last open one (default: all ``T``), for a row whose mask closes columns at its
+        right end (a stream row scored at an earlier point, :mod:`synclib.engine.probes`).
 
     Returns
     -------
@@ -119,8 +105,7 @@ def tree_masks(trees: Sequence[dict], row_mask, windows: dict, float_dtype, pad_
     windows : ``{layer type: sliding window or None}`` (:func:`~synclib.engine.masks.attention_windows`)
     float_dtype : the eager attention's dtype (an additive mask), or None (boolean, sdpa)
     pad_token_id : int
-    ends : (n,) long, optional
-        The column a row's first node follows (default ``T``; see :func:`continuation_logprobs`)
+    ends : (n,) long, optional: the column a row's first node follows (default ``T``)
 
     Returns
     -------
@@ -162,9 +147,8 @@ def tree_masks(trees: Sequence[dict], row_mask, windows: dict, float_dtype, pad_
 
 def per_prefix_logprobs(model, cache, mask, next_pos, items, pad_token_id: int,
                         batch_size: int = 16) -> tuple[list[float], int]:
-    """:func:`continuation_logprobs` without explicit masks: each distinct ``(row, seq[:-1])``
-    is fed once, right-padded, ``batch_size`` per forward pass, over its own copy of the
-    row's cache."""
+    """:func:`continuation_logprobs` without explicit masks: each distinct ``(row, seq[:-1])`` is fed once,
+    right-padded, ``batch_size`` per forward pass, over its own copy of the row's cache."""
     import torch
     from transformers import DynamicCache
 
@@ -201,22 +185,11 @@ def per_prefix_logprobs(model, cache, mask, next_pos, items, pad_token_id: int,
 
 
 def candidate_sequences(tokenizer, candidates: Sequence[str]) -> list[list[tuple[int, ...]]]:
-    """Token sequences that spell each candidate word at the next position.
+    """Token sequences that spell each candidate word at the next position: ``[candidate][variant] -> token ids``.
 
-    Every candidate gets two variants: the word as is and with a leading space (``"Joy"``
-    and ``" Joy"``), tokenized without special tokens; identical variants are merged.  The
-    first is what a model emits at the start of a line or turn, the second after a word
-    or punctuation mark, so summing them makes the score independent of the context.
-
-    Returns
-    -------
-    list of list of tuple of int
-        ``[candidate][variant] -> token ids``.
-
-    Raises
-    ------
-    ValueError
-        When a candidate is empty or two candidates are the same string.
+    Two variants per candidate, tokenized without special tokens: the word as is (as at the start of a line or turn)
+    and with a leading space (as after a word), identical ones merged; summing them makes the score independent of
+    the context.  Raises ValueError when a candidate is empty or two candidates are the same string.
     """
     if len(set(candidates)) != len(candidates):
         raise ValueError(f"candidates must be distinct, got {list(candidates)}")
@@ -234,9 +207,7 @@ def candidate_sequences(tokenizer, candidates: Sequence[str]) -> list[list[tuple
 
 
 class CandidateWords:
-    """Candidate words as the token sequences that spell them, and the distribution over the
-    words that those sequences' log-probabilities give (:meth:`Engine.word_distributions`,
-    the ToM read-out).
+    """Candidate words as the token sequences that spell them, and the distribution over the words their scores give.
 
     Parameters
     ----------
@@ -258,14 +229,12 @@ class CandidateWords:
         self.longer = immediate_extensions(self.seqs)
 
     def distribution(self, logp: np.ndarray) -> tuple[np.ndarray, float]:
-        """The ``(C,)`` distribution over the words and its mass from ``(S,)`` log-probabilities
-        of :attr:`seqs` (:func:`exclusive_probabilities`)."""
+        """The ``(C,)`` distribution over the words and its mass from ``(S,)`` log-probabilities of :attr:`seqs`."""
         return exclusive_probabilities(logp, self.seqs, self.longer, self.variants)
 
 
 def immediate_extensions(seqs: list[tuple]) -> dict:
-    """``seq -> [its immediate extensions]``: the longer ``seqs`` starting with it, with no
-    other of ``seqs`` between them (``"1" -> ["10", "12"]`` but not ``"100"``)."""
+    """``seq -> [the longer seqs starting with it, none between]``, e.g. ``"1" -> ["10", "12"]`` but not ``"100"``."""
     out = {}
     for s in seqs:
         ext = [t for t in seqs if len(t) > len(s) and t[:len(s)] == s]
@@ -275,26 +244,26 @@ def immediate_extensions(seqs: list[tuple]) -> dict:
 
 def exclusive_probabilities(logp: np.ndarray, all_seqs: list[tuple], longer: dict,
                             variants: list[list[tuple]]) -> tuple[np.ndarray, float]:
-    """One row of :meth:`Engine.word_distributions` from its sequences' log-probabilities.
+    """A distribution over candidate words from the log-probabilities of their spellings.
+
+    A word's score is the probability that the continuation spells it, in any spelling; when one spelling's tokens
+    are a prefix of another's (``"1"`` and ``"10"`` under a digit-splitting tokenizer), the longer ones' probability
+    is subtracted, so ``"1"`` means "1 and not 10".  Scores are normalised over the words (with single-token
+    spellings: the softmax restricted to them).
 
     Parameters
     ----------
-    logp : (S,) float64
-        ``log P(all_seqs[j])`` after the row's prompt.
+    logp : (S,) float64, ``log P(all_seqs[j])`` after the row's prompt
     all_seqs : list of S token tuples
     longer : dict from :func:`immediate_extensions`
-    variants : list of C lists of token tuples
-        Each candidate's spellings (:func:`candidate_sequences`).
+    variants : list of C lists of token tuples, each candidate's spellings (:func:`candidate_sequences`)
 
     Returns
     -------
-    probs : (C,) float64
-        Normalised over the candidates (NaN when they have no probability).
-    mass : float
-        Their total probability before normalising.
+    probs : (C,) float64, normalised over the candidates (NaN when they have no probability)
+    mass : float, their total probability before normalising
     """
     p = {s: float(np.exp(v)) for s, v in zip(all_seqs, logp)}
-    # "s and not a longer candidate": the immediate extensions of s are subtracted from it
     exact = {s: max(0.0, p[s] - sum(p[t] for t in longer[s])) for s in all_seqs}
     scores = np.array([sum(exact[v] for v in spellings) for spellings in variants])
     total = scores.sum()

@@ -1,36 +1,30 @@
 """The :class:`Engine`: batched, hooked prefill and sampling over a loaded model, with session reuse.
 
-It holds a :class:`~synclib.models.LoadedModel`, its session caches
-(:class:`~synclib.engine.sessions.SessionCache`) and its counters, and runs rows in batches:
-it orders them by new-token count, prefills each batch once with hooks
-(:mod:`synclib.engine.prefill`), and then decodes (:meth:`Engine.generate`: one batch to its
-longest reply, in a row store of :mod:`synclib.engine.dynamic` or :mod:`synclib.engine.fixed`),
-only reads states (:meth:`Engine.read_states`), or scores candidates
-(:mod:`synclib.engine.candidates`).  Out of memory, a batch is retried in halves.
+It orders rows by new-token count (:meth:`Engine.order`), prefills each batch once with hooks
+(:mod:`synclib.engine.prefill`), then reads states, scores candidates (:mod:`synclib.engine.candidates`) or
+decodes on a :class:`DecodeStream`.  Out of memory, the session caches are dropped, then a batch is retried in halves.
 """
 from __future__ import annotations
 
 from collections import Counter
 from contextlib import contextmanager
+from dataclasses import replace
 from time import perf_counter
 from typing import Callable, Hashable, Sequence
 
 import numpy as np
 
-from synclib.engine.candidates import CandidateWords, continuation_logprobs
-from synclib.engine.dynamic import DynamicRows
-from synclib.engine.fixed import FixedSlots
+from synclib.engine.candidates import continuation_logprobs
 from synclib.engine.forward import forward, is_oom
 from synclib.engine.masks import full_attention_only
-from synclib.engine.prefill import (Prefill, gather_prefixes, last_token_states, layout, merge_prefills,
-                                    prefill_groups)
-from synclib.engine.requests import DECODE_MODES, Request, Result, check_sampling, uniforms
-from synclib.engine.sampling import Replies, SampleWork, line_flags, sample
+from synclib.engine.prefill import Prefill, gather_prefixes, last_token_states, layout, merge_prefills, prefill_groups
+from synclib.engine.requests import DECODE_MODES, Request, Result, check_sampling
+from synclib.engine.sampling import SampleWork, line_flags
 from synclib.engine.sessions import SessionCache
 from synclib.engine.stream import DecodeStream
 from synclib.memory import CacheBudget, DeviceBudget, return_freed_memory, session_budget
 
-__all__ = ["Engine", "generate", "read_states", "word_distributions"]
+__all__ = ["Engine"]
 
 
 class Engine:
@@ -41,62 +35,38 @@ class Engine:
     lm : LoadedModel
         From :func:`synclib.models.load_model`.
     max_rows : int, default 16
-        Most rows per forward pass (the config's ``simulate.max_rows``).  On out-of-memory a
-        batch is retried in halves and the cap is lowered for later calls (``self.max_rows``).
+        Most rows per forward pass (the config's ``simulate.max_rows``).  On out-of-memory a batch is retried in
+        halves and ``self.max_rows`` lowered for later calls (a refilled stream's joins are halved without lowering it).
     kv_reuse : bool, default True
-        Keep each session's prompt keys/values and prefill only the new suffix: after its own
-        previous prompt, or after the longest run of whole blocks another session's prompt
-        started with (:mod:`synclib.engine.sessions`; each block is held once).
+        Keep each session's prompt keys/values and prefill only the new suffix: after its own previous prompt, or
+        after the longest run of whole blocks another session's prompt started with (:mod:`synclib.engine.sessions`).
     max_cache_bytes : int or CacheBudget, optional
-        Budget of the session caches in bytes, or a :class:`synclib.memory.CacheBudget`
-        that several engines share (a model pair's two engines in a simulation).  A session
-        that does not fit is not stored and its next prompt is prefilled whole (counted in
-        ``stats["cache_skips"]``); the resident ones stay until forgotten or replaced.
-        (Dialog turns visit their sessions in a cycle, and dropping the least recently used
-        one would drop exactly the one the next turn needs: over budget, LRU reuses nothing
-        while this keeps the share that fits.)
-        Default: on the CPU :func:`synclib.memory.session_budget` (a quarter of the memory
-        available, 256 MiB to 4 GiB); on CUDA a :class:`synclib.memory.DeviceBudget`, which
-        stores a session while the device keeps a tenth of its memory (at least 2 GiB) free
-        for the decoding slots and the forward passes (when they run out anyway, the
-        session caches are dropped and the work retried: ``stats["oom_cache_drops"]``).
+        Budget of the session caches in bytes, or a :class:`synclib.memory.CacheBudget` several engines share.  A
+        session that does not fit is not stored (``stats["cache_skips"]``); resident ones stay until forgotten or
+        replaced (not LRU: dialog turns visit their sessions in a cycle).  Default: on the CPU
+        :func:`synclib.memory.session_budget`, on CUDA :meth:`synclib.memory.DeviceBudget.for_device`.
     decode : {"auto", "graph", "static", "dynamic"}, default "auto"
-        How the decoding steps run.  ``"dynamic"``: the cache and mask grow by a column per
-        step and finished rows leave the batch every ``sync_every`` steps (best on the CPU,
-        where a step's cost follows the rows).  ``"static"``: preallocated keys/values and
-        mask, fixed shapes, steps run eagerly (:class:`~synclib.engine.fixed.FixedSlots`).  ``"graph"``: as
-        ``"static"``, each step one CUDA-graph replay (falls back to eager steps where the
-        capture fails, counted in ``stats["graph_fallbacks"]``).  ``"auto"``: ``"graph"`` on
-        CUDA for models it supports (every layer full attention through ``sdpa`` or
-        ``eager``), else ``"dynamic"``.  All give the same tokens up to float rounding.
+        ``"dynamic"``: cache and mask grow by a column per step, finished rows leave the batch (best on the CPU).
+        ``"static"``: fixed shapes in preallocated slots (:class:`~synclib.engine.fixed.FixedSlots`), eager steps;
+        ``"graph"``: the same, each step one CUDA-graph replay (eager where capture fails).  ``"auto"``: ``"graph"``
+        on CUDA for models whose every layer is full attention through ``sdpa`` or ``eager``, else ``"dynamic"``.
+        All give the same tokens up to float rounding.
     block_size : int, default 32
         Tokens per block of the session caches: sessions share keys/values in whole blocks.
 
     Attributes
     ----------
     stats : collections.Counter
-        ``prefill_tokens`` (tokens run through prefill, padding excluded),
-        ``prefill_computed`` (token positions computed in prefill, left padding included:
-        ``prefill_tokens / prefill_computed`` is the useful share), ``reused_tokens`` (prompt
-        tokens taken from session caches), ``shared_tokens`` (the part of them taken from
-        blocks another session stored), ``generated_tokens`` (the rows of every decoding
-        step, finished rows still in the batch included), ``forward_calls``, ``oom_retries``,
-        ``cache_skips`` (sessions not stored: the budget was full), ``recomputed_tokens``
-        (prompt tokens prefilled again because their session was not stored), ``graph_steps``
-        (decoding steps replayed as a CUDA graph), ``graph_fallbacks`` (batches whose capture failed); with a
-        :class:`DecodeStream`, ``stream_joins``; ``decode_steps``; ``slot_allocations`` (fixed-slot
-        buffers allocated: one per ``static``/``graph`` batch, and a stream's each time its longest
-        prompt outgrows them); ``host_reads`` (device-to-host reads of sampled tokens: one per
-        decoding step of a stream).
+        ``prefill_tokens`` (padding excluded), ``prefill_computed`` (padding included), ``reused_tokens`` and
+        ``shared_tokens`` (prompt tokens from session caches, from other sessions' blocks), ``recomputed_tokens``
+        (prefilled again because their session was not stored), ``cache_skips``, ``generated_tokens`` (rows of every
+        decoding step, finished ones included), ``forward_calls``, ``oom_retries``, ``oom_cache_drops``,
+        ``graph_steps``, ``graph_fallbacks``, ``slot_allocations``, ``host_reads`` and :class:`DecodeStream`'s.
     seconds : collections.Counter
-        Wall seconds per category of work, added by :meth:`timed` (``decode``: a stream's
-        decoding steps, ``join``: its joining rows' prefill and admission, ``read``: its reads
-        prefilled in forwards of their own, ``generate``: whole
-        :meth:`generate` calls, and the categories its callers time, e.g. the simulation's
-        ``passive`` and ``tom``).
+        Wall seconds per category (:meth:`timed`): a stream's ``decode``, ``join`` and ``read``, whole ``generate``
+        calls, and the categories callers time (e.g. the simulation's ``passive`` and ``tom``).
     sync_timing : bool
-        Wait for the device at the end of every timed section, so that asynchronous GPU
-        work is counted where it was launched (off by default: it costs a host sync each).
+        Wait for the device at the end of every timed section, so that GPU work is counted where it was launched.
     """
 
 
@@ -132,8 +102,6 @@ class Engine:
         self.sessions = SessionCache(self.budget, self.kv_reuse, self.stats, block_size)
         self._lines = None  # per-token line-break flags, see _line_flags
         self._work = None  # the CPU's sampling buffers, see _sample_work
-        #: decoding steps between the host's checks for finished rows (None: 1 on CPU, 8 on GPUs)
-        self.sync_every: int | None = None
 
     @contextmanager
     def timed(self, category: str):
@@ -178,20 +146,8 @@ class Engine:
 
     def _run_rows(self, prompts: Sequence, sessions: Sequence | None,
                   fn: Callable[[list, list], list]) -> list:
-        """Apply ``fn`` to the prompts in engine order and batches; results in prompt order.
-
-        Parameters
-        ----------
-        prompts : sequence of P str or token-id lists
-        sessions : sequence of P hashable, or None (no reuse)
-        fn : callable
-            ``fn(chunk, rows) -> list``: ``chunk`` the prompts' indices in one batch,
-            ``rows`` their ``(token ids, session)``; one result per row.
-
-        Returns
-        -------
-        list of P results.
-        """
+        """Apply ``fn(chunk, rows) -> list`` (one batch's prompt indices and their ``(token ids, session)``; a result
+        per row) to the prompts in engine order and batches; results in prompt order (``sessions`` None: no reuse)."""
         ids = [self._ids(p) for p in prompts]
         sessions = list(sessions) if sessions is not None else [None] * len(ids)
         if len(sessions) != len(ids):
@@ -204,21 +160,13 @@ class Engine:
         return out
 
     def order(self, ids: Sequence[list], sessions: Sequence) -> list[int]:
-        """The order in which the engine batches rows of token ``ids`` with their ``sessions``
-        (indices into them): rows with similar new-token counts together, most first, then the
-        longest first.  A caller that queues rows on a stream that is not refilled
-        (:class:`DecodeStream`) queues them in this order to get :meth:`generate`'s batches."""
+        """Indices of rows ``ids`` (with their ``sessions``) in batching order: similar new-token counts together,
+        most first, then the longest first (:meth:`generate` queues its rows in this order)."""
         return sorted(range(len(ids)), key=lambda i: (-self.sessions.new_tokens(ids[i], sessions[i]), -len(ids[i])))
 
     def _batched(self, items: list, fn: Callable[[list], list]) -> list:
-        """Apply ``fn`` to chunks of ``items`` (at most ``max_rows``).
-
-        On out-of-memory the session caches are dropped first (they only save prefill
-        work; the chunk's own were handed over to its batch already) and the chunk is
-        retried at the same size; if it fails again, in halves, and the lower cap is kept
-        for later calls.  Results do not change: a row's
-        outputs do not depend on its batch or on what was cached.
-        """
+        """Apply ``fn`` to chunks of ``items`` (at most ``max_rows``); out of memory, :meth:`_out_of_memory` decides.
+        Results do not change: a row's outputs depend neither on its batch nor on what was cached."""
         import torch
 
         out: list = []
@@ -240,11 +188,10 @@ class Engine:
         return out
 
     def _out_of_memory(self, rows: int, handed_over: int) -> bool:
-        """The one rule after work on ``rows`` rows ran out of memory (call it in the ``except``):
-        count it; drop the session caches if any are held, or if the failed work took some over
-        (``sessions.handed_over`` grew from ``handed_over``), and return False (retry as it was:
-        the caches only save work); else return True (retry with fewer rows).  One row that
-        does not fit re-raises the error being handled."""
+        """After work on ``rows`` rows ran out of memory (call it in the ``except``): count it; if session caches are
+        held or the failed work took some over (``sessions.handed_over`` grew from ``handed_over``), drop them and
+        return False (retry as it was); else return True (retry with fewer rows).  One row that does not fit
+        re-raises."""
         self.stats["oom_retries"] += 1
         if len(self.sessions) or self.sessions.handed_over > handed_over:
             self.stats["oom_cache_drops"] += 1
@@ -256,14 +203,9 @@ class Engine:
 
     # -- prefill -------------------------------------------------------------------------
     def _prefill(self, rows: list[tuple[list, Hashable]]) -> Prefill:
-        """Prefill ``rows`` (token ids, session); update their sessions.
-
-        Rows whose new-token counts differ a lot (a session cache missed beside rows that
-        hit theirs) are prefilled in separate padded groups (:func:`prefill_groups`) and
-        merged, left-padded, into one batch for decoding: in one group every row would
-        compute as many tokens as the longest new segment, so a single miss would undo the
-        batch's prefix reuse.
-        """
+        """Prefill ``rows`` (token ids, session) and update their sessions; rows whose new-token counts differ a lot
+        go in separate groups (:func:`prefill_groups`), merged left-padded into one batch, so that one cache miss
+        does not make every row compute as many tokens as the longest."""
         new = [self.sessions.new_tokens(ids, session) for ids, session in rows]
         groups = prefill_groups(new)
         if len(groups) == 1:
@@ -272,8 +214,7 @@ class Engine:
         return merge_prefills([self._prefill_group([rows[i] for i in g]) for g in groups], groups)
 
     def _prefill_group(self, rows: list[tuple[list, Hashable]]) -> Prefill:
-        """Prefill ``rows`` (token ids, session) in one padded batch (:func:`layout`) over their
-        sessions' cached prefixes; update their sessions."""
+        """Prefill ``rows`` (token ids, session) in one padded batch over their cached prefixes; update sessions."""
         import torch
 
         found = [self.sessions.lookup(ids, session) for ids, session in rows]
@@ -298,8 +239,7 @@ class Engine:
                        next_pos=batch.positions[:, -1] + 1, reused=batch.reused)
 
     def _count_prefill(self, rows, batch, shared: int = 0) -> None:
-        """Count a prefill of ``rows`` laid out as ``batch``, ``shared`` of whose reused tokens
-        came from other sessions' blocks."""
+        """Count a prefill of ``rows`` laid out as ``batch``; ``shared`` reused tokens came from other sessions."""
         B, S = batch.input_ids.shape
         self.stats["forward_calls"] += 1
         self.stats["prefill_tokens"] += sum(len(ids) - p for (ids, _), p in zip(rows, batch.reused))
@@ -311,20 +251,8 @@ class Engine:
 
     # -- public API --------------------------------------------------------------------
     def read_states(self, prompts: Sequence, sessions: Sequence | None = None) -> np.ndarray:
-        """Prefill only; the states at the last prompt token (the passive reader).
-
-        Parameters
-        ----------
-        prompts : sequence of str or sequence of token-id lists
-            Chat-formatted prompts (:meth:`LoadedModel.chat_prompt`) or their token ids.
-        sessions : sequence of hashable, optional
-            Session key per prompt for KV reuse (``None`` entries: no reuse).
-
-        Returns
-        -------
-        numpy.ndarray
-            ``(len(prompts), n_layers, d_model)`` float32.
-        """
+        """Prefill only; the ``(len(prompts), n_layers, d_model)`` float32 states at the last prompt token of each of
+        ``prompts`` (chat-formatted text or token ids), with ``sessions`` (one key or None per prompt) reused."""
         states = self._run_rows(prompts, sessions, lambda chunk, rows: list(self._prefill(rows).states))
         out = np.empty((len(states), self.lm.n_layers, self.lm.d_model), dtype=np.float32)
         for i, st in enumerate(states):
@@ -340,102 +268,46 @@ class Engine:
         Parameters
         ----------
         requests : sequence of Request
-            Prompts with their seeds and sessions.
         max_new_tokens : int, default 300
-        temperature : float, default 0.7
-            0 means greedy decoding.
+        temperature : float, default 0.7 (0: greedy)
         top_k, top_p : optional
-            Keep only the ``top_k`` most likely tokens, then the smallest set whose
-            probability reaches ``top_p``, as ``transformers``' top-k and top-p warpers do
-            (see :func:`sampling_distribution`); None (or 0, or top_p 1.0) leaves them off.
+            Keep only the ``top_k`` most likely tokens, then the smallest set whose probability reaches ``top_p``, as
+            ``transformers``' warpers do (:func:`sampling_distribution`); None (or 0, or top_p 1.0) leaves them off.
         on_step : callable, optional
-            Called after every decoding step with the number of tokens generated in that
-            step (for progress bars).
+            Called after every decoding step with the number of tokens generated in it.
         first_line_only : bool, default False
-            Stop a row as soon as its text holds a complete first line: a token with a
-            line break after some non-whitespace text (that token is kept).  For callers
-            that keep only the first line of the stripped reply (the dialog's clean-up):
-            the tokens after it could not change what they keep, and each row's random
-            stream is its own, so the kept text is the same as without the stop.
+            Stop a row at the token that completes its first line (a line break after non-whitespace text; kept): for
+            callers that keep only that line, whose text does not change (each row's random stream is its own).
 
         Returns
         -------
-        list of Result
-            In the order of ``requests``.
+        list of Result, in the order of ``requests``.
+
+        Rows are queued in :meth:`order` on a :class:`DecodeStream` that is not refilled: each batch of
+        :attr:`max_rows` is prefilled once and decodes until its last row ends.
         """
-        check_sampling(max_new_tokens, temperature, top_k, top_p)
-        sampling = (temperature, top_k, top_p)
         reqs = list(requests)
         with self.timed("generate"):
-            return self._run_rows([r.prompt for r in reqs], [r.session for r in reqs],
-                                  lambda chunk, rows: self._generate_batch(
-                                      [ids for ids, _ in rows], [reqs[i] for i in chunk], max_new_tokens,
-                                      sampling, on_step, first_line_only))
+            stream = self.stream(max_new_tokens, temperature, first_line_only, top_k, top_p, on_step, refill=False)
+            ids = [self._ids(r.prompt) for r in reqs]
+            for i in self.order(ids, [r.session for r in reqs]):
+                stream.submit(i, replace(reqs[i], prompt=ids[i]))  # encoded once
+            out: list = [None] * len(reqs)
+            for i, res in stream.run():
+                out[i] = res
+            return out
 
     def stream(self, max_new_tokens: int = 300, temperature: float = 0.7, first_line_only: bool = False,
                top_k: int | None = None, top_p: float | None = None, on_step: Callable[[int], None] | None = None,
                capacity: int | None = None, decode: str | None = None, **admission) -> "DecodeStream":
-        """A :class:`DecodeStream` over this engine: continuous batching of generation rows.
-
-        The arguments are :meth:`generate`'s; ``capacity`` (default ``max_rows``), ``decode``
-        (default: the engine's own mode, so ``"dynamic"`` on the CPU and ``"graph"`` on CUDA
-        for the models that allow it) and the keywords ``admission`` (``join_min``,
-        ``kv_tokens``, ``refill``) are :class:`DecodeStream`'s.  The slot modes are tested
-        against the dynamic one on the CPU and, with CUDA graphs, on a GPU
-        (``tests/test_engine_cuda.py``); their speed there is in ``bench/gpu_notes.md``.
-        """
+        """A :class:`DecodeStream` over this engine, with :meth:`generate`'s arguments; ``capacity`` (default
+        ``max_rows``), ``decode`` (default: the engine's) and ``admission`` (``join_min``, ``kv_tokens``, ``refill``)
+        are the stream's own."""
         check_sampling(max_new_tokens, temperature, top_k, top_p)
         return DecodeStream(self, max_new_tokens, (temperature, top_k, top_p), first_line_only,
                             capacity or self.max_rows, on_step=on_step, decode=decode or self.decode, **admission)
 
-    # -- decoding ------------------------------------------------------------------------
-    def _generate_batch(self, ids, reqs, max_new_tokens, sampling, on_step, first_line_only=False
-                        ) -> list[Result]:
-        """Prefill and decode one batch until its longest reply ends.
-
-        The loop keeps the GPU busy: sampling, stop and line checks and the bookkeeping are
-        tensor operations on the device (:class:`~synclib.engine.sampling.Replies`), and the
-        host learns which rows have finished only every ``sync_every`` steps (every step on
-        the CPU, where it costs nothing).  In a batch that compacts, finished rows leave once
-        half of its rows have finished (:meth:`~synclib.engine.dynamic.DynamicRows.worth_keeping`);
-        a finished row still in the batch decodes tokens that are never kept.
-        """
-        import torch
-
-        dev, B = self.lm.device, len(reqs)
-        U = uniforms([r.seed for r in reqs], max_new_tokens).to(dev)
-        pre = self._prefill([(x, r.session) for x, r in zip(ids, reqs)])
-        V = pre.logits.shape[-1]
-        replies = Replies(B, max_new_tokens, self._stop_ids(), self._line_flags(V) if first_line_only else None)
-        work = self._sample_work(V)
-        store = self._row_store(B, max_new_tokens)
-        pos, rows = store.add(pre), torch.arange(B, device=dev)  # rows: each batch row's original row
-        sync_every = self.sync_every or (1 if dev.type == "cpu" else 8)
-        for step in range(max_new_tokens):
-            tok = sample(store.logits_of(pos), U[rows, step], sampling, work)
-            replies.record(rows, step, tok)
-            self._count_step(rows.numel(), on_step)
-            if step == max_new_tokens - 1:
-                break
-            if (step + 1) % sync_every == 0:
-                still = replies.going_on(rows)
-                if still.numel() == 0:
-                    break
-                if store.compacts and store.worth_keeping(still.numel(), rows.numel()):
-                    pos, rows, tok = store.keep([pos[i] for i in still.tolist()]), rows[still], tok[still]
-            store.feed(pos, tok)
-        return replies.results(self.lm, ids, pre)
-
-    def _row_store(self, B: int, max_new_tokens: int):
-        """Where one batch's rows decode: fixed slots (``decode`` static or graph) or one
-        growing batch that finished rows leave (on the CPU with room for the reply,
-        :func:`~synclib.engine.dynamic.with_room`)."""
-        steps = max_new_tokens - 1
-        if self.decode != "dynamic" and steps > 0:
-            return FixedSlots(self, B, steps, graph=self.decode == "graph")
-        room = steps if self.lm.device.type == "cpu" and steps > 0 else None
-        return DynamicRows(self, Counter(), room=room, trim=False)
-
+    # -- decoding helpers (the stream's) --------------------------------------------------
     def _count_step(self, rows: int, on_step, *counters) -> None:
         """Count one decoding step of ``rows`` rows (in ``stats`` and ``counters``); report it."""
         for c in (self.stats, *counters):
@@ -451,8 +323,7 @@ class Engine:
         return torch.tensor(sorted(self.lm.stop_token_ids), dtype=torch.long, device=self.lm.device)
 
     def _sample_work(self, vocab: int) -> SampleWork | None:
-        """The buffers the CPU's sampling steps work in (:class:`~synclib.engine.sampling.SampleWork`),
-        kept; None on other devices, whose allocators keep freed blocks for the next step themselves."""
+        """The CPU's kept sampling buffers (:class:`~synclib.engine.sampling.SampleWork`); None on other devices."""
         if self.lm.device.type != "cpu":
             return None
         if self._work is None or self._work.V != vocab:
@@ -470,33 +341,25 @@ class Engine:
                           sessions: Sequence | None = None) -> list[np.ndarray]:
         """Log-probability of each candidate token sequence right after each prompt.
 
-        ``log P(seq | prompt)`` by teacher forcing: the first token's probability is read
-        from the prompt's prefill, the later ones from feeding the sequence over the
-        prefill's keys/values (:func:`continuation_logprobs`; a sequence's proper prefixes
-        are fed once per row).  Nothing is normalised: a candidate that is a token prefix
-        of another (``"1"`` and ``"10"``) is not told apart from it; end each sequence with
-        a terminator (the constrained judge appends the end-of-turn token) or use
-        :meth:`word_distributions` for that.  (A :class:`DecodeStream` row's
-        :class:`~synclib.engine.probes.Probe` scores the same way, inside the stream.)
+        ``log P(seq | prompt)`` by teacher forcing over the prompt's prefill (:func:`continuation_logprobs`; a
+        sequence's proper prefixes are fed once per row).  Nothing is normalised: a candidate that is a token prefix
+        of another (``"1"`` and ``"10"``) is not told apart from it; end each sequence with a terminator (the
+        constrained judge appends the end-of-turn token) or use :class:`~synclib.engine.CandidateWords`.
 
         Parameters
         ----------
         prompts : sequence of P str or token-id lists
-            Prompts the sequences continue (chat-formatted text, or token ids).
         sequences : sequence of P sequences of non-empty token-id sequences
-            ``sequences[i]`` are the candidates of prompt ``i`` (any number, may differ
-            between prompts).
+            ``sequences[i]`` are the candidates of prompt ``i`` (any number per prompt).
         sessions : sequence of P hashable, optional
-            Session key per prompt for KV reuse.  Several rows may name the same session,
-            e.g. one prefilled beforehand (:meth:`read_states`) with the prompts' shared
-            prefix, so that the prefix is computed once (as in every method, each row then
-            stores its own prompt there: the last one stays).
+            Session key per prompt for KV reuse.  Several rows may name the same session, e.g. one prefilled
+            beforehand (:meth:`read_states`) with the prompts' shared prefix, so that it is computed once (each row
+            then stores its own prompt there: the last one stays).
 
         Returns
         -------
         list of P numpy.ndarray
-            ``out[i]`` is float64 of shape ``(len(sequences[i]),)``: the natural-log
-            probability of ``sequences[i][j]`` after ``prompts[i]``.
+            ``out[i][j]``: the float64 natural-log probability of ``sequences[i][j]`` after ``prompts[i]``.
         """
         prompts = list(prompts)
         if len(sequences) != len(prompts):
@@ -529,68 +392,3 @@ class Engine:
             out.append(np.array([first[k + j] + rest[k + j] for j in range(len(row))], dtype=np.float64))
             k += len(row)
         return out
-
-    def word_distributions(self, prompts: Sequence, candidates: Sequence[str],
-                           sessions: Sequence | None = None, return_mass: bool = False):
-        """Probabilities over candidate words at the next position of each prompt.
-
-        Each candidate is scored by the probability that the model's continuation spells
-        it, as is or with a leading space (see :func:`candidate_sequences`); a candidate of
-        several tokens is scored by teacher forcing (product of its tokens' probabilities,
-        :meth:`sequence_logprobs`).  When one candidate's tokens are a prefix of another's
-        (``"1"`` and ``"10"`` under a digit-splitting tokenizer), the longer candidates'
-        probability is subtracted from the shorter one's, so that ``"1"`` means "1 and not
-        10".  The scores are then normalised over the candidates.  With single-token
-        candidates this is exactly the softmax restricted to the candidates' first tokens.
-
-        Parameters
-        ----------
-        prompts : sequence of P str or token-id lists
-            Prompts whose next token is the candidate word (chat-formatted, plus any text
-            already generated, e.g. ``"Joy."`` before a second word).
-        candidates : sequence of C str
-            Distinct candidate words, e.g. ``["yes", "no"]`` or ``[str(i) for i in range(11)]``.
-            Or their :class:`~synclib.engine.CandidateWords` for this model's tokenizer
-            (spelled once for many calls).
-        sessions : sequence of P hashable, optional
-            Session key per prompt for KV reuse.
-        return_mass : bool, default False
-            Also return the unnormalised total probability of the candidates (how much of
-            the model's next-token distribution they cover).
-
-        Returns
-        -------
-        numpy.ndarray
-            ``(P, C)`` float64, rows summing to 1 (NaN rows when the candidates have zero
-            probability); with ``return_mass``, also ``(P,)``.
-        """
-        words = candidates if isinstance(candidates, CandidateWords) else CandidateWords(self.lm.tokenizer, candidates)
-        prompts = list(prompts)
-        logps = self.sequence_logprobs(prompts, [words.seqs] * len(prompts), sessions)
-        probs = np.empty((len(prompts), len(words.words)))
-        mass = np.empty(len(prompts))
-        for i, logp in enumerate(logps):
-            probs[i], mass[i] = words.distribution(logp)
-        return (probs, mass) if return_mass else probs
-
-
-# -- one-shot wrappers -----------------------------------------------------------------
-def generate(lm, requests: Sequence[Request], max_new_tokens: int = 300, temperature: float = 0.7,
-             max_rows: int = 16) -> list[Result]:
-    """:meth:`Engine.generate` with a fresh engine (sessions are not kept afterwards)."""
-    return Engine(lm, max_rows=max_rows).generate(requests, max_new_tokens, temperature)
-
-
-def read_states(lm, prompts: Sequence, max_rows: int = 16) -> np.ndarray:
-    """Prefill-only states ``(len(prompts), n_layers, d_model)`` float32 (passive reader).
-
-    ``prompts`` are chat-formatted texts (:meth:`LoadedModel.chat_prompt`) or token ids.
-    """
-    return Engine(lm, max_rows=max_rows, kv_reuse=False).read_states(prompts)
-
-
-def word_distributions(lm, prompts: Sequence, candidates: Sequence[str], max_rows: int = 16,
-                       return_mass: bool = False):
-    """:meth:`Engine.word_distributions` with a fresh engine: ``(len(prompts), len(candidates))``."""
-    return Engine(lm, max_rows=max_rows, kv_reuse=False).word_distributions(
-        prompts, candidates, return_mass=return_mass)

@@ -1,12 +1,10 @@
 """Decoding rows in one growing batch: the cache and mask gain a column per step, finished rows leave.
 
-:class:`DynamicRows` is the row store of the ``"dynamic"`` decoding mode (the CPU's): a batch's
-prefill is its first rows, rows that join later are merged in left padded
-(:func:`~synclib.engine.prefill.merge_prefills`), rows that leave are selected out, and each step
-is one forward pass over every row that ``transformers``' own cache grows by a column.  Its
-row-store interface (``add``, ``logits_of``, ``keep``, ``feed``) is that of
-:class:`~synclib.engine.fixed.FixedSlots`.  :func:`with_room` gives a CPU batch's cache room for
-its reply, so that a step writes in place instead of allocating every layer anew.
+:class:`DynamicRows` is the row store of the ``"dynamic"`` decoding mode (the CPU's), with the interface of
+:class:`~synclib.engine.fixed.FixedSlots` (``add``, ``logits_of``, ``keep``, ``feed``): rows that join are merged in
+left-padded (:func:`~synclib.engine.prefill.merge_prefills`), rows that leave are selected out, and each step is one
+forward pass whose cache grows by a column.  :func:`with_room` gives a CPU batch's cache room for its reply, so that
+a step writes in place instead of allocating every layer anew.
 """
 from __future__ import annotations
 
@@ -38,17 +36,9 @@ class DynamicRows:
 
     @staticmethod
     def worth_keeping(going: int, rows: int) -> bool:
-        """Whether a batch of ``rows`` rows, ``going`` of them still decoding, should keep only those.
-
-        Once half of them have finished.  A finished row left in the batch costs its share of
-        a step's attention (reading its keys and values) until the batch compacts, and it
-        changes no other row's tokens; compacting copies every remaining row's cache, every
-        layer.  Measured on 20 SmolLM2 dialogs of 16 utterances (2 CPU cores, bfloat16): a
-        compaction cost 94 ms, twice a step's attention over all 20 rows (50 ms), and leaving
-        at every finish (20 rows end at up to 20 different steps) spent 13 % of the run in
-        these copies; at half, a batch compacts at most ``log2(rows)`` times, and the same
-        cube came in 79.8 s against 86.7 s.
-        """
+        """Whether a batch of ``rows`` rows, ``going`` still decoding, should keep only those: once half finished.
+        A finished row left in costs its share of each step's attention; compacting copies every remaining row's
+        cache (about twice a step's attention), so at half a batch compacts at most ``log2(rows)`` times."""
         return going <= rows // 2
 
     def __init__(self, engine, stats, room: int | None = None, trim: bool = True):
@@ -100,9 +90,8 @@ class DynamicRows:
         self.stats["trims"] += 1
 
     def columns(self):
-        """``(layers, mask, ends)`` of every row (:func:`~synclib.engine.probes.score_points`):
-        the cache's ``(keys, values)`` per layer, the ``(B, T)`` mask, and each row's end
-        column, ``T`` for all (every row's columns end at the last one)."""
+        """``(layers, mask, ends)`` of every row (:func:`~synclib.engine.probes.score_points`): the cache's
+        ``(keys, values)`` per layer, the ``(B, T)`` mask, and each row's end column (``T`` for all)."""
         import torch
 
         pre = self.pre
@@ -126,16 +115,12 @@ class DynamicRows:
 def with_room(cache, room: int) -> None:
     """Give a prefilled ``DynamicCache`` room for ``room`` more tokens per row, in place.
 
-    ``transformers`` grows a layer's keys and values by concatenation: every decoding step
-    allocates each layer's whole ``(B, H, T + 1, Dh)`` anew and frees the old one.  On the
-    CPU, where freed blocks of 1 MiB and more go back to the system
-    (:func:`synclib.memory.return_freed_memory`), each of those allocations is fresh pages the
-    kernel must fault in and zero.  Here each layer's keys and values move once into buffers
-    with ``room`` spare columns, and a step writes its column in place; the layer's
-    ``keys``/``values`` are views of the buffers, with the same values in the same order, so
-    attention computes what it did.  Only plain ``DynamicLayer`` layers are converted (the
-    engine's caches have no others: sliding windows are applied by the attention mask); a
-    row selection (finished rows leaving the batch) keeps the room.
+    ``transformers`` grows a layer's keys and values by concatenation, allocating each layer's ``(B, H, T + 1, Dh)``
+    anew every step; on the CPU, where large freed blocks go back to the system
+    (:func:`synclib.memory.return_freed_memory`), those are fresh pages to fault in and zero.  Here each layer's keys
+    and values move once into buffers with ``room`` spare columns and a step writes its column in place (the layer's
+    ``keys``/``values`` are views of the same values).  Only plain ``DynamicLayer`` layers are converted (the engine's
+    only kind); a row selection keeps the room.
     """
     from transformers.cache_utils import DynamicLayer
 

@@ -1,29 +1,15 @@
 """Fixed-shape decoding: rows in preallocated slots, every step the same shapes, on CUDA one graph replay.
 
-The dynamic path (:mod:`synclib.engine.dynamic`) grows the attention mask and the key/value
-cache by one column per step and lets ``transformers`` rebuild the 4-D mask: about a
-thousand kernel launches and allocations per step, which on a GPU cost more host time than
-the step's arithmetic (``bench/gpu_notes.md``).  :class:`FixedSlots` allocates the room once:
-per layer ``(slots, H, T, Dh)`` keys and values and a boolean ``(slots, 1, 1, T)`` mask
-with the unwritten columns closed, and one step
-
-1. opens each slot's next column (``col``) in the mask;
-2. runs the model on each slot's fed token at its position; every layer writes its key and
-   value into that slot's column (:meth:`FixedSlots.update`, the cache interface the model
-   calls);
-3. copies the next-token logits into a fixed float32 buffer and advances the active slots'
-   columns and positions.
-
-All of it is in place on fixed tensors, so on CUDA it is captured once per allocation as a
-CUDA graph (:func:`capture_step`) and each step is one replay; on the CPU, or when capture
-fails, the same step runs eagerly.  Attention reads the closed columns with zero weight, so a
-row's logits equal the dynamic path's up to float rounding.  One implementation serves both
-users: :meth:`Engine.generate`'s batch (``capacity`` = its rows, which stay in their slots
-until the batch ends, a finished row's tokens discarded) and a
-:class:`~synclib.engine.DecodeStream` (rows join free slots and free them as they end; free
-slots run too, attending to their column 0 only, and never advance).  Only for models whose
-every layer attends to the full context through an explicit mask
-(:func:`~synclib.engine.masks.full_attention_only`).
+The dynamic path (:mod:`synclib.engine.dynamic`) costs about a thousand kernel launches and allocations a step, more
+host time on a GPU than the arithmetic (``bench/gpu_notes.md``).  :class:`FixedSlots` allocates once per layer
+``(slots, H, T, Dh)`` keys and values and a boolean ``(slots, 1, 1, T)`` mask with the unwritten columns closed; a
+step opens each slot's next column (``col``), runs the model on each slot's fed token (every layer writing its key and
+value into that column through :meth:`FixedSlots.update`), copies the next-token logits into a fixed float32 buffer
+and advances the active slots' columns and positions.  All in place on fixed tensors, so on CUDA it is captured once
+per allocation as a CUDA graph (:func:`capture_step`); on the CPU, or when capture fails, it runs eagerly.  Closed
+columns get zero attention weight, so logits equal the dynamic path's up to float rounding; free slots run too,
+attending to their column 0 only.  Only for models whose every layer attends to the full context through an explicit
+mask (:func:`~synclib.engine.masks.full_attention_only`).
 """
 from __future__ import annotations
 
@@ -39,28 +25,21 @@ __all__ = ["FixedSlots", "capture_step"]
 class FixedSlots:
     """Rows in at most ``capacity`` fixed slots; positions are slot numbers.
 
-    ``T`` is the longest prefill so far plus ``steps``, rounded up to ``round_to``; a longer
-    prefill re-allocates (and re-captures), the old contents copied over.  The slots are
-    allocated as rows arrive: ``slots`` grows to the rows held, rounded up to
-    :attr:`SLOT_ROUND` and by at least half, up to ``capacity``, so that a stream whose rows
-    are bounded otherwise (its key/value token budget) holds ``slots x T`` columns, not
-    ``capacity x T``.
+    ``T`` is the longest prefill so far plus ``steps``, rounded up to ``round_to``; a longer prefill re-allocates
+    (and re-captures), copying the old contents.  ``slots`` grows as rows arrive, to the rows held rounded up to
+    :attr:`SLOT_ROUND` and by at least half, up to ``capacity``, so that a stream bounded otherwise (its key/value
+    token budget) holds ``slots x T`` columns, not ``capacity x T``.
 
     Parameters
     ----------
     engine : Engine
-        Whose model runs the steps; its ``stats`` count ``forward_calls``, ``graph_steps``,
-        ``graph_fallbacks`` and ``slot_allocations``, and a failed capture sets its
-        ``graph_error``.
-    capacity : int
-        Slots (rows decoding at once).
-    steps : int
-        Most tokens a row will be fed (``max_new_tokens - 1``).
-    graph : bool
-        Capture the step as a CUDA graph (CUDA only).
+        Whose model runs the steps; its ``stats`` count ``forward_calls``, ``graph_steps``, ``graph_fallbacks`` and
+        ``slot_allocations``, and a failed capture sets its ``graph_error``.
+    capacity : int, the slots (rows decoding at once)
+    steps : int, the most tokens a row will be fed (``max_new_tokens - 1``)
+    graph : bool, capture the step as a CUDA graph (CUDA only)
     round_to : int, default 1
-        Round the columns up to a multiple of this (a stream: :attr:`ROUND`, so that few
-        joins re-allocate).
+        Round the columns up to a multiple of this (a stream: :attr:`ROUND`, so that few joins re-allocate).
     """
 
     #: a stream's column rounding
@@ -91,14 +70,12 @@ class FixedSlots:
         return self.keys[layer_idx], self.values[layer_idx]
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
-        """Asked by transformers < 5 to number the fed positions when none are given; the
-        engine always gives them (each slot's own), so any count serves."""
+        """Asked by transformers < 5 when no positions are given; the engine always gives them, so any count serves."""
         return 0
 
     # -- buffers ----------------------------------------------------------------------
     def _allocate(self, T: int, like: Prefill, slots: int | None = None) -> None:
-        """Buffers of ``slots`` rows (default: as now) and ``T`` columns, the old contents
-        copied over, then the step's capture."""
+        """Buffers of ``slots`` rows (default: as now) and ``T`` columns, the old contents copied over; then capture."""
         import torch
 
         dev, C = like.mask.device, slots or self.slots
@@ -147,8 +124,7 @@ class FixedSlots:
         self.pos.add_(step)
 
     def _capture(self) -> None:
-        """Capture one step (:func:`capture_step`), the warm-up undone from a copy of the
-        buffers the step writes besides the cache."""
+        """Capture one step (:func:`capture_step`), undoing the warm-up from a copy of the buffers it writes."""
         saved = [t.clone() for t in (self.allowed, self.col, self.pos, self.logits)]
 
         def restore():
@@ -203,8 +179,7 @@ class FixedSlots:
         return self._pos[1]
 
     def logits_of(self, pos: list[int]):
-        """The next-token logits ``(len(pos), V)`` of the slots ``pos`` (a buffer the next step
-        overwrites when ``pos`` is every slot in order)."""
+        """Next-token logits ``(len(pos), V)`` of slots ``pos`` (all, in order: a buffer the next step overwrites)."""
         return self.logits if pos == list(range(self.slots)) else self.logits.index_select(0, self._index(pos))
 
     def keep(self, pos: list[int]) -> list[int]:
@@ -220,9 +195,8 @@ class FixedSlots:
         return pos
 
     def columns(self):
-        """``(layers, mask, ends)`` of every slot (:func:`~synclib.engine.probes.score_points`):
-        the ``(keys, values)`` buffers per layer, the ``(slots, T)`` open columns, and each
-        slot's next column (``col``)."""
+        """``(layers, mask, ends)`` of every slot (:func:`~synclib.engine.probes.score_points`): the ``(keys, values)``
+        buffers per layer, the ``(slots, T)`` open columns, and each slot's next column (``col``)."""
         return list(zip(self.keys, self.values)), self.allowed[:, 0, 0, :].long(), self.col
 
     def feed(self, pos: list[int], tok) -> None:
@@ -240,11 +214,9 @@ class FixedSlots:
 
 
 def capture_step(forward_step, reset):
-    """One decoding step captured as a CUDA graph: ``forward_step()`` is warmed up on a side
-    stream, ``reset()`` undoes the warm-up's writes, the step is captured, and ``reset()``
-    undoes the capture's.  Returns ``(graph, None)``, or ``(None, "TypeName: message")``
-    when capture failed (the caller then runs ``forward_step`` eagerly; the buffers are reset
-    either way)."""
+    """One decoding step captured as a CUDA graph: ``forward_step()`` is warmed up on a side stream, ``reset()`` undoes
+    the warm-up's writes, the step is captured, and ``reset()`` undoes the capture's.  Returns ``(graph, None)``, or
+    ``(None, "TypeName: message")`` when capture failed (the caller then runs ``forward_step`` eagerly)."""
     import torch
 
     side = torch.cuda.Stream()

@@ -1,10 +1,7 @@
 """The one place the engine calls a model: the cache keyword, the logits to keep, out of memory.
 
-``transformers`` renamed the forward's key/value cache argument from ``past_key_values`` to
-``cache`` (5.x; the old name is mapped, with a deprecation message, until its removal).
-:func:`forward` passes the cache under the name the model's ``forward`` declares and returns
-the cache the model hands back, so the engine runs on every release ``pyproject.toml``
-allows without a deprecation of its own.  It also asks for the last position's logits only
+:func:`forward` passes the cache under the name the model's ``forward`` declares (``cache`` from transformers 5,
+``past_key_values`` before), returns the cache the model hands back, and asks for the last position's logits only
 where the model takes ``logits_to_keep``.
 """
 from __future__ import annotations
@@ -32,8 +29,7 @@ def forward(model, input_ids, attention_mask, position_ids, cache, last_only: bo
     attention_mask : (B, T) long, a 4-D mask, or ``{layer type: 4-D mask}``
     position_ids : (B, S) long
     cache : a transformers ``Cache`` or any object with its ``update`` (the fixed-shape decoders)
-    last_only : bool
-        Compute the last position's logits only (where the model takes ``logits_to_keep``).
+    last_only : bool, compute the last position's logits only (where the model takes ``logits_to_keep``)
 
     Returns
     -------
@@ -48,9 +44,8 @@ def forward(model, input_ids, attention_mask, position_ids, cache, last_only: bo
 
 
 def index_tensor(values, device):
-    """The host list of ints ``values`` as a long tensor on ``device``.  On CUDA it goes through
-    pinned memory with ``non_blocking``: a plain copy from the host makes the host wait for all
-    the work queued on the device, which in the decoding loop means a stall every step."""
+    """The host list of ints ``values`` as a long tensor on ``device``; on CUDA through pinned memory, ``non_blocking``
+    (a plain host copy waits for all work queued on the device: a stall every decoding step)."""
     import torch
 
     t = torch.tensor(values, dtype=torch.long)

@@ -1,13 +1,8 @@
 """Attention masks and windows: what the engine tells a model's attention beyond transformers' defaults.
 
-The engine builds explicit masks in two places: the fixed-shape decoding steps
-(:mod:`synclib.engine.fixed`, a boolean ``(B, 1, 1, T)`` mask with the unwritten columns
-closed) and the prefix trees of candidate scoring (:mod:`synclib.engine.candidates`, one
-``(B, 1, nodes, columns)`` mask per attention type).  Both need to know which attention types
-a model has and their sliding windows (:func:`attention_windows`), whether its attention
-adds a float mask to the scores (``eager``: :func:`eager_dtype`, :func:`additive_mask`) or
-takes booleans (``sdpa``), and, on CUDA, which kernels a decoding step may use
-(:func:`decode_attention`).
+Explicit masks are built for the fixed-shape decoding steps (:mod:`synclib.engine.fixed`, boolean ``(B, 1, 1, T)``
+with the unwritten columns closed) and the prefix trees of candidate scoring (:mod:`synclib.engine.candidates`, one
+``(B, 1, nodes, columns)`` mask per attention type).
 """
 from __future__ import annotations
 
@@ -17,8 +12,7 @@ __all__ = ["attention_windows", "full_attention_only", "eager_dtype", "additive_
 
 
 def attention_windows(config) -> dict | None:
-    """``{layer type: sliding window or None}`` of a model whose attention takes an explicit
-    4-D mask (``sdpa``, ``eager``), as transformers names the layer types; None otherwise."""
+    """``{layer type: sliding window or None}`` of a model whose attention takes an explicit 4-D mask, else None."""
     if getattr(config, "_attn_implementation", "sdpa") not in ("sdpa", "eager"):
         return None
     window = getattr(config, "sliding_window", None)
@@ -30,24 +24,21 @@ def attention_windows(config) -> dict | None:
 
 
 def full_attention_only(model) -> bool:
-    """Whether every layer of ``model`` attends to the whole context through an explicit mask
-    (``sdpa`` or ``eager``, no sliding window): the models fixed-shape decoding supports."""
+    """Whether every layer attends to the full context through an explicit mask (``sdpa``/``eager``, no window)."""
     windows = attention_windows(model.config)
     return windows is not None and all(w is None for w in windows.values())
 
 
 def eager_dtype(model):
-    """The model's parameter dtype when its attention is ``eager`` (which adds a float mask to
-    the scores), else None (``sdpa`` takes a boolean mask)."""
+    """The model's parameter dtype if its attention is ``eager`` (a float mask added to the scores), else None."""
     if getattr(model.config, "_attn_implementation", "sdpa") != "eager":
         return None
     return next(model.parameters()).dtype
 
 
 def additive_mask(allowed, dtype, fill_dtype=None):
-    """The boolean mask ``allowed`` as eager attention adds it to the scores: a ``dtype``
-    tensor of the same shape, 0 where allowed and the most negative value of ``fill_dtype``
-    (default ``dtype``) elsewhere."""
+    """The boolean mask ``allowed`` as eager attention adds it to the scores: a ``dtype`` tensor, 0 where allowed and
+    the most negative value of ``fill_dtype`` (default ``dtype``) elsewhere."""
     import torch
 
     return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(

@@ -1,21 +1,15 @@
 """Prefill: a batch of prompts laid out left padded over their cached prefixes, run once with hooks.
 
-Row ``i`` has ``n_i`` prompt tokens, of which the first ``a_i`` have keys/values in its
-session cache (0 without reuse).  The new segment is ``S = max(n_i - a_i)`` columns wide;
-row ``i`` takes ``p_i = max(0, n_i - S)`` tokens from its cache and feeds the other
-``n_i - p_i`` as input, so (with ``P = max p_i``) the batch is
+Row ``i`` has ``n_i`` prompt tokens, the first ``a_i`` cached in its session (0 without reuse).  The new segment is
+``S = max(n_i - a_i)`` columns wide; row ``i`` takes ``p_i = max(0, n_i - S)`` tokens from its cache and feeds the
+other ``n_i - p_i`` (re-reading a few cached ones so that the segments line up), so with ``P = max p_i`` the batch is
 
 ``[pad (P + S - n_i) | cached prefix (p_i) | new tokens (n_i - p_i)]``
 
-LEFT padding only, no holes (:func:`layout`): the last column is every row's last prompt
-token, where the hooks read the states (:func:`last_token_states`) and the logits of the
-first new token are taken.  A row may re-read a few cached tokens so that all rows' new
-segments line up.  Padded positions are masked out of attention and every real token gets
-its true position id (``cumsum(mask) - 1``), so a row's states and logits equal those of the
-same prompt run alone, up to float rounding; as the padding is only on the left this also
-holds for sliding-window attention (Gemma-3).  Rows whose new-token counts differ a lot are
-prefilled in groups (:func:`prefill_groups`) and merged, left padded, for decoding
-(:func:`merge_prefills`).
+Left padding only, no holes (:func:`layout`): the last column is every row's last prompt token, where the hooks read
+the states (:func:`last_token_states`) and the first new token's logits are taken.  Padding is masked out and every
+real token gets its true position id (``cumsum(mask) - 1``), so a row's states and logits equal those of its prompt
+run alone, up to float rounding, also under sliding-window attention (Gemma-3).
 """
 from __future__ import annotations
 
@@ -56,10 +50,8 @@ class Layout:
 
 
 def layout(ids: Sequence[list], avail: Sequence[int], pad_token_id: int, device) -> Layout:
-    """The gap-free layout of rows with token ids ``ids`` of which ``avail`` are cached: every
-    row's new tokens end at the last column and its cached prefix ends where the new segment
-    starts; a row re-reads cached tokens rather than leaving a hole, so only the left edge is
-    padded."""
+    """The gap-free layout of rows ``ids`` of which ``avail`` tokens are cached: new tokens end at the last column,
+    the cached prefix where the new segment starts (re-reading cached tokens rather than leaving a hole)."""
     import torch
 
     B = len(ids)
@@ -77,14 +69,11 @@ def layout(ids: Sequence[list], avail: Sequence[int], pad_token_id: int, device)
 
 
 def gather_prefixes(entries: Sequence, reused: Sequence[int], P: int):
-    """A ``DynamicCache`` of ``P`` columns holding row ``i``'s first ``reused[i]`` cached
-    tokens, right-aligned; an empty one if ``P`` is 0.
+    """A ``DynamicCache`` of ``P`` columns (empty if 0), row ``i``'s first ``reused[i]`` cached tokens right-aligned.
 
-    ``entries[i]`` is row ``i``'s session entry (:class:`~synclib.engine.sessions.Session`, None
-    where ``reused[i]`` is 0), whose ``pieces(p)`` are its first ``p`` tokens' keys/values, block
-    by block, per layer group ``(Lg, 2, H, m, Dh)``.  They are copied, one copy per block and
-    row, into an ``(Lg, 2, B, H, P, Dh)`` per group whose ``[l, 0]`` and ``[l, 1]`` are layer
-    ``l``'s keys and values ``(B, H, P, Dh)``; only the padding columns are zeroed.
+    ``entries[i]`` is row ``i``'s :class:`~synclib.engine.sessions.Session` (None where ``reused[i]`` is 0), whose
+    ``pieces(p)`` give the first ``p`` tokens' keys/values block by block, per layer group ``(Lg, 2, H, m, Dh)``; they
+    are copied into an ``(Lg, 2, B, H, P, Dh)`` per group (``[l, 0]``, ``[l, 1]``: layer ``l``'s keys and values).
     """
     from transformers import DynamicCache
 
@@ -120,20 +109,11 @@ def last_token_states(layers, sink: list):
 
 
 def prefill_groups(new: Sequence[int], max_groups: int = 4, min_saving: float = 0.3) -> list[list[int]]:
-    """Split a batch's rows into prefill groups by their new-token counts.
+    """Split a batch's rows into prefill groups by their new-token counts ``new`` (prompt minus cached prefix).
 
-    A padded prefill computes ``rows x max(new)`` tokens.  Rows sorted by ``new`` (most
-    first) are cut where the cut saves at least ``min_saving`` of that cost, at most
-    ``max_groups`` groups.
-
-    Parameters
-    ----------
-    new : sequence of B int
-        Tokens each row must run (its prompt minus the cached prefix).
-
-    Returns
-    -------
-    list of lists of row indices, covering ``range(B)``.
+    A padded prefill computes ``rows x max(new)`` tokens.  Rows sorted by ``new`` (most first) are cut where the cut
+    saves at least ``min_saving`` of that cost, into at most ``max_groups`` groups.  Returns lists of row indices
+    covering ``range(len(new))``.
     """
     order = sorted(range(len(new)), key=lambda i: -new[i])
     groups, rest = [], order
@@ -148,11 +128,8 @@ def prefill_groups(new: Sequence[int], max_groups: int = 4, min_saving: float = 
 
 
 def merge_prefills(parts: list[Prefill], groups: list[list[int]]) -> Prefill:
-    """One batch from prefills of row groups: caches and masks left-padded to the longest.
-
-    ``groups[g]`` lists the batch rows of ``parts[g]`` (in its row order).  Each part's
-    cache is released layer by layer as it is copied.
-    """
+    """One batch from prefills of row groups (``groups[g]``: the batch rows of ``parts[g]``, in its order): caches and
+    masks left-padded to the longest; each part's cache is released layer by layer as it is copied."""
     import torch
     from transformers import DynamicCache
 
@@ -190,8 +167,7 @@ def merge_prefills(parts: list[Prefill], groups: list[list[int]]) -> Prefill:
 
 
 def select_rows(pre: Prefill, rows: list[int]) -> Prefill:
-    """The prefill of rows ``rows`` of ``pre`` (its cache selected in place), without the
-    leading columns that only other rows used: a batch stays left padded without holes."""
+    """Rows ``rows`` of ``pre`` (cache selected in place), without leading columns only other rows used (no holes)."""
     idx = index_tensor(rows, pre.mask.device)
     pre.cache.batch_select_indices(idx)
     mask = pre.mask[idx]

@@ -1,20 +1,13 @@
 """Candidate scoring inside a decoding stream: a row's read-outs at points of its own reply.
 
-A :class:`Probe` asks a :class:`~synclib.engine.DecodeStream` row to score token sequences
-(teacher-forced log-probabilities, as :meth:`Engine.sequence_logprobs`) at two points of its
-reply: at its prompt's end (``first``), and after the first generated token that ``mark``
-accepts among its first ``within`` (``then``).  The keys/values of both points are already in
-the stream's row store when the row reaches them, so nothing is looked up in the session
-caches, copied from them or prefilled again: a point is the row's open columns up to its
-context plus one *anchor* token (the prompt's last token, or the marked token), and each
-sequence is fed as ``(anchor, *sequence)`` in one prefix tree over those columns
-(:func:`~synclib.engine.candidates.continuation_logprobs`), the columns after the context
-closed in the tree's mask.  So ``log P(sequence | context, anchor)`` is computed exactly as a
-solo run would (up to float rounding), the sequence's first token included.
-
-A stream scores its rows' waiting points together (:func:`score_points`) at the step where a
-row that has some ends, before its keys/values leave the row store: one batched forward for
-every point waiting, instead of two read-outs over copied session caches after the reply.
+A :class:`Probe` asks a :class:`~synclib.engine.DecodeStream` row to score token sequences (as
+:meth:`Engine.sequence_logprobs`) at its prompt's end (``first``) and after the first generated token that ``mark``
+accepts among its first ``within`` (``then``).  Both points' keys/values are already in the stream's row store: a
+point is the row's open columns up to its context plus one *anchor* token (the prompt's last token, or the marked
+token), each sequence fed as ``(anchor, *sequence)`` in one prefix tree over those columns
+(:func:`~synclib.engine.candidates.continuation_logprobs`), so ``log P(sequence | context, anchor)`` is a solo run's
+up to float rounding.  A stream scores every waiting point in one batched forward (:func:`score_points`) at the step
+where a row that has some ends, before its keys/values leave the row store.
 """
 from __future__ import annotations
 
@@ -39,8 +32,7 @@ class Probe:
     first : tuple of S1 non-empty token tuples
         Scored right after the prompt: ``log P(seq | prompt)``.
     then : tuple of S2 token tuples, default ()
-        Scored right after the first generated token ``mark`` accepts:
-        ``log P(seq | prompt, reply up to that token)``.
+        Scored after the first generated token ``mark`` accepts: ``log P(seq | prompt, reply up to that token)``.
     mark : callable int -> bool, optional
         Which generated token (kept in the reply) opens the second point.
     within : int, default 16
@@ -87,15 +79,12 @@ def score_points(model, view, points: list[Point], pad_token_id: int, batch_size
     ----------
     model : transformers causal LM
     view : (layers, mask, ends)
-        The row store's columns (:meth:`DynamicRows.columns`, :meth:`FixedSlots.columns`):
-        ``layers`` a list of ``(keys, values)`` of ``(B, H, T, Dh)``; ``mask`` ``(B, T)`` long,
-        its open columns; ``ends`` ``(B,)`` long, the column after each position's last
-        written one.  A row's open columns are contiguous and hold its prompt and the tokens
-        fed so far (``row.fed``), so the last ``len(prompt) + row.fed - context`` of them are
-        closed for a point.
+        The row store's columns (:meth:`DynamicRows.columns`, :meth:`FixedSlots.columns`): ``layers`` a list of
+        ``(keys, values)`` of ``(B, H, T, Dh)``; ``mask`` ``(B, T)`` long, its open columns; ``ends`` ``(B,)`` long,
+        the column after each position's last written one.  A row's open columns are contiguous and hold its prompt
+        and the tokens fed so far, so the last ``len(prompt) + row.fed - context`` of them are closed for a point.
     points : list of Point
-        ``point.row`` has ``pos`` (its position in the store), ``ids`` (prompt ids), ``fed``
-        and ``probe``.
+        ``point.row`` has ``pos`` (its position in the store), ``ids`` (prompt ids), ``fed`` and ``probe``.
     pad_token_id, batch_size : int
 
     Returns

@@ -1,10 +1,5 @@
-"""What a caller asks the engine for and gets back: rows, their seeds, their results.
-
-:class:`Request` is one row to generate (prompt, seed, session); :class:`Result` what comes
-back for it.  :func:`row_seed` derives a row's seed from integer keys, :func:`uniforms` draws
-each row's random numbers for a whole reply from that seed, and :func:`make_result` builds a
-row's :class:`Result` (the batch loop and the stream build theirs the same way).  The
-vocabulary :data:`DECODE_MODES` names the engine's ways of running decoding steps.
+"""What a caller asks the engine for and gets back: rows (:class:`Request`), their seeds (:func:`row_seed`,
+:func:`uniforms`) and results (:class:`Result`, :func:`make_result`).
 """
 from __future__ import annotations
 
@@ -24,18 +19,8 @@ FINISH_REASONS = ("length", "stop", "line")
 
 
 def row_seed(*keys: int) -> int:
-    """A 63-bit sampling seed derived from integer keys.
-
-    Parameters
-    ----------
-    *keys : int
-        E.g. ``(sim_seed, task_index, utterance_index)``; any number of non-negative ints.
-
-    Returns
-    -------
-    int
-        Stable across runs, platforms and Python versions (SHA-256 of the keys).
-    """
+    """A 63-bit sampling seed from non-negative integer keys, e.g. ``(sim_seed, task_index, utterance_index)``;
+    stable across runs, platforms and Python versions (SHA-256 of the keys)."""
     text = ",".join(str(int(k)) for k in keys)
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little") >> 1
 
@@ -51,8 +36,7 @@ class Request:
     seed : int
         Seed of the row's random generator (see :func:`row_seed`).
     session : hashable, optional
-        Key of the KV cache to reuse and update (one per agent and episode); ``None``
-        means no reuse.
+        Key of the KV cache to reuse and update (one per agent and episode); ``None`` means no reuse.
     """
 
     prompt: object
@@ -75,14 +59,13 @@ class Result:
     states : numpy.ndarray
         ``(n_layers, d_model)`` float32: every decoder layer's output at the last prompt token.
     finish_reason : str
-        ``"stop"`` (a stop token was sampled), ``"line"`` (the first line was complete,
-        with ``first_line_only``) or ``"length"`` (``max_new_tokens`` reached).
+        ``"stop"`` (a stop token was sampled), ``"line"`` (the first line was complete, with ``first_line_only``)
+        or ``"length"`` (``max_new_tokens`` reached).
     reused_tokens : int
         Prompt tokens whose keys/values came from the session cache instead of a prefill.
     scores : tuple
-        A :class:`~synclib.engine.DecodeStream` row's probe read-outs
-        (:class:`~synclib.engine.probes.Probe`): ``(first, then)``, each float64 of one
-        log-probability per sequence of ``probe.first`` / ``probe.then``, or None where the
+        A :class:`~synclib.engine.DecodeStream` row's :class:`~synclib.engine.probes.Probe` read-outs ``(first,
+        then)``: float64 log-probabilities per sequence of ``probe.first`` / ``probe.then``, or None where the
         point was not reached (no marked token in time); ``()`` without a probe.
     """
 
@@ -101,16 +84,14 @@ class Result:
 
 def make_result(lm, tokens: list, prompt_ids: list, states: np.ndarray, why: int, reused: int,
                 scores: tuple = ()) -> Result:
-    """A row's :class:`Result`: its kept ``tokens`` decoded by ``lm``; ``why`` indexes
-    :data:`FINISH_REASONS`."""
+    """A row's :class:`Result`: its kept ``tokens`` decoded by ``lm``; ``why`` indexes :data:`FINISH_REASONS`."""
     return Result(text=lm.decode(tokens), token_ids=tokens, prompt_ids=prompt_ids, states=states,
                   finish_reason=FINISH_REASONS[why], reused_tokens=reused, scores=scores)
 
 
 def uniforms(seeds: Sequence[int], n: int):
-    """Each row's uniforms for a whole reply: ``(len(seeds), n)`` float64 on the CPU, row ``i``
-    drawn from a CPU ``torch.Generator`` seeded with ``seeds[i]`` (the same numbers, in the
-    same order, as one draw per step)."""
+    """Each row's uniforms for a whole reply: ``(len(seeds), n)`` float64 on the CPU, row ``i`` from a CPU
+    ``torch.Generator`` seeded with ``seeds[i]`` (the same numbers as one draw per step)."""
     import torch
 
     gens = [torch.Generator(device="cpu").manual_seed(int(s) & ((1 << 63) - 1)) for s in seeds]

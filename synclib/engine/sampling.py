@@ -1,32 +1,24 @@
 """Sampling and stopping: one step's token per row, and what that token does to its row.
 
-Temperature sampling by inverse CDF: each row has its own uniforms for the whole reply
-(:func:`synclib.engine.requests.uniforms`); at every step it uses the next one, ``u``, and the
-token is the first whose cumulative probability exceeds ``u`` (:func:`sample`), over the
-distribution ``transformers``' warpers define (:func:`sampling_distribution`, float64).
-``temperature=0`` is greedy.  On the CPU a step works in buffers the engine keeps
-(:class:`SampleWork`).  A row ends at a stop token or, with ``first_line_only``, at the token
-that completes its first line (:func:`row_ends`, :func:`line_flags`); :class:`Replies` keeps
-a batch's tokens and finish reasons on the device while it decodes.
+Inverse-CDF sampling: each row has its own uniforms for the whole reply (:func:`synclib.engine.requests.uniforms`);
+at every step the token is the first whose cumulative probability exceeds the next uniform (:func:`sample`), over the
+float64 distribution ``transformers``' warpers define (:func:`sampling_distribution`).  ``temperature=0`` is greedy.
+A row ends at a stop token or, with ``first_line_only``, at the token that completes its first line
+(:func:`row_ends`, :func:`line_flags`).
 """
 from __future__ import annotations
 
-from synclib.engine.requests import make_result
-
-__all__ = ["sampling_distribution", "SAMPLE_CHUNK_BYTES", "SampleWork", "sample", "row_ends", "line_flags",
-           "Replies"]
+__all__ = ["sampling_distribution", "SAMPLE_CHUNK_BYTES", "SampleWork", "sample", "row_ends", "line_flags"]
 
 
 def sampling_distribution(logits, temperature: float, top_k: int | None = None, top_p: float | None = None,
                           work: "SampleWork | None" = None):
     """The distribution a sampling step draws from: float64 ``(B, V)`` probabilities.
 
-    As ``transformers``' ``generate`` with ``do_sample=True``: the temperature warper, then
-    top-k (tokens scoring below the k-th highest are removed; ties at the k-th are kept),
-    then top-p (tokens sorted by score ascending; those whose cumulative probability is at
-    most ``1 - top_p`` are removed, the most likely one always kept), the masks computed in
-    float32 like the warpers'; the kept scores are normalised in float64.  Without top-k and
-    top-p this is ``softmax(logits / temperature)`` in float64.
+    As ``transformers``' ``generate`` with ``do_sample=True``: temperature, then top-k (tokens below the k-th highest
+    score removed, ties kept), then top-p (tokens sorted by score ascending; those whose cumulative probability is at
+    most ``1 - top_p`` removed, the most likely always kept), masks computed in float32 like the warpers', kept scores
+    normalised in float64.  Without top-k and top-p this is ``softmax(logits / temperature)`` in float64.
 
     Parameters
     ----------
@@ -35,8 +27,7 @@ def sampling_distribution(logits, temperature: float, top_k: int | None = None, 
     top_k : int >= 1, or None / 0 for none
     top_p : float in (0, 1], or None / 1.0 for none
     work : SampleWork, optional
-        Buffers of at least ``B`` rows to compute in (the result is a view of one of them);
-        the same numbers as without, which allocates each vocabulary-sized array anew.
+        Buffers of at least ``B`` rows to compute in (the result is a view of one of them); same numbers as without.
     """
     import torch
 
@@ -73,15 +64,10 @@ SAMPLE_CHUNK_BYTES = 8 << 20
 
 
 class SampleWork:
-    """The buffers of sampling steps over a ``V``-token vocabulary, for ``rows`` rows at a time:
-    float64 scores and probabilities, float32 scores and the removal mask of top-k/top-p.
-
-    A step's arrays are each a row chunk's ``(rows, V)`` views of these, not fresh arrays: at
-    Gemma-3's 262,144 tokens and 32 rows each float64 array is 64 MiB, which the CPU's
-    allocator maps and the kernel faults in anew every step.  Measured on 2 cores, 32 rows: a
-    step with top-k 50 (the embedded models' setting) 131 against 49 ms at Gemma-3's width, 25
-    against 7 ms at SmolLM2's 49,152; without top-k 82 against 18 ms; the same numbers bit for
-    bit, the rows being independent (a simulation of G-G, 32 tasks of 6 utterances: 145 -> 128 s)."""
+    """The buffers of sampling steps over a ``V``-token vocabulary, ``rows`` rows at a time (float64 scores and
+    probabilities, float32 scores, the top-k/top-p removal mask), so that a step's arrays are views, not fresh arrays
+    the CPU's allocator maps and faults in anew (64 MiB each at Gemma-3's 262,144 tokens and 32 rows); rows are
+    independent, so the numbers are the same bit for bit."""
 
     def __init__(self, V: int, rows: int | None = None, device=None):
         import torch
@@ -99,7 +85,8 @@ class SampleWork:
 
 
 def sample(logits, u, sampling, work: SampleWork | None = None):
-    """One decoding step's token per row.
+    """One decoding step's token per row: ``(R,)`` long, the argmax at temperature 0, else the inverse of the
+    sampling distribution's CDF (:func:`sampling_distribution`) at ``u``.
 
     Parameters
     ----------
@@ -107,12 +94,7 @@ def sample(logits, u, sampling, work: SampleWork | None = None):
     u : (R,) float64, each row's own uniform for this step
     sampling : (temperature, top_k, top_p)
     work : SampleWork, optional
-        Buffers to sample in, a chunk of rows at a time (the CPU's steps; see there).
-
-    Returns
-    -------
-    (R,) long: the argmax at temperature 0, else the inverse of the sampling distribution's
-    CDF (:func:`sampling_distribution`) at ``u``.
+        Buffers to sample in, a chunk of rows at a time (the CPU's steps).
     """
     import torch
 
@@ -159,12 +141,9 @@ def row_ends(tok, live, seen, stop, lines):
 
 
 def line_flags(tokenizer, vocab: int, device) -> tuple:
-    """Per token id, as bool tensors of length ``vocab`` on ``device``: holds a line break; has
-    text before its first break; has any text.
-
-    "Text" is non-whitespace, decoded token by token without special tokens; ids beyond the
-    tokenizer (padded embeddings) have none of the three.
-    """
+    """Per token id, as bool tensors of length ``vocab`` on ``device``: holds a line break; has text before its first
+    break; has any text.  "Text" is non-whitespace, decoded token by token without special tokens; ids beyond the
+    tokenizer (padded embeddings) have none of the three."""
     import torch
 
     pieces = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=True)[:vocab]
@@ -172,46 +151,3 @@ def line_flags(tokenizer, vocab: int, device) -> tuple:
     flags = ([("\n" in p) for p in pieces], [bool(p.split("\n", 1)[0].strip()) for p in pieces],
              [bool(p.strip()) for p in pieces])
     return tuple(torch.tensor(f + pad, dtype=torch.bool, device=device) for f in flags)
-
-
-class Replies:
-    """A decoding batch's replies, kept on the device: every row's tokens, why it ended, whether
-    it has ended and whether it has generated text yet; the host reads them at the end.
-
-    Parameters
-    ----------
-    B : int, the batch's rows
-    steps : int, most tokens per reply
-    stop : (S,) long, the stop token ids
-    lines : the :func:`line_flags` triple, or None (no first-line stop)
-    """
-
-    def __init__(self, B: int, steps: int, stop, lines):
-        import torch
-
-        dev = stop.device
-        self.stop, self.lines = stop, lines
-        self.tokens = torch.full((B, steps), -1, dtype=torch.long, device=dev)
-        self.reason = torch.zeros(B, dtype=torch.long, device=dev)   # FINISH_REASONS code
-        self.done = torch.zeros(B, dtype=torch.bool, device=dev)
-        self.seen = torch.zeros(B, dtype=torch.bool, device=dev)     # some text generated so far
-
-    def record(self, rows, step: int, tok) -> None:
-        """Record step ``step``'s tokens ``tok`` of the batch rows ``rows`` ((R,) long)."""
-        import torch
-
-        keep, is_stop, at_line, self.seen[rows] = row_ends(tok, ~self.done[rows], self.seen[rows], self.stop,
-                                                           self.lines)
-        self.tokens[rows, step] = torch.where(keep, tok, -1)
-        self.reason[rows] = torch.where(is_stop, 1, torch.where(at_line, 2, self.reason[rows]))
-        self.done[rows] = self.done[rows] | is_stop | at_line
-
-    def going_on(self, rows):
-        """Indices into ``rows`` of the rows still generating (the host waits for the device)."""
-        return (~self.done[rows]).nonzero().flatten()
-
-    def results(self, lm, prompt_ids: list, pre) -> list:
-        """Every row's :class:`~synclib.engine.Result`, with its prompt and prefill (states, reuse)."""
-        toks, why = self.tokens.cpu().tolist(), self.reason.cpu().tolist()
-        return [make_result(lm, [t for t in toks[i] if t >= 0], prompt_ids[i], pre.states[i], why[i], pre.reused[i])
-                for i in range(len(toks))]

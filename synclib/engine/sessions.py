@@ -1,33 +1,19 @@
 """Session caches: a prompt's keys/values kept for the next prompt of any session that starts alike.
 
-A *session* is any hashable key a caller gives a row (a dialog agent's view of one episode).
-:class:`SessionCache` keeps, per session, the token ids of its last prompt and their
-keys/values, paged in **blocks** of ``block_size`` tokens (as the block managers of vLLM and nano-vllm): a
-session's entry (:class:`Session`) is its token ids, its *block table* (the :class:`Block` of
-each of its full blocks) and a private *tail* (the keys/values of its last, partial block).
+A *session* is any hashable key a caller gives a row (a dialog agent's view of one episode).  :class:`SessionCache`
+keeps, per session, its last prompt's token ids and keys/values, paged in **blocks** of ``block_size`` tokens (as the
+block managers of vLLM and nano-vllm): a session's entry (:class:`Session`) is its token ids, its *block table* (the
+:class:`Block` of each full block) and a private *tail* (its last, partial block).
 
-A full block is keyed by ``(its parent's id, its token ids)``: the parent's id stands for the
-parent's own key, so a block is found only under its whole chain of earlier tokens (its
-keys/values depend on every one of them), exactly, with no hash to collide.  (A block's id is
-never reused, and a block lives while any later block of its chain does: every session that
-holds a block holds all the blocks before it.)  The pool holds each block once for all the
-sessions of the engine: two seeds of an episode start with the same prompt, an agent's active
-and ToM views share most of theirs.  A block is reference counted: a session's ``store``
-links the full blocks already in the pool, copies only the others and its tail, and a block
-is dropped when the last session holding it is forgotten.
+A full block is keyed by ``(its parent's id, its token ids)``: found only under its whole chain of earlier tokens,
+exactly, with no hash to collide (block ids are never reused; a session holding a block holds all before it).  The
+pool holds each block once for all the engine's sessions, reference counted: ``store`` links the blocks already there
+and copies only the others and the tail.  A prompt prefills only the tokens after the longest prefix it can reuse
+(:meth:`SessionCache.lookup`).  A model pair's engines share one :class:`synclib.memory.CacheBudget`, counting each
+block once; a session that does not fit is not stored.
 
-The next prompt of a session then prefills only the tokens after the longest prefix it can
-reuse (:meth:`SessionCache.lookup`): its own entry's common prefix, or, if longer, the chain of
-pool blocks it starts with, whichever session stored them.  The caches of a model pair's
-engines share one :class:`synclib.memory.CacheBudget`, counting each block once: a session
-whose new blocks and tail do not fit is not stored, and its next prompt is prefilled whole
-(dialog turns visit their sessions in a cycle, so dropping the least recently used one would
-drop the one needed next).
-
-Keys/values are kept in *layer groups*: one group of every layer where all layers have the
-same ``(H, Dh)`` (a block is then one tensor, copied into a prefill batch in one operation:
-:func:`~synclib.engine.prefill.gather_prefixes`), else one group per layer.  A group's
-tensor is ``(Lg, 2, H, n, Dh)`` (layers, keys and values, heads, tokens, head dim).
+Keys/values are kept per *layer group*, ``(Lg, 2, H, n, Dh)`` (layers, keys and values, heads, tokens, head dim): one
+group of every layer where all have the same ``(H, Dh)``, else one per layer.
 """
 from __future__ import annotations
 
@@ -68,9 +54,8 @@ class Session:
     shared: bool = False
 
     def pieces(self, p: int) -> list[tuple]:
-        """The first ``p`` tokens' keys/values (``0 < p <= len(ids)``) as consecutive pieces, the
-        blocks (and the tail) they span: per layer group ``(Lg, 2, H, m, Dh)``, ``m`` at most a
-        block's tokens."""
+        """The first ``p`` tokens' keys/values (``0 < p <= len(ids)``) as consecutive pieces over the blocks (and tail)
+        they span: per layer group ``(Lg, 2, H, m, Dh)``, ``m`` at most a block's tokens."""
         full, rest = divmod(p, self.size)
         out = [b.kv for b in self.blocks[:full]]
         if rest:
@@ -79,8 +64,7 @@ class Session:
         return out
 
     def prefix(self, p: int) -> tuple:
-        """The first ``p`` tokens' keys/values in one tensor per layer group ``(Lg, 2, H, p, Dh)``
-        (a copy; a prefill copies :meth:`pieces` into its batch instead)."""
+        """The first ``p`` tokens' keys/values, one copied tensor per layer group ``(Lg, 2, H, p, Dh)``."""
         import torch
 
         return tuple(torch.cat(group, dim=3) for group in zip(*self.pieces(p)))
@@ -101,10 +85,8 @@ class SessionCache:
     Parameters
     ----------
     budget : synclib.memory.CacheBudget
-    enabled : bool
-        False: nothing is looked up or stored (the engine's ``kv_reuse=False``).
-    stats : collections.Counter
-        The engine's counters (``cache_skips``).
+    enabled : bool, False: nothing is looked up or stored (the engine's ``kv_reuse=False``)
+    stats : collections.Counter, the engine's counters (``cache_skips``)
     block_size : int, default 32
         Tokens per block: prompts share their keys/values in whole blocks.
     """
@@ -140,8 +122,7 @@ class SessionCache:
         return sum(b.refs > 1 for b in self._blocks.values())
 
     def _chain(self, ids: Sequence[int], n_blocks: int) -> list[Block]:
-        """The pool's blocks of the first (at most ``n_blocks``) full blocks of ``ids``, in order,
-        up to the first one not in the pool."""
+        """The pool's blocks of the first (at most ``n_blocks``) full blocks of ``ids``, up to the first one missing."""
         size, chain, parent = self.block_size, [], ROOT
         for j in range(n_blocks):
             b = self._blocks.get((parent, tuple(ids[j * size:(j + 1) * size])))
@@ -152,10 +133,9 @@ class SessionCache:
         return chain
 
     def lookup(self, ids: list, session) -> tuple[Session | None, int]:
-        """The longest reusable prefix of ``ids``, at most all but its last token: the entry it
-        comes from and its length.  The session's own entry (their common prefix) or, if longer,
-        the pool's chain of full blocks that ``ids`` starts with (an entry with ``shared``);
-        ``(None, 0)`` when neither holds a token."""
+        """The longest reusable prefix of ``ids`` (at most all but its last token) as ``(entry, length)``: the
+        session's own entry (their common prefix) or, if longer, the pool's chain of full blocks ``ids`` starts with
+        (an entry with ``shared``); ``(None, 0)`` when neither holds a token."""
         if not self.enabled or session is None:
             return None, 0
         own = self._sessions.get(session)
@@ -181,18 +161,16 @@ class SessionCache:
         return min(common_prefix(ids, old), len(ids) - 1) if old is not None else 0
 
     def hand_over(self, sessions: Sequence[Hashable]) -> None:
-        """Drop the entries of a prefill batch's sessions once the batch has copied its prefixes:
-        each row's session is stored anew after it, so one copy stays resident, not two (the
-        blocks other sessions hold stay)."""
+        """Drop the entries of a prefill batch's sessions once it has copied their prefixes (each is stored anew
+        after it, so one copy stays resident, not two); blocks other sessions hold stay."""
         for session in sessions:
             if session in self._sessions:
                 self.forget(session)
                 self.handed_over += 1
 
     def store(self, session, ids: list, kv: Sequence) -> None:
-        """Keep ``kv`` (per layer: keys and values ``(1, H, len(ids), Dh)``, views are fine) as
-        ``session``'s keys/values of ``ids``, if the budget has room: the full blocks already in
-        the pool are linked, the others and the tail copied."""
+        """Keep ``kv`` (per layer: keys and values ``(1, H, len(ids), Dh)``, views are fine) as ``session``'s
+        keys/values of ``ids`` if the budget has room: full blocks already in the pool are linked, the rest copied."""
         size = self.block_size
         n_full = len(ids) // size
         table = self._chain(ids, n_full)
@@ -220,11 +198,8 @@ class SessionCache:
         self._bytes += (len(ids) - start) * per_token
 
     def store_rows(self, rows: Sequence[tuple[list, Hashable]], cache) -> None:
-        """Store each row of a prefilled batch in its session (:meth:`store`): its unpadded
-        columns of ``cache``.  A prefill batch is left padded without holes
-        (:func:`~synclib.engine.prefill.layout`), so row ``i``'s tokens are its last
-        ``len(ids)`` columns: a slice, which (unlike a boolean mask) makes the host wait for
-        nothing."""
+        """Store each row of a prefilled batch in its session (:meth:`store`): left padded without holes, row ``i``'s
+        tokens are its last ``len(ids)`` columns of ``cache``, a slice (no host wait, unlike a boolean mask)."""
         for i, (ids, session) in enumerate(rows):
             if session is None:
                 continue
@@ -260,16 +235,13 @@ class SessionCache:
 
 
 def _layer_groups(kv: Sequence) -> list[tuple[int, int]]:
-    """The layer groups of per-layer keys/values ``kv`` (``(1, H, n, Dh)`` each) as ``(first,
-    end)`` layer ranges: every layer in one group if all have the same ``(H, Dh)`` and dtype,
-    else one group per layer."""
+    """Layer ``(first, end)`` ranges of ``kv``: one group if all share ``(H, Dh)`` and dtype, else one per layer."""
     shapes = {(k.shape[1], k.shape[3], k.dtype) for k, _ in kv}
     return [(0, len(kv))] if len(shapes) == 1 else [(i, i + 1) for i in range(len(kv))]
 
 
 def _columns(kv: Sequence, groups: list[tuple[int, int]], a: int, b: int) -> tuple:
-    """Columns ``a:b`` of per-layer keys/values ``kv`` (``(1, H, n, Dh)`` each) in new storage of
-    their own, per layer group ``(Lg, 2, H, b - a, Dh)``: one copy."""
+    """Columns ``a:b`` of per-layer ``kv`` (``(1, H, n, Dh)`` each) copied per layer group ``(Lg, 2, H, b - a, Dh)``."""
     import torch
 
     return tuple(torch.stack([x[0, :, a:b] for layer in kv[g0:g1] for x in layer]).unflatten(0, (g1 - g0, 2))

@@ -1,10 +1,9 @@
 """Continuous batching: generation rows that join and leave a decoding batch at any step.
 
-:meth:`Engine.generate` decodes a batch until its slowest row ends, so every row waits for
-the longest reply.  A :class:`DecodeStream` lets each row leave the batch at the step it ends
-and queued rows join it: they are prefilled (with their sessions' keys/values reused, as in
-:meth:`Engine.generate`) and added to the running batch, held in one of the two row stores
-(:class:`~synclib.engine.dynamic.DynamicRows`, :class:`~synclib.engine.fixed.FixedSlots`).
+A :class:`DecodeStream` decodes rows held in a row store (:class:`~synclib.engine.dynamic.DynamicRows` or
+:class:`~synclib.engine.fixed.FixedSlots`).  Refilled (the default), a row leaves at the step it ends and queued rows
+are prefilled (reusing their sessions' keys/values) and join the running batch, so no row waits for a longer reply.
+Not refilled, rows join only an empty batch, which decodes until its last row ends (:meth:`Engine.generate`).
 """
 from __future__ import annotations
 
@@ -28,10 +27,9 @@ __all__ = ["DecodeStream"]
 
 @dataclass
 class _StreamRow:
-    """One row of a :class:`DecodeStream` (host side); ``pos`` is where its row store keeps it,
-    ``fed`` how many of its tokens it has been fed, ``done`` whether it has ended (its result
-    returned) while it stays in a batch that is not refilled; with a ``probe``, its ``points``
-    wait to be scored and ``scores`` hold what they gave (:mod:`synclib.engine.probes`)."""
+    """One row of a :class:`DecodeStream` (host side): ``pos`` where its row store keeps it, ``fed`` its tokens fed so
+    far, ``done`` whether it ended (result returned) while staying in a batch not refilled; with a ``probe``, its
+    ``points`` wait to be scored and ``scores`` hold what they gave (:mod:`synclib.engine.probes`)."""
 
     tag: Hashable
     request: Request
@@ -51,15 +49,9 @@ class _StreamRow:
 class DecodeStream:
     """Continuous batching: generation rows that join and leave a decoding batch at any step.
 
-    A caller that turns a finished reply into the next request (a dialog's next turn) submits
-    it at once, so the batch stays full.  A caller may also queue prefill-only rows
-    (:meth:`read`: the passive reader's states), which are prefilled in the same forward as
-    the next rows that join, instead of in forwards of their own between the steps; and a
-    row may carry a :class:`~synclib.engine.probes.Probe` (the ToM read-outs), whose points
-    are scored over the stream's own keys/values before the row leaves
-    (:attr:`Result.scores`).  What a row generates does not depend on the batch: it samples
-    with its own seeded uniforms, one per token of its own reply, exactly as in
-    :meth:`Engine.generate`; its logits and states equal a solo run's up to float rounding.
+    Prefill-only rows (:meth:`read`) share the prefill of the next rows that join; a row's
+    :class:`~synclib.engine.probes.Probe` is scored over the stream's keys/values before the row leaves
+    (:attr:`Result.scores`).  A row's tokens do not depend on the batch (it samples with its own seeded uniforms).
 
     Parameters
     ----------
@@ -69,47 +61,26 @@ class DecodeStream:
     capacity : int
         Most rows decoding at once.
     refill : bool, default True
-        Whether queued rows join a batch that is decoding (``join_min`` and ``kv_tokens``
-        say when).  False: rows join only an empty batch, ``capacity`` of them in queue order,
-        and the batch decodes until its last row ends, as :meth:`Engine.generate`'s batches do
-        (the simulation's ``scheduling="turns"``): a row that ended stays in the batch, fed
-        tokens that are never kept, until half of the batch has ended
-        (:meth:`~synclib.engine.dynamic.DynamicRows.worth_keeping`), and on the CPU the
-        batch's cache has room for the whole reply from its prefill
-        (:func:`~synclib.engine.dynamic.with_room`).  Reads then wait for an empty batch too.
+        Whether queued rows join a batch that is decoding (``join_min`` and ``kv_tokens`` say when).  False: up to
+        ``capacity`` rows join an empty batch, which decodes until its last row ends, ended rows staying in it until
+        half have ended (:meth:`~synclib.engine.dynamic.DynamicRows.worth_keeping`); reads wait for an empty batch too.
     kv_tokens : int, optional
-        Most key/value tokens the decoding rows may reach together: a row reserves its prompt
-        and the most tokens it can be fed (``len(prompt ids) + max_new_tokens - 1``) from when
-        it joins until it ends, and queued rows join in order while their reserve fits (a
-        row that alone exceeds the budget joins only an empty batch: counted in
-        ``stats["over_budget"]``).  So the rows in flight follow the prompts' lengths, not a
-        fixed count (``capacity`` stays the upper bound; the slot modes allocate slots for
-        the rows in flight).  The row stores pad every row to the longest one (left padded
-        batch, fixed slots), so their key/value bytes can exceed the budget's;
-        ``stats["kv_reserved_peak"]`` is the most tokens reserved at once.  Default: no token
-        limit.
+        Most key/value tokens the decoding rows may reach together, each reserving its prompt plus
+        ``max_new_tokens - 1`` until it ends; queued rows join in order while theirs fits (a row that alone exceeds it
+        joins only an empty batch: ``stats["over_budget"]``; ``stats["kv_reserved_peak"]``: the most reserved at
+        once).  Default: no limit.
     join_min : int, optional
-        Queued rows join only when at least this many wait (or the batch is empty): one
-        prefill for several rows costs less than one per row.  Default: a quarter of
-        ``capacity``.
+        Queued rows join only when at least this many wait (or the batch is empty): one prefill for several rows
+        costs less than one per row.  Default: a quarter of ``capacity``.
     on_step : callable, optional
         Called after every decoding step with the number of rows it advanced.
     decode : {"dynamic", "static", "graph"}, default "dynamic"
-        How the rows are held.  ``"dynamic"``: one growing batch, joins merged left padded
-        and leaves selected out (:class:`~synclib.engine.dynamic.DynamicRows`; best on the
-        CPU).  ``"static"``: fixed slots, every step the same shapes
-        (:class:`~synclib.engine.fixed.FixedSlots`), run eagerly; ``"graph"``: the same, each
-        step one CUDA-graph replay (CUDA only; a failed capture runs eagerly, counted in
-        ``engine.stats["graph_fallbacks"]``).  The slot modes need a model whose every layer
-        attends to the full context through an explicit mask.  All give the same tokens up
-        to float rounding.
+        As :class:`Engine`'s ``decode``; the slot modes need a model whose every layer attends to the full context
+        through an explicit mask.
 
-    The host reads each step's tokens and end flags in one read.  Counters go to
-    ``engine.stats`` (``decode_steps``, ``generated_tokens``, ``stream_joins``, ``host_reads``,
-    ``stream_reads``: rows read with a join; ``probe_points`` and ``probe_calls``: probe points
-    scored and their forwards) as well as :attr:`stats`; wall times to ``engine.seconds``
-    (``join``: admitting rows and making the reads, their prefill included; ``decode``: the
-    decoding steps; ``probe``: scoring the probes' points).
+    Counters go to :attr:`stats` and ``engine.stats`` (``decode_steps``, ``generated_tokens``, ``stream_joins``,
+    ``host_reads``: one per step, ``stream_reads``: rows read with a join, ``probe_points``, ``probe_calls``); wall
+    times to ``engine.seconds`` (``join``, prefill included; ``decode``; ``probe``).
     """
 
     def __init__(self, engine, max_new_tokens: int, sampling: tuple, first_line_only: bool,
@@ -153,18 +124,15 @@ class DecodeStream:
         self._lines = None
 
     def submit(self, tag: Hashable, request: Request, probe: Probe | None = None) -> None:
-        """Queue a row; :meth:`step` returns its :class:`Result` with ``tag`` when it ends,
-        with the ``probe``'s scores (:attr:`Result.scores`) when one is given."""
+        """Queue a row; :meth:`step` returns its :class:`Result` (``probe`` scores included) and ``tag`` at its end."""
         if probe is not None and not isinstance(probe, Probe):
             raise TypeError(f"probe must be a synclib.engine.Probe or None, got {type(probe).__name__}")
         self._queue.append((tag, request, self.engine._ids(request.prompt), probe))
 
     def read(self, tag: Hashable, prompt, session: Hashable = None) -> None:
-        """Queue a prefill-only row: its states at the last prompt token, as
-        :meth:`Engine.read_states` gives them (with ``session``'s keys/values reused, and the
-        prompt stored there).  It is prefilled in the forward of the next rows that join; when
-        none join, once :attr:`Engine.max_rows` reads wait or no row is decoding.
-        :meth:`take_reads` returns it."""
+        """Queue a prefill-only row: its states at the last prompt token as :meth:`Engine.read_states` gives them
+        (``session`` reused and updated), prefilled with the next rows that join, or once :attr:`Engine.max_rows`
+        reads wait or no row is decoding; :meth:`take_reads` returns it."""
         self._reads.append((tag, prompt, session))
 
     def take_reads(self) -> list[tuple[Hashable, np.ndarray]]:
@@ -182,8 +150,7 @@ class DecodeStream:
         return len(self._queue) + sum(not r.done for r in self._rows)
 
     def _admit(self) -> None:
-        """Prefill queued rows and add them to the batch (see ``join_min`` and ``kv_tokens``),
-        with the waiting reads."""
+        """Prefill queued rows (see ``join_min``, ``kv_tokens``) and the waiting reads; add the rows to the batch."""
         if not self.refill and self._rows:
             return
         free = self.capacity - len(self._rows)
@@ -220,12 +187,10 @@ class DecodeStream:
         return n
 
     def _join(self, room: int) -> None:
-        """Admit up to ``room`` queued rows and up to :attr:`Engine.max_rows` waiting reads in
-        one prefill.  Out of memory (in the prefill, or when fixed slots grow), the session
-        caches are dropped and the join retried (they only save work), then with half the
-        reads or rows (:meth:`Engine._out_of_memory`, the rule of every batch); the rows not
-        admitted stay queued.  (A dynamic batch that runs out of memory while merging the new
-        rows in is half rebuilt: that error is raised.)"""
+        """Admit up to ``room`` queued rows and up to :attr:`Engine.max_rows` waiting reads in one prefill.  Out of
+        memory (prefill, or fixed slots growing), :meth:`Engine._out_of_memory` decides: caches dropped and retried,
+        then half the reads or rows (the rest stay queued; not refilled, halving rows lowers ``capacity`` and
+        :attr:`Engine.max_rows` too).  A dynamic batch out of memory while merging the new rows raises."""
         import torch
 
         eng = self.engine
@@ -248,6 +213,8 @@ class DecodeStream:
                     raise
                 if eng._out_of_memory(len(take) + len(reads), handed_over):  # fewer rows: the reads first
                     n_reads, room = (len(reads) // 2, room) if reads else (0, len(take) // 2)
+                    if not reads and not self.refill:
+                        self.capacity = eng.max_rows = min(eng.max_rows, room)
                 del exc
                 if torch.cuda.is_available():
                     torch.cuda.empty_cache()
@@ -276,15 +243,8 @@ class DecodeStream:
         eng.stats["stream_joins"] += 1
 
     def step(self) -> list[tuple[Hashable, Result]]:
-        """Admit queued rows, then sample one token for every row and advance the rows that
-        go on by one forward pass.
-
-        Returns
-        -------
-        list of (tag, Result)
-            The rows that ended at this step (a stop token, a complete first line with
-            ``first_line_only``, or ``max_new_tokens``), in batch order.
-        """
+        """Admit queued rows, sample one token for every row and advance those that go on by one forward pass; return
+        the ``(tag, Result)`` of the rows that ended at this step, in batch order."""
         self._admit()
         if not self._rows:
             return []
@@ -297,9 +257,8 @@ class DecodeStream:
             return self._advance(tok, why, gone)
 
     def _sample(self):
-        """Sample one token for every row: ``(tok (B,) on the device, and as host lists the
-        tokens, kept flags, end reasons and end flags)``; the tokens kept go to the rows, and
-        a probed row whose token ``mark`` accepts gets its second point."""
+        """Sample one token for every row: ``tok`` (B,) on the device, and as host lists the tokens, kept flags, end
+        reasons and end flags; kept ones join the rows; a probed row whose token ``mark`` accepts gets a 2nd point."""
         import torch
 
         B = len(self._rows)
@@ -332,9 +291,8 @@ class DecodeStream:
         return tok, kept, why, gone
 
     def _score(self) -> None:
-        """Score every row's waiting probe points in batched forwards over the row store
-        (:func:`~synclib.engine.probes.score_points`), :attr:`Engine.max_rows` points a
-        forward; out of memory, again with half as many (``stats["probe_oom_retries"]``)."""
+        """Score every row's waiting probe points over the row store (:func:`~synclib.engine.probes.score_points`),
+        :attr:`Engine.max_rows` a forward; out of memory, half as many (``stats["probe_oom_retries"]``)."""
         import torch
 
         eng = self.engine

@@ -1,38 +1,26 @@
-"""Sotopia-eval judging: social performance of simulated episodes.
-
-Every episode of a cube (or of a file of finished episodes) is shown to a judge model,
-which scores both agents on Sotopia-eval's seven dimensions.  The scores land in a tidy table saved next to
-the cube (``PAIR.judge.csv``); :func:`overall_scores` and
-:func:`social_performance` reduce it as the protocol defines.  The command line,
-``synclib evaluate``, is :mod:`synclib.cli.evaluate`.
+"""Sotopia-eval judging: a judge model scores both agents of every episode of a cube (or of a file of finished
+episodes) on Sotopia-eval's seven dimensions; the scores land in ``PAIR.judge.csv`` beside the cube, reduced by
+:func:`overall_scores` and :func:`social_performance`.  Command line: :mod:`synclib.cli.evaluate`.
 
 Modules
 -------
-rubric    the seven dimensions, their score ranges and descriptions, the embedded
-          instructions (with their JSON schema), the strict schema of structured output
+rubric    the seven dimensions, score ranges, descriptions, embedded instructions, structured-output schema
 items     what is judged: :class:`JudgeItem`, and the dialogs of a cube
 episodes  finished episodes from a JSON-lines file (Sotopia's export or synclib's own)
 prompt    the judge's messages: JSON-mode prompt and repair, constrained questions
 parse     strict parsing and field-by-field validation of a JSON answer
 cache     the append-only JSON-lines answer cache
-options   the judge's settings checked once: :class:`JudgeConnection` (model, URL, API-key
-          variable, timeout, retries), :class:`JudgeSampling` (what each request asks
-          for), :class:`JudgeOptions` (a run; ``from_config`` maps a run config)
-backends  the OpenAI-compatible HTTP judge (structured output where the server offers
-          it) and the local judge (constrained scoring on :class:`synclib.engine.Engine`)
-evaluate  judging items, whole cubes and episode files, the two modes (``json``,
-          ``constrained``)
-human     human ratings: reading, checking, averaging raters; agreement with a judge
-          (table 4: r per dimension; figure 10: differences within one SD)
-sotopia_human  the published human ratings (Sotopia-π's study, ``synclib fetch
-          sotopia-human``) written as episodes, ratings and GPT-4 judge files
+options   settings checked once: :class:`JudgeConnection`, :class:`JudgeSampling`, :class:`JudgeOptions`
+backends  the OpenAI-compatible HTTP judge and the local judge (constrained scoring on :class:`synclib.engine.Engine`)
+evaluate  judging items, cubes and episode files in the two modes (``json``, ``constrained``)
+human     human ratings: reading, averaging raters, agreement with a judge (table 4, figure 10)
+sotopia_human  Sotopia-π's published human ratings written as episodes, ratings and GPT-4 judge files
 table     the score table: columns, reading, writing, overall scores, social performance
 errors    :class:`JudgeError`, :class:`JudgeRequestError`
 
-Reading scores (:func:`read_table`, :func:`social_performance`, the rubric) is
-imported with the package; everything that judges is loaded on first use, so that
-``from synclib.judge import read_table`` imports neither the backends nor
-``synclib.engine``, ``torch``, ``transformers`` or ``httpx``.
+Reading scores is imported with the package; everything that judges is loaded on first use, so that
+``from synclib.judge import read_table`` imports neither the backends nor ``synclib.engine``, ``torch``,
+``transformers`` or ``httpx``.
 """
 from __future__ import annotations
 

@@ -1,19 +1,9 @@
-"""Judge backends: an OpenAI-compatible HTTP endpoint and a local model.
+"""Judge backends: :class:`OpenAIBackend` (any OpenAI-compatible ``/chat/completions`` endpoint: vLLM,
+llama.cpp server, hosted APIs) and :class:`LocalBackend` (a ``synclib.models.LoadedModel``), both at
+temperature 0 with a fixed seed.  Only a local backend can ``score`` (constrained mode, :func:`score_candidates`).
 
-:class:`OpenAIBackend` (any OpenAI-compatible ``/chat/completions`` endpoint: vLLM,
-llama.cpp server, hosted APIs; bounded concurrency, timeouts, retries with
-exponential backoff) and :class:`LocalBackend` (a ``synclib.models.LoadedModel``).
-Both use temperature 0 and a fixed seed.  Only a local backend can ``score``
-(constrained mode): :func:`score_candidates` on :class:`synclib.engine.Engine`.
-
-The API key is read from an environment variable at call time and kept only in the
-HTTP client's headers: it is never written to a file, log, table or error message
-(error texts are redacted).
-
-Structured output: by default :class:`OpenAIBackend` asks the server to hold its answer
-to the evaluation's JSON schema (OpenAI's ``response_format`` of type ``json_schema``,
-which vLLM and llama.cpp's ``llama-server`` enforce with a grammar), and falls back
-to plain JSON mode, for the rest of the run, when the server refuses it.
+The API key is read from an environment variable and kept only in the HTTP client's headers: never written to
+a file, log, table or error message (error texts are redacted).
 """
 from __future__ import annotations
 
@@ -42,9 +32,7 @@ _PREFIX_SESSION = ("synclib.judge", "shared prompt prefix")
 #: ``response_format.json_schema.name`` of the structured requests
 RESPONSE_FORMAT_NAME = "sotopia_evaluation"
 
-#: What a server's refusal of ``response_format`` says (HTTP 400/422): llama.cpp's "JSON
-#: schema conversion failed" / "failed to parse grammar", vLLM's "JSON schema ... not
-#: supported", a validation error naming ``response_format``...
+#: a server's refusal of ``response_format``: HTTP 400/422 whose text names the format, schema or grammar
 _REFUSAL_STATUS = frozenset({400, 422})
 _REFUSAL_TEXT = re.compile(r"response_format|json_schema|schema|grammar", re.IGNORECASE)
 
@@ -59,55 +47,35 @@ class OpenAIBackend:
     Parameters
     ----------
     connection : JudgeConnection
-        The endpoint (``connection.url``, the API root, e.g. ``http://localhost:8000/v1``;
-        requests go to ``{url}/chat/completions``), the served model (also the judge id
-        in tables and cache keys), the environment variable holding the API key (read
-        now; when unset or empty no ``Authorization`` header is sent, as a local vLLM
-        needs none), timeout, retries and backoff
-        (:class:`~synclib.judge.options.JudgeConnection`).
+        ``url`` (the API root, e.g. ``http://localhost:8000/v1``), the served model (also the judge id in
+        tables and cache keys), the API key's environment variable (read now; unset or empty: no
+        ``Authorization`` header), timeout, retries and backoff.
     sampling : JudgeSampling, optional
-        Sent with every request (:class:`~synclib.judge.options.JudgeSampling`; default
-        its defaults): ``temperature``, ``seed`` and ``max_tokens``
-        (``max_tokens=None`` sends none: the server's own limit applies, and a server
-        enforcing the schema stops where the schema ends; under structured output a
-        ``max_tokens`` below :func:`synclib.judge.rubric.structured_token_budget` is
-        warned about, since it can cut a valid answer short); ``structured`` and
-        ``reasoning_max_chars`` as below.
+        ``temperature``, ``seed``, ``max_tokens`` (None: the server's limit; under structured output a value
+        below :func:`~synclib.judge.rubric.structured_token_budget` is warned about), ``structured``,
+        ``reasoning_max_chars``.
     sleep : callable
         Waits between retries (``time.sleep``; tests pass a stand-in).
 
-    ``sampling.structured`` asks for structured output (default): every request carries
-    ``response_format = {"type": "json_schema", "json_schema": {"name":
-    "sotopia_evaluation", "schema": ..., "strict": true}}`` with the schema of
-    :func:`synclib.judge.rubric.structured_schema`: one **object** ``{"reasoning",
-    "score"}`` per dimension, the reasoning at most ``sampling.reasoning_max_chars``
-    characters (1 to 1999), the score an integer within the dimension's range.  Servers
-    that enforce it (vLLM, llama.cpp) can then only answer with a complete, valid
-    evaluation.  False: plain JSON mode (the instructions alone ask for JSON), as before.
-    Retries: after the first attempt, ``connection.max_retries`` more on 429, 5xx,
-    timeouts and dropped connections, waiting ``min(backoff * 2**attempt,
-    max_backoff)`` seconds (a 429's ``Retry-After`` honoured up to ``max_backoff``);
-    other errors are not retried.
+    ``sampling.structured`` (default) sends ``response_format = {"type": "json_schema", "json_schema":
+    {"name": "sotopia_evaluation", "schema": ..., "strict": true}}`` with
+    :func:`~synclib.judge.rubric.structured_schema`: one object ``{"reasoning", "score"}`` per dimension,
+    reasoning at most ``reasoning_max_chars`` characters, score an integer in range; servers that enforce it
+    (vLLM, llama.cpp) can only answer with a valid evaluation.  False: plain JSON mode.
+    Retries: ``connection.max_retries`` more on :attr:`RETRY_STATUS`, timeouts and dropped connections,
+    waiting ``min(backoff * 2**attempt, max_backoff)`` seconds (``Retry-After`` honoured up to
+    ``max_backoff``); other errors are not retried.
 
     Notes
     -----
-    *Structured output and the instructions.*  The instructions in the prompt are sent
-    unchanged.  The paper's (``judge_instructions.txt``, the ``reference`` layout)
-    describe Sotopia's schema, in which each dimension is a ``[reasoning, score]``
-    tuple; with structured output the server forces the object form instead.  That is
-    intended: :func:`synclib.judge.parse.parse_evaluation` reads both forms into the
-    same (reasoning, score) pairs, and the tuple form cannot be sent as a schema
-    (llama.cpp refuses ``prefixItems``).
+    The instructions are sent unchanged; the paper's describe Sotopia's ``[reasoning, score]`` tuples, while
+    the schema forces the object form (llama.cpp refuses ``prefixItems``);
+    :func:`~synclib.judge.parse.parse_evaluation` reads both.
 
-    *Refusal.*  When a request with ``response_format`` gets HTTP 400 or 422 whose text
-    mentions ``response_format``, ``json_schema``, ``schema`` or ``grammar``, the same
-    request is sent once more without it (plain JSON mode), and the refusal is
-    remembered: later requests of this backend (the rest of the run) go without it.
-    The refusal is logged once (a warning).  :attr:`structured_refused` tells whether
-    it happened.  (llama.cpp refuses schemas it cannot turn into a grammar, e.g.
-    Sotopia's tuples or a ``maxLength`` of 2000 or more; a hosted API whose strict
-    mode lacks a keyword used here may refuse too: both end in plain JSON mode.)  Cache keys (:mod:`synclib.judge.evaluate`) record what was
-    *requested* (:meth:`response_format`), not whether the server accepted it.
+    When the server refuses ``response_format`` (HTTP 400/422 naming ``response_format``, ``json_schema``,
+    ``schema`` or ``grammar``, e.g. llama.cpp for a ``maxLength`` of 2000 or more), the request is re-sent
+    without it, and so are all later ones; the refusal is logged once and :attr:`structured_refused` set.
+    Cache keys record what was *requested* (:meth:`response_format`), not what the server accepted.
     """
 
     RETRY_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
@@ -176,31 +144,16 @@ class OpenAIBackend:
         self._client.close()
 
     def response_format(self, structured: bool | None = None) -> dict | None:
-        """The ``response_format`` a request asks for: a fresh copy of the
-        ``json_schema`` format when structured output is requested (``structured``, or
-        this backend's setting when None), else None.  Whether the server refused it
-        does not matter here (see :meth:`complete`)."""
+        """A fresh copy of the ``json_schema`` format when structured output is requested (``structured``, or
+        this backend's setting when None), else None, whether or not the server refused it."""
         use = self.structured if structured is None else bool(structured)
         if not use:
             return None
         return copy.deepcopy(self._response_format)
 
     def complete(self, messages: list[dict], structured: bool | None = None) -> str:
-        """The assistant's answer to ``messages`` (retrying as documented).
-
-        Parameters
-        ----------
-        messages : list of dict
-        structured : bool, optional
-            Ask for structured output; None: this backend's ``structured`` setting.
-            Not sent once the server has refused it (the answer then comes from one
-            more request without it; see the class notes).
-
-        Raises
-        ------
-        JudgeRequestError
-            With a redacted reason, when the request failed for good.
-        """
+        """The assistant's answer to ``messages``; ``structured`` None: this backend's setting (not sent once
+        refused).  Raises :class:`JudgeRequestError`, redacted, when the request failed for good."""
         body: dict = {"model": self.model, "messages": messages,
                       "temperature": self.temperature, "seed": self.seed}
         if self.max_tokens is not None:
@@ -223,11 +176,8 @@ class OpenAIBackend:
                         self.url, self.redact(reason))
 
     def _post(self, body: dict, refusable: bool = False) -> str:
-        """POST ``body``, retrying as documented; the answer's content.
-
-        With ``refusable``, an HTTP 400/422 about the response format raises
-        :class:`_StructuredRefused` instead of :class:`JudgeRequestError`.
-        """
+        """POST ``body`` with retries; the answer's content.  With ``refusable``, a refusal of the response format
+        raises :class:`_StructuredRefused`."""
         import httpx
 
         last = ""
@@ -280,8 +230,7 @@ class LocalBackend:
     batch_size : int
         Rows per forward pass in constrained scoring (the engine's batch size).
     seed : int
-        Torch seed set before every generation (greedy decoding, so only for
-        completeness).
+        Torch seed set before every generation (decoding is greedy).
     """
 
     def __init__(self, loaded: Any, max_new_tokens: int = LOCAL_MAX_NEW_TOKENS,
@@ -303,9 +252,8 @@ class LocalBackend:
         return text
 
     def response_format(self, structured: bool | None = None) -> None:
-        """None: a local judge generates freely (no structured output; its answers are
-        parsed as JSON as they come, and constrained mode is the local way to valid
-        scores), so ``structured`` changes neither its requests nor their cache keys."""
+        """None: a local judge has no structured output (constrained mode is its way to valid scores), so
+        ``structured`` changes neither its requests nor their cache keys."""
         return None
 
     def close(self) -> None:
@@ -317,13 +265,11 @@ class LocalBackend:
         tok = self.loaded.tokenizer
         if getattr(tok, "chat_template", None):
             return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        # no template: fold the conversation into one user message
         text = "\n\n".join(f"{m['role'].upper()}: {m['content']}" for m in messages[1:])
         return self.loaded.chat_prompt(text, system=messages[0]["content"])
 
     def complete(self, messages: list[dict], structured: bool | None = None) -> str:
-        """Greedy free generation of the answer to ``messages`` (``structured`` is
-        ignored: see :meth:`response_format`)."""
+        """Greedy generation of the answer to ``messages`` (``structured`` is ignored)."""
         import torch
 
         self.requests_sent += 1
@@ -343,12 +289,8 @@ class LocalBackend:
 
 
 def _terminator_id(tokenizer) -> int:
-    """The token that ends an assistant turn.
-
-    Read from the chat template (the first token after the content of a rendered
-    assistant message: ``<|im_end|>``, ``<|eot_id|>``, ``<end_of_turn>``,
-    ``</s>``...); the eos token when there is no template; a newline as last resort.
-    """
+    """The token that ends an assistant turn: the first after a rendered assistant message in the chat
+    template (``<|im_end|>``, ``<|eot_id|>``, ``<end_of_turn>``...), else eos, else a newline."""
     marker = "QXZJUDGEANSWER"
     if getattr(tokenizer, "chat_template", None):
         try:
@@ -370,8 +312,7 @@ def _terminator_id(tokenizer) -> int:
 
 
 def _candidate_ids(lm, prompt_ids: list[int], prompt: str, cand: str) -> list[int]:
-    """Token ids of ``cand`` as ``lm`` tokenizes it right after ``prompt`` (whose ids are
-    ``prompt_ids``); the candidate alone when the joint text splits differently."""
+    """Token ids of ``cand`` as tokenized right after ``prompt``; alone when the joint text splits differently."""
     joint = list(lm.encode(prompt + cand))
     if joint[: len(prompt_ids)] == prompt_ids and len(joint) > len(prompt_ids):
         return joint[len(prompt_ids):]
@@ -382,22 +323,13 @@ def score_candidates(engine: Engine, prompts: Sequence[str], candidates: Sequenc
                      terminator: int | None = None) -> list[np.ndarray]:
     """Full-sequence log-probability of each candidate answer after each prompt.
 
-    Why full sequences: the allowed scores include multi-token strings ("10", "-5",
-    "-10" are two or three tokens in most vocabularies), so the next-token distribution
-    alone cannot tell "1" from "10".  Each candidate is scored as ``log P(candidate
-    tokens + terminator | prompt)`` where the terminator is the end-of-turn token of the
-    chat template (:func:`_terminator_id`): a complete answer, so that "1" and "10" are
-    disjoint events and every allowed integer gets a proper score.  Normalising over the
-    candidates gives the judge's distribution restricted to valid answers.
+    Scores such as "10" or "-5" are several tokens, so each candidate is scored as ``log P(candidate tokens +
+    terminator | prompt)``, the terminator being the chat template's end-of-turn token: "1" and "10" are then
+    disjoint events, and normalising over the candidates gives the judge's distribution over valid answers.
 
-    The scoring is the engine's (:meth:`synclib.engine.Engine.sequence_logprobs`:
-    prefill only, no generation, ``engine.batch_size`` rows per pass, the candidates'
-    later tokens teacher-forced over each prompt's keys/values).  The longest token
-    prefix shared by all ``prompts`` (intro, dialog and rubric when they are the 14
-    questions of one episode) is prefilled once, into an engine session that every
-    prompt then re-uses, so each prompt computes only its own last tokens.  The
-    engine pads on the left only, so this holds under sliding-window attention
-    (Gemma-3) too.
+    Scoring is :meth:`synclib.engine.Engine.sequence_logprobs` (prefill only, teacher-forced).  The longest
+    token prefix shared by all ``prompts`` (the 14 questions of one episode) is prefilled once into an engine
+    session every prompt re-uses; left padding keeps this valid under sliding-window attention (Gemma-3).
 
     Parameters
     ----------
@@ -413,8 +345,7 @@ def score_candidates(engine: Engine, prompts: Sequence[str], candidates: Sequenc
     Returns
     -------
     list of P float64 arrays
-        ``out[p][c]`` = log-probability of ``candidates[p][c]`` (unnormalised over
-        candidates).
+        ``out[p][c]`` = log-probability of ``candidates[p][c]`` (unnormalised over candidates).
     """
     if len(prompts) != len(candidates):
         raise JudgeError("score_candidates: prompts and candidates differ in length")

@@ -1,8 +1,4 @@
-"""The answer cache: a JSON-lines file keyed on ``sha256(judge id, full request)``.
-
-Appended and flushed after every answer: a re-run asks nothing twice and an
-interruption loses nothing already paid for.
-"""
+"""The answer cache: a JSON-lines file keyed on ``sha256(judge id, full request)``, appended after every answer."""
 from __future__ import annotations
 
 import hashlib
@@ -27,14 +23,11 @@ def cache_key(judge_id: str, request: Any) -> str:
 
 
 class JudgeCache:
-    """Append-only JSON-lines cache of judge answers.
+    """Append-only, thread-safe JSON-lines cache of judge answers.
 
-    Each line is ``{"key": sha256, "judge": id, "value": ...}``; a line is
-    written and flushed (and fsynced) as soon as its answer arrives.  A torn last
-    line (a crash mid-write: no final newline) is cut off on load, with a warning, so
-    that the next answer starts a line of its own; every complete line is kept.  Any
-    other unreadable line raises :class:`JudgeError` naming the file and line (the file is
-    left as it is).  Thread-safe.
+    Each line ``{"key": sha256, "judge": id, "value": ...}`` is fsynced as soon as its answer arrives.  A torn
+    last line (no final newline) is cut off on load, with a warning; any other unreadable line raises
+    :class:`JudgeError` naming the file and line.
 
     Parameters
     ----------

@@ -1,9 +1,7 @@
 """Finished episodes read from a file: what ``synclib evaluate EPISODES.jsonl`` judges.
 
-Any dialog can be judged, not only a cube's: one episode per line (JSON lines), in
-either of two formats, told apart line by line by their fields.
-
-synclib's own::
+One episode per line (JSON lines), in either of two formats, told apart line by line by their fields.
+synclib's own (agent 1 speaks the even utterances; an empty background is shown as ``Unknown``)::
 
     {"episode_id": "e1",
      "scenario": "Two friends plan a weekend trip ...",
@@ -11,24 +9,17 @@ synclib's own::
                 {"name": "Ben Ortiz", "background": "", "goal": "..."}],
      "utterances": ["agent 1's first line", "agent 2's reply", "..."]}
 
-Agent 1 speaks the even utterances; an empty background is shown as ``Unknown``.
-
-Sotopia's episode export (``sotopia.database.episodes_to_jsonl``, the format of the
-``cmu-lti/sotopia`` dataset)::
+Sotopia's episode export (``sotopia.database.episodes_to_jsonl``, the ``cmu-lti/sotopia`` dataset)::
 
     {"episode_id": "...", "scenario": "...", "codename": "...",
      "agents_background": {"Ana Lima": "...", "Ben Ortiz": "..."},
      "social_goals": {"Ana Lima": "...", "Ben Ortiz": "..."},
      "social_interactions": "<the dialog as Sotopia rendered it>", ...}
 
-The agents are the keys of ``social_goals`` in order (agent 1 first); the dialog is shown
-to the judge as Sotopia rendered it (``social_interactions``), not re-rendered.  Other
-fields (``reasoning``, ``rewards``) are ignored.
-
-Both become :class:`~synclib.judge.items.JudgeItem` objects whose intro is the same
-context block a cube's dialogs get (:func:`synclib.tasks.prompts.context_lines`);
-``episode`` is the line's position (0-based, blank lines not counted) and
-``episode_id`` the file's id, written into the score table beside it.
+The agents are the keys of ``social_goals`` in order; the dialog is shown as Sotopia rendered it; other fields
+are ignored.  Both become :class:`~synclib.judge.items.JudgeItem` objects with a cube's context block
+(:func:`synclib.tasks.prompts.context_lines`); ``episode`` is the line's position (0-based, blank lines not
+counted), ``episode_id`` the file's id.
 """
 from __future__ import annotations
 
@@ -97,19 +88,13 @@ def _sotopia_item(where: str, record: dict, position: int) -> JudgeItem:
 
 
 def read_episodes(path: str | os.PathLike) -> list[JudgeItem]:
-    """Read a file of finished episodes (see the module docstring for both formats).
-
-    Every line is checked before anything is judged.
-
-    Returns
-    -------
-    list of JudgeItem, in file order.
+    """Read and check every line of a file of finished episodes; JudgeItems in file order.
 
     Raises
     ------
     JudgeError
-        Naming the file and line: unreadable JSON, a record of neither format, a field of
-        the wrong type, an empty file, or an ``episode_id`` that repeats.
+        Naming the file and line: unreadable JSON, a record of neither format, a field of the wrong type, an empty
+        file, or an ``episode_id`` that repeats.
     """
     path = Path(path)
     if not path.is_file():

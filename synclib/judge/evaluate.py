@@ -1,32 +1,19 @@
 """Judging: every dialog in, 14 table rows out, never stopping on a failure.
 
-Two modes
----------
+Two modes (the ``mode`` column)
+-------------------------------
 ``json``
-    The judge writes the whole evaluation as JSON (the paper's way), parsed and
-    validated field by field (:mod:`synclib.judge.parse`).  When anything fails
-    the judge is asked **once** to repair its own answer; what still fails is
-    recorded as missing, with the reason and the raw text, never as a made-up
-    score.
+    The judge writes the whole evaluation as JSON (the paper's way), validated field by field
+    (:mod:`synclib.judge.parse`); it is asked **once** to repair a failing answer, and what still fails is
+    recorded as missing with the reason and the raw text.  An HTTP judge asks for structured output by
+    default (:class:`~synclib.judge.backends.OpenAIBackend`); ``JudgeSampling(structured=False)``
+    (``--no-structured``) for plain JSON mode.
 ``constrained``
-    For small local judges.  The judge is asked about one agent and one
-    dimension at a time and the score is read from its distribution over the
-    allowed integers (:func:`synclib.judge.backends.score_candidates`): valid by
-    construction, prefill only, batched.  ``score`` is the most probable integer
-    and ``expected`` the probability-weighted mean.
+    For small local judges: one question per agent and dimension, the score read from the judge's
+    distribution over the allowed integers (:func:`~synclib.judge.backends.score_candidates`); ``score`` is
+    the most probable integer, ``expected`` the probability-weighted mean.
 
-In JSON mode an HTTP judge asks, by default, for structured output: the server is
-held to the evaluation's schema (one ``{"reasoning", "score"}`` object per dimension,
-bounded reasoning, scores within range; see
-:class:`~synclib.judge.backends.OpenAIBackend`), with a fallback to plain JSON
-mode when the server refuses it.  ``JudgeSampling(structured=False)`` (``--no-structured``)
-asks for plain JSON mode throughout.  The settings of a run are one
-:class:`~synclib.judge.options.JudgeOptions` (:mod:`synclib.judge.options`).
-
-Which mode produced a score is recorded in the ``mode`` column.  Every answer is
-cached (:class:`~synclib.judge.cache.JudgeCache`); the key holds the judge, its
-sampling settings, the messages and, when structured output was requested, the
-requested ``response_format`` (so structured and plain answers never mix).
+Every answer is cached (:class:`~synclib.judge.cache.JudgeCache`), a JSON-mode one under :func:`request_key`.
 """
 from __future__ import annotations
 
@@ -68,14 +55,8 @@ def _failed(item: JudgeItem, judge: str, mode: str, error: str) -> list[dict]:
 
 
 def request_key(backend, messages: list[dict], structured: bool | None = None) -> str:
-    """The cache key of a JSON-mode request: judge id, sampling settings, messages and,
-    when structured output is requested, the requested ``response_format``.
-
-    Without structured output the key is what it was before structured output
-    existed, so such caches stay valid.  The key records what was *requested*: when a
-    server refused the format, the answer of the fallback request is cached under the
-    structured key (a later run asks nothing again).
-    """
+    """The cache key of a JSON-mode request: judge id, sampling settings, messages and, when structured output
+    is requested, the requested ``response_format`` (also when the server refused it)."""
     request: dict = {"settings": backend.settings, "messages": messages}
     fmt = backend.response_format(structured) if hasattr(backend, "response_format") else None
     if fmt is not None:
@@ -97,8 +78,7 @@ def _cached_complete(backend, cache: JudgeCache, messages: list[dict],
 
 def judge_item_json(item: JudgeItem, backend, cache: JudgeCache, instructions: str,
                     structured: bool | None = None) -> list[dict]:
-    """The 14 rows of one dialog judged in JSON mode (one repair at most); ``structured``
-    as in :func:`judge_items`."""
+    """The 14 rows of one dialog judged in JSON mode (one repair at most)."""
     judge = backend.judge_id
     if item.empty:
         return _failed(item, judge, "json", "episode has no utterances")
@@ -152,9 +132,7 @@ def judge_item_constrained(item: JudgeItem, backend: LocalBackend, cache: JudgeC
         cands.append([str(v) for v in range(lo, hi + 1)])
         ckeys.append(cache_key(judge, {"mode": "constrained", "prompt": prompts[-1],
                                        "candidates": cands[-1]}))
-    # all 14 questions are scored together or not at all: a run killed between two of the
-    # cache's writes re-scores the whole item, so the questions share a batch exactly as in an
-    # uninterrupted run and the scores are bitwise the same (a near-tie cannot flip)
+    # all 14 or none: a resumed item is batched as in an uninterrupted run, so its scores are bitwise the same
     todo = list(range(len(ckeys))) if any(k not in cache for k in ckeys) else []
     try:
         if todo:
@@ -191,21 +169,16 @@ def judge_items(items: Sequence[JudgeItem], backend, mode: str = "json",
     instructions : str
         Appended after intro and dialog in JSON mode.
     concurrency : int
-        Items in flight at once (threads) for an HTTP backend; local backends
-        run one item at a time.
+        Items in flight at once (threads) for an HTTP backend; local backends run one at a time.
     progress : bool
         Show a tqdm bar on stderr.
     structured : bool, optional
-        JSON mode with an HTTP judge: ask for structured output (a ``json_schema``
-        ``response_format``; plain JSON mode when the server refuses it) or not.
-        None: the backend's own setting (``JudgeSampling.structured``, True by
-        default).  A local judge generates freely either way.
+        JSON mode with an HTTP judge: ask for structured output; None: the backend's setting.
 
     Returns
     -------
     pandas.DataFrame
-        14 rows per item, columns :data:`synclib.judge.table.TABLE_COLUMNS`, sorted by episode,
-        sim seed, agent and dimension order.
+        14 rows per item, :data:`~synclib.judge.table.TABLE_COLUMNS`, sorted by episode, seed, agent, dimension.
     """
     if mode not in MODES:
         raise JudgeError(f"mode must be one of {MODES}, got {mode!r}")
@@ -246,17 +219,9 @@ def judge_items(items: Sequence[JudgeItem], backend, mode: str = "json",
 def evaluate_cube(cube: str | os.PathLike, options: JudgeOptions, *,
                   out: str | os.PathLike | None = None, cache: str | os.PathLike | None = None,
                   progress: bool = True, log: Callable[[str], None] | None = None) -> pd.DataFrame:
-    """Judge every dialog of a cube and write the tidy table (``CUBE.judge.csv``).
-
-    The library form of ``synclib evaluate CUBE``.  ``options``
-    (:class:`~synclib.judge.options.JudgeOptions`, e.g. from
-    :meth:`~synclib.judge.options.JudgeOptions.from_config`) names the judge and the
-    run: ``options.scenarios`` is the task set the cube was simulated from (its judge
-    instructions are used when it ships them); ``options.layout`` lays the message out
-    as Sotopia does or as the paper's code did (:data:`synclib.judge.items.LAYOUTS`).
-    ``out``, ``cache``, ``progress`` and ``log`` are :func:`judge_to_file`'s.  Returns
-    the table that was written.
-    """
+    """``synclib evaluate CUBE``: judge every dialog of a cube, write and return the table (:func:`judge_to_file`).
+    ``options.scenarios`` is the cube's task set (its judge instructions used when it ships them);
+    ``options.layout`` one of :data:`synclib.judge.items.LAYOUTS`."""
     _check_options(options)
     cube = Path(cube)
     if not cube.is_file():
@@ -275,16 +240,9 @@ def evaluate_cube(cube: str | os.PathLike, options: JudgeOptions, *,
 def evaluate_episodes(path: str | os.PathLike, options: JudgeOptions, *,
                       out: str | os.PathLike | None = None, cache: str | os.PathLike | None = None,
                       progress: bool = True, log: Callable[[str], None] | None = None) -> pd.DataFrame:
-    """Judge the finished episodes of a JSON-lines file and write ``FILE.judge.csv``.
-
-    The library form of ``synclib evaluate EPISODES.jsonl``: Sotopia's episode export or
-    synclib's own format (:mod:`synclib.judge.episodes`; every line is checked before
-    anything is judged).  ``options.scenarios`` only chooses the judge instructions (a
-    task directory's ``judge_instructions.txt``, e.g. ``sotopia`` for the paper's) and
-    ``options.layout`` is not used.  The table gets an ``episode_id`` column beside
-    ``episode`` (the line's position).  ``out``, ``cache``, ``progress`` and ``log`` are
-    :func:`judge_to_file`'s.
-    """
+    """``synclib evaluate EPISODES.jsonl``: judge the episodes of a file (:mod:`synclib.judge.episodes`), write
+    and return the table, with ``episode_id`` beside ``episode`` (the line's position).  ``options.scenarios``
+    only chooses the judge instructions (``sotopia`` for the paper's); ``options.layout`` is not used."""
     _check_options(options)
     items = read_episodes(path)
     return judge_to_file(items, Path(path), options, out=out, cache=cache, progress=progress, log=log)
@@ -309,23 +267,10 @@ def _backend(options: JudgeOptions):
 def judge_to_file(items: list[JudgeItem], source: Path, options: JudgeOptions, *,
                   out: str | os.PathLike | None = None, cache: str | os.PathLike | None = None,
                   progress: bool = True, log: Callable[[str], None] | None = None) -> pd.DataFrame:
-    """Judge ``items`` (a cube's dialogs or a file's episodes) and write the tidy table.
-
-    ``options`` (:class:`~synclib.judge.options.JudgeOptions`) names the judge
-    (``options.connection``: an HTTP endpoint, or a local model without a URL), what its
-    requests ask for (``options.sampling``) and the run: ``options.mode`` defaults to
-    ``json`` with a URL and ``constrained`` for a local judge; ``options.sample`` judges a
-    random sample of that many dialogs, drawn with ``options.sample_seed``
-    (:func:`~synclib.judge.items.sample_items`; default every dialog).  Answers are cached
-    in ``cache`` (default ``SOURCE.judge-cache.jsonl``), so an interrupted call loses
-    nothing paid for and a second call asks nothing again.  ``sampling.structured`` (HTTP
-    judge, JSON mode) asks the server for structured output, each reasoning at most
-    ``sampling.reasoning_max_chars`` characters, falling back to plain JSON mode when the
-    server refuses it (:class:`~synclib.judge.backends.OpenAIBackend`); False is plain JSON
-    mode throughout.  The table goes to ``out`` (default ``SOURCE.judge.csv``); items that
-    carry an ``episode_id`` add that column.  ``progress`` shows a bar; ``log`` gets the
-    two summary lines (default: stderr).  Returns the table that was written.
-    """
+    """Judge ``items`` as ``options`` say (judge, sampling, mode, a sample of ``options.sample`` dialogs), write
+    the table to ``out`` (default ``SOURCE.judge.csv``) and return it.  Answers are cached in ``cache`` (default
+    ``SOURCE.judge-cache.jsonl``), so a second call asks nothing again; ``log`` gets the two summary lines
+    (default: stderr)."""
     _check_options(options)
     log = log or (lambda msg: print(msg, file=sys.stderr))
     mode, http, sampling = options.judge_mode, not options.connection.local, options.sampling

@@ -1,5 +1,4 @@
-"""Human ratings of Sotopia-eval, and a judge held against them (the paper's appendix H:
-table 4 and figure 10).
+"""Human ratings of Sotopia-eval, and a judge held against them (the paper's appendix H: table 4, figure 10).
 
 The ratings file
 ----------------
@@ -7,43 +6,23 @@ A CSV with one row per episode, agent, dimension and rater::
 
     episode_id,agent,dimension,score,rater
     e1,1,believability,8,r1
-    e1,1,believability,7,r2
-    ...
 
-``episode_id``
-    The episode's id in the episodes file the judge scored (``synclib evaluate
-    EPISODES.jsonl`` writes it into its table).
-``agent``
-    1 or 2 (agent 1 speaks first).
-``dimension``
-    One of :data:`~synclib.judge.rubric.DIMENSIONS`.
-``score``
-    A number within the dimension's range (:data:`~synclib.judge.rubric.SCORE_RANGES`).
-``rater`` (optional)
-    Any label.  Rows repeating an episode, agent and dimension are several raters; they
-    are averaged, as the Sotopia authors and the paper averaged their raters per episode.
-``dialog`` (optional)
-    ``no`` where the rated episode has no dialog a judge could read (three of Sotopia-π's
-    rated episodes, :mod:`synclib.judge.sotopia_human`); ``yes`` or empty otherwise.  Such
-    an episode can be held against published scores, which need no dialog, but not against
-    a judge run on the episodes: :func:`read_ratings` accepts its ratings even where the
-    judge's table lacks it, and :func:`episode_coverage` says why it is left out.
+``episode_id``  the episode's id in the episodes file the judge scored (``synclib evaluate EPISODES.jsonl``)
+``agent``       1 or 2 (agent 1 speaks first)
+``dimension``   one of :data:`~synclib.judge.rubric.DIMENSIONS`
+``score``       a number within the dimension's range (:data:`~synclib.judge.rubric.SCORE_RANGES`)
+``rater``       optional label; rows repeating an episode, agent and dimension are raters, averaged
+``dialog``      optional: ``no`` where the episode has no dialog a judge could read (three of Sotopia-π's);
+                such ratings are accepted though the judge's table lacks them, and can only be held against
+                published scores
 
-Every rated episode and agent carries all seven dimensions.  :func:`read_ratings` checks
-all of it before anything is computed and names the line of the first problem.
+Every rated episode and agent carries all seven dimensions.
 
 Agreement
 ---------
-:func:`agreement`: per dimension, Pearson r between the judge's score and the raters'
-mean over every rated agent of every episode, with its two-sided p-value and n (table 4).
-:func:`differences`: judge minus raters' mean for every agent and dimension, and whether it
-lies within one standard deviation of the human ratings (figure 10).  The paper reports
-"75.8 % of the scores ... fall within one standard deviation of human ratings" without
-saying which standard deviation; we take, per dimension, the standard deviation of the
-human (rater-mean) scores over all rated agents and episodes, the spread that makes a
-difference comparable across dimensions of different ranges.
-:func:`episode_coverage`: which rated episodes a judge's numbers rest on, and why each other
-rated episode is left out (a judge table without its score, no dialog to read, not judged).
+:func:`agreement` gives table 4 and :func:`differences` figure 10.  The paper's "within one standard deviation
+of human ratings" does not say which deviation; we take, per dimension, the standard deviation of the
+rater-mean scores over all rated agents and episodes, so differences compare across ranges.
 """
 from __future__ import annotations
 
@@ -68,29 +47,25 @@ RATING_COLUMNS = ("episode_id", "agent", "dimension", "score")
 
 
 def read_ratings(path: str | os.PathLike, episode_ids=None) -> pd.DataFrame:
-    """Read and check a human-ratings CSV (format in the module docstring).
+    """Read and check a human-ratings CSV.
 
     Parameters
     ----------
     path : path of the CSV
     episode_ids : collection of str, optional
-        The episodes the judge scored; a rating of any other episode is refused, unless
-        the file marks the episode ``dialog = no`` (no judge could have read it).
+        The episodes the judge scored; ratings of others are refused unless marked ``dialog = no``.
 
     Returns
     -------
     pandas.DataFrame
-        Columns ``episode_id`` (str), ``agent`` (int), ``dimension``, ``score`` (float),
-        ``rater`` (str, empty when the file has none), ``dialog`` (bool: False where the
-        file says ``no``) and ``line`` (the row's line in the file, the header being line 1).
+        ``episode_id`` (str), ``agent`` (int), ``dimension``, ``score`` (float), ``rater`` (str, may be empty),
+        ``dialog`` (bool) and ``line`` (the row's line, the header being line 1).
 
     Raises
     ------
     JudgeError
-        Naming the file and line: a missing column, an agent other than 1 or 2, an
-        unknown dimension, a score that is not a number or lies outside its range, a
-        ``dialog`` other than yes, no or empty, an unknown episode id (one with a dialog
-        that the judge did not score), or an episode and agent missing a dimension.
+        Naming the file and line of the first problem: a missing column, bad agent, dimension, score or
+        ``dialog``, an unknown episode id, or an episode and agent missing a dimension.
     """
     path = Path(path)
     if not path.is_file():
@@ -138,33 +113,15 @@ def read_ratings(path: str | os.PathLike, episode_ids=None) -> pd.DataFrame:
 
 
 def mean_ratings(ratings: pd.DataFrame) -> pd.DataFrame:
-    """The raters' mean per episode, agent and dimension.
-
-    Returns
-    -------
-    pandas.DataFrame
-        Columns ``episode_id``, ``agent``, ``dimension``, ``human`` (mean), ``rater_sd``
-        (standard deviation over raters, ddof 1; NaN with one rater), ``n_raters``.
-    """
+    """The raters' mean per episode, agent and dimension: columns ``episode_id``, ``agent``, ``dimension``,
+    ``human`` (mean), ``rater_sd`` (ddof 1; NaN with one rater), ``n_raters``."""
     g = ratings.groupby(["episode_id", "agent", "dimension"], sort=False)["score"]
     return g.agg(human="mean", rater_sd="std", n_raters="size").reset_index()
 
 
 def paired_scores(judge_table: pd.DataFrame, ratings: pd.DataFrame) -> pd.DataFrame:
-    """The judge's score beside the raters' mean, for every rated agent and dimension that
-    the judge scored.
-
-    Parameters
-    ----------
-    judge_table : the table of ``synclib evaluate EPISODES.jsonl`` (needs ``episode_id``)
-    ratings : from :func:`read_ratings`
-
-    Returns
-    -------
-    pandas.DataFrame
-        :func:`mean_ratings`'s columns plus ``judge`` (float).  Agents and dimensions the
-        judge left without a score are dropped.
-    """
+    """:func:`mean_ratings` plus ``judge`` (float), for every rated agent and dimension the judge scored;
+    ``judge_table`` is the table of ``synclib evaluate EPISODES.jsonl`` (with ``episode_id``)."""
     if "episode_id" not in judge_table.columns:
         raise JudgeError("the judge table has no episode_id column: judge the episodes file the "
                          "ratings refer to (synclib evaluate EPISODES.jsonl)")
@@ -175,14 +132,8 @@ def paired_scores(judge_table: pd.DataFrame, ratings: pd.DataFrame) -> pd.DataFr
 
 
 def agreement(paired: pd.DataFrame) -> pd.DataFrame:
-    """Table 4: per dimension, Pearson r between judge and raters' mean, its p and n.
-
-    Returns
-    -------
-    pandas.DataFrame
-        One row per dimension in Sotopia's order: ``dimension``, ``r``, ``p``, ``n``,
-        ``reason`` (why r is missing, else empty).
-    """
+    """Table 4: per dimension (Sotopia's order), Pearson r between judge and raters' mean: ``dimension``, ``r``,
+    ``p`` (two-sided), ``n``, ``reason`` (why r is missing, else empty)."""
     rows = []
     for dim in DIMENSIONS:
         sub = paired[paired["dimension"] == dim]
@@ -192,15 +143,8 @@ def agreement(paired: pd.DataFrame) -> pd.DataFrame:
 
 
 def differences(paired: pd.DataFrame) -> pd.DataFrame:
-    """Figure 10: judge minus raters' mean for every agent and dimension.
-
-    Returns
-    -------
-    pandas.DataFrame
-        ``paired`` plus ``difference``, ``human_sd`` (the dimension's standard deviation
-        of the human scores over all rated agents and episodes, ddof 1) and ``within``
-        (``|difference| <= human_sd``; False where the spread is undefined).
-    """
+    """Figure 10: ``paired`` plus ``difference`` (judge minus raters' mean), ``human_sd`` (the dimension's
+    standard deviation of human scores, ddof 1) and ``within`` (``|difference| <= human_sd``; False if undefined)."""
     sd = paired.groupby("dimension")["human"].std()
     out = paired.assign(difference=paired["judge"] - paired["human"],
                         human_sd=paired["dimension"].map(sd))
@@ -209,8 +153,7 @@ def differences(paired: pd.DataFrame) -> pd.DataFrame:
 
 
 def within_share(diffs: pd.DataFrame) -> float:
-    """The share of judge scores within one standard deviation of the human ratings, over
-    every agent and dimension with a defined spread (the paper: 75.8 % for gpt-oss-120b)."""
+    """The share of ``within`` over rows with a defined spread (the paper: 75.8 % for gpt-oss-120b)."""
     ok = np.isfinite(diffs["human_sd"].to_numpy(dtype=float))
     return float(diffs.loc[ok, "within"].mean()) if ok.any() else float("nan")
 
@@ -221,27 +164,14 @@ NO_DIALOG = "no dialog to read (the ratings file marks it dialog = no)"
 
 def episode_coverage(judge_table: pd.DataFrame, ratings: pd.DataFrame,
                      not_judged: str = "not in the judge's table") -> dict:
-    """Which rated episodes a judge's agreement rests on, and why each other one is left out.
-
-    An episode is used when the judge scored at least one of its rated agents and
-    dimensions (:func:`paired_scores` pairs exactly those).  Each left-out episode gets the
-    first reason that applies: its rows in the judge's table have no score (the table's
-    ``error``, e.g. "no published GPT-4 score"); it is not in the table and has no dialog
-    (:data:`NO_DIALOG`); it is not in the table (``not_judged``, which the caller can make
-    say why the judge was not run on it).
-
-    Parameters
-    ----------
-    judge_table : a judge table with ``episode_id``
-    ratings : from :func:`read_ratings`
+    """Which rated episodes a judge's agreement rests on (those with at least one scored pair), and why each
+    other one is left out: the first of its table rows' ``error``, :data:`NO_DIALOG`, ``not_judged``.
 
     Returns
     -------
     dict
-        ``episodes`` (how many are used), ``rated_episodes`` (how many the ratings hold),
-        ``without_dialog`` (the used episodes that have no dialog: published scores need
-        none) and ``left_out``: one ``{"reason", "n", "episode_ids"}`` per reason, ids in the
-        ratings' order.
+        ``episodes`` (used), ``rated_episodes``, ``without_dialog`` (used episodes without a dialog) and
+        ``left_out``: one ``{"reason", "n", "episode_ids"}`` per reason, ids in the ratings' order.
     """
     if "episode_id" not in judge_table.columns:
         raise JudgeError("the judge table has no episode_id column: judge the episodes file the "
@@ -272,8 +202,7 @@ def episode_coverage(judge_table: pd.DataFrame, ratings: pd.DataFrame,
 
 
 def load_measured(bench_dir=None) -> dict | None:
-    """``bench/results/judge_human_sotopia_pi.json`` (judges measured on the published human
-    ratings by ``bench/bench_judge_human.py``), or None where it was not measured."""
+    """The record of :data:`MEASURED_FILE` in ``bench_dir`` (default ``bench/results``), or None."""
     import json
 
     path = Path(bench_dir or BENCH_RESULTS) / MEASURED_FILE
@@ -281,7 +210,6 @@ def load_measured(bench_dir=None) -> dict | None:
 
 
 def measured_differences(measured: dict, index: int = 0) -> pd.DataFrame:
-    """Figure 10's frame (``dimension``, ``difference``, ``within``) of the ``index``-th judge
-    of :func:`load_measured`'s record."""
+    """Figure 10's frame (``dimension``, ``difference``, ``within``) of the record's ``index``-th judge."""
     rows = measured["judges"][index]["differences"]
     return pd.DataFrame(rows, columns=["dimension", "difference", "within"])

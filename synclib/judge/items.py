@@ -29,17 +29,13 @@ class JudgeItem:
     intro : str
         The complete, unmasked intro (scenario, both backgrounds, both goals).
     agent_names : tuple of 2 str
-        Agent 1's and agent 2's full names.
     utterances : tuple of str
-        The utterances in order; utterance ``t`` is agent ``t % 2 + 1``'s.
+        Utterance ``t`` is agent ``t % 2 + 1``'s.
     layout : {"sotopia", "reference"}
-        See :data:`LAYOUTS`.
     transcript : str, optional
-        The dialog as already rendered elsewhere (a Sotopia episode export's
-        ``social_interactions``), shown to the judge instead of rendering ``utterances``.
+        The dialog as already rendered (a Sotopia export's ``social_interactions``), shown instead of ``utterances``.
     episode_id : str
-        The episode's own id when it came from a file (:mod:`synclib.judge.episodes`);
-        empty for cube dialogs.
+        The episode's id in its file (:mod:`synclib.judge.episodes`); empty for cube dialogs.
     """
 
     episode: int
@@ -54,7 +50,7 @@ class JudgeItem:
 
     @property
     def empty(self) -> bool:
-        """True when there is no dialog to judge (no utterances and no transcript)."""
+        """True when there are neither utterances nor a transcript."""
         return not (self.utterances or (self.transcript or "").strip())
 
 
@@ -65,15 +61,13 @@ def items_from_cube(cube: str | os.PathLike | xr.Dataset, tasks: Any,
     Parameters
     ----------
     cube : path or xarray.Dataset
-        Needs ``text_a``, ``text_b`` (episode, sim_seed, round), ``n_utterances``
-        (episode, sim_seed) and the ``task_index`` episode coordinate.
-        Utterance ``2k`` is ``text_a[..., k]``, ``2k+1`` is ``text_b[..., k]``.
+        Needs ``text_a``, ``text_b`` (episode, sim_seed, round), ``n_utterances`` (episode, sim_seed) and the
+        ``task_index`` coordinate; utterance ``2k`` is ``text_a[..., k]``, ``2k+1`` is ``text_b[..., k]``.
     tasks : TaskSet
-        The task set the cube was simulated from (``.tasks``, each with
-        ``.index``, ``.names``).
+        The cube's task set.
     intro : callable, optional
-        ``task -> str``; default :func:`synclib.tasks.prompts.judge_intro` (``sotopia``
-        layout) or :func:`synclib.tasks.prompts.complete_intro` (``reference``).
+        ``task -> str``; default :func:`~synclib.tasks.prompts.judge_intro` (``sotopia`` layout) or
+        :func:`~synclib.tasks.prompts.complete_intro` (``reference``).
     layout : {"sotopia", "reference"}
 
     Returns
@@ -116,17 +110,8 @@ def items_from_cube(cube: str | os.PathLike | xr.Dataset, tasks: Any,
 
 
 def sample_items(items: list[JudgeItem], n: int | None, seed: int = 0) -> list[JudgeItem]:
-    """A random sample of ``n`` dialogs, in the order of ``items`` (the cube's).
-
-    Drawn without replacement with ``numpy.random.default_rng(seed)``, so the same cube,
-    ``n`` and ``seed`` give the same dialogs on every machine.  ``n=None`` or ``n >=
-    len(items)`` returns every item.
-
-    Raises
-    ------
-    JudgeError
-        When ``n`` is not a positive integer.
-    """
+    """``n`` dialogs drawn without replacement with ``numpy.random.default_rng(seed)``, in the order of ``items``;
+    every item for ``n=None`` or ``n >= len(items)``.  Raises :class:`JudgeError` unless ``n`` is a positive integer."""
     if n is None:
         return list(items)
     if isinstance(n, bool) or int(n) != n or n < 1:

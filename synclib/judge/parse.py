@@ -1,12 +1,5 @@
-"""Reading a judge's JSON answer: strict parsing, field-by-field validation.
-
-The JSON is found even inside prose or a code fence, and every one of the 14
-(agent, dimension) fields is validated: a reasoning string and an integer score
-within range.  A field may be Sotopia's ``[reasoning, score]`` tuple (what the paper's
-instructions ask for) or a ``{"reasoning": ..., "score": ...}`` object (what
-structured output forces: :func:`synclib.judge.rubric.structured_schema`).  What fails is reported per field (the orchestration asks the judge
-once to repair it: :func:`synclib.judge.prompt.repair_messages`).
-"""
+"""Reading a judge's JSON answer, found even inside prose or a code fence: each of the 14 (agent, dimension)
+fields must hold a reasoning string and an integer score within range; failures are reported per field."""
 from __future__ import annotations
 
 import json
@@ -29,12 +22,8 @@ def _looks_like_evaluation(obj: Any) -> bool:
 
 
 def extract_json(text: str | None) -> dict | None:
-    """The evaluation object in a judge's answer, or None.
-
-    Looks, in order, at fenced code blocks, the whole text, and every ``{`` in
-    the text (decoding the longest JSON value starting there).  The first object
-    with evaluation keys wins; failing that, the first JSON object found.
-    """
+    """The evaluation object in a judge's answer, or None: from fenced code blocks, then the whole text, the JSON
+    value at every ``{``, the first object with evaluation keys wins; failing that, the first object found."""
     if not text:
         return None
     decoder = json.JSONDecoder()
@@ -68,8 +57,8 @@ def _as_int(x: Any) -> int | None:
 def parse_evaluation(text: str | None) -> tuple[dict, dict]:
     """Validate a judge's answer field by field.
 
-    Accepts, per dimension, Sotopia's ``[reasoning, score]`` pair or a
-    ``{"reasoning": ..., "score": ...}`` object; per agent, the keys
+    Accepts, per dimension, Sotopia's ``[reasoning, score]`` pair (the paper's instructions) or a
+    ``{"reasoning": ..., "score": ...}`` object (structured output); per agent, the keys
     ``agent_{i}_evaluation``, ``agent_{i}`` or ``evaluations.agent_{i}``.
 
     Returns
@@ -77,8 +66,7 @@ def parse_evaluation(text: str | None) -> tuple[dict, dict]:
     valid : dict
         ``(agent, dimension) -> (reasoning, score)`` for the fields that passed.
     errors : dict
-        ``(agent, dimension) -> reason`` for the others; every one of the 14
-        fields is in exactly one of the two dicts.
+        ``(agent, dimension) -> reason`` for the others (each of the 14 fields is in exactly one dict).
     """
     obj = extract_json(text)
     if obj is None:

@@ -9,16 +9,11 @@ The JSON-mode prompt (protocol, "Social performance") is one user message after 
     ...
     {instructions}
 
-With ``layout="reference"`` (:data:`~synclib.judge.items.LAYOUTS`) the message is the
-paper's code's instead: ``complete_intro + "\n".join(lines) + instructions`` with the
-agents' own ``Turn t: {name} said:{utterance}`` lines and no separators.
-
-The transcript lines follow Sotopia's own evaluator history (``Turn #n: `` from its
-``Observation`` followed by ``{name} said: "{argument}"`` from its ``AgentAction``);
-they differ from the agents' own history lines (``synclib.tasks.prompts.render_history``:
-no ``#``, no quotes).  ``{instructions}`` is ``judge_instructions.txt`` read from the
-scenarios directory when it holds one (the paper's text: Sotopia's format
-instructions with its JSON schema); otherwise, e.g. for the embedded task set,
+The lines follow Sotopia's evaluator history (``Observation``'s ``Turn #n: ``, ``AgentAction``'s
+``{name} said: "{argument}"``), unlike the agents' own history lines (no ``#``, no quotes).  With
+``layout="reference"`` the message is the paper's code's: ``complete_intro + "\n".join(lines) + instructions``
+with the agents' own lines and no separators.  ``{instructions}``: the scenarios directory's
+``judge_instructions.txt`` (the paper's: Sotopia's, with its JSON schema), else
 :data:`~synclib.judge.rubric.EMBEDDED_INSTRUCTIONS`.
 """
 from __future__ import annotations
@@ -48,21 +43,8 @@ REPAIR_TEMPLATE = (
 
 def render_transcript(agent_names: Sequence[str], utterances: Sequence[str],
                       layout: str = "sotopia") -> str:
-    """The dialog lines, agent 1 at even ``t``: ``Turn #t: {name} said: "{utterance}"``
-    (``sotopia``) or the agents' own ``Turn t: {name} said:{utterance}`` (``reference``,
-    :func:`synclib.tasks.prompts.speaker_line`).
-
-    Parameters
-    ----------
-    agent_names : sequence of 2 str
-    utterances : sequence of T str
-    layout : {"sotopia", "reference"}
-
-    Returns
-    -------
-    str
-        T lines joined by ``"\\n"``.
-    """
+    """T dialog lines joined by ``"\\n"``, agent 1 at even ``t``: ``Turn #t: {name} said: "{utterance}"``
+    (``sotopia``) or the agents' own ``Turn t: {name} said:{utterance}`` (``reference``)."""
     if layout == "reference":
         return "\n".join(speaker_line(agent_names, t, u) for t, u in enumerate(utterances))
     return "\n".join(
@@ -72,16 +54,14 @@ def render_transcript(agent_names: Sequence[str], utterances: Sequence[str],
 
 
 def item_transcript(item: JudgeItem) -> str:
-    """The dialog lines the judge reads: ``item.transcript`` when the item carries one
-    (an episode rendered elsewhere), else :func:`render_transcript` of its utterances."""
+    """``item.transcript`` when it carries one, else :func:`render_transcript` of its utterances."""
     if item.transcript is not None:
         return item.transcript
     return render_transcript(item.agent_names, item.utterances, item.layout)
 
 
 def judge_prompt(item: JudgeItem, instructions: str) -> str:
-    """The user message of the JSON-mode judge: intro, dialog, instructions, laid out as
-    ``item.layout`` says."""
+    """The JSON-mode user message: intro, dialog, instructions, laid out as ``item.layout`` says."""
     lines = item_transcript(item)
     if item.layout == "reference":
         return item.intro + lines + instructions
@@ -97,22 +77,8 @@ def judge_messages(item: JudgeItem, instructions: str) -> list[dict]:
 
 
 def repair_messages(messages: list[dict], raw: str, errors: Mapping) -> list[dict]:
-    """The conversation asking the judge, once, to repair its answer ``raw``.
-
-    Parameters
-    ----------
-    messages : list of dict
-        The conversation that produced ``raw``.
-    raw : str
-        The judge's answer.
-    errors : mapping
-        ``(agent, dimension) -> reason`` from :func:`synclib.judge.parse.parse_evaluation`.
-
-    Returns
-    -------
-    list of dict
-        ``messages`` + the answer + a user message listing the problems (20 at most).
-    """
+    """``messages`` (which produced the answer ``raw``), the answer, and a user message asking for a repair and
+    listing at most 20 problems of ``errors`` (:func:`~synclib.judge.parse.parse_evaluation`'s)."""
     problems = sorted(set(errors.values()))
     shown = problems[:20] + ([f"... and {len(problems) - 20} more"] if len(problems) > 20 else [])
     text = REPAIR_TEMPLATE.format(
@@ -127,20 +93,9 @@ def repair_messages(messages: list[dict], raw: str, errors: Mapping) -> list[dic
 
 
 def constrained_question(item: JudgeItem, agent: int, dimension: str) -> str:
-    """User message asking for one agent's score on one dimension.
-
-    All 14 questions of an item share everything up to the last sentence (intro,
-    dialog, the rubric of all seven dimensions), so that the shared prefix is
-    prefilled once per item (see :func:`synclib.judge.backends.score_candidates`).
-
-    Parameters
-    ----------
-    item : JudgeItem
-    agent : int
-        1 or 2.
-    dimension : str
-        One of :data:`~synclib.judge.rubric.DIMENSIONS`.
-    """
+    """User message asking for agent ``agent`` (1 or 2)'s score on ``dimension``.  The 14 questions of an item
+    share everything but the last sentence, a prefix prefilled once
+    (:func:`~synclib.judge.backends.score_candidates`)."""
     lo, hi = SCORE_RANGES[dimension]
     return (
         f"{item.intro.rstrip()}\n{item_transcript(item)}\n\n"
@@ -152,20 +107,9 @@ def constrained_question(item: JudgeItem, agent: int, dimension: str) -> str:
 
 
 def load_instructions(scenarios: str | os.PathLike | None) -> tuple[str, str]:
-    """The instructions to append and where they came from.
-
-    Parameters
-    ----------
-    scenarios : path, ``"sotopia"``, ``"embedded"`` or None
-        A scenarios directory (``judge_instructions.txt`` beside the task files is
-        used when present; ``"sotopia"``'s fetched folder holds the paper's), the
-        instructions file itself, or ``"embedded"``/None.
-
-    Returns
-    -------
-    (text, source) : tuple of str
-        ``source`` is the file path or ``"embedded"``.
-    """
+    """``(text, source)``: the instructions to append, and the file they came from or ``"embedded"``.
+    ``scenarios`` is a scenarios directory (its ``judge_instructions.txt`` used when present), a dataset name
+    (``"sotopia"``'s holds the paper's), the instructions file itself, or ``"embedded"``/None."""
     if scenarios is not None and str(scenarios) != "embedded":
         p = task_dir(scenarios)  # a folder, or a dataset name ("sotopia": its cache folder)
         f = p / INSTRUCTIONS_FILENAME if p.is_dir() else p

@@ -1,10 +1,6 @@
-"""Sotopia-eval's rubric: the seven dimensions, their score ranges and descriptions.
-
-Also the instructions appended to the judge prompt when a task set ships none
-(:data:`EMBEDDED_INSTRUCTIONS`, with the JSON schema of a complete evaluation), and the
-strict schema a served judge is held to with structured output
-(:func:`structured_schema`).
-"""
+"""Sotopia-eval's rubric: the seven dimensions, their score ranges and descriptions; the instructions used when
+a task set ships none (:data:`EMBEDDED_INSTRUCTIONS`); the strict schema of structured output
+(:func:`structured_schema`)."""
 from __future__ import annotations
 
 import json
@@ -37,8 +33,7 @@ SCORE_RANGES: dict[str, tuple[int, int]] = {
     "goal": (0, 10),
 }
 
-#: Our own one-line description of each dimension (used by the embedded
-#: instructions and by constrained scoring).
+#: Our own one-line description of each dimension (embedded instructions, constrained scoring).
 DIMENSION_DESCRIPTIONS: dict[str, str] = {
     "believability": "how natural and realistic the agent behaves and how consistent its "
     "behaviour is with its character profile (personality, values); 0 means not believable "
@@ -67,18 +62,8 @@ FIELDS: tuple[tuple[int, str], ...] = tuple((a, d) for a in (1, 2) for d in DIME
 
 
 def rubric_lines(scale: str = "{lo} to {hi}") -> str:
-    """One line per dimension, ``- {dimension} ({scale}): {description}.``, in order.
-
-    Parameters
-    ----------
-    scale : str
-        How the range is written; ``{lo}`` and ``{hi}`` are the dimension's bounds.
-
-    Returns
-    -------
-    str
-        Seven ``"\\n"``-terminated lines.
-    """
+    """Seven ``"\\n"``-terminated lines ``- {dimension} ({scale}): {description}.``, ``{lo}`` and ``{hi}`` in
+    ``scale`` being the dimension's bounds."""
     return "".join(f"- {d} ({scale.format(lo=lo, hi=hi)}): {DIMENSION_DESCRIPTIONS[d]}.\n"
                    for d, (lo, hi) in SCORE_RANGES.items())
 
@@ -105,9 +90,8 @@ def _embedded_schema() -> dict:
     }
 
 
-#: The instructions appended after intro and dialog when the task set ships no
-#: ``judge_instructions.txt`` (the embedded set).  Written for synclib; asks for
-#: the same 14 (reasoning, score) pairs as Sotopia's schema.
+#: Appended after intro and dialog when the task set ships no ``judge_instructions.txt``; written for synclib,
+#: asking for the same 14 (reasoning, score) pairs as Sotopia's schema.
 EMBEDDED_INSTRUCTIONS = (
     "Using the context and the conversation above, evaluate how each participant did on "
     "the seven social dimensions below. agent_1 is the first participant named in the "
@@ -121,41 +105,30 @@ EMBEDDED_INSTRUCTIONS = (
 )
 
 
-#: Default bound on the length (characters) of each reasoning string under structured
-#: output: keeps small judges from rambling until they run out of tokens (the key
-#: ``judge.reasoning_max_chars``'s default).
+#: Default bound (characters) on each reasoning string under structured output, so small judges do not ramble
 REASONING_MAX_CHARS = default("judge.reasoning_max_chars")
 
-#: llama.cpp compiles ``maxLength`` into a grammar repetition and refuses repetitions
-#: of 2000 or more, so the bound stays below that.
+#: llama.cpp compiles ``maxLength`` into a grammar repetition and refuses 2000 or more
 _GRAMMAR_REPETITION_LIMIT = 2000
 
 
 def structured_schema(reasoning_max_chars: int = REASONING_MAX_CHARS) -> dict:
     """The strict JSON schema of a complete evaluation, for structured output.
 
-    Unlike Sotopia's schema, which writes each dimension as a ``[reasoning, score]``
-    tuple (``prefixItems``/array ``items``, which llama.cpp refuses and which strict
-    OpenAI-style schemas cannot express), every dimension is an **object**
-    ``{"reasoning": string, "score": integer}``, reasoning first so that the judge
-    reasons before it scores.  The string is bounded by ``maxLength`` and the score
-    by the dimension's ``minimum``/``maximum`` (:data:`SCORE_RANGES`); every object
-    requires all its properties and allows no others (``additionalProperties:
-    false``), as strict mode needs and so that a grammar-constrained server
-    (llama.cpp, vLLM) cannot emit anything else.  No ``$ref``: each dimension is
-    spelled out.
+    Every dimension is an object ``{"reasoning": string, "score": integer}`` (reasoning first, so the judge
+    reasons before it scores), not Sotopia's ``[reasoning, score]`` tuple, which llama.cpp and strict schemas
+    cannot express.  ``maxLength`` bounds the string and :data:`SCORE_RANGES` the score; every object requires
+    all its properties and allows no others, as strict mode needs; no ``$ref``.
 
     Parameters
     ----------
     reasoning_max_chars : int
-        ``maxLength`` of every reasoning string, 1 to 1999 (llama.cpp refuses
-        grammar repetitions of 2000 or more).
+        ``maxLength`` of every reasoning string, 1 to 1999.
 
     Returns
     -------
     dict
-        ``{"type": "object", "properties": {"agent_1_evaluation": ...,
-        "agent_2_evaluation": ...}, ...}``.
+        ``{"type": "object", "properties": {"agent_1_evaluation": ..., "agent_2_evaluation": ...}, ...}``.
     """
     n = reasoning_max_chars
     if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n < _GRAMMAR_REPETITION_LIMIT:
@@ -191,15 +164,9 @@ def structured_schema(reasoning_max_chars: int = REASONING_MAX_CHARS) -> dict:
 
 
 def structured_token_budget(reasoning_max_chars: int = REASONING_MAX_CHARS) -> int:
-    """Tokens enough for the longest evaluation :func:`structured_schema` allows.
-
-    The length in characters of the longest valid answer (every reasoning at its
-    ``maxLength``, every score with the most digits its range allows), written with
-    two-space indentation: at one token per character no tokenizer needs more for
-    ASCII text.  A ``max_tokens`` below it may cut a valid answer short (a small
-    judge that runs out inside a reasoning string leaves nothing to parse); with no
-    ``max_tokens`` a schema-enforcing server stops where the schema ends.
-    """
+    """Tokens enough for the longest evaluation :func:`structured_schema` allows: its length in characters
+    (indent 2, every reasoning at ``maxLength``, the longest scores), since no tokenizer needs more than one token
+    per ASCII character.  A ``max_tokens`` below it may cut a valid answer short."""
     structured_schema(reasoning_max_chars)  # validates the bound
     longest = {k: {d: {"reasoning": "x" * reasoning_max_chars,
                        "score": max((lo, hi), key=lambda v: len(str(v)))}

@@ -1,40 +1,28 @@
 """The published human Sotopia-eval ratings (Sotopia-π's study) in synclib's formats.
 
-``synclib fetch sotopia-human`` (:data:`synclib.tasks.datasets.SOTOPIA_HUMAN`) checks the study's
-files against their hashes and then calls :func:`prepare`, which writes beside them:
+``synclib fetch sotopia-human`` (:data:`synclib.tasks.datasets.SOTOPIA_HUMAN`) checks the study's files against
+their hashes and calls :func:`prepare`, which writes beside them:
 
 ``episodes.jsonl``
-    Every rated episode whose dialog the files hold, in Sotopia's episode export format
-    (:mod:`synclib.judge.episodes`): scenario, both agents' backgrounds (rendered from the
-    study's ``personal_info``) and goals, and the dialog as ``Turn #i: NAME said: "..."``
-    lines, as Sotopia renders it for its judge.  Extra fields: ``condition`` (the study's
-    ``model`` column: which agents played) and ``source`` (the file).
+    Every rated episode with a dialog, in Sotopia's export format (:mod:`synclib.judge.episodes`; backgrounds
+    rendered from ``personal_info``, the dialog as Sotopia's judge reads it), plus ``condition`` (the study's
+    ``model`` column) and ``source`` (the file).
 ``ratings.csv``
-    :mod:`synclib.judge.human`'s format: one row per episode, agent, dimension and
-    annotator, for every rated episode; ``rater`` is a hash of the annotator's Prolific id,
-    never the id; ``dialog`` is ``no`` for an episode whose dialog the files lack (see below).
+    :mod:`synclib.judge.human`'s format for every rated episode; ``rater`` is a hash of the Prolific id.
 ``gpt-4.judge.csv``
-    A judge table (:mod:`synclib.judge.table`, with ``episode_id``) of GPT-4's Sotopia-eval
-    scores as Sotopia's authors computed them (``complete_gpt_score.json``; judge
-    ``gpt-4 (Sotopia's scores)``), with rows for every rated episode: the scores exist for
-    the GPT-4 episodes only, the other episodes' rows have no score and say so in ``error``.
+    A judge table (with ``episode_id``) of the GPT-4 scores Sotopia's authors published
+    (``complete_gpt_score.json``), rows for every rated episode; only GPT-4 episodes have scores, the others
+    say so in ``error``.
 
-The study's files: one CSV per kind of agent (``gpt4_final.csv``, ...), one row per
-episode and annotator, columns ``pk`` (the episode id), ``model``, ``data`` (JSON:
-``scenario``, ``names`` (agent 1 first), ``personal_info``, ``social_goal``,
-``parsed_conversation``), ``prolific_id`` and ``<dimension>_<agent>`` scores (with
-``<dimension>_reasoning_<agent>`` texts).  Three rated episodes hold only their scenario in
-``data`` (no dialog; one of them a GPT-4 episode with published GPT-4 scores).  Which
-outputs keep them follows from what needs the dialog: a judge must read it, so they are
-not in ``episodes.jsonl``; a comparison of two published score sets (GPT-4's scores against
-the ratings) needs none, so they are in ``ratings.csv`` (marked ``dialog = no``, which lets
-:func:`synclib.judge.human.read_ratings` accept them beside a judge's table that lacks
-them) and in ``gpt-4.judge.csv``.  :func:`prepare` names them.
+The study's files: one CSV per kind of agent, one row per episode and annotator, columns ``pk`` (episode id),
+``model``, ``data`` (JSON: ``scenario``, ``names`` (agent 1 first), ``personal_info``, ``social_goal``,
+``parsed_conversation``), ``prolific_id`` and ``<dimension>_<agent>`` scores.  Three rated episodes have no
+dialog in ``data``: they are left out of ``episodes.jsonl`` (a judge must read it) but kept in ``ratings.csv``
+(``dialog = no``) and ``gpt-4.judge.csv`` (published scores need none).
 
-These are the ratings of Sotopia-π (Wang et al., 2024), collected on Prolific on the
-SOTOPIA-hard tasks, not the Mechanical Turk annotations of the Sotopia paper (Zhou et al.,
-2023) that the neural-synchrony paper's appendix H used; those were never published as
-files (only inside Sotopia's Redis database dump).
+These are Sotopia-π's ratings (Wang et al., 2024; Prolific, SOTOPIA-hard tasks), not the Sotopia paper's
+Mechanical Turk annotations (Zhou et al., 2023) that the paper's appendix H used, which were never published
+as files.
 """
 from __future__ import annotations
 
@@ -94,9 +82,8 @@ def _transcript(turns: list, names: list[str]) -> str:
 
 
 def _read_study(root: Path) -> tuple[dict, list[dict], dict]:
-    """Episodes with a dialog (pk -> export record), rating rows of every rated episode (with
-    ``dialog``), and every rated pk -> its agents' names (empty without a dialog), in the
-    files' order."""
+    """Episodes with a dialog (pk -> export record), rating rows (with ``dialog``), and rated pk -> agent names
+    (empty without a dialog), in the files' order."""
     episodes: dict[str, dict] = {}
     ratings: list[dict] = []
     rated: dict[str, list[str]] = {}
@@ -133,9 +120,7 @@ def _read_study(root: Path) -> tuple[dict, list[dict], dict]:
 
 
 def _gpt4_table(root: Path, rated: dict) -> pd.DataFrame:
-    """GPT-4's scores as a judge table with ``episode_id``: rows for every rated episode
-    (``rated``: pk -> agent names, empty where the files hold no dialog), a score where
-    Sotopia published one; a published score needs no dialog."""
+    """GPT-4's published scores as a judge table with ``episode_id``, rows for every rated episode."""
     scores = json.loads((root / SCORES_FILE).read_text(encoding="utf-8"))
     order = {pk: i for i, pk in enumerate(rated)}
     rows = []
@@ -156,14 +141,8 @@ def _gpt4_table(root: Path, rated: dict) -> pd.DataFrame:
 
 
 def prepare(root: str | os.PathLike, log=None) -> dict[str, Path]:
-    """Write :data:`OUTPUTS` into ``root`` from the study's checked files (see the module
-    docstring); does nothing when they are already there for this format version.
-
-    Returns
-    -------
-    dict
-        ``{"episodes", "ratings", "gpt4"}`` -> the written paths.
-    """
+    """Write :data:`OUTPUTS` into ``root`` unless there for this format version; ``{"episodes", "ratings",
+    "gpt4"}`` -> their paths."""
     root = Path(root)
     out = {k: root / f for k, f in zip(("episodes", "ratings", "gpt4"), OUTPUTS)}
     stamp = root / ".prepared"

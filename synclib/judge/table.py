@@ -1,12 +1,5 @@
-"""The judge score table: its columns, building, reading, writing and reducing it.
-
-A tidy CSV next to the cube, ``PAIR.judge.csv``: one row per (episode, sim_seed,
-agent, dimension), columns :data:`TABLE_COLUMNS`.  :func:`overall_scores` and
-:func:`social_performance` reduce it as the protocol defines.
-
-Reading scores needs this module only: it imports neither the judge backends nor
-``synclib.engine``, ``torch``, ``transformers`` or ``httpx``.
-"""
+"""The judge score table ``PAIR.judge.csv``: one row per (episode, sim_seed, agent, dimension), columns
+:data:`TABLE_COLUMNS`; building, reading, writing and reducing it as the protocol defines.  Imports no backend."""
 from __future__ import annotations
 
 import os
@@ -31,8 +24,7 @@ TABLE_COLUMNS = [
 
 def make_row(item: Any, agent: int, dim: str, judge: str, mode: str, score=None,
              expected=None, reasoning: str = "", error: str = "", raw: str = "") -> dict:
-    """One row of the table (a dict of :data:`TABLE_COLUMNS`) for ``item``'s ``agent`` (1 or 2)
-    on dimension ``dim``; ``item`` is a :class:`synclib.judge.items.JudgeItem`."""
+    """The row (:data:`TABLE_COLUMNS`) of a JudgeItem's ``agent`` (1 or 2) on dimension ``dim``."""
     return {
         "episode": item.episode, "task_index": item.task_index, "sim_seed": item.sim_seed,
         "agent": agent, "agent_name": item.agent_names[agent - 1], "dimension": dim,
@@ -42,8 +34,7 @@ def make_row(item: Any, agent: int, dim: str, judge: str, mode: str, score=None,
 
 
 def make_table(rows: list[dict]) -> pd.DataFrame:
-    """The tidy table of :func:`make_row` rows: typed columns, sorted by episode, sim seed,
-    agent and dimension order."""
+    """:func:`make_row` rows as a typed table, sorted by episode, sim seed, agent and dimension order."""
     table = pd.DataFrame(rows, columns=TABLE_COLUMNS)
     table["score"] = pd.array(table["score"], dtype="Int64")
     table["expected"] = pd.to_numeric(table["expected"], errors="coerce").astype(float)
@@ -75,19 +66,8 @@ def save_table(table: pd.DataFrame, path: str | os.PathLike) -> Path:
 
 
 def overall_scores(table: pd.DataFrame, column: str = "score") -> pd.DataFrame:
-    """Each agent's overall score: the mean of its 7 dimension scores.
-
-    Parameters
-    ----------
-    table : DataFrame from :func:`synclib.judge.evaluate.judge_items` or :func:`read_table`
-    column : ``"score"`` or ``"expected"`` (constrained mode)
-
-    Returns
-    -------
-    DataFrame
-        One row per (episode, task_index, sim_seed, agent) with ``overall``
-        (NaN unless all 7 dimensions have a score) and ``n_scored``.
-    """
+    """Each agent's overall score, the mean of its 7 dimensions' ``column`` (``"score"`` or ``"expected"``): one
+    row per (episode, task_index, sim_seed, agent) with ``overall`` (NaN unless all 7 are scored) and ``n_scored``."""
     keys = ["episode", "task_index", "sim_seed", "agent"]
     t = table.assign(_v=pd.to_numeric(table[column], errors="coerce").astype(float))
     g = t.groupby(keys, sort=True)["_v"]
@@ -98,18 +78,11 @@ def overall_scores(table: pd.DataFrame, column: str = "score") -> pd.DataFrame:
 
 def social_performance(table: pd.DataFrame, column: str = "score",
                        by_agent: bool = False) -> float | pd.Series:
-    """An ordered run's social performance, aggregated as the paper's code does
-    (protocol correction 14; ``data_analysis.py`` ``get_performance_separate``).
-
-    A dialog (episode, sim seed) counts only when both agents have an overall score; each
-    agent's overall scores are averaged over the valid seeds of an episode, then over the
-    episodes with at least one valid seed; the run's score is the mean of its two agents.
-    (The mean over both speaking orders is the caller's: :meth:`synclib.analysis.results.Results.social_table`.)
-
-    Returns
-    -------
-    float, or a Series indexed by agent (1, 2) when ``by_agent``.
-    """
+    """An ordered run's social performance as the paper's code aggregates it (protocol correction 14;
+    ``data_analysis.py`` ``get_performance_separate``): a dialog counts only when both agents have an overall
+    score; each agent's are averaged over an episode's valid seeds, then over episodes; the run's score is the
+    mean of its two agents (float), or a Series indexed by agent (1, 2) when ``by_agent``.  Both speaking orders
+    are averaged by :meth:`synclib.analysis.results.Results.social_table`."""
     ov = overall_scores(table, column)
     wide = ov.pivot_table(index=["episode", "sim_seed"], columns="agent", values="overall",
                           dropna=False).reindex(columns=[1, 2])

@@ -1,19 +1,13 @@
-"""``synclib bench``: measure one ordered run's dialog loop on this machine, so that the dry run
-prices the grid from your own card rather than from ours.
+"""``synclib bench``: measure one ordered run's dialog loop on this machine, so that the dry run prices the grid
+from your own card rather than from ours.
 
-:func:`measure` plays one part of a config's ordered run (by default ``units_per_part``
-tasks x one seed; the run's own models, precision, reply limit, scheduling, passive reader and
-ToM dialogs, on the config's device) into a scratch cube, with every timed part of the loop
-synchronised with the device, and returns a record in the format of the scheduling benchmarks
-(``bench/bench_scheduling.py``): wall seconds of the loop (the models loaded before the clock
-starts), utterances generated and read, seconds by part, the engine's counters (decoding steps,
-rows per step), the peak GPU memory, the card, the commit and the versions.  :func:`write`
-keeps it in ``RESULTS/bench/`` (``results_dir`` of the config), where
-:func:`synclib.run.price.loop_reference` finds it first: the dry run then prices every
-simulation of the grid from it, scaled per model as it scales our measurements, and says so.
-
-:func:`machine_info` and :func:`loop_summary` are the benchmarks' own records (the scripts in
-``bench/`` import them).
+:func:`measure` plays one part of a config's ordered run (by default ``units_per_part`` tasks x one seed, with
+the run's own models and settings, on its device) into a scratch cube, every timed part synchronised with the
+device, and returns a record in the format of ``bench/bench_scheduling.py``: the loop's wall seconds (models
+loaded before the clock starts), utterances generated and read, seconds by part, engine counters, peak GPU
+memory, card, commit and versions. :func:`write` keeps it in ``RESULTS/bench/``, where
+:func:`synclib.run.price.loop_reference` finds it first. :func:`machine_info` and :func:`loop_summary` are also
+the ``bench/`` scripts' records.
 """
 from __future__ import annotations
 
@@ -49,8 +43,7 @@ def git_commit(root: Path = REPO_ROOT) -> str | None:
 
 
 def machine_info(device) -> dict:
-    """The machine a benchmark ran on: Python, torch, transformers, CPU count, the device and,
-    on CUDA, the card and its memory; synclib's version and the checkout's commit."""
+    """The machine a benchmark ran on: versions, CPU count, device (on CUDA its card and GiB), commit."""
     import torch
 
     info = {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
@@ -70,9 +63,8 @@ def machine_info(device) -> dict:
 
 
 def loop_summary(stats: dict, wall: float, utterances: int) -> dict:
-    """One measured loop from ``simulate``'s engine counters (``engine_stats``): its wall time,
-    utterances per second, decoding steps and rows per step, prefill and reuse, and its seconds
-    by part (``other``: host work between the timed parts)."""
+    """One measured loop from ``simulate``'s ``engine_stats``: rates, steps, rows, prefill, reuse and seconds by
+    part (``other``: host work between the timed parts)."""
     prefill, computed = stats.get("prefill_tokens", 0), stats.get("prefill_computed", 0)
     reused, steps, rows = stats.get("reused_tokens", 0), stats.get("decode_steps", 0), stats.get("generated_tokens", 0)
     seconds = {k[len("seconds_"):]: round(v, 2) for k, v in stats.items() if k.startswith("seconds_")}
@@ -89,8 +81,7 @@ def loop_summary(stats: dict, wall: float, utterances: int) -> dict:
 
 
 def _bench_config(cfg: dict, tasks: int | None, seeds: int) -> dict:
-    """``cfg`` cut to one part: the first ``tasks`` tasks (default: ``units_per_part``, so the
-    batch is as full as the run's) x the first ``seeds`` seeds."""
+    """``cfg`` cut to the first ``tasks`` tasks (default: a full part) x the first ``seeds`` seeds."""
     sim = dict(cfg["simulate"])
     device = cfg["device"] if cfg["device"] not in (None, "auto") else None
     units = sim["units_per_part"] or default_units_per_part(device or _auto_device())
@@ -172,8 +163,7 @@ def _n_params(lm) -> int:
 
 
 def write(cfg: dict, record: dict) -> Path:
-    """Keep ``record`` as ``RESULTS/bench/loop-DEVICE-DATE-TIME.json`` (DEVICE: the card's
-    class, or ``cpu``) and return its path."""
+    """Keep ``record`` as ``RESULTS/bench/loop-DEVICE-DATE-TIME.json`` (DEVICE: card class or ``cpu``); its path."""
     m = record["machine"]
     device = card_name(m["gpu"]) if m.get("gpu") else "cpu"
     out = Path(cfg["results_dir"]) / LOCAL_DIR / f"loop-{device}-{record['date']}-{record['time'].replace(':', '')}.json"

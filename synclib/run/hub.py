@@ -1,31 +1,13 @@
 """The run's Hugging Face hub ids, checked before any GPU hour is spent.
 
-For ``synclib run --dry-run`` and the real run, before any job is submitted: their caller
-(:mod:`synclib.cli`'s ``run``, through :mod:`synclib.run.plan` and :mod:`synclib.run.pipeline`)
-passes the run config's model specs to :func:`check_models`, prints :meth:`HubReport.lines`
-and, in the real run, stops on :meth:`HubReport.error`.  A mistyped id
-(``mistralai/Mistral-7B-Instruct-v03``) is named with the nearest id the hub knows
-(``mistralai/Mistral-7B-Instruct-v0.3``); a gated one says that its licence must be accepted
-and a token saved (``hf auth login``).
+``synclib run`` (dry or real) passes the config's model specs to :func:`check_models`, prints
+:meth:`HubReport.lines` and, in the real run, stops on :meth:`HubReport.error`. An unknown id is named with the
+nearest id the hub knows; a gated one says that its licence must be accepted and a token saved. When the hub
+does not answer (no connection, a timeout, HTTP 5xx or 429) it is asked nothing more, and the remaining ids are
+looked up in the local cache, as in offline mode (``HF_HUB_OFFLINE=1``, the compute nodes' setting).
 
-:func:`is_hub_id`
-    Which specs are hub ids: ``org/name``, not an embedded short name
-    (:data:`synclib.models.EMBEDDED`), a ``.gguf`` file or a local path that exists.
-:func:`check_models`
-    One ``model_info`` request per id (``GET {endpoint}/api/models/{id}``, within ``timeout``
-    seconds); for an id the hub does not know, the same author's models
-    (``GET {endpoint}/api/models?author=...&search=...``) are compared with :mod:`difflib`.
-    When the hub does not answer (no connection, a timeout, HTTP 5xx or 429) it is asked
-    nothing more, and the remaining ids are looked up in the local Hugging Face cache, as
-    they are in offline mode (``HF_HUB_OFFLINE=1``, the compute nodes' setting, where the
-    weights must already be in the cache).
-:class:`HubReport`, :class:`ModelCheck`
-    The answer per id and the dry run's lines.
-
-The endpoint is huggingface_hub's (``HF_ENDPOINT``, read when huggingface_hub is imported).
-huggingface_hub is imported inside the functions, so ``import synclib.run.hub`` stays
-light.  A token, where one is saved, goes to the hub in huggingface_hub's own headers; this
-module never prints or stores it.
+The endpoint is huggingface_hub's (``HF_ENDPOINT``), imported inside the functions so that ``import
+synclib.run.hub`` stays light. A saved token goes in huggingface_hub's headers; this module never prints it.
 """
 from __future__ import annotations
 
@@ -52,20 +34,9 @@ _LOGIN = "`hf auth login`"
 
 
 def is_hub_id(spec: str) -> bool:
-    """Whether a model spec names a Hugging Face hub repository.
-
-    Parameters
-    ----------
-    spec : str
-        A model spec as a run config holds it.
-
-    Returns
-    -------
-    bool
-        True for ``org/name`` (exactly one ``/``, both parts non-empty, of ``A-Z a-z 0-9 . _ -``,
-        neither part only dots) that is neither an embedded short name, nor a ``.gguf`` file,
-        nor a local path that exists (relative to the working directory).
-    """
+    """Whether a run config's model spec is a hub id: ``org/name`` (exactly one ``/``, both parts non-empty,
+    of ``A-Z a-z 0-9 . _ -``, neither only dots) that is not an embedded short name
+    (:data:`synclib.models.EMBEDDED`), a ``.gguf`` file or a local path that exists (relative to the cwd)."""
     if not isinstance(spec, str) or spec in EMBEDDED:
         return False
     m = _HUB_ID.fullmatch(spec)
@@ -78,16 +49,10 @@ def is_hub_id(spec: str) -> bool:
 
 @dataclass
 class ModelCheck:
-    """What the hub (or the local cache) says about one hub id.
-
-    ``status`` is one of :data:`STATUSES`: ``found``; ``gated`` (it exists, its licence must be
-    accepted and a token saved); ``unknown`` (the hub says there is no such repository, or a
-    private one the token cannot see); ``cached`` (the hub was not asked; config and weights
-    are in the local cache); ``not cached`` (the hub was not asked or did not answer, and the
-    local cache lacks it); ``unchecked`` (neither the hub nor the cache could say).
-    ``nearest`` is, for ``unknown``, the closest id the hub knows (None if nothing is close);
-    ``detail`` one short sentence.
-    """
+    """What the hub (or the local cache) says about one hub id. ``status``: ``found``; ``gated`` (licence to
+    accept, token to save); ``unknown`` (no such repository, or a private one the token cannot see); ``cached``
+    (hub not asked; config and weights cached); ``not cached`` (hub not asked or silent, and not cached);
+    ``unchecked`` (neither could say). ``nearest``: for ``unknown``, the closest known id or None."""
 
     spec: str
     status: str
@@ -97,13 +62,8 @@ class ModelCheck:
 
 @dataclass
 class HubReport:
-    """The checks of a run's hub ids, in the order the run names them.
-
-    ``reachable`` is True when the hub answered every request, False when it did not answer
-    (``reason`` says how; the ids it was not asked about are looked up in the local cache),
-    None when it was not asked (offline mode, or no hub id to check).  ``endpoint`` and
-    ``cache_dir`` are where the hub and the local cache were looked for.
-    """
+    """The checks of a run's hub ids, in the run's order. ``reachable``: True when the hub answered every
+    request, False when it did not (``reason`` says how), None when it was not asked (``reason`` says why)."""
 
     checks: list[ModelCheck]
     reachable: bool | None
@@ -122,17 +82,8 @@ class HubReport:
         return [c for c in self.checks if c.status == "not cached"]
 
     def lines(self) -> list[str]:
-        """The dry run's text: a summary line, then a line per id that needs attention.
-
-        Returns
-        -------
-        list[str]
-            Empty when the run names no hub id.  Otherwise a first line ``models: ...``
-            (ids checked and what the hub said; or that the hub did not answer or was not
-            asked, and what the local cache holds) and indented lines: ``ERROR:`` for an id
-            the hub does not know (with the nearest known id), one per gated id, and a
-            ``WARNING:`` per id neither the hub confirmed nor the cache holds.
-        """
+        """The dry run's text: a summary line, then ``ERROR:`` per unknown id, a line per gated id and a
+        ``WARNING:`` per id neither the hub confirmed nor the cache holds ([] without hub ids)."""
         if not self.checks:
             return []
         n = Counter(c.status for c in self.checks)
@@ -178,13 +129,7 @@ class HubReport:
         return []
 
     def error(self) -> str | None:
-        """One message naming every id the hub does not know and its nearest known id.
-
-        Returns
-        -------
-        str or None
-            None when no id is unknown.
-        """
+        """One message naming every id the hub does not know and its nearest known id; None when none."""
         bad = self.unknown
         if not bad:
             return None
@@ -206,9 +151,7 @@ def _first_line(exc: BaseException, limit: int = 160) -> str:
 
 # --------------------------------------------------------------------------- the local cache
 def _cache_check(spec: str) -> ModelCheck:
-    """``cached`` / ``not cached`` from the local hub cache: the snapshot ``refs/main`` points to
-    holds ``config.json`` and its weights (every shard an index names)."""
-    # huggingface_hub stays out of the module's import (a light `import synclib.run.hub`)
+    """``cached`` when the snapshot of ``refs/main`` holds ``config.json`` and every weight shard."""
     from huggingface_hub import try_to_load_from_cache
 
     try:
@@ -250,8 +193,7 @@ class _Unreachable(Exception):
 
 
 def _transport_errors() -> tuple[type, ...]:
-    """The HTTP clients' connection errors (httpx2 in huggingface_hub 2.x, httpx in 1.x; the
-    requests of 0.x raises OSErrors), from the clients huggingface_hub has already imported."""
+    """The connection errors of the HTTP clients huggingface_hub has imported (httpx2, httpx; else OSError)."""
     found = [OSError]
     for name in ("httpx2", "httpx"):
         mod = sys.modules.get(name)
@@ -283,9 +225,8 @@ def _unreachable(exc: Exception, timeout: float) -> _Unreachable | None:
 
 
 class _Hub:
-    """One check's requests: ``model_info`` per id, the nearest-id searches (remembered per
-    query), the auth check of a gated id where a token is saved; ``broken`` is set when the hub
-    stopped answering during a search (the id's own answer stands, no more are asked)."""
+    """One check's requests (searches remembered per query); ``broken`` is set when the hub stopped answering
+    during a search or auth check (the id's own answer stands, no more are asked)."""
 
     def __init__(self, timeout: float):
         from huggingface_hub import HfApi, constants, get_token
@@ -296,8 +237,7 @@ class _Hub:
         self.broken = ""
 
     def _get(self, path: str, params: dict | None = None):
-        """``GET {endpoint}{path}`` with huggingface_hub's session and headers, within the timeout
-        (``list_models`` and ``auth_check`` take no timeout and retry for tens of seconds)."""
+        """``GET {endpoint}{path}`` within the timeout (``list_models``/``auth_check`` take none, retry for long)."""
         from huggingface_hub.utils import build_hf_headers, get_session, hf_raise_for_status
 
         try:
@@ -374,9 +314,8 @@ class _Hub:
         return ModelCheck(spec, "unknown", nearest=self.nearest(spec), detail=detail)
 
     def nearest(self, spec: str) -> str | None:
-        """The id closest to ``spec`` (:mod:`difflib`, lower-cased) among the author's models
-        whose name holds the name's first word, then all the author's models, then any author's
-        models holding that word (a misspelt author); None when none is close."""
+        """The id closest to ``spec`` (:mod:`difflib`) among the author's models holding the name's first word,
+        then all the author's, then any author's holding that word (a misspelt author); None when none is close."""
         from huggingface_hub.utils import HfHubHTTPError
 
         author, name = spec.split("/", 1)
@@ -403,8 +342,7 @@ class _Hub:
 
 
 def _offline_setting() -> bool:
-    """huggingface_hub's offline mode, or ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` set since
-    it was imported (its own rule: 1, ON, YES or TRUE)."""
+    """huggingface_hub's offline mode, or ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE`` set since its import."""
     from huggingface_hub import constants
 
     now = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
@@ -412,35 +350,19 @@ def _offline_setting() -> bool:
 
 
 def check_models(specs, *, timeout: float = 5.0, offline: bool | None = None) -> HubReport:
-    """Check a run's hub ids on the hub, or in the local cache where the hub is not asked.
+    """A :class:`ModelCheck` per hub id among ``specs`` (:func:`is_hub_id`; each once, in order), from the hub or,
+    where it is not asked, the local cache.
 
-    Parameters
-    ----------
-    specs : iterable of str
-        Model specs as the run config names them; only hub ids (:func:`is_hub_id`) are
-        checked, each once, in the order given.
-    timeout : float
-        Seconds each request may take.  The first request the hub does not answer (no
-        connection, a timeout, HTTP 5xx or 429) ends the asking: the rest are looked up in the
-        local cache, so an unreachable hub costs about one timeout, not one per id
-        (huggingface_hub 2.x first fetches its agent-harness registry, up to 3 s, unless it
-        cached one in the last day or ``HF_HUB_DISABLE_TELEMETRY`` is set).
-    offline : bool or None
-        True: do not contact the hub, look in the local cache.  None: huggingface_hub's
-        offline setting (``HF_HUB_OFFLINE``).
-
-    Returns
-    -------
-    HubReport
-        A :class:`ModelCheck` per hub id; ``reachable`` True (the hub answered), False (it did
-        not; ``reason`` says how) or None (not asked; ``reason`` says why).
+    ``timeout``: seconds per request; the first request the hub does not answer ends the asking, so an
+    unreachable hub costs about one timeout (plus up to 3 s for huggingface_hub 2.x's agent-harness registry,
+    unless cached in the last day or ``HF_HUB_DISABLE_TELEMETRY`` is set). ``offline``: True looks only in
+    the cache; None follows ``HF_HUB_OFFLINE``.
     """
     if not timeout or timeout <= 0:
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     ids = list(dict.fromkeys(s for s in specs if is_hub_id(s)))
     if not ids:
         return HubReport([], reachable=None, reason="no hub ids to check")
-    # huggingface_hub stays out of the module's import (a light `import synclib.run.hub`)
     from huggingface_hub import constants
 
     where = {"endpoint": constants.ENDPOINT, "cache_dir": str(constants.HF_HUB_CACHE)}

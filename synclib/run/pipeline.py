@@ -1,23 +1,15 @@
-"""The main job: one config -> simulate, judge, analyse, execute notebooks, build the book.
+"""The main job: one config -> simulate, judge, analyse, judge the claims, execute notebooks, build the book.
 
-A run is a graph of jobs, one per (model pair, step), plus the notebooks and the book:
+A run is a graph of jobs, one per (model pair, step), plus the claims, the notebooks and the book:
 
     simulate[pair] --> judge[pair]   --.
-                  \--> analyze[pair] --+--> manifest --> notebook[i] --> book
+                  \--> analyze[pair] --+--> manifest --> claims --> notebook[i] --> book
 
-The graph is executed by Dask.  Locally it runs in-process, one job after the
-other (the default, ``scheduler: sync``).  With ``--scheduler ADDRESS`` or a
-``cluster:`` section in the config the jobs go to a ``dask.distributed``
-cluster; jobs that need a GPU ask for the worker resource ``GPU=1`` so that
-two never share one (start GPU workers with ``--resources GPU=1``).
-
-Every job is idempotent and skipped when its output exists and was made from
-the same inputs (a fingerprint of the config section it depends on and of its
-upstream outputs, stored beside the output as ``*.done.json``).  Simulation
-resumes a cube that was interrupted, so a worker that dies mid-job loses
-nothing already written: the job is retried and continues where it stopped.
-
-The command line, ``synclib run``, is :mod:`synclib.cli.run`.
+Dask runs it in-process, one job after the other (``scheduler: sync``, the default), or with ``--scheduler
+ADDRESS`` or a config ``cluster:`` section on a ``dask.distributed`` cluster, where jobs that need a GPU ask for
+the worker resource ``GPU=1`` (start GPU workers with ``--resources GPU=1``).  A job is skipped when its output's
+stamp (``*.done.json``) holds the same fingerprint of its inputs; a simulation resumes an interrupted cube, so a
+retried job loses nothing written.  The command line is :mod:`synclib.cli.run`.
 """
 from __future__ import annotations
 
@@ -41,12 +33,11 @@ from synclib.cluster import ClusterSpec
 from synclib.config import STEPS, ConfigError, keys_of_step
 from synclib.tasks.datasets import TASK_SETS
 from synclib.cube import StalePartsError, open_cube, parts_dir
-from synclib.figures import benchmarks, run_summary
-from synclib.paths import (BENCH_RESULTS, BUILD_DIR, EXECUTED_DIR, GENERATED_DIR, PAPER_CONFIG,
+from synclib.paths import (BENCH_RESULTS, BUILD_DIR, CLAIMS_FILE, EXECUTED_DIR, PAPER_CONFIG, PUBLISHED_NUMBERS,
                            REPO_ROOT, display)
 from synclib.memory import PeakRSS, die_with_parent, huge_pages_in_children, release_free_memory
 from synclib.models import EMBEDDED
-from synclib.notebook import AT_ONCE, NotebookFailed, failure, figure_notebooks, parameters_markdown
+from synclib.notebook import AT_ONCE, NotebookFailed, failure, figure_notebooks, synclib_imports
 from synclib.run.plan import duration_text, plan, price_lines, wall_seconds
 from synclib.simulate import Batching, Passes, RunOptions, Sampling, simulate
 from synclib.stamps import mark_done, output_lock, read_stamp, stamp_path, up_to_date
@@ -56,12 +47,8 @@ from synclib.tasks.scenarios import load_tasks, select_tasks
 
 @dataclass(frozen=True)
 class Run:
-    """One ordered run: model ``a`` plays agent 1 and ``b`` agent 2.
-
-    ``name`` is ``"A-B"`` (the cube is ``cubes/A-B.nc``); ``pair`` is the configured
-    (unordered) pair it belongs to; ``order`` is 1 for the order as written, 2 for the
-    reversed one.
-    """
+    """One ordered run ``name`` = ``"A-B"`` (cube ``cubes/A-B.nc``): model ``a`` plays agent 1, ``b`` agent 2;
+    ``pair`` is the configured (unordered) pair, ``order`` 1 as written and 2 reversed."""
 
     name: str
     pair: str
@@ -83,14 +70,9 @@ def runs(cfg: dict) -> list[Run]:
 
 
 def select_runs(cfg: dict, chosen) -> list[Run]:
-    """The ordered runs named in ``chosen`` (``"A-B"`` names, or positions in :func:`runs`,
-    0 first: an array job's task id), in the config's order, each once.
-
-    Raises
-    ------
-    ConfigError
-        naming the unknown name (and the nearest one) or the position out of range.
-    """
+    """The ordered runs named in ``chosen`` (``"A-B"`` names, or positions in :func:`runs`, 0 first: an array
+    job's task id), in the config's order, each once.  Raises ``ConfigError`` naming an unknown name (and the
+    nearest one) or a position out of range."""
     import difflib
 
     every = runs(cfg)
@@ -137,13 +119,11 @@ def log_event(log: Path | None, job: str, event: str, **info) -> None:
 
 
 class JobFailed(RuntimeError):
-    """A job of the run raised: one line naming the job, what it raised and where the full
-    traceback is (the run's log, :func:`log_event`)."""
+    """A job raised: one line naming the job, the error and where the full traceback is (the run's log)."""
 
 
 def _one_line(exc: BaseException) -> str:
-    """An exception in one line: a notebook's own line (:class:`synclib.notebook.NotebookFailed`),
-    else its type and the first line of its message."""
+    """An exception in one line: a :class:`~synclib.notebook.NotebookFailed`'s own, else type and first line."""
     if isinstance(exc, NotebookFailed):
         return str(exc)
     return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
@@ -151,12 +131,8 @@ def _one_line(exc: BaseException) -> str:
 
 @dataclass(frozen=True)
 class Job:
-    """One node of the run graph: ``func(*deps_results)`` produces ``output``.
-
-    ``inputs`` is everything the output depends on (settings, upstream fingerprints, file
-    hashes); its hash is the job's fingerprint, and the stamp keeps it so that a dry run can
-    say which input changed.  ``log`` is the run's log (:func:`log_event`).
-    """
+    """A node of the run graph: ``func(*deps_results)`` makes ``output``.  ``inputs``, all it depends on (settings,
+    upstream fingerprints, file hashes), hash to its fingerprint; the stamp keeps them so a dry run names changes."""
 
     key: str
     output: Path
@@ -173,10 +149,9 @@ class Job:
 
     @property
     def step(self) -> str:
-        """The step the job belongs to: ``simulate``, ..., ``notebooks`` (the manifest too) or
-        ``book`` (the generated pages too)."""
+        """``simulate``, ..., ``notebooks`` (the manifest and the claims too) or ``book``."""
         kind = self.key.split(":")[0]
-        return {"manifest": "notebooks", "notebook": "notebooks", "pages": "book"}.get(kind, kind)
+        return {"manifest": "notebooks", "claims": "notebooks", "notebook": "notebooks"}.get(kind, kind)
 
     def done(self) -> bool:
         return up_to_date(self.output, self.fp)
@@ -189,8 +164,7 @@ class Job:
         if self.check_only:
             raise JobFailed(f"{self.key} is not done and its step is not among this run's steps")
         if self.key.split(":")[0] in _HEAVY:
-            # one process at a time makes an output: a stopped worker that lives on, a second
-            # array task or a second command on the same run waits here, then finds it done
+            # one process makes an output at a time: a second worker, array task or command waits, then finds it done
             with output_lock(self.output, say=lambda line: print(line, flush=True)):
                 if self.done():
                     print(f"[synclib] {self.key}: finished by another process ({self.output.name})", flush=True)
@@ -241,14 +215,10 @@ class Job:
         raise JobFailed(f"{self.key} failed after {seconds:.0f} s: {line}{where}") from exc
 
 
-#: the jobs that load models or whole cubes.  A local run gives each its own child process
-#: (:func:`run_in_child`): what one job leaves in the heap is not resident under the next,
-#: and the run's peak memory is its largest job's, not their sum.  Their stamps record the
-#: peak of this process and the child together (notebooks run in kernels, the book in a
-#: subprocess: theirs is not measured)
+#: the jobs that load models or whole cubes: a local run runs each in a child of its own (:func:`run_in_child`), so
+#: its peak memory is its largest job's, not their sum; their stamps record this process's and the child's together
 _HEAVY = ("simulate", "judge", "analyze")
-#: whether heavy jobs run in a child process (set by :func:`execute` for local runs; a Dask
-#: worker runs them in its own process)
+#: whether heavy jobs run in a child process (set by :func:`execute` for local runs; Dask workers have their own)
 _ISOLATE = False
 
 
@@ -256,9 +226,7 @@ def _child_init(parent: int) -> None:
     die_with_parent()  # a killed run leaves no job running on behind it
     if os.getppid() != parent:  # the run died before the line above took effect
         os._exit(1)
-    # glibc's allocator as it comes: the engine makes it hand freed blocks back where its
-    # session caches need that (synclib.memory.return_freed_memory); an analysis in a fresh
-    # process does not, and the page faults of that setting cost it 1.8 times its time (314 against 172 s)
+    # glibc's allocator as it comes: synclib.memory.return_freed_memory's setting slows a fresh analysis 1.8 times
 
 
 def _in_child(func: Callable, args: tuple):
@@ -270,10 +238,8 @@ def _in_child(func: Callable, args: tuple):
 
 
 def run_in_child(func: Callable, args: tuple = ()):
-    """``func(*args)`` in a fresh child process (``spawn``: nothing of this process's heap is
-    inherited) that dies with this one; its result or its exception comes back.  ``func``
-    and ``args`` must pickle (module-level functions, ``functools.partial`` of them).  The
-    child's malloc asks for huge pages (:func:`synclib.memory.huge_pages_in_children`)."""
+    """``func(*args)`` in a fresh ``spawn`` child process that dies with this one (no heap inherited; huge pages:
+    :func:`synclib.memory.huge_pages_in_children`); its result or exception comes back.  Arguments must pickle."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
@@ -283,9 +249,8 @@ def run_in_child(func: Callable, args: tuple = ()):
 
 
 class _RunClock:
-    """Which step of how many a run is at, and about how long is left: the dry run's
-    estimates of the jobs still to run (:mod:`synclib.run.plan`), scaled by how the finished
-    jobs' times compared with their own estimates."""
+    """Which step of how many a run is at and about how long is left: the dry run's estimates of the jobs
+    still to run (:mod:`synclib.run.plan`), scaled by how the finished jobs' times compared with theirs."""
 
     def __init__(self, rows):
         self.order = [r.key for r in rows if r.status == "will run"]
@@ -319,9 +284,8 @@ _CLOCK: _RunClock | None = None
 
 @contextmanager
 def clocked(rows):
-    """While the block runs, each job run in this process says which step of how many it is
-    and, when done, about how long the rest will take; ``rows`` is the run's plan
-    (:func:`synclib.run.plan.plan`).  ``synclib run`` executes its job graph inside it."""
+    """While the block runs, each in-process job says which step of how many it is and, when done, about how
+    long the rest will take; ``rows`` is the run's plan (:func:`synclib.run.plan.plan`)."""
     global _CLOCK
     _CLOCK = _RunClock(rows)
     try:
@@ -363,9 +327,8 @@ def _taskset(cfg: dict):
 
 
 def set_aside(path: Path, log: Path | None, job: str, why: str) -> Path:
-    """Rename ``path`` (a stale cube, or the parts folder of an unfinished one) to
-    ``NAME.stale-YYYYmmdd-HHMMSS`` beside it, with its stamp, and say so in the run's log:
-    what a GPU made is never deleted by a run.  Returns the new path."""
+    """Rename ``path`` (a stale cube, or an unfinished one's parts folder) to ``NAME.stale-YYYYmmdd-HHMMSS``
+    with its stamp, and log it: a run never deletes what a GPU made.  Returns the new path."""
     ext = next((e for e in (".nc.parts", path.suffix) if path.name.endswith(e)), "")  # L3.2-M1.nc: a dot in the run
     new = path.with_name(f"{path.name[:len(path.name) - len(ext)]}.stale-{time.strftime('%Y%m%d-%H%M%S')}{ext}")
     os.replace(path, new)
@@ -379,10 +342,8 @@ def set_aside(path: Path, log: Path | None, job: str, why: str) -> Path:
 
 
 def step_simulate(cfg: dict, run: Run, out: Path) -> dict:
-    """Simulate one ordered run; returns the engine counters for the job's stamp.  A finished
-    cube whose settings changed (the job runs although it has a stamp), and the parts of an
-    unfinished one made with other settings, are set aside (:func:`set_aside`); the parts of
-    the same settings are resumed (their count is in the run's log)."""
+    """Simulate one ordered run; returns the engine counters for the stamp.  A finished cube whose settings changed,
+    and parts made with other settings, are set aside (:func:`set_aside`); parts of the same settings resume."""
     log = run_log(cfg)
     job = f"simulate:{run.name}"
     if read_stamp(out) is not None:
@@ -406,10 +367,8 @@ def _simulate(cfg: dict, run: Run, out: Path) -> dict:
 
 
 def simulate_call(cfg: dict, run: Run, **options) -> tuple[tuple[str, str], dict]:
-    """The config's one mapping to :func:`synclib.simulate.simulate` for an ordered run: the two
-    model specs and the keyword arguments (``tasks``, ``seeds``, ``max_utterances`` and the
-    option groups; ``options`` overrides :class:`~synclib.simulate.RunOptions` fields, an
-    ``engine_stats`` dict is always given).  The simulation job and ``synclib bench`` call it."""
+    """The config's one mapping to :func:`synclib.simulate.simulate` for an ordered run (the simulation job's and
+    ``synclib bench``'s): the model specs and keyword arguments; ``options`` override ``RunOptions`` fields."""
     sim = cfg["simulate"]
     models = cfg["models"]
     taskset = _taskset(cfg)
@@ -460,28 +419,15 @@ def step_manifest(cfg: dict, out: Path, *dep_outputs: str) -> None:
     os.replace(tmp, out)
 
 
-def _write_generated(name: str, text: str | bytes) -> Path:
-    out = GENERATED_DIR / name
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    if isinstance(text, bytes):
-        tmp.write_bytes(text)
-    else:
-        tmp.write_text(text)
-    os.replace(tmp, out)
-    return out
-
-
 def paper_price_markdown() -> str:
-    """The price of ``config/paper.yaml``'s whole grid as its dry run prints it (nothing done yet,
-    priced from ``bench/results``; the builder's logins left out), in a text block: the
-    reproduce page includes it (``book/_generated/paper_price.md``), so the page quotes what
-    the code computes."""
+    """``config/paper.yaml``'s whole grid priced as its dry run prints it (from ``bench/results``, logins
+    left out), in a text block: the reproduce page quotes what the code computes."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:  # a results folder that holds nothing: the whole grid
         cfg = config.load_config(PAPER_CONFIG, [f"results_dir={tmp}/paper"])
-        rows = plan(build_jobs(cfg, ("simulate", "judge", "analyze")), cfg)
+        every = [r.name for r in runs(cfg)]  # the runs' jobs, no notebooks or book
+        rows = plan(build_jobs(cfg, ("simulate", "judge", "analyze"), every), cfg)
         lines = [line for line in price_lines(cfg, rows) if not line.startswith("login:")]
     wrapped = []  # a page's column, not a terminal's: each line wrapped, its continuation indented
     for line in lines:
@@ -494,35 +440,22 @@ def paper_price_markdown() -> str:
 PAGE_TEXT_WIDTH = 76
 
 
-def step_pages(cfg: dict, out: Path, manifest: str) -> None:
-    """The book's generated pages (``book/_generated/``): the intro's overview and run summary, the embedded
-    models page's account of the run, the benchmarks quoted from ``bench/results`` and the
-    settings table of the reproduce page."""
-    # lazy: xarray loads only when the pages step runs (the dry run stays light)
-    from synclib.analysis import results
-    from synclib.figures import scorecard  # lazy: altair too
+def step_claims(cfg: dict, out: Path, manifest: str) -> None:
+    """Judge every claim of the paper on the run (:mod:`synclib.analysis.claims`): ``RESULTS/claims.json``."""
+    # lazy: xarray and the tests load only when the claims step runs (the dry run stays light)
+    from synclib.analysis import claims, results
 
-    _write_generated("benchmarks.md", benchmarks.benchmarks_markdown(BENCH_RESULTS))
-    _write_generated("settings.md", config.invalidation_table() + "\n")
-    _write_generated("paper_price.md", paper_price_markdown())
-    res = results.load_results(Path(manifest).parent)
-    _write_generated("embedded_run.md", run_summary.embedded_run_markdown(res))
-    _write_generated("penalty.md", run_summary.penalty_markdown(res))
-    # the first page's overview: its chart, then the caveats and the scorecard that show it
-    _write_generated("overview.png", scorecard.overview_png(res))
-    _write_generated("overview.md", scorecard.overview_markdown(res, results.load_published()))
-    # the run summary last: its file is this job's output (its stamp marks the whole step done)
-    _write_generated("run_summary.md", run_summary.run_summary_markdown(res))
+    nb = cfg["notebooks"]
+    claims.write(results.load_results(Path(manifest).parent), results.load_published(),
+                 ability_scores=nb["ability_scores"], ratings=nb["human_ratings"], judge_scores=nb["human_judge_scores"])
 
 
-#: config keys ``notebooks.KEY`` naming input files -> the notebook parameter each feeds
-NOTEBOOK_FILES = {"ability_scores": "ability_scores", "human_ratings": "ratings",
-                  "human_judge_scores": "judge_scores"}
+#: config keys ``notebooks.KEY`` naming files the claims step reads (table 1's abilities, table 4's ratings)
+NOTEBOOK_FILES = ("ability_scores", "human_ratings", "human_judge_scores")
 
 
 def failed_notebook(results_dir: str | Path, stem: str) -> Path:
-    """Where a run keeps the executed copy of a notebook that failed, for inspection (until the
-    next run starts: :func:`clear_failed`)."""
+    """Where a run keeps a failed notebook's executed copy, until the next run starts (:func:`clear_failed`)."""
     return Path(results_dir) / "failed" / f"{stem}.ipynb"
 
 
@@ -533,18 +466,15 @@ def clear_failed(results_dir: str | Path) -> None:
     shutil.rmtree(failed_notebook(results_dir, "x").parent, ignore_errors=True)
 
 
-def step_notebook(cfg: dict, nb: Path, out: Path, manifest: str) -> None:
+def step_notebook(cfg: dict, nb: Path, out: Path, claims: str) -> None:
     from papermill.exceptions import PapermillExecutionError
 
     # lazy: this module has its own execute() (a name clash at the top)
     from synclib.notebook import execute
 
-    params = {"results_dir": display(Path(manifest).parent)}
-    for key, param in NOTEBOOK_FILES.items():  # execute() drops those a notebook has no parameter for
-        path = cfg["notebooks"].get(key)
-        params[param] = display(path) if path else None
+    params = {"results_dir": display(Path(claims).parent)}
     tmp = out.with_name(out.stem + ".tmp.ipynb")
-    kept = failed_notebook(Path(manifest).parent, nb.stem)
+    kept = failed_notebook(Path(claims).parent, nb.stem)
     try:
         execute(nb, tmp, params)
     except PapermillExecutionError as exc:
@@ -557,10 +487,7 @@ def step_notebook(cfg: dict, nb: Path, out: Path, manifest: str) -> None:
 
 
 def step_book(cfg: dict, out: Path, *inputs: str) -> None:
-    # the notebooks' parameters page, read from the notebooks (the book re-runs whenever one changes)
-    _write_generated("parameters.md", parameters_markdown())
-    # jupyter-book's own entry point, run by this interpreter: works where its
-    # console script is not on PATH (e.g. packages installed with --target)
+    # jupyter-book's entry point run by this interpreter: works where its console script is not on PATH
     cmd = [sys.executable, "-c", "import sys; from jupyter_book.cli.main import main; sys.exit(main())",
            "build", str(REPO_ROOT)]
     subprocess.run(cmd, check=True, cwd=REPO_ROOT)
@@ -568,9 +495,8 @@ def step_book(cfg: dict, out: Path, *inputs: str) -> None:
 
 # --------------------------------------------------------------------------- graph
 def uses_gpu(cfg: dict) -> bool:
-    """Whether the run's models may compute on a GPU (``device`` cuda, or auto: whatever the
-    machine that runs a job offers); its simulations (and a local judge) then hold one GPU
-    each on a cluster (the worker resource ``GPU=1``)."""
+    """Whether the run's models may use a GPU (``device`` cuda or auto); its simulations (and a local judge)
+    then hold one GPU each on a cluster (worker resource ``GPU=1``)."""
     return not str(cfg["device"]).startswith("cpu")
 
 
@@ -580,22 +506,18 @@ def run_log(cfg: dict) -> Path:
 
 
 def _settings(cfg: dict, step: str) -> dict:
-    """The values of the config keys that feed ``step`` (see :mod:`synclib.config`); a path the
-    config resolved is kept relative to the repository when it lies there, so a checkout that
-    moved keeps its stamps (files a step reads are fingerprinted by their content as well)."""
+    """The values of the config keys that feed ``step`` (:mod:`synclib.config`); resolved paths inside the
+    repository kept relative to it, so a moved checkout keeps its stamps."""
     out = {}
     for path in keys_of_step(step):
         head, _, sub = path.partition(".")
         value = cfg[head][sub] if sub else cfg[head]
         out[path] = display(value) if isinstance(value, str) and Path(value).is_absolute() else value
     if step == "judge" and out.get("judge.url") is not None:
-        # where the endpoint lives (a node name that changes with each serving job) is not what
-        # it answers: the model, the mode and the layout are; the answers' cache has no URL either
+        # the endpoint's node changes with each serving job; the model, the mode and the layout are what count
         out["judge.url"] = "served"
     if step == "simulate":
-        # an ordered run's cube depends on its own two models (fingerprinted per run), not on
-        # the other pairs, the speaking orders played or the labels (those feed the notebooks):
-        # a run made alone (--runs, or a config of that pair) is the grid's run
+        # a cube depends only on its own two models (fingerprinted per run): a run made alone is the grid's run
         for key in ("models", "pairs", "orders"):
             out.pop(key, None)
     return out
@@ -609,21 +531,13 @@ def _file_hash(*paths: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def build_jobs(cfg: dict, steps=STEPS, only=None) -> dict[str, Job]:
-    """The run graph as ``{key: Job}``; ``Job.deps`` name other keys.
-
-    A job's ``inputs`` hold exactly what its output depends on: the config keys of its
-    step (:func:`synclib.config.keys_of_step`), its upstream jobs' fingerprints, and the
-    hashes of the files it reads (scenario files, notebooks, the library's code for the
-    notebooks and pages, the book's own pages).
-
-    ``steps`` are the steps that run; a job of another step stays in the graph only where a
-    job that runs needs it, marked ``check_only``: it must be done already (:func:`not_done`),
-    it never runs (``--steps notebooks,book`` builds the book from the runs' results and
-    simulates nothing on a login node).  ``only`` names ordered runs (:func:`select_runs`):
-    their simulation, judge and analysis jobs, and no manifest, notebooks or book (those need
-    every run).
-    """
+def build_jobs(cfg: dict, steps=STEPS, only=None, pages=None) -> dict[str, Job]:
+    """The run graph as ``{key: Job}``; ``Job.deps`` name other keys.  A job's ``inputs`` hold exactly what its
+    output depends on: its step's config keys (:func:`synclib.config.keys_of_step`), its upstream jobs'
+    fingerprints and the hashes of the files it reads (scenarios, notebooks, the library's code, the book's pages).
+    ``steps`` are the steps that run; a job of another step stays only where a running job needs it, marked
+    ``check_only``: it must be done already (:func:`not_done`) and never runs.  ``only`` names ordered runs
+    (:func:`select_runs`): their simulate, judge and analyze jobs, without manifest, notebooks or book."""
     from functools import partial
 
     R = Path(cfg["results_dir"])
@@ -641,7 +555,6 @@ def build_jobs(cfg: dict, steps=STEPS, only=None) -> dict[str, Job]:
         scen = f"{cfg['scenarios']}:{fingerprint(sorted(TASK_SETS[cfg['scenarios']].files.items()))}"
     else:
         scen = _file_hash(*(Path(cfg["scenarios"]) / f for f in ("envs.json", "agents.json", "env_agent_combos.json")))
-    code = _file_hash(*sorted((REPO_ROOT / "synclib").rglob("*.py")))
     gpu = uses_gpu(cfg)
     final, upstream = [], []
     for run in (runs(cfg) if only is None else select_runs(cfg, only)):
@@ -657,18 +570,40 @@ def build_jobs(cfg: dict, steps=STEPS, only=None) -> dict[str, Job]:
         analysis = add(f"analyze:{run.name}", analysis_out, {"cube": sim.fp, **_settings(cfg, "analyze")},
                        partial(step_analyze, cfg, run, analysis_out), (sim.key,),
                        str(cfg["device"]).startswith("cuda"))  # ridge grids on the GPU
-        # the manifest depends on both, done now or before, so that `--steps notebooks,book`
-        # and a whole run give it the same fingerprint (and re-run no notebook)
+        # the manifest depends on both, done now or before: `--steps notebooks,book` and a whole run agree
         upstream += [judge.fp, analysis.fp]
         final += [judge.key, analysis.key]
     if only is None:
-        _book_jobs(cfg, steps, add, final, upstream, code)
+        _book_jobs(cfg, add, final, upstream, pages)
     return _needed(jobs)
 
 
-def _book_jobs(cfg: dict, steps, add, final: list, upstream: list, code: str) -> None:
-    """The manifest, the notebooks, the generated pages and the book (:func:`build_jobs`)."""
+def code_hash(modules) -> str:
+    """Hash of the package files ``modules`` import, directly or not: a job running them re-runs when one changes."""
+    return _file_hash(*sorted(synclib_closure(modules)))
+
+
+def synclib_closure(modules) -> set[Path]:
+    """The files of the package's ``modules`` (dotted names) and of every module of the package they import,
+    at load time or inside a function, with the packages' ``__init__`` on the way."""
+    root = REPO_ROOT / "synclib"
+    todo, seen = list(modules), set()
+    while todo:
+        name = todo.pop()
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):  # a module's packages run their __init__ first
+            base = root.parent.joinpath(*parts[:i])
+            path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+            if path.is_file() and path not in seen:
+                seen.add(path)
+                todo += synclib_imports(path.read_text(), root.parent)
+    return seen
+
+
+def _book_jobs(cfg: dict, add, final: list, upstream: list, pages=None) -> None:
+    """The manifest, the claims, the notebooks and the book (:func:`build_jobs`)."""
     from functools import partial
+
 
     R = Path(cfg["results_dir"])
     labels = {k: {"family": m["family"], "label": m["label"]} for k, m in cfg["models"].items()}
@@ -676,32 +611,33 @@ def _book_jobs(cfg: dict, steps, add, final: list, upstream: list, code: str) ->
                    {"upstream": upstream, "models": labels, "runs": [r.name for r in runs(cfg)],
                     **_settings(cfg, "notebooks")},
                    partial(step_manifest, cfg, R / "manifest.json"), final)
+    # what pages and claims may read besides the run: the paper's numbers, the benchmarks, the paper's config
+    data = _file_hash(PUBLISHED_NUMBERS, PAPER_CONFIG, *sorted(BENCH_RESULTS.glob("*.json")))
+    claims = add("claims", R / CLAIMS_FILE,
+                 {"manifest": manifest.fp, "code": code_hash(["synclib.analysis.claims"]),
+                  "data": data, **{f"{key}_file": _file_hash(Path(cfg["notebooks"][key] or "")) for key in NOTEBOOK_FILES}},
+                 partial(step_claims, cfg, R / CLAIMS_FILE), [manifest.key])
     nb_keys, nb_fps = [], []
-    for nb in figure_notebooks():
+    for nb in pages or figure_notebooks():
         out = EXECUTED_DIR / f"{nb.stem}.ipynb"
         job = add(f"notebook:{nb.stem}", out,
-                  {"manifest": manifest.fp, "notebook": _file_hash(nb), "code": code,
-                   **{f"{key}_file": _file_hash(Path(cfg["notebooks"][key] or "")) for key in NOTEBOOK_FILES}},
-                  partial(step_notebook, cfg, nb, out), [manifest.key])
+                  {"claims": claims.fp, "notebook": _file_hash(nb),
+                   "code": code_hash(["synclib.notebook", *synclib_imports(nb.read_text(), REPO_ROOT)]),
+                   "data": data},
+                  partial(step_notebook, cfg, nb, out), [claims.key])
         nb_keys.append(job.key)
         nb_fps.append(job.fp)
-    # the generated pages: the run summary (from the manifest), the benchmarks and the
-    # settings table (from the code and bench/results)
-    out = GENERATED_DIR / "run_summary.md"
-    pages = add("pages", out, {"manifest": manifest.fp, "code": code, "paper_config": _file_hash(PAPER_CONFIG),
-                               "bench_results": _file_hash(*sorted(BENCH_RESULTS.glob("*.json")))},
-                partial(step_pages, cfg, out), [manifest.key])
     own = [p for p in sorted((REPO_ROOT / "book").rglob("*"))
-           if p.is_file() and not {"_generated", "executed"} & set(p.parts)]
+           if p.is_file() and "executed" not in p.parts]
     own += [REPO_ROOT / "_config.yml", REPO_ROOT / "_toc.yml"]
     index = BUILD_DIR / "html" / "index.html"
-    add("book", index, {"notebooks": nb_fps, "pages": pages.fp, "book_sources": _file_hash(*own)},
-        partial(step_book, cfg, index), nb_keys + [pages.key])
+    add("book", index, {"notebooks": nb_fps, "book_sources": _file_hash(*own),
+                        **({"pages": [nb.stem for nb in pages]} if pages else {})},
+        partial(step_book, cfg, index), nb_keys)
 
 
 def _needed(jobs: dict[str, Job]) -> dict[str, Job]:
-    """The jobs that run and the ``check_only`` jobs one of them needs (directly or not), in
-    the graph's order."""
+    """The jobs that run and the ``check_only`` jobs they need, directly or not, in the graph's order."""
     needed: set[str] = set()
     for key in reversed(list(jobs)):  # insertion order is a topological order
         if not jobs[key].check_only or key in needed:
@@ -711,24 +647,18 @@ def _needed(jobs: dict[str, Job]) -> dict[str, Job]:
 
 
 def not_done(jobs: dict[str, Job]) -> list[Job]:
-    """The ``check_only`` jobs (of steps the run does not run) that are not done: the run
-    cannot start before they are (``synclib run`` refuses, naming them)."""
+    """The ``check_only`` jobs that are not done: the run cannot start before they are (``synclib run`` refuses)."""
     return [j for j in jobs.values() if j.check_only and not j.done()]
 
 
 def execute(jobs: dict[str, Job], scheduler: str | None = None, cluster: ClusterSpec | None = None,
             retries: int = 2, isolate: bool = True) -> dict[str, str]:
-    """Run the job graph with Dask and return ``{key: output path}``.
-
-    ``scheduler``: ``None`` runs on this machine one job at a time, but the notebooks
-    :data:`synclib.notebook.AT_ONCE` at a time (each in its own kernel); ``"sync"`` runs every
-    job one at a time; ``"threads"`` uses a local thread pool; any other string is the address of
-    a running ``dask.distributed`` scheduler.  ``cluster`` (the config's ``cluster:`` block,
-    :class:`synclib.cluster.ClusterSpec` with a ``type``) starts a dask-jobqueue cluster
-    instead, adapting its worker jobs to the work.  ``isolate``: a local run gives each
-    simulation, judge and analysis job a child process of its own (:func:`run_in_child`);
-    False runs them here (for debuggers and profilers).
-    """
+    """Run the job graph with Dask and return ``{key: output path}``.  ``scheduler``: ``None`` runs one job at a
+    time here, but the notebooks :data:`synclib.notebook.AT_ONCE` at a time (each in its own kernel); ``"sync"``
+    every job one at a time; ``"threads"`` a local thread pool; any other string is a running ``dask.distributed``
+    scheduler's address.  ``cluster`` (a :class:`~synclib.cluster.ClusterSpec`) starts an adaptive dask-jobqueue
+    cluster instead.  ``isolate``: a local run gives each simulate, judge and analyze job its own child process
+    (:func:`run_in_child`); False runs them here (for debuggers and profilers)."""
     import dask
 
     distributed = scheduler not in (None, "sync", "threads") or cluster is not None
@@ -741,9 +671,8 @@ def execute(jobs: dict[str, Job], scheduler: str | None = None, cluster: Cluster
                 nodes = to_delayed(jobs)
                 values = dask.compute(*[nodes[k] for k in keys], scheduler=scheduler, optimize_graph=False)
                 return dict(zip(keys, values))
-            # one job at a time, then the notebooks (and what needs them) notebook.AT_ONCE at a
-            # time in threads: each waits on a kernel of its own.  Only after the heavy jobs, so
-            # that an interrupt never waits for a simulation running on in a thread
+            # one job at a time, then the notebooks (and what needs them) AT_ONCE at a time in threads, each on its
+            # own kernel: after the heavy jobs, so that an interrupt never waits on a simulation in a thread
             later = _needing(jobs, {k for k in keys if k.startswith("notebook:")})
             first = [k for k in keys if k not in later]
             nodes = to_delayed({k: jobs[k] for k in first})
@@ -773,11 +702,8 @@ def execute(jobs: dict[str, Job], scheduler: str | None = None, cluster: Cluster
     return dict(zip(keys, values))
 
 
-#: the dask settings of a run's own scheduler (``cluster.type``): a worker that leaves (its
-#: lifetime, a cancelled job) has its job cancelled and replaced after 5 s, not dask-jobqueue's
-#: 15 s (its task's copy may run on until then: the output lock makes the new copy wait); a job
-#: rescheduled from workers that left is given up only after 20 of them (a long simulation
-#: outlives several worker lifetimes), not 3
+#: dask settings of a run's own scheduler (``cluster.type``): a leaving worker's job is replaced after 5 s, not 15
+#: (the output lock makes the new copy wait), and given up after 20 lost workers, not 3 (simulations outlive several)
 CLUSTER_CONFIG = {"distributed.deploy.lost-worker-timeout": "5s", "distributed.scheduler.allowed-failures": 20}
 
 
@@ -791,12 +717,8 @@ def _needing(jobs: dict[str, Job], keys: set[str]) -> set[str]:
 
 
 def to_delayed(jobs: dict[str, Job], distributed: bool = False, done: dict | None = None) -> dict[str, Any]:
-    """One ``dask.delayed`` node per job, keyed like ``jobs``, wired by ``Job.deps``; the jobs
-    in ``done`` (key -> output) are not run again, their outputs feed the jobs that need them.
-
-    With ``distributed``, jobs that need a GPU are annotated with the worker
-    resource ``GPU=1``.
-    """
+    """One ``dask.delayed`` node per job, keyed like ``jobs``, wired by ``Job.deps``; jobs in ``done`` (key ->
+    output) are not run again.  With ``distributed``, GPU jobs ask for the worker resource ``GPU=1``."""
     import dask
     from dask import delayed
 

@@ -1,10 +1,8 @@
 """What a run would do, without doing it (``synclib run --dry-run``).
 
-For every job of the graph: whether it is up to date and, if not, why (its output is
-missing, or which input changed since it last ran, or that an upstream job will run); the
-disk its output will take and a time estimate where a benchmark result speaks to it.  The
-estimates come from ``bench/results`` (:mod:`synclib.figures.benchmarks` quotes the same files); a job
-no benchmark covers says so instead of guessing.
+For every job of the graph: whether it is up to date and, if not, why (output missing, an input changed, an
+upstream job will run); the disk its output will take and a time estimate from ``bench/results`` where a
+benchmark speaks to it (a job no benchmark covers says so instead of guessing).
 """
 from __future__ import annotations
 
@@ -31,7 +29,7 @@ from synclib.tasks.scenarios import count_tasks
 __all__ = ["JobPlan", "plan", "format_plan", "price_lines", "wall_seconds"]
 
 #: input names that hold an upstream job's fingerprint (a change there is "upstream changed")
-_UPSTREAM = {"cube", "manifest", "upstream", "notebooks", "pages"}
+_UPSTREAM = {"cube", "manifest", "claims", "upstream", "notebooks"}
 
 
 @dataclass
@@ -84,9 +82,8 @@ CALIBRATION = "main_job_cpu.json"
 
 
 def simulate_work(cfg: dict) -> dict:
-    """The utterances one ordered run of ``cfg`` plans: its genuine dialogs, the passive
-    reader's reads and the ToM dialogs, each to ``max_utterances`` (an upper bound: dialogs
-    end early), with the counts behind it."""
+    """The utterances one ordered run plans (``planned``: genuine dialogs, passive reads and ToM dialogs, each to
+    ``max_utterances``, an upper bound), with the counts behind it."""
     sim = cfg["simulate"]
     n_tasks = count_tasks(cfg["scenarios"], sim["episodes"])
     seeds = len(sim["seeds"])
@@ -107,8 +104,7 @@ def _dtype(cfg: dict) -> tuple[str, str]:
 
 
 def _cpu_estimate(cfg: dict, job, cal: dict, work: dict) -> tuple[float | None, float | None, str]:
-    """Seconds and peak resident GiB of one job on the CPU, scaled from the calibration
-    (``work``: :func:`simulate_work` of ``cfg``)."""
+    """Seconds, peak resident GiB and a note for one job on the CPU, scaled from the calibration."""
     kind, _, name = job.key.partition(":")
     jobs = cal["jobs"]
     dtype, _ = _dtype(cfg)
@@ -161,9 +157,7 @@ def _is_cuda(cfg: dict) -> bool:
 
 
 def _gpu_estimate(cfg: dict, job, p: JobPlan, work: dict, cal: dict | None, ref) -> None:
-    """Fill ``p`` for a job of a CUDA config (:mod:`synclib.run.price`): simulation and analysis
-    priced on the card of ``ref`` (:func:`synclib.run.price.reference`), a judge's requests,
-    the CPU jobs from the measured main job."""
+    """Fill ``p`` for a job of a CUDA config (GPU jobs priced on ``ref``'s card, CPU jobs from the main job's)."""
     kind, _, name = job.key.partition(":")
     if kind == "simulate":
         _priced_simulation(cfg, job, p, work, ref)
@@ -185,18 +179,15 @@ def _gpu_estimate(cfg: dict, job, p: JobPlan, work: dict, cal: dict | None, ref)
 
 
 def _priced_simulation(cfg: dict, job, p: JobPlan, work: dict, ref) -> None:
-    """A simulation job priced from ``ref`` (:func:`synclib.run.price.price_simulation`)."""
+    """Fill ``p`` for a simulation job priced from ``ref``."""
     sp = p.sim = price.price_simulation(cfg, (job.inputs["model_a"], job.inputs["model_b"]), work, ref)
     p.seconds, p.note, p.disk_bytes = sp.seconds, sp.note, sp.disk
     p.gpu_gib = sp.gpu_gib if _is_cuda(cfg) else None
 
 
 def plan(jobs: dict, cfg: dict) -> list[JobPlan]:
-    """The plan of ``jobs`` (a graph from :func:`synclib.run.pipeline.build_jobs`), in run order.
-
-    A CUDA config is priced from :func:`synclib.run.price.reference` (``synclib bench``'s record
-    of this run, else ours); a CPU config from the measured main job, its simulations from its
-    own ``synclib bench`` record where it has one."""
+    """The plan of ``jobs``, in run order; a CPU config's simulations priced from its own ``synclib bench``
+    record where it has one."""
     running: set[str] = set()
     out = []
     cuda = _is_cuda(cfg)
@@ -232,9 +223,8 @@ def plan(jobs: dict, cfg: dict) -> list[JobPlan]:
 
 
 def wall_seconds(estimates) -> float:
-    """How long a local run of jobs with these ``(key, seconds)`` estimates takes: one job at
-    a time, the notebooks :data:`synclib.notebook.AT_ONCE` at a time (their estimates are
-    each notebook's time measured so, sharing the cores)."""
+    """Seconds a local run of ``(key, seconds)`` estimates takes: one job at a time, the notebooks
+    :data:`synclib.notebook.AT_ONCE` at a time (each estimate measured so, sharing the cores)."""
     pairs = [(k, v or 0) for k, v in estimates]
     notebooks = sum(v for k, v in pairs if k.startswith("notebook:"))
     return sum(v for k, v in pairs if not k.startswith("notebook:")) + notebooks / AT_ONCE
@@ -267,8 +257,7 @@ def _size(b: float | None) -> str:
 
 
 def duration_text(secs: float) -> str:
-    """A time to come, as a person says it: ``"5 s"`` (to 5 s) under 90 s, ``"12 min"``, ``"1.5 h"``
-    from 90 minutes."""
+    """A time to come: ``"5 s"`` (to 5 s) under 90 s, ``"12 min"``, ``"1.5 h"`` from 90 minutes."""
     if secs < 90:
         return f"{max(5, 5 * round(secs / 5)):.0f} s"
     return f"{secs / 3600:.1f} h" if secs >= 5400 else f"{secs / 60:.0f} min"
@@ -280,12 +269,9 @@ def _minutes(secs: float) -> str:
 
 def format_plan(rows: list[JobPlan], cfg: dict | None = None, scheduler: dict | None = None,
                 config_path: str | None = None, n_runs: int | None = None) -> str:
-    """The plan as text, one job per line, then the totals: disk, time (with the compute
-    dtype it assumes) and memory (with what the machine has available).  A CUDA config gets
-    the price lines (:func:`price_lines`: GPU-hours, GPU and host memory, disk, logins and, with
-    ``scheduler`` (:func:`synclib.run.price.check_scheduler` and its ``address``), the wall time
-    on that cluster's GPU workers), and how it runs on SLURM (its ``cluster:`` block's job script,
-    or the job array of ``config/slurm/runs.sbatch`` for ``config_path`` and its ``n_runs`` ordered runs)."""
+    """The plan as text, one job per line, then the totals; a CUDA config gets :func:`price_lines` (``scheduler``:
+    :func:`synclib.run.price.check_scheduler`'s answer with its ``address``) and how it runs on SLURM (its
+    ``cluster:`` block, or :func:`array_lines` for ``config_path`` and its ``n_runs`` ordered runs)."""
     lines = []
     cuda = cfg is not None and _is_cuda(cfg)
     ref = price.reference(cfg) if cuda else None
@@ -351,9 +337,7 @@ ARRAY_SCRIPT = Path("config") / "slurm" / "runs.sbatch"
 
 
 def array_lines(cfg: dict, rows: list[JobPlan], config_path: str = "CONFIG", n_runs: int | None = None) -> list[str]:
-    """How a GPU config runs on SLURM as a job array (``config/slurm/runs.sbatch``, one ordered
-    run per task): the command, what each task runs, the script's directives, and how often the
-    longest simulation requeues itself within the script's walltime."""
+    """How a GPU config runs as :data:`ARRAY_SCRIPT`'s job array, and how often its longest simulation requeues."""
     from synclib.paths import REPO_ROOT  # the template ships in the checkout
 
     script = REPO_ROOT / ARRAY_SCRIPT
@@ -382,9 +366,7 @@ def array_lines(cfg: dict, rows: list[JobPlan], config_path: str = "CONFIG", n_r
 
 
 def _cluster_lines(cfg: dict, rows: list[JobPlan]) -> list[str]:
-    """The config's cluster (:class:`synclib.cluster.ClusterSpec`): its jobs, walltime and
-    lifetime, the wall time the grid takes on its GPU jobs, whether a worker lives long enough
-    to finish a cube part, and the job script dask-jobqueue would submit."""
+    """The config's cluster, the grid's wall time on it, whether a worker outlives a cube part, its job script."""
     spec = spec_of(cfg)
     out = spec.describe()
     if spec.type is None:
@@ -539,8 +521,7 @@ def _judge_lines(cfg: dict, judges: list[JobPlan]) -> list[str]:
 
 
 def _memory_lines(cfg: dict, sims: list[JobPlan], ref) -> list[str]:
-    """What a simulation job holds on its card: the weights and the key/value cache of the rows
-    that fit (:func:`synclib.run.price.fitting_rows`)."""
+    """What a simulation job holds on its card: the weights and the keys/values of the rows that fit."""
     mem = [r for r in sims if r.sim is not None and r.sim.kv_row is not None]
     if not mem:
         return []

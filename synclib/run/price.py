@@ -1,33 +1,12 @@
 """What a GPU run costs before it starts: the price lines of ``synclib run --dry-run`` on CUDA.
 
-Every number names the measurement it comes from (``bench/results/*.json``, or the run's own
-``synclib bench`` record in ``RESULTS/bench``) and the rule that scales it to the configured grid:
-
-(A model's layers, width, heads and parameters come from :func:`synclib.shapes.model_shape`.)
-:func:`reference`, :func:`loop_reference`
-    The measured dialog loop a price scales: the run's own record on its kind of device, else the
-    newest measured on a GPU (file, card, date, commit, rate, where its time went, what ran:
-    weights, tasks, replies).
-:func:`price_simulation`
-    GPU seconds of one simulation job, scaled from the reference part by part: decoding steps
-    in proportion to parameter bytes (a memory-bound loop: every step reads the weights) and to
-    the measured rows per step over the rows that fit the card (:func:`fitting_rows`: the
-    configured rows, halved as the engine halves a batch that runs out of memory, until the
-    weights and the rows' keys/values fit :data:`CARD_SHARE` of it), the prefills (joins, ToM
-    read-outs, the passive reader) in proportion to parameters x the measured float32/bfloat16
-    prefill ratio, writing the cube in proportion to its bytes; the utterances are the plan's
-    upper bound (every dialog to ``max_utterances``).  GPU memory: the weights + the keys/values
-    of the rows priced.  Disk: the cube's hidden states.  :func:`assumptions` lists what is
-    taken from the measurement as it is.
-:func:`price_analysis`, :func:`price_judge`
-    The ridge grids the analysis fits x the measured ridge grid at paper scale; the judge's
-    requests and their tokens at most (an endpoint's throughput is not measured: its time
-    depends on the endpoint).
-:func:`logins`, :func:`check_scheduler`
-    What needs a login (gated models, the judge's API key: set or not, never its value) and
-    what a dask scheduler offers (workers, GPU workers).
-
-Nothing here imports torch or loads a model: the dry run stays light.
+Every number names the measurement it comes from (:func:`reference`) and the rule that scales it to the grid. A
+simulation job (:func:`price_simulation`) is scaled part by part: decoding steps by parameter bytes (memory-bound:
+every step reads the weights) and by the measured rows per step over the rows that fit the card
+(:func:`fitting_rows`); the prefills (joins, ToM read-outs, the passive reader) by parameters x the measured
+float32/bfloat16 prefill ratio; writing the cube by its bytes; every dialog to ``max_utterances``. The analysis:
+its ridge grids x the measured grid at paper scale; the judge: its requests and tokens at most (an endpoint's
+throughput is not measured). Nothing here imports torch or loads a model.
 """
 from __future__ import annotations
 
@@ -78,8 +57,7 @@ def load_bench(name: str, bench: Path | None = None) -> dict | None:
 
 @dataclass
 class LoopRef:
-    """One measured run of the dialog loop: ours on a GPU (``bench/results``) or the user's own
-    (``synclib bench``, ``RESULTS/bench``)."""
+    """One measured run of the dialog loop: ours on a GPU or the user's own (``synclib bench``)."""
 
     file: str
     gpu: str
@@ -209,13 +187,9 @@ def _simulate_refs(f: Path, d: dict, date: str) -> list[LoopRef]:
 
 def loop_reference(bench: Path | None = None, local: Path | None = None,
                    device: str | None = "cuda") -> LoopRef | None:
-    """The measured dialog loop a price scales: the newest ``synclib bench`` record of this run
-    on the same kind of device (``local``: the run's ``RESULTS/bench`` folder), else the newest
-    loop measured on a GPU in ``bench`` (default ``bench/results``): a ``scheduling`` benchmark
-    (``bench/bench_scheduling.py``: the whole ``simulate`` call with the passive reader and ToM,
-    its seconds per part where recorded) or ``bench_simulate``'s loop (no passive reader, no ToM),
-    a scheduling benchmark on a tie.  ``device`` None (``auto``) takes a record of either kind.
-    None when nothing fits (a CPU run without its own record)."""
+    """The newest ``synclib bench`` record in ``local`` (``RESULTS/bench``) on the same kind of device (any for
+    ``device`` None), else the newest GPU loop in ``bench`` (default ``bench/results``), a ``scheduling``
+    benchmark on a tie; None when nothing fits (a CPU run without its own record)."""
     cuda = str(device).startswith("cuda")
     if local is not None:
         mine = []
@@ -247,17 +221,14 @@ def loop_reference(bench: Path | None = None, local: Path | None = None,
 
 
 def reference(cfg: dict) -> LoopRef | None:
-    """The measurement a config's simulations are priced from (:func:`loop_reference`): the
-    run's own ``synclib bench`` record (``RESULTS/bench``) on its kind of device, else ours on a
-    GPU for a CUDA config."""
+    """The measured loop a config's simulations are priced from (:func:`loop_reference` for its device)."""
     device = str(cfg["device"])
     return loop_reference(local=Path(cfg["results_dir"]) / LOCAL_DIR, device="cuda" if device.startswith("cuda") else
                           "cpu" if device.startswith("cpu") else None)
 
 
 def prefill_dtype_ratio(bench: Path | None = None) -> tuple[float, str] | None:
-    """Measured float32 / bfloat16 prefill time of the same shape on a GPU
-    (``simulate_cuda_*.json``: ``prefill_only_s`` at the largest batch measured in both)."""
+    """Measured float32 / bfloat16 prefill time on a GPU (largest batch in both), and its source; or None."""
     for f in sorted(Path(bench or paths.BENCH_RESULTS).glob("simulate_cuda*.json")):
         d = json.loads(f.read_text())
         eng = d.get("engine", {})
@@ -274,8 +245,7 @@ def prefill_dtype_ratio(bench: Path | None = None) -> tuple[float, str] | None:
 
 
 def scheduling_ratio(measured: str, wanted: str, bench: Path | None = None) -> tuple[float, str] | None:
-    """Time with ``wanted`` scheduling over time with ``measured``, from a scheduling benchmark
-    that ran both (None when the same or never measured together)."""
+    """Time with ``wanted`` over ``measured`` scheduling, and its source; None when equal or not measured both."""
     if measured == wanted:
         return None
     for f in sorted(Path(bench or paths.BENCH_RESULTS).glob("*cuda*.json")):
@@ -292,8 +262,7 @@ def scheduling_ratio(measured: str, wanted: str, bench: Path | None = None) -> t
 
 
 def kv_prompt_tokens(bench: Path | None = None) -> tuple[int, str]:
-    """The longest prompt a measured dialog loop reached (tokens), and where it was measured;
-    2,048 tokens when no benchmark recorded one."""
+    """The longest prompt (tokens) a measured loop reached, and where; 2,048 when no benchmark recorded one."""
     best = None
     for f in sorted(Path(bench or paths.BENCH_RESULTS).glob("*cuda*.json")):
         d = json.loads(f.read_text())
@@ -327,26 +296,24 @@ class SimPrice:
         return None if self.gpu_bytes is None else self.gpu_bytes / GiB
 
 
-#: the share of a card's memory the weights and the decoding rows may take; the rest is the
-#: device's working memory (activations, the allocator) and, with ``cache_gib: auto``, what the
-#: engine keeps free before it stores session caches (:class:`synclib.memory.DeviceBudget`)
+#: the share of a card's memory the weights and decoding rows may take; the rest is working memory
+#: (activations, the allocator), and what ``cache_gib: auto`` keeps free (:class:`synclib.memory.DeviceBudget`)
 CARD_SHARE = 0.9
 
 
 def compute_dtype(cfg: dict) -> str:
-    """The dtype a run computes in: as configured; ``auto`` is bfloat16 on CUDA and on CPUs that
-    multiply it natively, else float32 (:func:`synclib.models.default_dtype`'s rule)."""
+    """The configured dtype; ``auto``: :func:`synclib.models.default_dtype`'s rule, without torch."""
     if cfg["dtype"] not in (None, "auto"):
         return cfg["dtype"]
-    from synclib.models import cpu_has_native_bf16  # the rule's CPU half; imports no torch
+    # lazy: the models' module (transformers' config) only where a CPU is priced
+    from synclib.models import cpu_has_native_bf16
 
     return "bfloat16" if str(cfg["device"]).startswith("cuda") or cpu_has_native_bf16() else "float32"
 
 
 def cube_bytes(cfg: dict, work: dict, shapes) -> float:
-    """Bytes of the hidden states one ordered run stores (uncompressed: an upper bound; zlib
-    keeps about 87 % of float32 states, ``cube_storage_*.json``): (genuine dialogs + passive
-    reads + ToM dialogs) x rounds x (layers x width of A + of B) x the store dtype's bytes."""
+    """Uncompressed bytes (an upper bound) of one ordered run's hidden states: (genuine dialogs + passive reads
+    + ToM dialogs) x rounds x (layers x width of A + of B) x the store dtype's bytes."""
     rounds = math.ceil(cfg["simulate"]["max_utterances"] / 2)
     units = work["dialogs"] + work["passive_reads"] + work["tom_dialogs"]
     per = sum(s.layers * s.width for s in shapes)
@@ -354,12 +321,11 @@ def cube_bytes(cfg: dict, work: dict, shapes) -> float:
 
 
 def _rows(cfg: dict, specs, cols: int) -> tuple[int, str]:
-    """Rows of one model's batch or stream as configured, and where that count comes from;
-    ``cols`` is the key/value tokens a row can reach (prompt + ``max_new_tokens``)."""
+    """Configured rows of one model's batch or stream, and their source; ``cols``: a row's key/value tokens."""
     sim = cfg["simulate"]
     units = sim["units_per_part"] or default_units_per_part(cfg["device"])
     if sim["scheduling"] == "continuous":
-        parts = 2 if sim["kv_tokens"] else 1  # with a token budget: the dialogs of the two parts in play
+        parts = 2 if sim["kv_tokens"] else 1
         rows = Batching.from_config(cfg).stream_capacity([units * (1 + int(sim["tom"]))] * 2)
         what = ("simulate.max_in_flight" if sim["max_in_flight"] else
                 f"{'2 parts x ' if parts == 2 else ''}{units} units{' x 2 (genuine + ToM)' if sim['tom'] else ''} "
@@ -372,18 +338,15 @@ def _rows(cfg: dict, specs, cols: int) -> tuple[int, str]:
 
 
 def prompt_tokens(ref: LoopRef | None, bench: Path | None = None) -> tuple[int, str]:
-    """The longest prompt a row's keys/values are priced for: the measured loop's own where it
-    recorded one (``synclib bench``), else :func:`kv_prompt_tokens`."""
+    """The longest prompt a row is priced for: the measured loop's, else :func:`kv_prompt_tokens`."""
     if ref is not None and ref.prompt_max:
         return ref.prompt_max, f"the longest prompt of the measured loop, {ref.file}"
     return kv_prompt_tokens(bench)
 
 
 def fitting_rows(configured: int, weights: float, kv_row: float, card_bytes: float | None) -> int:
-    """The rows an engine ends up with on a card of ``card_bytes``: the configured rows, halved
-    while they do not fit beside the weights in :data:`CARD_SHARE` of the card (the engine
-    halves a batch, or a stream's capacity, that runs out of memory); 0 when one row does not
-    fit; ``configured`` when no card is known."""
+    """The configured rows halved, as the engine halves a batch that runs out of memory, until they fit beside
+    the weights in :data:`CARD_SHARE` of ``card_bytes``; 0 when one row does not; ``configured`` without a card."""
     if card_bytes is None:
         return configured
     room = CARD_SHARE * card_bytes - weights
@@ -395,13 +358,8 @@ def fitting_rows(configured: int, weights: float, kv_row: float, card_bytes: flo
 
 def price_simulation(cfg: dict, specs: tuple, work: dict, ref: LoopRef | None,
                      bench: Path | None = None) -> SimPrice:
-    """Seconds on ``ref``'s card, GPU memory and disk of one simulation job (see the module doc).
-
-    The rows are those that fit ``ref``'s card (:func:`fitting_rows`).  A decoding step reads
-    the weights whatever its rows, so fewer rows per step than the measured loop held on average
-    (``ref.rows_per_step``) take proportionally more steps: the decoding part of the time is
-    scaled by ``ref.rows_per_step / rows`` where that is above 1; more rows than measured are not
-    credited (the prefills compute the same tokens either way)."""
+    """Seconds on ``ref``'s card, GPU memory and disk of one simulation job (see the module doc). Decoding time
+    is scaled by ``ref.rows_per_step / rows`` where above 1; more rows than measured are not credited."""
     shapes = [model_shape(s) for s in specs]
     unknown = [s for s, sh in zip(specs, shapes) if sh is None]
     sim = cfg["simulate"]
@@ -436,8 +394,7 @@ def price_simulation(cfg: dict, specs: tuple, work: dict, ref: LoopRef | None,
     gen = sim["max_utterances"] * (work["dialogs"] + work["tom_dialogs"])
     reads = sim["max_utterances"] * work["passive_reads"]
     ref_bpp = DTYPE_BYTES.get(ref.dtype, 2)
-    # decoding reads the weights every step: bytes of one stream's model (the mean of a pair that
-    # takes turns in one loop), x2 where two streams step in turn
+    # bytes of one stream's model (a pair's mean), x2 where two streams step in turn
     f_dec = (sum(s.n_params for s in shapes) / 2 * bpp * (2 if two_streams else 1)
              / (ref.params * ref_bpp * (2 if ref.two_streams else 1)))
     f_pre = sum(s.n_params for s in shapes) / (2 * ref.params)
@@ -491,8 +448,7 @@ def price_basis(cfg: dict, ref: LoopRef, bench: Path | None = None) -> list[str]
 
 
 def assumptions(cfg: dict, ref: LoopRef) -> list[str]:
-    """What a simulation's price takes from its measurement as it is, and what it scales:
-    the lines the dry run prints under ``assumptions``."""
+    """The dry run's ``assumptions`` lines: what the price takes from its measurement as it is."""
     sim = cfg["simulate"]
     dtype = compute_dtype(cfg)
     where = f"{ref.gpu}" + (f", {ref.gpu_gib:.1f} GiB" if ref.gpu_gib else "")
@@ -526,10 +482,8 @@ def assumptions(cfg: dict, ref: LoopRef) -> list[str]:
 
 # --------------------------------------------------------------------------- analysis, judge
 def analysis_grids(cfg: dict) -> int:
-    """Ridge grids (one direction, one split seed each) one analysis job fits, counted as the
-    analysis' own progress bar counts them (:func:`synclib.analysis.core.analyze`): directions x
-    split seeds x (conditions + both sides of each control's contrast + the paper's alpha beside a CV one +
-    persona-disjoint + each sample size)."""
+    """Ridge grids one analysis job fits, as :func:`synclib.analysis.core.analyze` counts them: directions x split
+    seeds x (conditions + each control's contrast, both sides + paper alpha + persona-disjoint + sample sizes)."""
     ana, sim = cfg["analysis"], cfg["simulate"]
     conds = ["genuine", "shuffled"] + (["passive"] if sim["passive"] else []) \
         + (["pseudo"] if ana["pseudo_dyads"] else []) + [f"lag{int(k)}" for k in ana["lags"]]
@@ -586,18 +540,15 @@ def price_analysis(cfg: dict, specs: tuple, work: dict, card: str, bench: Path |
     return out
 
 
-#: characters per token the judge's price assumes (English text in the BPE tokenizers of
-#: gpt-oss and Llama: about four)
+#: characters per token the judge's price assumes (English in gpt-oss's and Llama's BPE tokenizers)
 CHARS_PER_TOKEN = 4
-#: output tokens the judge's price assumes per JSON-mode answer: 14 reasonings of about 60
-#: words and their scores (a reasoning model's own thinking comes on top and is not counted)
+#: output tokens per JSON-mode answer: 14 reasonings of about 60 words and their scores (thinking not counted)
 ANSWER_TOKENS = 14 * 90
 
 
 def judge_prompt_tokens(cfg: dict) -> tuple[int, int, str]:
-    """Input tokens of one JSON-mode request: ``(fixed, transcript, where)``: the instructions
-    and the first task's intro (``fixed``, at :data:`CHARS_PER_TOKEN`), and the transcript's upper
-    bound (``max_utterances`` x ``max_new_tokens``); ``where`` says which text was counted."""
+    """Input tokens of one JSON-mode request: ``(fixed, transcript, where)``: instructions + first task's intro
+    (at :data:`CHARS_PER_TOKEN`), the transcript's bound (``max_utterances`` x ``max_new_tokens``), text counted."""
     sim = cfg["simulate"]
     episodes = sim["episodes"]
     first = episodes[0] if isinstance(episodes, list) else 0
@@ -607,12 +558,11 @@ def judge_prompt_tokens(cfg: dict) -> tuple[int, int, str]:
 
 @functools.lru_cache(maxsize=8)
 def _judge_fixed_tokens(scenarios: str, first: int) -> tuple[int, str]:
-    # lazy: the judge's texts load pandas and xarray, only for a judged run's price
+    # lazy: loads pandas and xarray
     from synclib.judge.prompt import load_instructions
 
     where = "its first task"
     if scenarios in TASK_SETS and not is_cached(TASK_SETS[scenarios]):
-        # not fetched yet (a dry run fetches nothing): the embedded set's first task stands in
         scenarios, first = "embedded", 0
         where = "the embedded first task and instructions standing in for the tasks not fetched yet"
     task = load_tasks(scenarios).tasks[first]
@@ -621,8 +571,7 @@ def _judge_fixed_tokens(scenarios: str, first: int) -> tuple[int, str]:
 
 
 def price_judge(cfg: dict, work: dict) -> dict:
-    """Requests one judge job sends (JSON mode: one per dialog, both agents' seven scores) and
-    their tokens at most (:func:`judge_prompt_tokens`; answers of :data:`ANSWER_TOKENS`)."""
+    """Requests one judge job sends (JSON mode: one per dialog) and their tokens at most."""
     jd = cfg["judge"]
     dialogs = min(int(jd["sample"] or work["dialogs"]), work["dialogs"])
     mode = jd["mode"] or ("json" if jd["url"] else "constrained")
@@ -642,8 +591,7 @@ def price_judge(cfg: dict, work: dict) -> dict:
 
 # --------------------------------------------------------------------------- logins, cluster
 def logins(cfg: dict) -> list[str]:
-    """What the run needs a login or key for: gated models (``hf auth login``) and the judge's
-    API key (whether its variable is set, never its value)."""
+    """Lines for gated models (``hf auth login``) and the judge's API key (whether set, never its value)."""
     out = []
     specs = sorted({m["spec"] for m in cfg["models"].values()} | ({cfg["judge"]["model"]} if not cfg["judge"]["url"]
                                                                   else set()))
@@ -660,8 +608,7 @@ def logins(cfg: dict) -> list[str]:
 
 
 def check_scheduler(address: str, timeout: float = 5.0) -> dict:
-    """Whether the dask scheduler at ``address`` answers within ``timeout`` seconds, its workers
-    and how many offer the resource ``GPU`` (the resource the run's GPU jobs ask for)."""
+    """Whether the dask scheduler at ``address`` answers within ``timeout`` s, its workers and GPU workers."""
     try:
         from distributed import Client
     except ImportError:

@@ -1,23 +1,15 @@
 """A dialog of the simulation as one object, and the scheduler that holds the queues of them.
 
-A :class:`Dialog` is a unit (episode, seed) played in one view (``"active"`` or ``"tom"``):
-its utterances so far, the utterance it is at, the request in flight, the passive reads of
-it in flight, and its :class:`Status`::
+A :class:`Dialog` is a unit (episode, seed) played in one view (``"active"`` or ``"tom"``) with its :class:`Status`::
 
     WAITING --schedule--> RUNNING --reply, goes on--> WAITING
                              `--reply, ends--> FINISHED
 
-A :class:`Scheduler` holds the dialogs in play in queues by status (as nano-vllm's scheduler
-holds its sequences): those of one part, or, with continuous scheduling, of the parts in
-play, which join it (:meth:`Scheduler.add`) as the stream has room and leave it
-(:meth:`Scheduler.remove`) with their part.  :meth:`Scheduler.schedule` takes the waiting
-dialogs (their next utterance is due) and marks them running, :meth:`Scheduler.replied`
-hands replies back, and :meth:`Scheduler.advance` and :meth:`Scheduler.finish` move a
-dialog on once its reply is recorded (a ToM reply comes back read, from inside the stream).
-Its ``policy`` is the scheduling: ``"turns"`` sends a turn's requests together and hands
-their replies back together, ``"continuous"`` each as soon as it can.  The one loop of
-:mod:`synclib.simulate.runner` repeats: schedule, run (one stream step per model),
-postprocess (record, advance, finish).
+A :class:`Scheduler` holds the dialogs in play in queues by status (as nano-vllm's scheduler holds its sequences):
+those of one part or, with continuous scheduling, of the parts in play, which join (:meth:`Scheduler.add`) as the
+stream has room and leave (:meth:`Scheduler.remove`) with their part.  The loop of :mod:`synclib.simulate.runner`
+repeats: :meth:`~Scheduler.schedule` the waiting dialogs, run one stream step per model, hand replies back
+(:meth:`~Scheduler.replied`), record them and :meth:`~Scheduler.advance` or :meth:`~Scheduler.finish` each dialog.
 """
 from __future__ import annotations
 
@@ -46,20 +38,14 @@ class Dialog:
     Attributes
     ----------
     cells : Unit
-        The unit's cube cells (:class:`synclib.cube.Unit`: episode, seed and values); the dialog
-        writes its view's variables.
+        The unit's cube cells (:class:`synclib.cube.Unit`: episode, seed and values); the dialog writes its view's
+        variables.
     view : {"active", "tom"}
-        The prompt view its speakers read (:data:`synclib.tasks.prompts.VIEWS`): ``"active"``
-        for a genuine dialog (the protocol's name of the speaker's prompt), ``"tom"`` for a ToM one.
-    history : list of str
-        The post-processed utterances so far.
-    turn : int
-        The utterance it is at (agent ``turn % 2`` speaks).
-    request : Request or None
-        The request of ``turn`` in flight.
-    reads : int
-        Its passive reads in flight (the continuous loop reads them with its requests).
-    status : Status
+        The prompt view its speakers read (:data:`synclib.tasks.prompts.VIEWS`): ``"active"`` for a genuine dialog.
+    history : list of str, the post-processed utterances so far
+    turn : int, the utterance it is at (agent ``turn % 2`` speaks)
+    request : Request or None, the request of ``turn`` in flight
+    reads : int, its passive reads in flight (the continuous loop reads them with its requests)
     """
 
     cells: Unit
@@ -81,26 +67,22 @@ class Dialog:
         return self.turn % 2
 
     def session(self, agent: int, view: str | None = None) -> tuple:
-        """The engine session of ``agent`` in this dialog: (task index, seed, agent, view), in
-        its own view or in ``view`` (the passive reader's re-reading: ``"passive"``)."""
+        """``agent``'s engine session ``(task index, seed, agent, view)``, in the dialog's view or ``view``."""
         return self.unit[0], self.unit[1], agent, view or self.view
 
 
 class Scheduler:
-    """The queues of the dialogs in play (waiting, running, finished) and the policy that
-    moves them: when a waiting dialog's request goes out, when a reply is handed back.
+    """The queues of the dialogs in play (waiting, running, finished) and the policy that moves them.
 
     Parameters
     ----------
     dialogs : sequence of Dialog, optional
         The first dialogs (:meth:`add`).
     policy : {"turns", "continuous"}, default "continuous"
-        The config's ``simulate.scheduling`` (:data:`synclib.keys.SCHEDULING`).  ``"turns"``:
-        the dialogs go turn by turn together: the waiting ones are scheduled only when none is
-        running, and the replies of a turn are handed back together when its last one has
-        come, in the order the dialogs were scheduled (:meth:`replied`), so the next turn
-        starts from what every dialog said.  ``"continuous"``: a waiting dialog is scheduled
-        at once and its reply handed back as it comes.
+        The config's ``simulate.scheduling``.  ``"turns"``: waiting dialogs are scheduled only when none is running,
+        and a turn's replies are handed back together when its last has come, in scheduling order, so the next turn
+        starts from what every dialog said.  ``"continuous"``: a waiting dialog is scheduled at once and its reply
+        handed back as it comes.
     """
 
     def __init__(self, dialogs=(), policy: str = "continuous"):
@@ -119,8 +101,7 @@ class Scheduler:
         return bool(self.waiting or self.running)
 
     def add(self, dialogs) -> None:
-        """New dialogs join the waiting queue; all must be WAITING (at their first utterance),
-        and their requests go out in this order."""
+        """New WAITING dialogs (at their first utterance) join the waiting queue; requests go out in this order."""
         dialogs = list(dialogs)
         for d in dialogs:
             if d.status is not Status.WAITING:
@@ -138,8 +119,7 @@ class Scheduler:
         self.finished = [d for d in self.finished if id(d) not in gone]
 
     def schedule(self) -> list[Dialog]:
-        """The waiting dialogs, in order, now RUNNING (the caller submits their requests); with
-        ``policy="turns"``, none while a dialog is running."""
+        """The waiting dialogs, in order, now RUNNING (to be submitted); with ``policy="turns"`` none while one runs."""
         if self.policy == "turns" and self.running:
             return []
         out = list(self.waiting)
@@ -150,10 +130,9 @@ class Scheduler:
         return out
 
     def replied(self, d: Dialog, reply) -> list[tuple[Dialog, object]]:
-        """Running dialog ``d``'s ``reply`` came back: the (dialog, reply) pairs to
-        postprocess now (then :meth:`advance` or :meth:`finish` each): this one
-        (``"continuous"``), or with ``"turns"`` every running dialog's once the last has
-        replied, in the order they were scheduled, else none."""
+        """Running dialog ``d``'s ``reply`` came back: the (dialog, reply) pairs to postprocess now (then
+        :meth:`advance` or :meth:`finish` each): this one (``"continuous"``), or with ``"turns"`` every running
+        dialog's once the last has replied, in scheduling order, else none."""
         if id(d) not in self.running:
             raise ValueError(f"dialog {d.unit} {d.view} is not running ({d.status.name})")
         if self.policy == "continuous":

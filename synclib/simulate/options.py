@@ -1,24 +1,9 @@
 """The settings of one :func:`synclib.simulate.simulate` call, in small frozen groups.
 
-Each group's fields are run-config keys (its ``KEYS``: field -> key), checked when the group
-is made by the schema's one check of each key (:func:`synclib.keys.check_setting`),
-and an error names the field and the key (``Sampling.temperature must be a number >= 0, got -1
-(config key simulate.temperature)``); ``from_config`` makes a group from a run config, the
-one mapping that ``synclib run`` and ``synclib simulate`` share:
-
-=================  ==========================================================================
-:class:`Sampling`  how a reply is sampled and where it ends (temperature, new tokens, top-k/p,
-                   first-line stop, reply end)
-:class:`Passes`    the optional passes: the passive reader (and its seeds and persona set),
-                   the Theory-of-Mind dialogs (and their tasks)
-:class:`Batching`  how the dialogs share the models: units per cube part, rows per forward,
-                   rows a stream holds, the ToM read-out's batch, the scheduling, the cache
-:class:`RunOptions` where and how the run executes and reports: device, dtypes, prompt
-                   formats, overwrite, progress, counters, timing
-=================  ==========================================================================
-
-:func:`resolve_sampling` turns a model's ``"model"`` filters into numbers;
-:func:`default_units_per_part` is the units per part when none is given.
+Each group's fields are run-config keys (its ``KEYS``: field -> key), checked when the group is made
+(:func:`synclib.keys.check_setting`), an error naming both (e.g. ``Sampling.temperature must be a number >= 0, got
+-1 (config key simulate.temperature)``).  ``from_config`` makes a group from a run config, the one mapping that
+``synclib run`` and ``synclib simulate`` share.
 """
 from __future__ import annotations
 
@@ -38,13 +23,10 @@ class Sampling(Settings):
 
     Attributes
     ----------
-    temperature : float, default 0.7
-        0 is greedy.
-    max_new_tokens : int, default 300
-        New tokens per utterance.
+    temperature : float, default 0.7 (0: greedy)
+    max_new_tokens : int, default 300, per utterance
     top_k, top_p : "model", None or a number
-        Sampling filters per :func:`resolve_sampling` (default: each model's own, as the
-        paper's code sampled with ``transformers``' ``generate``).
+        Sampling filters per :func:`resolve_sampling` (default: each model's own, as ``transformers``' ``generate``).
     stop_at_first_line : bool, default True
         Stop a reply at its first complete line (only that line is kept).
     reply_end : {"line", "sentence"}, default "line"
@@ -66,8 +48,7 @@ class Sampling(Settings):
         self._check()
 
     def for_model(self, lm) -> "Sampling":
-        """These settings with ``top_k`` / ``top_p`` resolved for ``lm`` (:func:`resolve_sampling`):
-        numbers, or None where a filter is off."""
+        """These settings with ``top_k`` / ``top_p`` resolved for ``lm`` (:func:`resolve_sampling`; None: off)."""
         return replace(self, **resolve_sampling(lm, self.top_k, self.top_p))
 
     @property
@@ -85,21 +66,17 @@ class Passes(Settings):
     Attributes
     ----------
     passive : bool, default False
-        Re-read the genuine dialogs as a passive reader (``hidden_*_passive``).  The run
-        config's default is on (``simulate.passive``); a bare library call records only the
-        genuine dialogs unless asked.
+        Re-read the genuine dialogs as a passive reader (``hidden_*_passive``; the run config's default is on).
     passive_seeds : tuple of int, optional
         The seeds the passive reader reads (default: every simulated seed; the paper: 0-2).
     taskset : TaskSet, optional
-        The set the passive reader's persona is drawn from
-        (:func:`synclib.tasks.prompts.passive_persona`); default the simulated tasks when they are
-        a TaskSet.  Without one the reader is told it is the agent it replaces.
+        The set the passive reader's persona is drawn from (:func:`synclib.tasks.prompts.passive_persona`); default
+        the simulated tasks when they are a TaskSet.  Without one the reader is told it is the agent it replaces.
     tom : bool, default False
-        Run the Theory-of-Mind dialogs (``*_tom``, ``emotion_*``, ``action_*``) (the run
-        config's default: on, ``simulate.tom``).
+        Run the Theory-of-Mind dialogs (``*_tom``, ``emotion_*``, ``action_*``; the run config's default is on).
     tom_episodes : int, optional
-        With ``tom``: the ToM dialogs for the first this many tasks only (all their seeds);
-        the other units' ToM variables stay unreached.  Default: every task.
+        With ``tom``: the ToM dialogs of the first this many tasks only (all their seeds); the other units' ToM
+        variables stay unreached.  Default: every task.
     """
 
     KEYS: ClassVar[dict[str, str]] = {n: f"simulate.{n}" for n in ("passive", "passive_seeds", "tom", "tom_episodes")}
@@ -121,33 +98,24 @@ class Batching(Settings):
     Attributes
     ----------
     units_per_part : int, optional
-        (episode, seed) units played together and written as one crash-safe cube part (with
-        ``scheduling="continuous"`` the next part's dialogs join as a part's dialogs end); a resumed
-        run must keep its own (the cube attribute of that name).  Default: the unfinished
-        run's value when resuming, else :func:`default_units_per_part`.
+        (episode, seed) units played together and written as one crash-safe cube part; a resumed run keeps its own
+        (the cube attribute of that name).  Default: the unfinished run's value when resuming, else
+        :func:`default_units_per_part`.
     max_rows : int, optional
-        Rows per forward pass of each engine (``Engine(max_rows=max_rows)``): with
-        ``scheduling="turns"`` the rows of a decoding batch and of a passive reads' forward;
-        an engine that runs out of memory halves its own copy, nothing else.  Default:
-        ``units_per_part``.
+        Rows per forward pass of each engine (``Engine(max_rows=max_rows)``); an engine that runs out of memory
+        halves its own copy.  Default: ``units_per_part``.
     max_in_flight : int, optional
-        With ``scheduling="continuous"``: rows a decoding stream holds at once (its
-        capacity); the others wait in its queue, and a new dialog (of this part or the next)
-        starts only while agent 1's stream holds fewer, queued or decoding.  Default: the
-        dialogs (genuine and ToM) of one part, the largest; with ``kv_tokens``, of the two
-        largest parts (every dialog that can be in play), so that the token budget alone sets
-        how many decode.
+        With ``scheduling="continuous"``: rows a decoding stream holds at once (its capacity); a new dialog starts
+        only while agent 1's stream holds fewer, queued or decoding.  Default: the dialogs (genuine and ToM) of the
+        largest part; with ``kv_tokens``, of the two largest, so that the token budget alone sets how many decode.
     kv_tokens : int, optional
-        With ``scheduling="continuous"``: key/value tokens a model's decoding rows may
-        reserve together, each its prompt and ``max_new_tokens - 1`` (the stream's
-        ``kv_tokens``): rows join in order while theirs fit, so more short dialogs than long
-        ones are in flight.  Default: no token limit.
+        With ``scheduling="continuous"``: key/value tokens a model's decoding rows may reserve together (the
+        stream's ``kv_tokens``), so more short dialogs than long ones are in flight.  Default: no limit.
     scheduling : {"turns", "continuous"}, default "turns"
         How a part's dialogs share the models (:data:`synclib.keys.SCHEDULING`): the
         :class:`~synclib.simulate.Scheduler`'s policy and whether the streams are refilled.
     cache_gib : "auto" or number, default "auto"
-        Memory the session caches of both models may hold together, in GiB
-        (:func:`synclib.memory.session_budget`).
+        Memory the session caches of both models may hold together, in GiB (:func:`synclib.memory.session_budget`).
     """
 
     KEYS: ClassVar[dict[str, str]] = {n: f"simulate.{n}" for n in (
@@ -164,9 +132,8 @@ class Batching(Settings):
         self._check()
 
     def resolve(self, out: Path, device) -> "Batching":
-        """These knobs with ``units_per_part`` and ``max_rows`` filled in:
-        ``units_per_part`` from an unfinished run at ``out`` (its parts' attribute of that
-        name) or :func:`default_units_per_part` of ``device``."""
+        """These knobs with ``units_per_part`` (from an unfinished run at ``out``, else :func:`default_units_per_part`
+        of ``device``) and ``max_rows`` filled in."""
         units = self.units_per_part
         if units is None:
             old = CubeWriter.existing_spec(out)
@@ -176,8 +143,7 @@ class Batching(Settings):
         return replace(self, units_per_part=units, max_rows=rows)
 
     def stream_capacity(self, part_dialogs: Sequence[int]) -> int:
-        """A continuous stream's capacity (``max_in_flight``, else its default) when the parts
-        hold ``part_dialogs`` dialogs each (genuine and ToM)."""
+        """A continuous stream's capacity (``max_in_flight`` or its default) for parts of ``part_dialogs`` dialogs."""
         if self.max_in_flight:
             return self.max_in_flight
         sizes = sorted(part_dialogs, reverse=True)
@@ -192,8 +158,7 @@ class RunOptions(Settings):
     ----------
     device, dtype : passed to :func:`synclib.models.load_model` for model specs.
     prompt_formats : (str, str)
-        Prompt formats of A and B when they are given as specs
-        (:data:`synclib.models.PROMPT_FORMATS`).
+        Prompt formats of A and B when given as specs (:data:`synclib.models.PROMPT_FORMATS`).
     store_dtype : {"float32", "float16", "bfloat16"}
         Precision of the stored states.
     overwrite : bool
@@ -201,8 +166,7 @@ class RunOptions(Settings):
     progress : bool
         A tqdm bar on stderr where it is a terminal.
     engine_stats : dict, optional
-        Filled with the call's engine counters and wall seconds (see
-        :func:`synclib.simulate.simulate`).
+        Filled with the call's engine counters and wall seconds (see :func:`synclib.simulate.simulate`).
     sync_timing : bool
         ``Engine.sync_timing``: the seconds count GPU work where it was launched.
     """
@@ -232,15 +196,10 @@ def default_units_per_part(device) -> int:
 
 
 def resolve_sampling(lm, top_k="model", top_p="model") -> dict:
-    """The top-k / top-p a model samples with: ``"model"`` takes the model's own
-    ``generation_config`` (:func:`synclib.models.sampling_settings`, transformers' defaults
-    where it sets none), None switches the filter off, a number is used as it is.
-
-    Returns
-    -------
-    dict ``{"top_k": int or None, "top_p": float or None}`` for
-    :meth:`synclib.engine.Engine.generate`.
-    """
+    """The top-k / top-p a model samples with, ``{"top_k": int or None, "top_p": float or None}`` for
+    :meth:`synclib.engine.Engine.generate`: ``"model"`` takes the model's own ``generation_config``
+    (:func:`synclib.models.sampling_settings`, transformers' defaults where it sets none), None switches the filter
+    off, a number is used as it is."""
     own = getattr(lm, "generation_defaults", None) or {"top_k": 50, "top_p": 1.0}
     # each by its key's rule (simulate.top_k / top_p), the model's own values too
     k, p = (check_setting("Sampling" if v != "model" else "the model's generation_config", name,

@@ -53,8 +53,7 @@ def _load_pair(model_a, model_b, dtype, device, prompt_formats) -> tuple:
 
 
 def _add_engine_stats(engine_stats: dict, engines) -> None:
-    """Add the engines' counters (each engine once), their budgets' peaks and their wall
-    seconds per category (``seconds_<category>``, see ``Engine.seconds``) to ``engine_stats``."""
+    """Add to ``engine_stats`` the engines' counters (each once), budgets' peaks and ``seconds_<category>`` times."""
     for eng in {id(e): e for e in engines}.values():
         for k, v in eng.stats.items():
             engine_stats[k] = engine_stats.get(k, 0) + int(v)
@@ -66,13 +65,8 @@ def _add_engine_stats(engine_stats: dict, engines) -> None:
 
 def _play(runner: _Runner, writer: CubeWriter, units: list, units_per_part: int, progress: bool,
           engine_stats: dict | None) -> Path:
-    """Play the parts of ``units`` the cube does not hold yet (:meth:`_Runner.play`), each
-    written in the background as soon as it ends; the finished cube.
-
-    The loop waits for the writer only while a part is still being written when the next
-    one ends, and for the last part and the finalisation (``seconds_cube``).  If the loop
-    fails, the part being written is still written whole before its error goes on.
-    """
+    """Play the parts of ``units`` the cube does not hold yet (:meth:`_Runner.play`), each written in the background
+    as soon as it ends; the finished cube.  If the loop fails, the part being written is still written whole."""
     parts = [units[i:i + units_per_part] for i in range(0, len(units), units_per_part)]
     todo = [(b, part) for b, part in enumerate(parts)
             if not (writer.has_part(b) and all(u in writer.done for u in part))]
@@ -100,8 +94,7 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16, s
     Parameters
     ----------
     model_a, model_b : str or LoadedModel
-        Model specs (see :func:`synclib.models.load_model`) or loaded models; the same
-        spec is loaded once.
+        Model specs (see :func:`synclib.models.load_model`) or loaded models; the same spec is loaded once.
     tasks : TaskSet or sequence of Task
         The episodes; their ``index`` is the cube's ``episode`` coordinate.
     seeds : sequence of int
@@ -109,45 +102,19 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16, s
     out : path of the ``.nc`` cube
     max_utterances : int, default 16
         Utterances per dialog, both agents.
-    sampling : Sampling
-        Temperature (0.7), new tokens per utterance (300), top-k / top-p (each model's own),
-        first-line stop, reply end (:class:`~synclib.simulate.options.Sampling`).
-    passes : Passes
-        The passive reader (``passive``, ``passive_seeds``, its persona set ``taskset``,
-        default ``tasks`` when it is a TaskSet) and the Theory-of-Mind dialogs (``tom``,
-        ``tom_episodes``); none by default (:class:`~synclib.simulate.options.Passes`).
-    batching : Batching
-        ``units_per_part`` (one crash-safe cube part; default
-        :func:`~synclib.simulate.options.default_units_per_part`, or the unfinished run's value
-        when resuming), ``max_rows`` (rows per forward, default ``units_per_part``),
-        ``max_in_flight``, ``kv_tokens``, ``scheduling`` (``"turns"``: part by part, utterance
-        by utterance, each waiting for the part's longest reply; ``"continuous"``: each
-        dialog's next utterance joins the running batch as soon as its reply ends, one stream
-        per model for all the parts, the next part's dialogs taking the places of a part's
-        ending ones; the same requests, seeds and sessions, so texts and states agree up to
-        float rounding) and ``cache_gib`` (the
-        session caches of both models; sessions that do not fit are recomputed:
-        ``engine_stats["recomputed_tokens"]``; on CUDA ``"auto"`` leaves each engine its own
-        share of the device memory) (:class:`~synclib.simulate.options.Batching`).
+    sampling, passes, batching : Sampling, Passes, Batching
+        See :mod:`synclib.simulate.options`; no passes by default.  Sessions that do not fit ``batching.cache_gib``
+        are recomputed (``engine_stats["recomputed_tokens"]``); on CUDA ``"auto"`` leaves each engine its own share
+        of the device memory.
     options : RunOptions
-        ``device``, ``dtype``, ``prompt_formats`` (for model specs), ``store_dtype``,
-        ``overwrite`` (replace a finished cube), ``progress`` (a tqdm bar of utterances
-        generated and read, on terminals), ``engine_stats`` (a dict filled with this call's
-        engine counters, both models summed: ``prefill_tokens``, ``reused_tokens``, ...;
-        ``cache_peak_bytes``, ``kv_reserved_peak`` (each stream's most key/value tokens
-        reserved at once); wall seconds ``seconds_decode``/``_join``/``_read`` (the passive
-        reads prefilled in forwards of their own: ``"turns"``)/``_probe`` (the ToM read-outs)/
-        ``_cube``, the last the loop's time lost to the cube: its waits
-        for the part being written and the finalisation), ``sync_timing``
-        (:class:`~synclib.simulate.options.RunOptions`).
+        Its ``engine_stats``, when a dict, is filled with this call's engine counters, both models summed
+        (``prefill_tokens``, ``reused_tokens``, ..., ``cache_peak_bytes``, ``kv_reserved_peak``), and wall seconds
+        ``seconds_decode``/``_join``/``_read``/``_probe``/``_cube`` (the last: the loop's time lost waiting for the
+        part being written and the finalisation).
 
     Returns
     -------
-    Path of the finished cube.
-
-    Each part of the cube is written in a background thread as soon as its units are done
-    (:meth:`synclib.cube.CubeWriter.submit_part`), in whatever order the parts end; a re-run
-    after a crash plays only the parts not written.
+    Path of the finished cube.  A re-run after a crash plays only the parts not written.
     """
     out = Path(out)
     seeds = [int(s) for s in seeds]

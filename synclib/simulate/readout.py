@@ -1,13 +1,9 @@
 """The Theory-of-Mind reply format and its read-out (:class:`TomReadout`).
 
-The ToM instruction asks for ``Emotion. Action type. Response.``; this module owns how such
-a reply is read: the emotion word's distribution at the reply's first position, the action
-word's after the first generated token holding a ``.``, and whether the reply followed the
-format.  Each ToM request carries the two read-outs as a :class:`~synclib.engine.Probe`
-(:attr:`TomReadout.probe`), scored inside the decoding stream over the row's own keys/values,
-under either scheduling; :meth:`TomReadout.from_scores` turns a reply's scores into its
-distributions.  They equal :meth:`~synclib.engine.Engine.word_distributions` of the same
-words after the same tokens up to float rounding (``tests/test_simulate.py``).
+The ToM instruction asks for ``Emotion. Action type. Response.``.  Each ToM request carries the two read-outs as a
+:class:`~synclib.engine.Probe` (:attr:`TomReadout.probe`), scored inside the decoding stream over the row's own
+keys/values; they equal the same words' distributions scored after the same tokens by
+:meth:`~synclib.engine.Engine.sequence_logprobs` up to float rounding (``tests/test_simulate.py``).
 """
 from __future__ import annotations
 
@@ -27,14 +23,8 @@ _TOM_SEARCH_TOKENS = 16
 
 
 class TomReadout:
-    """The ToM read-out of one model: its spellings of the emotion and action words, the
-    tokens that end the emotion word (those holding a ``.``), and the stream
-    :class:`~synclib.engine.Probe` that scores both read-outs.
-
-    Parameters
-    ----------
-    lm : LoadedModel
-    """
+    """The ToM read-out of one model (``lm``, a LoadedModel): its spellings of the emotion and action words, the
+    tokens that end the emotion word (those holding a ``.``), and the stream probe that scores both."""
 
     def __init__(self, lm):
         self.lm = lm
@@ -54,11 +44,9 @@ class TomReadout:
     def from_scores(self, result) -> tuple[np.ndarray, np.ndarray, int]:
         """One reply's read-out from its stream probe's scores (:attr:`Result.scores`).
 
-        The ToM instruction asks for ``Emotion. Action type. Response.``  The emotion
-        distribution is read at the first generated position (the prompt's next token); the
-        action distribution at the position after the first generated token containing ``.``
-        (searched among the first :data:`_TOM_SEARCH_TOKENS` generated tokens), i.e. after
-        ``"Joy."``: the leading-space spelling of each action word covers ``" Assertive"``.
+        The emotion distribution is read at the first generated position; the action distribution after the first
+        generated token containing ``.`` (among the first :data:`_TOM_SEARCH_TOKENS`), i.e. after ``"Joy."``: the
+        leading-space spelling of each action word covers ``" Assertive"``.
 
         Returns
         -------
@@ -67,8 +55,7 @@ class TomReadout:
         action : numpy.ndarray
             ``(len(ACTIONS),)`` float64; NaN where no ``.`` was generated in time.
         formatted : int
-            1 where the raw reply opens with an emotion word and then an action word
-            (:data:`_TOM_FORMAT`), else 0.
+            1 where the raw reply opens with an emotion word and then an action word (:data:`_TOM_FORMAT`), else 0.
         """
         first, then = result.scores
         action = np.full(len(ACTIONS), np.nan) if then is None else self.action.distribution(then)[0]

@@ -1,20 +1,11 @@
 """The loop that plays the parts of a run: :class:`_Runner` and its progress bar.
 
-A part's units become :class:`~synclib.simulate.dialog.Dialog` objects (one per unit and
-view) held by a :class:`~synclib.simulate.dialog.Scheduler`.  One loop repeats one step
-(:meth:`_Runner._step`): schedule (the waiting dialogs' next requests go out), run (one step of
-each model's :class:`~synclib.engine.DecodeStream`), postprocess (record the replies the
-scheduler hands back, advance each dialog or finish it; record the passive reads).  The
-scheduling is the scheduler's policy and the streams' refill: ``"turns"`` plays the parts one
-after the other, a turn's requests together in batches that are not refilled (the batches of
-:meth:`~synclib.engine.Engine.generate`), the passive reader after the genuine dialogs, then
-the ToM dialogs; ``"continuous"`` keeps one refilled stream per model for all the parts, each
-dialog's next request going out as its reply ends, the passive reads riding the requests'
-prefills, and the next part's dialogs taking the places the ending ones free.  A ToM
-request carries its read-outs (:attr:`TomReadout.probe`), scored inside the stream under
-both.  Each part goes to the cube's writer as soon as all its units are done
-(:meth:`synclib.cube.CubeWriter.submit_part`: written in a background thread while the loop
-goes on).
+A part's units become :class:`~synclib.simulate.dialog.Dialog` objects (one per unit and view) held by a
+:class:`~synclib.simulate.dialog.Scheduler`; one loop repeats :meth:`_Runner._step` (schedule, one step of each
+model's :class:`~synclib.engine.DecodeStream`, postprocess).  ``"turns"`` plays the parts one after the other in
+streams that are not refilled: genuine dialogs, then the passive reader, then the ToM dialogs.  ``"continuous"``
+keeps one refilled stream per model for all the parts (:meth:`_Runner._continuous`).  Each part goes to the cube's
+writer as soon as all its units are done.
 """
 from __future__ import annotations
 
@@ -39,21 +30,9 @@ _GENUINE, _TOM = 0, 1
 
 
 class _Progress:
-    """The simulation's progress in utterances: generated (genuine and ToM dialogs) and read
-    (the passive reader) of those planned.  The plan is every dialog's ``max_utterances``,
-    an upper bound that shrinks as dialogs end early, so the bar's total and time left
-    converge on the truth.  A tqdm bar on stderr, shown on terminals only (``disable=None``):
-    a log gets the job's own start and end lines instead of redrawn bars.
-
-    Parameters
-    ----------
-    total : int
-        Utterances planned.
-    done : int
-        Of which already done (a resumed run's finished batches).
-    desc : str
-    show : bool
-    """
+    """The simulation's progress in utterances generated (genuine and ToM dialogs) and read (the passive reader): a
+    tqdm bar on stderr, shown on terminals only (``disable=None``), of ``total`` utterances planned, ``done`` of them
+    already (a resumed run's finished parts).  The plan, every dialog's ``max_utterances``, shrinks as dialogs end."""
 
     def __init__(self, total: int, done: int, desc: str, show: bool):
         self.new_tokens = 0
@@ -104,14 +83,12 @@ class _Part:
 
     @property
     def genuine(self) -> list[Dialog]:
-        """The genuine dialogs: those played in the speaker's prompt view, ``"active"``
-        (:data:`synclib.tasks.prompts.VIEWS`); the analysis' condition ``"genuine"`` pairs their states."""
+        """The genuine dialogs (view ``"active"``); the analysis' condition ``"genuine"`` pairs their states."""
         return [d for d in self.dialogs if d.view == "active"]
 
 
 class _Runner:
-    """Plays the parts of one :func:`~synclib.simulate.simulate` call and hands each to the
-    cube's writer as it ends (:meth:`play`).
+    """Plays the parts of one :func:`~synclib.simulate.simulate` call, handing each to the cube's writer as it ends.
 
     Parameters
     ----------
@@ -123,14 +100,10 @@ class _Runner:
     sampling : (Sampling, Sampling)
         Each agent's sampling, its filters resolved for its model (:meth:`Sampling.for_model`).
     batching : Batching
-        ``max_rows`` must be set (:meth:`Batching.resolve`): each engine's rows per forward;
-        ``max_in_flight`` and ``kv_tokens`` as there.
-    readers : dict (episode, seed) -> Persona, optional
-        The passive reader's personas.
-    tom_tasks : set of int, optional
-        The task indices that get the ToM dialogs (None: all).
-    cache_budget : CacheBudget, optional
-        The session caches' budget both engines share (None: each engine's own default).
+        ``max_rows`` must be set (:meth:`Batching.resolve`); ``max_in_flight`` and ``kv_tokens`` as there.
+    readers : dict (episode, seed) -> Persona, optional: the passive reader's personas
+    tom_tasks : set of int, optional: the task indices that get the ToM dialogs (None: all)
+    cache_budget : CacheBudget, optional: the budget both engines share (None: each engine's own default)
     """
 
     def __init__(self, lms, spec: CubeSpec, tasks: dict, *, max_utterances: int, sampling: tuple[Sampling, Sampling],
@@ -161,9 +134,8 @@ class _Runner:
         return self.spec.tom and (self.tom_tasks is None or unit[0] in self.tom_tasks)
 
     def play(self, parts: Sequence[tuple[int, Sequence]], writer: CubeWriter) -> None:
-        """Play ``parts`` ((part id, units) pairs) and hand each to ``writer`` as soon as all its
-        units are done (:meth:`CubeWriter.submit_part`): ``scheduling="turns"`` part after part
-        (:meth:`play_part`), ``"continuous"`` all in one stream per model (:meth:`_continuous`)."""
+        """Play ``parts`` ((part id, units) pairs), handing each to ``writer`` once its units are done: ``"turns"``
+        part after part (:meth:`play_part`), ``"continuous"`` in one stream per model (:meth:`_continuous`)."""
         if self.continuous:
             self._continuous(parts, writer)
             return
@@ -176,9 +148,7 @@ class _Runner:
         return self.batching.scheduling == "continuous"
 
     def play_part(self, units: Sequence[tuple[int, int]]) -> list[Unit]:
-        """One part turn by turn (the ``"turns"`` scheduling, whatever ``batching.scheduling``):
-        its genuine dialogs, then the passive reader (:meth:`_read_after`), then its ToM
-        dialogs; the filled Units."""
+        """One part turn by turn: genuine dialogs, passive reader (:meth:`_read_after`), ToM dialogs; its Units."""
         part = self._part(0, units)
         tom = [d for d in part.dialogs if d.view == "tom"]
         if self.streams is None or self.streams[0].refill:
@@ -203,14 +173,12 @@ class _Runner:
         return _Part(part_id, cells, dialogs)
 
     def _write(self, writer: CubeWriter, part_id: int, cells: list[Unit]) -> None:
-        """Hand a finished part to ``writer``: the loop waits only while the previous part is
-        still being written (``seconds_cube``)."""
+        """Hand a finished part to ``writer``, waiting only while the previous one is written (``seconds_cube``)."""
         with self.engines[0].timed("cube"):
             writer.submit_part(part_id, cells)
 
     def planned(self, unit) -> int:
-        """Utterances planned for ``unit`` (episode, seed): its genuine dialog, the passive
-        reader's reads and its ToM dialog, each to ``max_utterances``."""
+        """Utterances planned for ``unit`` (episode, seed): ``max_utterances`` per dialog and passive re-reading."""
         views = 1 + int(self.reads_passive(unit))
         views += int(self.plays_tom(unit))
         return views * self.max_utterances
@@ -234,8 +202,7 @@ class _Runner:
                        session=d.session(agent))
 
     def _record(self, d: Dialog, res) -> bool:
-        """Store the reply ``res`` to ``d``'s current utterance in its cube cells and history;
-        True when the dialog goes on (no LEAVE, limit not reached)."""
+        """Store reply ``res`` of ``d``'s current utterance in its cells and history; True when the dialog goes on."""
         t = d.turn
         side, k = "ab"[t % 2], t // 2
         reply = postprocess_reply(res.text)
@@ -283,10 +250,8 @@ class _Runner:
 
     # -- the loop --------------------------------------------------------------------------
     def _open_streams(self, capacity: int, refill: bool) -> None:
-        """One :class:`~synclib.engine.DecodeStream` per model (:attr:`streams`, by agent) of
-        ``capacity`` rows: for ``"turns"`` not refilled (:attr:`Engine.max_rows` rows, the
-        batches of :meth:`Engine.generate`), for ``"continuous"`` refilled, with
-        ``batching.kv_tokens``."""
+        """One :class:`~synclib.engine.DecodeStream` per model (:attr:`streams`, by agent) of ``capacity`` rows: for
+        ``"turns"`` not refilled, for ``"continuous"`` refilled, with ``batching.kv_tokens``."""
         made = {}
         for agent, eng in enumerate(self.engines):
             if id(eng) not in made:
@@ -295,10 +260,9 @@ class _Runner:
         self.streams = tuple(made[id(e)] for e in self.engines)
 
     def _step(self, sched: Scheduler, fresh: deque | None = None, capacity: int = 0) -> None:
-        """One step of the loop, for each model's stream in turn: schedule (:meth:`_submit`),
-        run (one :meth:`DecodeStream.step`), postprocess (the replies ``sched`` hands back
-        (:meth:`Scheduler.replied`): ToM read-outs recorded, each reply recorded, its dialog
-        advanced or finished; the passive reads made, recorded)."""
+        """One step of the loop, for each model's stream in turn: schedule (:meth:`_submit`), run one
+        :meth:`DecodeStream.step`, postprocess the replies ``sched`` hands back (ToM read-outs and replies recorded,
+        dialogs advanced or finished) and the passive reads."""
         for st in dict.fromkeys(self.streams):
             self._submit(sched, fresh, capacity)
             if not (len(st) or st.reads_waiting):
@@ -313,11 +277,10 @@ class _Runner:
                 self._record_passive(d, t, states)
 
     def _submit(self, sched: Scheduler, fresh: deque | None = None, capacity: int = 0) -> None:
-        """Submit the requests of the dialogs ``sched`` schedules, each to the stream of the
-        model that speaks (by ``sched.policy``; ``"turns"``: in the engine's order, :meth:`Engine.order`, so each
-        batch is the one :meth:`Engine.generate` would make; ``"continuous"``: the passive
-        reader's prompt of a genuine utterance rides with its request, :meth:`_read`); start
-        ``fresh`` dialogs while agent 1's stream holds fewer than ``capacity`` rows."""
+        """Submit the requests of the dialogs ``sched`` schedules to the stream of the model that speaks (``"turns"``:
+        in :meth:`Engine.order`, so each batch is the one :meth:`Engine.generate` would make; ``"continuous"``: with
+        the passive reader's prompt of a genuine utterance, :meth:`_read`); start ``fresh`` dialogs while agent 1's
+        stream holds fewer than ``capacity`` rows."""
         first, continuous = self.streams[0], sched.policy == "continuous"
         while True:
             batch = sched.schedule()
@@ -339,9 +302,7 @@ class _Runner:
             sched.add([fresh.popleft() for _ in range(room)])
 
     def _turns(self, dialogs: list[Dialog]) -> None:
-        """Play ``dialogs`` (one view of a part) turn by turn: a turn's requests go out
-        together, its replies come back together (:class:`Scheduler` ``policy="turns"``);
-        then this view's sessions are dropped (free for the next view)."""
+        """Play ``dialogs`` (one view of a part) turn by turn (``policy="turns"``), then drop this view's sessions."""
         sched = Scheduler(dialogs, policy="turns")
         while sched:
             self._step(sched)
@@ -349,25 +310,11 @@ class _Runner:
             eng.clear()
 
     def _continuous(self, parts: Sequence[tuple[int, Sequence]], writer: CubeWriter) -> None:
-        """Continuous batching over all ``parts``: one refilled stream per model for the whole call.
-
-        Each dialog's next utterance is submitted as soon as its reply ends, to the stream of
-        the model that speaks next, so no dialog waits for another's longer reply; the
-        dialogs of every view (genuine and ToM) share the streams, and a new dialog starts
-        (its first utterance: agent 1's model) while that stream holds fewer than
-        ``batching.max_in_flight`` rows, queued or decoding (default: the dialogs of the
-        largest part; with ``batching.kv_tokens``, of the two largest, and the rows decoding
-        are those whose reserves fit the token budget).  The next part is in play beside the
-        oldest one (look ahead one part: at most two parts' cells are held, the one being
-        written included), so the places that a part's ending dialogs free are taken by the
-        next part's.  With two models the two streams take turns stepping.  The passive
-        reader's prompt of each genuine utterance goes to the same stream as the utterance's
-        request and is read in the same prefill (:meth:`DecodeStream.read`).  Between steps a
-        part whose units are all done goes to ``writer`` (:meth:`_write`), in whatever order
-        the parts end.  Every utterance's request, seed and session are the turn-by-turn
-        loop's, so the dialogs are the same up to float rounding; a dialog's sessions are
-        dropped when it ends (:meth:`_finish`), the passive reader's when its part is done.
-        """
+        """Continuous batching over all ``parts``: one refilled stream per model for the whole call, each dialog's
+        next utterance submitted as soon as its reply ends, new dialogs starting while agent 1's stream holds fewer
+        than ``capacity`` rows (:meth:`Batching.stream_capacity`).  The next part is in play beside the oldest (at
+        most two parts' cells held, the one being written included); a part whose units are all done goes to
+        ``writer`` between steps; a dialog's sessions are dropped when it ends, the reader's when its part is done."""
         if not parts:
             return
         capacity = self.batching.stream_capacity([sum(1 + self.plays_tom(u) for u in us) for _, us in parts])
@@ -386,8 +333,7 @@ class _Runner:
                 release_free_memory()  # the part's sessions, freed: their pages go back
 
     def _settle(self, part: _Part) -> bool:
-        """Between stream steps: whether every unit of ``part`` is done (its dialogs ended, its
-        passive reads made); the reader's sessions of a done part are dropped."""
+        """Whether all of ``part`` is done (dialogs ended, passive reads made); if so, drop the reader's sessions."""
         if any(d.status is not Status.FINISHED or d.reads for d in part.dialogs):
             return False
         for d in part.genuine:  # the reader's sessions: read to the end
@@ -398,8 +344,7 @@ class _Runner:
 
     # -- the passive reader --------------------------------------------------------------
     def reads_passive(self, unit) -> bool:
-        """Whether the passive reader reads ``unit`` (episode, seed): its seed is among the
-        spec's ``passive_seeds``."""
+        """Whether the passive reader reads ``unit`` (episode, seed): its seed is among the spec's ``passive_seeds``."""
         return self.spec.passive and unit[1] in self.spec.read_passive_seeds()
 
     def _mark_reader(self, d: Dialog) -> None:
@@ -409,25 +354,21 @@ class _Runner:
         d.cells.values[var_name("reader", view="passive")][...] = persona.pk if persona is not None else ""
 
     def _passive_prompt(self, d: Dialog, agent: int, t: int) -> str:
-        """The passive reader's prompt for utterance ``t`` of ``d`` in ``agent``'s place: the
-        dialog before it, in the passive view."""
+        """The passive reader's prompt for utterance ``t`` of ``d`` in ``agent``'s place: the dialog before it."""
         return self.lms[agent].chat_prompt(render_prompt(self.tasks[d.unit[0]], agent, d.history[:t], "passive",
                                                          persona=self.readers.get(d.unit)))
 
     def _read(self, d: Dialog, agent: int, t: int, prompt=None) -> None:
-        """Queue the passive reader's read of utterance ``t`` of ``d`` in ``agent``'s place
-        on that model's stream (``prompt``: :meth:`_passive_prompt`, or its token ids; the
-        session ``d.session(agent, "passive")``); :meth:`_step` records it."""
+        """Queue the passive reader's read of utterance ``t`` of ``d`` in ``agent``'s place on that model's stream
+        (``prompt``: :meth:`_passive_prompt` or its token ids; session ``d.session(agent, "passive")``)."""
         prompt = self._passive_prompt(d, agent, t) if prompt is None else prompt
         self.streams[agent].read((d, t), prompt, d.session(agent, "passive"))
         d.reads += 1
 
     def _read_after(self, dialogs: list[Dialog]) -> None:
-        """``"turns"``: re-read the genuine ``dialogs`` after they ended, round by round, so
-        that each reader's prompt extends its previous one and the engine re-uses that
-        prefix's keys/values; a round's reads in the engine's order, :attr:`Engine.max_rows`
-        a forward, in forwards of their own (the batches of :meth:`Engine.read_states`).
-        (``"continuous"`` reads each utterance with its request, :meth:`_submit`.)"""
+        """``"turns"``: re-read the genuine ``dialogs`` after they ended, round by round, so that each reader's prompt
+        extends its previous one (its keys/values reused); a round's reads in :meth:`Engine.order`,
+        :attr:`Engine.max_rows` a forward (the batches of :meth:`Engine.read_states`)."""
         read = [d for d in dialogs if self.reads_passive(d.unit)]
         for d in read:
             self._mark_reader(d)

@@ -1,34 +1,15 @@
-"""Datasets fetched on first use, never shipped: the paper's Sotopia tasks and published
-human ratings of Sotopia-eval.
-
-The way scientific Python fetches example data (scikit-image, xarray's tutorial data, MNE):
-a pinned source, a SHA-256 recorded here for every file, and a per-user cache, filled by
-`pooch <https://www.fatiando.org/pooch/>`_.  ``scenarios: sotopia`` (config, CLI) resolves to
-the cached folder; ``synclib fetch sotopia`` fills it ahead of a run (what a cluster user
-does before the nodes go offline), from the pinned URL or, on a machine without internet,
-from a folder or an archive the user brought (``--from``), checked against the same hashes.
-
-Two datasets (:data:`DATASETS`):
+"""Datasets fetched on first use, never shipped: a pinned source, a SHA-256 recorded here for every file, and a
+per-user cache filled by `pooch <https://www.fatiando.org/pooch/>`_.  ``synclib fetch NAME`` fills it ahead of a
+run, from the pinned URL or, offline, from a folder or archive the user brought (``--from``).
 
 ``sotopia`` (:data:`SOTOPIA`, a task set: ``scenarios: sotopia``)
-    Sotopia's tasks (Zhou et al., 2023) as the paper's reference repository distributes
-    them; their licence is Sotopia's, not synclib's.
+    Sotopia's tasks (Zhou et al., 2023) as the paper's reference repository distributes them; Sotopia's licence.
 ``sotopia-human`` (:data:`SOTOPIA_HUMAN`, for table 4 and figure 10)
-    The human Sotopia-eval ratings published with Sotopia-π (Wang et al., 2024;
-    Apache-2.0), and GPT-4's Sotopia-eval scores of the same GPT-4 episodes from Sotopia's
-    repository (MIT).  After the files are checked, :func:`synclib.judge.sotopia_human.prepare`
-    writes them in synclib's formats beside them (``episodes.jsonl``, ``ratings.csv``,
-    ``gpt-4.judge.csv``).
+    Sotopia-π's human ratings (Wang et al., 2024; Apache-2.0) and GPT-4's scores of the GPT-4 episodes from
+    Sotopia's repository (MIT), rewritten by :func:`synclib.judge.sotopia_human.prepare`.
 
-Neither is ever copied into this repository.
-
-Environment variables:
-
-``SYNCLIB_DATA``
-    the cache folder (default: the user cache, e.g. ``~/.cache/synclib``); each dataset
-    lives in a sub-folder named after it.
-``SYNCLIB_SOTOPIA_URL``
-    a mirror of the files (same names under one base URL, same hashes).
+``SYNCLIB_DATA`` moves the cache (default e.g. ``~/.cache/synclib``; one sub-folder per dataset); a dataset's
+``url_env`` (``SYNCLIB_SOTOPIA_URL``) names a mirror (same names under one base URL, same hashes).
 """
 from __future__ import annotations
 
@@ -46,8 +27,8 @@ CACHE_ENV = "SYNCLIB_DATA"
 
 
 class DatasetError(ValueError):
-    """A dataset file is missing, cannot be fetched, or differs from its recorded hash;
-    the message names the file and says how to get it."""
+    """A dataset file is missing, cannot be fetched, or differs from its recorded hash (the message names the
+    file and says how to get it)."""
 
 
 @dataclass(frozen=True)
@@ -56,19 +37,14 @@ class Dataset:
 
     Parameters
     ----------
-    name : the dataset's name (``scenarios: NAME``) and its cache sub-folder.
-    base_url : the pinned source; ``remote`` paths below are relative to it.
-    files : ``{local name: (remote path, sha256 hex digest)}``.
-    url_env : environment variable naming a mirror of ``base_url``.
-        A remote path may be a whole URL instead (a file from another pinned source); a
-        mirror serves every file under its local name.
-    about : what the files are, where they come from and under which licence (printed on
-        first use and by ``synclib fetch``).
+    name : the dataset's name and cache sub-folder.
+    base_url : the pinned source.
+    files : ``{local name: (remote path relative to base_url, or a whole URL; sha256 hex digest)}``.
+    url_env : environment variable naming a mirror, which serves every file under its local name.
+    about : what the files are, their source and licence (printed on first use and by ``synclib fetch``).
     kind : ``"tasks"`` (a task set, ``scenarios: NAME``) or ``"ratings"``.
-    prepare : ``"module:function"`` called with the cache folder once every file is
-        checked, to derive files from them (optional).
-    n_tasks : the tasks a task set holds (a dry run counts them before the files are fetched;
-        a test holds the fetched set to it).
+    prepare : optional ``"module:function"`` called with the cache folder once every file is checked.
+    n_tasks : the tasks a task set holds (counted by a dry run before the files are fetched).
     """
 
     name: str
@@ -86,8 +62,8 @@ class Dataset:
         return base if base.endswith("/") else base + "/"
 
     def file_url(self, name: str, override: str | None = None) -> str:
-        """Where file ``name`` is downloaded from: a mirror's ``BASE/remote`` (``BASE/name``
-        for a file pinned by a whole URL), else the pinned source."""
+        """Where file ``name`` is downloaded from: a mirror's ``BASE/remote`` (``BASE/name`` for a whole-URL
+        file), else the pinned source."""
         remote = self.files[name][0]
         mirror = override or os.environ.get(self.url_env)
         if "://" in remote:
@@ -107,7 +83,6 @@ SOTOPIA = Dataset(
                         "9eed1272a9a0ebd0276465a20e4db3264321d6a308d99d99e4f9246a91f118cc"),
         "env_agent_combos.json": ("sotopia_data/env_agent_combos.json",
                                   "a539ede1878298d78bbb546aa3c30d6a4289572b5bdadbecd93c90f46eea6f12"),
-        # the judge's format instructions (the reference's output_schema.txt)
         "judge_instructions.txt": ("output_schema.txt",
                                    "adff65c2799e92d5f31ee1045b124d0b720822d696d50710807930468d79b67e"),
     },
@@ -161,8 +136,7 @@ TASK_SETS = {n: d for n, d in DATASETS.items() if d.kind == "tasks"}
 
 
 def cache_dir(dataset: Dataset = SOTOPIA, cache: str | os.PathLike | None = None) -> Path:
-    """The dataset's cache folder: ``cache``, else ``$SYNCLIB_DATA``, else the user cache
-    (``pooch.os_cache('synclib')``), with the dataset's name appended."""
+    """``cache``, else ``$SYNCLIB_DATA``, else ``pooch.os_cache('synclib')``, with the dataset's name appended."""
     if cache is None and os.environ.get(CACHE_ENV):
         cache = os.environ[CACHE_ENV]
     if cache is None:
@@ -209,17 +183,15 @@ def path(dataset: Dataset = SOTOPIA, download: bool = True, cache: str | os.Path
 
     Parameters
     ----------
-    download : fetch missing or changed files from the pinned source (else raise).
+    download : fetch missing or changed files (else raise).
     cache : the cache root (default :func:`cache_dir`'s).
-    url : a mirror's base URL (default ``$SYNCLIB_SOTOPIA_URL`` or the pinned one).
+    url : a mirror's base URL (default the ``url_env`` variable, else the pinned one).
     log : where the first use's notice goes (default: standard error).
 
     Raises
     ------
     DatasetError
-        A file is missing and ``download`` is False, or it cannot be downloaded, or the
-        download differs from its recorded hash; the message names the file and how to
-        fetch it.
+        A file is missing and not ``download``, cannot be downloaded, or differs from its recorded hash.
     """
     root = cache_dir(dataset, cache)
     todo = [f for f, s in status(dataset, cache).items() if s != "ok"]
@@ -250,7 +222,7 @@ def path(dataset: Dataset = SOTOPIA, download: bool = True, cache: str | os.Path
 
 
 def _prepare(dataset: Dataset, root: Path, log=None) -> None:
-    """Run the dataset's ``prepare`` step on its checked cache folder (it skips work already done)."""
+    """Run the dataset's ``prepare`` step on its checked cache folder."""
     if dataset.prepare:
         import importlib
 
@@ -287,18 +259,9 @@ def _members(source: Path, names) -> dict[str, bytes | Path]:
 def fetch(dataset: Dataset = SOTOPIA, source: str | os.PathLike | None = None,
           cache: str | os.PathLike | None = None, url: str | None = None,
           log: Callable[[str], None] | None = None) -> Path:
-    """Fill the cache: download (``source`` None) or copy from a folder or archive.
-
-    Every file is checked against its recorded SHA-256 before it enters the cache; with a
-    ``source``, all files are checked before any is copied, so a refused source changes
-    nothing.  Returns the cache folder.
-
-    Raises
-    ------
-    DatasetError
-        A file is missing from ``source`` or differs from its recorded hash (changed or
-        truncated), naming the file; or the download fails (:func:`path`).
-    """
+    """Fill the cache and return its folder: download (``source`` None) or copy from a folder or archive, all
+    files checked against their SHA-256 before any is copied.  Raises :class:`DatasetError` for a file missing
+    from ``source`` or differing from its hash, or a failed download."""
     if source is None:
         return path(dataset, download=True, cache=cache, url=url, log=log)
     src = Path(source).expanduser()

@@ -1,75 +1,49 @@
-"""The prompts the models read, rendered from Sotopia-format tasks; the dialog rules.
+"""The prompts the models read, rendered from Sotopia-format tasks (:mod:`synclib.tasks.scenarios`); the dialog rules.
 
-Rendering (pure text, no chat template; the model layer applies that). The text is the
-paper's reference code's (``zzn-nzz/LM_neural_synchrony`` @ 49fe97e, ``sot_env.py``,
-``sotopia_utils/utils.py``, ``get_control_conditions.py``) character for character,
-re-implemented here as a pure function of the task records;
-``tests/data/reference_prompt_digests.json`` holds the digests of the reference's own
-strings for the 450 Sotopia tasks and the tests compare against them.
+Rendering is pure text (the model layer applies the chat template) and is the paper's reference code's
+(``zzn-nzz/LM_neural_synchrony`` @ 49fe97e, ``sot_env.py``, ``sotopia_utils/utils.py``,
+``get_control_conditions.py``) character for character; ``tests/data/reference_prompt_digests.json`` holds
+the digests of the reference's strings for the 450 Sotopia tasks.
 
-* :func:`agent_intro` — an agent's intro: the tagged bios of both agents (the hidden part
-  of each wrapped in ``<p viewer='agent_K'>`` by relationship, :func:`tagged_bio`), the
-  intro template, :func:`format_docstring` (drops spaces opening a line, strips both ends,
-  so the last goal has no newline), the reference's four masking substitutions in order
-  (the other agent's ``<p viewer='agent_K'>…</p>``, every `` <p viewer="environment">…</p>``
-  with its leading space, the other agent's goal to the end of its line -> ``Unknown``, and
-  a following ``<extra_info>`` block), then :data:`LEAVE_INSTRUCTION` + ``"\\n"``, then
-  every ``<…>`` tag removed (content kept, no whitespace clean-up: the other agent's
-  background line may end with a space, agent 2's goal runs into "If your goal…").
-* :func:`render_prompt` — the user message before utterance ``t``:
+* :func:`agent_intro`: both agents' tagged bios (:func:`tagged_bio`), the intro template,
+  :func:`format_docstring` (so the last goal has no newline), the reference's four masking substitutions in
+  order (the other agent's ``<p viewer='agent_K'>…</p>``, every `` <p viewer="environment">…</p>`` with its
+  leading space, the other agent's goal to the end of its line -> ``Unknown``, a following ``<extra_info>``
+  block), then :data:`LEAVE_INSTRUCTION` + ``"\\n"``, then every ``<…>`` tag removed, content kept, with no
+  whitespace clean-up (a background line may end with a space, agent 2's goal runs into "If your goal…").
+* :func:`render_prompt`, the user message before utterance ``t``:
 
-  - ``"active"``: intro + the dialog lines joined by ``"\\n"``, the lines being
-    ``"Turn {i}: {name} said:{utterance}"`` (no space after ``said:``, the utterance as
-    stored) and last the open line ``"Turn {t}: {speaker} said:"``.
-  - ``"passive"`` (control 1, the reference's ``transform_prompt``): built from the active
-    string; its first line ``"Imagine you are {persona}. You are reading an interaction
-    between other two people."`` names a persona drawn as the reference draws it
-    (:func:`passive_persona`), the two goal-visibility lines and the instruction go, the
-    open final line is dropped, every line is stripped and the first empty line removed.
-  - ``"tom"`` (appendix J): **our choice**, since the reference has no ToM prompt: the
-    active intro (ending with the instruction's newline), :data:`TOM_INSTRUCTION` +
-    ``"\\n"``, then the dialog lines with the other agent's utterances stripped of their
-    emotion/action words (:func:`strip_tom_words`) and the open line.
-* :func:`masked_prompt` — :func:`render_prompt`'s message in :class:`PromptPart` pieces,
-  the masking's cuts located by the masking's own substitutions (what each removed or
-  replaced, and the hidden text): the dialogs page shows them (:mod:`synclib.figures.dialog_prompts`).
-* :func:`complete_intro` and :func:`dialog_lines` — the judge's unmasked intro and the
-  complete dialog lines, as the reference lays its judge message out
-  (``complete_intro + "\\n".join(lines) + instructions``); :func:`judge_intro` is the older,
-  normalised layout (fields stripped, one per line).
-* :func:`postprocess_reply`, :func:`is_leave` — the reference's dialog-loop rules.
+  - ``"active"``: intro + the lines ``"Turn {i}: {name} said:{utterance}"`` (no space after ``said:``, the
+    utterance as stored) joined by ``"\\n"``, last the open line ``"Turn {t}: {speaker} said:"``.
+  - ``"passive"`` (control 1, the reference's ``transform_prompt``): from the active string, its first line
+    :data:`PASSIVE_FIRST_LINE` naming the drawn persona (:func:`passive_persona`), the two goal-visibility
+    lines and the instruction gone, the open line dropped, every line stripped, the first empty line removed.
+  - ``"tom"`` (appendix J; **our choice**, the reference has none): the active intro,
+    :data:`TOM_INSTRUCTION` + ``"\\n"``, the lines with the other agent's emotion/action words stripped
+    (:func:`strip_tom_words`), the open line.
+* :func:`masked_prompt`: :func:`render_prompt`'s message in :class:`PromptPart` pieces, the masking's cuts
+  located (shown by :mod:`synclib.analysis.dialogs`).
+* :func:`complete_intro`, :func:`dialog_lines`: the reference's judge message
+  (``complete_intro + "\\n".join(lines) + instructions``); :func:`judge_intro` our normalised layout.
+* :func:`postprocess_reply`, :func:`is_leave`: the reference's dialog-loop rules.
 
-Leak guard. The reference masks by textual patterns. After rendering an intro we check that
-none of what the agent must not see — the other agent's secret, the parts of the other's
-bio its relationship hides, the other agent's goal, and the content of ``<p viewer=…>``
-tags addressed to the other agent or to the environment — occurs in it (unless it also
-occurs in what our own masking shows). On the 450 Sotopia tasks and our 64 embedded tasks
-nothing leaks. Should it ever (another task set), that agent's intro falls back to our own
-masking (:func:`render_text` rules, the layout below), a :class:`MaskingFallbackWarning`
-is issued and :func:`masking_notes` lists the case: hidden text is never shown.
+Leak guard.  The reference masks by textual patterns, so each intro is checked for what the agent must not
+see (the other's secret, the bio parts its relationship hides, the other's goal, ``<p viewer=…>`` content
+for the other agent or the environment) unless our own masking shows it too.  Nothing leaks on the 450
+Sotopia and 64 embedded tasks; should it, that agent's intro falls back to our masking with a
+:class:`MaskingFallbackWarning`, and :func:`masking_notes` lists the case.
 
 Our own masking (the fallback, and :func:`judge_intro`; ``protocol.md``):
 
-* The other agent's goal is ``Unknown``.
-* The other agent's bio is cut by relationship (:data:`OTHER_BIO_VISIBILITY`): stranger
-  nothing, know_by_name the name only, acquaintance up to and including ``public_info``,
-  friend / romantic / family all but the secret. An empty (stranger) bio is shown as
-  ``Unknown``. An agent's own bio is always whole.
-* ``<extra_info>``, ``<strategy_hint>``, ``<clarification_hint>``, ``<root>`` and a plain
-  ``<p>``: the tags are dropped, their content kept.
-* ``<p viewer="X">...</p>`` (either quote style): the content is kept only for the viewer
-  ``X``; the judge (the environment) sees all content.
-* After tag removal, spaces that open a line are dropped and each field is stripped.
+* The other agent's goal is ``Unknown``; its bio is cut by relationship (:data:`OTHER_BIO_VISIBILITY`), an
+  empty one shown as ``Unknown``.  An agent's own bio is always whole.
+* ``<extra_info>``, ``<strategy_hint>``, ``<clarification_hint>``, ``<root>`` and a plain ``<p>``: the tags
+  are dropped, their content kept; ``<p viewer="X">...</p>`` (either quote) keeps its content only for
+  ``X`` and the environment (the judge).
+* Then spaces opening a line are dropped and each field is stripped.
 
-Where the reference would crash (a name that is not two words, ``sot_env.py`` 168) or
-treats a name as a regular expression, we escape it and go on.
-
-``python -m synclib.tasks.prompts`` prints one rendered prompt (:func:`configure_parser`, :func:`run`).
-
-See Also
---------
-synclib.tasks.scenarios : the tasks these prompts are rendered from (:class:`~synclib.tasks.scenarios.Task`,
-    :func:`~synclib.tasks.scenarios.load_tasks`).
+Where the reference would crash (a name not of two words, ``sot_env.py`` 168) or treats a name as a regular
+expression, we escape it and go on.  ``python -m synclib.tasks.prompts`` prints one rendered prompt.
 """
 from __future__ import annotations
 
@@ -108,13 +82,11 @@ EMOTIONS: tuple[str, ...] = (
 ACTIONS: tuple[str, ...] = (
     "Assertive", "Directive", "Commissive", "Expressive", "Declaration")
 
-#: the prompt views: the speaker's (``"active"``: the played dialog, the analysis' condition
-#: ``"genuine"``), the passive reader's and the ToM run's; the cube's variables come from each
+#: the prompt views: the speaker's (the played dialog, the analysis' "genuine"), the passive reader's, the ToM run's
 VIEWS: tuple[str, ...] = ("active", "passive", "tom")
 View = Literal["active", "passive", "tom"]
 
-#: The reference's ``additional_instruction`` (``sot_env.py`` 97) without its trailing
-#: ``"\n"``; the intro ends with ``LEAVE_INSTRUCTION + "\n"``.
+#: The reference's ``additional_instruction`` (``sot_env.py`` 97) without its trailing ``"\n"``
 LEAVE_INSTRUCTION = (
     'If your goal as the agent has been achieved, you should leave the conversation by '
     'saying "LEAVE". If your goal has not been achieved, you should say something to '
@@ -128,8 +100,7 @@ TOM_INSTRUCTION = (
     "Directive. Commissive. Expressive. Declaration. Your output format should be: "
     "Emotion. Action type. Response.")
 
-#: First line of the passive view (``get_control_conditions.py`` 52-53); ``{name}`` is the
-#: drawn persona's full name.
+#: First line of the passive view (``get_control_conditions.py`` 52-53); ``{name}``: the drawn persona's
 PASSIVE_FIRST_LINE = ("Imagine you are {name}. You are reading an interaction between "
                       "other two people.")
 
@@ -157,23 +128,8 @@ _KEEP_CONTENT_TAGS = re.compile(
 
 
 def render_text(text: str, viewer: str = "environment") -> str:
-    """Strip Sotopia's inline tags from ``text`` as ``viewer`` sees it (our masking rules).
-
-    Parameters
-    ----------
-    text : str
-        Raw scenario / goal / bio text.
-    viewer : str
-        ``"agent_0"``, ``"agent_1"`` or ``"environment"`` (the judge, sees everything).
-
-    Returns
-    -------
-    str
-        ``<p viewer="X">`` content kept only when ``X == viewer`` (or for the
-        environment; an unclosed one runs to the end of the text); all other tags of
-        Sotopia's set removed with their content kept; spaces opening a line dropped; the
-        result stripped.
-    """
+    """Raw scenario, goal or bio text as ``viewer`` (``"agent_0"``, ``"agent_1"`` or ``"environment"``) sees it
+    under our masking rules; an unclosed ``<p viewer>`` runs to the end of the text."""
     def keep(match: re.Match) -> str:
         return match["body"] if viewer == "environment" or match["viewer"] == viewer else ""
 
@@ -186,14 +142,10 @@ def render_text(text: str, viewer: str = "environment") -> str:
 
 
 def bio(persona: Persona, visibility: str = "full") -> str:
-    """A persona's bio, cut to ``visibility`` (one of :data:`BIO_VISIBILITIES`; our masking).
-
-    ``full``: ``"{First Last} is a {age}-year-old {male|female|nonbinary} {occupation
-    lowercased}. {pronoun} pronouns. {public_info} Personality and values description:
-    {personality_and_values} {First}'s secrets: {secret}"``; ``no_secret`` ends before
-    ``"{First}'s secrets"``, ``public`` after ``public_info``, ``name`` is ``"{First
-    Last}"`` and ``none`` is ``""``.
-    """
+    """A persona's bio cut to ``visibility`` (our masking).  ``full``: ``"{First Last} is a {age}-year-old
+    {male|female|nonbinary} {occupation lowercased}. {pronoun} pronouns. {public_info} Personality and values
+    description: {personality_and_values} {First}'s secrets: {secret}"``; ``no_secret`` ends before the
+    secrets, ``public`` after ``public_info``, ``name`` is the name, ``none`` is ``""``."""
     if visibility not in BIO_VISIBILITIES:
         raise ValueError(f"visibility must be one of {BIO_VISIBILITIES}, got {visibility!r}")
     p = persona
@@ -229,10 +181,8 @@ def _no_mark(kind: str, hidden: str, shown: str, what: str) -> str:
 
 
 def _context_lines(task: Task, viewer: int | None, mark=_no_mark) -> list[str]:
-    """The "Here is the context of this interaction" block as agent ``viewer`` sees it
-    under our masking (None: the judge, everything unmasked), fields normalised.
-    ``mark(kind, hidden, shown, what)`` returns the text put where the masking cut the
-    other agent's bio or goal (:func:`masked_prompt`; the default returns ``shown``)."""
+    """The context block as agent ``viewer`` sees it under our masking (None: the judge, unmasked); ``mark`` as
+    in :func:`_reference_mask`."""
     tag_viewer = "environment" if viewer is None else f"agent_{viewer}"
     env = task.env
     bios = []
@@ -253,10 +203,8 @@ def _context_lines(task: Task, viewer: int | None, mark=_no_mark) -> list[str]:
 
 def context_lines(scenario: str, names: Sequence[str], backgrounds: Sequence[str],
                   goals: Sequence[str]) -> list[str]:
-    """The "Here is the context of this interaction" block from plain texts: scenario,
-    participants, each agent's background (``Unknown`` when empty) and goal, one line each.
-    :func:`judge_intro` is these lines of a task, unmasked; episodes read from a file
-    (:mod:`synclib.judge.episodes`) get the same block."""
+    """The "Here is the context of this interaction" lines: scenario, participants, each agent's background
+    (``Unknown`` when empty) and goal."""
     lines = ["Here is the context of this interaction:",
              f"Scenario: {scenario}",
              f"Participants: {names[0]} and {names[1]}"]
@@ -266,8 +214,7 @@ def context_lines(scenario: str, names: Sequence[str], backgrounds: Sequence[str
 
 
 def _own_masking_intro(task: Task, agent: int, mark=_no_mark) -> str:
-    """An agent's intro under our masking, laid out like the reference's (ends with
-    ``LEAVE_INSTRUCTION + "\\n"``): the leak guard's fallback."""
+    """The leak guard's fallback: an agent's intro under our masking, laid out like the reference's."""
     lines = _intro_head(task.names[agent]) + _context_lines(task, agent, mark) + [LEAVE_INSTRUCTION]
     return "\n".join(lines) + "\n"
 
@@ -286,18 +233,9 @@ def _clean_tags(text: str) -> str:
 
 
 def tagged_bio(persona: Persona, relationship: int, agent: int) -> str:
-    """A persona's bio as the reference builds it (``get_bio``), the part hidden from the
-    other agent wrapped in ``<p viewer='agent_{agent}'>…</p>``.
-
-    Parameters
-    ----------
-    persona : Persona
-    relationship : int
-        :data:`RELATIONSHIPS` code: 0 hides the whole bio (``<root>`` around it), 1 all but
-        the name, 2 from ``Personality and values description`` on, 3-5 the secret only.
-    agent : int
-        0 for agent 1's bio, 1 for agent 2's.
-    """
+    """A persona's bio as the reference builds it (``get_bio``), the part hidden from the other agent wrapped in
+    ``<p viewer='agent_{agent}'>…</p>`` (``agent`` 0: agent 1's bio).  ``relationship`` 0 hides the whole bio
+    (``<root>`` around it), 1 all but the name, 2 from ``Personality and values description`` on, 3-5 the secret."""
     _check_agent(agent)
     p = persona
     name = f"{p.first_name} {p.last_name}"
@@ -319,8 +257,7 @@ def tagged_bio(persona: Persona, relationship: int, agent: int) -> str:
 
 
 def _context_block(task: Task) -> str:
-    """The reference's context template with tagged bios and raw goals (not yet
-    format_docstring'ed)."""
+    """The reference's context template with tagged bios and raw goals, before ``format_docstring``."""
     env, (n1, n2) = task.env, task.names
     b1, b2 = (tagged_bio(task.agents[k], env.relationship, k) for k in (0, 1))
     g1, g2 = env.agent_goals
@@ -330,9 +267,8 @@ def _context_block(task: Task) -> str:
 
 
 def _reference_mask(intro: str, agent: int, opponent: str, mark=_no_mark) -> str:
-    """The reference's ``_mask_intro``: its four substitutions, in order. ``mark(kind,
-    hidden, shown, what)`` gives the text put in place of each cut (default: ``shown``,
-    the reference's own; :func:`masked_prompt` locates the cuts with it)."""
+    """The reference's ``_mask_intro``: its four substitutions, in order.  ``mark(kind, hidden, shown, what)`` gives
+    the text put in place of each cut (default: ``shown``; :func:`masked_prompt` locates the cuts with it)."""
     tag = f"<p viewer='agent_{1 - agent}'>"
 
     def for_other(m: re.Match) -> str:  # "bio" on the other's background line, else "other"
@@ -362,8 +298,7 @@ def _reference_intro(task: Task, agent: int, mark=_no_mark) -> str:
 
 
 def _hidden_texts(task: Task, agent: int) -> list[str]:
-    """What ``agent`` must not see: the other's secret and the bio parts its relationship
-    hides, the other's goal, and ``<p viewer=…>`` content addressed to someone else."""
+    """What ``agent`` must not see (the module docstring's leak guard)."""
     other = task.agents[1 - agent]
     level = BIO_VISIBILITIES.index(OTHER_BIO_VISIBILITY[task.relationship])
     hidden = [other.secret, task.env.agent_goals[1 - agent]]
@@ -383,8 +318,7 @@ def _hidden_texts(task: Task, agent: int) -> list[str]:
 
 @functools.lru_cache(maxsize=8192)
 def _guarded_intro(task: Task, agent: int) -> tuple[str, tuple[str, ...]]:
-    """(reference intro, hidden pieces it shows); pieces that our own masking shows too
-    (e.g. a friend both agents know) do not count."""
+    """(reference intro, hidden pieces it shows that our own masking does not)."""
     ref = _reference_intro(task, agent)
     allowed = _own_masking_intro(task, agent)
     pieces: set[str] = set()
@@ -399,15 +333,13 @@ def _guarded_intro(task: Task, agent: int) -> tuple[str, tuple[str, ...]]:
 
 
 def reference_leaks(task: Task, agent: int) -> tuple[str, ...]:
-    """Hidden text (see the module docstring) that the reference's masking would show
-    ``agent`` (0 or 1) in ``task``; empty on the Sotopia and the embedded tasks."""
+    """Hidden text the reference's masking would show ``agent`` (0 or 1) in ``task``."""
     _check_agent(agent)
     return _guarded_intro(task, agent)[1]
 
 
 def masking_notes(tasks) -> list[str]:
-    """One note per (task, agent) whose intro uses our masking because the reference's
-    would show hidden text (see :func:`reference_leaks`); ``tasks`` a TaskSet or Tasks."""
+    """One note per (task, agent) of a TaskSet or Tasks whose intro falls back to our masking."""
     notes = []
     for task in tasks:
         for agent in (0, 1):
@@ -431,31 +363,21 @@ def _fallback_intro(task: Task, agent: int) -> str:
 
 
 def agent_intro(task: Task, agent: int) -> str:
-    """The intro ``agent`` (0 = agent 1, 1 = agent 2) reads before the dialog lines.
-
-    The reference's ``agent{1,2}_intro`` (see the module docstring), ending with
-    ``LEAVE_INSTRUCTION + "\\n"``; our own masking instead (with a
-    :class:`MaskingFallbackWarning`) if the reference's would show hidden text.
-    """
+    """The intro ``agent`` (0 = agent 1, 1 = agent 2) reads before the dialog lines: the reference's
+    ``agent{1,2}_intro``, or the leak guard's fallback."""
     _check_agent(agent)
     ref, leaks = _guarded_intro(task, agent)
     return _fallback_intro(task, agent) if leaks else ref
 
 
 def complete_intro(task: Task) -> str:
-    """The judge's intro as the reference builds it (``SotopiaEnv.complete_intro``).
-
-    The context block with both tagged bios and both raw goals, ``format_docstring``'ed,
-    every tag removed with its content kept (environment-only text included); no
-    trailing newline. The reference's judge message is
-    ``complete_intro(task) + "\\n".join(dialog_lines(task, utterances)) + instructions``.
-    """
+    """The judge's intro as the reference builds it (``SotopiaEnv.complete_intro``): the context block,
+    ``format_docstring``'ed, every tag removed with its content kept; no trailing newline."""
     return _clean_tags(format_docstring(_context_block(task)))
 
 
 def dialog_line(task: Task, turn: int, utterance: str = "") -> str:
-    """``"Turn {turn}: {speaker} said:{utterance}"`` (agent 1 speaks at even turns); with
-    no utterance, the open line a prompt ends with."""
+    """``"Turn {turn}: {speaker} said:{utterance}"`` (agent 1 at even turns); without utterance, the open line."""
     return speaker_line(task.names, turn, utterance)
 
 
@@ -466,11 +388,8 @@ def speaker_line(names: Sequence[str], turn: int, utterance: str = "") -> str:
 
 def render_history(task: Task, history: Sequence[str], viewer: int | None = None,
                    tom: bool = False) -> list[str]:
-    """The complete dialog lines ``"Turn {i}: {speaker} said:{utterance}"``.
-
-    With ``tom=True`` the utterances of the agent other than ``viewer`` lose their
-    leading emotion/action words (:func:`strip_tom_words`).
-    """
+    """The complete dialog lines; with ``tom=True`` the other agent's (not ``viewer``'s) utterances go through
+    :func:`strip_tom_words`."""
     lines = []
     for i, utterance in enumerate(history):
         if not isinstance(utterance, str):
@@ -482,24 +401,16 @@ def render_history(task: Task, history: Sequence[str], viewer: int | None = None
 
 
 def dialog_lines(task: Task, utterances: Sequence[str]) -> list[str]:
-    """The reference's complete dialog lines (``intended_dialog``) of ``utterances``, as
-    the judge reads them: ``"Turn {t}: {name} said:{utterance}"``."""
+    """The reference's complete dialog lines (``intended_dialog``), as the judge reads them."""
     if isinstance(utterances, str):
         raise TypeError("utterances must be a sequence of str, not a single str")
     return render_history(task, utterances)
 
 
 def passive_from_active(prompt: str, persona_name: str) -> str:
-    """The reference's passive view (``transform_prompt`` with ``another_read=True``) of
-    an active prompt, for a reader named ``persona_name``.
-
-    The prompt first goes through the reference's CSV round trip (``"\\r\\n"`` and ``"\\r"``
-    become ``"\\n"``); then the first line becomes :data:`PASSIVE_FIRST_LINE`, the
-    replaced agent's two goal-visibility lines and ``LEAVE_INSTRUCTION + "\\n"`` go, the
-    last line (the open ``Turn t`` line) is dropped, every line is stripped and the first
-    empty line removed. A prompt without ``"Imagine you are "`` comes back unchanged
-    (after the CSV round trip), as in the reference.
-    """
+    """The reference's passive view (``transform_prompt``, ``another_read=True``) of an active prompt for a
+    reader named ``persona_name``, after the reference's CSV round trip (``"\\r\\n"``, ``"\\r"`` -> ``"\\n"``).
+    A prompt without ``"Imagine you are "`` comes back unchanged, as in the reference."""
     text = prompt.replace("\r\n", "\n").replace("\r", "\n")
     try:
         me = text.split("Imagine you are ")[1].split(",")[0]
@@ -523,13 +434,8 @@ def _draws(ids: tuple[str, ...], seed: int) -> tuple[random.Random, list[str]]:
 
 
 def passive_persona(taskset: TaskSet, task_index: int, sim_seed: int) -> Persona:
-    """The persona the passive reader of task ``task_index`` is told it is, for ``sim_seed``.
-
-    Drawn as the reference draws it (:data:`PASSIVE_PERSONA_RULE`): Python's
-    ``random.Random(sim_seed)``, the ``(task_index + 1)``-th ``sample(ids, 2)`` of the
-    persona ids in file order, its first id. The same persona reads both agents' turns
-    and may be one of the two participants.
-    """
+    """The persona the passive reader of task ``task_index`` is told it is, drawn as the reference does
+    (:data:`PASSIVE_PERSONA_RULE`).  It reads both agents' turns and may be one of the participants."""
     ids = tuple(taskset.personas)
     if len(ids) < 2:
         raise ValueError(f"the passive persona is drawn from at least 2 personas, "
@@ -550,21 +456,18 @@ def render_prompt(task: Task, agent: int, history: Sequence[str] = (),
     ----------
     task : Task
     agent : int
-        0 (agent 1) or 1 (agent 2); in the passive view, the agent the reader replaces.
-        It must be that agent's turn: ``len(history) % 2 == agent``.
+        0 (agent 1) or 1 (agent 2), whose turn it must be (``len(history) % 2 == agent``); in the passive view,
+        the agent the reader replaces.
     history : sequence of str
         The utterances so far as stored (post-processed, unstripped; index = turn).
     view : {"active", "passive", "tom"}
-        See the module docstring.
     persona : Persona or str, optional
-        Passive view only: the drawn reader (:func:`passive_persona`) or its full name.
-        None names the replaced agent itself (not the reference's draw).
+        Passive view only: the drawn reader (:func:`passive_persona`) or its name; None: the replaced agent.
 
     Returns
     -------
     str
-        ``active`` and ``tom`` end with the open line ``"Turn {t}: {name} said:"``;
-        ``passive`` ends with the last complete line (no trailing newline).
+        ``active`` and ``tom`` end with the open line; ``passive`` with the last complete line.
     """
     _check_agent(agent)
     if view not in VIEWS:
@@ -596,19 +499,16 @@ def _compose(task: Task, agent: int, history: Sequence[str], view: View,
     return passive_from_active(active, name)
 
 
-#: what :func:`masked_prompt`'s parts are: shown text, a cut (``removed``: shown nowhere)
-#: and a stand-in (``replaced``: the shown ``Unknown`` stands for the hidden text)
+#: :func:`masked_prompt`'s parts: shown text, a cut (shown nowhere), a stand-in (``Unknown`` for the hidden text)
 PART_KINDS: tuple[str, ...] = ("shown", "removed", "replaced")
 _MARK = re.compile("\ue000(\\d+)\ue001([^\ue000-\ue002]*)\ue002")
 
 
 @dataclass(frozen=True)
 class PromptPart:
-    """A piece of a prompt (:func:`masked_prompt`): ``text`` as the viewer reads it, ``kind``
-    one of :data:`PART_KINDS`; for a cut or a stand-in, the ``hidden`` text (tags removed)
-    and ``what`` was masked (``"bio"``: the other agent's bio, ``"goal"``: its goal and
-    extra information, ``"other"``: other text meant for the other agent only,
-    ``"environment"``: text meant for the environment only)."""
+    """A piece of a prompt: ``text`` as the viewer reads it, ``kind`` one of :data:`PART_KINDS`; for a cut or a
+    stand-in, the ``hidden`` text (tags removed) and ``what`` was masked: ``"bio"``, ``"goal"`` (with extra
+    information), ``"other"`` (for the other agent only) or ``"environment"``."""
 
     text: str
     kind: str = "shown"
@@ -618,16 +518,12 @@ class PromptPart:
 
 def masked_prompt(task: Task, agent: int, history: Sequence[str] = (), view: View = "active",
                   persona: Persona | str | None = None) -> tuple[PromptPart, ...]:
-    """:func:`render_prompt`'s user message in parts, the masking's cuts located.
+    """:func:`render_prompt`'s user message in parts, the masking's cuts located:
+    ``"".join(p.text for p in parts) == render_prompt(task, agent, history, view, persona)``.
 
-    The intro is rendered again by the masking in use for this agent (the reference's four
-    substitutions, or our own masking where the leak guard falls back), each substitution
-    leaving a mark with what it hid; the prompt is then composed as :func:`render_prompt`
-    composes it and the marks are aligned on :func:`render_prompt`'s own output (the passive
-    view strips lines: whitespace next to a mark may go). So ``"".join(p.text for p in
-    parts) == render_prompt(task, agent, history, view, persona)``, and the ``removed`` and
-    ``replaced`` parts are where the masking cut. Our own masking marks the other agent's
-    bio and goal, not ``<p viewer=…>`` content cut from the scenario.
+    The intro is rendered again by the masking in use, each substitution leaving a mark with what it hid, and
+    the marks are aligned on :func:`render_prompt`'s output.  Our own masking marks the other agent's bio and
+    goal, not ``<p viewer=…>`` content cut from the scenario.
 
     Raises
     ------
@@ -649,8 +545,7 @@ def masked_prompt(task: Task, agent: int, history: Sequence[str] = (), view: Vie
 
 
 def _align(marked: str, plain: str, cuts: Sequence[tuple[str, str, str]]) -> tuple[PromptPart, ...]:
-    """Parts of ``plain`` from ``marked`` (``plain`` with marks, perhaps with whitespace
-    that ``plain`` stripped)."""
+    """Parts of ``plain`` from ``marked`` (``plain`` with marks, perhaps with whitespace ``plain`` stripped)."""
     parts: list[PromptPart] = []
     i = start = pos = 0
 
@@ -680,9 +575,7 @@ def _align(marked: str, plain: str, cuts: Sequence[tuple[str, str, str]]) -> tup
 
 
 def judge_intro(task: Task) -> str:
-    """The complete, unmasked intro in our normalised layout: scenario, participants, both
-    full bios and both goals (all tag content kept, fields stripped), ``"\\n"``-joined.
-    The reference's own is :func:`complete_intro`."""
+    """The complete, unmasked intro in our normalised layout (:func:`context_lines`), ``"\\n"``-joined."""
     return "\n".join(_context_lines(task, None))
 
 
@@ -696,13 +589,11 @@ _RESPONSE_LABEL = re.compile(r"^\s*[*_]*response\s*[:=-]\s*[*_]*", re.I)
 
 
 def strip_tom_words(utterance: str) -> str:
-    """Remove the leading emotion and action-type words of a ToM-format utterance.
+    """Remove the leading emotion and action-type words: ``"Joy. Assertive. Let's go."`` -> ``"Let's go."``.
 
-    ``"Joy. Assertive. Let's go."`` -> ``"Let's go."``. At most one emotion and one action
-    word are removed, in either order, each followed by punctuation (``. , : ; !``) or the
-    end of text, optionally labelled (``Emotion: Joy.``) or wrapped in ``*`` / quotes; a
-    following ``Response:`` label goes too. Text without such a prefix is returned
-    stripped but otherwise unchanged (``"Trust me, ..."`` keeps its first word).
+    At most one of each, in either order, each followed by ``. , : ; !`` or the end, optionally labelled
+    (``Emotion: Joy.``) or wrapped in ``*`` or quotes; a following ``Response:`` goes too.  Otherwise the text
+    is only stripped (``"Trust me, ..."`` keeps its first word).
     """
     text, seen = utterance, set()
     for _ in range(2):
@@ -721,31 +612,23 @@ def strip_tom_words(utterance: str) -> str:
 
 
 def postprocess_reply(text: str) -> str:
-    """The reference's reply clean-up (``LM_hf.get_result_from_output``'s strip, then
-    ``sot_env._act`` 386-392).
-
-    Strip; keep the text before the first ``"\\n"``; if it contains ``": "``, drop the
-    text before the first ``": "`` and every later ``": "`` (``"".join(r.split(": ")[1:])``).
-    No strip afterwards: ``"Name:  two spaces"`` -> ``" two spaces"``, and a ``"\\r"``
-    stays.
-    """
+    """The reference's reply clean-up (``LM_hf.get_result_from_output``'s strip, then ``sot_env._act`` 386-392):
+    strip, keep the first line, drop the text before the first ``": "`` and every later ``": "``.  No strip
+    afterwards: ``"Name:  two spaces"`` -> ``" two spaces"``, and a ``"\\r"`` stays."""
     r = text.strip().split("\n")[0]
     if ": " in r:
         r = "".join(r.split(": ")[1:])
     return r
 
 
-#: how a reply cut by ``max_new_tokens`` ends: "line" as generated (the reference), "sentence" cut back to
-#: its last complete sentence where it has one (ours; the same tokens, so the same time)
+#: how a reply cut by ``max_new_tokens`` ends: "line" as generated (the reference), "sentence" (ours)
 REPLY_ENDS = ("line", "sentence")
 _SENTENCE_END = re.compile(r"""[.!?]["')\]]*(?=\s|$)""")
 
 
 def trim_to_sentence(reply: str) -> str:
-    """``reply`` up to the end of its last complete sentence (``.``, ``!`` or ``?``, with any
-    closing quotes or brackets, followed by a space or the end), or unchanged where it has
-    none: ``"Hi there. I was going to"`` -> ``"Hi there."``.  For a reply that reached the
-    token cap mid-sentence (``simulate.reply_end: sentence``)."""
+    """``reply`` up to its last complete sentence (``.``, ``!`` or ``?``, closing quotes or brackets, then a space
+    or the end), or unchanged: ``"Hi there. I was going to"`` -> ``"Hi there."`` (``simulate.reply_end: sentence``)."""
     ends = list(_SENTENCE_END.finditer(reply))
     return reply[:ends[-1].end()] if ends else reply
 
@@ -754,22 +637,16 @@ _LEAVE_WORDS = ("left", "leave")
 
 
 def is_leave_line(line: str) -> bool:
-    """The reference's stop rule (``_judge_terminate``) on a complete dialog line: its
-    first or last 10 characters, lowercased, contain ``"left"`` or ``"leave"``."""
+    """The reference's stop rule (``_judge_terminate``): the line's first or last 10 characters, lowercased,
+    contain ``"left"`` or ``"leave"``."""
     return any(w in line[:10].lower() or w in line[-10:].lower() for w in _LEAVE_WORDS)
 
 
 def is_leave(utterance: str, task: Task | None = None, turn: int | None = None) -> bool:
-    """True when the episode ends after ``utterance`` (the reference's rule).
-
-    With ``task`` and ``turn``: :func:`is_leave_line` on
-    ``dialog_line(task, turn, utterance)``, exactly the reference. Without: the last 10
-    characters of ``"said:" + utterance`` (the first 10 characters of a line,
-    ``"Turn t: "`` and one or two letters of the name, never match; the only difference
-    is a name ending in ``left`` with a reply shorter than 4 characters). So ``"LEAVE"``
-    at the start of a longer reply or ``"leaving"`` do not end the episode, ``"cleaver"``
-    does.
-    """
+    """True when the episode ends after ``utterance``: with ``task`` and ``turn``, :func:`is_leave_line` on its
+    dialog line (the reference); without, the last 10 characters of ``"said:" + utterance``, which differs only
+    for a name ending in ``left`` and a reply under 4 characters.  ``"LEAVE"`` opening a longer reply or
+    ``"leaving"`` do not end the episode, ``"cleaver"`` does."""
     if task is not None:
         if turn is None:
             raise TypeError("is_leave: give the turn together with the task")

@@ -3,28 +3,19 @@
 A task directory holds three JSON files in Sotopia's format:
 
 ``envs.json``
-    scenarios keyed by id: ``codename``, ``source``, ``scenario``, ``agent_goals`` (two
-    strings), ``relationship`` (int code, see :data:`RELATIONSHIPS`) and optional
-    ``age_constraint`` / ``occupation_constraint`` / ``agent_constraint``.
+    scenarios keyed by id: ``codename``, ``source``, ``scenario``, ``agent_goals`` (two strings),
+    ``relationship`` (:data:`RELATIONSHIPS` code), optional ``age_constraint`` / ``occupation_constraint`` /
+    ``agent_constraint``.
 ``agents.json``
-    personas keyed by id: ``first_name``, ``last_name``, ``age``, ``occupation``,
-    ``gender`` (``Man`` / ``Woman`` / ``Nonbinary``), ``gender_pronoun``, ``public_info``,
-    ``big_five``, ``moral_values``, ``schwartz_personal_values``,
-    ``personality_and_values``, ``decision_making_style``, ``secret``, ``mbti`` and
+    personas keyed by id: ``first_name``, ``last_name``, ``age``, ``occupation``, ``gender`` (``Man`` /
+    ``Woman`` / ``Nonbinary``), ``gender_pronoun``, ``public_info``, ``big_five``, ``moral_values``,
+    ``schwartz_personal_values``, ``personality_and_values``, ``decision_making_style``, ``secret``, ``mbti``,
     optional ``model_id``.
 ``env_agent_combos.json``
-    the tasks, a list of ``{"env_id": ..., "agent_ids": [agent 1, agent 2]}``; a task's
-    position in this list is its *episode* index.
+    the tasks, ``[{"env_id": ..., "agent_ids": [agent 1, agent 2]}, ...]``; the position is the *episode* index.
 
-:func:`load_tasks` reads such a directory (or ``"embedded"``, our own set shipped in
-``data/scenarios/``) into frozen dataclasses that keep every record string exactly as
-the file has it, and validates it; every problem raises one :class:`ScenarioError`
-naming the file, the key and the field.
-
-See Also
---------
-synclib.tasks.prompts : the prompts the models read, rendered from these tasks (the three prompt
-    views, the masking of the other agent's profile, the judge's intro, the dialog rules).
+:func:`load_tasks` validates such a directory into frozen dataclasses keeping every string as the file has it.
+The prompts rendered from these tasks are :mod:`synclib.tasks.prompts`'.
 """
 from __future__ import annotations
 
@@ -53,10 +44,8 @@ RELATIONSHIPS: Mapping[int, str] = MappingProxyType({
     5: "family_member",
 })
 
-#: The relationship codes appendix G names ("Strangers, Know-by-names, Acquaintances, Friends,
-#: Romantic Relationships"), in the order of closeness the paper reads them.  Sotopia's sixth
-#: code, family_member (5), occurs in none of the paper's 450 tasks, so the paper never places it
-#: on that scale; synclib keeps it as its own category outside the closeness order.
+#: The relationship codes appendix G names, in the paper's order of closeness.  family_member (5) occurs in none
+#: of the paper's 450 tasks, so it stays a category outside this order.
 CLOSENESS_CODES: tuple[int, ...] = (0, 1, 2, 3, 4)
 
 #: The eight scenario sources of Sotopia (``persuation_for_good`` sic).
@@ -73,18 +62,8 @@ ENV_FILE, AGENTS_FILE, COMBOS_FILE = "envs.json", "agents.json", "env_agent_comb
 
 
 class ScenarioError(ValueError):
-    """A task directory is missing, unreadable or invalid.
-
-    Attributes
-    ----------
-    file : str
-        The file (or directory) at fault.
-    key : str or None
-        The record's id (``envs.json`` / ``agents.json``) or ``[index]``
-        (``env_agent_combos.json``); None for file-level problems.
-    field : str or None
-        The field at fault; None for record- or file-level problems.
-    """
+    """A task directory is missing, unreadable or invalid: ``file`` (or directory) at fault, ``key`` (a record's
+    id, or ``[index]`` in ``env_agent_combos.json``) and ``field``, None where the problem is wider."""
 
     def __init__(self, file: str | Path, key: str | None, field: str | None, problem: str):
         self.file, self.key, self.field, self.problem = str(file), key, field, problem
@@ -147,11 +126,8 @@ class Scenario:
 
 @dataclass(frozen=True)
 class Task:
-    """One task (episode): a scenario played by two personas.
-
-    ``index`` is the position in ``env_agent_combos.json``; ``agents`` is
-    (agent 1, agent 2); agent 1 speaks at even utterance indices.
-    """
+    """One task (episode): a scenario played by ``agents`` (agent 1, who speaks at even utterances, agent 2);
+    ``index`` is the position in ``env_agent_combos.json``."""
 
     index: int
     pk: str
@@ -177,10 +153,8 @@ class Task:
 
 @dataclass(frozen=True, eq=False)
 class TaskSet:
-    """A loaded task directory; iterating or indexing gives :class:`Task` objects.
-
-    ``scenarios`` and ``personas`` are read-only mappings id -> object, in file order.
-    """
+    """A loaded task directory of :class:`Task` objects; ``scenarios`` and ``personas`` map id -> object in
+    file order."""
 
     root: Path
     scenarios: Mapping[str, Scenario]
@@ -205,13 +179,9 @@ def embedded_dir() -> Path:
 
 
 def task_dir(path: str | Path = "embedded", download: bool = True) -> Path:
-    """The folder of a task set named as configs and the CLI name it.
-
-    ``"embedded"`` is our own set (:func:`embedded_dir`); a dataset name of
-    :data:`synclib.tasks.datasets.TASK_SETS` (``"sotopia"``: the paper's 450 tasks) is its cache
-    folder, fetched on first use unless ``download`` is False (then a missing file raises
-    :class:`synclib.tasks.datasets.DatasetError`, saying how to fetch it); anything else is a folder.
-    """
+    """The folder of a task set as configs name it: ``"embedded"`` (:func:`embedded_dir`), a name of
+    :data:`synclib.tasks.datasets.TASK_SETS` (its cache folder, fetched on first use unless not ``download``:
+    then a missing file raises :class:`~synclib.tasks.datasets.DatasetError`), or a folder."""
     if str(path) == "embedded":
         return embedded_dir()
     if str(path) in datasets.TASK_SETS:
@@ -234,7 +204,7 @@ def _read_json(path: Path) -> Any:
 
 
 def _unique_keys(path: Path, pairs: list) -> dict:
-    """A JSON object whose keys are unique: a repeated id would silently replace a record."""
+    """A JSON object, refusing a repeated key (which would silently replace a record)."""
     out = {}
     for k, v in pairs:
         if k in out:
@@ -345,9 +315,7 @@ def load_tasks(path: str | Path = "embedded") -> TaskSet:
     Parameters
     ----------
     path : str or Path
-        A directory holding ``envs.json``, ``agents.json`` and ``env_agent_combos.json``,
-        ``"embedded"`` for our own set (:func:`embedded_dir`), or ``"sotopia"`` for the
-        paper's tasks, fetched into the user's cache on first use (:func:`task_dir`).
+        A task directory, ``"embedded"`` or ``"sotopia"`` (:func:`task_dir`).
 
     Returns
     -------
@@ -357,9 +325,8 @@ def load_tasks(path: str | Path = "embedded") -> TaskSet:
     Raises
     ------
     ScenarioError
-        On a missing file, invalid JSON, a missing or mistyped field, an unknown
-        relationship code or gender, the wrong number of goals or agents, or a task
-        naming an unknown scenario or persona; the message names file, key and field.
+        On a missing file, invalid JSON, a missing or mistyped field, an unknown relationship code or gender,
+        the wrong number of goals or agents, or an unknown scenario or persona.
     synclib.tasks.datasets.DatasetError
         ``"sotopia"`` could not be fetched (the message says how to fetch it by hand).
     """
@@ -405,23 +372,9 @@ def load_tasks(path: str | Path = "embedded") -> TaskSet:
 
 
 def select_tasks(taskset: TaskSet, episodes) -> list[Task]:
-    """The tasks a run plays: the first ``episodes`` tasks, or those with the given indices.
-
-    Parameters
-    ----------
-    taskset : TaskSet
-    episodes : int >= 1, or a sequence of distinct task indices (in the order to play them)
-
-    Returns
-    -------
-    list of Task
-
-    Raises
-    ------
-    ValueError
-        when ``episodes`` asks for more tasks than the set holds, names an index outside
-        it or repeats one; the message names the set and its size.
-    """
+    """The tasks a run plays: the first ``episodes`` (int >= 1) tasks, or those with the given distinct indices,
+    in that order.  Raises ValueError, naming the set and its size, for too many tasks, an index outside the set
+    or a repeated one."""
     where = "embedded" if taskset.root == embedded_dir() else str(taskset.root)
     return [taskset.tasks[i] for i in _selected(len(taskset.tasks), episodes, where)]
 
@@ -443,10 +396,8 @@ def _selected(n: int, episodes, where: str) -> list[int]:
 
 
 def count_tasks(path: str | Path, episodes) -> int:
-    """How many tasks a run of ``episodes`` plays from the task set ``path``, without fetching
-    it: a dataset not in the cache yet is counted from its recorded size
-    (:attr:`synclib.tasks.datasets.Dataset.n_tasks`), so that a dry run prices the paper's grid
-    before its tasks are fetched.  Raises ValueError as :func:`select_tasks` does."""
+    """How many tasks a run of ``episodes`` plays from ``path``, without fetching it (an uncached dataset counts
+    by :attr:`~synclib.tasks.datasets.Dataset.n_tasks`, for the dry run).  Raises as :func:`select_tasks`."""
     ds = datasets.TASK_SETS.get(str(path))
     if ds is not None and ds.n_tasks and not datasets.is_cached(ds):
         return len(_selected(ds.n_tasks, episodes, f"{ds.name} (not fetched yet)"))

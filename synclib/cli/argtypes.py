@@ -1,10 +1,8 @@
-"""Option types for the command line: each parses one value or refuses it with a message
-naming what was expected, so that ``argparse`` stops before any work with
-``synclib SUBCOMMAND: error: argument --name: ...`` and exit status 2.
+"""Option types for the command line: each parses one value or refuses it with a message naming what was
+expected, so that ``argparse`` stops before any work (``error: argument --name: ...``, exit status 2).
 
-An option that sets a run-config key takes :func:`setting`: the text read as a value and
-checked by the schema's one check of that key (:func:`synclib.keys.check_setting`); the
-sub-commands' defaults come from :func:`synclib.keys.default`.
+An option that sets a run-config key takes :func:`setting` (checked by :func:`synclib.keys.check_setting`);
+:func:`arg_type` wraps the parsers of the few options that are no key.
 """
 from __future__ import annotations
 
@@ -12,10 +10,8 @@ import argparse
 import re
 
 from synclib.keys import check_setting
-from synclib.penalty import check_alpha_value
 
-__all__ = ["arg_type", "setting", "NULL", "value_of", "positive_int", "nonneg_int", "nonneg_float", "positive_float",
-           "index_list", "ridge_alpha"]
+__all__ = ["arg_type", "setting", "NULL", "value_of", "positive_int", "index_list"]
 
 
 def arg_type(fn, what: str):
@@ -30,9 +26,8 @@ def arg_type(fn, what: str):
 
 
 def _value(text: str):
-    """A command-line value as a config file would hold it: ``none``/``null`` -> None,
-    ``true``/``false``, an integer, a number, a list of integers (``0-4,7``: :func:`index_list`),
-    else the text."""
+    """A command-line value as a config file would hold it: ``none``/``null`` -> None, ``true``/``false``, an
+    integer, a number, a list of integers (``0-4,7``: :func:`index_list`) or of numbers (``0.1,1,10``), else text."""
     t = str(text).strip()
     if t.lower() in ("none", "null"):
         return None
@@ -45,7 +40,19 @@ def _value(text: str):
             pass
     if re.fullmatch(r"[\d\s,-]+", t):
         return index_list(t)
+    if "," in t:
+        try:
+            return [_number(x) for x in t.split(",")]
+        except ValueError:
+            pass
     return t
+
+
+def _number(text: str):
+    try:
+        return int(text)
+    except ValueError:
+        return float(text)
 
 
 class _Null:
@@ -55,8 +62,7 @@ class _Null:
         return "NULL"
 
 
-#: what :func:`setting` returns for the key's null, told apart from an option not given
-#: (argparse's None); :func:`value_of` turns it back into None
+#: what :func:`setting` returns for the key's null, told apart from an option not given (argparse's None)
 NULL = _Null()
 
 
@@ -66,12 +72,10 @@ def value_of(parsed):
 
 
 def setting(path: str, zero: bool = False):
-    """An argparse ``type`` for the option of the config key ``path`` (e.g.
-    ``"simulate.temperature"``): its text read as a value (:func:`_value`; one integer, where
-    the key takes only a list, as a list of it) and checked by the key's one check.  The
-    key's null (``none``, or with ``zero`` also ``0``: "all", "full batch") comes back as
-    :data:`NULL`.  Empty text is "none of them": the empty list where the key takes one
-    (``--lags ''``), else the key's null (``--sample-sizes ''``)."""
+    """An argparse ``type`` for the option of config key ``path`` (``"simulate.temperature"``): its text read by
+    :func:`_value` (one number, where the key takes only a list, as a list of it) and checked by the key's rule.
+    The key's null (``none``, with ``zero`` also ``0``) comes back as :data:`NULL`. Empty text is the empty list
+    where the key takes one (``--lags ''``), else the key's null."""
     name = path.rsplit(".", 1)[-1]
 
     def parse(text):
@@ -92,7 +96,7 @@ def setting(path: str, zero: bool = False):
             checked = check_setting(None, name, path, value)
             return NULL if checked is None else checked
         except ValueError as exc:
-            if isinstance(value, int) and not isinstance(value, bool):
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
                 try:
                     return check_setting(None, name, path, [value])
                 except ValueError:
@@ -109,41 +113,10 @@ def _int(text) -> int:
         raise ValueError(f"{text!r} is not an integer") from None
 
 
-def _float(text) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise ValueError(f"{text!r} is not a number") from None
-    if v != v:
-        raise ValueError("NaN is not allowed")
-    return v
-
-
 def positive_int(text) -> int:
     v = _int(text)
     if v < 1:
         raise ValueError(f"must be >= 1, got {v}")
-    return v
-
-
-def nonneg_int(text) -> int:
-    v = _int(text)
-    if v < 0:
-        raise ValueError(f"must be >= 0, got {v}")
-    return v
-
-
-def nonneg_float(text) -> float:
-    v = _float(text)
-    if v < 0:
-        raise ValueError(f"must be >= 0, got {text}")
-    return v
-
-
-def positive_float(text) -> float:
-    v = _float(text)
-    if v <= 0:
-        raise ValueError(f"must be > 0, got {text}")
     return v
 
 
@@ -167,9 +140,3 @@ def index_list(text: str) -> list[int]:
     if len(set(out)) != len(out):
         raise ValueError(f"duplicate indices in {text!r}")
     return out
-
-
-def ridge_alpha(text):
-    """A ridge penalty > 0, or ``"cv"`` (checked by :func:`synclib.penalty.check_alpha_value`);
-    returns the config's form, ``"cv"`` or a float."""
-    return check_alpha_value(text if text == "cv" else _float(text))

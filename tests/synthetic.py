@@ -404,7 +404,7 @@ def build_synthetic_results(root: str | os.PathLike, pairs=SYNTHETIC_PAIRS, seed
     seed : int
         Seeds the cubes (``seed + i`` for pair ``i``) and the judge tables.
     cube_kwargs, analyze_kwargs : dict, optional
-        Extra arguments for :func:`synclib.analysis.synthetic.make_synthetic_cube` and
+        Extra arguments for :func:`make_synthetic_cube` and
         :func:`synclib.analysis.analyze` (the latter on top of :data:`SYNTHETIC_ANALYSIS`;
         the ToM block is added when ``synclib.analysis.tom`` exists).
     n_episodes, n_seeds, n_rounds : int
@@ -444,7 +444,7 @@ def build_synthetic_results(root: str | os.PathLike, pairs=SYNTHETIC_PAIRS, seed
                         "judge": f"judge/{name}.judge.csv"})
     manifest = {"name": "synthetic-test-fixture", "synthetic": True, "embedded": False,
                 "pairs": entries,
-                "config": {"scenarios": "synthetic (synclib.analysis.synthetic)",
+                "config": {"scenarios": "synthetic (tests/synthetic.py)",
                            "simulate": {"episodes": n_episodes, "seeds": list(range(n_seeds)),
                                         "max_utterances": 2 * n_rounds},
                            "analysis": {k: v for k, v in akw.items() if k != "progress"}}}
