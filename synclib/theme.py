@@ -31,11 +31,16 @@ CHART_CONFIG = {"axis": {"labelSeparation": 4},
 WRAPPED_LABEL = "split(replace(datum.label, regexp('_', 'g'), ' '), ' ')"
 
 
-def colour_scale(values) -> alt.Scale:
-    """Colour scale for ``values``: conditions in :data:`CONDITION_COLOURS` (in order), else :data:`OTHER_COLOURS`."""
+def colour_scale(values, order=None) -> alt.Scale:
+    """Colour scale for ``values``: conditions in :data:`CONDITION_COLOURS`; else :data:`OTHER_COLOURS` by each
+    value's position in ``order`` where given (``res.run_names``: a pair is named as its first ordered run, so a run
+    or a pair has one colour on every page), or in the order the values first appear."""
     present = [v for v in dict.fromkeys(values) if isinstance(v, str)]
     if present and all(v in CONDITION_COLOURS for v in present):
         return alt.Scale(domain=present, range=[CONDITION_COLOURS[v] for v in present])
+    order = present if order is None else list(order)
+    if present and all(v in order for v in present):
+        return alt.Scale(domain=present, range=[OTHER_COLOURS[order.index(v) % len(OTHER_COLOURS)] for v in present])
     return alt.Scale(range=list(OTHER_COLOURS))
 
 

@@ -499,9 +499,6 @@ def test_dry_run_estimates_every_job_of_the_default_from_the_measured_run(tmp_pa
         assert rows2["simulate:S-S"].seconds == pytest.approx(sims["S-S"]["seconds"] * ratio * f32, rel=1e-3)
 
 
-@pytest.mark.xfail(strict=True, reason="library gap: bench/results/main_job_cpu.json was measured before the claims "
-                                       "job existed (it times a 'pages' job, now gone), and synclib/run/plan.py has no "
-                                       "other estimate for 'claims': re-measure the main job (bench/bench_main_job.py)")
 def test_the_claims_job_has_a_measured_time(tmp_path):
     _, _, _, rows = _default_plan(tmp_path)
     assert rows["claims"].seconds is not None
