@@ -26,7 +26,7 @@ from synclib.stats import fmt, format_p, p_clause
 
 __all__ = ["setup", "choose", "check_parameters", "refuse_unknown_parameters", "NotebookParameterError", "NotebookFailed",
            "failure", "execute", "read", "parameters", "parameter_table", "figure_notebooks",
-           "enable", "chart_png", "readable", "join_words", "p_text", "synclib_imports"]
+           "enable", "chart_png", "readable", "join_words", "p_text", "leaning", "synclib_imports"]
 
 #: notebooks a local run executes at once, each in its own kernel: a kernel mostly uses one core, so two take
 #: about half as long on 2 cores; at most 4 (each kernel holds a few hundred MiB)
@@ -512,6 +512,15 @@ def join_words(items) -> str:
     """``"a, b and c"``: the non-empty ``items`` as a page lists them."""
     items = [str(i) for i in items if i]
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1] if items else ""
+
+
+def leaning(claim: dict) -> str:
+    """The sentence an inconclusive claim's line ends with (its raw p and its Holm-adjusted p give different verdicts,
+    :data:`synclib.analysis.claims.INCONCLUSIVE`), else ``""``."""
+    if not claim.get("leaning"):
+        return ""
+    return (f" At its raw p the verdict would be *{claim['leaning']}*; after Holm's adjustment across the claims' "
+            "tests it is not, so the claim is inconclusive, leaning that way.")
 
 
 def p_text(measure: dict, word: str = "test") -> str:

@@ -472,7 +472,7 @@ def test_the_scorecard_has_one_row_per_claim_with_its_verdict(res, executed):
     assert "the paper (Mistral/Llama" in header and "this run (synthetic test data)" in header
     assert "95 % interval" in header and len(rows) == len(records)
     for row, c in zip(rows, records):
-        assert cells(row)[-1] == f"**{c['verdict']}**" and c["verdict"] in claims.VERDICTS
+        assert cells(row)[-1] == f"**{c['verdict']}**" and c["verdict"].split(",")[0] in claims.VERDICTS
         assert f"]({c['page']}.ipynb)" in cells(row)[0] and c["what"].rsplit(" (", 1)[0] in cells(row)[0]
         assert "nan" not in row.lower() and "n/a" not in row
 
@@ -625,8 +625,9 @@ def test_the_overview_of_a_run_without_a_fitted_map(tmp_path, published):
 
 def test_claim_verdicts_read_holm_adjusted_p_across_every_claim(t, res, monkeypatch, tmp_path):
     """A planted p: table 2's difference at p = 0.033 (the issue's) with a minimum detectable difference
-    of 0.108 is a finding alone, but not after Holm's adjustment across the tests of every claim; the
-    first page's scorecard and table 2's page judge it alike and quote the adjusted p."""
+    of 0.108 is a finding alone, but not after Holm's adjustment across the tests of every claim: the claim
+    reads "inconclusive, leaning differs" (issue 74: not a plain "cannot test"); the first page's scorecard
+    and table 2's page judge it alike and quote both p."""
     monkeypatch.setattr(power, "setting_test", lambda r, s: {"n": 8, "t": 2.6, "mde": 0.108, "n_layer_pairs": 0,
                                                              "n_runs": 2, "n_seeds": 2, "mean": 0.04, "p": 0.033})
     alone = claims.persona(t)
@@ -635,7 +636,8 @@ def test_claim_verdicts_read_holm_adjusted_p_across_every_claim(t, res, monkeypa
     ps = np.array([m.p for c in every for m in c.measures if np.isfinite(m.p)])
     assert len(ps) >= 3
     first = every[[fn for fn, *_ in claims.CLAIMS].index(claims.persona)]
-    assert (first.verdict, first.reason) == (CANNOT, "underpowered")
+    assert (first.verdict, first.leaning, first.reason) == (claims.INCONCLUSIVE, DIFFERS, "underpowered")
+    assert first.shown == "inconclusive, leaning differs"
     assert first.measures[0].p_holm == pytest.approx(stats.holm(ps)[np.flatnonzero(ps == 0.033)].max())
     assert claims.persona(t).verdict == CANNOT  # t now reads the adjusted p
     root = copy_results(res.root, tmp_path / "holm")
@@ -645,9 +647,12 @@ def test_claim_verdicts_read_holm_adjusted_p_across_every_claim(t, res, monkeypa
     m = planted.claim("persona")["measures"][0]
     assert f"Holm-adjusted {m['p_holm']:.2f}" in notebook.p_text(m)
     line = claim_line(run_page("table2_persona_disjoint", results_dir=str(root)).text, planted.claim("persona")["what"])
-    assert "**cannot test**" in line and f"Holm-adjusted {m['p_holm']:.2f}" in line
-    rows = {c["id"]: cells(r) for c, r in zip(planted.claims(), scorecard(run_page("intro", results_dir=str(root)).text)[1:])}
-    assert rows["persona"][-1] == "**cannot test**" and f"Holm-adjusted {m['p_holm']:.2f}" in rows["persona"][2]
+    assert "**inconclusive, leaning differs**" in line and f"Holm-adjusted {m['p_holm']:.2f}" in line
+    assert "p = 0.033" in line
+    intro = run_page("intro", results_dir=str(root)).text
+    rows = {c["id"]: cells(r) for c, r in zip(planted.claims(), scorecard(intro)[1:])}
+    assert rows["persona"][-1] == "**inconclusive, leaning differs**"
+    assert f"Holm-adjusted {m['p_holm']:.2f}" in rows["persona"][2] and "p = 0.033" in rows["persona"][2]
 
 
 # --------------------------------------------------------------------------- claims.json
@@ -678,8 +683,9 @@ def test_claims_json_round_trip(res, published, tmp_path):
     assert len(back.claims()) == len(evaluated) == len(claims.CLAIMS)
     for record, c, (fn, page, keys, what) in zip(back.claims(), evaluated, claims.CLAIMS):
         assert record["id"] == fn.__name__ and back.claim(fn.__name__) == record
-        assert (record["page"], record["keys"], record["verdict"], record["reason"]) == (page, list(keys), c.verdict,
+        assert (record["page"], record["keys"], record["verdict"], record["reason"]) == (page, list(keys), c.shown,
                                                                                           c.reason)
+        assert record["leaning"] == c.leaning and (c.verdict == claims.INCONCLUSIVE) == bool(c.leaning)
         assert record["what"] == what.format(n=published["fig9"]["n_samples"])
         assert _same(record["measures"], claims._plain([dataclasses.asdict(m) for m in c.measures])), fn.__name__
         assert _same(record["numbers"], json.loads(json.dumps(claims._plain(c.numbers)))), fn.__name__

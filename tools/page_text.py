@@ -83,7 +83,7 @@ def compare(before: dict, after: dict) -> list[str]:
 
 #: a number as a page writes it: 0.31, -0.058, 1,024, 95 %, 2.5e-06
 NUMBER = re.compile(r"(?<![\w.])[-−+]?\d(?:[\d,]*\d)?(?:\.\d+)?(?:e[-+]?\d+)?(?: ?%)?")
-VERDICTS = re.compile(r"\b(agrees|partly|differs|cannot test)\b")
+VERDICTS = re.compile(r"\b(agrees|partly|differs|cannot test|inconclusive)\b")
 
 
 def page_numbers(record: dict) -> tuple[Counter, Counter]:

@@ -7,7 +7,8 @@ entry: ``id``, ``page`` (the notebook showing it), ``keys`` (its ``data/publishe
 ``verdict`` (:data:`VERDICTS`), ``reason`` (the branch of its rule that gave the verdict), ``measures`` (the
 numbers it rests on, with ``p`` and ``p_holm``) and ``numbers`` (the claim's other numbers).
 
-A verdict that rests on a test reads its p after Holm's adjustment across every claim's tests, at :data:`LEVEL`.
+A verdict that rests on a test reads its p after Holm's adjustment across every claim's tests, at :data:`LEVEL`;
+where the raw p would give another verdict, the claim is "inconclusive, leaning" to that one, and shows both p.
 The tests, and the statistical unit of each:
 
 ================================  ======================================================================================
@@ -51,13 +52,14 @@ from synclib.paths import CLAIMS_FILE, display, in_repo
 from synclib.stats import MIN_N_CORR
 from synclib.tasks.scenarios import CLOSENESS_CODES, RELATIONSHIPS
 
-__all__ = ["AGREES", "PARTLY", "DIFFERS", "CANNOT", "VERDICTS", "LEVEL", "EQUIVALENCE_MARGIN",
+__all__ = ["AGREES", "PARTLY", "DIFFERS", "CANNOT", "INCONCLUSIVE", "VERDICTS", "LEVEL", "EQUIVALENCE_MARGIN",
            "ASSUMED_PAPER_DIFFERENCE", "GENERALISES", "LOWERS_BY", "PAPER_PAIRS", "Measure", "Claim", "RunTests",
            "CLAIMS", "evaluate", "test_tables", "summary", "write"]
 
-#: what a run can find about a claim ("partly": one part of the claim holds, another not)
-AGREES, PARTLY, DIFFERS, CANNOT = "agrees", "partly", "differs", "cannot test"
-VERDICTS = (AGREES, PARTLY, DIFFERS, CANNOT)
+#: what a run can find about a claim ("partly": one part of the claim holds, another not; "inconclusive": the raw p
+#: and the Holm-adjusted p give different verdicts, the raw one written as its leaning, "inconclusive, leaning differs")
+AGREES, PARTLY, DIFFERS, CANNOT, INCONCLUSIVE = "agrees", "partly", "differs", "cannot test", "inconclusive"
+VERDICTS = (AGREES, PARTLY, DIFFERS, CANNOT, INCONCLUSIVE)
 #: the level of every claim's test, after Holm's adjustment across the claims' tests
 LEVEL = 0.05
 #: a "largely unchanged" claim (tables 2, 5; figure 9's gain) can be spoken to where a change this large
@@ -97,6 +99,12 @@ class Claim:
     reason: str
     measures: tuple = ()
     numbers: dict = field(default_factory=dict)
+    leaning: str = ""          # an inconclusive verdict's: the verdict at the raw p
+
+    @property
+    def shown(self) -> str:
+        """The verdict as the pages print it: ``"inconclusive, leaning differs"`` where it is inconclusive."""
+        return f"{self.verdict}, leaning {self.leaning}" if self.verdict == INCONCLUSIVE else self.verdict
 
 
 def _row(d) -> dict:
@@ -415,17 +423,22 @@ CLAIMS = (
 
 
 def evaluate(t: RunTests) -> list[Claim]:
-    """Every claim of :data:`CLAIMS` on ``t``'s run: once for the tests' p-values, then again with each
-    verdict read at its p after Holm's adjustment across all of them; the measures get ``p_holm``."""
+    """Every claim of :data:`CLAIMS` on ``t``'s run: once at the tests' raw p-values, then again with each
+    verdict read at its p after Holm's adjustment across all of them; the measures get ``p_holm``.  A claim whose
+    two verdicts differ is :data:`INCONCLUSIVE`, leaning to its verdict at the raw p (unless that is :data:`CANNOT`):
+    table 2's fall at raw p 0.02 and Holm's 0.06 reads "inconclusive, leaning differs", not "cannot test"."""
     t.holm = {}
-    ps = [m.p for fn, *_ in CLAIMS for m in fn(t).measures if np.isfinite(m.p)]
+    raw = [fn(t) for fn, *_ in CLAIMS]
+    ps = [m.p for c in raw for m in c.measures if np.isfinite(m.p)]
     table: dict = {}
     for p, a in zip(ps, stats.holm(np.asarray(ps, dtype=float))):
         table[float(p)] = max(a, table.get(float(p), 0.0))
     t.holm = table
     out = [fn(t) for fn, *_ in CLAIMS]
-    for c in out:
+    for c, r in zip(out, raw):
         c.measures = tuple(dataclasses.replace(m, p_holm=table.get(float(m.p), math.nan)) for m in c.measures)
+        if c.verdict != r.verdict and r.verdict != CANNOT:
+            c.verdict, c.leaning = INCONCLUSIVE, r.verdict
     return out
 
 
@@ -568,8 +581,8 @@ def summary(t: RunTests) -> dict:
     paper_n = t.published.get("fig9", {}).get("n_samples", 6500)
     claims = []
     for (fn, page, keys, what), c in zip(CLAIMS, evaluate(t)):
-        claims.append({"id": fn.__name__, "page": page, "keys": list(keys), "what": what.format(n=paper_n), "verdict": c.verdict,
-                       "reason": c.reason, "measures": [dataclasses.asdict(m) for m in c.measures],
+        claims.append({"id": fn.__name__, "page": page, "keys": list(keys), "what": what.format(n=paper_n),
+                       "verdict": c.shown, "leaning": c.leaning, "reason": c.reason, "measures": [dataclasses.asdict(m) for m in c.measures],
                        "numbers": c.numbers})
     return _plain({"claims": claims, "level": LEVEL,
                    "n_claim_tests": sum(bool(np.isfinite(m["p"])) for c in claims for m in c["measures"]),
