@@ -712,3 +712,28 @@ def test_claims_json_round_trip(res, published, tmp_path):
     copy = back.tests("controls")
     copy.loc[:, "p"] = -1.0
     assert (back.tests("controls")["p"] != -1.0).all()  # each call a copy: a page cannot change the run's tests
+
+
+@pytest.mark.slow
+def test_the_first_page_says_which_bars_rest_on_fewer_samples(res, executed):
+    """Issue 74: the overview draws each condition on its own samples; where a control has fewer training
+    samples than genuine (the lags), its caption gives both counts (the mean over directions and split seeds, per
+    ordered run), so that a bar's distance from genuine is not read as the tested gap."""
+    n = {c: [float(res.analysis(r.name)["n_train"].sel(condition=c).mean()) for r in res.runs]
+         for c in ("genuine", "lag1")}
+    assert any(a < g - 0.5 for a, g in zip(n["lag1"], n["genuine"])), "the tiny results' lags have fewer rows"
+    text = " ".join(page(executed, "intro").split())
+    span = {c: fmt(min(v), 0) if round(min(v)) == round(max(v)) else f"{fmt(min(v), 0)}-{fmt(max(v), 0)}"
+            for c, v in n.items()}
+    assert "Each bar is fitted on its condition's own samples" in text
+    said = text[text.index("Each bar is fitted"):][:400]
+    assert f"genuine {span['genuine']}, lag 1 {span['lag1']}" in said, said  # split() takes the no-break space
+
+
+@pytest.mark.slow
+def test_figure_2_says_the_surrogate_tests_genuine_is_on_other_rows(res, executed):
+    """Issue 74: the surrogate test's genuine (its rows, its first split seeds) beside the headline per pair is
+    named as such."""
+    s = res.claim("synchrony")["numbers"]["surrogates"]
+    line = claim_line(page(executed, "fig02_heatmaps"), res.claim("synchrony")["what"])
+    assert f"genuine {fmt(s['genuine'])} on the surrogates' rows and first" in line

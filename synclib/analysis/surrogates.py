@@ -24,7 +24,7 @@ from synclib.analysis.samples import PairedSamples, persona_keys, sim_seed_rank
 from synclib.analysis.scores import sync_r2_many
 from synclib.splits import RidgeInputError
 
-__all__ = ["SURROGATE_RULE", "surrogate_partners", "surrogate_rows", "surrogate_block"]
+__all__ = ["SURROGATE_RULE", "SURROGATE_SPLITS", "surrogate_partners", "surrogate_rows", "surrogate_block"]
 
 SURROGATE_RULE = (
     "ours (after hyperscanning's surrogate pairs; the paper has none): surrogate m pairs every genuine sample's "
