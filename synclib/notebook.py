@@ -515,12 +515,9 @@ def join_words(items) -> str:
 
 
 def leaning(claim: dict) -> str:
-    """The sentence an inconclusive claim's line ends with (its raw p and its Holm-adjusted p give different verdicts,
-    :data:`synclib.analysis.claims.INCONCLUSIVE`), else ``""``."""
-    if not claim.get("leaning"):
-        return ""
+    """The sentence an inconclusive claim's line ends with (:data:`synclib.analysis.claims.INCONCLUSIVE`), or ``""``."""
     return (f" At its raw p the verdict would be *{claim['leaning']}*; after Holm's adjustment across the claims' "
-            "tests it is not, so the claim is inconclusive, leaning that way.")
+            "tests it is not, so the claim is inconclusive, leaning that way." if claim.get("leaning") else "")
 
 
 def p_text(measure: dict, word: str = "test") -> str:

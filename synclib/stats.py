@@ -138,15 +138,8 @@ def bootstrap_interval(draws, level: float = 0.95) -> tuple[float, float]:
 
 def reference_family_se(pair_means, n_split_seeds: int = 3) -> float:
     """Figure 4a's error bar as the reference computes it (``playground/data_analysis.py`` 1206-1207):
-    ``np.std(pair_means)`` (ddof 0) ``/ sqrt(n_split_seeds * n_pairs)``; NaN without values.
-
-    Parameters
-    ----------
-    pair_means : array-like, shape (n_pairs,)
-        One SyncR^2 per model pair of a family (the mean of its four directions); non-finite ones left out.
-    n_split_seeds : int
-        The factor under the square root besides the number of pairs (the reference's 3 split seeds).
-    """
+    ``np.std(pair_means)`` (ddof 0) ``/ sqrt(n_split_seeds * n_pairs)``, ``pair_means`` (n_pairs,) one SyncR^2 per
+    model pair of a family (non-finite ones left out; the reference's ``n_split_seeds`` is 3); NaN without values."""
     v = np.asarray(pair_means, dtype=np.float64).ravel()
     v = v[np.isfinite(v)]
     if v.size == 0:

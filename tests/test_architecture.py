@@ -187,9 +187,9 @@ def _notebook_imports(path: Path):
 #: what runs a statistical test (module -> its names that do; None: the whole module): a page reads the
 #: tests of the claims step (``claims.json``) instead, so that no two pages can judge a claim differently
 TESTS = {"synclib.analysis.power": None, "synclib.analysis.planted": None, "scipy": None, "scipy.stats": None,
-         "synclib.analysis.cka": {"unrelated_cka"}, "synclib.stats": {"pearson", "partial_pearson", "correlations_by_group",
-                                                                       "compare_groups", "bootstrap_p", "bootstrap_interval",
-                                                                       "rank_p", "holm"}}
+         "synclib.analysis.cka": {"cka_null"},
+         "synclib.stats": {"pearson", "partial_pearson", "correlations_by_group", "compare_groups", "bootstrap_p",
+                           "bootstrap_interval", "rank_p", "holm"}}
 
 
 def test_no_page_runs_a_statistical_test_while_it_renders():

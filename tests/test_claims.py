@@ -696,7 +696,7 @@ def test_claims_json_round_trip(res, published, tmp_path):
     tables = claims.test_tables(t)
     assert tables.keys() >= {"controls", "controls_seed_average", "controls_by_run", "surrogates", "surrogate_values",
                              "intervals", "trends", "social_correlations", "judged_runs", "partial", "abilities",
-                             "topk_correlations", "tom", "planted", "cka_unrelated"}
+                             "topk_correlations", "tom", "planted", "cka_null"}
     for name, frame in tables.items():
         got = back.tests(name)
         assert list(got.columns) == [str(c) for c in frame.columns], name

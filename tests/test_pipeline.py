@@ -365,6 +365,21 @@ def test_a_setting_reruns_exactly_its_step_and_dry_run_says_why(tmp_path):
     assert "3 of 3 jobs would run" in text
 
 
+def test_a_new_analysis_format_reruns_the_analyses_only(tmp_path, monkeypatch):
+    """Code that writes other analysis files for the same settings (issue 74: the debiased CKA) raises
+    ``synclib.analysis.ANALYSIS_FORMAT``: finished analyses re-run, and the dry run says why; cubes and judge
+    tables stay."""
+    from synclib.run.plan import format_plan, plan
+
+    cfg = load_config(None, [f"results_dir={tmp_path / 'r'}", "pairs=[S-G]", "orders=first"])
+    jobs = build_jobs(cfg, ("simulate", "judge", "analyze"))
+    _finish(jobs, jobs)
+    monkeypatch.setattr(pipeline, "ANALYSIS_FORMAT", pipeline.ANALYSIS_FORMAT + 1)
+    rows = plan(build_jobs(cfg, ("simulate", "judge", "analyze")), cfg)
+    assert {r.key for r in rows if r.status == "will run"} == {"analyze:S-G"}
+    assert f"analysis_format: {pipeline.ANALYSIS_FORMAT - 1} -> {pipeline.ANALYSIS_FORMAT}" in format_plan(rows)
+
+
 def test_dry_run_cli_starts_nothing(tmp_path, capsys):
     from synclib import cli
 

@@ -32,6 +32,9 @@ Modules
 """
 import importlib
 
+#: the analysis files' format, in the analyze job's fingerprint: raised when the same settings write other files
+ANALYSIS_FORMAT = 2
+
 #: where each public name lives; a name is imported when first used, so that the light modules of
 #: this package (``sizing``, ``settings``) load without torch for the config and the dry run
 _NAMES = {
@@ -66,7 +69,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "analyze", "AnalysisSettings", "MLPOptions", "AnalysisError", "PairedSamples", "build_dataset", "parse_condition", "persona_keys",
+    "ANALYSIS_FORMAT", "analyze", "AnalysisSettings", "MLPOptions", "AnalysisError", "PairedSamples", "build_dataset", "parse_condition", "persona_keys",
     "shuffle_training_targets", "sim_seed_rank", "sync_r2", "sync_r2_topk", "sync_r2_noclip", "sync_r2_se",
     "seed_aggregate", "SeedAggregate", "mlp_r2", "DIRECTIONS", "RELATIONSHIP_SOURCES", "linear_cka", "cka_grid",
 ]

@@ -24,9 +24,9 @@ import numpy as np
 import xarray as xr
 from tqdm import tqdm
 
-from synclib.analysis.cka import cka_grid
+from synclib.analysis.cka import cka_grid, cka_null
 from synclib.analysis.context import Context, GenuineFits, SplitFit
-from synclib.analysis.contrasts import CONTRAST_RULE, SIDES, contrast_fits, contrast_variables
+from synclib.analysis.contrasts import CONTRAST_RULE, SIDES, common_rows, contrast_fits, contrast_variables
 from synclib.analysis.mlp import STOPPING_RULE, MLPOptions, mlp_r2_batch
 from synclib.analysis.samples import (PairedSamples, build_dataset, persona_keys, shuffle_training_targets,
                                       sim_seed_rank)
@@ -41,7 +41,7 @@ from synclib.tasks.scenarios import RELATIONSHIPS
 __all__ = ["conditions_block", "own_splits", "episode_draws", "episode_bootstrap", "N_BOOT", "BOOT_SEED", "BOOT_RULE",
            "paper_alpha_block", "persona_block", "sample_size_block", "relationship_block",
            "nonlinear_block", "tom_block", "Conditions", "RELATIONSHIP_SOURCES", "AGGREGATION",
-           "SPLIT_RULE", "PERSONA_SPLIT_RULE", "SHUFFLE_RULE", "CKA_RULE", "CKA_SHUFFLE_SEED"]
+           "SPLIT_RULE", "PERSONA_SPLIT_RULE", "SHUFFLE_RULE", "CKA_RULE", "CKA_SHUFFLE_SEED", "CKA_PERMUTATIONS"]
 
 #: appendix G: only these scenario sources enter the relationship analysis
 RELATIONSHIP_SOURCES = ("social_iqa", "social_chemistry", "normbank")
@@ -114,14 +114,20 @@ SHUFFLE_RULE = ("reference (affine_transformation.py 356-372): the genuine datas
                 "RandomState continues: per training episode in split order, per simulation seed "
                 "ascending, a dialog with m > 1 samples gets its targets permuted by rs.permutation(m); "
                 "test set untouched.")
-#: the seed of the shuffled control's permutation for CKA (:data:`CKA_RULE`)
+#: the seed of the shuffled control's permutation for CKA, and of the permutation null's (:data:`CKA_RULE`)
 CKA_SHUFFLE_SEED = 0
-CKA_RULE = ("ours (the paper has no CKA): linear CKA (synclib.analysis.cka.cka_grid; Kornblith et al. 2019) "
-            "between the source and the target states of every layer pair, on all samples of each condition's "
-            "dataset (n_available; no split, nothing fitted, one value per condition and direction). shuffled: "
+#: permutations of genuine's target rows in CKA's null (``cka_null``)
+CKA_PERMUTATIONS = 99
+CKA_RULE = ("ours (the paper has no CKA): debiased linear CKA (synclib.analysis.cka.cka_grid: Kornblith et al. "
+            "2019's CKA with the unbiased HSIC estimator, about 0 for unrelated states at any sample count) "
+            "between the source and the target states of every layer pair. cka: on all samples of each condition's "
+            "dataset (n_available; no split, nothing fitted, one value per condition and direction); shuffled: "
             "the genuine samples with every dialog's targets permuted as the shuffle rule permutes training "
             "targets (synclib.analysis.samples.shuffle_training_targets over all episodes in cube order, "
-            f"numpy.random.RandomState({CKA_SHUFFLE_SEED})).")
+            f"numpy.random.RandomState({CKA_SHUFFLE_SEED})). cka_contrast: the mean over layer pairs of genuine and "
+            "of each control on the samples both hold (synclib.analysis.contrasts.common_rows), side by side. "
+            f"cka_null: genuine's mean over layer pairs with its target rows permuted, {CKA_PERMUTATIONS} times "
+            f"(synclib.analysis.cka.cka_null, numpy.random.default_rng({CKA_SHUFFLE_SEED})).")
 
 
 # --------------------------------------------------------------------------- genuine and controls
@@ -218,13 +224,20 @@ class _ConditionArrays:
         )
 
 
-def _cka(ctx: Context, samples: PairedSamples, seed_rank: np.ndarray) -> np.ndarray:
-    """Linear CKA (L_src, L_tgt) of each layer pair of one (condition, direction), all samples (:data:`CKA_RULE`)."""
-    if samples.condition == "shuffled":
-        y = shuffle_training_targets(samples, range(ctx.cube.sizes["episode"]),
-                                     np.random.RandomState(CKA_SHUFFLE_SEED), seed_rank)
-        samples = replace(samples, y_rows=y)
-    return cka_grid(*samples.take(np.arange(samples.n)))
+def _cka_samples(ctx: Context, samples: PairedSamples, seed_rank: np.ndarray) -> PairedSamples:
+    """The samples CKA reads for one (condition, direction): the shuffled control's targets permuted
+    (:data:`CKA_RULE`), else the condition's own."""
+    if samples.condition != "shuffled":
+        return samples
+    y = shuffle_training_targets(samples, range(ctx.cube.sizes["episode"]),
+                                 np.random.RandomState(CKA_SHUFFLE_SEED), seed_rank)
+    return replace(samples, y_rows=y)
+
+
+def _cka_contrast(genuine: PairedSamples, control: PairedSamples) -> tuple[float, float]:
+    """Genuine's and the control's CKA, each the mean over layer pairs, on the samples both hold."""
+    gi, ci = common_rows(genuine, control)
+    return tuple(cka_null(*s.take(i), 0)[0] for s, i in ((genuine, gi), (control, ci)))
 
 
 # --------------------------------------------------------------------------- the episode as the unit
@@ -396,7 +409,8 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
         episodes (:data:`ROUND_RULE`, attribute ``round_rule``): ``sync_r2_round`` (C, Dir, round),
         ``n_test_round`` (C, Dir, S, round), ``round_tgt_layer`` (C, Dir, src_layer; -1: padding), with resamples
         ``sync_r2_round_boot`` (..., round, boot); with ``cka``, ``cka`` (C, Dir, src_layer, tgt_layer;
-        :data:`CKA_RULE`, attribute ``cka_rule``).  ``genuine``: the genuine fits, for the other blocks.
+        :data:`CKA_RULE`, attribute ``cka_rule``), ``cka_null`` (Dir, permutation) and ``cka_contrast`` (contrast,
+        Dir, side).  ``genuine``: the genuine fits, for the other blocks.
     """
     shape = (len(conditions), len(ctx.directions), len(ctx.split_seeds))
     arrays = _ConditionArrays.empty(shape, max(ctx.cube.sizes["layer_a"], ctx.cube.sizes["layer_b"]))
@@ -408,6 +422,8 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
     rounds = _Rounds.empty(shape, R, ctx.n_boot, arrays.r2.shape[-1])
     partner = None  # the pseudo-dyads' partner rule
     ckas = np.full(shape[:2] + arrays.r2.shape[-2:], np.nan)
+    cka_nulls = np.full((len(ctx.directions), CKA_PERMUTATIONS), np.nan)
+    cka_read, cka_pairs = {}, {}  # CKA's samples per (condition, direction); the contrasts' CKA
     contrasts = {}
     for di, d in enumerate(ctx.directions):
         datasets = [build_dataset(ctx.cube, d, c, ctx.arrays) for c in conditions]
@@ -416,8 +432,11 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
             arrays.n_available[ci, di] = samples.n
             partner = samples.info.get("partner", partner)
             if cka:
-                grid = _cka(ctx, samples, rank)
+                read = cka_read[(c, d)] = _cka_samples(ctx, samples, rank)
+                grid = cka_grid(*read.take(np.arange(read.n)))
                 ckas[ci, di, :grid.shape[0], :grid.shape[1]] = grid
+                if c == "genuine":
+                    cka_nulls[di] = cka_null(*read.take(np.arange(read.n)), CKA_PERMUTATIONS, CKA_SHUFFLE_SEED)[1]
             fits = own[c] = _fit_splits(ctx, samples, rank, own_splits(ctx, samples))
             for si, fit in enumerate(fits):
                 if fit is not None:
@@ -433,6 +452,8 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
             for c, samples in zip(conditions, datasets):
                 if c != "genuine":
                     contrasts[(c, d)] = contrast_fits(ctx, g, samples, own["genuine"], own[c])
+                    if cka:
+                        cka_pairs[(c, d)] = _cka_contrast(cka_read[("genuine", d)], cka_read[(c, d)])
         for samples in datasets:
             if samples.condition.endswith("passive"):  # not needed again: free it
                 ctx.arrays.drop(samples.info["source_var"])
@@ -454,7 +475,16 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
     if cka:
         ds["cka"] = (("condition", "direction", "src_layer", "tgt_layer"), ckas)
         ds["cka"].attrs["samples"] = "all samples of each condition's dataset (n_available); no split"
+        ds["cka"].attrs["estimator"] = "debiased"
         ds.attrs["cka_rule"] = CKA_RULE
+        if "genuine" in conditions:
+            ds["cka_null"] = (("direction", "permutation"), cka_nulls)
+        if cka_pairs:
+            names = [str(c) for c in ds["contrast"].values]
+            pairs = np.full((len(names), len(ctx.directions), 2), np.nan)
+            for (c, d), sides in cka_pairs.items():
+                pairs[names.index(c), list(ctx.directions).index(d)] = sides
+            ds["cka_contrast"] = (("contrast", "direction", "side"), pairs)
     return Conditions(ds, genuine)
 
 

@@ -43,7 +43,6 @@ import pandas as pd
 
 from synclib import stats
 from synclib.analysis import power
-from synclib.analysis.cka import unrelated_cka
 from synclib.analysis.results import load_ability_scores
 from synclib.analysis.tables import clipping_summary
 from synclib.judge import human
@@ -533,7 +532,8 @@ def test_tables(t: RunTests) -> dict[str, pd.DataFrame]:
     and split seed (:func:`synclib.analysis.power.paired_control_tests`; ``controls_seed_average`` averages the seeds
     first); ``surrogates`` is per pair and over all; ``judged_runs`` asks whether the runs' judged scores differ;
     ``social_correlations`` is figure 6's, ``partial`` and ``abilities`` table 1's, ``tom`` figure 11's; ``planted``
-    the power curve; ``cka_unrelated`` the linear CKA of unrelated states at each run's widths and samples;
+    the power curve; ``cka_null`` genuine's debiased CKA against its permutation null, and each control beside
+    genuine on the rows both hold, per pair (:meth:`~synclib.analysis.tables.Tables.cka_null_table`);
     ``judge_human_*`` (with human ratings) table 4's."""
     res = t.res
     scores = res.dialog_scores()
@@ -541,11 +541,6 @@ def test_tables(t: RunTests) -> dict[str, pd.DataFrame]:
     social = stats.correlations_by_group(t.pairs, "sync", "social")
     planted = power.planted_power(res)
     planted.attrs["detection_size"] = power.detection_size(planted) if len(planted) else None
-    cka, widths = res.cka_table(), res.model_table()["width"].dropna()
-    unrelated = pd.DataFrame([{"n": n, "width_min": int(widths.min()), "width_max": int(widths.max()),
-                               "cka": unrelated_cka(n, int(widths.min()), int(widths.max()))}
-                              for n in sorted({int(cka["n_min"].min()), int(cka["n_max"].max())})]
-                             if len(cka) and len(widths) else [])
     tables = {"controls": t.controls, "controls_seed_average": t.controls_seed_average,
               "controls_by_run": power.paired_tests_by_run(res), "surrogates": power.surrogate_table(res),
               "surrogate_values": _surrogate_values(res), "intervals": _intervals(res), "trends": _trends(res),
@@ -554,7 +549,7 @@ def test_tables(t: RunTests) -> dict[str, pd.DataFrame]:
               "partial": _partial(t.abilities) if t.abilities is not None else pd.DataFrame(),
               "abilities": t.abilities if t.abilities is not None else pd.DataFrame(),
               "topk_correlations": t.topk_correlations, "tom": t.tom, "planted": planted,
-              "cka_unrelated": unrelated}
+              "cka_null": res.cka_null_table()}
     tables.update({f"judge_human_{k}": v for k, v in _judge_human(t.ratings, t.judge_scores).items()})
     return tables
 

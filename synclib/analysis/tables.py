@@ -231,6 +231,28 @@ class Tables:
                              "n_values": int(ok.sum())})
         return pd.DataFrame(rows, columns=cols)
 
+    def cka_null_table(self) -> pd.DataFrame:
+        """Per pair: genuine's mean CKA against its permutation null (``cka_null``, each permutation averaged over the
+        directions): ``genuine``, ``null_mean``, ``null_q95``, ``p`` (rank), ``n_perm``, and per control both sides on
+        the rows both hold (``cka_contrast``): ``<control>_genuine``, ``<control>_control``."""
+        if not self.runs or not all("cka_null" in self.analysis(n) for n in self.run_names):
+            return pd.DataFrame(columns=["pair", "genuine", "null_mean", "null_q95", "p", "n_perm"])
+        rows = []
+        for unit, runs in self.units():
+            obs, null, sides = [], [], {}
+            for ds in (self.analysis(r.name) for r in runs):
+                obs += ds["cka"].sel(condition="genuine").mean(["src_layer", "tgt_layer"]).values.tolist()
+                null.append(ds["cka_null"].transpose("direction", "permutation").to_numpy())
+                for (c, side), v in (ds["cka_contrast"].mean("direction").to_series().items()
+                                     if "cka_contrast" in ds else ()):
+                    sides.setdefault(f"{c}_{side}", []).append(v)
+            null = np.concatenate(null).mean(axis=0)
+            fin, g = null[np.isfinite(null)], float(np.mean(obs))
+            rows.append({"pair": unit, "genuine": g, "null_mean": float(fin.mean()) if fin.size else math.nan,
+                         "null_q95": float(np.quantile(fin, 0.95)) if fin.size else math.nan, "p": stats.rank_p(g, null),
+                         "n_perm": int(fin.size), **{k: float(np.mean(v)) for k, v in sides.items()}})
+        return pd.DataFrame(rows)
+
     # ------------------------------------------------------------------ synchrony over the dialog (ours)
     def has_rounds(self) -> bool:
         """Whether every run's analysis scores the rounds of the dialog (``sync_r2_round``)."""

@@ -6,7 +6,7 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 
@@ -242,10 +242,6 @@ class CubeSpec:
         d = dataclasses.asdict(self)
         d["attrs"] = {k: _attr_value(v) for k, v in self.attrs.items()}
         return json.loads(json.dumps(d, sort_keys=True, default=_json_default))
-
-    @classmethod
-    def from_json(cls, d: Mapping) -> "CubeSpec":
-        return cls(**dict(d))
 
 
 def _json_default(o):

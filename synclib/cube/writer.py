@@ -30,9 +30,7 @@ def bitround(x: np.ndarray, keepbits: int | None) -> np.ndarray:
     x : array, any shape
     keepbits : int in 0..23, or None
 
-    Returns
-    -------
-    float32 array, same shape; ``|y - x| <= 2**-(keepbits+1) * |x|``.
+    Returns a float32 array ``y`` of the same shape, ``|y - x| <= 2**-(keepbits+1) * |x|``.
     """
     x = np.ascontiguousarray(x, dtype=np.float32)
     if keepbits is None or keepbits >= 23:

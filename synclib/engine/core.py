@@ -263,13 +263,11 @@ class Engine:
                  temperature: float = 0.7, on_step: Callable[[int], None] | None = None,
                  first_line_only: bool = False, top_k: int | None = None,
                  top_p: float | None = None) -> list[Result]:
-        """Sample a reply for every request; record its last-prompt-token states.
+        """Sample a reply for every request (``temperature`` 0: greedy); record its last-prompt-token states.
+        Returns a list of Result, in the order of ``requests``.
 
         Parameters
         ----------
-        requests : sequence of Request
-        max_new_tokens : int, default 300
-        temperature : float, default 0.7 (0: greedy)
         top_k, top_p : optional
             Keep only the ``top_k`` most likely tokens, then the smallest set whose probability reaches ``top_p``, as
             ``transformers``' warpers do (:func:`sampling_distribution`); None (or 0, or top_p 1.0) leaves them off.
@@ -278,10 +276,6 @@ class Engine:
         first_line_only : bool, default False
             Stop a row at the token that completes its first line (a line break after non-whitespace text; kept): for
             callers that keep only that line, whose text does not change (each row's random stream is its own).
-
-        Returns
-        -------
-        list of Result, in the order of ``requests``.
 
         Rows are queued in :meth:`order` on a :class:`DecodeStream` that is not refilled: each batch of
         :attr:`max_rows` is prefilled once and decodes until its last row ends.
@@ -356,10 +350,8 @@ class Engine:
             beforehand (:meth:`read_states`) with the prompts' shared prefix, so that it is computed once (each row
             then stores its own prompt there: the last one stays).
 
-        Returns
-        -------
-        list of P numpy.ndarray
-            ``out[i][j]``: the float64 natural-log probability of ``sequences[i][j]`` after ``prompts[i]``.
+        Returns ``out`` (P arrays): ``out[i][j]`` the float64 natural-log probability of ``sequences[i][j]`` after
+        ``prompts[i]``.
         """
         prompts = list(prompts)
         if len(sequences) != len(prompts):

@@ -30,6 +30,7 @@ from typing import Any, Callable
 
 from synclib import __version__, config
 from synclib.cluster import ClusterSpec
+from synclib.analysis import ANALYSIS_FORMAT
 from synclib.config import STEPS, ConfigError, keys_of_step
 from synclib.tasks.datasets import TASK_SETS
 from synclib.cube import StalePartsError, open_cube, parts_dir
@@ -567,7 +568,8 @@ def build_jobs(cfg: dict, steps=STEPS, only=None, pages=None) -> dict[str, Job]:
         judge_out, analysis_out = R / "judge" / f"{run.name}.judge.csv", R / "analysis" / f"{run.name}.nc"
         judge = add(f"judge:{run.name}", judge_out, {"cube": sim.fp, **_settings(cfg, "judge")},
                     partial(step_judge, cfg, run, judge_out), (sim.key,), gpu and cfg["judge"]["url"] is None)
-        analysis = add(f"analyze:{run.name}", analysis_out, {"cube": sim.fp, **_settings(cfg, "analyze")},
+        analysis = add(f"analyze:{run.name}", analysis_out,
+                       {"cube": sim.fp, **_settings(cfg, "analyze"), "analysis_format": ANALYSIS_FORMAT},
                        partial(step_analyze, cfg, run, analysis_out), (sim.key,),
                        str(cfg["device"]).startswith("cuda"))  # ridge grids on the GPU
         # the manifest depends on both, done now or before: `--steps notebooks,book` and a whole run agree

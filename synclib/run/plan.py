@@ -407,10 +407,6 @@ def hours_text(h: float) -> str:
     return f"{h:,.0f}" if h >= 10 else f"{h:.1f}" if h >= 1 else f"{h:.2f}"
 
 
-def _gib(b: float) -> str:
-    return f"{b / GiB:.1f} GiB"
-
-
 def _range(vals, fmt) -> str:
     lo, hi = min(vals), max(vals)
     return fmt(hi) if math.isclose(lo, hi, rel_tol=5e-3) else f"{fmt(lo)}-{fmt(hi)}"

@@ -112,9 +112,7 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16, s
         ``seconds_decode``/``_join``/``_read``/``_probe``/``_cube`` (the last: the loop's time lost waiting for the
         part being written and the finalisation).
 
-    Returns
-    -------
-    Path of the finished cube.  A re-run after a crash plays only the parts not written.
+    Returns the finished cube's path; a re-run after a crash plays only the parts not written.
     """
     out = Path(out)
     seeds = [int(s) for s in seeds]

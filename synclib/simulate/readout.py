@@ -42,21 +42,12 @@ class TomReadout:
         return self._dot[token]
 
     def from_scores(self, result) -> tuple[np.ndarray, np.ndarray, int]:
-        """One reply's read-out from its stream probe's scores (:attr:`Result.scores`).
-
-        The emotion distribution is read at the first generated position; the action distribution after the first
-        generated token containing ``.`` (among the first :data:`_TOM_SEARCH_TOKENS`), i.e. after ``"Joy."``: the
-        leading-space spelling of each action word covers ``" Assertive"``.
-
-        Returns
-        -------
-        emotion : numpy.ndarray
-            ``(len(EMOTIONS),)`` float64, summing to 1.
-        action : numpy.ndarray
-            ``(len(ACTIONS),)`` float64; NaN where no ``.`` was generated in time.
-        formatted : int
-            1 where the raw reply opens with an emotion word and then an action word (:data:`_TOM_FORMAT`), else 0.
-        """
+        """One reply's read-out from its stream probe's scores (:attr:`Result.scores`): ``(emotion, action,
+        formatted)``.  ``emotion`` ``(len(EMOTIONS),)`` float64 sums to 1, read at the first generated position;
+        ``action`` ``(len(ACTIONS),)``, read after the first generated token containing ``.`` (among the first
+        :data:`_TOM_SEARCH_TOKENS`, i.e. after ``"Joy."``; the leading-space spellings cover ``" Assertive"``), NaN
+        where none came in time; ``formatted`` 1 where the raw reply opens with an emotion then an action word
+        (:data:`_TOM_FORMAT`), else 0."""
         first, then = result.scores
         action = np.full(len(ACTIONS), np.nan) if then is None else self.action.distribution(then)[0]
         return self.emotion.distribution(first)[0], action, formatted(result.text)

@@ -464,10 +464,7 @@ def render_prompt(task: Task, agent: int, history: Sequence[str] = (),
     persona : Persona or str, optional
         Passive view only: the drawn reader (:func:`passive_persona`) or its name; None: the replaced agent.
 
-    Returns
-    -------
-    str
-        ``active`` and ``tom`` end with the open line; ``passive`` with the last complete line.
+    Returns the message: ``active`` and ``tom`` end with the open line, ``passive`` with the last complete line.
     """
     _check_agent(agent)
     if view not in VIEWS:

@@ -317,10 +317,7 @@ def load_tasks(path: str | Path = "embedded") -> TaskSet:
     path : str or Path
         A task directory, ``"embedded"`` or ``"sotopia"`` (:func:`task_dir`).
 
-    Returns
-    -------
-    TaskSet
-        ``tasks[i]`` is the i-th entry of ``env_agent_combos.json`` (episode ``i``).
+    Returns a TaskSet: ``tasks[i]`` is the i-th entry of ``env_agent_combos.json`` (episode ``i``).
 
     Raises
     ------
