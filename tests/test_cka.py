@@ -224,7 +224,9 @@ def test_cka_table_frame_and_sentence(tmp_path, monkeypatch):
     assert "These are numbers from synthetic test data, never the paper's" in text
     assert "shuffled: CKA puts genuine" in text and "samples of each dataset" in text
     null = res.tests("cka_null").set_index("pair")
-    assert f"S-G {fmt(null.loc['S-G', 'genuine'], 3)} against {fmt(null.loc['S-G', 'null_mean'], 3)}" in text
+    mean = fmt(null.loc["S-G", "null_mean"], 3).replace("-0.000", "0.000")
+    assert f"S-G {fmt(null.loc['S-G', 'genuine'], 3)} against {mean} on average" in text
+    assert f"the rank test's floor is {fmt(1 / (1 + CKA_PERMUTATIONS), 3)}" in text
     assert "On the samples both hold" in text and (null["n_perm"] == CKA_PERMUTATIONS).all()
     (spec,) = [c for c in shown.charts if "linear CKA per layer pair" in str(c.get("vconcat"))]
     assert "linear CKA" in str(spec) and "test R²" not in str(spec)
