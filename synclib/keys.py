@@ -234,6 +234,8 @@ KEYS: tuple[Key, ...] = (
        "memory available, 0.25-4 GiB; on a GPU what the device can give beyond a tenth of its memory); "
        "sessions that do not fit are recomputed: the same dialogs, more time", None),
     _k("simulate.passive", True, BOOL, "also record the passive reader (control 1)", "simulate"),
+    _k("simulate.passive_own", False, BOOL, "with passive: a second reader told it is the agent it replaces (ours; "
+       "the passive_own control)", "simulate"),
     _k("simulate.tom", True, BOOL, "also run the Theory-of-Mind dialogs (appendix J)", "simulate"),
     _k("simulate.tom_episodes", None, optional(integer(1)),
        "the Theory-of-Mind dialogs for the first N of the simulated tasks only (null: all)", "simulate"),

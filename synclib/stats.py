@@ -125,14 +125,24 @@ def rank_p(value: float, null) -> float:
     return float((1 + np.sum(d >= value)) / (1 + d.size))
 
 
-def bootstrap_interval(draws, level: float = 0.95) -> tuple[float, float]:
-    """Percentile interval of the resampled values ``draws`` (B,) (finite ones): the
-    ``(1 - level) / 2`` and ``(1 + level) / 2`` quantiles; NaN without draws."""
+def bootstrap_interval(draws, level: float = 0.95, estimate: float | None = None) -> tuple[float, float]:
+    """Percentile interval of the resampled values ``draws`` (B,) (finite ones): the ``(1 - level) / 2`` and
+    ``(1 + level) / 2`` quantiles; NaN without draws.  With the ``estimate`` the draws resample, bias-corrected
+    (Efron's BC): where a share ``q`` of the draws (ties half) falls below it, ``z0 = Phi^-1(q)`` and the quantiles
+    move to ``Phi(2 z0 +- z)``, so draws skewed to one side of the estimate no longer shift the interval that way
+    (no acceleration: that needs the estimate refitted without each episode)."""
     d = np.asarray(draws, dtype=np.float64)
     d = d[np.isfinite(d)]
     if not d.size:
         return float("nan"), float("nan")
-    lo, hi = np.percentile(d, [50 * (1 - level), 50 * (1 + level)])
+    q = np.array([(1 - level) / 2, (1 + level) / 2])
+    if estimate is not None and np.isfinite(estimate):
+        from scipy import stats as sps
+
+        below = (np.sum(d < estimate) + 0.5 * np.sum(d == estimate)) / d.size
+        z0 = sps.norm.ppf(np.clip(below, 1 / (d.size + 1), d.size / (d.size + 1)))
+        q = sps.norm.cdf(2 * z0 + sps.norm.ppf(q))
+    lo, hi = np.quantile(d, q)
     return float(lo), float(hi)
 
 

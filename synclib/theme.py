@@ -13,7 +13,8 @@ __all__ = ["CONDITION_COLOURS", "OTHER_COLOURS", "NEGATIVE_GREY", "HEATMAP_SCHEM
            "WRAPPED_LABEL", "colour_scale", "layer_ticks", "point_ticks", "log_ticks", "wrap_title"]
 
 #: one colour per condition on every page
-CONDITION_COLOURS = {"genuine": "#4c78a8", "passive": "#f58518", "shuffled": "#54a24b", "pseudo": "#b279a2",
+CONDITION_COLOURS = {"genuine": "#4c78a8", "passive": "#f58518", "passive_own": "#ff9da6",
+                     "shuffled": "#54a24b", "pseudo": "#b279a2",
                      "lag1": "#e45756", "lag2": "#72b7b2", "surrogates": "#9d755d"}
 #: colours for anything else a chart colours: none of the conditions' hues (orange is always passive)
 OTHER_COLOURS = ("#6b6b6b", "#bcbd22", "#e377c2", "#8c8c8c", "#17becf", "#eeca3b", "#843c39", "#393b79")

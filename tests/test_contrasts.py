@@ -25,16 +25,22 @@ def test_each_contrast_fits_both_sides_on_the_same_rows():
     own fits, value for value."""
     cube = make_synthetic_cube(n_episodes=24, n_seeds=2, n_rounds=6,
                                shapes=Shapes(layers_a=3, dim_a=12, layers_b=3, dim_b=12), seed=1)
-    out = analyze(cube, conditions=["genuine", "passive", "shuffled", "pseudo"], lags=[1, 2], n_samples=None,
-                  alpha=0.1, n_boot=50, cka=False, **QUIET)
-    assert list(out["contrast"].values) == ["passive", "shuffled", "pseudo", "lag1", "lag2"]
+    rng = np.random.default_rng(5)  # a second reader (told it is the agent it replaces): the first's states, moved
+    for side in "ab":
+        v = cube[f"hidden_{side}_passive"]
+        cube[f"hidden_{side}_passive_own"] = (v.dims, v.values + 0.1 * rng.standard_normal(v.shape))
+    out = analyze(cube, conditions=["genuine", "passive", "passive_own", "shuffled", "pseudo"], lags=[1, 2],
+                  n_samples=None, alpha=0.1, n_boot=50, cka=False, **QUIET)
+    assert list(out["contrast"].values) == ["passive", "passive_own", "shuffled", "pseudo", "lag1", "lag2"]
+    # two seeds per task: every pseudo-dyad's partner is the same task's other conversation
+    assert (out["pseudo_same_task"] == 1.0).all() and "same task" in out.attrs["pseudo_partner"]
     for var in ("n_train_contrast", "n_test_contrast"):
         v = out[var]
         assert (v.sel(side="genuine") == v.sel(side="control")).all() and (v > 0).all(), var
     own = out["n_train"]
     lag2 = out["n_train_contrast"].sel(contrast="lag2", side="genuine")
     assert (lag2 < own.sel(condition="genuine")).all()  # genuine on lag 2's rows: fewer than all its own
-    for c in ("shuffled", "passive"):
+    for c in ("shuffled", "passive", "passive_own"):
         per = out["sync_r2_contrast"].sel(contrast=c)
         np.testing.assert_array_equal(per.sel(side="genuine").values, out["sync_r2_per_seed"].sel(condition="genuine").values)
         np.testing.assert_array_equal(per.sel(side="control").values, out["sync_r2_per_seed"].sel(condition=c).values)
@@ -83,7 +89,8 @@ def test_a_contrast_whose_only_difference_is_the_rows_positions_shows_no_gap():
                 sim_seed=g.sim_seed[early], round=g.round[early])
     rank = np.zeros(1, dtype=int)
     g_own, c_own = (_fit_splits(ctx, s, rank, own_splits(ctx, s)) for s in (g, c))
-    sides = contrast_fits(ctx, g, c, g_own, c_own)
+    *sides, matched = contrast_fits(ctx, g, c, g_own, c_own)
+    assert matched is None  # not a lag: no size-matched genuine
 
     def value(fits):
         return float(seed_aggregate(np.stack([f.r2 for f in fits])).sync_r2)
@@ -95,6 +102,41 @@ def test_a_contrast_whose_only_difference_is_the_rows_positions_shows_no_gap():
     for a, b in zip(*sides):
         assert len(a.train) == len(b.train) and len(a.test) == len(b.test)
     assert value(sides[0]) < value(g_own) - 0.1  # on the early positions genuine itself falls
+
+
+def test_the_size_matched_genuine_separates_a_lags_positions_from_its_sample_size():
+    """Issue 74, item 3: beside genuine on lag 2's rows, genuine on a random subset of its own samples of the same
+    size (drawn from its own training and test samples).  Where synchrony lives in the last rounds (which lag 2
+    lacks), genuine at lag 2's size on its own positions stays near genuine on all its rows, while genuine on lag 2's
+    positions falls: the drop is the positions, not the n."""
+    from synclib.analysis.blocks import _fit_splits, own_splits
+    from synclib.analysis.context import Context
+    from synclib.analysis.samples import HiddenCache
+    from synclib.penalty import Penalty
+
+    cube = _late_synchrony_cube()
+    ctx = Context(cube=cube, directions=("A->B",), split_seeds=[0, 1, 2], n_samples=None, penalty=Penalty("cv"),
+                  device=None, precision="float32", max_resident_bytes=None, progress=False, log=lambda m: None,
+                  arrays=HiddenCache(cube))
+    ctx.bar = type("Bar", (), {"update": lambda self, n=1: None})()
+    g, c = (build_dataset(cube, "A->B", k, ctx.arrays) for k in ("genuine", "lag2"))
+    rank = np.zeros(1, dtype=int)
+    g_own, c_own = (_fit_splits(ctx, s, rank, own_splits(ctx, s)) for s in (g, c))
+    g_side, c_side, matched = contrast_fits(ctx, g, c, g_own, c_own)
+    for m, side, own in zip(matched, g_side, g_own):
+        assert len(m.train) == len(side.train) < len(own.train) and len(m.test) == len(side.test)
+        assert set(m.train) <= set(own.train) and set(m.test) <= set(own.test)
+        assert m.split["matched"] and g.round[m.train].max() > c.round.max()  # from all of genuine's positions
+
+    def value(fits):
+        return float(seed_aggregate(np.stack([f.r2 for f in fits])).sync_r2)
+    print(f"genuine all {value(g_own):.3f}, at lag 2's size {value(matched):.3f}, on lag 2's rows {value(g_side):.3f}")
+    assert value(matched) - value(g_side) > 0.1                     # the positions
+    assert abs(value(g_own) - value(matched)) < value(matched) - value(g_side)  # the size, much less
+    out = analyze(cube, conditions=["genuine"], lags=[2], n_samples=None, alpha="cv", n_boot=20, cka=False, **QUIET)
+    assert out["n_train_matched"].sel(contrast="lag2").values.tolist() == \
+        out["n_train_contrast"].sel(contrast="lag2", side="genuine").values.tolist()
+    assert np.isfinite(out["sync_r2_matched_pooled"]).all() and out["sync_r2_matched_boot"].sizes["boot"] == 20
 
 
 def test_the_dry_run_plans_each_conditions_own_samples():
@@ -154,7 +196,8 @@ def test_the_passive_share_is_the_pairs_mean_ratio(results_dir, monkeypatch):
     conditions = results.Results.conditions
     monkeypatch.setattr(results.Results, "conditions", lambda self: [c for c in conditions(self) if c != "passive"])
     text = run_page("intro", results_dir=str(results_dir)).text
-    assert "keeps" not in text and "This run has no passive reader" in text
+    assert "The passive reader, who reads the same dialog without taking part in it, keeps" not in text
+    assert "This run has no passive reader" in text
 
 
 def test_the_method_page_says_where_the_penalties_fell(tmp_path):

@@ -139,8 +139,8 @@ def test_controls_page_has_the_pseudo_dyads_and_the_rounds(executed):
     titles = json.dumps([spec.get("title") for spec in vegalite_specs(nb)], ensure_ascii=False)
     assert "SyncR², genuine dyads vs pseudo-dyads" in titles and "SyncR² per round of the dialog" in titles
     assert "Here the partner dialog is the same task under another simulation seed" in text
-    assert "Pseudo-dyads, agents of different dialogs, below genuine (ours; not in the paper): **" in text
-    assert "Genuine SyncR² per round of the test episodes" in text and "The pseudo-dyads (agents of different dialogs)" in text
+    assert "Pseudo-dyads, agents of another conversation, below genuine (ours; not in the paper): **" in text
+    assert "Genuine SyncR² per round of the test episodes" in text and "The pseudo-dyads (agents of another conversation)" in text
 
 
 @pytest.mark.slow

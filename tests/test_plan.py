@@ -209,8 +209,9 @@ def test_the_analysis_counts_the_grids_it_fits(tmp_path):
         cfg = load_config(REPO / "config" / "default.yaml", over)
         st = AnalysisSettings.from_config(cfg)
         conds = st.all_conditions()
+        lags = sum(c.startswith("lag") for c in conds)  # a lag's contrast also fits genuine at its size
         want = len(st.directions) * len(st.split_seeds) * (
-            len(conds) + 2 * (len(conds) - 1) + (not st.penalty.is_paper()) + bool(st.persona_disjoint)
+            len(conds) + 2 * (len(conds) - 1) + lags + (not st.penalty.is_paper()) + bool(st.persona_disjoint)
             + len(st.sample_sizes or ()))
         assert price.analysis_grids(cfg) == want, over
 

@@ -99,7 +99,21 @@ def test_the_power_curve_is_the_corrected_test_per_replicate(tmp_path):
     curve = power.planted_power(res)
     assert list(curve.columns) == power.PLANTED_COLUMNS
     shares = res.analysis(res.runs[0].name)["share"].values
-    assert list(curve["share"]) == [f for f in shares if f > 0]
+    assert list(curve["share"]) == [0.0] + [f for f in shares if f > 0]
+    # share 0, the null: the control at PLANTED_NULL_SHARE against the same share of other rows; a false finding
+    # is any p < 0.05, either sign
+    from synclib.analysis.planted import PLANTED_NULL_SHARE
+    null = [[] for _ in range(6)]
+    for r in res.runs:
+        ds = res.analysis(r.name)
+        side = ds["planted_sync_r2"].sel(share=PLANTED_NULL_SHARE).transpose("direction", "replicate", "split_seed")
+        other = ds["planted_null_sync_r2"].transpose("direction", "replicate", "split_seed")
+        for rep in range(6):
+            null[rep] += list((side.values[:, rep] - other.values[:, rep]).ravel())
+    zero = curve.iloc[0]
+    found = [power.corrected_resampled_test(np.array(d), curve.attrs["test_train_ratio"]) for d in null]
+    assert zero["detected"] == sum(t["p"] < 0.05 for t in found) and zero["n_reps"] == 6
+    assert abs(zero["planted"]) < curve["planted"].iloc[-1] / 5  # nothing planted between the sides
     assert (curve["n_reps"] == 6).all() and curve.attrs["runs"] == [r.name for r in res.runs]
     # by hand: one share, every run's directions x split seeds pooled per replicate
     k = len(shares) - 1

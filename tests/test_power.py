@@ -223,7 +223,16 @@ def test_episode_bootstrap_test_by_hand(small_results):
     db = boots.mean(axis=0)
     p = min(1, 2 * min(1 + (db <= 0).sum(), 1 + (db >= 0).sum()) / (1 + db.size))
     assert r["p_episodes"] == pytest.approx(p) and r["n_boot"] == db.size
-    assert r["ci_lo"] == pytest.approx(np.percentile(db, 2.5)) and r["ci_lo"] <= r["sync_diff"] <= r["ci_hi"]
+    # Efron's bias-corrected percentiles: the share of draws below the estimate moves the quantiles
+    from scipy.stats import norm
+
+    z0 = norm.ppf((np.sum(db < r["sync_diff"]) + 0.5 * np.sum(db == r["sync_diff"])) / db.size)
+    lo, hi = np.quantile(db, norm.cdf(2 * z0 + norm.ppf([0.025, 0.975])))
+    assert (r["ci_lo"], r["ci_hi"]) == pytest.approx((lo, hi)) and r["ci_lo"] <= r["sync_diff"] <= r["ci_hi"]
+    # the corrected re-split interval of the per-seed gaps beside it
+    se = abs(r["mean_diff"] / r["t_corrected"])  # Nadeau and Bengio's standard error
+    half = sps.t.ppf(0.975, r["n_pairs"] - 1) * se
+    assert (r["ci_split_lo"], r["ci_split_hi"]) == pytest.approx((r["mean_diff"] - half, r["mean_diff"] + half))
     assert r["n_episodes"] == 48  # the fixture's cubes
     assert r["p"] == max(r["p_corrected"], r["p_episodes"])
 

@@ -291,7 +291,7 @@ def test_the_lags_and_the_mlps_training_are_checked_by_their_keys():
                                             r"got \[0, 1\] \(config key analysis.lags\)"):
         AnalysisSettings(lags=(0, 1))
     assert AnalysisSettings(lags=None).lags is None and AnalysisSettings(lags=[2]).lags == (2,)
-    assert AnalysisSettings(lags=()).all_conditions() == ["genuine", "passive", "shuffled", "pseudo"]
+    assert AnalysisSettings(lags=()).all_conditions() == ["genuine", "passive", "passive_own", "shuffled", "pseudo"]
     with pytest.raises(ValueError, match=r"MLPOptions.epochs must be an integer >= 1, got 0 "
                                          r"\(config key analysis.nonlinear_epochs\)"):
         MLPOptions(epochs=0)

@@ -358,6 +358,33 @@ def test_passive_reader_persona_and_seeds(tiny_models, tasks, tmp_path):
     assert not (tmp_path / "bad.nc").exists()
 
 
+@pytest.mark.parametrize("scheduling", ["turns", "continuous"])
+def test_the_own_persona_reader_reads_the_same_dialogs_as_the_agent_it_replaces(tiny_models, tasks, tmp_path,
+                                                                                scheduling):
+    """``passive_own``: a second reader of the same dialogs, told it is the agent it replaces; its states are a
+    fresh forward of that prompt (both agents' slots), while the drawn-persona reader's differ from it; the
+    genuine dialogs and the drawn reader are those of a run without it."""
+    from synclib.models import load_model
+
+    a, b = tiny_models
+    kw = {**SIM, "batching": Batching(units_per_part=2, scheduling=scheduling)}
+    base, own = tmp_path / "base.nc", tmp_path / "own.nc"
+    simulate(a, b, [tasks[1]], [0, 1], base, passes=Passes(passive=True, taskset=tasks), **kw)
+    simulate(a, b, [tasks[1]], [0, 1], own, passes=Passes(passive=True, passive_own=True, taskset=tasks), **kw)
+    x, y = open_cube(base, chunks=None), open_cube(own, chunks=None)
+    assert "hidden_a_passive_own" not in x and "hidden_b_passive_own" in y
+    np.testing.assert_array_equal(x.text_b.values, y.text_b.values)
+    np.testing.assert_allclose(x.hidden_a_passive.values, y.hidden_a_passive.values, rtol=1e-4, atol=1e-4)
+    lm_a, lm_b = load_model(a), load_model(b)
+    cell = y.sel(episode=1, sim_seed=1)
+    history = [str(cell.text_a.values[0])]
+    for lm, agent, got, hist in ((lm_a, 0, cell.hidden_a_passive_own.values[0], []),
+                                 (lm_b, 1, cell.hidden_b_passive_own.values[0], history)):
+        prompt = lm.chat_prompt(render_prompt(tasks[1], agent, hist, "passive"))
+        np.testing.assert_allclose(got, _fresh_states(lm, prompt), rtol=1e-4, atol=1e-4)
+    assert not np.allclose(cell.hidden_a_passive_own.values[0], cell.hidden_a_passive.values[0], atol=1e-4)
+
+
 def test_the_passive_seeds_rule_is_one_rule_in_every_spelling():
     """passive_seeds within seeds: one check (``check_passive_seeds``), raised by the config
     (naming the key), the cube (and, in the tests above, ``simulate`` and the command line)."""

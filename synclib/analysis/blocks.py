@@ -405,7 +405,8 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
         ``sync_r2_topk_per_seed`` (..., k); with ``ctx.n_boot`` resamples, ``sync_r2_boot`` (C, Dir, boot;
         :func:`episode_bootstrap`, attribute ``boot_rule``); with genuine and a control, the contrasts
         (:func:`synclib.analysis.contrasts.contrast_variables`, attribute ``contrast_rule``); with the pseudo-dyads
-        the attribute ``pseudo_partner`` (:func:`synclib.analysis.samples.pseudo_partners`); per round of the test
+        the attribute ``pseudo_partner`` (:func:`synclib.analysis.samples.pseudo_partners`) and ``pseudo_same_task``
+        (Dir: the share of the pseudo-dyads' samples whose partner dialog plays the same task); per round of the test
         episodes (:data:`ROUND_RULE`, attribute ``round_rule``): ``sync_r2_round`` (C, Dir, round),
         ``n_test_round`` (C, Dir, S, round), ``round_tgt_layer`` (C, Dir, src_layer; -1: padding), with resamples
         ``sync_r2_round_boot`` (..., round, boot); with ``cka``, ``cka`` (C, Dir, src_layer, tgt_layer;
@@ -421,6 +422,7 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
     E, R = ctx.cube.sizes["episode"], ctx.cube.sizes["round"]
     rounds = _Rounds.empty(shape, R, ctx.n_boot, arrays.r2.shape[-1])
     partner = None  # the pseudo-dyads' partner rule
+    same_task = np.full(len(ctx.directions), np.nan)
     ckas = np.full(shape[:2] + arrays.r2.shape[-2:], np.nan)
     cka_nulls = np.full((len(ctx.directions), CKA_PERMUTATIONS), np.nan)
     cka_read, cka_pairs = {}, {}  # CKA's samples per (condition, direction); the contrasts' CKA
@@ -431,6 +433,7 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
         for ci, (c, samples) in enumerate(zip(conditions, datasets)):
             arrays.n_available[ci, di] = samples.n
             partner = samples.info.get("partner", partner)
+            same_task[di] = samples.info.get("same_task", same_task[di])
             if cka:
                 read = cka_read[(c, d)] = _cka_samples(ctx, samples, rank)
                 grid = cka_grid(*read.take(np.arange(read.n)))
@@ -455,7 +458,7 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
                     if cka:
                         cka_pairs[(c, d)] = _cka_contrast(cka_read[("genuine", d)], cka_read[(c, d)])
         for samples in datasets:
-            if samples.condition.endswith("passive"):  # not needed again: free it
+            if samples.condition.startswith("passive"):  # not needed again: free it
                 ctx.arrays.drop(samples.info["source_var"])
     ds = arrays.to_dataset(ctx, conditions)
     if contrasts:
@@ -472,6 +475,8 @@ def conditions_block(ctx: Context, conditions: list, cka: bool = True) -> Condit
     ds.attrs["round_rule"] = ROUND_RULE
     if partner:
         ds.attrs["pseudo_partner"] = partner
+        ds["pseudo_same_task"] = (("direction",), same_task)
+        ds["pseudo_same_task"].attrs["long_name"] = "share of the pseudo-dyads' samples whose partner plays the same task"
     if cka:
         ds["cka"] = (("condition", "direction", "src_layer", "tgt_layer"), ckas)
         ds["cka"].attrs["samples"] = "all samples of each condition's dataset (n_available); no split"
@@ -513,12 +518,14 @@ def paper_alpha_block(ctx: Context, genuine: GenuineFits) -> xr.Dataset:
 
 
 # --------------------------------------------------------------------------- table 2, appendix D
-def persona_block(ctx: Context, genuine: GenuineFits) -> xr.Dataset:
+def persona_block(ctx: Context, genuine: GenuineFits) -> tuple[xr.Dataset, GenuineFits]:
     """Table 2: genuine SyncR^2 with a persona-disjoint split (ours; the reference has none): the reference's rule
     (:func:`synclib.splits.episode_split`) applied to the cube's unordered agent pairs in sorted order instead of
     episodes, so that no agent pair is in both sets.  Variables ``persona_disjoint_sync_r2``, ``..._se``
     (direction); ``..._per_seed``, ``persona_disjoint_n_train``, ``persona_disjoint_n_test`` (direction, split_seed).
+    Also returns these fits (genuine's samples, the persona-disjoint splits), for the surrogate test under them.
     """
+    fits = GenuineFits(samples=genuine.samples)
     labels, codes = np.unique(persona_keys(ctx.cube), return_inverse=True)
     L = max(ctx.cube.sizes["layer_a"], ctx.cube.sizes["layer_b"])
     shape = (len(ctx.directions), len(ctx.split_seeds))
@@ -532,14 +539,14 @@ def persona_block(ctx: Context, genuine: GenuineFits) -> xr.Dataset:
             what = f"persona-disjoint {d} split {seed}"
             split = ctx.split(groups, len(labels), seed, what)
             if split is not None:
-                r2 = ctx.fit(samples, seed, split[0], split[1], what).r2
-                grids[di, si, :r2.shape[0], :r2.shape[1]] = r2
+                fit = fits.fits[(d, seed)] = ctx.fit(samples, seed, split[0], split[1], what)
+                grids[di, si, :fit.r2.shape[0], :fit.r2.shape[1]] = fit.r2
                 ntr[di, si], nte[di, si] = len(split[0]), len(split[1])
             ctx.bar.update(1)
     dims = ("direction", "split_seed")
     return xr.Dataset({**_score_vars("persona_disjoint_sync_r2", grids, dims[:1]),
                        "persona_disjoint_n_train": (dims, ntr), "persona_disjoint_n_test": (dims, nte)},
-                      coords=_coords(ctx))
+                      coords=_coords(ctx)), fits
 
 
 def sample_size_block(ctx: Context, genuine: GenuineFits, sample_sizes) -> xr.Dataset:

@@ -21,9 +21,21 @@ from synclib.analysis.context import Context
 from synclib.analysis.samples import PairedSamples
 from synclib.analysis.scores import seed_aggregate, sync_r2
 
-__all__ = ["CONTRAST_RULE", "SIDES", "common_rows", "contrast_fits", "contrast_variables"]
+__all__ = ["CONTRAST_RULE", "MATCHED_RULE", "SIDES", "common_rows", "contrast_fits", "contrast_variables"]
 
 SIDES = ("genuine", "control")
+#: seed of the size-matched genuine samples (:data:`MATCHED_RULE`)
+MATCHED_SEED = 0
+
+MATCHED_RULE = (
+    "ours: a lag's contrast holds fewer samples than genuine (no lag at a dialog's last rounds) and at other "
+    "positions. Beside genuine on the lag's rows, genuine is fitted on a random subset of all its own samples of the "
+    "same size: as many training samples drawn from genuine's own training samples and test samples from its test "
+    "samples as the contrast holds (numpy.random.default_rng([MATCHED_SEED, lag, split seed])), with the analysis' "
+    "penalty rule. Genuine on all rows minus this is what the smaller n alone costs; this minus genuine on the lag's "
+    "rows is what the lag's positions cost at the same n. Variables sync_r2_matched (contrast, direction, "
+    "split_seed), sync_r2_matched_pooled, n_train_matched and with resamples sync_r2_matched_boot; NaN for "
+    "controls other than the lags.")
 
 CONTRAST_RULE = (
     "ours (the reference compares conditions each fitted on its own samples): for each control, genuine and the "
@@ -66,18 +78,24 @@ def contrast_fits(ctx: Context, genuine: PairedSamples, control: PairedSamples, 
     """Genuine and ``control`` (one direction's datasets) on the rows both hold, per split seed of ``ctx``
     (:data:`CONTRAST_RULE`), from their own fits ``genuine_fits``, ``control_fits`` (SplitFit or None per split
     seed, the conditions block's): genuine's splits are the contrast's, and a control holding exactly genuine's rows
-    and split is not refitted.  Returns ``(genuine side, control side)``: lists of SplitFit or None per split seed,
-    on the same training and test positions, with the test loss per episode and round (for the episode bootstrap)."""
+    and split is not refitted.  Returns ``(genuine side, control side, matched)``: lists of SplitFit or None per split
+    seed, the sides on the same training and test positions, with the test loss per episode and round (for the
+    episode bootstrap); ``matched`` (a lag only, else None): genuine on a random subset of its own samples of the
+    contrast's size (:data:`MATCHED_RULE`)."""
     gi, ci = common_rows(genuine, control)
     whole = len(gi) == genuine.n == control.n and np.array_equal(gi, np.arange(genuine.n)) \
         and np.array_equal(ci, np.arange(control.n))
     g_sub, c_sub = _restrict(genuine, gi), _restrict(control, ci)
     sides_g, sides_c = [], []
+    lag = int(control.condition[3:]) if control.condition.startswith("lag") else 0
+    matched = [] if lag else None
     for seed, gf, cf in zip(ctx.split_seeds, genuine_fits, control_fits):
         if gf is None:
             sides_g.append(None)
             sides_c.append(None)
-            ctx.bar.update(2)
+            if lag:
+                matched.append(None)
+            ctx.bar.update(2 + bool(lag))
             continue
         if control.condition == "shuffled" or (whole and cf is not None and _same(gf.train, cf.train)
                                                 and _same(gf.test, cf.test)):
@@ -94,7 +112,14 @@ def contrast_fits(ctx: Context, genuine: PairedSamples, control: PairedSamples, 
         for sub, out in ((g_sub, sides_g), (c_sub, sides_c)):
             out.append(ctx.fit(sub, seed, tr, te, f"{label} ({sub.condition} side)", split=split, episode_loss=True))
             ctx.bar.update(1)
-    return sides_g, sides_c
+        if lag:  # genuine at the contrast's size on its own positions
+            rng = np.random.default_rng([MATCHED_SEED, lag, seed])
+            m_tr = np.sort(rng.choice(gf.train, size=min(len(tr), len(gf.train)), replace=False))
+            m_te = np.sort(rng.choice(gf.test, size=min(len(te), len(gf.test)), replace=False))
+            matched.append(ctx.fit(genuine, seed, m_tr, m_te, f"{label} (genuine at its size)",
+                                   split={**split, "matched": True}, episode_loss=True))
+            ctx.bar.update(1)
+    return sides_g, sides_c, matched
 
 
 def _seed_mean(fits: list, n_layers: int) -> np.ndarray:
@@ -110,12 +135,15 @@ def _seed_mean(fits: list, n_layers: int) -> np.ndarray:
 def contrast_variables(contrasts: dict, directions: tuple, n_seeds: int, n_layers: int,
                        boot=None) -> tuple[dict, list]:
     """The Dataset variables of every contrast, ``contrasts`` ``{(control, direction): (genuine side, control
-    side)}`` of :func:`contrast_fits`; ``boot(fits) -> (B,)``: SyncR² on resamples of whole episodes (the conditions
+    side, matched)}`` of :func:`contrast_fits`; ``boot(fits) -> (B,)``: SyncR² on resamples of whole episodes (the conditions
     block's :func:`synclib.analysis.blocks.episode_bootstrap` with its draws).
 
     Returns ``(variables, names)``: ``sync_r2_contrast``, ``n_train_contrast``, ``n_test_contrast`` (contrast,
     direction, split_seed, side), ``sync_r2_contrast_pooled`` (contrast, direction, side) and with ``boot``
-    ``sync_r2_contrast_boot`` (contrast, direction, side, boot); the ``contrast`` coordinate (the controls, in order).
+    ``sync_r2_contrast_boot`` (contrast, direction, side, boot); the lags' size-matched genuine
+    (:data:`MATCHED_RULE`): ``sync_r2_matched``, ``n_train_matched`` (contrast, direction, split_seed),
+    ``sync_r2_matched_pooled`` (contrast, direction), with ``boot`` ``sync_r2_matched_boot``; the ``contrast``
+    coordinate (the controls, in order).
     """
     names = list(dict.fromkeys(c for c, _ in contrasts))
     C, D = len(names), len(directions)
@@ -124,8 +152,19 @@ def contrast_variables(contrasts: dict, directions: tuple, n_seeds: int, n_layer
     n_tr = np.zeros((C, D, n_seeds, 2), dtype=np.int64)
     n_te = np.zeros((C, D, n_seeds, 2), dtype=np.int64)
     boots = None
-    for (c, d), sides in contrasts.items():
+    m_per, m_pooled = np.full((C, D, n_seeds), np.nan), np.full((C, D), np.nan)
+    m_ntr, m_boot = np.zeros((C, D, n_seeds), dtype=np.int64), None
+    for (c, d), (*sides, matched) in contrasts.items():
         ci, di = names.index(c), directions.index(d)
+        for si, f in enumerate(matched or ()):
+            if f is not None:
+                m_per[ci, di, si], m_ntr[ci, di, si] = sync_r2(f.r2), len(f.train)
+        if matched and np.isfinite(grids := _seed_mean(matched, n_layers)).any():
+            m_pooled[ci, di] = seed_aggregate(grids).sync_r2
+        if matched and boot is not None:
+            b = boot(matched)
+            m_boot = np.full((C, D, len(b)), np.nan) if m_boot is None else m_boot
+            m_boot[ci, di] = b
         for k, fits in enumerate(sides):
             for si, f in enumerate(fits):
                 if f is not None:
@@ -144,4 +183,9 @@ def contrast_variables(contrasts: dict, directions: tuple, n_seeds: int, n_layer
            "sync_r2_contrast_pooled": (("contrast", "direction", "side"), pooled)}
     if boots is not None:
         out["sync_r2_contrast_boot"] = (("contrast", "direction", "side", "boot"), boots)
+    if np.isfinite(m_per).any():
+        out.update({"sync_r2_matched": (dims[:3], m_per), "n_train_matched": (dims[:3], m_ntr),
+                    "sync_r2_matched_pooled": (dims[:2], m_pooled)})
+        if m_boot is not None:
+            out["sync_r2_matched_boot"] = (("contrast", "direction", "boot"), m_boot)
     return out, names

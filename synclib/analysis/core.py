@@ -30,12 +30,14 @@ def _check(cube) -> None:
 
 
 def _skip_missing(cube, conditions: list, log) -> list:
-    """Remove from ``conditions`` (in place) those whose variables the cube lacks (passive); returns them."""
-    if "passive" in conditions and var_name("hidden", "a", "passive") not in cube.variables:
-        conditions.remove("passive")
-        log("note: the cube has no passive-reader variables; condition 'passive' skipped")
-        return ["passive"]
-    return []
+    """Remove from ``conditions`` (in place) those whose variables the cube lacks (the passive readers); returns
+    them."""
+    gone = [c for c in ("passive", "passive_own")
+            if c in conditions and var_name("hidden", "a", c) not in cube.variables]
+    for c in gone:
+        conditions.remove(c)
+        log(f"note: the cube has no {var_name('hidden', 'a', c)} (its reader was not simulated); condition {c!r} skipped")
+    return gone
 
 
 def _label_aggregation(out: xr.Dataset) -> str:
@@ -99,21 +101,27 @@ def analyze(cube, settings: AnalysisSettings | None = None, *, progress: bool = 
     paper_alpha = "genuine" in conditions and not st.penalty.is_paper()
     nd_ns = len(st.directions) * len(split_seeds)
     # each condition's own fits, then both sides of each control's contrast with genuine
-    contrasts = 2 * (len(conditions) - 1) if "genuine" in conditions else 0
+    contrasts = (2 * (len(conditions) - 1) + sum(c.startswith("lag") for c in conditions)  # lags: + size-matched
+                 if "genuine" in conditions else 0)
     steps = nd_ns * (len(conditions) + contrasts + paper_alpha + bool(st.persona_disjoint) + len(st.sample_sizes or ()))
     ctx.bar = tqdm(total=steps, desc="SyncR^2 grids", disable=None if progress else True, file=sys.stderr)
     main = conditions_block(ctx, conditions, cka=st.cka)
     blocks = [main.dataset]
     if paper_alpha:
         blocks.append(paper_alpha_block(ctx, main.genuine))
+    persona = None
     if st.persona_disjoint:
-        blocks.append(persona_block(ctx, main.genuine))
+        block, persona = persona_block(ctx, main.genuine)
+        blocks.append(block)
     if st.sample_sizes:
         blocks.append(sample_size_block(ctx, main.genuine, st.sample_sizes))
     ctx.bar.close()
     if st.surrogates:
         counts = episode_draws(cube.sizes["episode"], ctx.n_boot) if ctx.n_boot else None
         blocks.append(surrogate_block(ctx, main.genuine, st.surrogates, counts))
+        if persona is not None:  # the same test under the persona-disjoint split (variables persona_disjoint_*)
+            block = surrogate_block(ctx, persona, st.surrogates, counts)
+            blocks.append(block.rename({v: f"persona_disjoint_{v}" for v in block.data_vars}))
     if st.planted:
         blocks.append(planted_block(ctx, main.genuine, st.planted))
     if st.relationship:

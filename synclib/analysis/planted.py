@@ -15,12 +15,12 @@ import numpy as np
 import xarray as xr
 
 from synclib.analysis.context import Context, GenuineFits
-from synclib.analysis.ridge import ComputeOptions, r2_grid_targets
+from synclib.analysis.ridge import ComputeOptions, cv_penalties, r2_grid_targets
 from synclib.analysis.scores import sync_r2_many
 from synclib.analysis.surrogates import split_inputs, surrogate_rows
 from synclib.splits import RidgeInputError
 
-__all__ = ["PLANTED_SHARES", "PLANTED_LAYERS", "PLANTED_RULE", "planted_block"]
+__all__ = ["PLANTED_SHARES", "PLANTED_LAYERS", "PLANTED_NULL_SHARE", "PLANTED_RULE", "planted_block"]
 
 #: shares of the control's target rows taken from a surrogate partner; 0 is genuine itself
 PLANTED_SHARES = (0.0, 0.01, 0.02, 0.03, 0.045, 0.065, 0.09, 0.13, 0.18)
@@ -29,16 +29,21 @@ PLANTED_SHARES = (0.0, 0.01, 0.02, 0.03, 0.045, 0.065, 0.09, 0.13, 0.18)
 PLANTED_LAYERS = 8
 #: seed of the rows each share replaces, per direction and replicate
 PLANTED_SEED = 0
+#: the share planted on both sides of the null comparison (the curve's share 0: no difference planted)
+PLANTED_NULL_SHARE = 0.09
 
 PLANTED_RULE = (
     "ours (the paper has no power analysis): a planted control is genuine with a share of its target rows "
     "replaced by a surrogate partner's target at the same round (replicate r takes the r-th surrogate partner "
     "of synclib.analysis.surrogates); the shares are nested (each replaces the first rows with a partner in one "
-    "random order of the samples, numpy.random.default_rng([PLANTED_SEED, direction, r])). Replicate r splits "
-    "the run's samples by the analysis' own rule at split seeds s + PLANTED_SPLIT_STRIDE * r for each split seed "
-    "s of the run (replicate 0: the run's own splits); genuine and every share are fitted on the same rows at "
-    "the genuine fit's penalties of split seed s (no CV of their own), on PLANTED_LAYERS evenly spaced source "
-    "and target layers of each model, and scored as SyncR² of each split's grid.")
+    "random order of the samples, numpy.random.default_rng([PLANTED_SEED, direction, r])). The null (share 0, "
+    "nothing planted between the sides): the control at PLANTED_NULL_SHARE against the same share of other rows "
+    "(a second order, default_rng([PLANTED_SEED, direction, r, 1])), both losing the partner alike. Replicate r "
+    "splits the run's samples by the analysis' own rule at split seeds s + PLANTED_SPLIT_STRIDE * r for each split "
+    "seed s of the run (replicate 0: the run's own splits); genuine, every share and the null are fitted on the "
+    "same rows, each with the analysis' penalty rule (alpha='cv': its own grouped CV on its training rows, as the "
+    "contrasts' sides; a fixed alpha: that alpha), on PLANTED_LAYERS evenly spaced source and target layers of "
+    "each model, and scored as SyncR² of each split's grid.")
 
 #: replicate r re-splits at the run's split seeds plus r times this
 PLANTED_SPLIT_STRIDE = 1_000_003
@@ -64,13 +69,15 @@ def _shares_rows(y: np.ndarray, sur: np.ndarray, order: np.ndarray, shares) -> l
 
 def _scores(ctx: Context, samples, tr: np.ndarray, te: np.ndarray, y_sets: list, alpha: np.ndarray,
             layers: tuple) -> np.ndarray:
-    """SyncR² (T,) of each target-row set of ``y_sets`` fitted on samples ``tr`` and scored on
-    ``te`` at ``alpha`` (L_src,), on ``layers`` (source, target)."""
+    """SyncR² (T,) of each target-row set of ``y_sets`` fitted on samples ``tr`` and scored on ``te``, on
+    ``layers`` (source, target): each set with its own CV penalties where the analysis' penalty is CV, else at
+    ``alpha`` (L_src,)."""
     sets = [(y[tr], y[te]) for y in y_sets]
     X, Y, xtr, xte, targets = split_inputs(samples, tr, te, sets, layers=layers)
-    out = r2_grid_targets(X, Y, xtr, xte, targets, alpha[layers[0]],
-                          compute=ComputeOptions(precision=ctx.precision, device=ctx.device))
-    return sync_r2_many(out.r2)
+    compute = ComputeOptions(precision=ctx.precision, device=ctx.device)
+    alphas = (cv_penalties(X, Y, xtr, [t[0] for t in targets], ctx.penalty, samples.episode[tr], compute=compute)
+              if ctx.penalty.cv else alpha[layers[0]])
+    return sync_r2_many(r2_grid_targets(X, Y, xtr, xte, targets, alphas, compute=compute).r2)
 
 
 def planted_block(ctx: Context, genuine: GenuineFits, n_reps: int, shares=PLANTED_SHARES,
@@ -83,13 +90,14 @@ def planted_block(ctx: Context, genuine: GenuineFits, n_reps: int, shares=PLANTE
     Returns
     -------
     xarray.Dataset
-        ``planted_sync_r2`` (direction, replicate, split_seed, share), ``n_train_planted``, ``n_test_planted``
+        ``planted_sync_r2`` (direction, replicate, split_seed, share), ``planted_null_sync_r2`` (the null's second
+        side, :data:`PLANTED_NULL_SHARE` of other rows), ``n_train_planted``, ``n_test_planted``
         (direction, replicate, split_seed); NaN and 0 where a direction or split could not be fitted.  Attributes
         ``planted_rule``, ``planted_layers_a`` and ``planted_layers_b`` (model A's and B's layers fitted).
     """
     shares = tuple(float(f) for f in shares)
     D, S, R, T = len(ctx.directions), len(ctx.split_seeds), int(n_reps), len(shares)
-    value = np.full((D, R, S, T), np.nan)
+    value, null = np.full((D, R, S, T), np.nan), np.full((D, R, S), np.nan)
     n_tr, n_te = np.zeros((D, R, S), dtype=np.int64), np.zeros((D, R, S), dtype=np.int64)
     E = ctx.cube.sizes["episode"]
     by_model = {m: _layers(ctx.cube.sizes[f"layer_{m}"], max_layers) for m in ("a", "b")}
@@ -106,6 +114,8 @@ def planted_block(ctx: Context, genuine: GenuineFits, n_reps: int, shares=PLANTE
         for r in range(R):
             rng = np.random.default_rng([PLANTED_SEED, di, r])
             y_sets = _shares_rows(samples.y_rows, sur[:, r], rng.permutation(samples.n), shares)
+            other = np.random.default_rng([PLANTED_SEED, di, r, 1]).permutation(samples.n)
+            y_sets += _shares_rows(samples.y_rows, sur[:, r], other, [PLANTED_NULL_SHARE])
             for si, seed in enumerate(ctx.split_seeds):
                 fit = genuine.fits.get((d, seed))
                 if fit is None or not np.isfinite(fit.alpha).all():
@@ -119,16 +129,17 @@ def planted_block(ctx: Context, genuine: GenuineFits, n_reps: int, shares=PLANTE
                         continue
                     tr, te = split[0], split[1]
                 try:
-                    value[di, r, si] = _scores(ctx, samples, tr, te, y_sets, fit.alpha, layers)
+                    got = _scores(ctx, samples, tr, te, y_sets, fit.alpha, layers)
                 except RidgeInputError as exc:
                     ctx.note(f"{what}: not fitted ({exc}); left NaN")
                     continue
+                value[di, r, si], null[di, r, si] = got[:T], got[T]
                 n_tr[di, r, si], n_te[di, r, si] = len(tr), len(te)
     dims = ("direction", "replicate", "split_seed")
-    out = xr.Dataset({"planted_sync_r2": (dims + ("share",), value),
+    out = xr.Dataset({"planted_sync_r2": (dims + ("share",), value), "planted_null_sync_r2": (dims, null),
                       "n_train_planted": (dims, n_tr), "n_test_planted": (dims, n_te)},
                      coords={"direction": list(ctx.directions), "replicate": np.arange(R),
                              "split_seed": list(ctx.split_seeds), "share": list(shares)})
-    out.attrs.update({"planted_rule": PLANTED_RULE,
+    out.attrs.update({"planted_rule": PLANTED_RULE, "planted_null_share": PLANTED_NULL_SHARE,
                       **{f"planted_layers_{m}": " ".join(map(str, v)) for m, v in by_model.items()}})
     return out

@@ -65,7 +65,7 @@ EXACT_MAX_N = 16
 #: random sign vectors above :data:`EXACT_MAX_N`
 N_RANDOM_FLIPS = 10_000
 #: the order in which controls are listed
-_CONTROL_ORDER = ("passive", "shuffled", "pseudo")
+_CONTROL_ORDER = ("passive", "passive_own", "shuffled", "pseudo")
 
 
 # --------------------------------------------------------------------------- tests on paired values
@@ -134,12 +134,15 @@ def corrected_resampled_test(diffs, test_train_ratio: float) -> dict:
     conservative for differences pooled from independent runs or directions.  ``diffs``: shape (n,), non-finite
     values dropped.
 
-    Returns a dict: ``n``, ``mean``, ``t``, ``p`` (two-sided) and ``mde`` (:func:`mde_paired` at the inflated spread
-    ``sd * sqrt(1 + n * test_train_ratio)``); NaN where the differences do not vary or ``n < 2``.
+    Returns a dict: ``n``, ``mean``, ``t``, ``p`` (two-sided), ``mde`` (:func:`mde_paired` at the inflated spread
+    ``sd * sqrt(1 + n * test_train_ratio)``) and ``ci_split_lo``/``ci_split_hi`` (the 95 % interval of the mean at
+    the corrected standard error, ``n - 1`` degrees of freedom: it covers refitting the maps on new splits of the
+    same samples); NaN where the differences do not vary or ``n < 2``.
     """
     d = _diffs(diffs)
     n = int(d.size)
-    out = {"n": n, "mean": float(d.mean()) if n else math.nan, "t": math.nan, "p": math.nan, "mde": math.nan}
+    out = {"n": n, "mean": float(d.mean()) if n else math.nan, "t": math.nan, "p": math.nan, "mde": math.nan,
+           "ci_split_lo": math.nan, "ci_split_hi": math.nan}
     if n < 2 or not np.isfinite(test_train_ratio) or test_train_ratio < 0:
         return out
     sd = float(np.std(d, ddof=1))
@@ -147,8 +150,10 @@ def corrected_resampled_test(diffs, test_train_ratio: float) -> dict:
         return out
     se = sd * math.sqrt(1.0 / n + float(test_train_ratio))
     t = out["mean"] / se
+    half = float(sps.t.ppf(0.975, n - 1)) * se
     out.update(t=float(t), p=float(2 * sps.t.sf(abs(t), n - 1)),
-               mde=mde_paired(sd * math.sqrt(1 + n * float(test_train_ratio)), n))
+               mde=mde_paired(sd * math.sqrt(1 + n * float(test_train_ratio)), n),
+               ci_split_lo=out["mean"] - half, ci_split_hi=out["mean"] + half)
     return out
 
 
@@ -283,7 +288,8 @@ def paired_values(results, control: str, unit: str = "split_seed") -> pd.DataFra
 TABLE_COLUMNS = ["comparison", "control", "unit", "n_runs", "n_pairs", "mean_genuine", "mean_control",
                  "mean_diff", "sd_diff", "t", "p_t", "p_perm", "mde", "mde_normal", "test_train_ratio",
                  "t_corrected", "p_corrected", "mde_corrected", "n_episodes", "n_boot", "sync_genuine",
-                 "sync_control", "sync_diff", "se_episodes", "ci_lo", "ci_hi", "p_episodes", "p"]
+                 "sync_control", "sync_diff", "se_episodes", "ci_lo", "ci_hi", "p_episodes", "p", "ci_split_lo",
+                 "ci_split_hi"]
 
 #: the two tests of a control's difference, named in every sentence that quotes :func:`conservative_p`
 TWO_TESTS = ("the corrected resampled t-test over re-splits and the bootstrap over whole episodes; "
@@ -363,7 +369,7 @@ def episode_test(results, control: str, runs=None) -> dict:
     if not db.size or not np.isfinite(d):
         return out
     B = db.size
-    lo, hi = stats.bootstrap_interval(db)
+    lo, hi = stats.bootstrap_interval(db, estimate=d)
     out.update(sync_genuine=_pooled(results, _contrast_side(control, "genuine"), runs)[0],
                sync_control=_pooled(results, _contrast_side(control, "control"), runs)[0],
                n_boot=B, sync_diff=d, se_episodes=float(np.std(db, ddof=1)) if B > 1 else math.nan,
@@ -382,15 +388,16 @@ def episode_interval(results, condition: str = "genuine", runs=None) -> dict:
     out = {"value": math.nan, "ci_lo": math.nan, "ci_hi": math.nan, "p_zero": math.nan, "n_boot": 0,
            "n_episodes": n_ep}
     if b.size:
-        lo, hi = stats.bootstrap_interval(b)
+        lo, hi = stats.bootstrap_interval(b, estimate=v)
         out.update(value=v, ci_lo=lo, ci_hi=hi, p_zero=float((1 + np.sum(b <= 0)) / (1 + b.size)), n_boot=int(b.size))
     return out
 
 
-def surrogate_test(results, runs=None) -> dict:
+def surrogate_test(results, runs=None, split: str = "episode") -> dict:
     """Genuine SyncR² against its surrogate partners (``sync_r2_surrogate``,
     :data:`synclib.analysis.surrogates.SURROGATE_RULE`), each averaged over the ordered runs (or ``runs``) and
-    directions: the null that can happen, in place of SyncR² = 0.
+    directions: the null that can happen, in place of SyncR² = 0; ``split="persona"``: the same test under the
+    persona-disjoint split (``persona_disjoint_sync_r2_surrogate`` ...).
 
     Two tests, ``p`` the larger: the rank of genuine among the surrogates (``p_rank``, :func:`synclib.stats.rank_p`,
     at least ``p_floor = 1 / (1 + n_surrogates)``) and the bootstrap of whole episodes of the gap to the surrogates'
@@ -403,18 +410,21 @@ def surrogate_test(results, runs=None) -> dict:
     ``n_sim_seeds`` (fewest simulation seeds of the runs' cubes: with one, no surrogate keeps the task); NaN and 0
     where no run has surrogates.
     """
+    if split not in ("episode", "persona"):
+        raise ValueError(f"split must be 'episode' or 'persona', got {split!r}")
+    pre = "persona_disjoint_" if split == "persona" else ""
     gen, sur, gaps, same, n_ep, n_seeds = [], [], [], [], 0, []
     for r in results.runs:
         if runs is not None and r.name not in runs:
             continue
         ds = results.analysis(r.name)
-        if "sync_r2_surrogate" not in ds:
+        if pre + "sync_r2_surrogate" not in ds:
             continue
-        gen.append(ds["sync_r2_surrogate_genuine"].to_numpy().astype(float))
-        sur.append(ds["sync_r2_surrogate"].transpose("direction", "surrogate").to_numpy().astype(float))
-        same.append(ds["surrogate_same_personas"].to_numpy().astype(float))
-        if "surrogate_gap_boot" in ds:
-            gaps.append(ds["surrogate_gap_boot"].transpose("direction", "boot").to_numpy().astype(float))
+        gen.append(ds[pre + "sync_r2_surrogate_genuine"].to_numpy().astype(float))
+        sur.append(ds[pre + "sync_r2_surrogate"].transpose("direction", "surrogate").to_numpy().astype(float))
+        same.append(ds[pre + "surrogate_same_personas"].to_numpy().astype(float))
+        if pre + "surrogate_gap_boot" in ds:
+            gaps.append(ds[pre + "surrogate_gap_boot"].transpose("direction", "boot").to_numpy().astype(float))
         n_ep = n_ep or int(ds.attrs.get("n_episodes", 0))
         n_seeds.append(int(ds.attrs.get("n_sim_seeds", 1)))
     nan = math.nan
@@ -439,7 +449,7 @@ def surrogate_test(results, runs=None) -> dict:
                same_personas=same_p)
     gb = gb[np.isfinite(gb)]
     if gb.size:
-        lo, hi = stats.bootstrap_interval(gb)
+        lo, hi = stats.bootstrap_interval(gb, estimate=out["gap"])
         out.update(ci_lo=lo, ci_hi=hi, p_episodes=stats.bootstrap_p(gb), n_boot=int(gb.size))
     out["p"] = max(out["p_rank"], out["p_episodes"]) if gb.size else out["p_rank"]
     return out
@@ -465,32 +475,70 @@ SETTINGS = {"persona": ("persona_disjoint_sync_r2_per_seed", (), "persona-disjoi
             "nonlinear": ("nonlinear_r2", ("layer_pair",), "the MLP's minus the affine map's test R²")}
 
 
+def _persona_test(results) -> dict:
+    """Table 2: the persona-disjoint split against the run's own, like with like.  A persona split and an episode
+    split of the same seed are unrelated partitions, so nothing pairs them by seed: each side is averaged over its
+    own split seeds first and the differences over runs x directions get a plain paired t-test
+    (:func:`corrected_resampled_test` at ratio 0); beside it, the bootstrap of whole episodes of the difference on
+    the surrogate test's rows and split seeds (``persona_disjoint_surrogate_genuine_boot`` minus
+    ``surrogate_genuine_boot``, the same draws; maps fixed), ``p_episodes`` as :func:`episode_test`.  ``p`` is the
+    larger of the two (the t-test's alone without the resamples)."""
+    units, draws, point, n_seeds = [], [], [], 0
+    for r in results.runs:
+        ds = results.analysis(r.name)
+        if "persona_disjoint_sync_r2_per_seed" not in ds:
+            continue
+        a = ds["persona_disjoint_sync_r2_per_seed"].transpose("direction", "split_seed").to_numpy().astype(float)
+        b = ds["sync_r2_per_seed"].sel(condition="genuine").transpose("direction", "split_seed").to_numpy().astype(float)
+        with warnings.catch_warnings():  # a direction without a value: NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            units += list(np.nanmean(a, 1) - np.nanmean(b, 1))
+        n_seeds = max(n_seeds, int(np.isfinite(a).any(0).sum()))
+        if {"persona_disjoint_surrogate_genuine_boot", "surrogate_genuine_boot"} <= set(ds.data_vars):
+            d = ds["persona_disjoint_surrogate_genuine_boot"] - ds["surrogate_genuine_boot"]
+            draws.append(d.transpose("direction", "boot").to_numpy().astype(float))
+            point.append((ds["persona_disjoint_sync_r2_surrogate_genuine"] - ds["sync_r2_surrogate_genuine"])
+                         .to_numpy().astype(float))
+    out = corrected_resampled_test(np.array(units), 0.0)
+    out.update(p_units=out["p"], ci_lo=math.nan, ci_hi=math.nan, p_episodes=math.nan, n_boot=0, n_layer_pairs=0,
+               n_runs=len(units) // 2 if units else 0, n_seeds=n_seeds)
+    if draws:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            gb = np.nanmean(np.concatenate(draws), axis=0)
+        gb = gb[np.isfinite(gb)]
+        if gb.size:
+            lo, hi = stats.bootstrap_interval(gb, estimate=float(np.nanmean(np.concatenate(point))))
+            out.update(ci_lo=lo, ci_hi=hi, p_episodes=stats.bootstrap_p(gb), n_boot=int(gb.size))
+            if np.isfinite(out["p"]):
+                out["p"] = max(out["p"], out["p_episodes"])
+    return out
+
+
 def setting_test(results, setting: str) -> dict:
-    """Table 2 or 5: a setting against the original, paired by run, direction and split seed, with
-    :func:`corrected_resampled_test`.  ``"persona"``: ``persona_disjoint_sync_r2_per_seed`` minus the genuine
-    ``sync_r2_per_seed`` (ratio of the persona-disjoint splits); ``"nonlinear"``: ``nonlinear_r2`` minus
-    ``affine_r2``, averaged over the layer pairs (ratio of the genuine splits).
+    """Table 2 or 5: a setting against the original.  ``"persona"``: :func:`_persona_test`; ``"nonlinear"``:
+    ``nonlinear_r2`` minus ``affine_r2``, averaged over the layer pairs, paired by run, direction and split seed with
+    :func:`corrected_resampled_test` (ratio of the genuine splits), which needs two or more split seeds: with one
+    there is no re-split to correct for, and directions of one run share their dialogs, so ``p`` is NaN.
 
     Returns the test's dict plus ``n_layer_pairs`` (nonlinear; else 0), ``n_runs`` and ``n_seeds`` (the setting's
-    split seeds: with one, the pairs are runs x directions, no re-splits).
+    split seeds).
     """
     if setting not in SETTINGS:
         raise ValueError(f"setting must be one of {sorted(SETTINGS)}, got {setting!r}")
+    if setting == "persona":
+        return _persona_test(results)
     var, reduce, _ = SETTINGS[setting]
     diffs, ratios, n_lp, n_seeds = [], [], 0, 0
     for r in results.runs:
         ds = results.analysis(r.name)
         if var not in ds:
             continue
-        if setting == "persona":
-            a, b = ds[var], ds["sync_r2_per_seed"].sel(condition="genuine")
-            ntr, nte = ds["persona_disjoint_n_train"], ds["persona_disjoint_n_test"]
-        else:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)
-                a, b = ds[var].mean(list(reduce)), ds["affine_r2"].mean(list(reduce))
-            ntr, nte = (ds[f"n_{k}"].sel(condition="genuine") for k in ("train", "test"))
-            n_lp = max(n_lp, int((ds["nonlinear_src_layer"] >= 0).sum("layer_pair").max()))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            a, b = ds[var].mean(list(reduce)), ds["affine_r2"].mean(list(reduce))
+        ntr, nte = (ds[f"n_{k}"].sel(condition="genuine") for k in ("train", "test"))
+        n_lp = max(n_lp, int((ds["nonlinear_src_layer"] >= 0).sum("layer_pair").max()))
         d = (a - b).transpose("direction", "split_seed").to_numpy().astype(float)
         diffs.append(d.ravel())
         n_seeds = max(n_seeds, int(np.isfinite(d).any(0).sum()))  # the seeds the setting was fitted on
@@ -499,6 +547,8 @@ def setting_test(results, setting: str) -> dict:
     d = np.concatenate(diffs) if diffs else np.array([])
     out = corrected_resampled_test(d, float(np.mean(ratios)) if ratios else math.nan)
     out.update(n_layer_pairs=n_lp, n_runs=len(diffs), n_seeds=n_seeds)
+    if n_seeds < 2:  # no design to test: one split of each run's two directions
+        out.update(p=math.nan, t=math.nan, mde=math.nan)
     return out
 
 
@@ -597,7 +647,7 @@ def paired_control_tests(results, controls=None, unit: str = "split_seed", seed:
                "p_t": res["p_t"], "p_perm": res["p_perm"], "mde": res["mde"],
                "mde_normal": mde_paired(res["sd_diff"], res["n_pairs"], method="normal"),
                "test_train_ratio": ratio, "t_corrected": cor["t"], "p_corrected": cor["p"],
-               "mde_corrected": cor["mde"]}
+               "mde_corrected": cor["mde"], "ci_split_lo": cor["ci_split_lo"], "ci_split_hi": cor["ci_split_hi"]}
         if unit == "split_seed":
             row.update(episode_test(results, c, runs))
         row["p"] = conservative_p(row)
@@ -646,14 +696,18 @@ def planted_power(results, runs=None, level: float = 0.05) -> pd.DataFrame:
     Returns
     -------
     DataFrame
-        One row per planted share > 0, columns :data:`PLANTED_COLUMNS`: ``planted`` (mean over replicates of the
+        One row per planted share > 0 and, where the analysis has its null (``planted_null_sync_r2``), share 0: the
+        same share planted on both sides, ``detected`` its false findings (any ``p < level``, either sign); columns
+        :data:`PLANTED_COLUMNS`: ``planted`` (mean over replicates of the
         mean paired difference: what the method measures at this run's size), ``planted_se`` (SE over replicates),
         ``n_reps``, ``detected``, ``rate`` (``detected / n_reps``), ``rate_se`` (binomial), ``n_pairs`` (per
         replicate), ``sd_diff`` and ``mde`` (means over replicates).  Empty without planted replicates.  ``attrs``:
-        ``runs``, ``test_train_ratio``, ``level``, ``layers`` (per run, the layers of models A and B fitted).
+        ``runs``, ``test_train_ratio``, ``level``, ``layers`` (per run, the layers of models A and B fitted),
+        ``null_share`` (the share planted on both sides of share 0), ``null_bound`` (``level`` plus the binomial
+        95 % margin over ``n_reps``: share 0's rate at most this).
     """
     names = [r.name for r in results.runs] if runs is None else list(runs)
-    parts, ratios, layers, shares = [], [], {}, None
+    parts, nulls, ratios, layers, shares = [], [], [], {}, None
     for name in names:
         ds = results.analysis(name)
         if "planted_sync_r2" not in ds or not ds.sizes.get("replicate"):
@@ -664,6 +718,10 @@ def planted_power(results, runs=None, level: float = 0.05) -> pd.DataFrame:
         elif not np.array_equal(v["share"].to_numpy().astype(float), shares):
             continue
         parts.append(v.to_numpy().astype(float))
+        null_share = float(ds.attrs.get("planted_null_share", math.nan))
+        if "planted_null_sync_r2" in ds and null_share in shares:
+            side = v.sel(share=null_share).to_numpy().astype(float)
+            nulls.append(side - ds["planted_null_sync_r2"].transpose(*v.dims[:3]).to_numpy().astype(float))
         ntr, nte = (ds[k].to_numpy().astype(float).ravel() for k in ("n_train_planted", "n_test_planted"))
         ratios += list(nte[ntr > 0] / ntr[ntr > 0])
         layers[name] = (str(ds.attrs.get("planted_layers_a", "")), str(ds.attrs.get("planted_layers_b", "")))
@@ -676,13 +734,16 @@ def planted_power(results, runs=None, level: float = 0.05) -> pd.DataFrame:
     base = pooled[..., list(shares).index(0.0)]
     ratio = float(np.mean(ratios)) if ratios else math.nan
     rows = []
+    null = (np.concatenate([np.moveaxis(d[:, :n_reps], 1, 0).reshape(n_reps, -1) for d in nulls], axis=1)
+            if len(nulls) == len(parts) else None)
     for k, f in enumerate(shares):
-        if f <= 0:
+        if f <= 0 and null is None:
             continue
-        diffs = base - pooled[..., k]                                    # (replicate, pairs)
+        diffs = null if f <= 0 else base - pooled[..., k]                # (replicate, pairs)
         tests = [corrected_resampled_test(d, ratio) for d in diffs]
         means = np.array([t["mean"] for t in tests], dtype=float)
-        hits = [bool(np.isfinite(t["p"]) and t["p"] < level and t["mean"] > 0) for t in tests]
+        # share 0 (nothing planted): a false finding is any p < level, either sign
+        hits = [bool(np.isfinite(t["p"]) and t["p"] < level and (t["mean"] > 0 or f <= 0)) for t in tests]
         sds = [np.std(d[np.isfinite(d)], ddof=1) if np.isfinite(d).sum() > 1 else math.nan for d in diffs]
         rate = float(np.mean(hits))
         ok = np.isfinite(means)
@@ -693,7 +754,10 @@ def planted_power(results, runs=None, level: float = 0.05) -> pd.DataFrame:
                      "n_pairs": int(max(t["n"] for t in tests)), "sd_diff": _finite_mean(sds),
                      "mde": _finite_mean([t["mde"] for t in tests])})
     out = pd.DataFrame(rows, columns=PLANTED_COLUMNS)
-    out.attrs.update({"runs": list(layers), "test_train_ratio": ratio, "layers": layers, "level": level})
+    # a test at ``level`` finds a difference where none is planted at most this often (its binomial 95 % margin)
+    bound = level + 1.96 * math.sqrt(level * (1 - level) / n_reps)
+    out.attrs.update({"runs": list(layers), "test_train_ratio": ratio, "layers": layers, "level": level,
+                      "null_bound": bound, "null_share": null_share if null is not None else math.nan})
     return out
 
 

@@ -8,6 +8,7 @@ condition    A->B                                      B->A
 genuine      ``(hidden_a[k], hidden_b[k])``            ``(hidden_b[k], hidden_a[k+1])``
 lag ``j``    ``(hidden_a[k], hidden_b[k+j])``          ``(hidden_b[k], hidden_a[k+1+j])``
 passive      ``(hidden_a_passive[k], hidden_b[k])``    ``(hidden_b_passive[k], hidden_a[k+1])``
+passive_own  as passive, from ``hidden_*_passive_own``  (the reader told it is the agent it replaces; ours)
 shuffled     as genuine; training targets permuted     as genuine
              per split (:func:`shuffle_training_targets`)
 pseudo       ``(hidden_a[k], hidden_b'[k])``           ``(hidden_b[k], hidden_a'[k+1])``
@@ -32,7 +33,7 @@ __all__ = ["AnalysisError", "DIRECTIONS", "CONDITIONS", "DEFAULT_CONDITIONS", "P
 
 DIRECTIONS = ("A->B", "B->A")
 #: the conditions without a lag; ``lagK`` (K >= 1) adds the lagged ones
-CONDITIONS = ("genuine", "passive", "shuffled", "pseudo")
+CONDITIONS = ("genuine", "passive", "passive_own", "shuffled", "pseudo")
 #: what :func:`synclib.analysis.analyze` fits unless told otherwise
 DEFAULT_CONDITIONS = CONDITIONS + ("lag1", "lag2")
 
@@ -157,7 +158,8 @@ def build_dataset(cube, direction: str, condition: str = "genuine",
 
     ``condition``: ``"genuine"``, ``"passive"``, ``"shuffled"`` (the genuine samples; targets shuffled per split by
     :func:`shuffle_training_targets`), ``"pseudo"`` (targets from the partner dialog of :func:`pseudo_partners`,
-    ``info["partner"]`` the rule; a cube of one dialog gives no sample) or ``"lagJ"`` (J >= 1).  ``arrays``: a
+    ``info["partner"]`` the rule, ``info["same_task"]`` the share of samples whose partner is the same task; a cube
+    of one dialog gives no sample) or ``"lagJ"`` (J >= 1).  ``arrays``: a
     shared :class:`HiddenCache` (re-uses variables already opened).
     """
     if direction not in DIRECTIONS:
@@ -165,7 +167,7 @@ def build_dataset(cube, direction: str, condition: str = "genuine",
     kind, lag = parse_condition(condition)
     arrays = arrays or HiddenCache(cube)
     src_side, tgt_side = ("a", "b") if direction == "A->B" else ("b", "a")
-    src = var_name("hidden", src_side, "passive") if kind == "passive" else var_name("hidden", src_side)
+    src = var_name("hidden", src_side, kind if kind.startswith("passive") else "active")
     tgt = var_name("hidden", tgt_side)
     shift = lag + (0 if direction == "A->B" else 1)  # target round = source round + shift
     X, Y = arrays.get(src), arrays.get(tgt)
@@ -182,6 +184,8 @@ def build_dataset(cube, direction: str, condition: str = "genuine",
         pe, ps, info["partner"] = pseudo_partners(cube)
         y_rows = (pe[e, s] * S + ps[e, s]) * R + k + shift
     keep = keep & Y.ok[y_rows]
+    if kind == "pseudo" and keep.any():  # the share of samples whose partner plays the same task
+        info["same_task"] = float((pe[e, s] == e)[keep].mean())
     info["n_dropped"] = int((~keep).sum())
     return PairedSamples(condition, direction, X, Y, x_rows[keep], y_rows[keep], e[keep], s[keep], k[keep], info)
 

@@ -158,8 +158,9 @@ def _seed_fit(ctx: Context, samples: PairedSamples, fit, rows: np.ndarray):
 GAP_CHUNK_BYTES = 1 << 27
 
 
-def _gap_resamples(grids: list, losses: list, counts: np.ndarray) -> np.ndarray:
-    """Genuine minus the surrogates' mean SyncR² on each resample of whole episodes, (B,): per target set, each
+def _gap_resamples(grids: list, losses: list, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Genuine minus the surrogates' mean SyncR² on each resample of whole episodes, and genuine's own, (B,) each:
+    per target set, each
     split seed's grid on the drawn test episodes (maps fixed, :func:`synclib.analysis.ridge.resampled_r2`), averaged
     over the seeds that drew a test episode, then SyncR²; the sets ``GAP_CHUNK_BYTES`` at a time, in float32."""
     T, B = len(grids[0]), len(counts)
@@ -188,7 +189,7 @@ def _gap_resamples(grids: list, losses: list, counts: np.ndarray) -> np.ndarray:
             mean = total / seeds[:, None, None, None]      # NaN where no seed drew a test episode
         scores[t0:t1] = sync_r2_many(mean).T
         del total, mean
-    return scores[0] - scores[1:].mean(0)
+    return scores[0] - scores[1:].mean(0), scores[0]
 
 
 def surrogate_block(ctx: Context, genuine: GenuineFits, n: int, counts=None) -> xr.Dataset:
@@ -205,14 +206,15 @@ def surrogate_block(ctx: Context, genuine: GenuineFits, n: int, counts=None) -> 
         (direction, split_seed), ``alpha_surrogate`` (direction, split_seed, target_set, src_layer: set 0 the genuine
         targets on the same rows, set ``m + 1`` surrogate ``m``; NaN past a model's layers); split seeds past the
         first :data:`SURROGATE_SPLITS` are left 0 and NaN; with ``counts``, ``surrogate_gap_boot`` (direction,
-        boot); attribute ``surrogate_rule``.
+        boot) and ``surrogate_genuine_boot`` (direction, boot: genuine on the same rows and draws); attribute
+        ``surrogate_rule``.
     """
     D, S = len(ctx.directions), len(ctx.split_seeds)
     value, gen = np.full((D, n), np.nan), np.full(D, np.nan)
     same_p, same_s = np.full((D, n), np.nan), np.full((D, n), np.nan)
     n_tr, n_te = np.zeros((D, S), dtype=np.int64), np.zeros((D, S), dtype=np.int64)
     B = 0 if counts is None else len(counts)
-    gap = np.full((D, B), np.nan)
+    gap, gen_boot = np.full((D, B), np.nan), np.full((D, B), np.nan)
     Ls = max(ctx.cube.sizes["layer_a"], ctx.cube.sizes["layer_b"])
     alpha = np.full((D, S, n + 1, Ls), np.nan)  # target set 0: the genuine targets on the same rows
     for di, d in enumerate(ctx.directions):
@@ -242,7 +244,7 @@ def surrogate_block(ctx: Context, genuine: GenuineFits, n: int, counts=None) -> 
         scores = sync_r2_many(np.mean(grids, axis=0))                          # (1 + n,)
         gen[di], value[di] = scores[0], scores[1:]
         if counts is not None:
-            gap[di] = _gap_resamples(grids, losses, counts)
+            gap[di], gen_boot[di] = _gap_resamples(grids, losses, counts)
     cds = {"direction": list(ctx.directions), "surrogate": np.arange(n), "split_seed": list(ctx.split_seeds)}
     out = xr.Dataset({"sync_r2_surrogate": (("direction", "surrogate"), value),
                       "sync_r2_surrogate_genuine": (("direction",), gen),
@@ -254,5 +256,6 @@ def surrogate_block(ctx: Context, genuine: GenuineFits, n: int, counts=None) -> 
                      coords={**cds, "target_set": np.arange(n + 1)})
     if counts is not None:
         out["surrogate_gap_boot"] = (("direction", "boot"), gap)
+        out["surrogate_genuine_boot"] = (("direction", "boot"), gen_boot)
     out.attrs["surrogate_rule"] = SURROGATE_RULE
     return out

@@ -170,10 +170,12 @@ class Tables:
     def contrast_table(self) -> pd.DataFrame:
         """Per pair and control: genuine and the control on the rows both hold (``genuine``, ``control_value``,
         ``gap``), each on all its own samples (``genuine_all``, ``control_all``, ``gap_all``), ``genuine_moved``
-        (genuine - genuine_all) and the training samples (``n_train`` per side of the contrast, ``n_train_genuine_all``,
-        ``n_train_control_all``: means over directions, split seeds and runs).  Empty without contrasts."""
+        (genuine - genuine_all), for a lag ``genuine_matched`` (genuine at the contrast's size on its own positions,
+        :data:`synclib.analysis.contrasts.MATCHED_RULE`; else NaN) and the training samples (``n_train`` per side of
+        the contrast, ``n_train_genuine_all``, ``n_train_control_all``: means over directions, split seeds and runs).
+        Empty without contrasts."""
         cols = _UNIT + ["control", "genuine", "control_value", "gap", "genuine_all", "control_all", "gap_all",
-                        "genuine_moved", "n_train", "n_train_genuine_all", "n_train_control_all"]
+                        "genuine_moved", "genuine_matched", "n_train", "n_train_genuine_all", "n_train_control_all"]
         if not self.runs or len(self.runs_with("sync_r2_contrast_pooled")) < len(self.runs):
             return pd.DataFrame(columns=cols)
 
@@ -189,9 +191,12 @@ class Tables:
                 g, v = (self.unit_value(runs, "sync_r2_contrast_pooled", contrast=c, side=side)["mean"]
                         for side in ("genuine", "control"))
                 c_all = self.unit_value(runs, "sync_r2", condition=c)["mean"]
+                matched = (self.unit_value(runs, "sync_r2_matched_pooled", contrast=c)["mean"]
+                           if all("sync_r2_matched_pooled" in self.analysis(r.name) for r in runs)
+                           and c.startswith("lag") else math.nan)
                 rows.append({**self.unit_info(runs), "control": c, "genuine": g, "control_value": v, "gap": g - v,
                              "genuine_all": g_all, "control_all": c_all, "gap_all": g_all - c_all,
-                             "genuine_moved": g - g_all,
+                             "genuine_moved": g - g_all, "genuine_matched": matched,
                              "n_train": train(runs, "n_train_contrast", contrast=c, side="genuine"),
                              "n_train_genuine_all": train(runs, "n_train", condition="genuine"),
                              "n_train_control_all": train(runs, "n_train", condition=c)})
@@ -291,7 +296,8 @@ class Tables:
                 value, boot, n = self.unit_rounds(runs, cond)
                 kept = np.isfinite(value) & (n >= MIN_TEST_SAMPLES)
                 for k in np.flatnonzero(np.isfinite(value)):
-                    lo, hi = stats.bootstrap_interval(boot[:, k]) if boot is not None else (math.nan, math.nan)
+                    lo, hi = (stats.bootstrap_interval(boot[:, k], estimate=value[k]) if boot is not None
+                              else (math.nan, math.nan))
                     rows.append({**self.unit_info(runs, separate), "condition": cond, "round": int(k) + 1,
                                  "mean": float(value[k]), "ci_lo": lo, "ci_hi": hi, "n_test": float(n[k]),
                                  "kept": bool(kept[k])})

@@ -27,6 +27,7 @@ _KEYED = (
     ("seeds", "LIST", "simulation seeds, e.g. 0,1,2 or 0-4"),
     ("passive", None, "also record the passive reader on the genuine dialogs (control 1)"),
     ("passive_seeds", "LIST", "seeds the passive reader reads (null: all of --seeds; the paper: 0-2)"),
+    ("passive_own", None, "with --passive: a second reader told it is the agent it replaces (ours)"),
     ("tom", None, "also run the Theory-of-Mind dialogs with emotion/action distributions"),
     ("tom_episodes", "N", "with --tom: the ToM dialogs for the first N of the simulated tasks only (null: all)"),
     ("scheduling", "turns|continuous", "turns: every dialog of a batch waits for the batch's longest reply; "

@@ -11,8 +11,8 @@ lengths, and the optional passive-reader and Theory-of-Mind variables (``book/ar
 =====================================  ==============================================
 variable                               dims
 =====================================  ==============================================
-``hidden_a`` (``_passive``, ``_tom``)  episode, sim_seed, round, layer_a, dim_a
-``hidden_b`` (``_passive``, ``_tom``)  episode, sim_seed, round, layer_b, dim_b
+``hidden_a`` (``_passive``, ``_tom``)  episode, sim_seed, round, layer_a, dim_a (also ``_passive_own``)
+``hidden_b`` (``_passive``, ``_tom``)  episode, sim_seed, round, layer_b, dim_b (also ``_passive_own``)
 ``text_a``, ``text_b`` (``_tom``)      episode, sim_seed, round   (``""`` unreached)
 ``prompt_len_a``, ``prompt_len_b``     episode, sim_seed, round   (``-1`` unreached)
 ``n_utterances`` (``_tom``)            episode, sim_seed

@@ -78,8 +78,9 @@ def var_name(kind: str, side: str | None = None, view: str = "active") -> str:
         ``reader`` is the passive reader's persona id (``view="passive"``, no side).
     side : {"a", "b"}
         The agent (``a`` = agent 1, model A); ``None`` for ``n_utterances`` and ``reader``.
-    view : {"active", "passive", "tom"}
-        ``passive`` exists for ``hidden`` only; ``emotion``, ``action`` and ``tom_format`` for ``tom`` only
+    view : {"active", "passive", "passive_own", "tom"}
+        ``passive`` and ``passive_own`` (the reader told it is the agent it replaces) exist for ``hidden`` only;
+        ``emotion``, ``action`` and ``tom_format`` for ``tom`` only
         (their names carry no suffix).
 
     Returns
@@ -93,8 +94,10 @@ def var_name(kind: str, side: str | None = None, view: str = "active") -> str:
     CubeError
         for an unknown kind, side or view, or a combination the cube does not have.
     """
-    if view not in VIEWS:
-        raise CubeError(f"view must be one of {VIEWS}, got {view!r}")
+    if view not in VIEWS + ("passive_own",):
+        raise CubeError(f"view must be one of {VIEWS + ('passive_own',)}, got {view!r}")
+    if view == "passive_own" and kind != "hidden":
+        raise CubeError(f"the passive reader records hidden states only, not {kind!r}")
     suffix = "" if view == "active" else f"_{view}"
     if kind == "n_utterances":
         if side is not None or view == "passive":
@@ -134,6 +137,8 @@ class CubeSpec:
         Shapes of the recorded states of model A (agent 1) and B (agent 2).
     passive, tom : bool
         Whether the passive-reader and ToM variables exist.
+    passive_own : bool
+        With ``passive``: a second reader, told it is the agent it replaces (``hidden_*_passive_own``).
     passive_seeds : list of int, optional
         The seeds the passive reader read (None: all); elsewhere ``hidden_*_passive`` is NaN, ``passive_reader`` "".
     emotions, actions : sequence of str
@@ -157,6 +162,7 @@ class CubeSpec:
     store_dtype: str = "float32"
     attrs: dict = dataclasses.field(default_factory=dict)
     passive_seeds: list | None = None
+    passive_own: bool = False
 
     def __post_init__(self):
         if self.store_dtype not in STORE_DTYPES:
@@ -225,6 +231,8 @@ class CubeSpec:
                 for s in "ab":
                     v[var_name("hidden", s, "passive")] = (h[s], "hidden")
                 v[var_name("reader", view="passive")] = ((), "text")
+                for s in "ab" if self.passive_own else "":
+                    v[var_name("hidden", s, "passive_own")] = (h[s], "hidden")
         if self.tom:
             for s in "ab":
                 v[var_name("tom_format", s, "tom")] = (r, "int")
@@ -241,6 +249,8 @@ class CubeSpec:
     def to_json(self) -> dict:
         d = dataclasses.asdict(self)
         d["attrs"] = {k: _attr_value(v) for k, v in self.attrs.items()}
+        if not self.passive_own:  # a cube without the second reader keeps its identity
+            del d["passive_own"]
         return json.loads(json.dumps(d, sort_keys=True, default=_json_default))
 
 
@@ -325,6 +335,9 @@ def _describe(spec: CubeSpec) -> dict[str, str]:
         d[var_name("reader", view="passive")] = ("persona id the passive reader was told it is ('' where the seed was not "
                                "read, or the reader was the replaced agent); rule in attribute "
                                "passive_persona_rule")
+    if spec.passive and spec.passive_own:
+        d["hidden_a_passive_own"] = "as hidden_a_passive, the reader told it is agent 1 (the agent it replaces)"
+        d["hidden_b_passive_own"] = "as hidden_b_passive, the reader told it is agent 2 (the agent it replaces)"
     if spec.tom:
         d.update({
             "hidden_a_tom": "as hidden_a, in the Theory-of-Mind run",

@@ -88,7 +88,7 @@ def simulate_work(cfg: dict) -> dict:
     n_tasks = count_tasks(cfg["scenarios"], sim["episodes"])
     seeds = len(sim["seeds"])
     dialogs = n_tasks * seeds
-    passive = n_tasks * len(sim["passive_seeds"] or sim["seeds"]) if sim["passive"] else 0
+    passive = n_tasks * len(sim["passive_seeds"] or sim["seeds"]) * (1 + int(sim["passive_own"])) if sim["passive"] else 0
     tom = min(n_tasks, sim["tom_episodes"] or n_tasks) * seeds if sim["tom"] else 0
     return {"tasks": n_tasks, "dialogs": dialogs, "passive_reads": passive, "tom_dialogs": tom,
             "planned": sim["max_utterances"] * (dialogs + passive + tom)}

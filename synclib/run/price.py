@@ -483,14 +483,16 @@ def assumptions(cfg: dict, ref: LoopRef) -> list[str]:
 # --------------------------------------------------------------------------- analysis, judge
 def analysis_grids(cfg: dict) -> int:
     """Ridge grids one analysis job fits, as :func:`synclib.analysis.core.analyze` counts them: directions x split
-    seeds x (conditions + each control's contrast, both sides + paper alpha + persona-disjoint + sample sizes)."""
+    seeds x (conditions + each control's contrast, both sides, a lag's also size-matched + paper alpha +
+    persona-disjoint + sample sizes)."""
     ana, sim = cfg["analysis"], cfg["simulate"]
-    conds = ["genuine", "shuffled"] + (["passive"] if sim["passive"] else []) \
-        + (["pseudo"] if ana["pseudo_dyads"] else []) + [f"lag{int(k)}" for k in ana["lags"]]
+    passive = (["passive"] + (["passive_own"] if sim["passive_own"] else [])) if sim["passive"] else []
+    conds = ["genuine", "shuffled"] + passive + (["pseudo"] if ana["pseudo_dyads"] else []) \
+        + [f"lag{int(k)}" for k in ana["lags"]]
     alpha = ana["alpha"]
     paper_alpha = alpha == "cv" or not (isinstance(alpha, (int, float)) and math.isclose(alpha, 0.1))
-    per = (len(conds) + 2 * (len(conds) - 1) + int(paper_alpha) + int(bool(ana["persona_disjoint"]))
-           + len(ana["sample_sizes"] or ()))
+    per = (len(conds) + 2 * (len(conds) - 1) + len(ana["lags"]) + int(paper_alpha)
+           + int(bool(ana["persona_disjoint"])) + len(ana["sample_sizes"] or ()))
     return 2 * len(ana["split_seeds"]) * per
 
 

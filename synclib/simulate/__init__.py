@@ -24,7 +24,8 @@ Optional passes (:class:`Passes`), per part:
 * passive (``Passes(passive=True)``): the genuine dialogs of the ``passive_seeds`` are re-read, prefill only, in the
   passive prompt view, model A in agent 1's slot (``hidden_a_passive``), model B in agent 2's (``hidden_b_passive``).
   The reader is told it is the persona drawn for (task, seed) as the paper's code draws it
-  (:func:`synclib.tasks.prompts.passive_persona`, recorded in ``passive_reader``).
+  (:func:`synclib.tasks.prompts.passive_persona`, recorded in ``passive_reader``); with ``passive_own`` a second
+  reader of the same dialogs is told it is the agent it replaces (``hidden_*_passive_own``; ours).
 * Theory of Mind (``Passes(tom=True)``): a separate dialog run with the ToM view (emotion/action instruction; the
   partner's history without those words), for every unit or those of the first ``tom_episodes`` tasks (the others
   keep the "unreached" values: ``n_utterances_tom`` is -1), storing ``hidden_*_tom``, ``text_*_tom``, the

@@ -69,6 +69,9 @@ class Passes(Settings):
         Re-read the genuine dialogs as a passive reader (``hidden_*_passive``; the run config's default is on).
     passive_seeds : tuple of int, optional
         The seeds the passive reader reads (default: every simulated seed; the paper: 0-2).
+    passive_own : bool, default False
+        With ``passive``: a second reader of the same dialogs, told it is the agent it replaces
+        (``hidden_*_passive_own``; ours), so that its gap to genuine measures taking part alone.
     taskset : TaskSet, optional
         The set the passive reader's persona is drawn from (:func:`synclib.tasks.prompts.passive_persona`); default
         the simulated tasks when they are a TaskSet.  Without one the reader is told it is the agent it replaces.
@@ -79,10 +82,12 @@ class Passes(Settings):
         variables stay unreached.  Default: every task.
     """
 
-    KEYS: ClassVar[dict[str, str]] = {n: f"simulate.{n}" for n in ("passive", "passive_seeds", "tom", "tom_episodes")}
+    KEYS: ClassVar[dict[str, str]] = {n: f"simulate.{n}" for n in ("passive", "passive_seeds", "passive_own", "tom",
+                                                               "tom_episodes")}
 
     passive: bool = False
     passive_seeds: tuple | None = default("simulate.passive_seeds")
+    passive_own: bool = False
     taskset: object = field(default=None, compare=False)
     tom: bool = False
     tom_episodes: int | None = default("simulate.tom_episodes")

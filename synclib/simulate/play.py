@@ -129,9 +129,7 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16, s
     lm_a, lm_b = _load_pair(model_a, model_b, options.dtype, options.device, tuple(options.prompt_formats))
     per_agent = (sampling.for_model(lm_a), sampling.for_model(lm_b))
     batching = batching.resolve(out, lm_a.device)
-    passive_seeds = None if passes.passive_seeds is None else list(passes.passive_seeds)
-    spec = _cube_spec(lm_a, lm_b, tasks, seeds, passive=passive, tom=tom, passive_seeds=passive_seeds,
-                      store_dtype=options.store_dtype, sampling=[s.filters for s in per_agent], attrs=dict(
+    spec = _cube_spec(lm_a, lm_b, tasks, seeds, passes=passes, store_dtype=options.store_dtype, sampling=[s.filters for s in per_agent], attrs=dict(
                           temperature=float(sampling.temperature), max_new_tokens=int(sampling.max_new_tokens),
                           max_utterances=int(max_utterances), units_per_part=int(batching.units_per_part),
                           scheduling=batching.scheduling, stop_at_first_line=bool(sampling.stop_at_first_line),
@@ -153,11 +151,13 @@ def simulate(model_a, model_b, tasks, seeds, out, *, max_utterances: int = 16, s
     return _play(runner, writer, units, batching.units_per_part, options.progress, options.engine_stats)
 
 
-def _cube_spec(lm_a, lm_b, tasks, seeds, *, passive, tom, passive_seeds, store_dtype, sampling,
-               attrs) -> CubeSpec:
-    """The cube's layout and identity: shapes, models, every generation setting."""
+def _cube_spec(lm_a, lm_b, tasks, seeds, *, passes: Passes, store_dtype, sampling, attrs) -> CubeSpec:
+    """The cube's layout and identity: shapes, models, every generation setting (``passes``: which readers and
+    dialogs beside the genuine ones)."""
     import torch
 
+    passive, tom = passes.passive, passes.tom
+    passive_seeds = None if passes.passive_seeds is None else list(passes.passive_seeds)
     models = {}
     for side, lm, samp in (("a", lm_a, sampling[0]), ("b", lm_b, sampling[1])):
         models.update({f"model_{side}": lm.name, f"model_{side}_source": getattr(lm, "source", ""),
@@ -170,7 +170,7 @@ def _cube_spec(lm_a, lm_b, tasks, seeds, *, passive, tom, passive_seeds, store_d
         n_layers_a=lm_a.n_layers, d_model_a=lm_a.d_model,
         n_layers_b=lm_b.n_layers, d_model_b=lm_b.d_model,
         passive=passive, tom=tom, emotions=EMOTIONS, actions=ACTIONS, store_dtype=store_dtype,
-        passive_seeds=passive_seeds if passive else None,
+        passive_seeds=passive_seeds if passive else None, passive_own=bool(passive and passes.passive_own),
         attrs=dict(**models, **attrs, synclib_version=__version__, torch_version=torch.__version__,
                    protocol="protocol.md (Sotopia dialog loop, last-prompt-token states)"),
     )

@@ -179,7 +179,7 @@ class _Runner:
 
     def planned(self, unit) -> int:
         """Utterances planned for ``unit`` (episode, seed): ``max_utterances`` per dialog and passive re-reading."""
-        views = 1 + int(self.reads_passive(unit))
+        views = 1 + len(self.reader_views(unit))
         views += int(self.plays_tom(unit))
         return views * self.max_utterances
 
@@ -215,7 +215,7 @@ class _Runner:
         d.history.append(reply)
         self.progress.advance(1)
         if is_leave(reply, self.tasks[d.unit[0]], t) or t + 1 >= self.max_utterances:
-            reads = 1 + int(d.view == "active" and self.reads_passive(d.unit))
+            reads = 1 + (len(self.reader_views(d.unit)) if d.view == "active" else 0)
             self.progress.unplan(reads * (self.max_utterances - t - 1))
             return False
         return True
@@ -272,9 +272,9 @@ class _Runner:
                     if d.view == "tom":
                         self._record_tom(d.cells, d.turn, *self._tom_of(d.agent).from_scores(res))
                     self._postprocess(sched, d, res)
-            for (d, t), states in st.take_reads():
+            for (d, t, view), states in st.take_reads():
                 d.reads -= 1
-                self._record_passive(d, t, states)
+                self._record_passive(d, t, view, states)
 
     def _submit(self, sched: Scheduler, fresh: deque | None = None, capacity: int = 0) -> None:
         """Submit the requests of the dialogs ``sched`` schedules to the stream of the model that speaks (``"turns"``:
@@ -295,7 +295,8 @@ class _Runner:
                 if continuous and d.view == "active" and self.reads_passive(d.unit):
                     if d.turn == 0:
                         self._mark_reader(d)
-                    self._read(d, d.agent, d.turn)
+                    for view in self.reader_views(d.unit):
+                        self._read(d, d.agent, d.turn, view)
             room = min(len(fresh), capacity - len(first)) if fresh else 0
             if room <= 0:
                 return
@@ -337,9 +338,9 @@ class _Runner:
         if any(d.status is not Status.FINISHED or d.reads for d in part.dialogs):
             return False
         for d in part.genuine:  # the reader's sessions: read to the end
-            if self.reads_passive(d.unit):
+            for view in self.reader_views(d.unit):
                 for agent in (0, 1):
-                    self.engines[agent].forget(d.session(agent, "passive"))
+                    self.engines[agent].forget(d.session(agent, view))
         return True
 
     # -- the passive reader --------------------------------------------------------------
@@ -347,22 +348,30 @@ class _Runner:
         """Whether the passive reader reads ``unit`` (episode, seed): its seed is among the spec's ``passive_seeds``."""
         return self.spec.passive and unit[1] in self.spec.read_passive_seeds()
 
+    def reader_views(self, unit) -> tuple[str, ...]:
+        """The readers of ``unit``: ``"passive"`` (the drawn persona) and, with the spec's ``passive_own``,
+        ``"passive_own"`` (told it is the agent it replaces); none where it is not read."""
+        if not self.reads_passive(unit):
+            return ()
+        return ("passive", "passive_own") if self.spec.passive_own else ("passive",)
+
     def _mark_reader(self, d: Dialog) -> None:
         """Record in ``passive_reader`` the persona the reader of ``d`` is told it is
         (:func:`passive_persona` of (task, seed); empty when it is told it is the agent it replaces)."""
         persona = self.readers.get(d.unit)
         d.cells.values[var_name("reader", view="passive")][...] = persona.pk if persona is not None else ""
 
-    def _passive_prompt(self, d: Dialog, agent: int, t: int) -> str:
-        """The passive reader's prompt for utterance ``t`` of ``d`` in ``agent``'s place: the dialog before it."""
+    def _passive_prompt(self, d: Dialog, agent: int, t: int, view: str = "passive") -> str:
+        """The reader ``view``'s prompt for utterance ``t`` of ``d`` in ``agent``'s place: the dialog before it."""
+        persona = self.readers.get(d.unit) if view == "passive" else None
         return self.lms[agent].chat_prompt(render_prompt(self.tasks[d.unit[0]], agent, d.history[:t], "passive",
-                                                         persona=self.readers.get(d.unit)))
+                                                         persona=persona))
 
-    def _read(self, d: Dialog, agent: int, t: int, prompt=None) -> None:
-        """Queue the passive reader's read of utterance ``t`` of ``d`` in ``agent``'s place on that model's stream
-        (``prompt``: :meth:`_passive_prompt` or its token ids; session ``d.session(agent, "passive")``)."""
-        prompt = self._passive_prompt(d, agent, t) if prompt is None else prompt
-        self.streams[agent].read((d, t), prompt, d.session(agent, "passive"))
+    def _read(self, d: Dialog, agent: int, t: int, view: str = "passive", prompt=None) -> None:
+        """Queue the reader ``view``'s read of utterance ``t`` of ``d`` in ``agent``'s place on that model's stream
+        (``prompt``: :meth:`_passive_prompt` or its token ids; session ``d.session(agent, view)``)."""
+        prompt = self._passive_prompt(d, agent, t, view) if prompt is None else prompt
+        self.streams[agent].read((d, t, view), prompt, d.session(agent, view))
         d.reads += 1
 
     def _read_after(self, dialogs: list[Dialog]) -> None:
@@ -373,22 +382,24 @@ class _Runner:
         for d in read:
             self._mark_reader(d)
         idle = Scheduler(policy="turns")
+        views = self.reader_views(read[0].unit) if read else ()
         for agent in (0, 1):
             eng = self.engines[agent]
             for t in range(agent, self.max_utterances, 2):
-                rows = [d for d in read if t < len(d.history)]
+                rows = [(d, v) for d in read if t < len(d.history) for v in views]
                 if not rows:
                     break
-                prompts = [self.lms[agent].encode(self._passive_prompt(d, agent, t)) for d in rows]
-                for i in eng.order(prompts, [d.session(agent, "passive") for d in rows]):
-                    self._read(rows[i], agent, t, prompts[i])
-                while any(d.reads for d in rows):
+                prompts = [self.lms[agent].encode(self._passive_prompt(d, agent, t, v)) for d, v in rows]
+                for i in eng.order(prompts, [d.session(agent, v) for d, v in rows]):
+                    self._read(rows[i][0], agent, t, rows[i][1], prompts[i])
+                while any(d.reads for d, _ in rows):
                     self._step(idle)
-            for d in read:  # only the reader's sessions: other dialogs may be in flight
-                eng.forget(d.session(agent, "passive"))
+            for d in read:  # only the readers' sessions: other dialogs may be in flight
+                for v in views:
+                    eng.forget(d.session(agent, v))
 
-    def _record_passive(self, d: Dialog, t: int, states) -> None:
-        """Store the reader's states of utterance ``t`` of ``d``."""
-        d.cells.values[var_name("hidden", "ab"[t % 2], "passive")][t // 2] = states
+    def _record_passive(self, d: Dialog, t: int, view: str, states) -> None:
+        """Store the reader ``view``'s states of utterance ``t`` of ``d``."""
+        d.cells.values[var_name("hidden", "ab"[t % 2], view)][t // 2] = states
         self.progress.advance(1)
 
