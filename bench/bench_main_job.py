@@ -116,7 +116,8 @@ def main(argv=None) -> int:
                                     .splitlines() if ln.startswith("model name")), platform.processor())},
            "dtype": cfg.get("dtype"), "device": cfg.get("device"),
            "settings": {k: cfg["simulate"][k] for k in ("episodes", "seeds", "max_utterances", "max_new_tokens",
-                                                         "units_per_part", "passive", "tom", "tom_episodes")},
+                                                         "units_per_part", "passive", "passive_own", "tom",
+                                                         "tom_episodes")},
            "jobs": kinds, "notebooks_at_once": AT_ONCE,
            "pipeline_seconds": round(wall_seconds((k, r["seconds"]) for k, r in jobs.items()), 1)}
     import torch
