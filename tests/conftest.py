@@ -48,8 +48,8 @@ kill9_when(proc, ready, timeout=180)
 
 Markers and reports
 -------------------
-``@pytest.mark.long``: a whole pipeline end to end, killed and resumed, or run on a cluster
-(about a minute or more each).  ``make test``, the daily suite, skips them; our CI runs them
+``@pytest.mark.long``: a whole pipeline end to end, killed and resumed, run on a cluster, or the
+paper's whole grid of jobs planned (10 s to minutes each).  ``make test``, the daily suite, skips them; our CI runs them
 (``.ci/run`` sets ``SYNCLIB_TEST_LONG=1``, as anyone may).  Beside pytest's 20 slowest tests,
 the run ends with the tests that raised the suite's peak memory (the pytest process's, and
 any child process's), so the suite stays within a laptop's memory.

@@ -90,6 +90,7 @@ def test_killed_worker_mid_simulation_still_completes_the_same(tmp_path, two_mod
     assert_same_results(grid_results(tmp_path), in_process)
 
 
+@pytest.mark.long  # the cluster path (about 11 s): CI runs it
 def test_gpu_jobs_ask_for_a_gpu_resource(tmp_path, two_models):
     """Simulation and a local judge hold a GPU where the models may compute on one (device auto
     or cuda); analysis only where it fits on the GPU (device cuda); a CPU run holds none."""

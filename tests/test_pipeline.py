@@ -343,6 +343,7 @@ def _finish(jobs, keys):
         pipeline.mark_done(job.output, job.fp, inputs=job.inputs, seconds=1.0)
 
 
+@pytest.mark.long  # the whole grid's jobs fingerprinted and planned (about 25 s): CI runs it
 def test_a_setting_reruns_exactly_its_step_and_dry_run_says_why(tmp_path):
     from synclib.run.plan import format_plan, plan
 
@@ -506,7 +507,7 @@ def test_dry_run_estimates_every_job_of_the_default_from_the_measured_run(tmp_pa
     assert "the session caches may hold" in text and "peaked at" in text
 
     f32 = cal["dtypes"]["float32_factor"]
-    cfg2 = load_config(None, over[:1] + ["dtype=float32", "simulate.seeds=[0,1]"])
+    cfg2 = load_config(None, over[:1] + ["dtype=float32", "simulate.seeds=[0,1,2,3]"])  # twice the default's
     rows2 = {r.key: r for r in plan(build_jobs(cfg2, ("simulate",)), cfg2)}
     ratio = simulate_work(cfg2)["planned"] / simulate_work(cfg)["planned"]
     assert ratio == 2

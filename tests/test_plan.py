@@ -223,6 +223,7 @@ def _closed_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.long  # a Dask LocalCluster (about 17 s): the cluster path, which CI runs
 def test_the_dry_run_asks_the_scheduler_for_its_gpu_workers(tmp_path, capsys):
     """A LocalCluster on 127.0.0.1 with two GPU workers (resources GPU=1): the dry run counts
     them and divides the GPU-hours by them; a closed port: one line says so, the plan prints."""

@@ -52,6 +52,7 @@ def test_runs_are_chosen_by_name_or_position_and_a_wrong_one_is_named(capsys):
     assert sorted(jobs) == ["analyze:L2-M1", "judge:L2-M1", "simulate:L2-M1"]  # no notebooks, no book
 
 
+@pytest.mark.long  # the paper's whole grid of jobs built twice (about 15 s): CI runs it
 def test_a_runs_fingerprints_do_not_depend_on_the_rest_of_the_grid():
     """A job's fingerprint holds only what changes its output: the run of a one-pair config in
     one order is the whole grid's run (before, `orders` and `pairs` made it stale)."""
