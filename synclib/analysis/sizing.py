@@ -239,7 +239,7 @@ def format_sizes(sizes: list[RunSize]) -> str:
                 "; no measured curve for this width" if all(s.shapes) else
                 "; model width unknown before loading (no check)")
         counts = f"{g['A->B']['train']} / {g['B->A']['train']} (+ {g['A->B']['test']} / {g['B->A']['test']} test)"
-        said.setdefault(f"genuine/passive/shuffled/pseudo {counts}"
+        said.setdefault(f"genuine/passive readers/shuffled/pseudo {counts}"
                         + (f"; {lags} (a lag's contrast fits genuine on the lag's rows)" if lags else "") + need,
                         []).append(s.run)
     for text, names in said.items():
