@@ -145,6 +145,10 @@ class RunTests:
         return power.surrogate_test(self.res)
 
     @cached_property
+    def surrogates_persona(self) -> dict:
+        return power.surrogate_test(self.res, split="persona")
+
+    @cached_property
     def pairs(self) -> pd.DataFrame:
         return self.res.pair_table()
 
@@ -179,7 +183,7 @@ def synchrony(t: RunTests) -> Claim:
     same test under the persona-disjoint split (``surrogates_persona``; not part of the verdict)."""
     sync, s = t.res.sync_table(), t.surrogates
     nums = {"pairs": sync[["pair", "mean"]].to_dict("records"), "surrogates": _row(s),
-            "surrogates_persona": _row(power.surrogate_test(t.res, split="persona"))}
+            "surrogates_persona": _row(t.surrogates_persona)}
     if not np.isfinite(sync["mean"]).any():
         return Claim(CANNOT, "no-genuine", (), nums)
     if not s["n_surrogates"]:

@@ -483,11 +483,12 @@ def _persona_test(results) -> dict:
     the surrogate test's rows and split seeds (``persona_disjoint_surrogate_genuine_boot`` minus
     ``surrogate_genuine_boot``, the same draws; maps fixed), ``p_episodes`` as :func:`episode_test`.  ``p`` is the
     larger of the two (the t-test's alone without the resamples)."""
-    units, draws, point, n_seeds = [], [], [], 0
+    units, draws, point, n_seeds, n_runs = [], [], [], 0, 0
     for r in results.runs:
         ds = results.analysis(r.name)
         if "persona_disjoint_sync_r2_per_seed" not in ds:
             continue
+        n_runs += 1
         a = ds["persona_disjoint_sync_r2_per_seed"].transpose("direction", "split_seed").to_numpy().astype(float)
         b = ds["sync_r2_per_seed"].sel(condition="genuine").transpose("direction", "split_seed").to_numpy().astype(float)
         with warnings.catch_warnings():  # a direction without a value: NaN
@@ -501,7 +502,7 @@ def _persona_test(results) -> dict:
                          .to_numpy().astype(float))
     out = corrected_resampled_test(np.array(units), 0.0)
     out.update(p_units=out["p"], ci_lo=math.nan, ci_hi=math.nan, p_episodes=math.nan, n_boot=0, n_layer_pairs=0,
-               n_runs=len(units) // 2 if units else 0, n_seeds=n_seeds)
+               n_runs=n_runs, n_seeds=n_seeds)
     if draws:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
