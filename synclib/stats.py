@@ -125,13 +125,48 @@ def rank_p(value: float, null) -> float:
     return float((1 + np.sum(d >= value)) / (1 + d.size))
 
 
-def bootstrap_interval(draws, level: float = 0.95, estimate: float | None = None) -> tuple[float, float]:
+#: resamples of whole episodes for the dialog-level tests (:func:`episode_draws`)
+N_BOOT = 2000
+#: seed of the episode draws (the same draws for every run of the same task set)
+BOOT_SEED = 0
+
+
+def episode_draws(n_episodes: int, n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> np.ndarray:
+    """How often each of ``n_episodes`` episodes is drawn in each of ``n_boot`` resamples with
+    replacement: counts (n_boot, n_episodes), each row summing to ``n_episodes``."""
+    idx = np.random.default_rng(seed).integers(0, n_episodes, size=(n_boot, n_episodes))
+    return np.stack([np.bincount(row, minlength=n_episodes) for row in idx])
+
+
+def acceleration(draws, counts) -> float:
+    """The BCa acceleration of a statistic from its resampled values ``draws`` (B,) and the resamples' draws
+    ``counts`` (B, E) (:func:`episode_draws`; rows with a non-finite draw left out): the episodes' empirical
+    influence ``U`` (E,) is the least-squares regression of the draws on the counts, centred (Efron 1987, section
+    7: no refit without each episode), and ``a = sum U^3 / (6 (sum U^2)^(3/2))``; for a mean it is the jackknife's.
+    0 where the draws do not vary with the counts."""
+    d, c = np.asarray(draws, dtype=np.float64), np.asarray(counts, dtype=np.float64)
+    if c.ndim != 2 or c.shape[0] != d.shape[0]:
+        raise ValueError(f"acceleration: counts must be (B, E) with B = {d.shape[0]} draws, got {c.shape}")
+    ok = np.isfinite(d)
+    d, c = d[ok], c[ok]
+    if d.size < 2 or np.ptp(d) == 0:
+        return 0.0
+    u = np.linalg.lstsq(c - c.mean(0), d - d.mean(), rcond=None)[0]
+    u -= u.mean()
+    ss = float(np.sum(u ** 2))
+    return float(np.sum(u ** 3) / (6 * ss ** 1.5)) if ss > 0 else 0.0
+
+
+def bootstrap_interval(draws, level: float = 0.95, estimate: float | None = None,
+                       counts=None) -> tuple[float, float]:
     """Percentile interval of the resampled values ``draws`` (B,) (finite ones): the ``(1 - level) / 2`` and
     ``(1 + level) / 2`` quantiles; NaN without draws.  With the ``estimate`` the draws resample, bias-corrected
     (Efron's BC): where a share ``q`` of the draws (ties half) falls below it, ``z0 = Phi^-1(q)`` and the quantiles
-    move to ``Phi(2 z0 +- z)``, so draws skewed to one side of the estimate no longer shift the interval that way
-    (no acceleration: that needs the estimate refitted without each episode)."""
+    move to ``Phi(2 z0 +- z)``, so draws skewed to one side of the estimate no longer shift the interval that way.
+    With the resamples' ``counts`` (B, E) as well, BCa: :func:`acceleration` ``a`` and the quantiles
+    ``Phi(z0 + (z0 + z) / (1 - a (z0 + z)))``."""
     d = np.asarray(draws, dtype=np.float64)
+    a = acceleration(d, counts) if counts is not None and estimate is not None else 0.0
     d = d[np.isfinite(d)]
     if not d.size:
         return float("nan"), float("nan")
@@ -141,9 +176,19 @@ def bootstrap_interval(draws, level: float = 0.95, estimate: float | None = None
 
         below = (np.sum(d < estimate) + 0.5 * np.sum(d == estimate)) / d.size
         z0 = sps.norm.ppf(np.clip(below, 1 / (d.size + 1), d.size / (d.size + 1)))
-        q = sps.norm.cdf(2 * z0 + sps.norm.ppf(q))
+        z = z0 + sps.norm.ppf(q)
+        q = sps.norm.cdf(z0 + z / (1 - a * z))
     lo, hi = np.quantile(d, q)
     return float(lo), float(hi)
+
+
+def bca_interval(draws, estimate: float, n_episodes: int, level: float = 0.95) -> tuple[float, float]:
+    """The BCa interval (:func:`bootstrap_interval`) of a statistic's resamples of whole episodes ``draws`` (B,),
+    NaN where a resample has none, around ``estimate``: the counts are the analysis' own draws
+    (:func:`episode_draws` of the cube's ``n_episodes``); BC alone without ``n_episodes``."""
+    draws = np.asarray(draws, dtype=float)
+    counts = episode_draws(n_episodes, draws.size) if n_episodes else None
+    return bootstrap_interval(draws, level, estimate=estimate, counts=counts)
 
 
 def reference_family_se(pair_means, n_split_seeds: int = 3) -> float:

@@ -434,14 +434,48 @@ def test_mlp_early_stopping_picks_the_epochs_on_the_validation_part():
         np.testing.assert_allclose(r2[p], alone[0], atol=1e-5)
 
 
-def test_nonlinear_seeds_fits_the_first_split_seeds_only(cube):
+def test_mlp_group_losses_resample_its_test_r2():
+    """The MLP's losses per test group resample its R² as the ridge grids' do (resampled_r2): all groups once give
+    its test R², and a resample's residual sum equals the one of the same network scored on the drawn rows alone
+    (one target column, so R² = 1 - SS_res / SS_tot on either set of rows)."""
+    from synclib.analysis.mlp import MLPOptions, mlp_r2_batch
+    from synclib.analysis.ridge import resampled_r2
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(2, 140, 5))
+    Y = np.stack([np.tanh(x[:, :1]) + rng.normal(scale=0.3, size=(140, 1)) for x in X])
+    groups = np.repeat([7, 3, 9, 5], 10)  # four test episodes of 10 samples
+    opts = MLPOptions(epochs=5, hidden=8, lr=1e-2)
+    r2, loss = mlp_r2_batch(X[:, :100], Y[:, :100], X[:, 100:], Y[:, 100:], opts, seed=1, test_groups=groups)
+    np.testing.assert_array_equal(loss.labels, [3, 5, 7, 9])
+    assert loss.loss.shape == (4, 2) and list(loss.sizes) == [10] * 4
+    np.testing.assert_allclose(resampled_r2(r2[None], loss.loss[:, None], loss.sizes, np.ones((1, 4)))[0, 0], r2,
+                               atol=1e-12)
+    got = resampled_r2(r2[None], loss.loss[:, None], loss.sizes, np.array([[2, 0, 1, 1]]))[0, 0]  # 3 twice, 5 never
+    rows = np.concatenate([np.flatnonzero(groups == g) for g in (3, 3, 7, 9)]) + 100
+    alone = mlp_r2_batch(X[:, :100], Y[:, :100], X[:, rows], Y[:, rows], opts, seed=1)  # the same network
+    for p in range(2):
+        ss_full = ((Y[p, 100:, 0] - Y[p, 100:, 0].mean()) ** 2).sum()
+        ss_rows = ((Y[p, rows, 0] - Y[p, rows, 0].mean()) ** 2).sum()
+        res_rows = (1 - alone[p]) * ss_rows
+        assert (1 - got[p]) * ss_full * len(rows) / 40 == pytest.approx(res_rows, rel=1e-5)
+
+
+def test_nonlinear_seeds_fits_the_first_split_seeds_only(cube, monkeypatch):
+    """The MLPs on the first split seed only; their episode bootstrap (nonlinear_gap_boot), on a resample that draws
+    every episode once, is the split's MLP minus affine test R² averaged over the layer pairs."""
+    import synclib.analysis.core as core
+
+    monkeypatch.setattr(core, "episode_draws", lambda n, b: np.ones((1, n), dtype=np.int64))
     r = analyze(cube, conditions=("genuine",), n_samples=600, split_seeds=(0, 1), nonlinear=True,
-                nonlinear_options={"epochs": 3, "hidden": 16, "lr": 1e-3}, nonlinear_seeds=1,
+                nonlinear_options={"epochs": 3, "hidden": 16, "lr": 1e-3}, nonlinear_seeds=1, n_boot=1,
                 progress=False, log=lambda m: None)
     used = (r.nonlinear_src_layer >= 0).values
     assert np.isfinite(r.nonlinear_r2.sel(split_seed=0).values[used]).all()
     assert np.isnan(r.nonlinear_r2.sel(split_seed=1).values).all()
     assert np.isnan(r.affine_r2.sel(split_seed=1).values).all()
+    gap = (r.nonlinear_r2 - r.affine_r2).sel(split_seed=0).mean("layer_pair")
+    np.testing.assert_allclose(r.nonlinear_gap_boot.sel(boot=0).values, gap.values, atol=1e-9)
 
 
 # --------------------------------------------------------------------------- streaming

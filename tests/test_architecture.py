@@ -189,7 +189,7 @@ def _notebook_imports(path: Path):
 TESTS = {"synclib.analysis.power": None, "synclib.analysis.planted": None, "scipy": None, "scipy.stats": None,
          "synclib.analysis.cka": {"cka_null"},
          "synclib.stats": {"pearson", "partial_pearson", "correlations_by_group", "compare_groups", "bootstrap_p",
-                           "bootstrap_interval", "rank_p", "holm"}}
+                           "bootstrap_interval", "bca_interval", "acceleration", "rank_p", "holm"}}
 
 
 def test_no_page_runs_a_statistical_test_while_it_renders():

@@ -329,7 +329,8 @@ def test_setting_and_tom_tests_by_hand(res):
     """Table 2 like with like (issue 74, item 2): a persona split and an episode split of one seed are unrelated
     partitions, so each side is averaged over its own seeds and the runs x directions get a paired t-test, beside
     the episode bootstrap of the difference on the surrogate test's rows (the same draws), the larger p.  Table 5:
-    the corrected re-split test, which needs two or more split seeds (one: no p).  Figure 11 per decoder."""
+    the episode bootstrap, and with two or more split seeds the corrected re-split test, the larger p.  Figure 11
+    per decoder."""
     units, draws = [], []
     for name in res.run_names:
         ds = res.analysis(name)
@@ -346,7 +347,14 @@ def test_setting_and_tom_tests_by_hand(res):
     assert got["n_boot"] > 0 and got["ci_lo"] <= got["ci_hi"]
     nl = power.setting_test(res, "nonlinear")
     assert nl["n"] > 0 and nl["n_layer_pairs"] >= 1
-    if nl["n_seeds"] < 2:
+    nl_draws = [res.analysis(n)["nonlinear_gap_boot"].values for n in res.runs_with("nonlinear_gap_boot")]
+    if nl_draws:  # the episode bootstrap of the same difference: with one split seed the test alone
+        gb = np.nanmean(np.concatenate(nl_draws), axis=0)
+        assert nl["p_episodes"] == pytest.approx(stats.bootstrap_p(gb[np.isfinite(gb)])) and nl["n_boot"] > 0
+        assert nl["p"] == (nl["p_episodes"] if nl["n_seeds"] < 2 else max(nl["p_corrected"], nl["p_episodes"]))
+        assert nl["ci_lo"] <= nl["mean"] <= nl["ci_hi"] or nl["n_boot"] < 20
+        assert claims.nonlinear(RunTests(res, {})).reason != "one-seed"
+    elif nl["n_seeds"] < 2:
         assert np.isnan(nl["p"]) and claims.nonlinear(RunTests(res, {})).reason == "one-seed"
     t = power.tom_tests(res)
     assert len(t) == 6 and set(t["target"]) == {"emotion", "action"}

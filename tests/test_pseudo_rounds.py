@@ -228,6 +228,30 @@ def test_the_bias_corrected_interval_follows_where_the_draws_fall_from_the_estim
     assert stats.bootstrap_interval(d, estimate=float("nan")) == plain  # no estimate: the percentiles
 
 
+def test_the_acceleration_of_a_mean_is_the_jackknifes_and_moves_the_interval():
+    """BCa without refits (Efron 1987): the influence of each episode is the regression of the draws on the
+    resamples' counts.  For a mean of skewed values it equals the jackknife's acceleration, and the interval takes
+    the quantiles Phi(z0 + (z0 + z) / (1 - a (z0 + z)))."""
+    from scipy.stats import norm
+
+    x = np.random.default_rng(1).exponential(size=30)  # skewed episode values
+    counts = stats.episode_draws(30, 4000, seed=5)
+    draws = counts @ x / 30
+    jack = np.array([np.delete(x, i).mean() for i in range(30)])
+    dev = jack.mean() - jack
+    a_jack = np.sum(dev ** 3) / (6 * np.sum(dev ** 2) ** 1.5)
+    assert a_jack > 0.01 and stats.acceleration(draws, counts) == pytest.approx(a_jack, rel=1e-6)
+    est = float(x.mean())
+    z0 = norm.ppf(np.mean(draws < est))
+    z = z0 + norm.ppf([0.025, 0.975])
+    want = np.quantile(draws, norm.cdf(z0 + z / (1 - a_jack * z)))
+    assert stats.bootstrap_interval(draws, estimate=est, counts=counts) == pytest.approx(tuple(want), rel=1e-6)
+    assert stats.bca_interval(draws, est, 0) == stats.bootstrap_interval(draws, estimate=est)  # no counts: BC
+    assert stats.acceleration(np.full(4000, 0.3), counts) == 0.0  # draws that do not vary
+    with pytest.raises(ValueError, match="counts"):
+        stats.acceleration(draws, counts[:10])
+
+
 # --------------------------------------------------------------------------- the presets
 @pytest.mark.parametrize("name,partner", [("default.yaml", "the same task"), ("overnight.yaml", "the same task")])
 def test_the_presets_pages_have_pseudo_dyads_and_rounds_with_their_intervals(name, partner):

@@ -35,7 +35,7 @@ from synclib.analysis.scores import (best_targets, seed_aggregate, sync_r2, sync
 from synclib.analysis.ridge import PAPER_ALPHA, ComputeOptions, r2_grid, r2_grid_subsets, resampled_r2
 from synclib.analysis.tom import tom_decode
 from synclib.splits import RidgeInputError, validation_split
-from synclib.stats import mean_se
+from synclib.stats import BOOT_SEED, N_BOOT, episode_draws, mean_se
 from synclib.tasks.scenarios import RELATIONSHIPS
 
 __all__ = ["conditions_block", "own_splits", "episode_draws", "episode_bootstrap", "N_BOOT", "BOOT_SEED", "BOOT_RULE",
@@ -241,23 +241,12 @@ def _cka_contrast(genuine: PairedSamples, control: PairedSamples) -> tuple[float
 
 
 # --------------------------------------------------------------------------- the episode as the unit
-#: resamples of whole episodes for the dialog-level tests (:func:`episode_bootstrap`)
-N_BOOT = 2000
-#: seed of the episode draws (the same draws for every run of the same task set)
-BOOT_SEED = 0
 BOOT_RULE = ("ours: each resample draws the cube's episodes (tasks, each with all its simulation seeds) with "
              "replacement, as many as there are, from numpy.random.default_rng(BOOT_SEED); the same draws serve "
              "every condition, direction and split seed (and every run of the same task set). Each split's maps "
              "are held fixed and its test R^2 grid is recomputed on the drawn test episodes "
              "(synclib.analysis.ridge.resampled_r2: each column's test variance held at the whole test set's); the grids "
              "are then aggregated over split seeds as sync_r2 (seed mean, max, clip, mean).")
-
-
-def episode_draws(n_episodes: int, n_boot: int = N_BOOT, seed: int = BOOT_SEED) -> np.ndarray:
-    """How often each of ``n_episodes`` episodes is drawn in each of ``n_boot`` resamples with
-    replacement: counts (n_boot, n_episodes), each row summing to ``n_episodes``."""
-    idx = np.random.default_rng(seed).integers(0, n_episodes, size=(n_boot, n_episodes))
-    return np.stack([np.bincount(row, minlength=n_episodes) for row in idx])
 
 
 ROUND_RULE = ("ours (the paper has no score per round): each split's maps, fitted on all rounds of its training "
@@ -681,8 +670,23 @@ def _validation_targets(fit: SplitFit, xtr: np.ndarray, ytr: np.ndarray, sources
     return targets, [float(grid[i, t]) for i, t in enumerate(targets)], val
 
 
+NONLINEAR_BOOT_RULE = ("the MLP's minus the affine map's test R², averaged over a split's layer pairs, on each "
+                       "resample of whole episodes (boot_rule: the same draws as every other resample, the maps and "
+                       "each column's test variance held fixed), averaged over the fitted split seeds")
+
+
+def _nonlinear_gap_boot(r2, loss, fit, src, tgt, counts) -> np.ndarray:
+    """The MLPs' (test R^2 ``r2`` (P,), losses ``loss`` per test episode) minus the affine maps' test R^2 at the
+    same layer pairs ``src``, ``tgt`` (P,) of ``fit``, averaged over the pairs, on each resample ``counts`` (B, E):
+    (B,)."""
+    episodes, affine, sizes = fit.test_loss  # groups of one episode and round
+    mlp = resampled_r2(r2[None], loss.loss[:, None], loss.sizes, counts[:, loss.labels])[:, 0]
+    lin = resampled_r2(fit.r2[src, tgt][None], affine[:, src, tgt][:, None], sizes, counts[:, episodes])[:, 0]
+    return (mlp - lin).mean(1)
+
+
 def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: MLPOptions | dict | None = None,
-                    n_seeds: int | None = None) -> xr.Dataset:
+                    n_seeds: int | None = None, counts: np.ndarray | None = None) -> xr.Dataset:
     """Appendix I: a 2-layer MLP against the affine map, on the genuine splits, for a few layer pairs.
 
     Parameters
@@ -694,6 +698,8 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: MLP
     n_seeds : int, optional
         Fit on the first ``n_seeds`` split seeds only (the MLPs cost far more than the affine grids); the others
         are NaN.  None: all.
+    counts : array (B, E), optional
+        :func:`episode_draws`: also the episode bootstrap of the difference (:data:`NONLINEAR_BOOT_RULE`).
 
     Returns
     -------
@@ -704,7 +710,8 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: MLP
         ``pairs``), ``nonlinear_epochs`` (the same dims: each MLP's epochs by early stopping on the validation part,
         :data:`synclib.analysis.mlp.STOPPING_RULE`) and ``nonlinear_steps_per_epoch`` (direction, split_seed); -1
         pads directions with fewer pairs and split seeds not fitted.  Attributes ``nonlinear_options``,
-        ``nonlinear_selection``, ``nonlinear_stopping``, ``nonlinear_max_epochs``.
+        ``nonlinear_selection``, ``nonlinear_stopping``, ``nonlinear_max_epochs``.  With ``counts``,
+        ``nonlinear_gap_boot`` (direction, boot) and the attribute ``nonlinear_boot_rule``.
     """
     opts = MLPOptions.of(options)
     fixed = None if pairs is None else {d: [tuple(map(int, p)) for p in (pairs[d] if isinstance(pairs, dict) else pairs)]
@@ -716,6 +723,7 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: MLP
     src_layer = np.full((nd, npair), -1, dtype=np.int64)
     tgt_layer, epochs = (np.full((nd, ns, npair), -1, dtype=np.int64) for _ in range(2))
     n_steps = np.full((nd, ns), -1, dtype=np.int64)
+    gap_boot = None if counts is None else np.full((nd, ns, len(counts)), np.nan)
     bs = opts.batch_size
     fitted = ctx.split_seeds[:n_seeds] if n_seeds is not None else ctx.split_seeds
     bar = tqdm(total=nd * len(fitted) * npair, desc="nonlinear maps", disable=None if ctx.progress else True,
@@ -741,13 +749,17 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: MLP
                          f"({exc}); left NaN")
                 continue
             # the split's layer pairs side by side (each as alone), epochs by early stopping (STOPPING_RULE)
-            nl[di, si, :len(src)], epochs[di, si, :len(src)] = mlp_r2_batch(
-                np.moveaxis(xtr[:, src], 1, 0), np.moveaxis(ytr[:, tgt], 1, 0),
-                np.moveaxis(xte[:, src], 1, 0), np.moveaxis(yte[:, tgt], 1, 0),
-                opts, seed=seed, device=ctx.device, val=val, return_epochs=True)
+            boot = gap_boot is not None and fit.test_loss is not None
+            got = mlp_r2_batch(np.moveaxis(xtr[:, src], 1, 0), np.moveaxis(ytr[:, tgt], 1, 0),
+                               np.moveaxis(xte[:, src], 1, 0), np.moveaxis(yte[:, tgt], 1, 0),
+                               opts, seed=seed, device=ctx.device, val=val, return_epochs=True,
+                               test_groups=s.episode[fit.test] if boot else None)
+            nl[di, si, :len(src)], epochs[di, si, :len(src)] = got[:2]
             n_steps[di, si] = -(-len(fit.train) // (bs or len(fit.train)))
             tgt_layer[di, si, :len(src)] = tgt
             af[di, si, :len(src)] = fit.r2[src, tgt]
+            if boot:
+                gap_boot[di, si] = _nonlinear_gap_boot(got[0], got[2], fit, src, tgt, counts)
             bar.update(len(src))
     bar.close()
     dps, dp = ("direction", "split_seed", "layer_pair"), ("direction", "layer_pair")
@@ -756,6 +768,11 @@ def nonlinear_block(ctx: Context, genuine: GenuineFits, pairs=None, options: MLP
          "nonlinear_val_r2": (dps, val_r2), "nonlinear_r2": (dps, nl), "affine_r2": (dps, af),
          "nonlinear_epochs": (dps, epochs), "nonlinear_steps_per_epoch": (dps[:2], n_steps)},
         coords=_coords(ctx, layer_pair=np.arange(npair)))
+    if gap_boot is not None:
+        with warnings.catch_warnings():  # directions and split seeds not fitted: NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            ds["nonlinear_gap_boot"] = (("direction", "boot"), np.nanmean(gap_boot, axis=1))
+        ds.attrs["nonlinear_boot_rule"] = NONLINEAR_BOOT_RULE
     ds.attrs["nonlinear_options"] = repr(asdict(opts))
     ds.attrs["nonlinear_selection"] = "given layer pairs" if fixed else NONLINEAR_SELECTION
     ds.attrs["nonlinear_stopping"] = STOPPING_RULE

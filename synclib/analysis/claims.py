@@ -27,7 +27,8 @@ clipping (fig 8)                  none: keeping negatives can only lower SyncR²
 sample size (fig 9)               none: the run's size against the paper's
 persona (table 2)                 each split averaged over its own seeds, a paired t-test over runs x directions, and the
                                   episode bootstrap of the difference: the larger p
-nonlinear (table 5)               corrected re-split t-test of the paired differences (two or more split seeds)
+nonlinear (table 5)               the episode bootstrap of the difference, and with two or more split seeds also the
+                                  corrected re-split t-test of the paired differences: the larger p
 ToM (fig 11)                      per decoder, corrected re-split t-test of baseline minus decoder KL
 judge (table 4, fig 10)           the measured judges on published human ratings (a benchmark)
 ================================  ======================================================================================
@@ -385,9 +386,11 @@ def _setting(t: RunTests, setting: str) -> Claim:
     nums = {**_row(d), "quantity": power.SETTINGS[setting][2], "margin": EQUIVALENCE_MARGIN}
     if d["n"] < 2:
         return Claim(CANNOT, "few-values" if t.res.runs_with(power.SETTINGS[setting][0]) else "absent", (), nums)
-    if setting == "nonlinear" and d["n_seeds"] < 2:  # one split seed: no design the test has
+    if setting == "nonlinear" and d["n_seeds"] < 2 and not d.get("n_boot"):  # one split seed, no resamples: no test
         return Claim(CANNOT, "one-seed", (Measure(name, d["mean"], unit=unit),), nums)
-    m = (Measure(name, d["mean"], p=d["p"], unit=unit),)
+    # table 5's episode interval is around its own mean; table 2's is around the surrogate rows' difference
+    lo, hi = (d.get("ci_lo", math.nan), d.get("ci_hi", math.nan)) if setting == "nonlinear" else (math.nan, math.nan)
+    m = (Measure(name, d["mean"], lo=lo, hi=hi, p=d["p"], unit=unit),)
     found = t.significant(d["p"])
     if found and (d["mean"] > 0 if one_sided else True):
         return Claim(DIFFERS, "difference", m, nums)
@@ -492,8 +495,8 @@ def _trends(res) -> pd.DataFrame:
         draws = r.pop("draws")
         r.update(ci_lo=math.nan, ci_hi=math.nan, p=math.nan, n_boot=0)
         if draws is not None:
-            lo, hi = stats.bootstrap_interval(draws, estimate=r["slope"])
-            r.update(ci_lo=lo, ci_hi=hi, p=stats.bootstrap_p(draws), n_boot=int(draws.size))
+            lo, hi = stats.bca_interval(draws, r["slope"], r["n_episodes"])
+            r.update(ci_lo=lo, ci_hi=hi, p=stats.bootstrap_p(draws), n_boot=int(np.isfinite(draws).sum()))
         rows.append(r)
     out = pd.DataFrame(rows, columns=["pair", "family", "model_a", "model_b", "orders", "condition", "slope", "ci_lo",
                                       "ci_hi", "p", "p_holm", "n_rounds", "first_round", "last_round", "first", "last",

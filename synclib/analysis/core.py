@@ -116,8 +116,8 @@ def analyze(cube, settings: AnalysisSettings | None = None, *, progress: bool = 
     if st.sample_sizes:
         blocks.append(sample_size_block(ctx, main.genuine, st.sample_sizes))
     ctx.bar.close()
+    counts = episode_draws(cube.sizes["episode"], ctx.n_boot) if ctx.n_boot else None
     if st.surrogates:
-        counts = episode_draws(cube.sizes["episode"], ctx.n_boot) if ctx.n_boot else None
         blocks.append(surrogate_block(ctx, main.genuine, st.surrogates, counts))
         if persona is not None:  # the same test under the persona-disjoint split (variables persona_disjoint_*)
             block = surrogate_block(ctx, persona, st.surrogates, counts)
@@ -128,7 +128,7 @@ def analyze(cube, settings: AnalysisSettings | None = None, *, progress: bool = 
         blocks.append(relationship_block(ctx, main.genuine, st.relationship_seeds, st.relationship_min))
     if st.nonlinear:
         blocks.append(nonlinear_block(ctx, main.genuine, st.nonlinear_pairs, st.nonlinear_options,
-                                      n_seeds=st.nonlinear_seeds))
+                                      n_seeds=st.nonlinear_seeds, counts=counts))
     if st.tom:
         blocks.append(tom_block(ctx, st.tom_options))
     out = xr.merge(blocks, join="exact", combine_attrs="drop_conflicts")

@@ -8,6 +8,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
+from synclib.analysis.ridge import GroupLoss
 from synclib.keys import Settings, default, integer, number
 
 __all__ = ["mlp_r2", "mlp_r2_batch", "mlp_defaults", "MLPOptions", "STOPPING_RULE"]
@@ -67,7 +68,7 @@ def mlp_r2(Xtr, Ytr, Xte, Yte, options: MLPOptions | None = None, *, seed: int =
 
 
 def mlp_r2_batch(Xtr, Ytr, Xte, Yte, options: MLPOptions | None = None, *, seed: int = 0, device=None,
-                 val=None, return_epochs: bool = False):
+                 val=None, return_epochs: bool = False, test_groups=None):
     """Test R^2 of ``P`` MLPs trained side by side on the same samples (e.g. several layer pairs of one split), each
     exactly the :func:`mlp_r2` of its own arrays: they share the initialisation (one ``torch.manual_seed(seed)``
     draw) and minibatch order, their parameters are disjoint, the loss is the sum of their MSEs and AdamW works
@@ -86,8 +87,13 @@ def mlp_r2_batch(Xtr, Ytr, Xte, Yte, options: MLPOptions | None = None, *, seed:
         Training rows of the validation part (whole episodes, e.g. :func:`synclib.splits.validation_split`).
     return_epochs : bool
         Also return each map's epochs on all rows, (P,) int.
+    test_groups : array (n_test,), optional
+        A group label per test sample (e.g. its episode): also return each group's share of the test loss, a
+        :class:`synclib.analysis.ridge.GroupLoss` with ``loss`` (G, P), as the ridge grids give it for the episode
+        bootstrap (:func:`synclib.analysis.ridge.resampled_r2`).
 
-    Returns each map's test R^2, (P,) float64, uniform average over its target columns.
+    Returns each map's test R^2, (P,) float64, uniform average over its target columns; then the epochs and the
+    group losses where asked for.
     """
     dev = torch.device(device or "cpu")
     f = lambda a: torch.as_tensor(np.asarray(a), dtype=torch.float32)  # noqa: E731
@@ -113,7 +119,19 @@ def mlp_r2_batch(Xtr, Ytr, Xte, Yte, options: MLPOptions | None = None, *, seed:
     const = ss_tot == 0
     r2 = torch.where(const, (ss_res == 0).double(), 1 - ss_res / torch.where(const, 1.0, ss_tot))
     out = r2.mean(1).numpy()
-    return (out, stops) if return_epochs else out
+    extra = (stops,) if return_epochs else ()
+    if test_groups is not None:
+        extra += (_group_loss((y - pred) ** 2 / torch.where(const, torch.inf, ss_tot)[:, None], test_groups),)
+    return (out, *extra) if extra else out
+
+
+def _group_loss(weighted, groups):
+    """Each group's loss (G, P): the weighted squared residuals ``weighted`` (P, n_test, D_tgt) summed over the
+    group's samples, averaged over the target columns."""
+    labels, codes = np.unique(np.asarray(groups), return_inverse=True)
+    per_row = weighted.mean(2).numpy()                                   # (P, n_test)
+    loss = np.stack([np.bincount(codes, per_row[p], len(labels)) for p in range(len(per_row))], axis=1)
+    return GroupLoss(labels, loss, np.bincount(codes, minlength=len(labels)))
 
 
 STOPPING_RULE = ("ours (the paper trains 200 epochs): early stopping on the validation part of each split's "

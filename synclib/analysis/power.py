@@ -299,7 +299,8 @@ TWO_TESTS = ("the corrected resampled t-test over re-splits and the bootstrap ov
 def _pooled(results, pick, runs=None) -> tuple[float, np.ndarray, int]:
     """A reported SyncR² quantity and its resamples of whole episodes, averaged over the ordered runs (all, or
     ``runs``) and directions; ``pick(ds)`` gives ``(value (direction,), resamples (direction, boot))`` or None.
-    Returns ``(value, finite draws (B,), n_episodes of the first run)``; NaN and no draws where no run qualifies."""
+    Returns ``(value, draws (B,) NaN where a resample has none, n_episodes of the first run)``; NaN and no draws
+    where no run qualifies."""
     vals, boots, n_ep = [], [], 0
     for r in results.runs:
         if runs is not None and r.name not in runs:
@@ -317,7 +318,8 @@ def _pooled(results, pick, runs=None) -> tuple[float, np.ndarray, int]:
         warnings.simplefilter("ignore", RuntimeWarning)
         b = np.nanmean(np.concatenate(boots), axis=0)                                          # (B,)
         value = float(np.nanmean(np.concatenate(vals)))
-    return value, b[np.isfinite(b)], n_ep
+    return value, b, n_ep
+
 
 
 def _condition(name: str):
@@ -358,18 +360,19 @@ def episode_test(results, control: str, runs=None) -> dict:
     directions.  Runs that play the same tasks share the draws (one seed), so a task drawn counts in every run.
 
     Returns a dict: ``n_episodes`` (of the first run's cube), ``n_boot``, ``sync_genuine``, ``sync_control``,
-    ``sync_diff``, ``se_episodes`` (sd of the resampled differences), ``ci_lo``/``ci_hi`` (2.5 and 97.5
-    percentiles), ``p_episodes`` (``2 min(1 + #{d_b <= 0}, 1 + #{d_b >= 0}) / (1 + B)``, at most 1); NaN where no
-    run has the resamples.
+    ``sync_diff``, ``se_episodes`` (sd of the resampled differences), ``ci_lo``/``ci_hi`` (BCa 95 %,
+    :func:`synclib.stats.bca_interval`), ``p_episodes`` (``2 min(1 + #{d_b <= 0}, 1 + #{d_b >= 0}) / (1 + B)``,
+    at most 1); NaN where no run has the resamples.
     """
-    d, db, n_ep = _pooled(results, _contrast_side(control, "gap"), runs)
+    d, every, n_ep = _pooled(results, _contrast_side(control, "gap"), runs)
+    db = every[np.isfinite(every)]
     out = {"n_episodes": n_ep, "n_boot": 0, "sync_genuine": math.nan, "sync_control": math.nan,
            "sync_diff": math.nan, "se_episodes": math.nan, "ci_lo": math.nan, "ci_hi": math.nan,
            "p_episodes": math.nan}
     if not db.size or not np.isfinite(d):
         return out
     B = db.size
-    lo, hi = stats.bootstrap_interval(db, estimate=d)
+    lo, hi = stats.bca_interval(every, d, n_ep)
     out.update(sync_genuine=_pooled(results, _contrast_side(control, "genuine"), runs)[0],
                sync_control=_pooled(results, _contrast_side(control, "control"), runs)[0],
                n_boot=B, sync_diff=d, se_episodes=float(np.std(db, ddof=1)) if B > 1 else math.nan,
@@ -381,14 +384,16 @@ def episode_interval(results, condition: str = "genuine", runs=None) -> dict:
     """The reported SyncR² of ``condition`` (mean over the ordered runs, or ``runs``, and directions) with its
     interval over resamples of whole episodes (``sync_r2_boot``).
 
-    Returns a dict: ``value``, ``ci_lo``, ``ci_hi`` (2.5 and 97.5 percentiles), ``p_zero`` (one-sided,
-    ``(1 + #{s_b <= 0}) / (1 + B)``: that SyncR² is 0), ``n_boot``, ``n_episodes``; NaN where no run has resamples.
+    Returns a dict: ``value``, ``ci_lo``, ``ci_hi`` (BCa 95 %, :func:`synclib.stats.bca_interval`), ``p_zero``
+    (one-sided, ``(1 + #{s_b <= 0}) / (1 + B)``: that SyncR² is 0), ``n_boot``, ``n_episodes``; NaN where no run
+    has resamples.
     """
-    v, b, n_ep = _pooled(results, _condition(condition), runs)
+    v, every, n_ep = _pooled(results, _condition(condition), runs)
+    b = every[np.isfinite(every)]
     out = {"value": math.nan, "ci_lo": math.nan, "ci_hi": math.nan, "p_zero": math.nan, "n_boot": 0,
            "n_episodes": n_ep}
     if b.size:
-        lo, hi = stats.bootstrap_interval(b, estimate=v)
+        lo, hi = stats.bca_interval(every, v, n_ep)
         out.update(value=v, ci_lo=lo, ci_hi=hi, p_zero=float((1 + np.sum(b <= 0)) / (1 + b.size)), n_boot=int(b.size))
     return out
 
@@ -447,9 +452,9 @@ def surrogate_test(results, runs=None, split: str = "episode") -> dict:
                surrogate_max=float(ok.max()), surrogates=dist, n_surrogates=int(ok.size), p_floor=1 / (1 + ok.size),
                share_below=float(np.mean(ok < g)), gap=float(g - ok.mean()), p_rank=stats.rank_p(g, ok),
                same_personas=same_p)
-    gb = gb[np.isfinite(gb)]
+    every, gb = gb, gb[np.isfinite(gb)]
     if gb.size:
-        lo, hi = stats.bootstrap_interval(gb, estimate=out["gap"])
+        lo, hi = stats.bca_interval(every, out["gap"], n_ep)
         out.update(ci_lo=lo, ci_hi=hi, p_episodes=stats.bootstrap_p(gb), n_boot=int(gb.size))
     out["p"] = max(out["p_rank"], out["p_episodes"]) if gb.size else out["p_rank"]
     return out
@@ -483,12 +488,13 @@ def _persona_test(results) -> dict:
     the surrogate test's rows and split seeds (``persona_disjoint_surrogate_genuine_boot`` minus
     ``surrogate_genuine_boot``, the same draws; maps fixed), ``p_episodes`` as :func:`episode_test`.  ``p`` is the
     larger of the two (the t-test's alone without the resamples)."""
-    units, draws, point, n_seeds, n_runs = [], [], [], 0, 0
+    units, draws, point, n_seeds, n_runs, n_ep = [], [], [], 0, 0, 0
     for r in results.runs:
         ds = results.analysis(r.name)
         if "persona_disjoint_sync_r2_per_seed" not in ds:
             continue
         n_runs += 1
+        n_ep = n_ep or int(ds.attrs.get("n_episodes", 0))
         a = ds["persona_disjoint_sync_r2_per_seed"].transpose("direction", "split_seed").to_numpy().astype(float)
         b = ds["sync_r2_per_seed"].sel(condition="genuine").transpose("direction", "split_seed").to_numpy().astype(float)
         with warnings.catch_warnings():  # a direction without a value: NaN
@@ -506,10 +512,10 @@ def _persona_test(results) -> dict:
     if draws:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            gb = np.nanmean(np.concatenate(draws), axis=0)
-        gb = gb[np.isfinite(gb)]
+            every = np.nanmean(np.concatenate(draws), axis=0)
+        gb = every[np.isfinite(every)]
         if gb.size:
-            lo, hi = stats.bootstrap_interval(gb, estimate=float(np.nanmean(np.concatenate(point))))
+            lo, hi = stats.bca_interval(every, float(np.nanmean(np.concatenate(point))), n_ep)
             out.update(ci_lo=lo, ci_hi=hi, p_episodes=stats.bootstrap_p(gb), n_boot=int(gb.size))
             if np.isfinite(out["p"]):
                 out["p"] = max(out["p"], out["p_episodes"])
@@ -519,22 +525,29 @@ def _persona_test(results) -> dict:
 def setting_test(results, setting: str) -> dict:
     """Table 2 or 5: a setting against the original.  ``"persona"``: :func:`_persona_test`; ``"nonlinear"``:
     ``nonlinear_r2`` minus ``affine_r2``, averaged over the layer pairs, paired by run, direction and split seed with
-    :func:`corrected_resampled_test` (ratio of the genuine splits), which needs two or more split seeds: with one
-    there is no re-split to correct for, and directions of one run share their dialogs, so ``p`` is NaN.
+    :func:`corrected_resampled_test` (ratio of the genuine splits), which needs two or more split seeds (with one
+    there is no re-split to correct for, and directions of one run share their dialogs); beside it the bootstrap of
+    whole episodes of the same difference (``nonlinear_gap_boot``, maps fixed), ``p_episodes`` as
+    :func:`episode_test`.  ``p`` is the larger of the two; with one split seed the bootstrap's alone, its ``mde``
+    ``(z_0.975 + z_0.8)`` times the resamples' standard deviation.
 
-    Returns the test's dict plus ``n_layer_pairs`` (nonlinear; else 0), ``n_runs`` and ``n_seeds`` (the setting's
-    split seeds).
+    Returns the test's dict plus ``n_layer_pairs`` (nonlinear; else 0), ``n_runs``, ``n_seeds`` (the setting's
+    split seeds), ``ci_lo``/``ci_hi`` (the bootstrap's, BCa), ``p_corrected``, ``p_episodes``,
+    ``se_episodes`` and ``n_boot``.
     """
     if setting not in SETTINGS:
         raise ValueError(f"setting must be one of {sorted(SETTINGS)}, got {setting!r}")
     if setting == "persona":
         return _persona_test(results)
     var, reduce, _ = SETTINGS[setting]
-    diffs, ratios, n_lp, n_seeds = [], [], 0, 0
+    diffs, ratios, draws, n_lp, n_seeds, n_ep = [], [], [], 0, 0, 0
     for r in results.runs:
         ds = results.analysis(r.name)
         if var not in ds:
             continue
+        n_ep = n_ep or int(ds.attrs.get("n_episodes", 0))
+        if "nonlinear_gap_boot" in ds:
+            draws.append(ds["nonlinear_gap_boot"].transpose("direction", "boot").to_numpy().astype(float))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
             a, b = ds[var].mean(list(reduce)), ds["affine_r2"].mean(list(reduce))
@@ -547,9 +560,22 @@ def setting_test(results, setting: str) -> dict:
         ratios += list(nte.to_numpy().ravel()[ok] / ntr.to_numpy().ravel()[ok])
     d = np.concatenate(diffs) if diffs else np.array([])
     out = corrected_resampled_test(d, float(np.mean(ratios)) if ratios else math.nan)
-    out.update(n_layer_pairs=n_lp, n_runs=len(diffs), n_seeds=n_seeds)
-    if n_seeds < 2:  # no design to test: one split of each run's two directions
-        out.update(p=math.nan, t=math.nan, mde=math.nan)
+    if n_seeds < 2:  # no re-split to correct for: one split of each run's two directions
+        out.update(p=math.nan, t=math.nan, mde=math.nan, ci_split_lo=math.nan, ci_split_hi=math.nan)
+    out.update(n_layer_pairs=n_lp, n_runs=len(diffs), n_seeds=n_seeds, p_corrected=out["p"], ci_lo=math.nan,
+               ci_hi=math.nan, p_episodes=math.nan, se_episodes=math.nan, n_boot=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        every = np.nanmean(np.concatenate(draws), axis=0) if draws else np.array([])
+    gb = every[np.isfinite(every)]
+    if gb.size > 1 and np.isfinite(out["mean"]):
+        lo, hi = stats.bca_interval(every, out["mean"], n_ep)
+        se = float(np.std(gb, ddof=1))
+        out.update(ci_lo=lo, ci_hi=hi, p_episodes=stats.bootstrap_p(gb), se_episodes=se, n_boot=int(gb.size))
+        if n_seeds < 2:
+            out.update(p=out["p_episodes"], mde=float((sps.norm.ppf(0.975) + sps.norm.ppf(0.8)) * se))
+        else:
+            out["p"] = max(out["p"], out["p_episodes"])
     return out
 
 

@@ -285,8 +285,9 @@ class Tables:
 
     def round_table(self, conditions=None, separate: bool = False) -> pd.DataFrame:
         """SyncR² per round of the test episodes, per unit and condition: ``round`` (1-based: agent 1's k-th turn,
-        or agent 2's reply to it), ``mean`` (over the unit's runs and directions), ``ci_lo``/``ci_hi`` (2.5 and 97.5
-        percentiles of resamples), ``n_test``, ``kept`` (≥ :data:`MIN_TEST_SAMPLES`); ``attrs["has_rounds"]``."""
+        or agent 2's reply to it), ``mean`` (over the unit's runs and directions), ``ci_lo``/``ci_hi`` (BCa 95 % over
+        resamples, :func:`synclib.stats.bca_interval`), ``n_test``, ``kept`` (≥ :data:`MIN_TEST_SAMPLES`);
+        ``attrs["has_rounds"]``."""
         cols = _UNIT + ["condition", "round", "mean", "ci_lo", "ci_hi", "n_test", "kept"]
         if not self.has_rounds():
             return pd.DataFrame(columns=cols)
@@ -294,9 +295,10 @@ class Tables:
         for cond in conditions or self.conditions():
             for _, runs in self.units(separate):
                 value, boot, n = self.unit_rounds(runs, cond)
+                n_ep = int(self.analysis(runs[0].name).attrs.get("n_episodes", 0))
                 kept = np.isfinite(value) & (n >= MIN_TEST_SAMPLES)
                 for k in np.flatnonzero(np.isfinite(value)):
-                    lo, hi = (stats.bootstrap_interval(boot[:, k], estimate=value[k]) if boot is not None
+                    lo, hi = (stats.bca_interval(boot[:, k], value[k], n_ep) if boot is not None
                               else (math.nan, math.nan))
                     rows.append({**self.unit_info(runs, separate), "condition": cond, "round": int(k) + 1,
                                  "mean": float(value[k]), "ci_lo": lo, "ci_hi": hi, "n_test": float(n[k]),
@@ -326,8 +328,7 @@ class Tables:
                     row.update(slope=float(_slope(x, value[kept])), first_round=int(x[0]), last_round=int(x[-1]),
                                first=float(value[kept[0]]), last=float(value[kept[-1]]))
                     if boot is not None:
-                        b = boot[:, kept]
-                        row["draws"] = _slope(x, b[np.isfinite(b).all(axis=1)])
+                        row["draws"] = _slope(x, boot[:, kept])  # NaN where a resample misses a round
                 out.append(row)
         return out
 
