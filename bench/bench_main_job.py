@@ -9,7 +9,9 @@ into an estimate for another configuration:
   reads and ToM dialogs, each planned to ``max_utterances``: :func:`synclib.run.plan.simulate_work`);
 - judge: seconds per judged dialog; analyze: seconds per ordered run and per episode;
 - each notebook's seconds (run ``notebooks_at_once`` at a time, sharing the cores), the claims
-  and the book; ``pipeline_seconds`` counts the notebooks so (:func:`synclib.run.plan.wall_seconds`).
+  and the book; ``pipeline_seconds`` counts the notebooks so (:func:`synclib.run.plan.wall_seconds`);
+- ``speed``: this machine's short timings of each model and of a ridge grid (:mod:`synclib.run.speed`), which
+  the dry run on another machine repeats there and divides by these to scale every estimate.
 
 With ``--float32 N``, it also times ``synclib simulate`` of the first pair on N tasks in
 bfloat16 and in float32 on this machine (the ``float32_factor`` the dry run applies on a
@@ -39,6 +41,7 @@ if str(REPO) not in sys.path:
 
 from synclib.models import cpu_has_native_bf16  # noqa: E402
 from synclib.notebook import AT_ONCE  # noqa: E402
+from synclib.run import speed  # noqa: E402
 from synclib.run.plan import CALIBRATION, simulate_work, wall_seconds  # noqa: E402
 
 
@@ -125,6 +128,13 @@ def main(argv=None) -> int:
 
     out["machine"].update(torch=torch.__version__, transformers=transformers.__version__)
     out["dtype_used"] = "bfloat16" if out["machine"]["native_bf16"] else "float32"
+    # the same short timings the dry run makes on a user's machine (synclib.run.speed), made here now
+    used = {m for p in cfg["pairs"] for m in p.split("-")}
+    items = [(cfg["models"][m]["spec"], out["dtype_used"]) for m in cfg["models"] if m in used]
+    if cfg["judge"].get("model") and not cfg["judge"].get("url"):
+        items.append((cfg["judge"]["model"], "float32"))  # a local judge computes in float32 on a CPU
+    out["speed"] = {"format": speed.SPEED_FORMAT, "dtype": out["dtype_used"], "machine": speed.machine_key(),
+                    "timings": speed.measure(items)}
     if args.wall:
         out["make_book_wall_s"] = args.wall
     if args.peak_gib:

@@ -515,6 +515,55 @@ def test_dry_run_estimates_every_job_of_the_default_from_the_measured_run(tmp_pa
         assert rows2["simulate:S-S"].seconds == pytest.approx(sims["S-S"]["seconds"] * ratio * f32, rel=1e-3)
 
 
+def test_dry_run_scales_each_job_by_this_machines_timings_over_the_calibrations(tmp_path, monkeypatch):
+    """Issue 75, item 3: on another machine each heavy job's estimate is the calibration's times this machine's
+    timing over the calibration machine's: a simulation by its models', the judge by its model's, the analysis by
+    the ridge grid's; the dry run says so.  Without timings (none in the calibration, or a model that cannot be
+    timed here) the estimates stay the calibration machine's."""
+    from synclib.run import speed
+    from synclib.run.plan import format_plan, machine_ratios, plan
+
+    cal, over, cfg, rows = _default_plan(tmp_path)
+    ratios = {"smollm2-135m": 2.0, "gemma3-270m": 3.0, "judge": 2.5, "ridge": 1.5}
+    scaled = {r.key: r for r in plan(build_jobs(cfg, pipeline.STEPS), cfg, ratios)}
+    for key, factor in (("simulate:S-S", 2.0), ("simulate:G-G", 3.0), ("judge:S-S", 2.5), ("analyze:S-S", 1.5)):
+        assert scaled[key].seconds == pytest.approx(rows[key].seconds * factor), key
+    assert scaled["notebook:intro"].seconds == rows["notebook:intro"].seconds
+    text = format_plan(list(scaled.values()), cfg, ratios=ratios)
+    assert "scaled to this machine by its own timed forwards" in text and "gemma3-270m 3x" in text
+    # the ratios: this machine's timings (cached per machine) over the calibration's: the pairs' models in the run's
+    # dtype against the calibration's, the local judge in float32 on both, the ridge grid
+    calls = []
+    monkeypatch.setattr(speed, "_cache", lambda: tmp_path / "speed.json")
+    monkeypatch.setattr(speed, "run_in_child", lambda f, args=(): f(*args))  # here, to see the calls
+    monkeypatch.setattr(speed, "model_seconds", lambda s, d: calls.append(f"{s}@{d}") or
+                        {"smollm2-135m@float32": 0.4}.get(f"{s}@{d}", 0.9))
+    monkeypatch.setattr(speed, "ridge_seconds", lambda: calls.append("ridge") or 0.3)
+    f32 = load_config(None, over[:1] + ["dtype=float32"])
+    there = {"speed": {"format": speed.SPEED_FORMAT, "dtype": "bfloat16", "timings": {
+        "smollm2-135m@bfloat16": 0.2, "gemma3-270m@bfloat16": 0.3, "smollm2-135m@float32": 1.0, "ridge": 0.3}}}
+    assert machine_ratios(f32, there, log=lambda m: None) == pytest.approx(
+        {"smollm2-135m": 2.0, "gemma3-270m": 3.0, "judge": 0.4, "ridge": 1.0})
+    assert sorted(calls) == ["gemma3-270m@float32", "ridge", "smollm2-135m@float32"]  # the judge's model once
+    assert machine_ratios(f32, there, log=lambda m: None) and len(calls) == 3  # the second time from the cache
+    assert machine_ratios(f32, {"jobs": {}}) is None  # a calibration without timings
+    assert machine_ratios(f32, {"speed": {**there["speed"], "format": 0}}) is None  # nor of this format
+    said = []
+    monkeypatch.setattr(speed, "timings", lambda *a, **k: (_ for _ in ()).throw(OSError("no such model")))
+    assert machine_ratios(f32, there, log=said.append) is None and "could not time this machine" in said[0]
+
+
+def test_speed_times_a_real_model_and_ridge_grid(tmp_path, monkeypatch):
+    """The timings themselves, on the embedded SmolLM2 in a child process: positive seconds, kept under the
+    machine's key."""
+    from synclib.run import speed
+
+    monkeypatch.setattr(speed, "_cache", lambda: tmp_path / "speed.json")
+    got = speed.timings([("smollm2-135m", "float32")], log=lambda m: None)
+    assert set(got) == {"smollm2-135m@float32", "ridge"} and all(v > 0 for v in got.values())
+    assert json.loads((tmp_path / "speed.json").read_text()) == {speed.machine_key(): got}
+
+
 def test_the_claims_job_has_a_measured_time(tmp_path):
     _, _, _, rows = _default_plan(tmp_path)
     assert rows["claims"].seconds is not None

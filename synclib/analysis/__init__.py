@@ -33,7 +33,7 @@ Modules
 import importlib
 
 #: the analysis files' format, in the analyze job's fingerprint: raised when the same settings write other files
-ANALYSIS_FORMAT = 4
+ANALYSIS_FORMAT = 5
 
 #: where each public name lives; a name is imported when first used, so that the light modules of
 #: this package (``sizing``, ``settings``) load without torch for the config and the dry run

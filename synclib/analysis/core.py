@@ -60,6 +60,7 @@ def _attrs(ctx: Context, skipped: list, relationship: bool) -> dict:
         **ctx.penalty.attrs(), "n_samples": -1 if ctx.n_samples is None else int(ctx.n_samples),
         "precision": ctx.precision,
         "model_a": str(cube.attrs.get("model_a", "")), "model_b": str(cube.attrs.get("model_b", "")),
+        **{f"torch_dtype_{s}": str(cube.attrs.get(f"torch_dtype_{s}", "")) for s in "ab"},
         "n_layers_a": int(cube.sizes["layer_a"]), "n_layers_b": int(cube.sizes["layer_b"]),
         "n_episodes": int(cube.sizes["episode"]), "n_sim_seeds": int(cube.sizes["sim_seed"]),
         "notes": "\n".join(ctx.notes), "skipped_conditions": " ".join(skipped),

@@ -17,8 +17,8 @@ from synclib.cluster import is_scheduler_address, spec_of
 from synclib.run.pipeline import (JobFailed, build_jobs, clear_failed, clocked, execute, not_done, runs,
                                     select_runs)
 from synclib.run.hub import HubReport, check_models, is_hub_id
-from synclib.run.plan import format_plan, plan, plan_summary
-from synclib.run.price import check_scheduler
+from synclib.run.plan import CALIBRATION, format_plan, machine_ratios, plan, plan_summary
+from synclib.run.price import check_scheduler, load_bench
 from synclib.stamps import stamp_path
 from synclib.tasks.datasets import TASK_SETS, DatasetError, how_to_fetch, is_cached
 from synclib.tasks.datasets import fetch as fetch_dataset
@@ -55,6 +55,19 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
                         "rebuild the book with the other pages as they were last executed (make page NAME=...)")
     p.add_argument("--list-runs", action="store_true",
                    help="print the config's ordered runs, one per line with its position, and exit")
+    p.add_argument("--no-timing", action="store_true",
+                   help="on a CPU, price the jobs at the calibration machine's speed instead of timing a few "
+                        "forwards of each model (and one ridge grid) on this one first (seconds, once per machine "
+                        "and dtype: synclib.run.speed)")
+
+
+def _ratios(args, cfg: dict, jobs: dict, log=print) -> dict | None:
+    """This machine's speed over the calibration's (:func:`synclib.run.plan.machine_ratios`) where a simulate, judge
+    or analyze job will run on the CPU and ``--no-timing`` is not given; else None."""
+    heavy = [j for k, j in jobs.items() if k.split(":")[0] in ("simulate", "judge", "analyze") and not j.check_only]
+    if args.no_timing or all(j.done() for j in heavy):
+        return None
+    return machine_ratios(cfg, load_bench(CALIBRATION), log=log)
 
 
 def _dataset_sizes(cfg: dict, steps) -> str:
@@ -172,8 +185,9 @@ def run(args: argparse.Namespace) -> int:
             print(not_fetched)
         if hub is not None:
             print("\n".join(hub.lines()))
-        print(format_plan(plan(jobs, cfg), cfg, scheduler=_probe_scheduler(args, cfg), config_path=display(args.config),
-                          n_runs=len(runs(cfg))))
+        ratios = _ratios(args, cfg, jobs)
+        print(format_plan(plan(jobs, cfg, ratios), cfg, scheduler=_probe_scheduler(args, cfg),
+                          config_path=display(args.config), n_runs=len(runs(cfg)), ratios=ratios))
         if sizes:
             print(sizes)
         if missing:
@@ -191,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     cluster = spec if spec is not None and spec.type and not args.scheduler else None
     t0 = time.perf_counter()
     clear_failed(cfg["results_dir"])
-    rows = plan(jobs, cfg)
+    rows = plan(jobs, cfg, _ratios(args, cfg, jobs, log=lambda m: print(f"[synclib] {m}", flush=True)))
     print(f"[synclib] run {cfg['name']!r}: {len(jobs)} jobs, results in {display(cfg['results_dir'])}", flush=True)
     if hub is not None and (hub.reachable is not True or hub.not_cached):
         print("\n".join("[synclib] " + line for line in hub.lines()), flush=True)

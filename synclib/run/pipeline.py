@@ -36,7 +36,7 @@ from synclib.tasks.datasets import TASK_SETS
 from synclib.cube import StalePartsError, open_cube, parts_dir
 from synclib.paths import (BENCH_RESULTS, BUILD_DIR, CLAIMS_FILE, EXECUTED_DIR, PAPER_CONFIG, PUBLISHED_NUMBERS,
                            REPO_ROOT, display)
-from synclib.memory import PeakRSS, die_with_parent, huge_pages_in_children, release_free_memory
+from synclib.memory import PeakRSS, release_free_memory, run_in_child
 from synclib.models import EMBEDDED
 from synclib.notebook import AT_ONCE, NotebookFailed, failure, figure_notebooks, synclib_imports
 from synclib.run.plan import duration_text, plan, price_lines, wall_seconds
@@ -221,32 +221,6 @@ class Job:
 _HEAVY = ("simulate", "judge", "analyze")
 #: whether heavy jobs run in a child process (set by :func:`execute` for local runs; Dask workers have their own)
 _ISOLATE = False
-
-
-def _child_init(parent: int) -> None:
-    die_with_parent()  # a killed run leaves no job running on behind it
-    if os.getppid() != parent:  # the run died before the line above took effect
-        os._exit(1)
-    # glibc's allocator as it comes: synclib.memory.return_freed_memory's setting slows a fresh analysis 1.8 times
-
-
-def _in_child(func: Callable, args: tuple):
-    try:
-        return func(*args)
-    finally:
-        sys.stdout.flush()  # the job's own lines before the parent's "done"
-        sys.stderr.flush()
-
-
-def run_in_child(func: Callable, args: tuple = ()):
-    """``func(*args)`` in a fresh ``spawn`` child process that dies with this one (no heap inherited; huge pages:
-    :func:`synclib.memory.huge_pages_in_children`); its result or exception comes back.  Arguments must pickle."""
-    import multiprocessing
-    from concurrent.futures import ProcessPoolExecutor
-
-    with huge_pages_in_children(), ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
-                                                       initializer=_child_init, initargs=(os.getpid(),)) as pool:
-        return pool.submit(_in_child, func, tuple(args)).result()
 
 
 class _RunClock:

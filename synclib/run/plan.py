@@ -20,7 +20,7 @@ from synclib.memory import GiB, available_bytes, session_budget
 from synclib.models import cpu_has_native_bf16
 from synclib.notebook import AT_ONCE
 from synclib.paths import display
-from synclib.run import price
+from synclib.run import price, speed
 from synclib.shapes import model_shape
 from synclib.simulate.options import default_units_per_part
 from synclib.stamps import read_stamp
@@ -103,15 +103,66 @@ def _dtype(cfg: dict) -> tuple[str, str]:
     return "float32", "this CPU lacks native bfloat16 (bfloat16 would be emulated)"
 
 
-def _cpu_estimate(cfg: dict, job, cal: dict, work: dict) -> tuple[float | None, float | None, str]:
-    """Seconds, peak resident GiB and a note for one job on the CPU, scaled from the calibration."""
+def _local_judge(cfg: dict) -> str | None:
+    """The spec of a config's local judge (None: an endpoint)."""
+    judge = cfg["judge"]
+    return judge["model"] if judge.get("model") and not judge.get("url") else None
+
+
+def machine_ratios(cfg: dict, cal: dict | None, log=print) -> dict | None:
+    """How many times longer each model of the pairs (by spec, in the dtype the run will use against the
+    calibration's), the local judge (``"judge"``, float32 on both) and the analysis (``"ridge"``) take on this
+    machine than where the calibration was measured (:mod:`synclib.run.speed`); None for a CUDA config, a
+    calibration without timings of this format, or models that cannot be timed here (a hub id not downloaded)."""
+    there = (cal or {}).get("speed")
+    if not there or _is_cuda(cfg) or there.get("format") != speed.SPEED_FORMAT:
+        return None
+    dtype, _ = _dtype(cfg)
+    used = {m for p in cfg["pairs"] for m in p.split("-")}
+    sims = [cfg["models"][m]["spec"] for m in cfg["models"] if m in used]
+    judge = _local_judge(cfg)
+    try:
+        here = speed.timings([(s, dtype) for s in sims] + ([(judge, "float32")] if judge else []), log=log)
+    except Exception as exc:  # noqa: BLE001 - any failure only loses the machine's scaling
+        log(f"could not time this machine ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); the "
+            f"estimates are the calibration machine's")
+        return None
+    t, cdt = there["timings"], there["dtype"]
+    pairs = {s: (speed.name(s, dtype), speed.name(s, cdt)) for s in sims}
+    if judge:
+        pairs["judge"] = (speed.name(judge, "float32"),) * 2
+    pairs["ridge"] = ("ridge", "ridge")
+    return {k: here[a] / t[b] for k, (a, b) in pairs.items() if t.get(b)}
+
+
+def _slower(cfg: dict, job, kind: str, cal: dict, ratios: dict | None) -> float:
+    """How many times longer a simulate, judge or analyze job takes here than in the calibration: this machine's
+    timings over the calibration's (``ratios``, :func:`machine_ratios`), or without them the calibration's float32
+    factor where the dtypes differ."""
+    if ratios:
+        if kind == "simulate":
+            got = [ratios.get(job.inputs[k]) for k in ("model_a", "model_b")]
+        elif kind == "judge":
+            got = [ratios.get("judge")]
+        else:
+            got = [ratios.get("ridge")]
+        if all(got):
+            return sum(got) / len(got)
+    dtype, _ = _dtype(cfg)
+    if dtype == cal.get("dtype_used") or kind not in ("simulate", "judge"):
+        return 1.0
+    f32 = (cal.get("dtypes") or {}).get("float32_factor", 1.0) if dtype == "float32" else 1.0
+    return f32 if cal.get("dtype_used") == "bfloat16" else 1 / f32
+
+
+def _cpu_estimate(cfg: dict, job, cal: dict, work: dict, ratios: dict | None = None
+                  ) -> tuple[float | None, float | None, str]:
+    """Seconds, peak resident GiB and a note for one job on the CPU, scaled from the calibration (and to this
+    machine by ``ratios``, :func:`machine_ratios`)."""
     kind, _, name = job.key.partition(":")
     jobs = cal["jobs"]
     dtype, _ = _dtype(cfg)
-    slower = 1.0
-    if dtype != cal.get("dtype_used") and kind in ("simulate", "judge"):
-        slower = (cal.get("dtypes") or {}).get("float32_factor", 1.0) if dtype == "float32" else 1.0
-        slower = slower if cal.get("dtype_used") == "bfloat16" else 1 / slower
+    slower = _slower(cfg, job, kind, cal, ratios) if kind in ("simulate", "judge", "analyze") else 1.0
     if kind == "simulate":
         specs = (job.inputs["model_a"], job.inputs["model_b"])
         by = {tuple(v["specs"]): v for v in jobs["simulate"].values()}
@@ -133,7 +184,7 @@ def _cpu_estimate(cfg: dict, job, cal: dict, work: dict) -> tuple[float | None, 
         if not ref:
             return None, None, ""
         scale = (work["dialogs"] * len(cfg["analysis"]["split_seeds"])
-                 / (ref[0]["dialogs"] * ref[0]["split_seeds"]))
+                 / (ref[0]["dialogs"] * ref[0]["split_seeds"])) * slower
         return (scale * sum(v["seconds"] for v in ref) / len(ref),
                 max(v.get("peak_rss_gib") or 0 for v in ref), "")
     if kind == "notebook":
@@ -185,9 +236,10 @@ def _priced_simulation(cfg: dict, job, p: JobPlan, work: dict, ref) -> None:
     p.gpu_gib = sp.gpu_gib if _is_cuda(cfg) else None
 
 
-def plan(jobs: dict, cfg: dict) -> list[JobPlan]:
+def plan(jobs: dict, cfg: dict, ratios: dict | None = None) -> list[JobPlan]:
     """The plan of ``jobs``, in run order; a CPU config's simulations priced from its own ``synclib bench``
-    record where it has one."""
+    record where it has one, the other CPU estimates scaled to this machine by ``ratios`` (:func:`machine_ratios`;
+    None: the calibration machine's times)."""
     running: set[str] = set()
     out = []
     cuda = _is_cuda(cfg)
@@ -211,7 +263,7 @@ def plan(jobs: dict, cfg: dict) -> list[JobPlan]:
             if key.startswith("simulate:"):
                 p.disk_bytes, p.seconds, p.note = _simulate_estimate(cfg, job, work())
             if cal is not None:
-                secs, p.peak_gib, note = _cpu_estimate(cfg, job, cal, work())
+                secs, p.peak_gib, note = _cpu_estimate(cfg, job, cal, work(), ratios)
                 if secs is not None:
                     p.seconds, p.note = secs, note or p.note
             if key.startswith("simulate:") and ref is not None:  # this run's own measurement
@@ -268,10 +320,11 @@ def _minutes(secs: float) -> str:
 
 
 def format_plan(rows: list[JobPlan], cfg: dict | None = None, scheduler: dict | None = None,
-                config_path: str | None = None, n_runs: int | None = None) -> str:
+                config_path: str | None = None, n_runs: int | None = None, ratios: dict | None = None) -> str:
     """The plan as text, one job per line, then the totals; a CUDA config gets :func:`price_lines` (``scheduler``:
     :func:`synclib.run.price.check_scheduler`'s answer with its ``address``) and how it runs on SLURM (its
-    ``cluster:`` block, or :func:`array_lines` for ``config_path`` and its ``n_runs`` ordered runs)."""
+    ``cluster:`` block, or :func:`array_lines` for ``config_path`` and its ``n_runs`` ordered runs); a CPU config
+    the basis of its times (``ratios``: :func:`machine_ratios`, as :func:`plan` used them)."""
     lines = []
     cuda = cfg is not None and _is_cuda(cfg)
     ref = price.reference(cfg) if cuda else None
@@ -320,7 +373,7 @@ def format_plan(rows: list[JobPlan], cfg: dict | None = None, scheduler: dict | 
     if missing:
         lines.append(f"{len(missing)} job(s) of steps not run now are not done (MISS): the run would refuse to start")
     if cfg is not None and todo and not cuda:
-        lines += _cpu_lines(cfg, todo, secs)
+        lines += _cpu_lines(cfg, todo, secs, ratios)
     if cfg is not None and cuda:
         lines += price_lines(cfg, rows, scheduler)
     elif scheduler is not None:
@@ -567,7 +620,7 @@ def _cluster_text(scheduler: dict | None, gpu_jobs: list[JobPlan], total_h: floa
                    f"longest job, {hours_text(longest)} h)")
 
 
-def _cpu_lines(cfg: dict, todo: list[JobPlan], secs: float) -> list[str]:
+def _cpu_lines(cfg: dict, todo: list[JobPlan], secs: float, ratios: dict | None = None) -> list[str]:
     """The time estimate's basis and the memory a CPU run expects."""
     cal = price.load_bench(CALIBRATION)
     out = []
@@ -581,7 +634,11 @@ def _cpu_lines(cfg: dict, todo: list[JobPlan], secs: float) -> list[str]:
         f32 = (cal.get("dtypes") or {}).get("float32_factor")
         basis = (f"time: the rates of {CALIBRATION} ({cal['date']}, {m['cpu_count']} cores of {m['cpu']}, "
                  f"{cal['dtype_used']}), computing in {dtype} ({why})")
-        if dtype == "bfloat16" and f32 and cal.get("dtype_used") == "bfloat16":
+        if ratios:
+            names = {"ridge": "the analysis", "judge": "the judge"}
+            basis += ("; scaled to this machine by its own timed forwards (synclib.run.speed), here over there: "
+                      + ", ".join(f"{names.get(k, k)} {v:.2g}x" for k, v in ratios.items()))
+        elif dtype == "bfloat16" and f32 and cal.get("dtype_used") == "bfloat16":
             sim = sum(r.seconds or 0 for r in todo if r.key.split(":")[0] in ("simulate", "judge"))
             basis += f"; in float32 (a CPU without native bfloat16) {_minutes(secs + (f32 - 1) * sim)}"
         out.append(basis)
