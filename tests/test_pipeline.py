@@ -562,6 +562,8 @@ def test_speed_times_a_real_model_and_ridge_grid(tmp_path, monkeypatch):
     got = speed.timings([("smollm2-135m", "float32")], log=lambda m: None)
     assert set(got) == {"smollm2-135m@float32", "ridge"} and all(v > 0 for v in got.values())
     assert json.loads((tmp_path / "speed.json").read_text()) == {speed.machine_key(): got}
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")  # held to fewer instructions: another machine's timings
+    assert speed.machine_key().endswith(f"|ATEN_CPU_CAPABILITY=avx2|v{speed.SPEED_FORMAT}")
 
 
 def test_the_claims_job_has_a_measured_time(tmp_path):

@@ -85,10 +85,14 @@ def ridge_seconds(repeats: int = 3) -> float:
     return _median([once() for _ in range(repeats)])
 
 
+#: environment variables that hold the libraries to fewer CPU instructions (e.g. to stand in for a laptop's CPU)
+ISA_LIMITS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "FBGEMM_ENABLE_INSTRUCTIONS")
+
+
 def machine_key() -> str:
     """What a timing depends on besides the model and dtype: the CPU, its cores, torch's version, the threads asked
-    for (``OMP_NUM_THREADS``; torch's default otherwise), the format.  Without importing torch: the run's own process
-    plans without it."""
+    for (``OMP_NUM_THREADS``; torch's default otherwise), the instructions the libraries are held to
+    (:data:`ISA_LIMITS`), the format.  Without importing torch: the run's own process plans without it."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -104,7 +108,8 @@ def machine_key() -> str:
     except OSError:
         pass
     threads = os.environ.get("OMP_NUM_THREADS") or "default"
-    return f"{cpu}|{os.cpu_count()} cpus|torch {torch_version}|{threads} threads|v{SPEED_FORMAT}"
+    held = "".join(f"|{v}={os.environ[v]}" for v in ISA_LIMITS if os.environ.get(v))
+    return f"{cpu}|{os.cpu_count()} cpus|torch {torch_version}|{threads} threads{held}|v{SPEED_FORMAT}"
 
 
 def name(spec: str, dtype: str) -> str:
