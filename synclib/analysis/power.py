@@ -321,7 +321,6 @@ def _pooled(results, pick, runs=None) -> tuple[float, np.ndarray, int]:
     return value, b, n_ep
 
 
-
 def _condition(name: str):
     """``pick`` of :func:`_pooled`: one condition on its own samples (``sync_r2``, ``sync_r2_boot``)."""
     def pick(ds):
