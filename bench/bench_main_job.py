@@ -42,7 +42,7 @@ if str(REPO) not in sys.path:
 from synclib.models import cpu_has_native_bf16  # noqa: E402
 from synclib.notebook import AT_ONCE  # noqa: E402
 from synclib.run import speed  # noqa: E402
-from synclib.run.plan import CALIBRATION, simulate_work, wall_seconds  # noqa: E402
+from synclib.run.plan import CALIBRATION, simulate_work, timed_items, wall_seconds  # noqa: E402
 
 
 def last_run(log: Path) -> dict:
@@ -129,12 +129,8 @@ def main(argv=None) -> int:
     out["machine"].update(torch=torch.__version__, transformers=transformers.__version__)
     out["dtype_used"] = "bfloat16" if out["machine"]["native_bf16"] else "float32"
     # the same short timings the dry run makes on a user's machine (synclib.run.speed), made here now
-    used = {m for p in cfg["pairs"] for m in p.split("-")}
-    items = [(cfg["models"][m]["spec"], out["dtype_used"]) for m in cfg["models"] if m in used]
-    if cfg["judge"].get("model") and not cfg["judge"].get("url"):
-        items.append((cfg["judge"]["model"], "float32"))  # a local judge computes in float32 on a CPU
     out["speed"] = {"format": speed.SPEED_FORMAT, "dtype": out["dtype_used"], "machine": speed.machine_key(),
-                    "timings": speed.measure(items)}
+                    "timings": speed.measure(timed_items(cfg, out["dtype_used"]))}
     if args.wall:
         out["make_book_wall_s"] = args.wall
     if args.peak_gib:

@@ -8,7 +8,7 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from synclib.analysis.ridge import GroupLoss
+from synclib.analysis.ridge import GroupLoss, _group_codes
 from synclib.keys import Settings, default, integer, number
 
 __all__ = ["mlp_r2", "mlp_r2_batch", "mlp_defaults", "MLPOptions", "STOPPING_RULE"]
@@ -128,7 +128,7 @@ def mlp_r2_batch(Xtr, Ytr, Xte, Yte, options: MLPOptions | None = None, *, seed:
 def _group_loss(weighted, groups):
     """Each group's loss (G, P): the weighted squared residuals ``weighted`` (P, n_test, D_tgt) summed over the
     group's samples, averaged over the target columns."""
-    labels, codes = np.unique(np.asarray(groups), return_inverse=True)
+    labels, codes = _group_codes(groups, weighted.shape[1])
     per_row = weighted.mean(2).numpy()                                   # (P, n_test)
     loss = np.stack([np.bincount(codes, per_row[p], len(labels)) for p in range(len(per_row))], axis=1)
     return GroupLoss(labels, loss, np.bincount(codes, minlength=len(labels)))

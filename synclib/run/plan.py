@@ -26,7 +26,7 @@ from synclib.simulate.options import default_units_per_part
 from synclib.stamps import read_stamp
 from synclib.tasks.scenarios import count_tasks
 
-__all__ = ["JobPlan", "plan", "format_plan", "price_lines", "wall_seconds"]
+__all__ = ["JobPlan", "plan", "format_plan", "price_lines", "wall_seconds", "machine_ratios", "timed_items"]
 
 #: input names that hold an upstream job's fingerprint (a change there is "upstream changed")
 _UPSTREAM = {"cube", "manifest", "claims", "upstream", "notebooks"}
@@ -109,6 +109,20 @@ def _local_judge(cfg: dict) -> str | None:
     return judge["model"] if judge.get("model") and not judge.get("url") else None
 
 
+def _pair_specs(cfg: dict) -> list[str]:
+    """The specs of the models the config's pairs play, in the order of ``models``."""
+    used = {m for p in cfg["pairs"] for m in p.split("-")}
+    return [cfg["models"][m]["spec"] for m in cfg["models"] if m in used]
+
+
+def timed_items(cfg: dict, dtype: str) -> list[tuple[str, str]]:
+    """What a CPU run of ``cfg`` is timed on (:mod:`synclib.run.speed`): each model of its pairs in ``dtype`` (the
+    one its simulations compute in) and a local judge in float32 (its dtype on a CPU); here and where the
+    calibration is measured (``bench/bench_main_job.py``)."""
+    judge = _local_judge(cfg)
+    return [(s, dtype) for s in _pair_specs(cfg)] + ([(judge, "float32")] if judge else [])
+
+
 def machine_ratios(cfg: dict, cal: dict | None, log=print) -> dict | None:
     """How many times longer each model of the pairs (by spec, in the dtype the run will use against the
     calibration's), the local judge (``"judge"``, float32 on both) and the analysis (``"ridge"``) take on this
@@ -118,11 +132,9 @@ def machine_ratios(cfg: dict, cal: dict | None, log=print) -> dict | None:
     if not there or _is_cuda(cfg) or there.get("format") != speed.SPEED_FORMAT:
         return None
     dtype, _ = _dtype(cfg)
-    used = {m for p in cfg["pairs"] for m in p.split("-")}
-    sims = [cfg["models"][m]["spec"] for m in cfg["models"] if m in used]
-    judge = _local_judge(cfg)
+    sims, judge = _pair_specs(cfg), _local_judge(cfg)
     try:
-        here = speed.timings([(s, dtype) for s in sims] + ([(judge, "float32")] if judge else []), log=log)
+        here = speed.timings(timed_items(cfg, dtype), log=log)
     except Exception as exc:  # noqa: BLE001 - any failure only loses the machine's scaling
         log(f"could not time this machine ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); the "
             f"estimates are the calibration machine's")

@@ -117,10 +117,15 @@ def name(spec: str, dtype: str) -> str:
     return f"{spec}@{dtype}"
 
 
+def _names(items) -> list[str]:
+    """The timings' names of ``items`` (``(spec, dtype)`` pairs, each once) and ``"ridge"``."""
+    return [name(s, d) for s, d in dict.fromkeys(map(tuple, items))] + ["ridge"]
+
+
 def measure(items) -> dict:
     """Time each of ``items``, ``(spec, dtype)`` pairs, and the ridge grid now: ``{name(spec, dtype): seconds,
     "ridge": seconds}``."""
-    return _measure([name(s, d) for s, d in dict.fromkeys(map(tuple, items))] + ["ridge"])
+    return _measure(_names(items))
 
 
 def _measure(names: list[str]) -> dict:
@@ -140,11 +145,11 @@ def timings(items, log=None) -> dict:
     except (OSError, ValueError):
         cache = {}
     mine = cache.setdefault(machine_key(), {})
-    want = [name(s, d) for s, d in dict.fromkeys(map(tuple, items))] + ["ridge"]
+    want = _names(items)
     todo = [w for w in want if w not in mine]
-    if todo and log is not None:
-        log(f"timing {', '.join(todo)} on this machine (once; kept in {path})")
     if todo:  # in a child process: the models' memory is not left resident under the run's own
+        if log is not None:
+            log(f"timing {', '.join(todo)} on this machine (once; kept in {path})")
         mine.update(run_in_child(_measure, (todo,)))
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
